@@ -1,0 +1,85 @@
+"""The fix itself: workspace methods that release the old tensor before allocating anew.
+
+One builder per published shape (see ``shapes.KNOWN_SHAPES``). Each keeps the original's
+signature and its reuse rule (a request that fits the current rows and dtype gets a view of
+the same storage); only the replacement path differs. The reuse path does no more work than
+the original; ``benchmark/`` measures that side by side.
+"""
+
+import logging
+
+import torch
+
+logger = logging.getLogger("sglang_overlay")
+
+MIB = float(1 << 20)
+
+
+def _describe(tensor) -> str:
+    if tensor is None:
+        return "none"
+    return f"{tensor.shape[0]} rows {tensor.dtype} {tensor.nelement() * tensor.element_size() / MIB:.1f} MiB"
+
+
+def _replace(workspace, num_tokens: int, dtype, width: int, forget_head: bool):
+    """Drop the owner's reference, then allocate. Returns the new full buffer."""
+    old = _describe(workspace._buffer)
+    # The release-first step: with the old tensor unreferenced (and no caller view keeping
+    # its storage alive) the allocator can reuse or return its memory for the new one.
+    workspace._buffer = None
+    if forget_head:
+        # Invalidate before allocating, so that neither an allocation landing at the old
+        # address nor an allocation that raises leaves stale rows reported as filled.
+        workspace._head_source = None
+    buffer = torch.empty((num_tokens, 1, width), dtype=dtype, device=workspace.device)
+    workspace._buffer = buffer
+    logger.info(
+        "DSV4 sparse-prefill workspace replaced (release-first): %s -> %s", old, _describe(buffer)
+    )
+    return buffer
+
+
+def build(shape, module):
+    """The release-first method for ``shape``, bound to ``module``'s WORKSPACE_DIM."""
+    builders = {
+        "kv-buffer-reserve": _build_reserve,
+        "workspace-get-dtype": _build_get_dtype,
+        "workspace-get-bf16": _build_get_bf16,
+    }
+    return builders[shape.name](module)
+
+
+def _build_reserve(module):
+    def _reserve(self, num_tokens: int, dtype: torch.dtype) -> torch.Tensor:
+        assert num_tokens > 0
+        buffer = self._buffer
+        if buffer is not None and num_tokens <= buffer.shape[0] and dtype == buffer.dtype:
+            return buffer[:num_tokens]
+        del buffer  # a local reference would keep the old storage alive
+        return _replace(self, num_tokens, dtype, module.WORKSPACE_DIM, True)[:num_tokens]
+
+    return _reserve
+
+
+def _build_get_dtype(module):
+    def get(self, num_tokens: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        assert num_tokens > 0
+        buffer = self._buffer
+        if buffer is not None and num_tokens <= buffer.shape[0] and dtype == buffer.dtype:
+            return buffer[:num_tokens]
+        del buffer
+        return _replace(self, num_tokens, dtype, module.WORKSPACE_DIM, False)[:num_tokens]
+
+    return get
+
+
+def _build_get_bf16(module):
+    def get(self, num_tokens: int) -> torch.Tensor:
+        assert num_tokens > 0
+        buffer = self._buffer
+        if buffer is not None and num_tokens <= buffer.shape[0]:
+            return buffer[:num_tokens]
+        del buffer
+        return _replace(self, num_tokens, torch.bfloat16, module.WORKSPACE_DIM, False)[:num_tokens]
+
+    return get

@@ -1,0 +1,196 @@
+"""Recognise which DSV4 sparse-prefill workspace shape a loaded sglang module has.
+
+The one place that knows where the workspace class lives and what each published release's
+allocating method looks like. A shape is recognised by the sha256 of the method's exact source
+text, so the overlay replaces only code it has read; anything else is reported, not patched.
+This module reads source files and never changes anything.
+"""
+
+import ast
+import hashlib
+import inspect
+from dataclasses import dataclass
+
+WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
+WORKSPACE_CLASSES = ("SparsePrefillKVBuffer", "SparsePrefillWorkspace")
+
+
+@dataclass(frozen=True)
+class WorkspaceShape:
+    """One published form of the workspace's allocating method."""
+
+    name: str
+    class_name: str
+    method: str
+    source_sha256: str  # first 12 hex digits of the def's exact source text
+    releases: str
+    takes_dtype: bool
+    tracks_head: bool
+
+
+KNOWN_SHAPES = (
+    WorkspaceShape(
+        "workspace-get-bf16",
+        "SparsePrefillWorkspace",
+        "get",
+        "d521f0e4199e",
+        "0.5.15-0.5.18",
+        takes_dtype=False,
+        tracks_head=False,
+    ),
+    WorkspaceShape(
+        "workspace-get-dtype",
+        "SparsePrefillWorkspace",
+        "get",
+        "6e444f7823ac",
+        "0.5.19-0.5.22",
+        takes_dtype=True,
+        tracks_head=False,
+    ),
+    WorkspaceShape(
+        "kv-buffer-reserve",
+        "SparsePrefillKVBuffer",
+        "_reserve",
+        "08fa9779e685",
+        "0.5.23",
+        takes_dtype=True,
+        tracks_head=True,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Recognition:
+    """What the overlay found: a known shape, or a state and the reason it is not patchable."""
+
+    state: str  # "recognised", "not-present", "upstream-fixed", "unsupported"
+    target: str
+    reason: str
+    shape: "WorkspaceShape | None" = None
+    cls: "type | None" = None
+
+
+def source_sha256(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:12]
+
+
+def recognise(module) -> Recognition:
+    """Classify the workspace class in an imported workspace module."""
+    cls = next(
+        (
+            getattr(module, name)
+            for name in WORKSPACE_CLASSES
+            if isinstance(getattr(module, name, None), type)
+        ),
+        None,
+    )
+    if cls is None:
+        return Recognition(
+            "not-present",
+            WORKSPACE_MODULE,
+            f"{WORKSPACE_MODULE} defines none of {', '.join(WORKSPACE_CLASSES)}",
+        )
+    method = "_reserve" if "_reserve" in vars(cls) else "get"
+    target = f"{WORKSPACE_MODULE}.{cls.__name__}.{method}"
+    func = vars(cls).get(method)
+    if func is None or not inspect.isfunction(func):
+        return Recognition(
+            "unsupported", target, f"{cls.__name__} has no plain {method}() method", cls=cls
+        )
+    try:
+        module_source = inspect.getsource(module)
+    except (OSError, TypeError) as exc:
+        return Recognition(
+            "unsupported", target, f"source of {WORKSPACE_MODULE} unreadable: {exc}", cls=cls
+        )
+    node = _method_node(ast.parse(module_source), cls.__name__, method)
+    if node is None or func.__code__.co_firstlineno != _first_line(node):
+        return Recognition(
+            "unsupported",
+            target,
+            f"{cls.__name__}.{method} is not the function defined in {WORKSPACE_MODULE}'s source "
+            "(something else already replaced it)",
+            cls=cls,
+        )
+    digest = source_sha256(ast.get_source_segment(module_source, node))
+    shape = next(
+        (
+            s
+            for s in KNOWN_SHAPES
+            if (s.class_name, s.method, s.source_sha256) == (cls.__name__, method, digest)
+        ),
+        None,
+    )
+    if shape is not None:
+        hazard = _address_keyed_validity(module)
+        if hazard:
+            return Recognition("unsupported", target, hazard, cls=cls)
+        return Recognition(
+            "recognised", target, f"{shape.name} ({shape.releases}), sha256 {digest}", shape, cls
+        )
+    if releases_first(node):
+        return Recognition(
+            "upstream-fixed",
+            target,
+            f"{cls.__name__}.{method} (sha256 {digest}) already drops the old buffer before allocating",
+            cls=cls,
+        )
+    return Recognition(
+        "unsupported",
+        target,
+        f"unknown source of {cls.__name__}.{method} (sha256 {digest}); known: "
+        + ", ".join(f"{s.source_sha256} ({s.releases})" for s in KNOWN_SHAPES),
+        cls=cls,
+    )
+
+
+def releases_first(method_node: ast.FunctionDef) -> bool:
+    """True when the method assigns ``self._buffer = None`` before ``self._buffer = <call>``."""
+    released = False
+    for node in ast.walk(method_node):
+        if not isinstance(node, ast.Assign):
+            continue
+        if not any(_is_self_buffer(t) for t in node.targets):
+            continue
+        if isinstance(node.value, ast.Constant) and node.value.value is None:
+            released = True
+        elif isinstance(node.value, ast.Call):
+            return released
+    return False
+
+
+def _address_keyed_validity(module) -> "str | None":
+    # Upstream main keeps a per-forward gather cache whose validity key includes the
+    # workspace's allocation address. Released first, a replacement may get the old address
+    # back and a stale key would match, so that code needs the upstream change, not this one.
+    gather = getattr(module, "CompressedGather", None)
+    fields = getattr(gather, "__dataclass_fields__", {})
+    if "dequantized_source" in fields:
+        return (
+            "CompressedGather.dequantized_source keys prefix validity on the workspace's "
+            "allocation address; releasing first could let a replacement reuse that address "
+            "and match a stale key"
+        )
+    return None
+
+
+def _method_node(tree: ast.Module, class_name: str, method: str) -> "ast.FunctionDef | None":
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == method:
+                    return item
+    return None
+
+
+def _first_line(node: ast.FunctionDef) -> int:
+    return node.decorator_list[0].lineno if node.decorator_list else node.lineno
+
+
+def _is_self_buffer(target: ast.expr) -> bool:
+    return (
+        isinstance(target, ast.Attribute)
+        and target.attr == "_buffer"
+        and isinstance(target.value, ast.Name)
+        and target.value.id == "self"
+    )

@@ -1,0 +1,270 @@
+"""DSV4 sparse-prefill workspace: replacing the scratch buffer must not need old + new memory.
+
+Each capped case runs in a fresh subprocess under an isolated allocator budget, so the cap
+cannot leak into other tests or a resident server. CUDA caps the caching allocator with
+``torch.cuda.set_per_process_memory_fraction``; CPU caps the address space with
+``RLIMIT_AS`` at the child's current size plus the budget, after forcing one thread and one
+malloc arena. The cases use the workspace class exactly as this process imports it, so the
+file runs unchanged in an upstream checkout and against an installed sglang.
+
+Run: ``python test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py -v``
+"""
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+from sglang.test.ci.ci_register import register_cpu_ci, register_cuda_ci
+
+register_cuda_ci(est_time=120, stage="base-b", runner_config="1-gpu-small")
+register_cpu_ci(est_time=60, stage="base-a", runner_config="cpu")
+
+WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
+WORKSPACE_CLASSES = ("SparsePrefillKVBuffer", "SparsePrefillWorkspace")
+MIB = 1 << 20
+ALLOCATOR_CAP_MIB = 128
+PEAK_LIMIT_MIB = 100
+CHILD_TIMEOUT_S = 300
+RESULT_PREFIX = "DSV4_WORKSPACE_CASE "
+
+# Rows are (num_tokens, 1, 512): 1 KiB per token in bf16, 512 B in fp8.
+ROWS_64_MIB_BF16 = 65536
+ROWS_96_MIB_BF16 = 98304
+ROWS_16_MIB_BF16 = 16384
+
+# Each case is a list of (num_tokens, dtype name) requests made in order.
+TRANSITIONS = {
+    "grow_bf16_64_to_96_mib": [(ROWS_64_MIB_BF16, "bfloat16"), (ROWS_96_MIB_BF16, "bfloat16")],
+    "replace_fp8_48_with_bf16_96_mib": [
+        (ROWS_96_MIB_BF16, "float8_e4m3fn"),
+        (ROWS_96_MIB_BF16, "bfloat16"),
+    ],
+    "shrink_by_dtype_bf16_96_to_fp8_48_mib": [
+        (ROWS_96_MIB_BF16, "bfloat16"),
+        (ROWS_96_MIB_BF16, "float8_e4m3fn"),
+    ],
+}
+CHECKS = ("retained_view_keeps_values", "smaller_request_reuses_storage")
+
+
+# --------------------------------------------------------------------------------------------
+# Child side: one case in this process, under the allocator cap; prints one JSON result line.
+# --------------------------------------------------------------------------------------------
+
+
+def workspace_class(module):
+    for name in WORKSPACE_CLASSES:
+        cls = getattr(module, name, None)
+        if isinstance(cls, type):
+            return cls
+    raise unittest.SkipTest(f"{WORKSPACE_MODULE} has none of {WORKSPACE_CLASSES}")
+
+
+def takes_dtype(cls) -> bool:
+    import inspect
+
+    return "dtype" in inspect.signature(cls.get).parameters
+
+
+def _request(workspace, num_tokens, dtype):
+    if dtype is None:
+        return workspace.get(num_tokens)
+    return workspace.get(num_tokens, dtype)
+
+
+def _address_space_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmSize in /proc/self/status")
+
+
+def _cap_allocator(torch, device: str, budget_mib: int) -> None:
+    if device == "cuda":
+        torch.cuda.init()
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.empty_cache()
+        torch.cuda.set_per_process_memory_fraction(budget_mib * MIB / total, 0)
+        torch.cuda.reset_peak_memory_stats()
+        return
+    import resource
+
+    torch.set_num_threads(1)
+    torch.empty(1).add_(1)  # let torch map whatever it maps on first use before the cap
+    limit = _address_space_bytes() + budget_mib * MIB
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    text = str(exc)
+    return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or (
+        "can't allocate memory" in text or "out of memory" in text
+    )
+
+
+def run_case(case: str, device: str, budget_mib: int) -> dict:
+    import torch
+
+    module = importlib.import_module(WORKSPACE_MODULE)
+    cls = workspace_class(module)
+    with_dtype = takes_dtype(cls)
+    _cap_allocator(torch, device, budget_mib)
+    result = {"case": case, "device": device, "budget_mib": budget_mib, "class": cls.__name__}
+    workspace = cls(torch.device(device))
+    try:
+        if case in TRANSITIONS:
+            steps = TRANSITIONS[case]
+            if not with_dtype and any(d != "bfloat16" for _, d in steps):
+                result.update(outcome="skip", detail=f"{cls.__name__}.get has no dtype parameter")
+                return result
+            for num_tokens, dtype_name in steps:
+                dtype = getattr(torch, dtype_name) if with_dtype else None
+                rows = _request(workspace, num_tokens, dtype)
+                expected = getattr(torch, dtype_name)
+                assert rows.shape == (num_tokens, 1, rows.shape[2]) and rows.dtype == expected, (
+                    f"got {tuple(rows.shape)} {rows.dtype}"
+                )
+                del rows
+        elif case == "retained_view_keeps_values":
+            view = _request(workspace, ROWS_16_MIB_BF16, torch.bfloat16 if with_dtype else None)
+            rows = torch.arange(view.shape[0], device=device, dtype=torch.float32) % 251
+            view.copy_(rows.reshape(-1, 1, 1).expand_as(view))
+            expected = view.clone()
+            grown = _request(workspace, 2 * ROWS_16_MIB_BF16, torch.bfloat16 if with_dtype else None)
+            grown.fill_(-1)
+            result["views_alias"] = grown.data_ptr() == view.data_ptr()
+            result["view_unchanged"] = bool(torch.equal(view, expected))
+        elif case == "smaller_request_reuses_storage":
+            bf16 = torch.bfloat16 if with_dtype else None
+            big = _request(workspace, ROWS_96_MIB_BF16, bf16)
+            big_ptr = big.data_ptr()
+            del big
+            small = _request(workspace, ROWS_64_MIB_BF16, bf16)
+            result["same_storage"] = small.data_ptr() == big_ptr
+            result["small_shape"] = list(small.shape)
+        else:
+            raise ValueError(f"unknown case {case!r}")
+        result["outcome"] = "pass"
+    except Exception as exc:
+        if not _is_out_of_memory(exc):
+            raise
+        result["outcome"] = "oom"
+        result["detail"] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    if device == "cuda":
+        result["peak_allocated_mib"] = torch.cuda.max_memory_allocated() / MIB
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Parent side: launch each case in a fresh, isolated process.
+# --------------------------------------------------------------------------------------------
+
+
+def run_capped_case(case: str, device: str, budget_mib: int = ALLOCATOR_CAP_MIB, env=None) -> dict:
+    """Run one case in a fresh subprocess under the allocator cap and return its result."""
+    child_env = dict(os.environ if env is None else env)
+    # Threads and malloc arenas would otherwise eat the CPU address-space budget.
+    child_env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="1")
+    command = [sys.executable, os.path.abspath(__file__), "--case", case, "--device", device,
+               "--budget-mib", str(budget_mib)]
+    proc = subprocess.run(command, env=child_env, capture_output=True, text=True,
+                          timeout=CHILD_TIMEOUT_S)
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_PREFIX):
+            result = json.loads(line[len(RESULT_PREFIX):])
+            print(line, file=sys.stderr)  # keep the evidence in the test log
+            return result
+    raise AssertionError(
+        f"case {case} on {device} exited {proc.returncode} without a result\n{proc.stderr[-4000:]}"
+    )
+
+
+class _WorkspaceReleaseFirstCases:
+    """The cases, for one device. Subclasses set DEVICE."""
+
+    DEVICE = "cpu"
+
+    def _run(self, case, budget_mib=ALLOCATOR_CAP_MIB):
+        result = run_capped_case(case, self.DEVICE, budget_mib)
+        if result["outcome"] == "skip":
+            self.skipTest(result["detail"])
+        return result
+
+    def _assert_fits(self, case, budget_mib=ALLOCATOR_CAP_MIB):
+        result = self._run(case, budget_mib)
+        self.assertEqual(
+            result["outcome"], "pass",
+            f"{case} under an isolated {budget_mib} MiB {self.DEVICE} allocator cap: "
+            f"{result.get('detail')}",
+        )
+        return result
+
+    def test_grow_64_to_96_mib_bf16_fits_128_mib_cap(self):
+        self._assert_fits("grow_bf16_64_to_96_mib")
+
+    def test_replace_48_mib_fp8_with_96_mib_bf16_fits_128_mib_cap(self):
+        self._assert_fits("replace_fp8_48_with_bf16_96_mib")
+
+    def test_shrink_by_dtype_96_mib_bf16_to_48_mib_fp8_fits_128_mib_cap(self):
+        self._assert_fits("shrink_by_dtype_bf16_96_to_fp8_48_mib")
+
+    def test_replacement_peak_stays_below_100_mib(self):
+        if self.DEVICE == "cuda":
+            result = self._assert_fits("grow_bf16_64_to_96_mib")
+            self.assertLess(result["peak_allocated_mib"], PEAK_LIMIT_MIB)
+        else:
+            # The address-space cap is the measurement: the grow must fit 100 MiB.
+            self._assert_fits("grow_bf16_64_to_96_mib", budget_mib=PEAK_LIMIT_MIB)
+
+    def test_retained_view_keeps_its_storage_and_values(self):
+        result = self._assert_fits("retained_view_keeps_values")
+        self.assertFalse(result["views_alias"], "replacement reused storage a caller still holds")
+        self.assertTrue(result["view_unchanged"], "a retained view's values changed")
+
+    def test_smaller_request_reuses_storage(self):
+        result = self._assert_fits("smaller_request_reuses_storage")
+        self.assertTrue(result["same_storage"], "a request that fits was given new storage")
+        self.assertEqual(result["small_shape"][0], ROWS_64_MIB_BF16)
+
+
+class TestSparsePrefillWorkspaceCPU(_WorkspaceReleaseFirstCases, unittest.TestCase):
+    DEVICE = "cpu"
+
+    @classmethod
+    def setUpClass(cls):
+        if not sys.platform.startswith("linux"):
+            raise unittest.SkipTest("the CPU cap reads /proc and sets RLIMIT_AS (Linux only)")
+
+
+class TestSparsePrefillWorkspaceCUDA(_WorkspaceReleaseFirstCases, unittest.TestCase):
+    DEVICE = "cuda"
+
+    @classmethod
+    def setUpClass(cls):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise unittest.SkipTest("no CUDA device: the CUDA allocator-cap cases need a GPU")
+
+
+def _child_main(argv) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="run one capped case (used by the tests)")
+    parser.add_argument("--case", required=True, choices=[*TRANSITIONS, *CHECKS])
+    parser.add_argument("--device", required=True, choices=["cpu", "cuda"])
+    parser.add_argument("--budget-mib", type=int, default=ALLOCATOR_CAP_MIB)
+    args = parser.parse_args(argv)
+    result = run_case(args.case, args.device, args.budget_mib)
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    if "--case" in sys.argv:
+        _child_main(sys.argv[1:])
+    else:
+        unittest.main()
