@@ -33,7 +33,7 @@ class PatchStatus:
     reason: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Applied:
     cls: type
     method: str
@@ -42,7 +42,7 @@ class _Applied:
 
 
 _lock = threading.RLock()
-_applied: "_Applied | None" = None
+_applied: "list[_Applied]" = []
 _status = PatchStatus(
     PATCH_ID,
     shapes.WORKSPACE_MODULE,
@@ -75,10 +75,9 @@ def apply() -> list:
 
 
 def apply_to_module(module) -> None:
-    global _applied
     with _lock:
-        if _applied is not None and vars(_applied.cls).get(_applied.method) is _applied.patched:
-            return  # already applied
+        if _patched_method(module) is not None:
+            return  # already applied; the other activation path got here first
         reason = config.disabled_reason(PATCH_ID)
         if reason is not None:
             _record("disabled", shapes.WORKSPACE_MODULE, reason)
@@ -93,20 +92,29 @@ def apply_to_module(module) -> None:
         patched = functools.update_wrapper(release_first.build(found.shape, module), original)
         patched.__sglang_overlay_patch__ = PATCH_ID
         setattr(found.cls, found.shape.method, patched)
-        _applied = _Applied(found.cls, found.shape.method, original, patched)
+        _applied.append(_Applied(found.cls, found.shape.method, original, patched))
         _record("applied", found.target, found.reason)
         logger.info("sglang-overlay: %s applied to %s (%s)", PATCH_ID, found.target, found.reason)
 
 
 def remove() -> list:
-    global _applied
     with _lock:
-        if _applied is not None:
-            setattr(_applied.cls, _applied.method, _applied.original)
-            target = f"{shapes.WORKSPACE_MODULE}.{_applied.cls.__name__}.{_applied.method}"
-            _applied = None
+        while _applied:
+            done = _applied.pop()
+            if vars(done.cls).get(done.method) is done.patched:
+                setattr(done.cls, done.method, done.original)
+            target = f"{shapes.WORKSPACE_MODULE}.{done.cls.__name__}.{done.method}"
             _record("pending", target, "removed by sglang_overlay.remove(); apply() patches again")
         return status()
+
+
+def _patched_method(module):
+    cls = shapes.workspace_class(module)
+    for name in ("_reserve", "get"):
+        method = vars(cls).get(name) if cls is not None else None
+        if getattr(method, "__sglang_overlay_patch__", None) == PATCH_ID:
+            return method
+    return None
 
 
 def sglang_version() -> str:

@@ -70,20 +70,22 @@ class Recognition:
     cls: "type | None" = None
 
 
+def workspace_class(module) -> "type | None":
+    """The workspace class ``module`` defines, under any of its published names."""
+    for name in WORKSPACE_CLASSES:
+        cls = getattr(module, name, None)
+        if isinstance(cls, type):
+            return cls
+    return None
+
+
 def source_sha256(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:12]
 
 
 def recognise(module) -> Recognition:
     """Classify the workspace class in an imported workspace module."""
-    cls = next(
-        (
-            getattr(module, name)
-            for name in WORKSPACE_CLASSES
-            if isinstance(getattr(module, name, None), type)
-        ),
-        None,
-    )
+    cls = workspace_class(module)
     if cls is None:
         return Recognition(
             "not-present",

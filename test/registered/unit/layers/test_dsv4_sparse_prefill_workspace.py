@@ -47,7 +47,12 @@ TRANSITIONS = {
         (ROWS_96_MIB_BF16, "float8_e4m3fn"),
     ],
 }
-CHECKS = ("retained_view_keeps_values", "smaller_request_reuses_storage")
+CHECKS = (
+    "retained_view_keeps_values",
+    "smaller_request_reuses_storage",
+    "failed_replacement_keeps_head_consistent",
+)
+HEAD_KEY = ("k_cache", 0x1000, "indices", 0x2000)
 
 
 # --------------------------------------------------------------------------------------------
@@ -146,6 +151,24 @@ def run_case(case: str, device: str, budget_mib: int) -> dict:
             small = _request(workspace, ROWS_64_MIB_BF16, bf16)
             result["same_storage"] = small.data_ptr() == big_ptr
             result["small_shape"] = list(small.shape)
+        elif case == "failed_replacement_keeps_head_consistent":
+            if not hasattr(cls, "get_with_head"):
+                result.update(outcome="skip", detail=f"{cls.__name__} does not track a head")
+                return result
+            rows, _ = workspace.get_with_head(ROWS_64_MIB_BF16, HEAD_KEY)
+            before_ptr = rows.data_ptr()
+            del rows
+            try:
+                workspace.get_with_head(2 * ROWS_96_MIB_BF16, HEAD_KEY)  # 192 MiB: never fits
+                result["replacement_raised"] = False
+            except Exception as exc:
+                if not _is_out_of_memory(exc):
+                    raise
+                result["replacement_raised"] = True
+            result["buffer_released"] = workspace._buffer is None
+            rows, filled = workspace.get_with_head(ROWS_16_MIB_BF16, HEAD_KEY)
+            result["head_filled_after"] = filled
+            result["same_storage_after"] = rows.data_ptr() == before_ptr
         else:
             raise ValueError(f"unknown case {case!r}")
         result["outcome"] = "pass"
@@ -229,6 +252,15 @@ class _WorkspaceReleaseFirstCases:
         result = self._assert_fits("smaller_request_reuses_storage")
         self.assertTrue(result["same_storage"], "a request that fits was given new storage")
         self.assertEqual(result["small_shape"][0], ROWS_64_MIB_BF16)
+
+
+    def test_failed_replacement_never_reports_rows_it_no_longer_holds(self):
+        result = self._assert_fits("failed_replacement_keeps_head_consistent")
+        self.assertTrue(result["replacement_raised"], "a 192 MiB request fitted a 128 MiB cap")
+        if result["head_filled_after"]:
+            self.assertTrue(
+                result["same_storage_after"], "head reported filled in storage that replaced it"
+            )
 
 
 class TestSparsePrefillWorkspaceCPU(_WorkspaceReleaseFirstCases, unittest.TestCase):

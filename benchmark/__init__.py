@@ -1,0 +1,1 @@
+"""Benchmarks: every figure is a ratio or difference measured side by side in one run."""

@@ -1,0 +1,68 @@
+"""Start-up cost of the installed overlay: the same interpreter and packages with and without
+the overlay's .pth hook, interleaved A B A B, ``python -c pass`` and ``python -c "import torch"``.
+
+Two throw-away venvs see the project venv's site-packages as a plain path (so its .pth files,
+ours included, are not run); only the second also gets the overlay package and its .pth.
+"""
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+from benchmark.stats import summary
+
+PROGRAMS = {"pass": "pass", "import torch": "import torch"}
+PROBE = (
+    "import json, sys; print(json.dumps({m: m in sys.modules for m in "
+    "('sglang_overlay._startup', 'torch', 'sglang', 'wrapt')}))"
+)
+
+
+def _make_venv(root: Path, with_overlay: bool) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    python = root / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    project_site = Path(sysconfig.get_paths()["purelib"])
+    (site / "project_site.pth").write_text(f"{project_site}\n")
+    if with_overlay:
+        shutil.copy(project_site / "sglang_overlay.pth", site / "sglang_overlay.pth")
+        shutil.copytree(project_site / "sglang_overlay", site / "sglang_overlay")
+    return python
+
+
+def _time_once(python: Path, program: str) -> float:
+    start = time.perf_counter()
+    subprocess.run([str(python), "-c", program], check=True)
+    return time.perf_counter() - start
+
+
+def measure(runs: int = 30) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        without = _make_venv(Path(tmp) / "without", with_overlay=False)
+        with_ = _make_venv(Path(tmp) / "with", with_overlay=True)
+        probe = subprocess.run(
+            [str(with_), "-c", PROBE], check=True, capture_output=True, text=True
+        )
+        results = {"modules_after_start_with_overlay": probe.stdout.strip()}
+        for label, program in PROGRAMS.items():
+            _time_once(without, program), _time_once(with_, program)  # warm the page cache
+            deltas = []
+            for r in range(runs):
+                pair = [(False, without), (True, with_)]
+                if r % 2:
+                    pair.reverse()
+                t = {flag: _time_once(py, program) for flag, py in pair}
+                deltas.append((t[True] - t[False]) * 1000)
+            results[label] = {"overlay_minus_without_ms": summary(deltas), "goal": "<= 5 ms"}
+    return {"runs": runs, "results": results}

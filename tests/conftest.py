@@ -1,0 +1,53 @@
+"""Shared helpers for the project's tests: fresh interpreters of the project venv."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+REGISTERED_TEST = REPO / "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
+WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
+OVERLAY_ENV = ("SGLANG_OVERLAY_DISABLE", "SGLANG_OVERLAY_STRICT")
+
+
+def clean_env(**overrides) -> dict:
+    """This environment without the overlay's switches, plus ``overrides``."""
+    env = {k: v for k, v in os.environ.items() if k not in OVERLAY_ENV}
+    env["PYTHONWARNINGS"] = "ignore::DeprecationWarning"
+    env.update(overrides)
+    return env
+
+
+def run_python(code: str, *args: str, cwd=None, **env) -> subprocess.CompletedProcess:
+    """Run ``python -c code`` in a fresh interpreter of this venv (cwd outside the repo, so
+    the installed package, not the source tree, is what gets imported)."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=clean_env(**env),
+        cwd=cwd or "/",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def run_json(code: str, **env):
+    """Run ``code``, which prints one JSON document as its last stdout line; return it."""
+    proc = run_python(code, **env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def registered_test_module():
+    """The registered test file, imported by path (its harness is the one capped launcher)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("registered_workspace_test", REGISTERED_TEST)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

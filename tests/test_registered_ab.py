@@ -1,0 +1,42 @@
+"""The registered regression test proves the bug: it fails on unmodified sglang.
+
+With the overlay on, pytest runs the registered file itself (it is collected from
+test/registered/). Here the same file runs as upstream's runner runs it, ``python FILE -v``,
+with ``SGLANG_OVERLAY_DISABLE=1``: the three transitions and the peak case must fail with the
+allocator's out-of-memory error, and the preservation cases must still pass.
+"""
+
+import re
+import subprocess
+import sys
+
+from conftest import REGISTERED_TEST, clean_env
+
+REGRESSION_CASES = {
+    "test_grow_64_to_96_mib_bf16_fits_128_mib_cap",
+    "test_replace_48_mib_fp8_with_96_mib_bf16_fits_128_mib_cap",
+    "test_shrink_by_dtype_96_mib_bf16_to_48_mib_fp8_fits_128_mib_cap",
+    "test_replacement_peak_stays_below_100_mib",
+}
+PRESERVATION_CASES = {
+    "test_retained_view_keeps_its_storage_and_values",
+    "test_smaller_request_reuses_storage",
+    "test_failed_replacement_never_reports_rows_it_no_longer_holds",
+}
+
+
+def test_unmodified_sglang_fails_the_transitions_with_out_of_memory_on_cpu():
+    proc = subprocess.run(
+        [sys.executable, str(REGISTERED_TEST), "-v", "TestSparsePrefillWorkspaceCPU"],
+        env=clean_env(SGLANG_OVERLAY_DISABLE="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    outcomes = dict(
+        re.findall(r"^(test_\w+) \(.*?\) \.\.\. (?:.*\n)*?(ok|FAIL|ERROR)$", proc.stderr, re.M)
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert {name for name, o in outcomes.items() if o == "FAIL"} == REGRESSION_CASES
+    assert {name for name, o in outcomes.items() if o == "ok"} == PRESERVATION_CASES
+    assert proc.stderr.count("DefaultCPUAllocator: can't allocate memory") >= len(REGRESSION_CASES)
