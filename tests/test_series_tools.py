@@ -1,0 +1,194 @@
+"""The series tools end to end: check, apply --to, refresh, materialize and their refusals.
+
+Each test drives ``tools.series.main`` (the CLI) on throwaway copies: a materialised checkout,
+a copy of the installed sglang package, or a copy of patches/ that a test corrupts on purpose.
+"""
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools import base, gitcmd
+from tools.series import main
+from tools.seriesdir import PATCHES_DIR, REPO_ROOT
+
+# series, pristine_tree and patched_tree: session fixtures shared by the series tests.
+pytest_plugins = ["series_fixtures"]
+
+FIX = "python/sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py"
+TEST = "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
+
+
+def _run(capsys, *argv):
+    code = main([str(arg) for arg in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _project_copy(tmp_path) -> Path:
+    """patches/ plus the project's registered test, laid out as in the repository."""
+    root = tmp_path / "project"
+    shutil.copytree(PATCHES_DIR, root / "patches")
+    (root / TEST).parent.mkdir(parents=True)
+    shutil.copy2(REPO_ROOT / TEST, root / TEST)
+    return root
+
+
+def _head(repo):
+    return gitcmd.out(["rev-parse", "HEAD"], repo)
+
+
+def test_check_applies_the_series_to_the_pinned_base(capsys):
+    code, out, err = _run(capsys, "check")
+    assert code == 0, err
+    assert "identical to the project's file" in out and out.rstrip().endswith("ok")
+
+
+def test_check_fails_when_the_series_test_differs_from_the_projects_file(capsys, tmp_path):
+    root = _project_copy(tmp_path)
+    text = (root / TEST).read_text().replace("ALLOCATOR_CAP_MIB = 128", "ALLOCATOR_CAP_MIB = 256")
+    (root / TEST).write_text(text)
+    code, _, err = _run(capsys, "--patches", root / "patches", "check")
+    assert code == 1
+    assert "0002-" in err and "differs from the project's file" in err and "line " in err
+
+
+def test_check_names_patch_file_and_hunk_when_a_hunk_does_not_apply(capsys, tmp_path):
+    root = _project_copy(tmp_path)
+    fix = next((root / "patches").glob("0001-*.patch"))
+    data = fix.read_bytes().replace(
+        b" current_dtype = self._buffer.dtype", b" current_dtype = self.dt", 1
+    )
+    fix.write_bytes(data)
+    code, _, err = _run(capsys, "--patches", root / "patches", "check")
+    assert code == 1
+    assert f"0001-dsv4-sparse-prefill-release-first.patch: {FIX}: hunk #1" in err
+    assert "git am aborted, nothing applied" in err
+
+
+def test_check_calls_a_truncated_patch_corrupt(capsys, tmp_path):
+    root = _project_copy(tmp_path)
+    fix = next((root / "patches").glob("0001-*.patch"))
+    fix.write_bytes(fix.read_bytes()[:-400])
+    code, _, err = _run(capsys, "--patches", root / "patches", "check")
+    assert code == 1 and "corrupt patch: 0001-" in err and "truncated" in err
+
+
+def test_missing_git_is_a_usage_error(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    code, _, err = _run(capsys, "check")
+    assert code == 2 and "git was not found on PATH" in err
+
+
+def test_a_release_that_is_not_on_pypi_is_a_usage_error(capsys, tmp_path):
+    code, _, err = _run(capsys, "materialize", "--version", "0.0.0.post999", tmp_path / "x")
+    assert code == 2 and "sglang==0.0.0.post999 is not on PyPI" in err
+
+
+def test_bad_arguments_exit_2():
+    with pytest.raises(SystemExit) as exc:
+        main(["check", "--version", "latest"])
+    assert exc.value.code == 2
+
+
+def test_materialized_base_commit_is_reproducible(series, tmp_path):
+    cached = base.cached_base(series.base.version)
+    base._build(series.base.version, tmp_path)
+    assert _head(tmp_path) == _head(cached)
+
+
+def test_apply_to_checkout_commits_the_series_then_refuses_a_second_time(capsys, tmp_path, series):
+    repo = base.materialize(series.base.version, tmp_path / "sglang")
+    start = _head(repo)
+    code, out, err = _run(capsys, "apply", "--to", repo)
+    assert code == 0, err
+    subjects = gitcmd.out(["log", "--format=%s", f"{start}..HEAD"], repo).splitlines()
+    assert [s.split("]")[0] for s in subjects] == ["[DSV4", "[DSV4"] and len(subjects) == 2
+    assert (repo / TEST).read_bytes() == (REPO_ROOT / TEST).read_bytes()
+    applied = _head(repo)
+    code, _, err = _run(capsys, "apply", "--to", repo)
+    assert code == 1 and "already has the series applied" in err
+    assert _head(repo) == applied
+
+
+def test_apply_refuses_a_dirty_checkout_and_one_it_does_not_apply_to(capsys, tmp_path, series):
+    repo = base.materialize(series.base.version, tmp_path / "sglang")
+    target = repo / FIX
+    original = target.read_bytes()
+    target.write_bytes(
+        original.replace(b"current_dtype = self._buffer.dtype", b"current_dtype = 0")
+    )
+    code, _, err = _run(capsys, "apply", "--to", repo)
+    assert code == 1 and "uncommitted changes" in err and FIX in err
+    gitcmd.run(
+        ["commit", "-qam", "diverge"],
+        repo,
+        env=gitcmd.TOOL_IDENTITY | {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t"},
+    )
+    head = _head(repo)
+    code, _, err = _run(capsys, "apply", "--to", repo)
+    assert code == 1 and "hunk #1" in err and "is unchanged" in err
+    assert _head(repo) == head and gitcmd.dirty_paths(repo) == []
+
+
+def _installed_copy(tmp_path) -> Path:
+    import sglang
+
+    installed = Path(sglang.__file__).parent
+    site = tmp_path / "site-packages"
+    shutil.copytree(
+        installed, site / "sglang", ignore=shutil.ignore_patterns("__pycache__", "*.so")
+    )
+    for dist_info in installed.parent.glob("sglang-*.dist-info"):
+        shutil.copytree(dist_info, site / dist_info.name)
+    return site / "sglang"
+
+
+def test_apply_to_installed_package_patches_source_and_skips_the_test(
+    capsys, tmp_path, patched_tree
+):
+    package = _installed_copy(tmp_path)
+    target = package / "srt/layers/attention/dsv4/sparse_prefill_utils.py"
+    original = target.read_bytes()
+
+    target.write_bytes(original + b"# local edit\n")
+    code, _, err = _run(capsys, "apply", "--to", package)
+    assert code == 1 and "differ from the installed distribution's RECORD" in err
+    target.write_bytes(original)
+
+    code, out, err = _run(capsys, "apply", "--to", package.parent)  # site-packages works too
+    assert code == 0, err
+    assert f"skipped {TEST}" in out and "0002-" in out
+    assert target.read_bytes() == (patched_tree / FIX).read_bytes()
+    assert not (package / "registered").exists() and not (package.parent / "test").exists()
+
+    digest = hashlib.sha256(target.read_bytes()).hexdigest()
+    code, _, err = _run(capsys, "apply", "--to", package)
+    assert code == 1 and "already has the series applied" in err
+    assert hashlib.sha256(target.read_bytes()).hexdigest() == digest
+
+
+def test_refresh_from_the_applied_tree_reproduces_the_series_byte_for_byte(
+    capsys, tmp_path, patched_tree
+):
+    root = _project_copy(tmp_path)
+    before = {p.name: p.read_bytes() for p in (root / "patches").iterdir()}
+    code, out, err = _run(capsys, "--patches", root / "patches", "refresh", "--from", patched_tree)
+    assert code == 0, err
+    after = {p.name: p.read_bytes() for p in (root / "patches").iterdir()}
+    assert after == before
+    assert out.count(": unchanged") == 2
+
+
+def test_tools_series_script_runs_from_anywhere(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "tools" / "series"), "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0 and "materialize" in proc.stdout

@@ -1,0 +1,181 @@
+"""``apply --to``: put the series into a user's upstream checkout or an installed sglang.
+
+Two kinds of target. An upstream git checkout (``python/sglang/`` at its top) gets ``git am``,
+so each patch becomes a commit. An installed package directory (``site-packages/sglang`` or the
+``site-packages`` holding it) gets ``git apply`` with the upstream prefix stripped; files that
+have no place in site-packages (the registered test) are skipped with a message. Either way the
+target is checked first: already applied, partly applied, dirty or not applying means a refusal
+and no change. Not for throwaway trees (``check`` does its own ``git am``).
+"""
+
+import base64
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools import check, failures, gitcmd
+from tools.errors import SeriesError, usage
+from tools.layout import PACKAGE_STRIP, UPSTREAM_PACKAGE, package_relative
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str  # "checkout" or "package"
+    path: Path  # the checkout's top, or the sglang package directory itself
+
+
+def probe(path) -> Target:
+    path = Path(path).resolve()
+    if not path.is_dir():
+        raise usage(f"{path} is not a directory")
+    if (path / "python" / "sglang").is_dir():
+        if not gitcmd.is_work_tree(path):
+            raise usage(f"{path} has python/sglang/ but is not the top of a git checkout")
+        return Target("checkout", path)
+    for candidate in (path, path / "sglang"):
+        if (candidate / "__init__.py").is_file() and (candidate / "srt").is_dir():
+            return Target("package", candidate)
+    raise usage(
+        f"{path} is neither an upstream sglang checkout (a git work tree with python/sglang/) "
+        "nor an installed sglang package (site-packages/sglang)"
+    )
+
+
+def apply_to(series, path) -> list:
+    target = probe(path)
+    if target.kind == "checkout":
+        return _apply_checkout(series, target.path)
+    return _apply_package(series, target.path)
+
+
+def _refuse_if_applied(states, where):
+    applied = [name for name, is_applied in states if is_applied]
+    if not applied:
+        return
+    if len(applied) == len(states):
+        raise SeriesError(f"{where} already has the series applied; nothing changed")
+    missing = [name for name, is_applied in states if not is_applied]
+    raise SeriesError(
+        f"{where} is partly patched ({', '.join(applied)} already applied, "
+        f"{', '.join(missing)} not); nothing changed. Start from a pristine tree."
+    )
+
+
+def _apply_checkout(series, repo: Path) -> list:
+    dirty = gitcmd.dirty_paths(repo)
+    if dirty:
+        shown = "\n  ".join(dirty[:10]) + ("\n  ..." if len(dirty) > 10 else "")
+        raise SeriesError(f"{repo} has uncommitted changes; commit or stash them first:\n  {shown}")
+    states = [
+        (
+            name,
+            gitcmd.run(["apply", "--check", "-R", str(patch)], repo, check=False).returncode == 0,
+        )
+        for name, patch in zip(series.names, series.paths(), strict=True)
+    ]
+    _refuse_if_applied(states, str(repo))
+    env = None if gitcmd.has_identity(repo) else gitcmd.TOOL_IDENTITY
+    try:
+        check.am_series(series, repo, env=env)
+    except SeriesError as err:
+        raise SeriesError(f"{err}\n{repo} is unchanged") from None
+    return [f"{name}: committed in {repo}" for name in series.names]
+
+
+def _package_plan(series):
+    """Per patch: the package-relative files it changes there, and the files it skips."""
+    plan = []
+    for name, patch in zip(series.names, series.patches, strict=True):
+        mapped, skipped = [], []
+        for diff in patch.files:
+            relative = package_relative(diff.path)
+            (mapped if relative else skipped).append(relative or diff.path)
+        plan.append((name, mapped, skipped))
+    return plan
+
+
+def _git_apply(package: Path, patch_paths, files, extra=()):
+    includes = [f"--include={relative}" for relative in sorted(set(files))]
+    return gitcmd.run(
+        ["apply", f"-p{PACKAGE_STRIP}", *includes, *extra, *map(str, patch_paths)],
+        package,
+        check=False,
+        ceiling=package.parent,
+    )
+
+
+def _apply_package(series, package: Path) -> list:
+    report = []
+    work = []
+    for (name, mapped, skipped), patch_path, patch in zip(
+        _package_plan(series), series.paths(), series.patches, strict=True
+    ):
+        for path in skipped:
+            report.append(f"{name}: skipped {path} (no place for it in an installed package)")
+        if mapped:
+            work.append((name, mapped, patch_path, patch))
+        else:
+            report.append(f"{name}: nothing to apply in an installed package, skipped")
+    if not work:
+        return report
+    states = [
+        (name, _git_apply(package, [path], mapped, ["--check", "-R"]).returncode == 0)
+        for name, mapped, path, _ in work
+    ]
+    _refuse_if_applied(states, str(package))
+    modified = _modified_since_install(package, [f for _, mapped, _, _ in work for f in mapped])
+    if modified:
+        raise SeriesError(
+            f"{package} has files that differ from the installed distribution's RECORD "
+            f"(edited by hand or by another patch); nothing changed:\n  " + "\n  ".join(modified)
+        )
+    files = [relative for _, mapped, _, _ in work for relative in mapped]
+    paths = [path for _, _, path, _ in work]
+    # One git apply over every patch: it checks all before writing any, so it is all or none.
+    proc = _git_apply(package, paths, files, ["--check"])
+    if proc.returncode != 0:
+        raise SeriesError(
+            f"{package}: the series does not apply; nothing changed:\n  "
+            + "\n  ".join(_locate(package, work))
+        )
+    proc = _git_apply(package, paths, files)
+    if proc.returncode != 0:
+        raise SeriesError(f"git apply failed after a clean check:\n{gitcmd.text(proc).strip()}")
+    report.extend(
+        f"{name}: patched {package / relative}"
+        for name, mapped, _, _ in work
+        for relative in mapped
+    )
+    return report
+
+
+def _locate(package: Path, work) -> list:
+    """Which patch, file and hunk fail, checking the patches one by one."""
+    for _name, mapped, path, patch in work:
+        proc = _git_apply(package, [path], mapped, ["--check", "-v"])
+        if proc.returncode != 0:
+            return failures.explain(gitcmd.text(proc), patch, prefix=UPSTREAM_PACKAGE)
+    return ["the patches conflict with each other when applied together"]
+
+
+def _modified_since_install(package: Path, relatives) -> list:
+    """Files whose bytes differ from the dist-info RECORD next to the package (if any)."""
+    records = sorted(package.parent.glob("sglang-*.dist-info/RECORD"))
+    if not records or package.name != "sglang":
+        return []
+    recorded = {}
+    for line in records[0].read_text().splitlines():
+        parts = line.rsplit(",", 2)
+        if len(parts) == 3 and parts[1].startswith("sha256="):
+            recorded[parts[0]] = parts[1][len("sha256=") :]
+    modified = []
+    for relative in relatives:
+        expected = recorded.get(f"sglang/{relative}")
+        target = package / relative
+        if expected is None or not target.is_file():
+            continue
+        digest = hashlib.sha256(target.read_bytes()).digest()
+        if base64.urlsafe_b64encode(digest).rstrip(b"=").decode() != expected:
+            modified.append(os.fspath(target))
+    return modified

@@ -1,0 +1,108 @@
+"""``matrix``: for each sglang release with the DSV4 workspace, how each patch applies.
+
+Only the files the series touches are taken out of each cached wheel into a scratch
+directory, then the patches are tried in order with ``git apply``: ``clean`` (exact context,
+perhaps at an offset), ``fuzz`` (applies only with one line of context, the nearest git has to
+patch(1)'s fuzz) or ``fails``. A patch that applies is kept, so later patches see earlier ones.
+Rendering (table and JSON) is pure. Not for deciding what to do about a failure.
+"""
+
+import json
+import re
+import tempfile
+from pathlib import Path
+
+from tools import failures, gitcmd, wheels
+
+# Releases that ship the DSV4 sparse-prefill workspace (see shared/reference/upstream.md).
+DSV4_RELEASES = (
+    "0.5.15",
+    "0.5.15.post1",
+    "0.5.16",
+    "0.5.17",
+    "0.5.18",
+    "0.5.19",
+    "0.5.20",
+    "0.5.21",
+    "0.5.22",
+    "0.5.23",
+)
+_OFFSET = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)", re.M)
+
+
+def classify(exact_ok: bool, exact_output: str, fuzz_ok: bool):
+    """(status, detail) from the exact and the one-line-of-context git apply --check."""
+    if exact_ok:
+        offsets = _OFFSET.findall(exact_output)
+        detail = ", ".join(f"hunk #{h} offset {int(o):+d}" for h, _, o in offsets)
+        return "clean", detail
+    if fuzz_ok:
+        return "fuzz", "applies with 1 line of context"
+    return "fails", ""
+
+
+def release_row(series, version: str) -> dict:
+    wheel = wheels.wheel_path(version)
+    with tempfile.TemporaryDirectory(prefix="series-matrix-") as tmp:
+        tree = Path(tmp) / "tree"
+        for path, added in series.touched_files().items():
+            data = None if added else wheels.read_upstream_file(wheel, path)
+            if data is not None:
+                (tree / path).parent.mkdir(parents=True, exist_ok=True)
+                (tree / path).write_bytes(data)
+        tree.mkdir(exist_ok=True)
+        results = {}
+        for name, path, patch in zip(series.names, series.paths(), series.patches, strict=True):
+            exact = _apply(tree, path, ["--check", "-v"])
+            fuzzy = exact if exact.returncode == 0 else _apply(tree, path, ["--check", "-v", "-C1"])
+            status, detail = classify(
+                exact.returncode == 0, gitcmd.text(exact), fuzzy.returncode == 0
+            )
+            if status == "fails":
+                problems = failures.explain(gitcmd.text(exact), patch)
+                detail = "; ".join(problem.split(": ", 1)[1] for problem in problems)
+            else:
+                _apply(tree, path, [] if status == "clean" else ["-C1"])
+            results[name] = {"status": status, "detail": detail}
+    return {"version": version, "patches": results}
+
+
+def _apply(tree: Path, patch_path: Path, extra):
+    return gitcmd.run(["apply", *extra, str(patch_path)], tree, check=False, ceiling=tree.parent)
+
+
+def build(series, versions) -> list:
+    return [release_row(series, version) for version in versions]
+
+
+def render_json(rows) -> str:
+    return json.dumps(rows, indent=2) + "\n"
+
+
+def short_detail(detail: str) -> str:
+    """A table-sized detail: file base names, and no 'does not apply' (the status says so)."""
+    parts = []
+    for part in detail.split("; "):
+        path, _, rest = part.partition(": ")
+        if rest:
+            rest = re.sub(r" @@ [^@]*@@.*? does not apply$", "", rest).replace(
+                " does not apply", ""
+            )
+            part = f"{path.rsplit('/', 1)[-1]} {rest}"
+        parts.append(part)
+    return "; ".join(parts)
+
+
+def render_table(names, rows) -> str:
+    """A markdown table: one row per release, one column per patch."""
+    header = ["sglang"] + [name.split("-", 1)[0] for name in names]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [row["version"]]
+        for name in names:
+            result = row["patches"][name]
+            detail = short_detail(result["detail"])
+            cells.append(result["status"] + (f" ({detail})" if detail else ""))
+        lines.append("| " + " | ".join(cells) + " |")
+    legend = [f"{name.split('-', 1)[0]}: {name}" for name in names]
+    return "\n".join(lines + [""] + legend) + "\n"

@@ -1,0 +1,121 @@
+"""Keep the upstream patch series in ``patches/`` healthy: ``python -m tools.series VERB``.
+
+  materialize [--version V] DIR   a git repo of sglang==V in upstream layout, base committed
+  check [--version V]             the series applies to a fresh base; its test is the project's
+  apply --to PATH                 apply to an upstream checkout or an installed sglang package
+  refresh --from DIR              rewrite patches/ from the commits on top of base in DIR
+  matrix [--versions V ...]       how each patch applies to each release with the workspace
+
+Exit codes: 0 ok, 1 a check failed or a target was refused (nothing changed), 2 bad usage or
+a missing prerequisite (git, a release that is not on PyPI). This module only parses
+arguments and prints; each verb lives in its own module.
+"""
+
+import argparse
+import sys
+
+from tools import apply, base, check, matrix, refresh, seriesdir
+from tools.errors import OK, SeriesError
+from tools.pins import check_version
+
+
+def _version(text: str) -> str:
+    try:
+        return check_version(text)
+    except SeriesError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.series",
+        description=__doc__.split("\n\nExit codes", 1)[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Exit codes: 0 ok, 1 check failed or target refused (nothing changed), "
+        "2 bad usage or a missing prerequisite.",
+    )
+    parser.add_argument(
+        "--patches",
+        default=str(seriesdir.PATCHES_DIR),
+        help="the series directory (default: %(default)s)",
+    )
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    p = verbs.add_parser("materialize", help="make a git repo of a release in upstream layout")
+    p.add_argument("--version", type=_version, help="sglang release (default: patches/BASE)")
+    p.add_argument("dir", help="new directory for the repository")
+
+    p = verbs.add_parser("check", help="git am the series onto a fresh base and verify it")
+    p.add_argument("--version", type=_version, help="sglang release (default: patches/BASE)")
+
+    p = verbs.add_parser("apply", help="apply the series to a checkout or installed package")
+    p.add_argument(
+        "--to",
+        required=True,
+        metavar="PATH",
+        help="an upstream git checkout, site-packages/sglang, or site-packages",
+    )
+
+    p = verbs.add_parser("refresh", help="regenerate patches/ from commits on top of base")
+    p.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        metavar="DIR",
+        help="a repository made by materialize, with the edited commits",
+    )
+
+    p = verbs.add_parser("matrix", help="which patch applies to which release")
+    p.add_argument(
+        "--versions",
+        nargs="+",
+        type=_version,
+        default=list(matrix.DSV4_RELEASES),
+        metavar="V",
+        help="releases to try (default: every release with the workspace)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def run(args) -> int:
+    if args.verb == "refresh":
+        for line in refresh.refresh(args.patches, args.source):
+            print(line)
+        return OK
+    if args.verb == "materialize" and args.version:
+        version = args.version  # materialize needs no series when told the release
+    else:
+        series = seriesdir.load(args.patches)
+        version = getattr(args, "version", None) or series.base.version
+    if args.verb == "materialize":
+        repo = base.materialize(version, args.dir)
+        print(f"{repo}: sglang=={version} in upstream layout, base commit tagged '{base.BASE_TAG}'")
+        return OK
+    if args.verb == "check":
+        for line in check.run_check(series, args.version):
+            print(line)
+        print("ok")
+        return OK
+    if args.verb == "apply":
+        for line in apply.apply_to(series, args.to):
+            print(line)
+        return OK
+    rows = matrix.build(series, args.versions)
+    sys.stdout.write(
+        matrix.render_json(rows) if args.json else matrix.render_table(series.names, rows)
+    )
+    return OK
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except SeriesError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
