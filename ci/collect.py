@@ -1,0 +1,82 @@
+"""Which registered test files a CI run executes, decided by sglang's own registry parser.
+
+For selecting files only: it reads ``register_*_ci(...)`` calls through
+``sglang.test.ci.ci_register.collect_tests`` (the same AST reader upstream's runner uses), so a
+file registered here is registered the same way upstream. It never imports or runs a test file.
+"""
+
+import glob
+import os
+from dataclasses import dataclass
+
+BACKENDS = ("cuda", "cpu")
+REGISTERED_ROOT = "test/registered"
+
+
+@dataclass(frozen=True)
+class Selected:
+    """One file to run, with the registration that selected it."""
+
+    path: str  # relative to the repository root
+    suite: str | None
+    stage: str | None
+    est_time: float
+
+
+class SelectionError(ValueError):
+    """Bad filter or shard arguments; the CLI turns it into exit code 2."""
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``"I/N"`` with 0 <= I < N (upstream's partition ids count from 0)."""
+    if not text:
+        return None
+    try:
+        index, size = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise SelectionError(f"--shard {text!r}: expected I/N, e.g. 0/2") from None
+    if size < 1 or not 0 <= index < size:
+        raise SelectionError(f"--shard {text!r}: need 0 <= I < N")
+    return index, size
+
+
+def select(
+    root: str,
+    backend: str,
+    suite: str | None = None,
+    stage: str | None = None,
+    shard: tuple[int, int] | None = None,
+    include_nightly: bool = False,
+) -> list[Selected]:
+    """Registered files under ``root``/test/registered for one backend, filtered and sharded."""
+    from sglang.test.ci.ci_register import HWBackend, auto_partition, collect_tests
+
+    if backend not in BACKENDS:
+        raise SelectionError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+    pattern = os.path.join(root, REGISTERED_ROOT, "**", "test_*.py")
+    files = sorted(glob.glob(pattern, recursive=True))
+    wanted = HWBackend[backend.upper()]
+    registries = [
+        r
+        for r in collect_tests(files, sanity_check=True)
+        if r.backend == wanted
+        and r.disabled is None
+        and (include_nightly or not r.nightly)
+        and (suite is None or r.effective_suite == suite)
+        and (stage is None or r.stage == stage)
+    ]
+    if shard is not None:
+        registries = auto_partition(registries, shard[0], shard[1])
+    chosen = {}
+    for r in registries:
+        # A file registered twice for one backend still runs once.
+        chosen.setdefault(r.filename, r)
+    return [
+        Selected(
+            path=os.path.relpath(r.filename, root),
+            suite=r.effective_suite,
+            stage=r.stage,
+            est_time=r.est_time,
+        )
+        for r in sorted(chosen.values(), key=lambda r: r.filename)
+    ]

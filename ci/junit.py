@@ -1,0 +1,73 @@
+"""Write one JUnit XML file per mode from the results model, for CI systems that read JUnit.
+
+For serialising only; the verdicts come from ``results``. Each registered file is a testsuite
+and each unittest case a testcase, so the unmodified file shows the reproduced failures and the
+change file shows them fixed.
+"""
+
+import os
+import xml.etree.ElementTree as ET
+
+from ci.results import Results
+
+# XML 1.0 cannot carry most control characters, which do turn up in test logs.
+_XML_SAFE = {c: None for c in range(32) if c not in (9, 10, 13)}
+
+
+def write(results: Results, out_dir: str) -> list[str]:
+    written = []
+    for mode in results.modes:
+        path = os.path.join(out_dir, f"junit-{mode}.xml")
+        ET.ElementTree(_mode_tree(results, mode)).write(
+            path, encoding="utf-8", xml_declaration=True
+        )
+        written.append(path)
+    return written
+
+
+def _clean(text) -> str:
+    return str(text or "").translate(_XML_SAFE)
+
+
+def _mode_tree(results: Results, mode: str) -> ET.Element:
+    root = ET.Element("testsuites", name=f"sglang-overlay {results.backend} {mode}")
+    for file in results.files:
+        cases = [c for c in results.cases if c.file == file.path and mode in c.modes]
+        counts = {"fail": 0, "error": 0, "skip": 0, "missing": 0}
+        for case in cases:
+            counts[case.modes[mode].outcome] = counts.get(case.modes[mode].outcome, 0) + 1
+        info = file.modes.get(mode, {})
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=file.path,
+            tests=str(len(cases)),
+            failures=str(counts["fail"]),
+            errors=str(counts["error"] + counts["missing"]),
+            skipped=str(counts["skip"]),
+            time=f"{info.get('duration_s') or 0:.3f}",
+        )
+        for case in cases:
+            outcome = case.modes[mode]
+            classname, _, name = case.case_id.rpartition(".")
+            element = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"{file.path}::{classname}" if classname else file.path,
+                name=name or case.case_id,
+                time=f"{outcome.duration_s or 0:.3f}",
+            )
+            message = _clean(outcome.detail)[:500]
+            if outcome.outcome == "fail":
+                ET.SubElement(element, "failure", message=message).text = _clean(outcome.excerpt)
+            elif outcome.outcome in ("error", "missing"):
+                tag = ET.SubElement(element, "error", message=message or outcome.outcome)
+                tag.text = _clean(outcome.excerpt)
+            elif outcome.outcome == "skip":
+                ET.SubElement(element, "skipped", message=message)
+            if outcome.peak_mib is not None:
+                props = ET.SubElement(element, "properties")
+                ET.SubElement(
+                    props, "property", name="peak_allocated_mib", value=str(outcome.peak_mib)
+                )
+    return root

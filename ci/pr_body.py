@@ -1,0 +1,89 @@
+"""The one place that knows the PR-body "CI States" block and its slots.
+
+For editing text only: given a PR body, put our slot's text in, touching nothing else. The
+block has upstream's shape (``<!-- pr-states:start -->``, a rule, ``### CI States``, one
+``Label: <!-- slot:NAME:start -->TEXT<!-- slot:NAME:end -->`` line per writer,
+``<!-- pr-states:end -->``). Every byte outside our slot's text is kept; the block is added at
+the end of the body when missing, and our line before the block's end when the block lacks it.
+It does not talk to GitHub and does not escape: callers pass text that is already one safe line.
+"""
+
+import re
+
+BLOCK_START = "<!-- pr-states:start -->"
+BLOCK_END = "<!-- pr-states:end -->"
+BLOCK_TITLE = "### CI States"
+BODY_LIMIT = 65536  # GitHub's limit for issue, PR and comment bodies
+MISSING_LABEL = ":x: **Missing `run-ci` label** -- add it to run CI tests."
+_SLOT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def markers(slot: str) -> tuple[str, str]:
+    if not _SLOT_NAME.match(slot):
+        raise ValueError(f"slot name {slot!r}: use letters, digits, '.', '_' and '-'")
+    return f"<!-- slot:{slot}:start -->", f"<!-- slot:{slot}:end -->"
+
+
+def slot_line(slot: str, label: str, text: str) -> str:
+    _check_one_line(label, "label")
+    _check_one_line(text, "slot text")
+    start, end = markers(slot)
+    return f"{label}: {start}{text}{end}"
+
+
+def get_slot(body: str | None, slot: str) -> str | None:
+    """Our slot's text in the body's block, or None when the block or the slot is absent."""
+    found = _find_slot(body or "", slot)
+    return None if found is None else (body or "")[found[0] : found[1]]
+
+
+def set_slot(body: str | None, slot: str, label: str, text: str) -> str:
+    """The body with our slot holding ``text``; everything else byte for byte the same."""
+    _check_one_line(label, "label")
+    _check_one_line(text, "slot text")
+    body = body or ""  # GitHub sends null for an empty PR description
+    found = _find_slot(body, slot)
+    if found is not None:
+        return body[: found[0]] + text + body[found[1] :]
+    # GitHub keeps the author's line endings; new lines follow them.
+    newline = "\r\n" if "\r\n" in body else "\n"
+    line = slot_line(slot, label, text)
+    block = _find_block(body)
+    if block is not None:
+        end = block[1]
+        lead = "" if body[:end].endswith(("\n", "\r")) else newline
+        return body[:end] + lead + line + newline + body[end:]
+    if not body or body.endswith(newline * 2):
+        gap = ""
+    else:
+        gap = newline if body.endswith(newline) else newline * 2
+    new_block = newline.join([BLOCK_START, "---", BLOCK_TITLE, "", line, BLOCK_END])
+    return body + gap + new_block
+
+
+def _find_block(body: str) -> tuple[int, int] | None:
+    """(start of the block-start marker, start of the block-end marker)."""
+    start = body.find(BLOCK_START)
+    if start < 0:
+        return None
+    end = body.find(BLOCK_END, start + len(BLOCK_START))
+    return None if end < 0 else (start, end)
+
+
+def _find_slot(body: str, slot: str) -> tuple[int, int] | None:
+    """(first, last) offsets of our slot's text; markers outside the block do not count."""
+    block = _find_block(body)
+    if block is None:
+        return None
+    start_marker, end_marker = markers(slot)
+    start = body.find(start_marker, block[0], block[1])
+    if start < 0:
+        return None
+    first = start + len(start_marker)
+    last = body.find(end_marker, first, block[1])
+    return None if last < 0 else (first, last)
+
+
+def _check_one_line(text: str, what: str) -> None:
+    if "\n" in text or "\r" in text or "<!--" in text or "-->" in text:
+        raise ValueError(f"{what} must be one line without HTML comment markers: {text[:80]!r}")

@@ -1,0 +1,132 @@
+"""The only part of the bot that talks to GitHub: PR-body slot, sticky comment, statuses.
+
+For side effects only; every text it sends comes from ``render`` and ``pr_body``. Each call goes
+through ``retry.RetryPolicy``. Writes are idempotent, so a rerun edits what an earlier run
+wrote instead of adding to it. The token is handed in by the caller (which reads it from
+GITHUB_TOKEN) and is never logged.
+"""
+
+from dataclasses import dataclass
+
+import github3
+
+from ci import pr_body
+from ci.retry import RetryPolicy
+
+STATUS_STATES = ("error", "failure", "pending", "success")
+
+
+class ConflictError(RuntimeError):
+    """Other writers kept changing the PR body under us."""
+
+
+def connect(token: str, api_url: str | None = None):
+    """A github3 client; ``api_url`` points it at GitHub Enterprise (or a test server)."""
+    if api_url:
+        return github3.GitHubEnterprise(api_url, token=token)
+    return github3.GitHub(token=token)
+
+
+@dataclass
+class Publisher:
+    gh: object
+    owner: str
+    repo: str
+    number: int
+    policy: RetryPolicy
+    log: object = print
+    rounds: int = 5
+    settle_s: float = 3.0
+
+    def _issue(self):
+        return self.policy.call(
+            f"read PR #{self.number}", self.gh.issue, self.owner, self.repo, self.number
+        )
+
+    def update_slot(self, slot: str, label: str, texts: list[str]) -> str:
+        """Put the first of ``texts`` that fits into our slot: read, merge, write, verify.
+
+        GitHub has no compare-and-swap for bodies, so the body is read again just before the
+        write (an author edit that landed since is merged, not overwritten) and again after it
+        (a writer that saved a stale body over ours gets our slot re-applied onto theirs).
+        """
+        issue = self._issue()
+        for _ in range(self.rounds):
+            base = issue.body or ""
+            new, text = _first_fit(base, slot, label, texts)
+            if new is None:
+                self.log(
+                    f"PR body: left unchanged; the body plus our slot line would exceed "
+                    f"{pr_body.BODY_LIMIT} characters and the author's text is not ours to cut"
+                )
+                return "too-long"
+            if new == base:
+                return "unchanged"
+            fresh = self._issue()
+            if (fresh.body or "") != base:
+                self.log("PR body: changed since we read it; merging our slot onto the new body")
+                issue = fresh
+                continue
+            self.policy.call("write PR body", fresh.edit, body=new)
+            issue = self._issue()
+            if pr_body.get_slot(issue.body, slot) == text:
+                # A writer that read before our write may still land its stale body; its
+                # read-to-write gap is well under the settle time, so a second look catches it.
+                self.policy.pause(self.settle_s)
+                issue = self._issue()
+                if pr_body.get_slot(issue.body, slot) == text:
+                    return "updated"
+            self.log("PR body: another writer replaced it after our write; re-applying our slot")
+        raise ConflictError(f"PR #{self.number}: body kept changing; gave up after {self.rounds}")
+
+    def upsert_comment(self, marker: str, body: str, author: str | None = None) -> str:
+        """One comment that starts with ``marker``: edited on reruns, created the first time."""
+        if len(body) > pr_body.BODY_LIMIT:
+            raise ValueError(f"comment is {len(body)} characters; render must shrink it first")
+
+        def once():
+            issue = self._issue()
+            ours = [
+                c
+                for c in issue.comments()
+                if (c.body or "").startswith(marker)
+                and (author is None or getattr(c.user, "login", None) == author)
+            ]
+            if not ours:
+                issue.create_comment(body)
+                return "created"
+            keep, extra = ours[0], ours[1:]
+            # Two runs racing can both create one; the next run folds them back to one.
+            for duplicate in extra:
+                duplicate.delete()
+            if keep.body == body:
+                return "unchanged"
+            keep.edit(body)
+            return "edited"
+
+        # The whole find-then-write repeats on a retry, so a retried create cannot duplicate.
+        return self.policy.call("sticky comment", once)
+
+    def set_status(self, sha: str, context: str, state: str, description: str, target_url=None):
+        if state not in STATUS_STATES:
+            raise ValueError(f"status state {state!r} is not one of {STATUS_STATES}")
+        if len(description) > 140:
+            raise ValueError(f"status description is {len(description)} > 140 characters")
+        repository = self.policy.call("read repository", self.gh.repository, self.owner, self.repo)
+        self.policy.call(
+            f"status {context}",
+            repository.create_status,
+            sha,
+            state,
+            target_url=target_url,
+            description=description,
+            context=context,
+        )
+
+
+def _first_fit(base: str, slot: str, label: str, texts: list[str]):
+    for text in texts:
+        new = pr_body.set_slot(base, slot, label, text)
+        if len(new) <= pr_body.BODY_LIMIT:
+            return new, text
+    return None, None

@@ -1,0 +1,313 @@
+"""The results model: what each case did in each mode, what that means, and results.json.
+
+For judging and storing results, not for running or rendering them. A case is keyed by
+``FILE::Class.test``. Its kind says what it proves:
+
+- ``regression``: fails (OOM) on unmodified sglang and passes with the change: the bug, fixed.
+- ``preservation``: passes both ways: behaviour the change must keep.
+- ``not-reproduced``: listed in ``ci/regressions.txt`` but passes unmodified: the proof is void.
+- ``broken``: fails, errors or is missing with the change: the run fails.
+- ``skipped``: skipped with the change (for example the CUDA class on a CPU runner).
+- ``no-baseline``: passes with the change, but the unmodified mode did not give a verdict.
+
+A file whose every case that ran passes in unmodified mode is flagged "does not reproduce the
+bug" as a whole, whether or not it is listed.
+"""
+
+import fnmatch
+import json
+import os
+from dataclasses import asdict, dataclass, field
+
+from ci import unittest_log
+from ci.runner import MODES, FileRun
+
+SCHEMA = 1
+OUTCOMES = ("pass", "fail", "error", "skip", "missing")
+KINDS = ("regression", "preservation", "not-reproduced", "broken", "skipped", "no-baseline")
+REGRESSIONS_FILE = os.path.join(os.path.dirname(__file__), "regressions.txt")
+FILE_CASE = "(whole file)"  # the case that stands for a file that crashed outside any test
+FLAG_NOT_REPRODUCED = "does not reproduce the bug"
+
+
+class ResultsError(ValueError):
+    """results.json is missing or malformed; the message names the file and the field."""
+
+
+@dataclass
+class ModeOutcome:
+    outcome: str
+    duration_s: float | None = None
+    peak_mib: float | None = None
+    budget_mib: float | None = None
+    detail: str | None = None
+    excerpt: str = ""
+    evidence: list = field(default_factory=list)
+
+
+@dataclass
+class Case:
+    file: str
+    case_id: str
+    kind: str
+    modes: dict  # mode -> ModeOutcome
+
+    @property
+    def key(self) -> str:
+        return f"{self.file}::{self.case_id}"
+
+
+@dataclass
+class FileResult:
+    path: str
+    suite: str | None
+    modes: dict  # mode -> {returncode, duration_s, timed_out, ran, summary, log}
+    flags: list = field(default_factory=list)
+
+
+@dataclass
+class Results:
+    backend: str
+    modes: list
+    selection: dict
+    environment: dict
+    files: list
+    cases: list
+    schema: int = SCHEMA
+
+    def change_ok(self) -> bool:
+        """Every case passes (or skips) with the change, and the change mode ran at all."""
+        if "change" not in self.modes:
+            return True
+        if any(f.modes.get("change", {}).get("timed_out") for f in self.files):
+            return False
+        return all(c.kind != "broken" for c in self.cases)
+
+    def counts(self) -> dict:
+        totals = {kind: 0 for kind in KINDS}
+        for case in self.cases:
+            totals[case.kind] += 1
+        return totals
+
+    def suites(self) -> dict:
+        """suite -> its files' cases, for one commit status per suite."""
+        by_file = {f.path: f.suite or "unregistered" for f in self.files}
+        grouped: dict = {}
+        for case in self.cases:
+            grouped.setdefault(by_file.get(case.file, "unregistered"), []).append(case)
+        for suite in by_file.values():
+            grouped.setdefault(suite, [])
+        return grouped
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data, source: str = "results.json") -> "Results":
+        return _load(data, source)
+
+
+def load_regression_patterns(path: str = REGRESSIONS_FILE) -> list[str]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as handle:
+        lines = (line.strip() for line in handle)
+        return [line for line in lines if line and not line.startswith("#")]
+
+
+def build(
+    runs: list[FileRun],
+    suites: dict,
+    backend: str,
+    modes: list[str],
+    selection: dict,
+    environment: dict,
+    log_paths: dict | None = None,
+    regression_patterns: list[str] | None = None,
+) -> Results:
+    """Judge raw runs. ``suites`` maps path -> suite; ``log_paths`` (path, mode) -> log file."""
+    patterns = load_regression_patterns() if regression_patterns is None else regression_patterns
+    per_file: dict = {}
+    files = []
+    for path in dict.fromkeys(r.path for r in runs):
+        file_modes = {}
+        for run in (r for r in runs if r.path == path):
+            parsed = unittest_log.parse(run.output, run.chunk_times)
+            per_file.setdefault(path, {})[run.mode] = _mode_cases(run, parsed)
+            file_modes[run.mode] = {
+                "returncode": run.returncode,
+                "duration_s": run.duration_s,
+                "timed_out": run.timed_out,
+                "ran": parsed.ran,
+                "summary": parsed.summary,
+                "log": (log_paths or {}).get((path, run.mode)),
+            }
+        files.append(FileResult(path=path, suite=suites.get(path), modes=file_modes))
+
+    cases = []
+    for path, by_mode in per_file.items():
+        ids = list(dict.fromkeys(cid for mode in modes for cid in by_mode.get(mode, {})))
+        for cid in ids:
+            outcomes = {
+                mode: by_mode.get(mode, {}).get(cid, ModeOutcome(outcome="missing"))
+                for mode in modes
+            }
+            expected = any(fnmatch.fnmatchcase(f"{path}::{cid}", p) for p in patterns)
+            cases.append(Case(path, cid, _kind(outcomes, expected), outcomes))
+
+    for result in files:
+        result.flags = _file_flags(result, [c for c in cases if c.file == result.path])
+    return Results(backend, list(modes), selection, environment, files, cases)
+
+
+def save(results: Results, out_dir: str) -> str:
+    path = os.path.join(out_dir, "results.json")
+    with open(path, "w") as handle:
+        json.dump(results.to_json(), handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    return path
+
+
+def load(out_dir: str) -> Results:
+    path = os.path.join(out_dir, "results.json") if os.path.isdir(out_dir) else out_dir
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: not found (did `python -m ci run --out DIR` run?)") from None
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path}: not JSON: {exc}") from None
+    return _load(data, path)
+
+
+def _mode_cases(run: FileRun, parsed: unittest_log.FileLog) -> dict:
+    cases = {}
+    for log in parsed.cases:
+        peaks = [
+            e["peak_allocated_mib"] for e in log.evidence if _number(e.get("peak_allocated_mib"))
+        ]
+        budgets = [e["budget_mib"] for e in log.evidence if _number(e.get("budget_mib"))]
+        details = [str(e["detail"]) for e in log.evidence if e.get("detail")]
+        cases[log.case_id] = ModeOutcome(
+            outcome=log.outcome,
+            duration_s=log.duration_s,
+            peak_mib=round(max(peaks), 1) if peaks else None,
+            budget_mib=max(budgets) if budgets else None,
+            detail="; ".join(details) or log.skip_reason,
+            excerpt=log.excerpt,
+            evidence=log.evidence,
+        )
+    # A crash, a timeout or a non-zero exit that no case explains is a failure of its own.
+    clean_exit = run.returncode == 0
+    explained = any(c.outcome in ("fail", "error") for c in cases.values())
+    if run.timed_out or not parsed.cases or (not clean_exit and not explained):
+        why = "timed out" if run.timed_out else f"exited {run.returncode}"
+        cases[FILE_CASE] = ModeOutcome(
+            outcome="error",
+            duration_s=run.duration_s,
+            detail=f"{run.path} {why}; {len(parsed.cases)} cases reported",
+            excerpt=unittest_log.tail(run.output),
+        )
+    return cases
+
+
+def _kind(outcomes: dict, expected_regression: bool) -> str:
+    change = outcomes.get("change")
+    base = outcomes.get("unmodified")
+    if change is not None:
+        if change.outcome in ("fail", "error", "missing"):
+            return "broken"
+        if change.outcome == "skip":
+            return "skipped"
+    if base is None or base.outcome in ("skip", "missing"):
+        return "no-baseline" if change is not None else "skipped"
+    if base.outcome in ("fail", "error"):
+        return "regression"
+    return "not-reproduced" if expected_regression else "preservation"
+
+
+def _file_flags(result: FileResult, cases: list) -> list:
+    flags = []
+    for mode, info in result.modes.items():
+        if info.get("timed_out"):
+            flags.append(f"timed out ({mode})")
+    base = [c.modes["unmodified"].outcome for c in cases if "unmodified" in c.modes]
+    ran = [o for o in base if o in ("pass", "fail", "error")]
+    if ran and all(o == "pass" for o in ran):
+        flags.append(FLAG_NOT_REPRODUCED)
+    return flags
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# ---- loading: precise errors instead of KeyErrors deep inside the renderer ----
+
+
+def _need(data, key, kind, where):
+    if not isinstance(data, dict) or key not in data:
+        raise ResultsError(f"{where}: missing field {key!r}")
+    value = data[key]
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise ResultsError(f"{where}.{key}: expected {names}, got {type(value).__name__}")
+    return value
+
+
+def _load(data, source: str) -> Results:
+    if not isinstance(data, dict):
+        raise ResultsError(f"{source}: expected a JSON object, got {type(data).__name__}")
+    schema = _need(data, "schema", int, source)
+    if schema != SCHEMA:
+        raise ResultsError(f"{source}.schema: {schema} is not the supported {SCHEMA}")
+    modes = _need(data, "modes", list, source)
+    for mode in modes:
+        if mode not in MODES:
+            raise ResultsError(f"{source}.modes: unknown mode {mode!r}")
+    files = []
+    for i, f in enumerate(_need(data, "files", list, source)):
+        where = f"{source}.files[{i}]"
+        files.append(
+            FileResult(
+                path=_need(f, "path", str, where),
+                suite=_need(f, "suite", (str, type(None)), where),
+                modes=_need(f, "modes", dict, where),
+                flags=[str(x) for x in _need(f, "flags", list, where)],
+            )
+        )
+    cases = []
+    for i, c in enumerate(_need(data, "cases", list, source)):
+        where = f"{source}.cases[{i}]"
+        kind = _need(c, "kind", str, where)
+        if kind not in KINDS:
+            raise ResultsError(f"{where}.kind: {kind!r} is not one of {', '.join(KINDS)}")
+        outcomes = {}
+        for mode, m in _need(c, "modes", dict, where).items():
+            mwhere = f"{where}.modes.{mode}"
+            outcome = _need(m, "outcome", str, mwhere)
+            if outcome not in OUTCOMES:
+                raise ResultsError(f"{mwhere}.outcome: {outcome!r} is not one of {OUTCOMES}")
+            peak = m.get("peak_mib")
+            if peak is not None and not _number(peak):
+                raise ResultsError(f"{mwhere}.peak_mib: expected a number, got {peak!r}")
+            outcomes[mode] = ModeOutcome(
+                outcome=outcome,
+                duration_s=m.get("duration_s") if _number(m.get("duration_s")) else None,
+                peak_mib=peak,
+                budget_mib=m.get("budget_mib") if _number(m.get("budget_mib")) else None,
+                detail=None if m.get("detail") is None else str(m["detail"]),
+                excerpt=str(m.get("excerpt") or ""),
+                evidence=m.get("evidence") if isinstance(m.get("evidence"), list) else [],
+            )
+        cases.append(
+            Case(_need(c, "file", str, where), _need(c, "case_id", str, where), kind, outcomes)
+        )
+    return Results(
+        backend=_need(data, "backend", str, source),
+        modes=modes,
+        selection=_need(data, "selection", dict, source),
+        environment=_need(data, "environment", dict, source),
+        files=files,
+        cases=cases,
+    )

@@ -1,0 +1,328 @@
+"""A small fake of the GitHub REST API on loopback, strict where the bot could go wrong.
+
+Serves just what ``ci.publish`` uses, under ``/api/v3`` so the real github3.py client reaches it
+through ``GitHubEnterprise``. It enforces the token header, the commit-status state enum and
+140-character description, 404 for an unknown PR and 422 for bodies over 65,536 characters.
+Tests inject faults (``fail_next``), hooks that run between requests (``after``), and can read
+the request log. Threaded, so two publishers can really race.
+"""
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+LIMIT = 65536
+TS = "2026-01-01T00:00:00Z"
+
+
+def user_json(login: str, base: str) -> dict:
+    url = f"{base}/users/{login}"
+    return {
+        "login": login,
+        "id": abs(hash(login)) % 10**6,
+        "type": "Bot" if login.endswith("[bot]") else "User",
+        "avatar_url": url,
+        "gravatar_id": "",
+        **{
+            key: url
+            for key in (
+                "url html_url events_url followers_url following_url gists_url "
+                "organizations_url received_events_url repos_url starred_url subscriptions_url"
+            ).split()
+        },
+    }
+
+
+class FakeGitHub:
+    def __init__(self, token="test-token", owner="sgl", repo="sglang", bot="ci-bot"):
+        self.token = token
+        self.owner, self.repo, self.bot = owner, repo, bot
+        self.lock = threading.RLock()
+        self.bodies: dict[int, str | None] = {}
+        self.comments: dict[int, dict] = {}
+        self.statuses: list[dict] = []
+        self.requests: list[tuple[str, str]] = []
+        self.faults: list[tuple[str, str, int, dict, dict]] = []
+        self.hooks: list = []  # (method, path regex, fn(fake)) run once, after that request
+        self._next_id = 1000
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    # -- test controls ------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def add_pr(self, number: int, body: str | None):
+        self.bodies[number] = body
+
+    def fail_next(self, method, path_regex, status, body=None, headers=None):
+        self.faults.append(
+            (method, path_regex, status, body or {"message": "fault"}, headers or {})
+        )
+
+    def after(self, method, path_regex, fn):
+        self.hooks.append((method, path_regex, fn))
+
+    def count(self, method, path_regex=".*") -> int:
+        return sum(1 for m, p in self.requests if m == method and re.search(path_regex, p))
+
+    def add_comment(self, number, body, login=None) -> int:
+        with self.lock:
+            self._next_id += 1
+            cid = self._next_id
+            self.comments[cid] = {
+                "id": cid,
+                "issue": number,
+                "body": body,
+                "login": login or self.bot,
+            }
+            return cid
+
+    # -- JSON shapes github3 reads ------------------------------------------------------
+
+    def _base(self):
+        return f"{self.url}/api/v3"
+
+    def _issue_json(self, number):
+        base = f"{self._base()}/repos/{self.owner}/{self.repo}"
+        url = f"{base}/issues/{number}"
+        body = self.bodies[number]
+        return {
+            "url": url,
+            "id": number,
+            "number": number,
+            "title": f"PR {number}",
+            "body": body,
+            "body_html": body,
+            "body_text": body,
+            "state": "open",
+            "locked": False,
+            "assignee": None,
+            "assignees": [],
+            "milestone": None,
+            "labels": [],
+            "comments": sum(1 for c in self.comments.values() if c["issue"] == number),
+            "comments_url": f"{url}/comments",
+            "events_url": f"{url}/events",
+            "labels_url": f"{url}/labels{{/name}}",
+            "html_url": f"{self.url}/{self.owner}/{self.repo}/pull/{number}",
+            "pull_request": {"url": f"{base}/pulls/{number}"},
+            "created_at": TS,
+            "updated_at": TS,
+            "closed_at": None,
+            "closed_by": None,
+            "user": user_json("author", self._base()),
+        }
+
+    def _comment_json(self, comment):
+        base = f"{self._base()}/repos/{self.owner}/{self.repo}"
+        return {
+            "url": f"{base}/issues/comments/{comment['id']}",
+            "id": comment["id"],
+            "body": comment["body"],
+            "body_html": comment["body"],
+            "body_text": comment["body"],
+            "author_association": "NONE",
+            "created_at": TS,
+            "updated_at": TS,
+            "html_url": f"{self.url}/c/{comment['id']}",
+            "issue_url": f"{base}/issues/{comment['issue']}",
+            "user": user_json(comment["login"], self._base()),
+        }
+
+    def _repo_json(self):
+        base = f"{self._base()}/repos/{self.owner}/{self.repo}"
+        url_keys = (
+            "archive assignees blobs branches collaborators comments commits compare contents "
+            "contributors deployments downloads events forks git_commits git_refs git_tags hooks "
+            "issue_comment issue_events issues keys labels languages merges milestones "
+            "notifications pulls releases stargazers statuses subscribers subscription tags "
+            "teams trees"
+        ).split()
+        data = {f"{key}_url": f"{base}/{key}" for key in url_keys}
+        data.update(
+            url=base,
+            html_url=f"{self.url}/{self.owner}/{self.repo}",
+            id=1,
+            name=self.repo,
+            full_name=f"{self.owner}/{self.repo}",
+            owner=user_json(self.owner, self._base()),
+            private=False,
+            fork=False,
+            description="",
+            archived=False,
+            clone_url="",
+            git_url="",
+            ssh_url="",
+            svn_url="",
+            mirror_url=None,
+            homepage=None,
+            language="Python",
+            default_branch="main",
+            created_at=TS,
+            updated_at=TS,
+            pushed_at=TS,
+            size=1,
+            forks_count=0,
+            network_count=0,
+            open_issues_count=0,
+            stargazers_count=0,
+            subscribers_count=0,
+            watchers_count=0,
+            has_downloads=True,
+            has_issues=True,
+            has_pages=False,
+            has_projects=False,
+            has_wiki=False,
+        )
+        return data
+
+    # -- request handling ---------------------------------------------------------------
+
+    def handle(self, method, path, headers, payload):
+        """Returns (status, json body or None, extra headers)."""
+        with self.lock:
+            self.requests.append((method, path))
+            for fault in list(self.faults):
+                if fault[0] == method and re.search(fault[1], path):
+                    self.faults.remove(fault)
+                    return fault[2], fault[3], fault[4]
+        auth = headers.get("Authorization", "")
+        if auth not in (f"token {self.token}", f"Bearer {self.token}"):
+            return 401, {"message": "Bad credentials"}, {}
+        prefix = f"/api/v3/repos/{self.owner}/{self.repo}"
+        if not path.startswith(prefix):
+            return 404, {"message": "Not Found"}, {}
+        rest = path[len(prefix) :].split("?")[0]
+        with self.lock:
+            result = self._route(method, rest, payload)
+        self._run_hooks(method, path)
+        return result
+
+    def _run_hooks(self, method, path):
+        for hook in list(self.hooks):
+            if hook[0] == method and re.search(hook[1], path):
+                self.hooks.remove(hook)
+                hook[2](self)
+
+    def _too_long(self, text):
+        if text is not None and len(text) > LIMIT:
+            return 422, {"message": "Validation Failed", "errors": [{"code": "too_long"}]}, {}
+        return None
+
+    def _route(self, method, rest, payload):
+        if rest == "" and method == "GET":
+            return 200, self._repo_json(), {}
+        match = re.fullmatch(r"/issues/(\d+)(/comments)?", rest)
+        if match:
+            number = int(match[1])
+            if number not in self.bodies:
+                return 404, {"message": "Not Found"}, {}
+            if match[2] is None and method == "GET":
+                return 200, self._issue_json(number), {}
+            if match[2] is None and method == "PATCH":
+                if "body" in payload:
+                    error = self._too_long(payload["body"])
+                    if error:
+                        return error
+                    self.bodies[number] = payload["body"]
+                return 200, self._issue_json(number), {}
+            if match[2] and method == "GET":
+                found = [c for c in self.comments.values() if c["issue"] == number]
+                return (
+                    200,
+                    [self._comment_json(c) for c in sorted(found, key=lambda c: c["id"])],
+                    {},
+                )
+            if match[2] and method == "POST":
+                error = self._too_long(payload.get("body"))
+                if error:
+                    return error
+                cid = self.add_comment(number, payload["body"])
+                return 201, self._comment_json(self.comments[cid]), {}
+        match = re.fullmatch(r"/issues/comments/(\d+)", rest)
+        if match:
+            comment = self.comments.get(int(match[1]))
+            if comment is None:
+                return 404, {"message": "Not Found"}, {}
+            if method == "PATCH":
+                error = self._too_long(payload.get("body"))
+                if error:
+                    return error
+                comment["body"] = payload["body"]
+                return 200, self._comment_json(comment), {}
+            if method == "DELETE":
+                del self.comments[comment["id"]]
+                return 204, None, {}
+        match = re.fullmatch(r"/statuses/([0-9a-f]{7,40})", rest)
+        if match and method == "POST":
+            state = payload.get("state")
+            description = payload.get("description") or ""
+            if state not in ("error", "failure", "pending", "success"):
+                return 422, {"message": f"state {state!r} invalid"}, {}
+            if len(description) > 140:
+                return 422, {"message": "description is too long (maximum is 140 characters)"}, {}
+            status = {
+                "sha": match[1],
+                "state": state,
+                "description": description,
+                "context": payload.get("context") or "default",
+                "target_url": payload.get("target_url"),
+            }
+            self.statuses.append(status)
+            base = f"{self._base()}/repos/{self.owner}/{self.repo}"
+            return (
+                201,
+                {
+                    **status,
+                    "url": f"{base}/statuses/{match[1]}",
+                    "id": len(self.statuses),
+                    "created_at": TS,
+                    "updated_at": TS,
+                    "creator": user_json(self.bot, self._base()),
+                },
+                {},
+            )
+        return 404, {"message": f"no fake route for {method} {rest}"}, {}
+
+    def _handler(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _serve(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    payload = json.loads(raw) if raw else {}
+                except json.JSONDecodeError:
+                    payload = {}
+                status, body, headers = fake.handle(self.command, self.path, self.headers, payload)
+                data = b"" if body is None else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PATCH = do_DELETE = _serve
+
+            def log_message(self, *args):
+                pass
+
+        return Handler

@@ -1,0 +1,82 @@
+"""Pure rendering: evidence table, slot text, statuses, escaping and the size limit."""
+
+import re
+
+from ci_samples import FILE, model, workspace_runs
+
+from ci import render
+from ci.pr_body import BODY_LIMIT, MISSING_LABEL
+
+NASTY = "test_`x`|y <!-- slot:dsv4:end --> *z* [l](u) @team\nFAIL: -->"
+
+
+def test_evidence_table_shows_oom_on_main_and_pass_with_peak_on_the_change():
+    text = render.comment(
+        model(), "dsv4", run_id=7, run_url="https://ci/7", artifacts_url="https://ci/7#a"
+    )
+    assert text.startswith(render.comment_marker("dsv4") + "\n")
+    assert "| Case | Kind | Unmodified main | This change |" in text
+    row = next(line for line in text.splitlines() if "grow" in line and line.startswith("|"))
+    assert "| regression | OOM · peak 64.0 MiB | Pass · peak 96.0 MiB |" in row
+    assert "| preservation | Pass · peak 96.0 MiB | Pass · peak 96.0 MiB |" in text
+    assert "NVIDIA H200 (driver 580.65)" in text and "torch 2.11.0" in text
+    assert "[Run #7](https://ci/7)" in text and "(https://ci/7#a)" in text
+
+
+def test_a_test_name_full_of_markdown_and_comment_markers_cannot_break_anything():
+    m = model()
+    m.cases[0].case_id = NASTY  # names reach us from logs, so assume anything
+    m.cases[0].modes["unmodified"].excerpt = NASTY + "\n```\n<!-- pr-states:end -->"
+    text = render.comment(m, "dsv4")
+    # The only comment markers left are our own hidden marker.
+    assert text.count("<!--") == 1 and text.count("-->") == 1
+    for line in text.splitlines():
+        if line.startswith("| ") and "Case" not in line and "---" not in line:
+            assert len(re.findall(r"(?<!\\)\|", line)) == 5  # 4 cells, no extra columns
+
+
+def test_escape_inline_defuses_markers_pipes_backticks_newlines_and_mentions():
+    out = render.escape_inline(NASTY)
+    assert "\n" not in out and "<!--" not in out and "-->" not in out and "@team" not in out
+    assert "\\|" in out and "\\`" in out and "|" not in out.replace("\\|", "")
+
+
+def test_escape_block_picks_a_fence_longer_than_any_backtick_run():
+    block = render.escape_block("```` four\n<!-- hi -->")
+    fence = block.split("text", 1)[0]
+    assert fence == "`````" and "<!--" not in block and "-->" not in block
+
+
+def test_a_huge_comment_is_shrunk_under_the_limit_with_a_pointer_to_the_artifacts():
+    m = model()
+    m.cases = m.cases * 2000  # thousands of rows and excerpts
+    text = render.comment(m, "dsv4", artifacts_url="https://ci/7#artifacts")
+    assert len(text) <= BODY_LIMIT
+    assert "Shortened to fit" in text and "https://ci/7#artifacts" in text
+    assert "more cases" in text
+
+
+def test_status_descriptions_fit_140_characters_even_with_long_suite_names():
+    statuses = render.status_descriptions(model(suite="s" * 500))
+    assert all(len(d) <= 140 for _, d in statuses.values())
+    ((state, description),) = statuses.values()
+    assert state == "success" and "1 regression" in description
+
+
+def test_slot_text_states():
+    assert (
+        render.slot_text("success", 3, "https://ci/3")
+        == ":white_check_mark: [Run #3](https://ci/3)"
+    )
+    assert render.slot_text("failure") == ":x:"
+    assert render.slot_text("missing-label") == MISSING_LABEL
+    assert MISSING_LABEL == ":x: **Missing `run-ci` label** -- add it to run CI tests."
+
+
+def test_a_listed_regression_that_passes_unmodified_is_reported_as_not_reproducing():
+    m = model(workspace_runs(grow_unmodified="pass"))
+    assert render.overall_state(m) == "not-reproduced"
+    text = render.comment(m, "dsv4")
+    assert "does not reproduce the bug" in text
+    assert f"{FILE.replace('_', chr(92) + '_')}" in text  # the file is named in the warning
+    assert "does not reproduce the bug" in next(iter(render.status_descriptions(m).values()))[1]

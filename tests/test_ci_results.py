@@ -1,0 +1,179 @@
+"""Parsing unittest -v output, judging cases, results.json validation, env scrubbing, gating."""
+
+import json
+
+import pytest
+from ci_samples import FILE, evidence, model, unittest_output, workspace_runs
+
+from ci import gate, results, runner, unittest_log
+from ci.__main__ import main
+
+
+def test_parse_attributes_evidence_lines_to_the_running_case_and_reads_outcomes():
+    text = unittest_output(
+        [
+            ("test_grow", "TestCPU", evidence("grow", "oom", detail="can't allocate"), "FAIL"),
+            ("test_keep", "TestCPU", "", "ok"),
+            ("setUpClass", "TestCUDA", "", "skipped 'no CUDA device'"),
+        ],
+        failures=[("test_grow", "TestCPU")],
+    )
+    log = unittest_log.parse(text, [(0, 0.0), (len(text) // 2, 2.5)])
+    grow, keep, skipped = log.cases
+    assert (grow.case_id, grow.outcome) == ("TestCPU.test_grow", "fail")
+    assert grow.evidence[0]["outcome"] == "oom"
+    assert "AssertionError: 'oom' != 'pass'" in grow.excerpt
+    assert (keep.outcome, keep.evidence) == ("pass", [])
+    assert (skipped.case_id, skipped.outcome, skipped.skip_reason) == (
+        "TestCUDA.setUpClass",
+        "skip",
+        "no CUDA device",
+    )
+    assert log.ran == 3 and log.summary == "FAILED (failures=1)"
+    assert grow.duration_s is not None
+
+
+def test_parse_reads_python_310_ids_and_docstring_lines():
+    text = "test_a (__main__.TestX)\nFirst doc line ... ok\ntest_b (__main__.TestX) ... ERROR\n"
+    cases = unittest_log.parse(text).cases
+    assert [(c.case_id, c.outcome) for c in cases] == [
+        ("TestX.test_a", "pass"),
+        ("TestX.test_b", "error"),
+    ]
+
+
+def test_a_process_that_dies_inside_a_case_gives_an_error_case_and_a_whole_file_error():
+    crashed = (
+        "test_a (__main__.T.test_a) ... ok\ntest_b (__main__.T.test_b) ... Segmentation fault\n"
+    )
+    runs = [runner.FileRun(FILE, "change", -11, 1.0, False, crashed)]
+    m = results.build(runs, {}, "cpu", ["change"], {}, {}, regression_patterns=[])
+    outcomes = {c.case_id: c.modes["change"].outcome for c in m.cases}
+    assert outcomes == {"T.test_a": "pass", "T.test_b": "error"}
+    assert not m.change_ok()
+
+
+def test_a_file_that_crashes_before_any_test_is_one_error_case_with_the_log_tail():
+    runs = [runner.FileRun(FILE, "change", 1, 1.0, False, "ImportError: no sglang\n")]
+    m = results.build(runs, {}, "cpu", ["change"], {}, {}, regression_patterns=[])
+    (case,) = m.cases
+    assert case.case_id == results.FILE_CASE and case.kind == "broken"
+    assert "ImportError" in case.modes["change"].excerpt
+
+
+def test_a_timeout_fails_the_run_and_flags_the_file():
+    out = "test_a (__main__.T.test_a) ... ok\n"
+    runs = [runner.FileRun(FILE, "change", None, 9.0, True, out)]
+    m = results.build(runs, {}, "cpu", ["change"], {}, {}, regression_patterns=[])
+    assert not m.change_ok() and "timed out (change)" in m.files[0].flags
+
+
+def test_kinds_regression_preservation_and_file_flag_when_nothing_reproduces():
+    m = model()
+    assert [c.kind for c in m.cases] == ["regression", "preservation"]
+    assert m.files[0].flags == [] and m.change_ok()
+    void = model(workspace_runs(grow_unmodified="pass"))
+    assert [c.kind for c in void.cases] == ["not-reproduced", "preservation"]
+    assert void.files[0].flags == [results.FLAG_NOT_REPRODUCED]
+    assert void.change_ok()  # the change itself passes; the report carries the warning
+
+
+def test_results_round_trip_through_json(tmp_path):
+    m = model()
+    results.save(m, str(tmp_path))
+    again = results.load(str(tmp_path))
+    assert again.to_json() == m.to_json()
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.pop("cases"), "missing field 'cases'"),
+        (lambda d: d.update(schema=99), "schema: 99"),
+        (
+            lambda d: d["cases"][0]["modes"]["change"].update(outcome="great"),
+            "cases[0].modes.change.outcome",
+        ),
+        (lambda d: d["cases"][1].update(kind="meh"), "cases[1].kind"),
+        (lambda d: d["cases"][0]["modes"]["change"].update(peak_mib="96"), "peak_mib"),
+    ],
+)
+def test_malformed_results_name_the_field(tmp_path, mutate, message):
+    data = model().to_json()
+    mutate(data)
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    with pytest.raises(results.ResultsError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        results.load(str(tmp_path))
+
+
+def test_report_on_missing_or_broken_results_exits_2(tmp_path, capsys):
+    args = ["report", "--repo", "o/r", "--pr", "1", "--results"]
+    assert main([*args, str(tmp_path)]) == 2
+    (tmp_path / "results.json").write_text("{not json")
+    assert main([*args, str(tmp_path)]) == 2
+    assert "not JSON" in capsys.readouterr().err
+
+
+def test_report_dry_run_prints_the_slot_comment_and_statuses(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("GITHUB_TOKEN", "ghs_never_printed")
+    results.save(model(), str(tmp_path))
+    code = main(
+        ["report", "--results", str(tmp_path), "--repo", "o/r", "--pr", "1", "--sha", "abc1234"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert (
+        "<!-- slot:dsv4-workspace:start -->:white_check_mark:<!-- slot:dsv4-workspace:end -->"
+        in out
+    )
+    assert "| Case | Kind | Unmodified main | This change |" in out
+    assert '"context": "dsv4-workspace/base-b-test-1-gpu-small"' in out
+    assert "ghs_never_printed" not in out
+
+
+def test_test_processes_never_see_tokens_or_secrets():
+    base = {
+        "GITHUB_TOKEN": "x",
+        "ACTIONS_RUNTIME_TOKEN": "y",
+        "MY_SECRET": "z",
+        "PATH": "/bin",
+        "SGLANG_OVERLAY_DISABLE": "1",
+    }
+    change = runner.mode_env("change", base=base)
+    assert change == {"PATH": "/bin", "PYTHONUNBUFFERED": "1"}
+    assert runner.mode_env("unmodified", base=base)["SGLANG_OVERLAY_DISABLE"] == "1"
+    src = runner.mode_env("change", "/src/sglang", base={"PYTHONPATH": "/tmp/site"})
+    assert src["PYTHONPATH"] == "/src/sglang/python:/tmp/site"
+    assert src["SGLANG_OVERLAY_DISABLE"] == "1"
+
+
+def _event(head, base="sgl/sglang", labels=()):
+    return {
+        "pull_request": {
+            "head": {"repo": {"full_name": head} if head else None},
+            "base": {"repo": {"full_name": base}},
+            "labels": [{"name": n} for n in labels],
+        }
+    }
+
+
+def test_gate_runs_branches_and_labelled_forks_only():
+    assert gate.decide(_event("sgl/sglang")).run
+    assert not gate.decide(_event("someone/sglang")).run
+    assert gate.decide(_event("someone/sglang", labels=["run-ci"])).run
+    assert not gate.decide(_event(None)).run  # deleted fork
+
+
+def test_gate_cli_writes_github_output(tmp_path, monkeypatch, capsys):
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps(_event("someone/sglang")))
+    output = tmp_path / "out"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(output))
+    assert main(["gate", "--event", str(event)]) == 0
+    assert output.read_text() == "run=false\nfork=true\n"
+
+
+def test_bad_shard_and_modes_are_usage_errors(tmp_path):
+    assert main(["run", "--out", str(tmp_path), "--backend", "cpu", "--shard", "2/2"]) == 2
+    assert main(["run", "--out", str(tmp_path), "--backend", "cpu", "--modes", "both"]) == 2
+    assert main(["run", "--out", str(tmp_path), "--backend", "cpu", "--suite", "no-such"]) == 2
