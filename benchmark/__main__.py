@@ -1,16 +1,29 @@
-"""``python -m benchmark``: run the side-by-side benchmarks and write the results as JSON.
+"""``python -m benchmark``: run the side-by-side benchmarks, write the results, redraw the tables.
 
-Writes ``benchmark/results/<machine>.json`` (``--out`` to change) and prints it. ``--quick``
-runs fewer rounds, for a smoke test.
+Writes ``benchmark/results/<machine>.json`` (merged: parts not run keep their last figures),
+the PNG charts next to it, and regenerates BENCHMARKS.md from every results/*.json present.
+Parts: peaks (replacement peak / new size), fit (largest replacement under a cap), hot
+(reuse-path cost), startup (.pth hook cost), proof (``ci run`` wall time). ``--quick`` runs
+fewer rounds and the regression test's transitions only. A part that fails is recorded and
+the others still run. Exit 0 when every part ran, 1 when one failed, 2 for bad usage.
 """
 
 import argparse
+import datetime
 import json
 import platform
 import socket
+import sys
+import tempfile
+import time
 from pathlib import Path
 
-from benchmark import hot_path, startup
+from benchmark import tables
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results"
+DOCUMENT = ROOT / "BENCHMARKS.md"
+PARTS = ("peaks", "fit", "hot", "startup", "proof")
 
 
 def machine_name() -> str:
@@ -24,32 +37,167 @@ def machine_name() -> str:
     return f"cpu-{platform.machine()}-{socket.gethostname()[:12]}"
 
 
+def _plan(device: str, quick: bool) -> dict:
+    """How many repeats each part gets: CPU probes cost ~4 s, CUDA ones ~15 s but run wide."""
+    cuda = device == "cuda"
+    return {
+        "peak_repeats": (1 if quick else 3) if cuda else 1,
+        "fit_caps": [128, 1024] if cuda else [128],
+        "fit_repeats": 1,
+        "hot": dict(rounds=5, number=2000) if quick else dict(rounds=21, number=20000),
+        "startup_runs": 4 if quick else (10 if cuda else 20),
+        "breakdown_repeats": 1 if quick else (2 if cuda else 3),
+        "ci_repeats": 1,
+    }
+
+
+def load_reports(results_dir: Path) -> dict:
+    reports = {}
+    for path in sorted(results_dir.glob("*.json")):
+        try:
+            reports[path.stem] = json.loads(path.read_text())
+        except ValueError as exc:
+            print(f"warning: {path}: {exc}", file=sys.stderr)
+    return reports
+
+
+def render_document(results_dir: Path, document: Path) -> None:
+    current = document.read_text() if document.exists() else ""
+    document.write_text(tables.update(current, load_reports(results_dir)))
+
+
+def _draw(report: dict, name: str, results_dir: Path) -> None:
+    from benchmark import charts
+
+    drawn = report.setdefault("charts", {})
+    if "peaks" in report:
+        drawn["peaks"] = f"{name}-peaks.png"
+        charts.peak_bars(
+            report["peaks"], f"replacement peak / new size ({name})", results_dir / drawn["peaks"]
+        )
+    if report.get("timeline"):
+        drawn["timeline"] = f"{name}-timeline.png"
+        charts.memory_timeline(
+            report["timeline"],
+            f"64 -> 96 MiB bf16 replacement ({name})",
+            results_dir / drawn["timeline"],
+        )
+
+
+def _run_part(part: str, device: str, plan: dict, deadline: float, scratch: Path, jobs: int):
+    from benchmark import charts, hot_path, memory, proof, startup
+
+    if part == "peaks":
+        peaks = memory.peaks(device, plan["peak_repeats"], jobs, plan["quick"], scratch)
+        out = {"peaks": peaks}
+        row = peaks["transitions"].get(memory.SNAPSHOT_TRANSITION, {})
+        if row.get("change", {}).get("snapshot"):
+            out["timeline"] = {"new_mib": row["new_mib"]}
+            for mode in memory.MODES:
+                snapshot = row[mode].pop("snapshot", None)
+                try:
+                    out["timeline"][mode] = charts.timeline_points(snapshot) if snapshot else []
+                except Exception as exc:  # the picture is optional, the peaks are not
+                    out["timeline"][f"{mode}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        return out
+    if part == "fit":
+        return {
+            "largest_fit": memory.largest_fit(device, plan["fit_caps"], plan["fit_repeats"], jobs)
+        }
+    if part == "hot":
+        return {"hot_path": hot_path.measure(device, **plan["hot"])}
+    if part == "startup":
+        return {"startup": startup.measure(runs=plan["startup_runs"])}
+    if part == "proof":
+        return {
+            "proof": proof.measure(
+                device, plan["breakdown_repeats"], plan["ci_repeats"], deadline, ROOT
+            )
+        }
+    raise ValueError(part)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmark", description=__doc__)
-    parser.add_argument(
-        "--out", type=Path, help="result file (default benchmark/results/<machine>.json)"
-    )
     parser.add_argument("--quick", action="store_true", help="fewer rounds: a smoke test")
     parser.add_argument(
-        "--device", default=None, help="workspace device (default: cuda if available)"
+        "--parts", default=",".join(PARTS), help=f"comma list of {', '.join(PARTS)} (default: all)"
+    )
+    parser.add_argument("--device", help="workspace device (default: cuda if available)")
+    parser.add_argument(
+        "--jobs", type=int, help="capped children at once (default: CPUs, at most 12)"
+    )
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        default=330,
+        help="seconds; the serial proof run is skipped if it would overrun",
+    )
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
+    parser.add_argument("--document", type=Path, default=DOCUMENT)
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help="only regenerate BENCHMARKS.md from the results present",
     )
     args = parser.parse_args(argv)
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if any(p not in PARTS for p in parts) or not parts:
+        parser.error(f"--parts {args.parts!r}: use a comma list of {', '.join(PARTS)}")
+    if args.render_only:
+        render_document(args.results_dir, args.document)
+        return 0
+
+    import os
+
     import torch
 
+    started = time.monotonic()
+    deadline = started + args.time_budget
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    report = {
-        "machine": machine_name(),
-        "torch": torch.__version__,
-        "hot_path": hot_path.measure(
-            device, rounds=5 if args.quick else 21, number=2000 if args.quick else 20000
-        ),
-        "startup": startup.measure(runs=4 if args.quick else 30),
-    }
-    out = args.out or Path(__file__).parent / "results" / f"{report['machine']}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
-    return 0
+    jobs = args.jobs or min(12, os.cpu_count() or 1)
+    plan = dict(_plan(device, args.quick), quick=args.quick)
+    name = machine_name()
+    path = args.results_dir / f"{name}.json"
+    report = json.loads(path.read_text()) if path.exists() else {}
+    report.update(
+        machine=name,
+        device=device,
+        torch=torch.__version__,
+        python=platform.python_version(),
+        generated=datetime.date.today().isoformat(),
+        command="python -m benchmark" + (" --quick" if args.quick else ""),
+        quick=args.quick,
+    )
+    errors = report.setdefault("errors", {})
+    with tempfile.TemporaryDirectory() as scratch:
+        for part in parts:
+            part_started = time.monotonic()
+            print(f"benchmark: {part} ...", file=sys.stderr, flush=True)
+            try:
+                report.update(_run_part(part, device, plan, deadline, Path(scratch), jobs))
+                errors.pop(part, None)
+            except Exception as exc:  # one failing part must not lose the others
+                message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                errors[part] = message.replace("`", "'")
+                print(f"benchmark: {part} failed: {errors[part]}", file=sys.stderr)
+            print(
+                f"benchmark: {part} took {time.monotonic() - part_started:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+    report["elapsed_s"] = round(time.monotonic() - started, 1)
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        _draw(report, name, args.results_dir)
+    except Exception as exc:
+        errors["charts"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    render_document(args.results_dir, args.document)
+    print(
+        f"benchmark: wrote {path} and {args.document} in {report['elapsed_s']} s", file=sys.stderr
+    )
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":

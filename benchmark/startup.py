@@ -5,6 +5,7 @@ Two throw-away venvs see the project venv's site-packages as a plain path (so it
 ours included, are not run); only the second also gets the overlay package and its .pth.
 """
 
+import json
 import shutil
 import subprocess
 import sys
@@ -41,6 +42,26 @@ def _make_venv(root: Path, with_overlay: bool) -> Path:
     return python
 
 
+# Counts the start-up trigger's calls during ``import torch`` and times one call: what the
+# installed hook adds to an interpreter that never imports sglang, free of the run-to-run
+# noise of a wall-clock difference between two ``import torch`` processes.
+TRIGGER_COST = """
+import json, timeit
+import sglang_overlay._startup as startup
+finder = type(startup._TRIGGER)
+original, calls = finder.find_spec, [0]
+def counting(self, name, path=None, target=None):
+    calls[0] += 1
+    return original(self, name, path, target)
+finder.find_spec = counting
+import torch
+finder.find_spec = original
+number = 200000
+per_call = timeit.timeit(lambda: startup._TRIGGER.find_spec("numpy.core", None), number=number) / number
+print(json.dumps({"calls": calls[0], "ns_per_call": per_call * 1e9, "ms": calls[0] * per_call * 1e3}))
+"""
+
+
 def _time_once(python: Path, program: str) -> float:
     start = time.perf_counter()
     subprocess.run([str(python), "-c", program], check=True)
@@ -55,6 +76,10 @@ def measure(runs: int = 30) -> dict:
             [str(with_), "-c", PROBE], check=True, capture_output=True, text=True
         )
         results = {"modules_after_start_with_overlay": probe.stdout.strip()}
+        cost = subprocess.run(
+            [str(with_), "-c", TRIGGER_COST], check=True, capture_output=True, text=True
+        )
+        results["trigger_cost_import_torch"] = json.loads(cost.stdout.strip().splitlines()[-1])
         for label, program in PROGRAMS.items():
             _time_once(without, program), _time_once(with_, program)  # warm the page cache
             deltas = []

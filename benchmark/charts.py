@@ -1,0 +1,84 @@
+"""Pictures for BENCHMARKS.md, drawn from a results dict with matplotlib's Agg backend.
+
+``timeline_points`` turns a PyTorch memory snapshot into (milliseconds, allocated MiB) steps,
+so the results JSON keeps the curve and the pictures can be redrawn without a GPU.
+"""
+
+import pickle
+
+MIB = float(1 << 20)
+
+
+def timeline_points(snapshot_path: str, device_index: int = 0) -> list:
+    """Allocated bytes after each alloc / free event of a ``_dump_snapshot`` pickle."""
+    with open(snapshot_path, "rb") as handle:
+        snapshot = pickle.load(handle)
+    traces = snapshot.get("device_traces") or [[]]
+    events = traces[device_index] if device_index < len(traces) else []
+    allocated, points, start = 0, [], None
+    for i, event in enumerate(events):
+        action = event.get("action")
+        if action == "alloc":
+            allocated += event["size"]
+        elif action == "free_completed":
+            allocated -= event["size"]
+        else:
+            continue
+        stamp = event.get("time_us")
+        t = i if stamp is None else stamp / 1000.0
+        start = t if start is None else start
+        points.append([round(t - start, 3), round(allocated / MIB, 3)])
+    return points
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def peak_bars(peaks: dict, title: str, path) -> None:
+    plt = _pyplot()
+    names = list(peaks["transitions"])
+    rows = [peaks["transitions"][n] for n in names]
+    series = [
+        ("unmodified", [r["unmodified"]["ratio"]["median"] for r in rows], "#c44e52"),
+        ("change", [r["change"]["ratio"]["median"] for r in rows], "#4c72b0"),
+        ("limit", [r["limit_ratio"] for r in rows], "#999999"),
+    ]
+    fig, ax = plt.subplots(figsize=(8, 3.4), dpi=90)
+    width = 0.27
+    for i, (label, values, color) in enumerate(series):
+        xs = [x + (i - 1) * width for x in range(len(names))]
+        ax.bar(xs, values, width, label=label, color=color)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels([n.replace("_", " ") for n in names], fontsize=7, rotation=12, ha="right")
+    ax.set_ylabel("peak / new size")
+    ax.axhline(1.0, color="black", linewidth=0.6)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def memory_timeline(timeline: dict, title: str, path) -> None:
+    plt = _pyplot()
+    modes = [m for m in ("unmodified", "change") if timeline.get(m)]
+    fig, axes = plt.subplots(1, len(modes), figsize=(8, 3), dpi=90, sharey=True, squeeze=False)
+    for ax, mode in zip(axes[0], modes, strict=True):
+        ts = [p[0] for p in timeline[mode]]
+        mib = [p[1] for p in timeline[mode]]
+        ax.step(ts, mib, where="post", color="#c44e52" if mode == "unmodified" else "#4c72b0")
+        ax.axhline(timeline["new_mib"], color="#999999", linestyle="--", linewidth=0.8)
+        ax.axhline(128, color="black", linestyle=":", linewidth=0.8)
+        ax.set_title(f"{mode}: peak {max(mib, default=0):.0f} MiB", fontsize=9)
+        ax.set_xlabel("ms since first allocation", fontsize=8)
+    axes[0][0].set_ylabel("allocated MiB")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

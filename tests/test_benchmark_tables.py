@@ -1,0 +1,143 @@
+"""BENCHMARKS.md rendering and chart inputs, from hand-made result dicts: no measuring."""
+
+import pickle
+
+from benchmark import charts, tables
+from benchmark.stats import summary
+
+
+def _peaks(change_ratio=1.0):
+    return {
+        "device": "cpu",
+        "repeats": 1,
+        "method": "smallest RLIMIT_AS budget that passes",
+        "transitions": {
+            "grow_bf16_64_to_96_mib": {
+                "steps": "65536:bfloat16,98304:bfloat16",
+                "old_mib": 64.0,
+                "new_mib": 96.0,
+                "limit_ratio": 1.0,
+                "probes": 4,
+                "unmodified": {"peak_mib": summary([161]), "ratio": summary([161 / 96])},
+                "change": {"peak_mib": summary([96]), "ratio": summary([change_ratio])},
+            }
+        },
+    }
+
+
+def _fit():
+    row = {"cap_mib": 128, "held_mib": 64, "limit_mib": 128.0, "probes": 5}
+    row.update(unmodified=summary([64]), change=summary([128]))
+    return {
+        "device": "cuda",
+        "repeats": 1,
+        "granularity_mib": 2.0,
+        "resolution_mib": 1,
+        "method": "bisection",
+        "rows": [row],
+    }
+
+
+def _proof(parallel_s=40.0, one_case_s=15.0):
+    phase = {
+        k: summary([v])
+        for k, v in dict(
+            wall=one_case_s, interpreter=1.0, import_=0, cuda_init=3.0, body=1.0
+        ).items()
+    }
+    phase["import"] = summary([10.0])
+    return {
+        "device": "cuda",
+        "breakdown": {
+            "case": "grow",
+            "repeats": 1,
+            "seconds": {"unmodified": phase, "change": phase},
+        },
+        "ci_run": {
+            "repeats": 1,
+            "parallel_jobs": 16,
+            "skipped": ["serial run 1: about 90 s, past the time budget"],
+            "parallel": {"wall_s": summary([parallel_s]), "returncodes": [0], "processes_s": {}},
+        },
+        "ab_over_one_case": {"parallel": parallel_s / one_case_s},
+    }
+
+
+def _report(**parts):
+    return dict(
+        machine="m",
+        device="cuda",
+        torch="2.11",
+        generated="today",
+        command="python -m benchmark",
+        **parts,
+    )
+
+
+def test_a_change_at_the_limit_meets_the_peak_goal_and_names_the_command():
+    text = "\n".join(tables.peaks_table(_report(peaks=_peaks(1.0))))
+    assert "| grow_bf16_64_to_96_mib | 64 -> 96 | 1.68 | 1.00 | 1.00 | 4 |" in text
+    assert "Reproduce: `python -m benchmark --parts peaks`" in text
+    assert "goal met" in text
+
+
+def test_a_change_above_the_limit_states_the_missed_goal_with_its_figure():
+    text = "\n".join(tables.peaks_table(_report(peaks=_peaks(1.67))))
+    assert "**goal missed**: grow_bf16_64_to_96_mib 1.67 > 1.00" in text
+
+
+def test_nothing_larger_than_the_held_buffer_is_shown_as_such():
+    text = "\n".join(tables.fit_table(_report(largest_fit=_fit())))
+    assert "| 128 | 64 | none larger than held | 128 | 128 | 5 |" in text
+    assert "goal met" in text
+
+
+def test_a_slow_proof_states_its_ratio_and_reason_and_the_skipped_serial_run():
+    text = "\n".join(tables.proof_table(_report(proof=_proof())))
+    assert "**goal missed**: the parallel A/B takes 2.7x one case process" in text
+    assert "Skipped: serial run 1" in text
+    assert "| parallel | 2.7 | [0] | 40.0 |" in text  # seconds: a CUDA machine
+
+
+def test_cpu_machines_show_no_absolute_times_in_the_proof_table():
+    report = _report(proof=_proof())
+    report["device"] = "cpu"
+    text = "\n".join(tables.proof_table(report))
+    assert "wall s" not in text and "| parallel | 2.7 | [0] |" in text
+
+
+def test_update_keeps_prose_outside_the_markers_and_orders_cuda_machines_first():
+    document = f"intro\n{tables.START}\nstale-table\n{tables.END}\noutro\n"
+    cpu = _report(peaks=_peaks())
+    cpu["device"] = "cpu"
+    text = tables.update(document, {"a-cpu": cpu, "z-gpu": _report(peaks=_peaks())})
+    assert text.startswith("intro\n") and text.endswith("outro\n") and "stale-table" not in text
+    assert text.index("### z-gpu") < text.index("### a-cpu")
+    assert tables.update(text, {"a-cpu": cpu, "z-gpu": _report(peaks=_peaks())}) == text
+
+
+def test_a_failed_part_is_reported_under_its_machine():
+    text = tables.render({"m": _report(errors={"proof": "ChildFailed: no result"})})
+    assert "Part `proof` failed on this machine: `ChildFailed: no result`" in text
+
+
+def test_timeline_points_follow_allocs_and_completed_frees(tmp_path):
+    mib = 1 << 20
+    events = [
+        {"action": "segment_alloc", "size": 128 * mib, "time_us": 0},
+        {"action": "alloc", "size": 64 * mib, "time_us": 1000},
+        {"action": "alloc", "size": 96 * mib, "time_us": 3000},
+        {"action": "free_requested", "size": 64 * mib, "time_us": 4000},
+        {"action": "free_completed", "size": 64 * mib, "time_us": 4500},
+    ]
+    path = tmp_path / "snapshot.pickle"
+    path.write_bytes(pickle.dumps({"segments": [], "device_traces": [events]}))
+    assert charts.timeline_points(str(path)) == [[0.0, 64.0], [2.0, 160.0], [3.5, 96.0]]
+
+
+def test_charts_are_written_as_png(tmp_path):
+    charts.peak_bars(_peaks(), "t", tmp_path / "p.png")
+    timeline = {"new_mib": 96.0, "unmodified": [[0, 64], [1, 160]], "change": [[0, 64], [1, 96]]}
+    charts.memory_timeline(timeline, "t", tmp_path / "t.png")
+    for name in ("p.png", "t.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
