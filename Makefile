@@ -11,7 +11,7 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 SITE_READY := $(VENV)/.ready-sglang-$(SGLANG_VERSION)
 OVERLAY_SOURCES := $(shell find sglang_overlay sglang_overlay_startup -type f -not -name '*.pyc') pyproject.toml
 
-.PHONY: venv install demo test lint compat clean
+.PHONY: venv install demo test lint compat bench clean
 
 $(SITE_READY): requirements/cpu-closure.txt requirements/dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,8 +30,11 @@ $(VENV)/.installed: $(SITE_READY) $(OVERLAY_SOURCES)
 
 install: $(VENV)/.installed
 
+# The A/B on the real class: every registered case in a fresh capped process, unmodified
+# (SGLANG_OVERLAY_DISABLE=1) and with the change, then the evidence as the bot would post it.
 demo: install
-	$(PY) -m sglang_overlay.demo
+	$(PY) -m ci run --out out/demo --backend $$($(PY) -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")
+	$(PY) -m ci report --results out/demo
 
 lint: install
 	$(BIN)/pre-commit run --all-files --show-diff-on-failure
@@ -40,7 +43,10 @@ test: install lint
 	$(PY) -m pytest -q
 
 compat: install
-	$(PY) -m sglang_overlay.compat
+	$(PY) -m tools.compat
+
+bench: install
+	$(PY) -m benchmark
 
 clean:
 	rm -rf $(VENV)

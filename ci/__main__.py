@@ -83,8 +83,8 @@ def _parser() -> argparse.ArgumentParser:
         "status per suite.",
     )
     report.add_argument("--results", help="the --out directory of `ci run` (or results.json)")
-    report.add_argument("--repo", required=True, help="OWNER/NAME")
-    report.add_argument("--pr", required=True, type=int, help="pull request number")
+    report.add_argument("--repo", help="OWNER/NAME (required with --post)")
+    report.add_argument("--pr", type=int, help="pull request number (required with --post)")
     report.add_argument("--sha", help="head commit for the statuses (none are set without it)")
     report.add_argument("--api-url", help="GitHub Enterprise base URL (client adds /api/v3)")
     report.add_argument("--slot", default=DEFAULT_SLOT, help=f"slot name (default {DEFAULT_SLOT})")
@@ -220,13 +220,11 @@ def _print_run_summary(model) -> None:
 
 
 def cmd_report(args) -> int:
-    import github3.exceptions
-
     from ci import pr_body, render, results
-    from ci.publish import Publisher, connect
-    from ci.retry import GaveUp, RetryPolicy
 
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", args.repo):
+    if args.post and (not args.repo or args.pr is None):
+        raise UsageError("--post needs --repo OWNER/NAME and --pr N")
+    if args.repo and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", args.repo):
         raise UsageError(f"--repo {args.repo!r}: expected OWNER/NAME")
     try:
         pr_body.markers(args.slot)
@@ -274,6 +272,12 @@ def cmd_report(args) -> int:
         _print_plan(plan, args.json, statuses_skipped=bool(statuses and not args.sha))
         return EXIT_OK
 
+    # Only publishing needs github3: a dry run works where it is not installed (a GPU runner).
+    import github3.exceptions
+
+    from ci.publish import Publisher, connect
+    from ci.retry import GaveUp, RetryPolicy
+
     token = os.environ.get("GITHUB_TOKEN")
     if not token:
         raise UsageError("--post needs a token in GITHUB_TOKEN")
@@ -301,7 +305,8 @@ def _print_plan(plan: dict, as_json: bool, statuses_skipped: bool) -> None:
     if as_json:
         print(json.dumps(plan, indent=2))
         return
-    print(f"# dry run: nothing is sent. Target: {plan['repo']} PR #{plan['pr']}")
+    target = f"{plan['repo']} PR #{plan['pr']}" if plan["repo"] else "none (local preview)"
+    print(f"# dry run: nothing is sent. Target: {target}")
     print(f"\n## PR body: slot {plan['slot']!r} set to this line (block added if missing)\n")
     print(plan["slot_line"])
     if plan["comment"] is not None:
