@@ -56,7 +56,9 @@ def test_unmodified_mode_ooms_the_regression_cases_and_the_change_fixes_them(cpu
         else:
             assert case["kind"] == "preservation", name
         assert case["modes"]["change"]["outcome"] == "pass"
-        assert case["modes"]["change"]["duration_s"] > 0
+        # The registered file runs its cases concurrently, so a case may be done when its test
+        # starts: the duration is the time its test waited, possibly 0.
+        assert case["modes"]["change"]["duration_s"] >= 0
     cuda = [c for c in data["cases"] if c["case_id"].startswith("TestSparsePrefillWorkspaceCUDA")]
     assert cuda and all(c["kind"] == "skipped" for c in cuda)
     assert data["files"][0]["flags"] == []

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import unittest
+from concurrent.futures import ThreadPoolExecutor
 
 from sglang.test.ci.ci_register import register_cpu_ci, register_cuda_ci
 
@@ -198,21 +199,43 @@ def run_capped_case(case: str, device: str, budget_mib: int = ALLOCATOR_CAP_MIB,
                           timeout=CHILD_TIMEOUT_S)
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_PREFIX):
-            result = json.loads(line[len(RESULT_PREFIX):])
-            print(line, file=sys.stderr)  # keep the evidence in the test log
-            return result
+            return json.loads(line[len(RESULT_PREFIX):])
     raise AssertionError(
         f"case {case} on {device} exited {proc.returncode} without a result\n{proc.stderr[-4000:]}"
     )
 
 
+def case_budgets(device: str):
+    """Every (case, budget) the tests below read. On CPU the address-space cap is the peak
+    measurement, so the grow also runs under the tighter budget."""
+    budgets = [(case, ALLOCATOR_CAP_MIB) for case in (*TRANSITIONS, *CHECKS)]
+    if device == "cpu":
+        budgets.append(("grow_bf16_64_to_96_mib", PEAK_LIMIT_MIB))
+    return budgets
+
+
 class _WorkspaceReleaseFirstCases:
-    """The cases, for one device. Subclasses set DEVICE."""
+    """The cases, for one device. Subclasses set DEVICE and call start_cases() once set up."""
 
     DEVICE = "cpu"
 
+    @classmethod
+    def start_cases(cls):
+        # Each case is its own isolated process, so all of them can run at once; a test then
+        # waits for its own. The wall time of the class is about that of its slowest case.
+        budgets = case_budgets(cls.DEVICE)
+        cls._pool = ThreadPoolExecutor(max_workers=max(1, min(len(budgets), os.cpu_count() or 1)))
+        cls._pending = {
+            key: cls._pool.submit(run_capped_case, key[0], cls.DEVICE, key[1]) for key in budgets
+        }
+
+    @classmethod
+    def tearDownClass(cls):
+        cls._pool.shutdown(wait=True, cancel_futures=True)
+
     def _run(self, case, budget_mib=ALLOCATOR_CAP_MIB):
-        result = run_capped_case(case, self.DEVICE, budget_mib)
+        result = self._pending[(case, budget_mib)].result()
+        print(RESULT_PREFIX + json.dumps(result), file=sys.stderr)  # the evidence, in this test's log
         if result["outcome"] == "skip":
             self.skipTest(result["detail"])
         return result
@@ -270,6 +293,7 @@ class TestSparsePrefillWorkspaceCPU(_WorkspaceReleaseFirstCases, unittest.TestCa
     def setUpClass(cls):
         if not sys.platform.startswith("linux"):
             raise unittest.SkipTest("the CPU cap reads /proc and sets RLIMIT_AS (Linux only)")
+        cls.start_cases()
 
 
 class TestSparsePrefillWorkspaceCUDA(_WorkspaceReleaseFirstCases, unittest.TestCase):
@@ -281,6 +305,7 @@ class TestSparsePrefillWorkspaceCUDA(_WorkspaceReleaseFirstCases, unittest.TestC
 
         if not torch.cuda.is_available():
             raise unittest.SkipTest("no CUDA device: the CUDA allocator-cap cases need a GPU")
+        cls.start_cases()
 
 
 def _child_main(argv) -> None:
