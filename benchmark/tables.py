@@ -160,14 +160,24 @@ def startup_table(report) -> list:
         "| program | overlay - without, ms | goal |",
         "| --- | --- | --- |",
     ]
-    missed = []
+    missed, inconclusive = [], []
     cost = st["results"].get("trigger_cost_import_torch")
     for program, r in st["results"].items():
         if not isinstance(r, dict) or "overlay_minus_without_ms" not in r:
             continue
         delta = r["overlay_minus_without_ms"]
         lines.append(f'| `python -c "{program}"` | {_range(delta, "{:.1f}")} | {r["goal"]} |')
-        if delta["median"] > 5 and not (program == "import torch" and cost and cost["ms"] <= 5):
+        if program == "import torch" and cost:
+            if cost["ms"] > 5:
+                missed.append(f"`import torch` direct cost {cost['ms']:.2f} ms")
+        elif program == "import torch" and delta["max"] - delta["min"] > 50:
+            lines_note = (
+                f"The `import torch` row cannot resolve 5 ms here: its pairs spread over "
+                f"{delta['max'] - delta['min']:.0f} ms, and this run predates the direct-cost "
+                "measurement (trigger calls x cost per call); the CPU table has it."
+            )
+            inconclusive.append(lines_note)
+        elif delta["median"] > 5:
             missed.append(f"`{program}` {delta['median']:.1f} ms")
     if cost:
         lines += [
@@ -178,7 +188,12 @@ def startup_table(report) -> list:
             "processes above is run-to-run noise of that import (see its min-max), far wider "
             "than 5 ms, so the direct figure is the verdict for that row.",
         ]
-    lines += ["", _goal(not missed, "; ".join(missed)), ""]
+    for note in inconclusive:
+        lines += ["", note]
+    verdict = _goal(not missed, "; ".join(missed))
+    if inconclusive and not missed:
+        verdict = "goal met where this run can resolve it (see the note above)"
+    lines += ["", verdict, ""]
     return lines
 
 
@@ -249,11 +264,13 @@ def proof_table(report) -> list:
             "",
             _goal(
                 ratio <= 1.5,
-                f"the parallel A/B takes {ratio:.1f}x one case process (goal <= 1.5x): each "
-                "registered case is its own fresh capped process paying the interpreter, the "
-                "sglang import and (CUDA) the CUDA init, and a file runs its cases one after "
-                "another; only the two modes overlap. Meeting it needs the cases of one file "
-                "to run concurrently.",
+                f"the parallel A/B takes {ratio:.1f}x one case process (goal <= 1.5x). Each "
+                "registered case is its own fresh capped process, and importing sglang's DSV4 "
+                "module is most of its time (table above). The registered file starts all "
+                "cases of a class at once, but its CPU class and CUDA class follow each other, "
+                "both modes' imports compete for the same cores, and `ci run` probes the "
+                "environment of each mode in a process of its own. Closing the gap would need "
+                "one warm interpreter forking the capped children instead of fresh ones.",
             ),
         ]
     lines.append("")
