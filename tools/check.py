@@ -56,7 +56,7 @@ def am_series(series, repo: Path, env=None) -> None:
     if proc.returncode == 0:
         return
     output = gitcmd.text(proc)
-    gitcmd.run(["am", "--abort"], repo, check=False)
+    gitcmd.run(["am", "--abort"], repo, env=env, check=False)
     index = failures.failing_patch_index(output)
     if index is None:
         raise SeriesError(f"git am failed before naming a patch:\n{output.strip()}")
