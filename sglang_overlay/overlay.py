@@ -13,7 +13,7 @@ import threading
 import warnings
 from dataclasses import asdict, dataclass
 
-from sglang_overlay import PATCH_ID, config, release_first, shapes
+from sglang_overlay import PATCH_ID, config, shapes
 
 logger = logging.getLogger("sglang_overlay")
 
@@ -55,7 +55,10 @@ _warned = False
 
 def status() -> list:
     with _lock:
-        return [asdict(_status)]
+        record = asdict(_status)
+    if record["sglang_version"] == "unknown":  # nothing has looked yet
+        record["sglang_version"] = sglang_version()
+    return [record]
 
 
 def apply() -> list:
@@ -65,9 +68,12 @@ def apply() -> list:
     except ModuleNotFoundError as exc:
         if exc.name is None or not shapes.WORKSPACE_MODULE.startswith(exc.name):
             raise
-        _record(
-            "not-present", shapes.WORKSPACE_MODULE, f"sglang {sglang_version()} has no {exc.name}"
+        reason = (
+            "sglang is not installed"
+            if exc.name == "sglang"
+            else f"sglang {sglang_version()} has no {exc.name}"
         )
+        _record("not-present", shapes.WORKSPACE_MODULE, reason)
         return status()
     # Importing may have run the post-import hook already; applying again is a no-op.
     apply_to_module(module)
@@ -88,6 +94,8 @@ def apply_to_module(module) -> None:
             if found.state == "unsupported":
                 _refuse(found.reason)
             return
+        from sglang_overlay import release_first  # imports torch: only once sglang has
+
         original = vars(found.cls)[found.shape.method]
         patched = functools.update_wrapper(release_first.build(found.shape, module), original)
         patched.__sglang_overlay_patch__ = PATCH_ID

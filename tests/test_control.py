@@ -150,3 +150,27 @@ def test_cli_bad_usage_exits_two():
         text=True,
     )
     assert proc.returncode == 2
+
+
+def test_an_environment_without_sglang_reports_not_present(tmp_path):
+    # The base interpreter, isolated, with only a copy of the overlay on its path: no sglang,
+    # no torch. The overlay must say so instead of failing.
+    import shutil
+    from pathlib import Path
+
+    import sglang_overlay
+
+    shutil.copytree(Path(sglang_overlay.__file__).parent, tmp_path / "sglang_overlay")
+    code = (
+        f"import sys, json; sys.path.insert(0, {str(tmp_path)!r}); import sglang_overlay; "
+        "print(json.dumps([sglang_overlay.apply(), 'torch' in sys.modules]))"
+    )
+    proc = subprocess.run(
+        [sys._base_executable, "-I", "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records, torch_loaded = json.loads(proc.stdout)
+    assert (
+        records[0]["state"] == "not-present" and records[0]["reason"] == "sglang is not installed"
+    )
+    assert not torch_loaded
