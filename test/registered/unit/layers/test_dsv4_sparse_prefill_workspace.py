@@ -1,11 +1,11 @@
-"""DSV4 sparse-prefill workspace: replacing the scratch buffer must not need old + new memory.
+"""DSV4 sparse-prefill workspace: replacing the scratch must not need old + new memory.
 
-Each capped case runs in a fresh subprocess under an isolated allocator budget, so the cap
-cannot leak into other tests or a resident server. CUDA caps the caching allocator with
-``torch.cuda.set_per_process_memory_fraction``; CPU caps the address space with
-``RLIMIT_AS`` at the child's current size plus the budget, after forcing one thread and one
-malloc arena. The cases use the workspace class exactly as this process imports it, so the
-file runs unchanged in an upstream checkout and against an installed sglang.
+Each capped case runs in a fresh subprocess under an isolated allocator budget, so the
+cap cannot leak into other tests or a resident server. CUDA caps the caching allocator
+with ``torch.cuda.set_per_process_memory_fraction``; CPU caps the address space with
+``RLIMIT_AS`` at the child's current size plus the budget, after forcing one thread and
+one malloc arena. The cases use the workspace class exactly as this process imports it,
+so the file runs unchanged in an upstream checkout and against an installed sglang.
 
 Run: ``python test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py -v``
 """
@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sglang.test.ci.ci_register import register_cpu_ci, register_cuda_ci
 
-register_cuda_ci(est_time=120, stage="base-b", runner_config="1-gpu-small")
-register_cpu_ci(est_time=60, stage="base-a", runner_config="cpu")
+register_cuda_ci(est_time=60, stage="base-b", runner_config="1-gpu-small")
+register_cpu_ci(est_time=25, stage="base-a", runner_config="cpu")
 
 WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
 WORKSPACE_CLASSES = ("SparsePrefillKVBuffer", "SparsePrefillWorkspace")
@@ -38,7 +38,10 @@ ROWS_16_MIB_BF16 = 16384
 
 # Each case is a list of (num_tokens, dtype name) requests made in order.
 TRANSITIONS = {
-    "grow_bf16_64_to_96_mib": [(ROWS_64_MIB_BF16, "bfloat16"), (ROWS_96_MIB_BF16, "bfloat16")],
+    "grow_bf16_64_to_96_mib": [
+        (ROWS_64_MIB_BF16, "bfloat16"),
+        (ROWS_96_MIB_BF16, "bfloat16"),
+    ],
     "replace_fp8_48_with_bf16_96_mib": [
         (ROWS_96_MIB_BF16, "float8_e4m3fn"),
         (ROWS_96_MIB_BF16, "bfloat16"),
@@ -56,9 +59,9 @@ CHECKS = (
 HEAD_KEY = ("k_cache", 0x1000, "indices", 0x2000)
 
 
-# --------------------------------------------------------------------------------------------
-# Child side: one case in this process, under the allocator cap; prints one JSON result line.
-# --------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------
+# Child side: one case in this process, under the allocator cap; one JSON result line.
+# ------------------------------------------------------------------------------------
 
 
 def workspace_class(module):
@@ -107,8 +110,10 @@ def _cap_allocator(torch, device: str, budget_mib: int) -> None:
 
 def _is_out_of_memory(exc: BaseException) -> bool:
     text = str(exc)
-    return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or (
-        "can't allocate memory" in text or "out of memory" in text
+    return (
+        isinstance(exc, MemoryError)
+        or type(exc).__name__ == "OutOfMemoryError"
+        or ("can't allocate memory" in text or "out of memory" in text)
     )
 
 
@@ -119,28 +124,40 @@ def run_case(case: str, device: str, budget_mib: int) -> dict:
     cls = workspace_class(module)
     with_dtype = takes_dtype(cls)
     _cap_allocator(torch, device, budget_mib)
-    result = {"case": case, "device": device, "budget_mib": budget_mib, "class": cls.__name__}
+    result = {
+        "case": case,
+        "device": device,
+        "budget_mib": budget_mib,
+        "class": cls.__name__,
+    }
     workspace = cls(torch.device(device))
     try:
         if case in TRANSITIONS:
             steps = TRANSITIONS[case]
             if not with_dtype and any(d != "bfloat16" for _, d in steps):
-                result.update(outcome="skip", detail=f"{cls.__name__}.get has no dtype parameter")
+                result.update(
+                    outcome="skip", detail=f"{cls.__name__}.get has no dtype parameter"
+                )
                 return result
             for num_tokens, dtype_name in steps:
                 dtype = getattr(torch, dtype_name) if with_dtype else None
                 rows = _request(workspace, num_tokens, dtype)
                 expected = getattr(torch, dtype_name)
-                assert rows.shape == (num_tokens, 1, rows.shape[2]) and rows.dtype == expected, (
-                    f"got {tuple(rows.shape)} {rows.dtype}"
-                )
+                assert (
+                    rows.shape == (num_tokens, 1, rows.shape[2])
+                    and rows.dtype == expected
+                ), f"got {tuple(rows.shape)} {rows.dtype}"
                 del rows
         elif case == "retained_view_keeps_values":
-            view = _request(workspace, ROWS_16_MIB_BF16, torch.bfloat16 if with_dtype else None)
+            view = _request(
+                workspace, ROWS_16_MIB_BF16, torch.bfloat16 if with_dtype else None
+            )
             rows = torch.arange(view.shape[0], device=device, dtype=torch.float32) % 251
             view.copy_(rows.reshape(-1, 1, 1).expand_as(view))
             expected = view.clone()
-            grown = _request(workspace, 2 * ROWS_16_MIB_BF16, torch.bfloat16 if with_dtype else None)
+            grown = _request(
+                workspace, 2 * ROWS_16_MIB_BF16, torch.bfloat16 if with_dtype else None
+            )
             grown.fill_(-1)
             result["views_alias"] = grown.data_ptr() == view.data_ptr()
             result["view_unchanged"] = bool(torch.equal(view, expected))
@@ -154,13 +171,16 @@ def run_case(case: str, device: str, budget_mib: int) -> dict:
             result["small_shape"] = list(small.shape)
         elif case == "failed_replacement_keeps_head_consistent":
             if not hasattr(cls, "get_with_head"):
-                result.update(outcome="skip", detail=f"{cls.__name__} does not track a head")
+                result.update(
+                    outcome="skip", detail=f"{cls.__name__} does not track a head"
+                )
                 return result
             rows, _ = workspace.get_with_head(ROWS_64_MIB_BF16, HEAD_KEY)
             before_ptr = rows.data_ptr()
             del rows
             try:
-                workspace.get_with_head(2 * ROWS_96_MIB_BF16, HEAD_KEY)  # 192 MiB: never fits
+                # 192 MiB never fits the cap.
+                workspace.get_with_head(2 * ROWS_96_MIB_BF16, HEAD_KEY)
                 result["replacement_raised"] = False
             except Exception as exc:
                 if not _is_out_of_memory(exc):
@@ -183,31 +203,43 @@ def run_case(case: str, device: str, budget_mib: int) -> dict:
     return result
 
 
-# --------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------
 # Parent side: launch each case in a fresh, isolated process.
-# --------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------
 
 
-def run_capped_case(case: str, device: str, budget_mib: int = ALLOCATOR_CAP_MIB, env=None) -> dict:
-    """Run one case in a fresh subprocess under the allocator cap and return its result."""
+def run_capped_case(
+    case: str, device: str, budget_mib: int = ALLOCATOR_CAP_MIB, env=None
+) -> dict:
+    """Run one case in a fresh subprocess under the allocator cap; return its result."""
     child_env = dict(os.environ if env is None else env)
     # Threads and malloc arenas would otherwise eat the CPU address-space budget.
     child_env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="1")
-    command = [sys.executable, os.path.abspath(__file__), "--case", case, "--device", device,
-               "--budget-mib", str(budget_mib)]
-    proc = subprocess.run(command, env=child_env, capture_output=True, text=True,
-                          timeout=CHILD_TIMEOUT_S)
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--case",
+        case,
+        "--device",
+        device,
+        "--budget-mib",
+        str(budget_mib),
+    ]
+    proc = subprocess.run(
+        command, env=child_env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S
+    )
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX):])
+            return json.loads(line[len(RESULT_PREFIX) :])
     raise AssertionError(
-        f"case {case} on {device} exited {proc.returncode} without a result\n{proc.stderr[-4000:]}"
+        f"case {case} on {device} exited {proc.returncode} without a result\n"
+        f"{proc.stderr[-4000:]}"
     )
 
 
 def case_budgets(device: str):
-    """Every (case, budget) the tests below read. On CPU the address-space cap is the peak
-    measurement, so the grow also runs under the tighter budget."""
+    """Every (case, budget) the tests below read. On CPU the address-space cap is the
+    peak measurement, so the grow also runs under the tighter budget."""
     budgets = [(case, ALLOCATOR_CAP_MIB) for case in (*TRANSITIONS, *CHECKS)]
     if device == "cpu":
         budgets.append(("grow_bf16_64_to_96_mib", PEAK_LIMIT_MIB))
@@ -215,18 +247,21 @@ def case_budgets(device: str):
 
 
 class _WorkspaceReleaseFirstCases:
-    """The cases, for one device. Subclasses set DEVICE and call start_cases() once set up."""
+    """The cases for one device; subclasses set DEVICE and call start_cases()."""
 
     DEVICE = "cpu"
 
     @classmethod
     def start_cases(cls):
-        # Each case is its own isolated process, so all of them can run at once; a test then
-        # waits for its own. The wall time of the class is about that of its slowest case.
+        # Each case is its own isolated process, so all of them can run at once; a test
+        # then waits for its own. The class takes about as long as its slowest case.
         budgets = case_budgets(cls.DEVICE)
-        cls._pool = ThreadPoolExecutor(max_workers=max(1, min(len(budgets), os.cpu_count() or 1)))
+        cls._pool = ThreadPoolExecutor(
+            max_workers=max(1, min(len(budgets), os.cpu_count() or 1))
+        )
         cls._pending = {
-            key: cls._pool.submit(run_capped_case, key[0], cls.DEVICE, key[1]) for key in budgets
+            key: cls._pool.submit(run_capped_case, key[0], cls.DEVICE, key[1])
+            for key in budgets
         }
 
     @classmethod
@@ -235,7 +270,9 @@ class _WorkspaceReleaseFirstCases:
 
     def _run(self, case, budget_mib=ALLOCATOR_CAP_MIB):
         result = self._pending[(case, budget_mib)].result()
-        print(RESULT_PREFIX + json.dumps(result), file=sys.stderr)  # the evidence, in this test's log
+        print(
+            RESULT_PREFIX + json.dumps(result), file=sys.stderr
+        )  # the evidence, in this test's log
         if result["outcome"] == "skip":
             self.skipTest(result["detail"])
         return result
@@ -243,7 +280,8 @@ class _WorkspaceReleaseFirstCases:
     def _assert_fits(self, case, budget_mib=ALLOCATOR_CAP_MIB):
         result = self._run(case, budget_mib)
         self.assertEqual(
-            result["outcome"], "pass",
+            result["outcome"],
+            "pass",
             f"{case} under an isolated {budget_mib} MiB {self.DEVICE} allocator cap: "
             f"{result.get('detail')}",
         )
@@ -268,21 +306,27 @@ class _WorkspaceReleaseFirstCases:
 
     def test_retained_view_keeps_its_storage_and_values(self):
         result = self._assert_fits("retained_view_keeps_values")
-        self.assertFalse(result["views_alias"], "replacement reused storage a caller still holds")
+        self.assertFalse(
+            result["views_alias"], "replacement reused storage a caller still holds"
+        )
         self.assertTrue(result["view_unchanged"], "a retained view's values changed")
 
     def test_smaller_request_reuses_storage(self):
         result = self._assert_fits("smaller_request_reuses_storage")
-        self.assertTrue(result["same_storage"], "a request that fits was given new storage")
+        self.assertTrue(
+            result["same_storage"], "a request that fits was given new storage"
+        )
         self.assertEqual(result["small_shape"][0], ROWS_64_MIB_BF16)
-
 
     def test_failed_replacement_never_reports_rows_it_no_longer_holds(self):
         result = self._assert_fits("failed_replacement_keeps_head_consistent")
-        self.assertTrue(result["replacement_raised"], "a 192 MiB request fitted a 128 MiB cap")
+        self.assertTrue(
+            result["replacement_raised"], "a 192 MiB request fitted a 128 MiB cap"
+        )
         if result["head_filled_after"]:
             self.assertTrue(
-                result["same_storage_after"], "head reported filled in storage that replaced it"
+                result["same_storage_after"],
+                "head reported filled in storage that replaced it",
             )
 
 
@@ -292,7 +336,9 @@ class TestSparsePrefillWorkspaceCPU(_WorkspaceReleaseFirstCases, unittest.TestCa
     @classmethod
     def setUpClass(cls):
         if not sys.platform.startswith("linux"):
-            raise unittest.SkipTest("the CPU cap reads /proc and sets RLIMIT_AS (Linux only)")
+            raise unittest.SkipTest(
+                "the CPU cap reads /proc and sets RLIMIT_AS (Linux only)"
+            )
         cls.start_cases()
 
 
@@ -304,14 +350,18 @@ class TestSparsePrefillWorkspaceCUDA(_WorkspaceReleaseFirstCases, unittest.TestC
         import torch
 
         if not torch.cuda.is_available():
-            raise unittest.SkipTest("no CUDA device: the CUDA allocator-cap cases need a GPU")
+            raise unittest.SkipTest(
+                "no CUDA device: the CUDA allocator-cap cases need a GPU"
+            )
         cls.start_cases()
 
 
 def _child_main(argv) -> None:
     import argparse
 
-    parser = argparse.ArgumentParser(description="run one capped case (used by the tests)")
+    parser = argparse.ArgumentParser(
+        description="run one capped case (used by the tests)"
+    )
     parser.add_argument("--case", required=True, choices=[*TRANSITIONS, *CHECKS])
     parser.add_argument("--device", required=True, choices=["cpu", "cuda"])
     parser.add_argument("--budget-mib", type=int, default=ALLOCATOR_CAP_MIB)
