@@ -6,6 +6,7 @@ than failing the run: a missing nvidia-smi is a fact about the machine, not an e
 """
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -99,11 +100,22 @@ def git_commit(cwd: str) -> dict:
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(dirty) if dirty is not None else None}
 
 
+def series_identity(cwd: str) -> dict:
+    """The id of the patch series in ``cwd``/patches (``tools.identity``); ``pr-body`` checks it."""
+    try:
+        from tools import identity
+
+        return identity.describe(os.path.join(cwd, "patches"))
+    except Exception as exc:  # a checkout without the series is a fact, not a failed run
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
 def describe(mode_envs: dict[str, dict], cwd: str) -> dict:
-    """The whole environment record: machine, git, and a probe per mode."""
+    """The whole environment record: machine, git, the series' id, and a probe per mode."""
     return {
         "python": sys.version.split()[0],
         "gpus": nvidia_smi(),
         "git": git_commit(cwd),
+        "series": series_identity(cwd),
         "modes": {mode: probe_python(env, cwd) for mode, env in mode_envs.items()},
     }
