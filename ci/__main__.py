@@ -21,6 +21,8 @@ import threading
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_SLOT = "dsv4-workspace"
 DEFAULT_LABEL = "Latest PR Test (DSV4 workspace)"
+REPORT_STATES = ("results", "pending", "missing-label", "stale-label", "failure", "cancelled")
+FULL_REPORT = "report.md"  # the untruncated report, in the results folder (the artifact)
 
 
 def main(argv=None) -> int:
@@ -91,14 +93,42 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--slot-label", default=DEFAULT_LABEL, help="text before the slot")
     report.add_argument(
         "--state",
-        choices=["results", "pending", "missing-label"],
+        choices=list(REPORT_STATES),
         default="results",
         help="what to report (only `results` reads results)",
     )
+    report.add_argument(
+        "--test-result",
+        choices=["success", "failure", "cancelled", "skipped"],
+        help="the test job's result (needs.test.result): without results.json the slot and "
+        "check run say failure or cancelled instead of staying pending",
+    )
+    report.add_argument(
+        "--require-head",
+        action="store_true",
+        help="post only while --sha is still the PR's head (a superseded run posts nothing)",
+    )
+    report.add_argument(
+        "--check-run",
+        action="store_true",
+        help="also create a check run on --sha (Checks API; needs an installation token)",
+    )
+    report.add_argument("--summary", help="append the full report here ($GITHUB_STEP_SUMMARY)")
+    report.add_argument(
+        "--workflow-run",
+        metavar="EVENT",
+        help="fork PRs: the workflow_run event payload; repo, sha and run come from it, the "
+        "PR and gate decision from --gate, checked against GitHub before posting",
+    )
+    report.add_argument("--gate", help="gate.json from the test workflow's artifact")
     report.add_argument("--run-id", help="workflow run id, shown as Run #ID")
     report.add_argument("--run-url", help="workflow run URL")
     report.add_argument("--artifacts-url", help="where results.json, JUnit and logs are")
-    report.add_argument("--bot-login", help="only edit a sticky comment written by this login")
+    report.add_argument(
+        "--bot-login",
+        help="the login our comments carry (default: GET /user, or github-actions[bot] for an "
+        "Actions token); only comments by it are edited",
+    )
     report.add_argument("--post", action="store_true", help="publish (default: dry run)")
     report.add_argument("--json", action="store_true", help="print the plan as JSON")
     report.set_defaults(func=cmd_report)
@@ -115,6 +145,7 @@ def _parser() -> argparse.ArgumentParser:
         help="event payload (default $GITHUB_EVENT_PATH)",
     )
     gate.add_argument("--label", default="run-ci")
+    gate.add_argument("--record", help="also write the decision here as JSON (gate.json)")
     gate.add_argument("--json", action="store_true")
     gate.set_defaults(func=cmd_gate)
     return parser
@@ -186,14 +217,25 @@ def cmd_run(args) -> int:
         env_record,
         log_paths,
     )
+    for case in model.cases:
+        case.line = collect.test_lines(root, case.file).get(case.case_id, 1)
     results.save(model, out)
     junit.write(model, out)
+    _write_full_report(model, out)
     summary = _run_summary(model)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         _print_run_summary(model)
     return EXIT_OK if model.change_ok() else EXIT_FAILED
+
+
+def _write_full_report(model, out: str) -> None:
+    from ci import render
+
+    text = render.comment(model, DEFAULT_SLOT, limit=10**9)
+    with open(os.path.join(out, FULL_REPORT), "w") as handle:
+        handle.write(text)
 
 
 def _run_summary(model) -> dict:
@@ -220,12 +262,16 @@ def _print_run_summary(model) -> None:
 
 
 def cmd_report(args) -> int:
-    from ci import pr_body, render, results
+    from ci import artifact, pr_body, render
 
+    if args.workflow_run:
+        _from_workflow_run(args)
     if args.post and (not args.repo or args.pr is None):
         raise UsageError("--post needs --repo OWNER/NAME and --pr N")
     if args.repo and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", args.repo):
         raise UsageError(f"--repo {args.repo!r}: expected OWNER/NAME")
+    if (args.require_head or args.check_run) and not args.sha:
+        raise UsageError("--require-head and --check-run need --sha")
     try:
         pr_body.markers(args.slot)
         pr_body.slot_line(args.slot, args.slot_label, "")
@@ -234,17 +280,20 @@ def cmd_report(args) -> int:
     label = args.slot_label
     links = dict(run_id=args.run_id, run_url=args.run_url, artifacts_url=args.artifacts_url)
 
+    state = args.state
+    if state == "results" and args.test_result and not artifact.has_results(args.results):
+        # The test job left nothing behind (it failed early, timed out or was cancelled).
+        state = "cancelled" if args.test_result in ("cancelled", "skipped") else "failure"
     model = None
-    if args.state == "results":
+    if state == "results":
         if not args.results:
             raise UsageError("--results DIR is required with --state results")
         try:
-            model = results.load(args.results)
-        except results.ResultsError as exc:
+            model = artifact.load_results(_results_folder(args.results))
+        except artifact.ArtifactError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
         state = render.overall_state(model)
-        texts = [render.slot_text(state, **links), render.slot_text(state)]
         comment = render.comment(model, args.slot, **links)
         statuses = [
             {
@@ -256,8 +305,13 @@ def cmd_report(args) -> int:
             for suite, (s, d) in render.status_descriptions(model).items()
         ]
     else:
-        texts = [render.slot_text(args.state, **links), render.slot_text(args.state)]
         comment, statuses = None, []
+    texts = [render.slot_text(state, **links), render.slot_text(state)]
+
+    if args.summary:
+        with open(args.summary, "a") as handle:
+            full = render.comment(model, args.slot, **links, limit=10**6) if model else None
+            handle.write(full or f"{texts[0]}\n")
 
     plan = {
         "repo": args.repo,
@@ -267,14 +321,73 @@ def cmd_report(args) -> int:
         "comment": comment,
         "statuses": statuses if args.sha else [],
         "sha": args.sha,
+        "check_run": _check_run_plan(args, model, state),
     }
     if not args.post:
         _print_plan(plan, args.json, statuses_skipped=bool(statuses and not args.sha))
         return EXIT_OK
+    return _publish(args, plan, texts)
 
+
+def _results_folder(path: str) -> str:
+    return path if os.path.isdir(path) else os.path.dirname(path) or "."
+
+
+def _from_workflow_run(args) -> None:
+    """Fill repo, sha, run and PR from a workflow_run payload (trusted) and gate.json (not)."""
+    from ci import artifact, events, gate
+
+    if not args.gate:
+        raise UsageError("--workflow-run needs --gate gate.json from the run's artifact")
+    try:
+        run = events.finished_run(gate.load_event(args.workflow_run))
+        record = artifact.load_gate(args.gate)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"workflow_run report: {exc}") from None
+    if record["head_sha"] != run.head_sha:
+        raise UsageError(
+            f"gate.json is about {record['head_sha'][:12]}, the run about {run.head_sha[:12]}"
+        )
+    args.repo, args.sha, args.pr = run.repo, run.head_sha, record["pr"]
+    args.run_id, args.run_url = str(run.run_id), run.html_url or None
+    args.require_head = args.check_run = True
+    if record["state"] != "run":
+        args.state = record["state"]
+    elif not args.test_result:
+        args.test_result = run.conclusion
+
+
+def _check_run_plan(args, model, state):
+    from ci import checks
+
+    if not args.check_run or state in ("pending", "missing-label", "stale-label"):
+        return None
+    now = _now()
+    if model is None:
+        return {"create": checks.no_results_request(state, args.sha, now, args.run_url)}
+    from ci import render
+
+    summary = render.comment(model, args.slot, limit=checks.SUMMARY_LIMIT, **_links(args))
+    summary = summary.split("\n", 1)[1]  # the marker line is for the sticky comment only
+    create, updates = checks.requests(model, args.sha, summary, now, args.run_url)
+    return {"create": create, "updates": updates}
+
+
+def _links(args) -> dict:
+    return dict(run_id=args.run_id, run_url=args.run_url, artifacts_url=args.artifacts_url)
+
+
+def _now() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _publish(args, plan: dict, texts: list) -> int:
     # Only publishing needs github3: a dry run works where it is not installed (a GPU runner).
     import github3.exceptions
 
+    from ci import render
     from ci.publish import Publisher, connect
     from ci.retry import GaveUp, RetryPolicy
 
@@ -284,16 +397,30 @@ def cmd_report(args) -> int:
     owner, name = args.repo.split("/")
     publisher = Publisher(connect(token, args.api_url), owner, name, args.pr, RetryPolicy())
     try:
-        outcome = publisher.update_slot(args.slot, label, texts)
+        if args.require_head:
+            head = publisher.pr_head()
+            if head != args.sha:
+                print(
+                    f"PR #{args.pr} head is {head[:12] or 'unknown'}, not {args.sha[:12]}: "
+                    "this run is superseded (or not this PR's); nothing posted"
+                )
+                return EXIT_OK
+        outcome = publisher.update_slot(args.slot, args.slot_label, texts)
         print(f"PR body slot {args.slot}: {outcome}")
-        if comment is not None:
+        if plan["comment"] is not None:
             marker = render.comment_marker(args.slot)
-            print(f"sticky comment: {publisher.upsert_comment(marker, comment, args.bot_login)}")
+            login = publisher.identity(args.bot_login)
+            result = publisher.upsert_comment(marker, plan["comment"], login)
+            print(f"sticky comment ({login}): {result}")
         for status in plan["statuses"]:
             publisher.set_status(args.sha, **status)
             print(f"status {status['context']}: {status['state']}")
-        if statuses and not args.sha:
+        if plan["comment"] is not None and not args.sha:
             print("statuses: skipped (no --sha)")
+        if plan["check_run"] is not None:
+            check = plan["check_run"]
+            run_id = publisher.create_check_run(check["create"], check.get("updates", []))
+            print(f"check run {run_id}: {check['create']['conclusion']}")
     except (GaveUp, github3.exceptions.GitHubException, ValueError, RuntimeError) as exc:
         print(f"error: publishing failed: {_redact(str(exc), token)}", file=sys.stderr)
         return EXIT_FAILED
@@ -317,6 +444,17 @@ def _print_plan(plan: dict, as_json: bool, statuses_skipped: bool) -> None:
         print(json.dumps(status))
     if statuses_skipped:
         print("(none: pass --sha to set one per suite)")
+    if plan.get("check_run"):
+        create = plan["check_run"]["create"]
+        notes = create.get("output", {}).get("annotations", [])
+        more = sum(len(u["annotations"]) for u in plan["check_run"].get("updates", []))
+        print(f"\n## check run on {plan['sha']}: {create['conclusion']}\n")
+        for note in notes:
+            print(
+                f"{note['annotation_level']} {note['path']}:{note['start_line']} {note['message']}"
+            )
+        if more:
+            print(f"(and {more} more annotations in follow-up updates)")
 
 
 def _redact(text: str, token: str | None) -> str:
@@ -338,12 +476,18 @@ def cmd_gate(args) -> int:
     lines = [
         f"run={'true' if decision.run else 'false'}",
         f"fork={'true' if decision.fork else 'false'}",
+        f"state={decision.state}",
+        f"sha={decision.sha or ''}",
     ]
+    if args.record:
+        with open(args.record, "w") as handle:
+            json.dump(decision.to_json(), handle, indent=2)
+            handle.write("\n")
     if os.environ.get("GITHUB_OUTPUT"):
         with open(os.environ["GITHUB_OUTPUT"], "a") as handle:
             handle.write("\n".join(lines) + "\n")
     if args.json:
-        print(json.dumps({"run": decision.run, "fork": decision.fork, "reason": decision.reason}))
+        print(json.dumps(decision.to_json()))
     else:
         print("\n".join(lines))
         print(f"reason: {decision.reason}", file=sys.stderr)

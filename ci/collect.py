@@ -5,6 +5,7 @@ For selecting files only: it reads ``register_*_ci(...)`` calls through
 file registered here is registered the same way upstream. It never imports or runs a test file.
 """
 
+import ast
 import glob
 import os
 from dataclasses import dataclass
@@ -80,3 +81,19 @@ def select(
         )
         for r in sorted(chosen.values(), key=lambda r: r.filename)
     ]
+
+
+def test_lines(root: str, path: str) -> dict:
+    """``Class.test_name`` -> the line of its ``def`` in a test file (for annotations)."""
+    try:
+        with open(os.path.join(root, path)) as handle:
+            tree = ast.parse(handle.read())
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    lines = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    lines[f"{node.name}.{item.name}"] = item.lineno
+    return lines

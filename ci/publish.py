@@ -1,19 +1,26 @@
-"""The only part of the bot that talks to GitHub: PR-body slot, sticky comment, statuses.
+"""The only part of the bot that talks to GitHub: PR-body slot, sticky comment, statuses, checks.
 
 For side effects only; every text it sends comes from ``render`` and ``pr_body``. Each call goes
 through ``retry.RetryPolicy``. Writes are idempotent, so a rerun edits what an earlier run
 wrote instead of adding to it. The token is handed in by the caller (which reads it from
-GITHUB_TOKEN) and is never logged.
+GITHUB_TOKEN) and is never logged. The sticky comment is found by its marker *and* its author:
+the bot's own identity, never the marker alone, so a comment anyone can write is never adopted.
 """
 
+import datetime
 from dataclasses import dataclass
 
 import github3
+import github3.exceptions as gh_errors
 
 from ci import pr_body
 from ci.retry import RetryPolicy
 
 STATUS_STATES = ("error", "failure", "pending", "success")
+# Who writes with the Actions GITHUB_TOKEN; that token cannot call GET /user to say so itself.
+ACTIONS_BOT = "github-actions[bot]"
+# GitHub App installation tokens (the Actions GITHUB_TOKEN is one) start with this.
+INSTALLATION_PREFIX = "ghs_"
 
 
 class ConflictError(RuntimeError):
@@ -22,9 +29,15 @@ class ConflictError(RuntimeError):
 
 def connect(token: str, api_url: str | None = None):
     """A github3 client; ``api_url`` points it at GitHub Enterprise (or a test server)."""
-    if api_url:
-        return github3.GitHubEnterprise(api_url, token=token)
-    return github3.GitHub(token=token)
+    gh = github3.GitHubEnterprise(api_url, token=token) if api_url else github3.GitHub(token=token)
+    if token.startswith(INSTALLATION_PREFIX):
+        # github3 allows the Checks API only with installation auth, and that is what this token
+        # is. It lives at most 24 hours (the Actions one ends with its job before that).
+        expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=24)
+        gh.session.app_installation_token_auth(
+            {"token": token, "expires_at": expires.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        )
+    return gh
 
 
 @dataclass
@@ -79,8 +92,54 @@ class Publisher:
             self.log("PR body: another writer replaced it after our write; re-applying our slot")
         raise ConflictError(f"PR #{self.number}: body kept changing; gave up after {self.rounds}")
 
-    def upsert_comment(self, marker: str, body: str, author: str | None = None) -> str:
-        """One comment that starts with ``marker``: edited on reruns, created the first time."""
+    def identity(self, login: str | None = None) -> str:
+        """The login our comments carry: ``login`` if given, else GET /user, else the Actions bot.
+
+        An installation token (the Actions GITHUB_TOKEN) gets 403 from GET /user; it writes as
+        ``github-actions[bot]``.
+        """
+        if login:
+            return login
+        try:
+            me = self.policy.call("read the token's user", self.gh.me)
+        except gh_errors.GitHubError as exc:
+            if exc.code in (401, 403, 404):
+                return ACTIONS_BOT
+            raise
+        return getattr(me, "login", None) or ACTIONS_BOT
+
+    def pr_head(self) -> str:
+        """The PR's head commit as GitHub has it now."""
+        gh = self.gh
+        url = gh._build_url("repos", self.owner, self.repo, "pulls", str(self.number))
+
+        def read():
+            return gh._json(gh._get(url), 200)
+
+        data = self.policy.call(f"read PR #{self.number} head", read) or {}
+        return str((data.get("head") or {}).get("sha") or "")
+
+    def create_check_run(self, create: dict, updates: list) -> int:
+        """One check run from ``checks.requests``; the updates append further annotations."""
+        repository = self.policy.call("read repository", self.gh.repository, self.owner, self.repo)
+        body = dict(create)
+        run = self.policy.call(
+            f"check run {body['name']}",
+            repository.create_check_run,
+            body.pop("name"),
+            body.pop("head_sha"),
+            **body,
+        )
+        if run is None:
+            raise RuntimeError("check run: GitHub answered without a check run")
+        for output in updates:
+            self.policy.call(f"check run {run.id} annotations", run.update, output=output)
+        return run.id
+
+    def upsert_comment(self, marker: str, body: str, author: str) -> str:
+        """The one comment by ``author`` that starts with ``marker``: edited, or created."""
+        if not author:
+            raise ValueError("upsert_comment needs the bot's login; a marker alone proves nothing")
         if len(body) > pr_body.BODY_LIMIT:
             raise ValueError(f"comment is {len(body)} characters; render must shrink it first")
 
@@ -89,8 +148,7 @@ class Publisher:
             ours = [
                 c
                 for c in issue.comments()
-                if (c.body or "").startswith(marker)
-                and (author is None or getattr(c.user, "login", None) == author)
+                if (c.body or "").startswith(marker) and getattr(c.user, "login", None) == author
             ]
             if not ours:
                 issue.create_comment(body)

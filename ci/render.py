@@ -7,6 +7,7 @@ test can break the markdown, a table, or the hidden markers the publisher search
 """
 
 import re
+from dataclasses import dataclass
 
 from ci.pr_body import BODY_LIMIT, MISSING_LABEL
 from ci.results import FILE_CASE, FLAG_NOT_REPRODUCED, Case, Results
@@ -17,12 +18,15 @@ STATES = {
     "failure": ":x:",
     "not-reproduced": ":warning:",
     "pending": ":hourglass_flowing_sand:",
+    "cancelled": ":no_entry_sign:",
 }
+STALE_LABEL = ":x: **`run-ci` approved an earlier commit** -- re-add it to run CI on this one."
 # Only what can act mid-line: the text never starts a line, where '#', '-' or '+' would matter.
 _MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _CONTROL = {c: None for c in range(32) if c not in (9, 10)}
 _EXCERPT_CHARS = 1200
+ENV_CHARS = 2000  # the environment line comes from the runner: bounded like any input
 
 
 def comment_marker(slot: str) -> str:
@@ -68,6 +72,8 @@ def slot_text(state: str, run_id=None, run_url=None, artifacts_url=None, note=No
     """One line for the PR-body slot: a state emoji, then a link to the run when there is one."""
     if state == "missing-label":
         return MISSING_LABEL
+    if state == "stale-label":
+        return STALE_LABEL
     parts = [STATES[state]]
     if run_id and run_url:
         parts.append(f"[Run #{escape_inline(run_id)}]({_url(run_url)})")
@@ -147,66 +153,157 @@ def comment(
     artifacts_url=None,
     limit: int = BODY_LIMIT,
 ) -> str:
-    """The sticky evidence comment, shrunk to ``limit`` by dropping our detail, never silently."""
-    for excerpt_chars, max_rows in (
-        (_EXCERPT_CHARS, None),
-        (300, None),
-        (0, None),
-        (0, 200),
-        (0, 20),
-    ):
-        text = _comment(results, slot, run_id, run_url, artifacts_url, excerpt_chars, max_rows)
-        if len(text) <= limit:
-            return text
-    return clip(text, limit)
+    """The sticky evidence comment, at most ``limit`` characters, shortened only in whole pieces.
+
+    Everything fits: the full report. Otherwise the heading, the summary, the table header, the
+    environment line, the links and a note saying what was left out always stay; flagged-file
+    lines, table rows and log excerpts are then added whole, in that order, while they fit. A
+    piece is a line or a fenced block, so a cut never lands inside an entity, a row or a fence.
+    """
+    parts = _parts(results, slot, run_id, run_url, artifacts_url)
+    text = _assemble(parts, parts.flags, parts.rows, parts.excerpts, note=None)
+    if len(text) <= limit:
+        return text
+    # Shortened: shorter excerpts, so that more of them fit after every row has.
+    text = _fill(parts, _excerpts(results, 300), limit)
+    if text is None:
+        raise ValueError(f"the comment's fixed part alone exceeds {limit} characters")
+    return text
 
 
-def _comment(results, slot, run_id, run_url, artifacts_url, excerpt_chars, max_rows) -> str:
+@dataclass
+class _Parts:
+    head: list
+    flags: list
+    table_header: list
+    rows: list
+    tail: list
+    excerpts: list
+    where: str
+
+
+def _parts(results, slot, run_id, run_url, artifacts_url) -> "_Parts":
     state = overall_state(results)
-    lines = [
+    head = [
         comment_marker(slot),
-        f"### {STATES[state]} DSV4 sparse-prefill workspace: A/B on {escape_inline(results.backend)}",
+        f"### {STATES[state]} DSV4 sparse-prefill workspace: A/B on "
+        + safe_clip(escape_inline(results.backend), 40),
         "",
         _summary_sentence(results),
         "",
     ]
-    for file in results.files:
-        for flag in file.flags:
-            lines.append(f":warning: {escape_inline(file.path)}: **{escape_inline(flag)}**")
-    if any(f.flags for f in results.files):
-        lines.append("")
-    lines += ["| Case | Kind | Unmodified main | This change |", "| --- | --- | --- | --- |"]
-    shown = results.cases if max_rows is None else results.cases[:max_rows]
-    for case in shown:
+    flags = [
+        f":warning: {safe_clip(escape_inline(file.path), 300)}: "
+        f"**{safe_clip(escape_inline(flag), 200)}**"
+        for file in results.files
+        for flag in file.flags
+    ]
+    rows = []
+    for case in results.cases:
         name = case.case_id if case.case_id != FILE_CASE else f"{case.file} {FILE_CASE}"
-        lines.append(
-            f"| {escape_inline(name)} | {case.kind} | {cell(case, 'unmodified')} | "
-            f"{cell(case, 'change')} |"
+        rows.append(
+            f"| {safe_clip(escape_inline(name), 300)} | {case.kind} | "
+            f"{cell(case, 'unmodified')} | {cell(case, 'change')} |"
         )
-    truncated = len(shown) < len(results.cases) or excerpt_chars < _EXCERPT_CHARS
-    if len(shown) < len(results.cases):
-        lines.append(f"| \u2026 {len(results.cases) - len(shown)} more cases | | | |")
-    lines += ["", f"Environment: {environment_line(results.environment)}"]
+    tail = ["", f"Environment: {safe_clip(environment_line(results.environment), ENV_CHARS)}"]
     links = []
     if run_url:
-        label = f"Run #{escape_inline(run_id)}" if run_id else "run"
+        label = f"Run #{safe_clip(escape_inline(run_id), 40)}" if run_id else "run"
         links.append(f"[{label}]({_url(run_url)})")
     if artifacts_url:
-        links.append(f"[results.json, JUnit and logs]({_url(artifacts_url)})")
+        links.append(f"[results.json, report.md, JUnit and logs]({_url(artifacts_url)})")
     if links:
-        lines.append("Artifacts: " + " \u00b7 ".join(links))
-    if truncated:
-        where = (
-            f"[the artifacts]({_url(artifacts_url or run_url)})"
-            if (artifacts_url or run_url)
-            else "the run's artifacts"
-        )
-        lines.append(f"\n_Shortened to fit GitHub's comment limit; full logs are in {where}._")
-    if excerpt_chars:
-        excerpts = _excerpts(results, excerpt_chars)
-        if excerpts:
-            lines += ["", "<details><summary>Log excerpts</summary>", "", *excerpts, "</details>"]
+        tail.append("Artifacts: " + " \u00b7 ".join(links))
+    where = (
+        f"[the artifacts]({_url(artifacts_url or run_url)})"
+        if (artifacts_url or run_url)
+        else "the run's artifacts"
+    )
+    return _Parts(
+        head,
+        flags,
+        ["| Case | Kind | Unmodified main | This change |", "| --- | --- | --- | --- |"],
+        rows,
+        tail,
+        _excerpts(results, _EXCERPT_CHARS),
+        where,
+    )
+
+
+def _fill(parts: "_Parts", excerpts: list, limit: int):
+    """Greedy: the fixed part with the note, then whole flag lines, rows and excerpt blocks."""
+    note = "x" * 200  # room for the longest note; the real one is shorter
+    fixed = len(_assemble(parts, [], [], [], note)) + len(parts.where) + 2 * _MORE_LINE
+    if fixed > limit:
+        return None
+    room = limit - fixed
+    chosen = {"flags": [], "rows": [], "excerpts": []}
+    for key, pieces in (("flags", parts.flags), ("rows", parts.rows)):
+        for piece in pieces:
+            if len(piece) + 1 > room:
+                break
+            chosen[key].append(piece)
+            room -= len(piece) + 1
+    wrapper = len("\n<details><summary>Log excerpts</summary>\n\n</details>") + 2
+    if excerpts and room > wrapper:
+        room -= wrapper
+        for block in excerpts:
+            if len(block) + 1 > room:
+                break
+            chosen["excerpts"].append(block)
+            room -= len(block) + 1
+    dropped = {
+        "flagged-file lines": len(parts.flags) - len(chosen["flags"]),
+        "table rows": len(parts.rows) - len(chosen["rows"]),
+    }
+    left_out = ", ".join(f"{n} {what}" for what, n in dropped.items() if n)
+    what = f"{left_out} and log excerpts" if left_out else "log excerpts"
+    note = (
+        f"_Shortened to fit GitHub's comment limit ({what} left out); the full report is "
+        f"report.md in {parts.where}._"
+    )
+    parts_more = _Parts(
+        parts.head,
+        chosen["flags"] + _more(dropped["flagged-file lines"], "flagged files", table=False),
+        parts.table_header,
+        chosen["rows"] + _more(dropped["table rows"], "cases", table=True),
+        parts.tail,
+        [],
+        parts.where,
+    )
+    return _assemble(parts_more, parts_more.flags, parts_more.rows, chosen["excerpts"], note)
+
+
+_MORE_LINE = 60
+
+
+def _more(count: int, what: str, table: bool) -> list:
+    if not count:
+        return []
+    return [f"| \u2026 {count} more {what} | | | |" if table else f"\u2026 {count} more {what}"]
+
+
+def _assemble(parts: "_Parts", flags, rows, excerpts, note) -> str:
+    lines = list(parts.head)
+    if flags:
+        lines += [*flags, ""]
+    lines += [*parts.table_header, *rows, *parts.tail]
+    if note:
+        lines += ["", note]
+    if excerpts:
+        lines += ["", "<details><summary>Log excerpts</summary>", "", *excerpts, "</details>"]
     return "\n".join(lines) + "\n"
+
+
+def safe_clip(escaped: str, limit: int) -> str:
+    """Shorten already-escaped inline text without splitting an entity or an escape."""
+    if len(escaped) <= limit:
+        return escaped
+    cut = escaped[: max(0, limit - 1)]
+    cut = re.sub(r"&#?[A-Za-z0-9]*$", "", cut)  # a partial &amp; / &#64;
+    if (len(cut) - len(cut.rstrip("\\"))) % 2:  # a lone backslash would escape the ellipsis
+        cut = cut[:-1]
+    return cut + "\u2026"
 
 
 def _summary_sentence(results: Results) -> str:
@@ -234,6 +331,7 @@ def _n(count: int, noun: str) -> str:
 
 
 def _excerpts(results: Results, chars: int) -> list[str]:
+    """One whole block per case worth showing: a bold name line and a fenced excerpt."""
     out = []
     for case in results.cases:
         mode = {"broken": "change", "regression": "unmodified", "not-reproduced": "unmodified"}.get(
@@ -244,7 +342,8 @@ def _excerpts(results: Results, chars: int) -> list[str]:
         text = case.modes[mode].excerpt
         if len(text) > chars:
             text = "[...]\n" + text[-chars:]
-        out += [f"**{escape_inline(case.case_id)}** ({mode})", "", escape_block(text), ""]
+        name = safe_clip(escape_inline(case.case_id), 300)
+        out.append(f"**{name}** ({mode})\n\n{escape_block(text)}\n")
     return out
 
 

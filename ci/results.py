@@ -51,6 +51,7 @@ class Case:
     case_id: str
     kind: str
     modes: dict  # mode -> ModeOutcome
+    line: int | None = None  # where the test is defined in ``file``, for check-run annotations
 
     @property
     def key(self) -> str:
@@ -300,9 +301,11 @@ def _load(data, source: str) -> Results:
                 excerpt=str(m.get("excerpt") or ""),
                 evidence=m.get("evidence") if isinstance(m.get("evidence"), list) else [],
             )
-        cases.append(
-            Case(_need(c, "file", str, where), _need(c, "case_id", str, where), kind, outcomes)
-        )
+        line = c.get("line")
+        if line is not None and (not isinstance(line, int) or isinstance(line, bool) or line < 1):
+            raise ResultsError(f"{where}.line: expected a positive line number, got {line!r}")
+        file, case_id = _need(c, "file", str, where), _need(c, "case_id", str, where)
+        cases.append(Case(file, case_id, kind, outcomes, line))
     return Results(
         backend=_need(data, "backend", str, source),
         modes=modes,

@@ -3,6 +3,9 @@
 Serves just what ``ci.publish`` uses, under ``/api/v3`` so the real github3.py client reaches it
 through ``GitHubEnterprise``. It enforces the token header, the commit-status state enum and
 140-character description, 404 for an unknown PR and 422 for bodies over 65,536 characters.
+Like GitHub, an installation token (``ghs_...``, the Actions GITHUB_TOKEN) gets 403 from
+GET /user, a ``read_only`` token (a fork PR's) gets 403 on every write, and check runs are
+validated against the Checks API's rules (enums, 50 annotations per request, sizes).
 Tests inject faults (``fail_next``), hooks that run between requests (``after``), and can read
 the request log. Threaded, so two publishers can really race.
 """
@@ -35,8 +38,14 @@ def user_json(login: str, base: str) -> dict:
 
 
 class FakeGitHub:
-    def __init__(self, token="test-token", owner="sgl", repo="sglang", bot="ci-bot"):
+    def __init__(
+        self, token="test-token", owner="sgl", repo="sglang", bot="ci-bot", read_only=False
+    ):
         self.token = token
+        self.read_only = read_only
+        self.heads: dict[int, str] = {}  # PR number -> head sha (GET /pulls/N)
+        self.check_runs: dict[int, dict] = {}
+        self.bodies_sent: list[tuple[str, str, dict]] = []  # (method, path, JSON) of every write
         self.owner, self.repo, self.bot = owner, repo, bot
         self.lock = threading.RLock()
         self.bodies: dict[int, str | None] = {}
@@ -66,8 +75,9 @@ class FakeGitHub:
         self.server.shutdown()
         self.server.server_close()
 
-    def add_pr(self, number: int, body: str | None):
+    def add_pr(self, number: int, body: str | None, head_sha: str = "a" * 40):
         self.bodies[number] = body
+        self.heads[number] = head_sha
 
     def fail_next(self, method, path_regex, status, body=None, headers=None):
         self.faults.append(
@@ -204,6 +214,15 @@ class FakeGitHub:
         auth = headers.get("Authorization", "")
         if auth not in (f"token {self.token}", f"Bearer {self.token}"):
             return 401, {"message": "Bad credentials"}, {}
+        if method != "GET":
+            with self.lock:
+                self.bodies_sent.append((method, path, payload))
+            if self.read_only:
+                return 403, {"message": "Resource not accessible by integration"}, {}
+        if path == "/api/v3/user" and method == "GET":
+            if self.token.startswith("ghs_"):
+                return 403, {"message": "Resource not accessible by integration"}, {}
+            return 200, {**user_json(self.bot, self._base()), **_USER_EXTRA}, {}
         prefix = f"/api/v3/repos/{self.owner}/{self.repo}"
         if not path.startswith(prefix):
             return 404, {"message": "Not Found"}, {}
@@ -268,6 +287,30 @@ class FakeGitHub:
             if method == "DELETE":
                 del self.comments[comment["id"]]
                 return 204, None, {}
+        match = re.fullmatch(r"/pulls/(\d+)", rest)
+        if match and method == "GET":
+            number = int(match[1])
+            if number not in self.heads:
+                return 404, {"message": "Not Found"}, {}
+            return 200, {"number": number, "head": {"sha": self.heads[number]}}, {}
+        if rest == "/check-runs" and method == "POST":
+            return self._create_check_run(payload)
+        match = re.fullmatch(r"/check-runs/(\d+)", rest)
+        if match and method == "PATCH":
+            run = self.check_runs.get(int(match[1]))
+            if run is None:
+                return 404, {"message": "Not Found"}, {}
+            error = _check_run_errors(payload, create=False)
+            if error:
+                return 422, {"message": error}, {}
+            for key in ("status", "conclusion", "completed_at", "details_url"):
+                if key in payload:
+                    run[key] = payload[key]
+            if "output" in payload:
+                notes = payload["output"].get("annotations") or []
+                run["output"] = {**payload["output"], "annotations": run["annotations"] + notes}
+                run["annotations"] = run["output"]["annotations"]
+            return 200, self._check_run_json(run), {}
         match = re.fullmatch(r"/statuses/([0-9a-f]{7,40})", rest)
         if match and method == "POST":
             state = payload.get("state")
@@ -299,6 +342,53 @@ class FakeGitHub:
             )
         return 404, {"message": f"no fake route for {method} {rest}"}, {}
 
+    def _create_check_run(self, payload):
+        error = _check_run_errors(payload, create=True)
+        if error:
+            return 422, {"message": error}, {}
+        self._next_id += 1
+        output = payload.get("output") or {}
+        run = {
+            **payload,
+            "id": self._next_id,
+            "annotations": list(output.get("annotations") or []),
+        }
+        self.check_runs[run["id"]] = run
+        return 201, self._check_run_json(run), {}
+
+    def _check_run_json(self, run):
+        base = f"{self._base()}/repos/{self.owner}/{self.repo}"
+        output = run.get("output") or {}
+        return {
+            "url": f"{base}/check-runs/{run['id']}",
+            "html_url": f"{self.url}/runs/{run['id']}",
+            "id": run["id"],
+            "name": run["name"],
+            "head_sha": run["head_sha"],
+            "external_id": run.get("external_id"),
+            "status": run.get("status", "queued"),
+            "conclusion": run.get("conclusion"),
+            "started_at": TS,
+            "completed_at": run.get("completed_at"),
+            "pull_requests": [],
+            "check_suite": {"id": 1},
+            "app": {
+                "id": 15368,
+                "name": "GitHub Actions",
+                "description": "",
+                "external_url": "https://help.github.com/en/actions",
+                "html_url": "https://github.com/apps/github-actions",
+                "owner": user_json("github", self._base()),
+            },
+            "output": {
+                "title": output.get("title"),
+                "summary": output.get("summary"),
+                "text": output.get("text"),
+                "annotations_count": len(run["annotations"]),
+                "annotations_url": f"{base}/check-runs/{run['id']}/annotations",
+            },
+        }
+
     def _handler(self):
         fake = self
 
@@ -326,3 +416,50 @@ class FakeGitHub:
                 pass
 
         return Handler
+
+
+_USER_EXTRA = {key: None for key in "bio blog company email hireable location name".split()} | {
+    "followers": 0,
+    "following": 0,
+    "public_gists": 0,
+    "public_repos": 0,
+    "created_at": TS,
+    "updated_at": TS,
+}
+_CHECK_STATUS = ("queued", "in_progress", "completed")
+_CHECK_CONCLUSIONS = (
+    "action_required cancelled failure neutral success skipped stale timed_out".split()
+)
+_LEVELS = ("notice", "warning", "failure")
+
+
+def _check_run_errors(payload, create):
+    """The Checks API's rules the bot could break, as GitHub's 422 message, or None."""
+    if create:
+        if not payload.get("name") or not re.fullmatch(
+            r"[0-9a-f]{40}", payload.get("head_sha") or ""
+        ):
+            return "name and a 40-hex head_sha are required"
+    if payload.get("status", "queued") not in _CHECK_STATUS:
+        return f"status {payload.get('status')!r} invalid"
+    conclusion = payload.get("conclusion")
+    if conclusion is not None and conclusion not in _CHECK_CONCLUSIONS:
+        return f"conclusion {conclusion!r} invalid"
+    if payload.get("status") == "completed" and conclusion is None:
+        return "conclusion is required when status is completed"
+    output = payload.get("output")
+    if output is not None:
+        if not output.get("title") or output.get("summary") is None:
+            return "output needs title and summary"
+        if len(output["summary"]) > 65535 or len(output.get("text") or "") > 65535:
+            return "output summary/text is too long (maximum is 65535 characters)"
+        notes = output.get("annotations") or []
+        if len(notes) > 50:
+            return "at most 50 annotations per request"
+        for note in notes:
+            missing = {"path", "start_line", "end_line", "annotation_level", "message"} - set(note)
+            if missing:
+                return f"annotation lacks {sorted(missing)}"
+            if note["annotation_level"] not in _LEVELS:
+                return f"annotation_level {note['annotation_level']!r} invalid"
+    return None

@@ -1,0 +1,101 @@
+"""Pure: the check run on the PR's head commit, as the request bodies GitHub's Checks API takes.
+
+For text and structure only: no I/O, no clock (the caller passes the time). The output summary
+is the evidence report; each regression case gets a ``notice`` annotation at its test's ``def``
+line ("fails unmodified: OOM under 128 MiB; passes with the change"), each broken case a
+``failure`` annotation. GitHub takes at most 50 annotations per request, so the rest go in
+follow-up updates of the same check run, which GitHub appends.
+"""
+
+from ci.render import clip, short_summary
+from ci.results import Case, Results
+
+CHECK_NAME = "DSV4 workspace A/B"
+SUMMARY_LIMIT = 65535
+ANNOTATIONS_PER_REQUEST = 50
+NO_RESULTS = {
+    "failure": "The test job failed before it wrote results; see the run's log.",
+    "cancelled": "The test job was cancelled (a newer push, or a timeout) before it wrote results.",
+}
+
+
+def conclusion(results: Results) -> str:
+    if not results.change_ok():
+        return "failure"
+    if any(c.kind == "not-reproduced" for c in results.cases) or any(
+        "does not reproduce the bug" in f.flags for f in results.files
+    ):
+        return "neutral"
+    return "success"
+
+
+def annotation(case: Case) -> dict | None:
+    if case.kind == "regression":
+        level, message = "notice", _regression_message(case)
+    elif case.kind == "broken":
+        change = case.modes.get("change")
+        detail = f": {change.detail}" if change is not None and change.detail else ""
+        outcome = change.outcome if change is not None else "missing"
+        level, message = "failure", f"fails with the change ({outcome}){detail}"
+    else:
+        return None
+    line = case.line or 1
+    return {
+        "path": case.file,
+        "start_line": line,
+        "end_line": line,
+        "annotation_level": level,
+        "title": clip(case.case_id, 255),
+        "message": clip(message, 4000),
+    }
+
+
+def _regression_message(case: Case) -> str:
+    base = case.modes.get("unmodified")
+    oom = base is not None and any(e.get("outcome") == "oom" for e in base.evidence)
+    word = "OOM" if oom else (base.outcome if base is not None else "fail")
+    cap = f" under {base.budget_mib:g} MiB" if base is not None and base.budget_mib else ""
+    change = case.modes.get("change")
+    peak = (
+        f" (peak {change.peak_mib:.1f} MiB)"
+        if change is not None and change.peak_mib is not None
+        else ""
+    )
+    return f"fails unmodified: {word}{cap}; passes with the change{peak}"
+
+
+def requests(
+    results: Results, head_sha: str, summary: str, now: str, details_url=None, name=CHECK_NAME
+) -> tuple[dict, list[dict]]:
+    """(the create body, the outputs of the updates that carry annotations 51 and on)."""
+    notes = [a for a in (annotation(c) for c in results.cases) if a is not None]
+    title = clip(f"A/B on {results.backend}: {short_summary(results)}", 255)
+    summary = clip(summary, SUMMARY_LIMIT)
+    batches = [
+        notes[i : i + ANNOTATIONS_PER_REQUEST]
+        for i in range(0, len(notes), ANNOTATIONS_PER_REQUEST)
+    ] or [[]]
+    create = _create(name, head_sha, conclusion(results), now, details_url)
+    create["output"] = {"title": title, "summary": summary, "annotations": batches[0]}
+    updates = [{"title": title, "summary": summary, "annotations": b} for b in batches[1:]]
+    return create, updates
+
+
+def no_results_request(state: str, head_sha: str, now: str, details_url=None, name=CHECK_NAME):
+    """The check run for a test job that left no results (``failure`` or ``cancelled``)."""
+    create = _create(name, head_sha, state, now, details_url)
+    create["output"] = {"title": f"No results: {state}", "summary": NO_RESULTS[state]}
+    return create
+
+
+def _create(name, head_sha, conclusion_, now, details_url) -> dict:
+    body = {
+        "name": name,
+        "head_sha": head_sha,
+        "status": "completed",
+        "conclusion": conclusion_,
+        "completed_at": now,
+    }
+    if details_url:
+        body["details_url"] = details_url
+    return body
