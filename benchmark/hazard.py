@@ -1,0 +1,305 @@
+"""Upstream main's hazard, measured: does a release-first replacement get the old address back?
+
+Upstream main keys a gather cache's validity partly on the workspace's allocation address
+(``CompressedGather.dequantized_source``). Releasing the old buffer before allocating lets the
+allocator hand the same address to the replacement, so an address-keyed validity check can
+match after the contents were replaced. This part runs a set of replacement transitions on
+the real ``SparsePrefillKVBuffer`` of the installed sglang, each in a fresh process, in both
+orders: ``holding-first`` (unmodified sglang: the old buffer is alive while the new one is
+allocated) and ``release-first`` (the overlay's fix). For each it records whether the
+replacement's ``data_ptr`` equals the old one, and what two toy consumers conclude after the
+replacement: one keyed on (source, address), one on (source, a generation counter that the
+workspace bumps on every replacement). A stale hit is a consumer calling its cached rows
+valid although the workspace replaced them.
+
+    python -m benchmark.hazard [--device cpu|cuda] [--jobs N] [--out FILE.json]
+
+Not a test: it asserts nothing about the allocator, it reports what it saw on this machine.
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULT_PREFIX = "DSV4_HAZARD "
+ORDERS = ("holding-first", "release-first")
+MIB = 1 << 20
+BF16, FP8 = "bfloat16", "float8_e4m3fn"
+
+
+@dataclass(frozen=True)
+class Transition:
+    name: str
+    steps: tuple  # (rows, dtype name) before and after the replacement
+    freed_block_mib: int = 0  # a block allocated and freed first, as a busy allocator would have
+
+
+TRANSITIONS = (
+    Transition("bf16 96 MiB -> fp8 48 MiB", ((98304, BF16), (98304, FP8))),
+    Transition("fp8 48 MiB -> bf16 96 MiB", ((98304, FP8), (98304, BF16))),
+    Transition("grow bf16 64 -> 96 MiB", ((65536, BF16), (98304, BF16))),
+    Transition(
+        "grow bf16 64 -> 96 MiB after a freed 256 MiB block", ((65536, BF16), (98304, BF16)), 256
+    ),
+    Transition("grow bf16 43 -> 256 rows", ((43, BF16), (256, BF16))),
+    Transition("grow bf16 11 -> 512 rows", ((11, BF16), (512, BF16))),
+    Transition("fp8 -> bf16 at 300 rows", ((300, FP8), (300, BF16))),
+    Transition("grow bf16 2,048 -> 4,096 rows", ((2048, BF16), (4096, BF16))),
+)
+BY_NAME = {t.name: t for t in TRANSITIONS}
+
+
+# --------------------------------------------------------------------------------------------
+# The toy consumers: the two ways to key "these rows still hold my source's dequantisation".
+# --------------------------------------------------------------------------------------------
+
+
+class AddressKeyedGather:
+    """Validity keyed on (source, allocation address), as upstream main's gather cache is."""
+
+    def __init__(self):
+        self.key = None
+
+    def filled(self, source_id, rows) -> None:
+        self.key = (source_id, rows.data_ptr())
+
+    def still_valid(self, source_id, workspace, rows) -> bool:
+        return self.key == (source_id, rows.data_ptr())
+
+
+class GenerationKeyedGather:
+    """Validity keyed on (source, the workspace's replacement generation)."""
+
+    def __init__(self):
+        self.key = None
+
+    def filled(self, source_id, workspace) -> None:
+        self.key = (source_id, workspace.generation)
+
+    def still_valid(self, source_id, workspace, rows) -> bool:
+        return self.key == (source_id, workspace.generation)
+
+
+def generation_counted(cls):
+    """The real workspace class plus a counter bumped on every replacement of its buffer.
+
+    A weak reference tells a replacement from a reuse without keeping the old buffer alive,
+    so the order of release and allocation is exactly the class's own.
+    """
+
+    class GenerationCounted(cls):
+        generation = 0
+
+        def _reserve(self, num_tokens, dtype):
+            before = None if self._buffer is None else weakref.ref(self._buffer)
+            rows = super()._reserve(num_tokens, dtype)
+            if before is None or before() is not self._buffer:
+                self.generation += 1
+            return rows
+
+    return GenerationCounted
+
+
+# --------------------------------------------------------------------------------------------
+# Child side: one transition, one order, in this fresh process.
+# --------------------------------------------------------------------------------------------
+
+
+def _workspace_class(order: str):
+    import importlib
+
+    module = importlib.import_module("sglang.srt.layers.attention.dsv4.sparse_prefill_utils")
+    overlay = "not-installed"
+    try:
+        import sglang_overlay
+
+        if order == "release-first":
+            sglang_overlay.apply()
+        overlay = ",".join(sorted({r["state"] for r in sglang_overlay.status()}))
+    except ImportError:
+        pass
+    cls = getattr(module, "SparsePrefillKVBuffer", None)
+    if cls is None or not hasattr(cls, "_reserve"):
+        raise SystemExit("this sglang has no SparsePrefillKVBuffer._reserve (sglang 0.5.23 has)")
+    return cls, overlay
+
+
+def run_transition(transition: Transition, order: str, device: str) -> dict:
+    import torch
+
+    cls, overlay = _workspace_class(order)
+    if order == "release-first" and overlay != "applied":
+        raise SystemExit(f"release-first needs the overlay applied, it is {overlay!r}")
+    if order == "holding-first" and overlay == "applied":
+        raise SystemExit("holding-first needs unmodified sglang: set SGLANG_OVERLAY_DISABLE=1")
+    dev = torch.device(device)
+    if transition.freed_block_mib:
+        block = torch.empty(transition.freed_block_mib * MIB, dtype=torch.uint8, device=dev)
+        del block
+    workspace = generation_counted(cls)(dev)
+    by_address, by_generation = AddressKeyedGather(), GenerationKeyedGather()
+    source_id = 7  # one unchanged source identity throughout, as in upstream's own test
+
+    (rows0, dtype0), (rows1, dtype1) = transition.steps
+    rows = workspace.get(rows0, getattr(torch, dtype0))
+    rows.zero_()  # stands for the dequantisation of the source into the workspace
+    by_address.filled(source_id, rows)
+    by_generation.filled(source_id, workspace)
+    old_ptr, generation = rows.data_ptr(), workspace.generation
+    del rows
+    rows = workspace.get(rows1, getattr(torch, dtype1))
+    replaced = workspace.generation != generation
+    return {
+        "transition": transition.name,
+        "order": order,
+        "device": device,
+        "torch": torch.__version__,
+        "overlay": overlay,
+        "replaced": replaced,
+        "same_address": rows.data_ptr() == old_ptr,
+        "address_key_stale": replaced and by_address.still_valid(source_id, workspace, rows),
+        "generation_key_stale": replaced and by_generation.still_valid(source_id, workspace, rows),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Parent side: every transition x order, each a fresh process; then the summary.
+# --------------------------------------------------------------------------------------------
+
+
+def child_env(order: str, base=None) -> dict:
+    from ci.runner import mode_env
+
+    return mode_env("unmodified" if order == "holding-first" else "change", base=base)
+
+
+def launch(transition: Transition, order: str, device: str, timeout_s: float = 300) -> dict:
+    command = [sys.executable, "-m", "benchmark.hazard", "--child", transition.name]
+    command += ["--order", order, "--device", device]
+    proc = subprocess.run(
+        command,
+        cwd=REPO,
+        env=child_env(order),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line[len(RESULT_PREFIX) :])
+    raise RuntimeError(
+        f"{transition.name} ({order}) exited {proc.returncode} without a result: "
+        f"{proc.stderr.strip()[-800:]}"
+    )
+
+
+def measure(device: str, jobs: int, transitions=TRANSITIONS) -> list:
+    pairs = [(t, order) for t in transitions for order in ORDERS]
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(lambda pair: launch(pair[0], pair[1], device), pairs))
+
+
+def summarize(rows: list) -> dict:
+    """Per order: transitions that replaced, how many got the old address back, stale hits."""
+    summary = {}
+    for order in ORDERS:
+        mine = [r for r in rows if r["order"] == order and r["replaced"]]
+        summary[order] = {
+            "replacements": len(mine),
+            "same_address": sum(r["same_address"] for r in mine),
+            "address_key_stale": sum(r["address_key_stale"] for r in mine),
+            "generation_key_stale": sum(r["generation_key_stale"] for r in mine),
+        }
+    return summary
+
+
+def render(report: dict) -> str:
+    """Markdown: the per-transition table and the totals, from a report as written by main."""
+    lines = [
+        f"Replacement transitions on the real `SparsePrefillKVBuffer` ({report['where']}), "
+        "each in a fresh process:",
+        "",
+        "| transition | holding-first: same `data_ptr` | release-first: same `data_ptr` |",
+        "| --- | --- | --- |",
+    ]
+    by_key = {(r["transition"], r["order"]): r for r in report["rows"]}
+    for name in dict.fromkeys(r["transition"] for r in report["rows"]):
+        cells = []
+        for order in ORDERS:
+            row = by_key.get((name, order))
+            if row is None:
+                cells.append("-")
+            elif not row["replaced"]:
+                cells.append("not replaced")
+            else:
+                cells.append("**yes**" if row["same_address"] else "no")
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
+    lines += [
+        "",
+        "| order | old address back | stale hits, keyed on address | "
+        "stale hits, keyed on generation |",
+        "| --- | --- | --- | --- |",
+    ]
+    for order, s in report["summary"].items():
+        n = s["replacements"]
+        lines.append(
+            f"| {order} | {s['same_address']} of {n} | {s['address_key_stale']} of {n} | "
+            f"{s['generation_key_stale']} of {n} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _where(device: str) -> str:
+    import torch
+
+    if device == "cuda":
+        return f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+    libc = " ".join(platform.libc_ver()) or "unknown libc"
+    return f"CPU {platform.machine()}, {libc}, torch {torch.__version__}"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark.hazard", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--device", help="cpu or cuda (default: cuda if available)")
+    parser.add_argument("--jobs", type=int, help="fresh processes at once (default: CPUs, max 8)")
+    parser.add_argument("--out", type=Path, help="write the report as JSON here")
+    parser.add_argument("--child", metavar="TRANSITION", help=argparse.SUPPRESS)
+    parser.add_argument("--order", choices=ORDERS, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        if args.child not in BY_NAME or not args.order or not args.device:
+            parser.error("--child needs a known transition, --order and --device")
+        result = run_transition(BY_NAME[args.child], args.order, args.device)
+        print(RESULT_PREFIX + json.dumps(result), flush=True)
+        return 0
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in ("cpu", "cuda"):
+        parser.error(f"--device {device!r}: use cpu or cuda")
+    rows = measure(device, args.jobs or min(8, os.cpu_count() or 1))
+    report = {
+        "where": _where(device),
+        "command": "python -m benchmark.hazard --device " + device,
+        "rows": rows,
+        "summary": summarize(rows),
+    }
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    sys.stdout.write(render(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
