@@ -1,22 +1,35 @@
 # Two commands do all the set-up:  `make demo` (the A/B on the real class) and `make test`.
-# Both build a project-local .venv: a pinned sglang release from PyPI installed --no-deps, the
-# pinned CPU import closure of its DSV4 workspace module, and this project installed for real.
+# Both build a project-local .venv: torch resolved by pip with its own dependencies (the build
+# for this machine), the pinned import closure of sglang's DSV4 workspace module --no-deps, a
+# pinned sglang release from PyPI --no-deps, and this project installed for real.
+# `make USE_SYSTEM_TORCH=1 demo` reuses the torch of $(PYTHON) (a GPU machine's CUDA build)
+# through a venv with --system-site-packages instead of installing one.
 
 PYTHON ?= python3
 SGLANG_VERSION ?= 0.5.23
+USE_SYSTEM_TORCH ?= 0
 VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
-SITE_READY := $(VENV)/.ready-sglang-$(SGLANG_VERSION)
-OVERLAY_SOURCES := $(shell find sglang_overlay sglang_overlay_startup -type f -not -name '*.pyc') pyproject.toml
+TORCH_FROM := $(if $(filter 1,$(USE_SYSTEM_TORCH)),system,pip)
+SYSTEM_SITE := $(if $(filter system,$(TORCH_FROM)),true,false)
+SITE_READY := $(VENV)/.ready-sglang-$(SGLANG_VERSION)-torch-$(TORCH_FROM)
+OVERLAY_SOURCES := $(shell find sglang_overlay -type f -not -name '*.pyc') pyproject.toml
 
 .PHONY: venv install demo test lint compat bench clean
 
-$(SITE_READY): requirements/cpu-closure.txt requirements/dev.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+$(SITE_READY): requirements/torch.txt requirements/cpu-closure.txt requirements/dev.txt
+	@# A venv made the other way (with or without the system's site-packages) is made anew.
+	grep -qs '^include-system-site-packages = $(SYSTEM_SITE)$$' $(VENV)/pyvenv.cfg || rm -rf $(VENV)
+	test -x $(PY) || $(PYTHON) -m venv $(if $(filter true,$(SYSTEM_SITE)),--system-site-packages) $(VENV)
+ifeq ($(TORCH_FROM),system)
+	$(PY) -c 'import torch' || { echo 'USE_SYSTEM_TORCH=1: $(PYTHON) cannot import torch' >&2; exit 2; }
+else
+	$(PIP) install -c requirements/cpu-closure.txt -r requirements/torch.txt
+endif
 	$(PIP) install --no-deps -r requirements/cpu-closure.txt
-	$(PIP) install -c requirements/cpu-closure.txt -r requirements/dev.txt
+	$(PIP) install -c requirements/cpu-closure.txt -c requirements/torch.txt -r requirements/dev.txt
 	$(PIP) install --no-deps sglang==$(SGLANG_VERSION)
 	rm -f $(VENV)/.ready-sglang-* $(VENV)/.installed
 	touch $@
