@@ -14,6 +14,7 @@ import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs
 
 LIMIT = 65536
 TS = "2026-01-01T00:00:00Z"
@@ -49,6 +50,8 @@ class FakeGitHub:
         self.owner, self.repo, self.bot = owner, repo, bot
         self.lock = threading.RLock()
         self.bodies: dict[int, str | None] = {}
+        self.issue_meta: dict[int, dict] = {}  # plain issues (not PRs): title, login, state
+        self._query: dict[str, list[str]] = {}  # of the request being routed
         self.comments: dict[int, dict] = {}
         self.statuses: list[dict] = []
         self.requests: list[tuple[str, str]] = []
@@ -228,6 +231,7 @@ class FakeGitHub:
             return 404, {"message": "Not Found"}, {}
         rest = path[len(prefix) :].split("?")[0]
         with self.lock:
+            self._query = parse_qs(path.partition("?")[2])
             result = self._route(method, rest, payload)
         self._run_hooks(method, path)
         return result
@@ -246,6 +250,9 @@ class FakeGitHub:
     def _route(self, method, rest, payload):
         if rest == "" and method == "GET":
             return 200, self._repo_json(), {}
+        routed = self._route_issues(method, rest, payload)
+        if routed is not None:
+            return routed
         match = re.fullmatch(r"/issues/(\d+)(/comments)?", rest)
         if match:
             number = int(match[1])
@@ -341,6 +348,64 @@ class FakeGitHub:
                 {},
             )
         return 404, {"message": f"no fake route for {method} {rest}"}, {}
+
+    # -- plain issues (the release watch's tracking issue) ---------------------------------
+
+    def add_issue(self, title, body, login=None, state="open") -> int:
+        with self.lock:
+            number = max([0, *self.bodies]) + 1
+            self.bodies[number] = body
+            self.issue_meta[number] = {"title": title, "login": login or self.bot, "state": state}
+            return number
+
+    def _plain_issue_json(self, number):
+        meta = self.issue_meta[number]
+        data = self._issue_json(number)
+        data.pop("pull_request")
+        data.update(
+            title=meta["title"],
+            state=meta["state"],
+            user=user_json(meta["login"], self._base()),
+            html_url=f"{self.url}/{self.owner}/{self.repo}/issues/{number}",
+        )
+        return data
+
+    def _route_issues(self, method, rest, payload):
+        """The issue list (pull requests included, newest first, ``state`` open by default, as
+        GitHub does), creating an issue, and reading or editing a plain issue."""
+        if rest == "/issues" and method == "GET":
+            state = (self._query.get("state") or ["open"])[0]
+            items = [
+                self._plain_issue_json(n) if n in self.issue_meta else self._issue_json(n)
+                for n in sorted(self.bodies, reverse=True)
+            ]
+            return 200, [i for i in items if state == "all" or i["state"] == state], {}
+        if rest == "/issues" and method == "POST":
+            if not payload.get("title"):
+                errors = [{"field": "title", "code": "missing_field"}]
+                return 422, {"message": "Validation Failed", "errors": errors}, {}
+            error = self._too_long(payload.get("body"))
+            if error:
+                return error
+            number = self.add_issue(payload["title"], payload.get("body"))
+            return 201, self._plain_issue_json(number), {}
+        match = re.fullmatch(r"/issues/(\d+)", rest)
+        if not match or int(match[1]) not in self.issue_meta:
+            return None
+        number = int(match[1])
+        if method == "PATCH":
+            error = self._too_long(payload.get("body"))
+            if error:
+                return error
+            if payload.get("state", "open") not in ("open", "closed"):
+                return 422, {"message": f"state {payload['state']!r} invalid"}, {}
+            if "body" in payload:
+                self.bodies[number] = payload["body"]
+            meta = self.issue_meta[number]
+            meta.update({k: payload[k] for k in ("title", "state") if k in payload})
+        if method in ("GET", "PATCH"):
+            return 200, self._plain_issue_json(number), {}
+        return None
 
     def _create_check_run(self, payload):
         error = _check_run_errors(payload, create=True)
