@@ -1,33 +1,163 @@
-"""The GitHub Actions workflow: valid YAML, label-gated, and no token near the test processes."""
+"""The GitHub Actions workflows as a specification of who may do what, parsed from the YAML.
+
+Trust rules: PR code runs only in jobs that hold no write permission, no secret and no
+persisted credentials; jobs with a write permission run on hosted runners, check out only the
+base (or default-branch) commit and never install or run the PR's package; every action is
+pinned by commit SHA; every job has a timeout; the results always reach the PR.
+"""
 
 import os
+import re
 
+import pytest
 import yaml
 
-WORKFLOW = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    "ci/workflows/pr-test-dsv4-workspace.yml",
-)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLOWS = os.path.join(ROOT, "ci", "workflows")
+TEST_FLOW = "pr-test-dsv4-workspace.yml"
+REPORT_FLOW = "pr-report-dsv4-workspace.yml"
+DEFAULT_LABELS = {"self-hosted", "linux", "x64", "arm64", "ubuntu-latest"}
 
 
-def load():
-    with open(WORKFLOW) as handle:
+def load(name):
+    with open(os.path.join(FLOWS, name)) as handle:
         return yaml.safe_load(handle)
 
 
-def test_workflow_is_valid_yaml_triggered_by_pull_request_and_labels():
-    flow = load()
-    triggers = flow[True]  # YAML 1.1 reads the bare key `on` as a boolean
-    assert set(triggers["pull_request"]["types"]) >= {"opened", "synchronize", "labeled"}
-    assert flow["jobs"]["test"]["needs"] == "gate"
-    assert "needs.gate.outputs.run == 'true'" in flow["jobs"]["test"]["if"]
-    assert "self-hosted" in flow["jobs"]["test"]["runs-on"]
+def text(name):
+    with open(os.path.join(FLOWS, name)) as handle:
+        return handle.read()
 
 
-def test_only_report_steps_get_the_token_and_the_ab_run_does_not():
-    steps = load()["jobs"]["test"]["steps"]
-    ab = next(s for s in steps if s.get("id") == "ab")
-    assert "--backend cuda" in ab["run"] and "GITHUB_TOKEN" not in str(ab)
-    for step in steps:
-        if "GITHUB_TOKEN" in str(step.get("env", {})):
-            assert step.get("working-directory") == ".ci-base"  # the base's bot, not the PR's
+def jobs():
+    for name in (TEST_FLOW, REPORT_FLOW):
+        for job_id, job in load(name)["jobs"].items():
+            yield f"{name}:{job_id}", job
+
+
+def writes(job) -> bool:
+    return any(level == "write" for level in (job.get("permissions") or {}).values())
+
+
+def self_hosted(job) -> bool:
+    runs_on = job["runs-on"]
+    return "self-hosted" in (runs_on if isinstance(runs_on, list) else [runs_on])
+
+
+def checkouts(job):
+    return [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/checkout@")]
+
+
+@pytest.mark.parametrize("name", [TEST_FLOW, REPORT_FLOW])
+def test_no_permission_at_workflow_level_and_every_job_has_a_timeout(name):
+    flow = load(name)
+    assert flow["permissions"] == {}
+    for job_id, job in flow["jobs"].items():
+        assert 0 < job["timeout-minutes"] <= 120, job_id
+        assert "permissions" in job, f"{job_id}: permissions must be set per job"
+
+
+@pytest.mark.parametrize("name", [TEST_FLOW, REPORT_FLOW])
+def test_every_action_is_pinned_by_a_full_commit_sha_with_its_version(name):
+    uses = re.findall(r"^\s*(?:- )?uses:\s*(\S+)(.*)", text(name), flags=re.M)
+    assert uses
+    for ref, comment in uses:
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", ref), ref
+        assert re.match(r"\s+# v\d", comment), f"{ref}: add a # vX.Y.Z comment"
+
+
+def test_the_self_hosted_job_reads_only_and_holds_no_token_or_secret():
+    hosted = [(job_id, job) for job_id, job in jobs() if self_hosted(job)]
+    assert [job_id for job_id, _ in hosted] == [f"{TEST_FLOW}:test"]
+    for job_id, job in hosted:
+        assert job["permissions"] == {"contents": "read"}, job_id
+        dumped = yaml.safe_dump(job)
+        assert "secrets." not in dumped and "github.token" not in dumped
+        assert "GITHUB_TOKEN" not in dumped
+        for step in checkouts(job):
+            assert step["with"]["persist-credentials"] is False
+        # The venv and the results live outside the checkout the PR's tests can write to.
+        install = next(s["run"] for s in job["steps"] if "venv" in str(s.get("run", "")))
+        assert '"$RUNNER_TEMP/dsv4-venv"' in install and ".ci-venv" not in install
+
+
+def test_jobs_with_write_permission_never_meet_pr_code():
+    writers = [(job_id, job) for job_id, job in jobs() if writes(job)]
+    assert {j for j, _ in writers} == {
+        f"{TEST_FLOW}:pending",
+        f"{TEST_FLOW}:report",
+        f"{REPORT_FLOW}:report",
+    }
+    for job_id, job in writers:
+        assert not self_hosted(job), job_id
+        for step in checkouts(job):
+            ref = (step.get("with") or {}).get("ref")
+            # The base commit, or (workflow_run) this repository's default branch.
+            assert ref in (None, "${{ github.event.pull_request.base.sha }}"), job_id
+            assert step["with"]["persist-credentials"] is False
+            assert "path" not in step["with"]
+        for step in job["steps"]:
+            run = step.get("run", "")
+            for install in re.findall(r"pip install[^\n]*", run):
+                packages = [w for w in install.split()[2:] if not w.startswith("-")]
+                assert packages and all(re.fullmatch(r"[\w.-]+==[\w.]+", p) for p in packages), (
+                    f"{job_id}: only pinned packages from PyPI, never the PR's ({install})"
+                )
+            assert "needs.gate.outputs.sha" not in str(step.get("with", {})), job_id
+            assert "working-directory" not in step
+
+
+def test_the_report_always_runs_so_the_slot_never_stays_pending():
+    report = load(TEST_FLOW)["jobs"]["report"]
+    assert report["if"].startswith("always()")
+    assert set(report["needs"]) == {"gate", "pending", "test"}
+    step = report["steps"][-1]
+    assert step["if"] == "always()" and "--test-result" in step["run"]
+    assert step["env"]["TEST_RESULT"] == "${{ needs.test.result }}"
+    assert "--require-head" in step["run"] and "--check-run" in step["run"]
+    upload = load(TEST_FLOW)["jobs"]["test"]["steps"][-2]
+    assert upload["if"] == "always()" and upload["with"]["name"] == "dsv4-results"
+
+
+def test_a_fork_runs_only_the_commit_its_label_approved():
+    flow = load(TEST_FLOW)
+    assert flow["jobs"]["test"]["steps"][0]["with"]["ref"] == "${{ needs.gate.outputs.sha }}"
+    assert "--record" in flow["jobs"]["gate"]["steps"][-2]["run"]
+    assert set(flow[True]["pull_request"]["types"]) == {
+        "opened",
+        "synchronize",
+        "reopened",
+        "labeled",
+    }
+
+
+def test_an_unrelated_label_cannot_cancel_a_gpu_run():
+    flow = load(TEST_FLOW)
+    group = flow["concurrency"]["group"]
+    assert flow["concurrency"]["cancel-in-progress"] is True
+    assert "github.event.label.name != 'run-ci'" in group and "github.run_id" in group
+    assert flow["jobs"]["gate"]["if"] == (
+        "github.event.action != 'labeled' || github.event.label.name == 'run-ci'"
+    )
+
+
+def test_the_fork_report_workflow_runs_after_the_test_workflow_from_the_default_branch():
+    flow = load(REPORT_FLOW)
+    assert flow[True] == {
+        "workflow_run": {"workflows": [load(TEST_FLOW)["name"]], "types": ["completed"]}
+    }
+    job = flow["jobs"]["report"]
+    assert "github.event.workflow_run.event == 'pull_request'" in job["if"]
+    run = job["steps"][-1]["run"]
+    assert '--workflow-run "$GITHUB_EVENT_PATH"' in run and "--gate" in run
+    for step in job["steps"]:
+        if "download-artifact" in str(step.get("uses")):
+            assert step["with"]["run-id"] == "${{ github.event.workflow_run.id }}"
+
+
+def test_actionlint_config_declares_every_self_hosted_label():
+    with open(os.path.join(FLOWS, "actionlint.yaml")) as handle:
+        declared = set(yaml.safe_load(handle)["self-hosted-runner"]["labels"])
+    for _, job in jobs():
+        labels = job["runs-on"] if isinstance(job["runs-on"], list) else [job["runs-on"]]
+        assert set(labels) - DEFAULT_LABELS <= declared

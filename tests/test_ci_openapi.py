@@ -1,0 +1,97 @@
+"""Every request the bot sends, checked against GitHub's own REST description (octokit).
+
+Runs when ``OCTOKIT_OPENAPI`` names ``generated/api.github.com.deref.json`` from
+``npm pack @octokit/openapi`` and ``jsonschema`` is importable; skipped otherwise (neither is
+part of the CPU test environment). Each request's method and path must be an operation of the
+description and each JSON body must match that operation's request-body schema.
+"""
+
+import json
+import os
+import re
+
+import pytest
+from ci_fake_github import FakeGitHub
+from ci_samples import model
+from test_ci_trust import ACTIONS_TOKEN, HEAD, _gate, _results_dir, _workflow_run
+
+from ci import checks
+from ci.__main__ import main
+from ci.publish import Publisher, connect
+from ci.retry import RetryPolicy
+
+SPEC = os.environ.get("OCTOKIT_OPENAPI")
+pytestmark = pytest.mark.skipif(
+    not (SPEC and os.path.exists(SPEC)), reason="OCTOKIT_OPENAPI (octokit's description) not set"
+)
+
+
+def _operations(spec):
+    ops = []
+    for template, item in spec["paths"].items():
+        pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template))
+        for method, op in item.items():
+            if method in ("get", "post", "patch", "put", "delete"):
+                ops.append((method.upper(), re.compile(f"^{pattern}$"), template, op))
+    return ops
+
+
+def test_every_request_of_every_report_path_is_in_githubs_description(tmp_path, monkeypatch):
+    jsonschema = pytest.importorskip("jsonschema")
+    with open(SPEC) as handle:
+        ops = _operations(json.load(handle))
+    fake = FakeGitHub(token=ACTIONS_TOKEN, bot="github-actions[bot]").start()
+    monkeypatch.setenv("GITHUB_TOKEN", ACTIONS_TOKEN)
+    monkeypatch.setattr("ci.retry.time.sleep", lambda _: None)
+    try:
+        fake.add_pr(7, "Author.\n", head_sha=HEAD)
+        m = model()
+        m.cases[0].line = 40
+        folder = str(_results_dir(tmp_path, m))
+        base = ["report", "--api-url", fake.url, "--repo", "sgl/sglang", "--pr", "7"]
+        assert main([*base, "--state", "pending", "--post"]) == 0
+        assert main([*base, "--results", folder, "--sha", HEAD, "--check-run", "--post"]) == 0
+        assert main([*base, "--results", "none", "--test-result", "cancelled", "--sha", HEAD,
+                     "--require-head", "--check-run", "--post"]) == 0  # fmt: skip
+        event, gate = _workflow_run(tmp_path), _gate(tmp_path)
+        assert main(["report", "--api-url", fake.url, "--workflow-run", event, "--gate", gate,
+                     "--results", folder, "--post"]) == 0  # fmt: skip
+        # Annotations 51 and on go out as check-run updates (PATCH).
+        many = model()
+        many.cases = [many.cases[0]] * 60
+        create, updates = checks.requests(many, HEAD, "summary", "2026-01-01T00:00:00Z")
+        policy = RetryPolicy(sleep=lambda _: None)
+        Publisher(connect(ACTIONS_TOKEN, fake.url), "sgl", "sglang", 7, policy).create_check_run(
+            create, updates
+        )
+        sent, writes = list(fake.requests), list(fake.bodies_sent)
+    finally:
+        fake.stop()
+
+    def operation(method, path):
+        return _operation(ops, method, path)
+
+    templates = {operation(method, path)[2] for method, path in sent}
+    for method, path, body in writes:
+        schema = _schema(ops, method, path)
+        if schema is not None:
+            jsonschema.validate(body, schema)
+    assert "/repos/{owner}/{repo}/check-runs" in templates
+    assert "/repos/{owner}/{repo}/check-runs/{check_run_id}" in templates
+    with pytest.raises(jsonschema.ValidationError):  # the check itself can fail
+        bad = dict(create, conclusion="passed")
+        jsonschema.validate(bad, _schema(ops, "POST", "/repos/o/r/check-runs"))
+    assert len(writes) >= 8
+    print(f"{len(sent)} requests, {len(writes)} request bodies validated: {sorted(templates)}")
+
+
+def _operation(ops, method, path):
+    path = path.split("?")[0].removeprefix("/api/v3")
+    found = [op for op in ops if op[0] == method and op[1].match(path)]
+    assert found, f"{method} {path} is not an operation of GitHub's REST API"
+    return found[0]
+
+
+def _schema(ops, method, path):
+    content = _operation(ops, method, path)[3].get("requestBody", {}).get("content", {})
+    return content.get("application/json", {}).get("schema")

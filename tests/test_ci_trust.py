@@ -1,0 +1,356 @@
+"""The bot's trust rules against the fake GitHub, through the real github3.py client.
+
+Comments: only the bot's own identity is edited, never a marker alone. Fork PRs: a read-only
+token fails cleanly; the workflow_run path posts from trusted run facts and an untrusted,
+validated artifact. Check runs: summary plus one annotation per regression or broken case,
+batched 50 per request. Oversize results: shortened in whole pieces, never silently.
+"""
+
+import json
+import os
+import re
+
+import pytest
+from ci_fake_github import FakeGitHub
+from ci_samples import FILE, model, unittest_output, workspace_runs
+
+from ci import artifact, checks, pr_body, render, results
+from ci.__main__ import main
+from ci.publish import Publisher, connect
+from ci.retry import RetryPolicy
+from ci.runner import FileRun
+
+ACTIONS_TOKEN = "ghs_actionsINSTALLATIONtoken"
+HEAD = "c0ffee" + "0" * 34
+RUN = {"id": 4242, "html_url": "https://github.example/runs/4242"}
+
+
+@pytest.fixture
+def fake():
+    server = FakeGitHub(token=ACTIONS_TOKEN, bot="github-actions[bot]").start()
+    server.add_pr(7, "Author's text.\n", head_sha=HEAD)
+    yield server
+    server.stop()
+
+
+def _publisher(fake, token=ACTIONS_TOKEN):
+    policy = RetryPolicy(sleep=lambda _: None, base_s=0.01)
+    return Publisher(connect(token, fake.url), "sgl", "sglang", 7, policy, log=lambda _: None)
+
+
+def _results_dir(tmp_path, m=None, name="ci-results"):
+    folder = tmp_path / name
+    folder.mkdir()
+    results.save(m or model(), str(folder))
+    return folder
+
+
+def _report(fake, monkeypatch, *args):
+    monkeypatch.setenv("GITHUB_TOKEN", ACTIONS_TOKEN)
+    monkeypatch.setattr("ci.retry.time.sleep", lambda _: None)  # the 3 s settle after a write
+    return main(["report", "--api-url", fake.url, *args])
+
+
+# --- comments: identity, never the marker alone ---------------------------------------------
+
+
+def test_a_spoofed_marker_comment_by_another_user_is_left_alone(fake, tmp_path, monkeypatch):
+    marker = render.comment_marker("dsv4-workspace")
+    spoof = fake.add_comment(7, marker + "\nfake evidence: all green", login="mallory")
+    args = ["--results", str(_results_dir(tmp_path)), "--repo", "sgl/sglang", "--pr", "7"]
+    assert _report(fake, monkeypatch, *args, "--sha", HEAD, "--post") == 0
+    assert fake.comments[spoof]["body"] == marker + "\nfake evidence: all green"
+    ours = [c for c in fake.comments.values() if c["login"] == "github-actions[bot]"]
+    assert len(ours) == 1 and ours[0]["body"].startswith(marker)
+    assert fake.count("PATCH", r"/comments/") == 0 and fake.count("DELETE", ".*") == 0
+
+
+def test_an_actions_token_gets_403_from_get_user_and_writes_as_github_actions_bot(fake):
+    assert _publisher(fake).identity() == "github-actions[bot]"
+    assert fake.count("GET", r"/user$") == 1
+    assert _publisher(fake).identity("someone[bot]") == "someone[bot]"
+
+
+def test_a_user_token_is_asked_who_it_is():
+    server = FakeGitHub(token="ghp_personal", bot="octo").start()
+    try:
+        assert _publisher(server, token="ghp_personal").identity() == "octo"
+    finally:
+        server.stop()
+
+
+def test_upsert_without_an_author_is_refused(fake):
+    with pytest.raises(ValueError, match="marker alone"):
+        _publisher(fake).upsert_comment("<!-- m -->", "<!-- m -->\nx", None)
+
+
+# --- fork PRs: read-only token, workflow_run --------------------------------------------------
+
+
+def test_a_fork_prs_read_only_token_fails_cleanly_and_changes_nothing(tmp_path, monkeypatch):
+    server = FakeGitHub(token=ACTIONS_TOKEN, read_only=True).start()
+    try:
+        server.add_pr(7, "Author's text.\n", head_sha=HEAD)
+        args = ["--results", str(_results_dir(tmp_path)), "--repo", "sgl/sglang", "--pr", "7"]
+        assert _report(server, monkeypatch, *args, "--post") == 1
+        assert server.bodies[7] == "Author's text.\n" and not server.comments
+        assert server.count("PATCH") == 1  # the first write is refused, nothing more is tried
+    finally:
+        server.stop()
+
+
+def _workflow_run(tmp_path, conclusion="success", sha=HEAD, event="pull_request"):
+    path = tmp_path / "event.json"
+    payload = {
+        "action": "completed",
+        "workflow_run": {
+            **RUN,
+            "event": event,
+            "head_sha": sha,
+            "conclusion": conclusion,
+            "head_repository": {"full_name": "someone/sglang"},
+        },
+        "repository": {"full_name": "sgl/sglang"},
+    }
+    path.write_text(json.dumps(payload))
+    return str(path)
+
+
+def _gate(tmp_path, state="run", pr=7, sha=HEAD):
+    path = tmp_path / "gate.json"
+    record = {"run": state == "run", "fork": True, "state": state, "pr": pr, "head_sha": sha}
+    path.write_text(json.dumps({**record, "reason": "r"}))
+    return str(path)
+
+
+def test_workflow_run_posts_slot_comment_status_and_check_run_for_the_fork(
+    fake, tmp_path, monkeypatch
+):
+    folder = _results_dir(tmp_path)
+    args = ["--workflow-run", _workflow_run(tmp_path), "--gate", _gate(tmp_path)]
+    assert _report(fake, monkeypatch, *args, "--results", str(folder), "--post") == 0
+    assert pr_body.get_slot(fake.bodies[7], "dsv4-workspace").startswith(
+        ":white_check_mark: [Run #4242](https://github.example/runs/4242)"
+    )
+    assert len(fake.comments) == 1 and fake.statuses[0]["sha"] == HEAD
+    (run,) = fake.check_runs.values()
+    assert run["head_sha"] == HEAD and run["conclusion"] == "success"
+
+
+def test_workflow_run_for_a_pr_whose_head_moved_on_posts_nothing(fake, tmp_path, monkeypatch):
+    fake.heads[7] = "d" * 40  # a newer push, or an artifact naming someone else's PR
+    args = ["--workflow-run", _workflow_run(tmp_path), "--gate", _gate(tmp_path)]
+    folder = _results_dir(tmp_path)
+    assert _report(fake, monkeypatch, *args, "--results", str(folder), "--post") == 0
+    assert fake.bodies_sent == [] and fake.bodies[7] == "Author's text.\n"
+
+
+def test_workflow_run_refuses_a_gate_record_about_another_commit(fake, tmp_path, monkeypatch):
+    args = ["--workflow-run", _workflow_run(tmp_path), "--gate", _gate(tmp_path, sha="e" * 40)]
+    assert _report(fake, monkeypatch, *args, "--post") == 2
+    assert fake.requests == []
+
+
+@pytest.mark.parametrize(
+    "state, slot", [("missing-label", "Missing `run-ci` label"), ("stale-label", "earlier commit")]
+)
+def test_workflow_run_of_an_unapproved_fork_writes_the_label_slot_only(
+    fake, tmp_path, monkeypatch, state, slot
+):
+    args = ["--workflow-run", _workflow_run(tmp_path), "--gate", _gate(tmp_path, state=state)]
+    assert _report(fake, monkeypatch, *args, "--post") == 0
+    assert slot in pr_body.get_slot(fake.bodies[7], "dsv4-workspace")
+    assert not fake.comments and not fake.statuses and not fake.check_runs
+
+
+@pytest.mark.parametrize(
+    "conclusion, emoji", [("cancelled", ":no_entry_sign:"), ("failure", ":x:")]
+)
+def test_a_run_that_left_no_results_never_leaves_the_slot_pending(
+    fake, tmp_path, monkeypatch, conclusion, emoji
+):
+    fake.bodies[7] = pr_body.set_slot("x\n", "dsv4-workspace", "L", ":hourglass_flowing_sand:")
+    event = _workflow_run(tmp_path, conclusion=conclusion)
+    args = ["--workflow-run", event, "--gate", _gate(tmp_path), "--results", str(tmp_path / "no")]
+    assert _report(fake, monkeypatch, *args, "--post") == 0
+    assert pr_body.get_slot(fake.bodies[7], "dsv4-workspace").startswith(emoji)
+    (run,) = fake.check_runs.values()
+    assert run["conclusion"] == conclusion
+
+
+def test_same_repo_report_after_a_timed_out_test_job_says_failure(fake, tmp_path, monkeypatch):
+    args = ["--results", str(tmp_path / "missing"), "--test-result", "failure"]
+    args += ["--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD, "--require-head", "--post"]
+    assert _report(fake, monkeypatch, *args) == 0
+    assert pr_body.get_slot(fake.bodies[7], "dsv4-workspace") == ":x:"
+
+
+def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
+    fake, tmp_path, monkeypatch
+):
+    for event in (
+        _workflow_run(tmp_path, event="push"),
+        _workflow_run(tmp_path, sha="not-a-sha"),
+        _workflow_run(tmp_path, conclusion=None),
+    ):
+        assert _report(fake, monkeypatch, "--workflow-run", event, "--gate", _gate(tmp_path)) == 2
+    assert fake.requests == []
+
+
+# --- check runs ----------------------------------------------------------------------------
+
+
+def test_check_run_has_the_table_and_a_notice_at_the_regression_tests_line(fake):
+    m = model()
+    m.cases[0].line = 123
+    create, updates = checks.requests(m, HEAD, render.comment(m, "s"), "2026-01-01T00:00:00Z")
+    _publisher(fake).create_check_run(create, updates)
+    (run,) = fake.check_runs.values()
+    assert "| Case | Kind | Unmodified main | This change |" in run["output"]["summary"]
+    (note,) = run["annotations"]
+    assert note == {
+        "path": FILE,
+        "start_line": 123,
+        "end_line": 123,
+        "annotation_level": "notice",
+        "title": "TestSparsePrefillWorkspaceCUDA.test_grow_64_to_96_mib_bf16_fits_128_mib_cap",
+        "message": "fails unmodified: OOM under 128 MiB; passes with the change (peak 96.0 MiB)",
+    }
+
+
+def test_120_annotations_go_out_50_per_request_and_broken_cases_are_failures(fake):
+    cls, names = "TestW", [f"test_case_{i:03d}" for i in range(120)]
+    unmodified = unittest_output([(n, cls, "", "FAIL") for n in names], [(n, cls) for n in names])
+    change = unittest_output(
+        [(n, cls, "", "ok") for n in names[:-1]] + [(names[-1], cls, "", "FAIL")],
+        failures=[(names[-1], cls)],
+    )
+    runs = [
+        FileRun(FILE, "unmodified", 1, 1.0, False, unmodified),
+        FileRun(FILE, "change", 1, 1.0, False, change),
+    ]
+    modes = ["unmodified", "change"]
+    m = results.build(runs, {FILE: "s"}, "cpu", modes, {}, {}, regression_patterns=[])
+    create, updates = checks.requests(m, HEAD, "summary", "2026-01-01T00:00:00Z")
+    assert [len(u["annotations"]) for u in updates] == [50, 20]
+    _publisher(fake).create_check_run(create, updates)
+    (run,) = fake.check_runs.values()
+    levels = [a["annotation_level"] for a in run["annotations"]]
+    assert len(levels) == 120 and levels.count("failure") == 1 and run["conclusion"] == "failure"
+    assert fake.count("PATCH", r"/check-runs/\d+$") == 2
+
+
+def test_run_records_each_cases_def_line_for_its_annotation(tmp_path):
+    from ci import collect
+
+    lines = collect.test_lines(".", FILE)
+    assert lines and all(isinstance(n, int) and n > 1 for n in lines.values())
+    with open(FILE) as handle:
+        source = handle.read().splitlines()
+    for key, line in lines.items():
+        assert source[line - 1].lstrip().startswith(("def " + key.split(".")[1], "async def "))
+
+
+# --- oversize results ------------------------------------------------------------------------
+
+
+def _oversize(files=400, cases=0):
+    m = model()
+    for i in range(files):
+        path = f"test/registered/unit/layers/test_flagged_{i:03d}_" + "x" * 120 + ".py"
+        m.files.append(results.FileResult(path, "s", {}, [results.FLAG_NOT_REPRODUCED]))
+    for i in range(cases):
+        case = model().cases[0]
+        case.case_id = f"TestW.test_{i:05d}_&_<b>_" + "y" * 150
+        m.cases.append(case)
+    return m
+
+
+def test_400_flagged_files_keep_the_table_the_note_and_the_environment():
+    text = render.comment(_oversize(files=400), "s", run_url="https://ci/1", limit=20000)
+    assert len(text) <= 20000
+    assert "| Case | Kind | Unmodified main | This change |" in text
+    assert "Environment: NVIDIA H200" in text
+    assert re.search(r"_Shortened to fit GitHub's comment limit \(\d+ flagged-file lines", text)
+    assert re.search(r"\u2026 \d+ more flagged files", text)
+
+
+def test_a_shortened_comment_never_cuts_an_entity_a_row_or_a_fence():
+    m = _oversize(files=50, cases=2000)
+    for case in m.cases:
+        case.modes["unmodified"].excerpt = "```\n" + "log line &amp; more\n" * 200
+    text = render.comment(m, "s", artifacts_url="https://ci/a", limit=65536)
+    assert len(text) <= 65536 and "report.md" in text
+    assert not re.search(r"&[#A-Za-z0-9]*(?![#A-Za-z0-9;])", text.replace("&#64;", "")), (
+        "cut entity"
+    )
+    for line in text.splitlines():
+        if line.startswith("| "):
+            assert len(re.findall(r"(?<!\\)\|", line)) == 5, line  # four whole cells
+    fences = re.findall(r"^(`{3,})", text, flags=re.M)
+    assert len(fences) % 2 == 0
+
+
+def test_safe_clip_backs_off_from_a_partial_entity_and_a_lone_backslash():
+    assert render.safe_clip("abc &amp; def", 7) == "abc \u2026"
+    assert render.safe_clip("ab\\|cd", 4) == "ab\u2026"
+
+
+def test_ci_run_writes_the_full_report_into_the_artifact(tmp_path):
+    from ci.__main__ import _write_full_report
+
+    m = _oversize(files=400, cases=500)
+    _write_full_report(m, str(tmp_path))
+    full = (tmp_path / "report.md").read_text()
+    assert len(full) > 65536 and "Shortened" not in full and full.count("\n| TestW.") == 500
+
+
+# --- the artifact is untrusted input ----------------------------------------------------------
+
+
+def test_artifact_with_a_path_outside_the_repo_or_huge_counts_is_rejected(tmp_path):
+    m = model()
+    m.cases[0].file = "../../etc/passwd.py"
+    folder = _results_dir(tmp_path, m)
+    with pytest.raises(artifact.ArtifactError, match="relative test-file path"):
+        artifact.load_results(str(folder))
+    m = model()
+    m.backend = "cuda\n<script>"
+    with pytest.raises(artifact.ArtifactError, match="backend"):
+        artifact.load_results(str(_results_dir(tmp_path, m, "b")))
+
+
+def test_artifact_results_json_over_the_size_cap_or_a_symlink_is_rejected(tmp_path, monkeypatch):
+    folder = _results_dir(tmp_path)
+    monkeypatch.setattr(artifact, "MAX_RESULTS_BYTES", 100)
+    with pytest.raises(artifact.ArtifactError, match="bytes; at most 100"):
+        artifact.load_results(str(folder))
+    other = tmp_path / "link"
+    other.mkdir()
+    os.symlink(folder / "results.json", other / "results.json")
+    monkeypatch.setattr(artifact, "MAX_RESULTS_BYTES", 10**6)
+    with pytest.raises(artifact.ArtifactError, match="not a plain file"):
+        artifact.load_results(str(other))
+
+
+def test_gate_record_fields_are_checked(tmp_path):
+    good = json.loads(open(_gate(tmp_path)).read())
+    for bad in ({"pr": "7; rm -rf"}, {"pr": True}, {"head_sha": "HEAD"}, {"state": "run-anyway"}):
+        (tmp_path / "g.json").write_text(json.dumps({**good, **bad}))
+        with pytest.raises(artifact.ArtifactError):
+            artifact.load_gate(str(tmp_path / "g.json"))
+
+
+def test_bad_results_from_the_artifact_are_a_usage_error_and_nothing_is_sent(
+    fake, tmp_path, monkeypatch
+):
+    folder = tmp_path / "r"
+    folder.mkdir()
+    (folder / "results.json").write_text('{"schema": 1}')
+    args = ["--results", str(folder), "--repo", "sgl/sglang", "--pr", "7", "--post"]
+    assert _report(fake, monkeypatch, *args) == 2
+    assert fake.requests == []
+
+
+def test_sample_helpers_still_build_the_cuda_like_ab():
+    assert [c.kind for c in model(workspace_runs()).cases] == ["regression", "preservation"]
