@@ -8,6 +8,7 @@ collect, runner, results, junit, render, pr_body, publish and gate.
                    [--modes unmodified,change] [--sglang-src PATH] [--timeout S] [--jobs N]
   python -m ci report --results DIR --repo OWNER/NAME --pr N [--sha SHA] [--post] ...
   python -m ci gate [--event PATH]
+  python -m ci watch [--versions V ...] [--out DIR] [--rows FILE] [--repo OWNER/NAME --post]
 """
 
 import argparse
@@ -148,6 +149,10 @@ def _parser() -> argparse.ArgumentParser:
     gate.add_argument("--record", help="also write the decision here as JSON (gate.json)")
     gate.add_argument("--json", action="store_true")
     gate.set_defaults(func=cmd_gate)
+
+    from ci import watch  # stdlib-only at import; its verb's parser and command live there
+
+    watch.add_parser(verbs)
     return parser
 
 
@@ -155,7 +160,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args) -> int:
-    from ci import collect, environment, junit, results, runner
+    from ci import collect, environment, junit, pictures, results, runner
 
     root = os.path.abspath(args.root)
     backend = args.backend or ("cuda" if shutil.which("nvidia-smi") else "cpu")
@@ -219,6 +224,7 @@ def cmd_run(args) -> int:
     )
     for case in model.cases:
         case.line = collect.test_lines(root, case.file).get(case.case_id, 1)
+    model.pictures = pictures.draw_all(model, out)
     results.save(model, out)
     junit.write(model, out)
     _write_full_report(model, out)

@@ -84,16 +84,31 @@ def select(
 
 
 def test_lines(root: str, path: str) -> dict:
-    """``Class.test_name`` -> the line of its ``def`` in a test file (for annotations)."""
+    """``Class.test_name`` -> the line of its ``def`` in a test file (for annotations).
+
+    Methods a class inherits from another class of the same file (a shared base of the CPU
+    and CUDA classes) point at the base's ``def``.
+    """
     try:
         with open(os.path.join(root, path)) as handle:
             tree = ast.parse(handle.read())
     except (OSError, SyntaxError, ValueError):
         return {}
-    lines = {}
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    lines[f"{node.name}.{item.name}"] = item.lineno
-    return lines
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+
+    def methods(name: str, seen: frozenset) -> dict:
+        node = classes.get(name)
+        if node is None or name in seen:
+            return {}
+        found = {}
+        for base in reversed(node.bases):
+            if isinstance(base, ast.Name):
+                found.update(methods(base.id, seen | {name}))
+        for item in node.body:
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found[item.name] = item.lineno
+        return found
+
+    return {
+        f"{cls}.{fn}": line for cls in classes for fn, line in methods(cls, frozenset()).items()
+    }

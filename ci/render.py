@@ -214,6 +214,13 @@ def _parts(results, slot, run_id, run_url, artifacts_url) -> "_Parts":
         links.append(f"[results.json, report.md, JUnit and logs]({_url(artifacts_url)})")
     if links:
         tail.append("Artifacts: " + " \u00b7 ".join(links))
+    if results.pictures:
+        names = ", ".join(escape_inline(p) for p in results.pictures.values())
+        where = f"[the artifacts]({_url(artifacts_url)})" if artifacts_url else "the artifacts"
+        tail.append(
+            f"Memory pictures (unmodified vs this change, per regression case) in {where}: "
+            + safe_clip(names, 1500)
+        )
     where = (
         f"[the artifacts]({_url(artifacts_url or run_url)})"
         if (artifacts_url or run_url)

@@ -17,6 +17,7 @@ bug" as a whole, whether or not it is listed.
 import fnmatch
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field
 
 from ci import unittest_log
@@ -28,6 +29,7 @@ KINDS = ("regression", "preservation", "not-reproduced", "broken", "skipped", "n
 REGRESSIONS_FILE = os.path.join(os.path.dirname(__file__), "regressions.txt")
 FILE_CASE = "(whole file)"  # the case that stands for a file that crashed outside any test
 FLAG_NOT_REPRODUCED = "does not reproduce the bug"
+_PICTURE = re.compile(r"^pictures/[A-Za-z0-9_.-]{1,130}\.png$")
 
 
 class ResultsError(ValueError):
@@ -75,6 +77,7 @@ class Results:
     files: list
     cases: list
     schema: int = SCHEMA
+    pictures: dict = field(default_factory=dict)  # case key -> PNG path inside the results folder
 
     def change_ok(self) -> bool:
         """Every case passes (or skips) with the change, and the change mode ran at all."""
@@ -306,7 +309,13 @@ def _load(data, source: str) -> Results:
             raise ResultsError(f"{where}.line: expected a positive line number, got {line!r}")
         file, case_id = _need(c, "file", str, where), _need(c, "case_id", str, where)
         cases.append(Case(file, case_id, kind, outcomes, line))
+    pictures = data.get("pictures") or {}
+    if not isinstance(pictures, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and _PICTURE.match(v) for k, v in pictures.items()
+    ):
+        raise ResultsError(f"{source}.pictures: expected case -> pictures/NAME.png")
     return Results(
+        pictures=pictures,
         backend=_need(data, "backend", str, source),
         modes=modes,
         selection=_need(data, "selection", dict, source),

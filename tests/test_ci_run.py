@@ -91,3 +91,20 @@ def test_the_token_never_reaches_output_or_artifacts(cpu_run):
     for path in out.rglob("*"):
         if path.is_file():
             assert "ghs_must_not_leak" not in path.read_text(errors="replace"), path
+
+
+def test_the_artifact_has_the_full_report_def_lines_and_a_picture_per_regression(cpu_run):
+    _, out, data = cpu_run
+    report = (out / "report.md").read_text()
+    assert "| Case | Kind | Unmodified main | This change |" in report and "Shortened" not in report
+    with open(os.path.join(ROOT, FILE)) as handle:
+        source = handle.read().splitlines()
+    for case in data["cases"]:
+        name = case["case_id"].split(".")[-1]
+        assert source[case["line"] - 1].strip().startswith(f"def {name}("), name
+    regressions = [c for c in data["cases"] if c["kind"] == "regression"]
+    keys = {f"{c['file']}::{c['case_id']}" for c in regressions}
+    assert set(data["pictures"]) == keys
+    for rel in data["pictures"].values():
+        assert (out / rel).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "Memory pictures" in report
