@@ -12,7 +12,7 @@ import re
 
 import pytest
 from ci_fake_github import FakeGitHub
-from ci_samples import FILE, model, unittest_output, workspace_runs
+from ci_samples import FILE, model, unittest_output
 
 from ci import artifact, checks, pr_body, render, results
 from ci.__main__ import main
@@ -350,7 +350,3 @@ def test_bad_results_from_the_artifact_are_a_usage_error_and_nothing_is_sent(
     args = ["--results", str(folder), "--repo", "sgl/sglang", "--pr", "7", "--post"]
     assert _report(fake, monkeypatch, *args) == 2
     assert fake.requests == []
-
-
-def test_sample_helpers_still_build_the_cuda_like_ab():
-    assert [c.kind for c in model(workspace_runs()).cases] == ["regression", "preservation"]
