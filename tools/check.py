@@ -3,14 +3,16 @@
 Materialises the pinned (or a given) release, verifies the base files still hash to what
 ``patches/BASE`` recorded, runs ``git am`` over the series and aborts on failure so nothing is
 left half-applied, then compares every file the series adds under ``test/registered/`` with
-the project's copy byte for byte. Not for applying to a user's tree (``apply``).
+the project's copy byte for byte, and runs upstream's pinned pre-commit hooks on every file
+the series touches (``hooks``). Not for applying to a user's tree (``apply``).
 """
 
 import hashlib
 import tempfile
 from pathlib import Path
 
-from tools import base, failures, gitcmd
+from tools import base, failures, gitcmd, hooks
+from tools.cover import COVER_NAME
 from tools.errors import SeriesError
 from tools.pins import NEW
 from tools.seriesdir import MIRRORED_PREFIX
@@ -27,7 +29,12 @@ def run_check(series, version=None) -> list:
             report.append(f"base sglang=={version}: pinned files match patches/BASE")
         am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
         report.append(f"{len(series.names)} patches apply to sglang=={version} with git am")
+        if series.cover is not None:
+            report.append(
+                f"{COVER_NAME}: introduces {series.cover.count} patches (not applied by git am)"
+            )
         report.extend(verify_mirrored_files(series, repo))
+        report.extend(hooks.verify(series, repo, base.BASE_TAG))
     return report
 
 

@@ -9,6 +9,7 @@ is caught before a hunk fails somewhere confusing.
 import re
 from dataclasses import dataclass
 
+from tools.cover import COVER_NAME
 from tools.errors import SeriesError
 
 _NAME_RE = re.compile(r"^[0-9]{4}-[A-Za-z0-9._-]+\.patch$")
@@ -27,6 +28,11 @@ def parse_series(text: str, where: str = "patches/series") -> list:
             raise SeriesError(f"{where}:{number}: only '-p1' is supported, got {options}")
         if not _NAME_RE.match(name):
             raise SeriesError(f"{where}:{number}: {name!r} is not a NNNN-name.patch file name")
+        if name == COVER_NAME:
+            raise SeriesError(
+                f"{where}:{number}: {name} is the cover letter, not a patch; "
+                "git am must not apply it, so the series does not list it"
+            )
         if name in names:
             raise SeriesError(f"{where}:{number}: {name} is listed twice")
         names.append(name)

@@ -4,7 +4,9 @@ DIR is a repository made by ``materialize`` (or any checkout with a ``base`` tag
 release recorded by materialize) where the patches were applied with ``git am``, edited and
 committed. Patch N keeps the file name the series gave it, so numbering and names are stable;
 a commit beyond the old series gets git's own name. ``BASE`` is rewritten with the sha256 of
-every base file the series touches. Not for editing commits: use git in DIR for that.
+every base file the series touches. An existing ``0000-cover-letter.patch`` keeps its subject
+and blurb and gets git's shortlog and diffstat anew (``git format-patch --cover-letter``).
+Not for editing commits: use git in DIR for that.
 """
 
 import hashlib
@@ -12,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from tools import base, gitcmd
+from tools.cover import COVER_NAME, CoverError, parse_cover, pin_date
 from tools.errors import SeriesError, usage
 from tools.patchfile import parse_patch
 from tools.pins import NEW, Base, parse_series, render_base, render_series
@@ -55,9 +58,11 @@ def refresh(patches_dir, source) -> list:
         raise SeriesError(f"{source} has no commits on top of '{base.BASE_TAG}'")
     series_file = patches_dir / "series"
     old_names = parse_series(series_file.read_text()) if series_file.is_file() else []
+    letter = _current_cover(patches_dir)
+    command, env = _format_patch_command(source, letter)
     with tempfile.TemporaryDirectory(prefix="series-refresh-") as tmp:
-        gitcmd.run([*FORMAT_PATCH, "-o", tmp, f"{base.BASE_TAG}..HEAD"], source)
-        generated = sorted(Path(tmp).glob("*.patch"))
+        gitcmd.run([*command, "-o", tmp, f"{base.BASE_TAG}..HEAD"], source, env=env)
+        generated = sorted(p for p in Path(tmp).glob("*.patch") if p.name != COVER_NAME)
         names = [
             old_names[i] if i < len(old_names) else path.name for i, path in enumerate(generated)
         ]
@@ -70,12 +75,62 @@ def refresh(patches_dir, source) -> list:
             changed = not target.is_file() or target.read_bytes() != data
             target.write_bytes(data)
             report.append(f"{name}: {'updated' if changed else 'unchanged'} ({patch.subject})")
+        if letter is not None:
+            report.append(_write_cover(Path(tmp) / COVER_NAME, patches_dir, source))
     for stale in set(old_names) - set(names):
         (patches_dir / stale).unlink(missing_ok=True)
         report.append(f"{stale}: removed (no matching commit)")
     series_file.write_text(render_series(names))
     (patches_dir / "BASE").write_text(render_base(_pin(source, version, patches_dir, names)))
     return report
+
+
+def _current_cover(patches_dir: Path):
+    """The hand-written subject and blurb of the existing cover letter, or None."""
+    path = patches_dir / COVER_NAME
+    if not path.is_file():
+        return None
+    try:
+        return parse_cover(path.read_bytes(), COVER_NAME)
+    except (CoverError, UnicodeDecodeError) as err:
+        raise SeriesError(f"corrupt cover letter, fix it before refreshing: {err}") from None
+
+
+def _format_patch_command(source: Path, letter):
+    """format-patch, plus --cover-letter fed from ``letter`` through a branch description.
+
+    The cover letter's From is the committer's identity: use the first commit's author, so
+    the output does not depend on who runs refresh.
+    """
+    if letter is None:
+        return FORMAT_PATCH, None
+    proc = gitcmd.run(["symbolic-ref", "-q", "--short", "HEAD"], source, check=False)
+    branch = gitcmd.text(proc).strip()
+    if proc.returncode != 0 or not branch:
+        raise usage(f"{source} has a detached HEAD; check out a branch to refresh the cover letter")
+    first = gitcmd.out(
+        ["log", "--reverse", "--format=%an%x00%ae", f"{base.BASE_TAG}..HEAD"], source
+    )
+    name, _, email = first.splitlines()[0].partition("\0")
+    command = [
+        "-c",
+        f"branch.{branch}.description={letter.description()}",
+        *FORMAT_PATCH,
+        "--cover-letter",
+        "--cover-from-description=subject",
+    ]
+    return command, {"GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
+
+
+def _write_cover(generated: Path, patches_dir: Path, source: Path) -> str:
+    # Dated like the newest commit, not the moment of the refresh: same commits, same bytes.
+    date = gitcmd.out(["log", "-1", "--format=%aD", "HEAD"], source)
+    data = pin_date(generated.read_bytes(), date)
+    letter = parse_cover(data, COVER_NAME)  # never write something we cannot read back
+    target = patches_dir / COVER_NAME
+    changed = target.read_bytes() != data
+    target.write_bytes(data)
+    return f"{COVER_NAME}: {'updated' if changed else 'unchanged'} ({letter.subject})"
 
 
 def _pin(source: Path, version: str, patches_dir: Path, names) -> Base:

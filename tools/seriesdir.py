@@ -1,4 +1,5 @@
-"""Load the ``patches/`` directory: the series order, the BASE pin and each parsed patch.
+"""Load the ``patches/`` directory: the series order, the BASE pin, each parsed patch and
+the cover letter, if there is one.
 
 The one place that knows the directory's layout. Not for applying anything.
 """
@@ -6,6 +7,7 @@ The one place that knows the directory's layout. Not for applying anything.
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools.cover import COVER_NAME, CoverError, parse_cover
 from tools.errors import SeriesError
 from tools.patchfile import PatchFormatError, parse_patch
 from tools.pins import parse_base, parse_series
@@ -22,6 +24,7 @@ class SeriesDir:
     names: tuple
     base: object  # pins.Base
     patches: tuple  # patchfile.Patch, in series order
+    cover: object = None  # cover.Cover, or None when there is no cover letter
 
     @property
     def project_root(self) -> Path:
@@ -58,4 +61,16 @@ def load(root=PATCHES_DIR) -> SeriesDir:
             patches.append(parse_patch(path.read_bytes(), name))
         except PatchFormatError as err:
             raise SeriesError(f"corrupt patch: {err}") from None
-    return SeriesDir(root, tuple(names), base, tuple(patches))
+    cover_file = root / COVER_NAME
+    letter = None
+    if cover_file.is_file():
+        try:
+            letter = parse_cover(cover_file.read_bytes(), COVER_NAME)
+        except (CoverError, UnicodeDecodeError) as err:
+            raise SeriesError(f"corrupt cover letter: {err}") from None
+        if letter.count != len(names):
+            raise SeriesError(
+                f"{COVER_NAME} introduces {letter.count} patches, {series_file} lists "
+                f"{len(names)}; run 'python -m tools.series refresh'"
+            )
+    return SeriesDir(root, tuple(names), base, tuple(patches), letter)
