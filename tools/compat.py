@@ -1,16 +1,20 @@
 """``python -m tools.compat``: the overlay's A/B on every sglang release that imports here.
 
 For each release, installs that sglang wheel ``--no-deps`` into a cached folder that shadows the
-venv's sglang (``PYTHONPATH``), asks the overlay what it finds (``sglang-overlay status``) and
-runs the registered tests in both modes through ``python -m ci run``. Prints one row per
-release; exit 1 when a release the overlay patches does not pass with the change or does not
-reproduce the bug without it. Releases that need GPU-only packages to import are run on the
-H200 instead (README, "Compatibility").
+venv's sglang (``PYTHONPATH``), so it runs over the venv's pinned closure like a throwaway venv
+would; asks the overlay what it finds (``sglang-overlay status``: state and the allocating
+method's sha256), asks the series matrix whether 0001 applies to the release's wheel, and runs
+the registered tests in both modes through ``python -m ci run``. Prints one row per release (the
+README's compatibility table); exit 1 when a release the overlay should cover does not pass with
+the change or does not reproduce the bug without it. ``python -m ci watch`` runs the same check
+on releases newer than the project knows. Releases that need GPU-only packages to import are run
+on the H200 instead (README, "Compatibility").
 """
 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +24,12 @@ from ci import results
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "compat"
 DEFAULT_VERSIONS = ("0.5.21", "0.5.22", "0.5.23")
+SERIES_PATCH = "0001"  # the fix; 0002 (the test file) applies wherever the tree exists
+_SHA256 = re.compile(r"sha256 ([0-9a-f]{12})")
+
+
+class CompatError(RuntimeError):
+    """A release could not be checked (bad input or a missing prerequisite); nothing ran."""
 
 
 def install(version: str) -> Path:
@@ -43,33 +53,89 @@ def install(version: str) -> Path:
     return target
 
 
-def check(version: str, out: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(install(version)))
+def release_env(version: str, installed: bool = False) -> dict:
+    """The environment for processes that should see ``sglang==version``: the cached
+    ``--no-deps`` install first on the path, or (``installed``) this venv's own sglang."""
+    env = dict(os.environ)
     env.pop("SGLANG_OVERLAY_DISABLE", None)
+    if installed:
+        env.pop("PYTHONPATH", None)
+    else:
+        env["PYTHONPATH"] = str(install(version))
+    return env
+
+
+def overlay_state(version: str, env: dict) -> dict:
+    """{state, reason, sha256} from ``sglang-overlay status`` in a fresh process."""
     status = subprocess.run(
         [sys.executable, "-W", "ignore", "-m", "sglang_overlay", "status", "--json"],
         env=env,
         cwd="/",
         capture_output=True,
         text=True,
+        timeout=600,
     )
     try:
         record = json.loads(status.stdout)[0]
-    except (ValueError, IndexError):
+    except (ValueError, IndexError, KeyError):
         tail = (status.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"version": version, "state": "does not import", "reason": tail}
-    row = {"version": version, "state": record["state"], "reason": record["reason"]}
-    if record["state"] != "applied":
-        return row
+        return {"state": "does not import", "reason": tail, "sha256": None}
+    if record.get("sglang_version") not in (version, "unknown", None):
+        raise CompatError(f"asked for sglang {version}, found {record['sglang_version']}")
+    found = _SHA256.search(record["reason"])
+    return {
+        "state": record["state"],
+        "reason": record["reason"],
+        "sha256": found[1] if found else None,
+    }
+
+
+def series_status(version: str) -> dict:
+    """How the series' first patch (the fix) applies to the release's wheel: {status, detail}."""
+    from tools import matrix, seriesdir
+    from tools.errors import SeriesError
+
+    try:
+        series = seriesdir.load()
+        row = matrix.release_row(series, version)
+    except SeriesError as err:
+        return {"status": "not checked", "detail": str(err).splitlines()[0]}
+    name = next(n for n in series.names if n.startswith(SERIES_PATCH))
+    result = row["patches"][name]
+    return {"status": result["status"], "detail": matrix.short_detail(result["detail"])}
+
+
+def ab(version: str, env: dict, out: Path) -> dict:
+    """The registered tests in both modes on CPU: {counts, change_ok}."""
     run = subprocess.run(
         [sys.executable, "-m", "ci", "run", "--backend", "cpu", "--out", str(out / version)],
         env=env,
         cwd=REPO,
         capture_output=True,
         text=True,
+        timeout=3600,
     )
-    model = results.load(str(out / version))
-    row.update(counts=model.counts(), change_ok=model.change_ok() and run.returncode == 0)
+    try:
+        model = results.load(str(out / version))
+    except results.ResultsError as exc:
+        tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"counts": {}, "change_ok": False, "error": f"{exc}: {tail}"}
+    row = {"counts": model.counts(), "change_ok": model.change_ok() and run.returncode == 0}
+    if run.returncode != 0:
+        tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
+        row["error"] = f"ci run exited {run.returncode}: {tail}"
+    return row
+
+
+def check(version: str, out: Path, installed: bool = False, series: bool = True) -> dict:
+    """One release: overlay state and sha256, whether 0001 applies, and (when the overlay
+    applies) the A/B. ``installed`` checks this venv's sglang instead of a fresh install."""
+    env = release_env(version, installed)
+    row = {"version": version, **overlay_state(version, env)}
+    if series:
+        row["series"] = series_status(version)
+    if row["state"] == "applied":
+        row.update(ab(version, env, out))
     return row
 
 
@@ -83,20 +149,34 @@ def verdict(row: dict) -> "bool | None":
 
 
 VERDICTS = {True: "ok", False: "FAILED", None: "not run here"}
+HEADER = (
+    "| sglang | overlay | method sha256 | 0001 applies | fail unmodified, pass with change "
+    "| pass both | skipped | verdict |"
+)
+
+
+def _cell(text) -> str:
+    """Table-safe text: a pipe or a line break from a reason cannot break the row."""
+    return str(text).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def render(rows) -> str:
-    lines = [
-        "| sglang | overlay | fail unmodified, pass with change | pass both | skipped | verdict |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
+    lines = [HEADER, "|" + " --- |" * len(HEADER.split(" | "))]
     for row in rows:
         counts = row.get("counts", {})
-        lines.append(
-            f"| {row['version']} | {row['state']}: {row['reason']} | "
-            f"{counts.get('regression', '-')} | {counts.get('preservation', '-')} | "
-            f"{counts.get('skipped', '-')} | {VERDICTS[verdict(row)]} |"
-        )
+        series = row.get("series") or {"status": "-", "detail": ""}
+        patch = series["status"] + (f" ({series['detail']})" if series.get("detail") else "")
+        cells = [
+            row["version"],
+            f"{row['state']}: {row['reason']}",
+            row.get("sha256") or "-",
+            patch,
+            counts.get("regression", "-"),
+            counts.get("preservation", "-"),
+            counts.get("skipped", "-"),
+            VERDICTS[verdict(row)],
+        ]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines)
 
 
@@ -106,7 +186,11 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "out" / "compat")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    rows = [check(v, args.out) for v in args.versions]
+    try:
+        rows = [check(v, args.out) for v in args.versions]
+    except CompatError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(rows, indent=2) if args.json else render(rows))
     return 1 if any(verdict(r) is False for r in rows) else 0
 

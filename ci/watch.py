@@ -1,0 +1,326 @@
+"""``python -m ci watch``: sglang releases on PyPI that the project does not know yet, checked.
+
+Discovery reads sglang's versions from a PyPI simple index (the JSON form, PEP 691) and keeps
+the final releases newer than the newest one the project knows (the series matrix, the compat
+defaults and the overlay's ``KNOWN_SHAPES``). Each new release goes through ``tools.compat``:
+installed ``--no-deps`` over this venv's closure, the overlay's state with the allocating
+method's sha256, whether patch 0001 applies, and the CPU A/B. The rows render as the compat
+table of the README. With ``--post`` the table is kept in ONE tracking issue, found by a marker
+and its author, edited in place, never duplicated; posting can read rows a checking job wrote
+(``--rows``), so the job holding the token never runs a new release's code.
+Not for judging a release beyond these checks, and not for installing anything into the venv.
+"""
+
+import json
+import os
+import re
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+PROJECT = "sglang"
+DEFAULT_INDEX = "https://pypi.org/simple"
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+MARKER = "<!-- sglang-overlay:release-watch -->"
+TITLE = "Release watch: sglang releases newer than the overlay knows"
+ROWS_FILE = "watch.json"
+ROW_KEYS = {"version": str, "state": str, "reason": str}
+# Posting runs where only github3.py is installed: no `packaging` on that path.
+_RELEASE = re.compile(r"[0-9]+(\.[0-9]+)*(\.post[0-9]+|rc[0-9]+)?")
+
+
+class WatchError(RuntimeError):
+    """Discovery or input failed; nothing was checked or posted."""
+
+
+# ---------------------------------------------------------------------------- what we know
+
+
+def known_releases() -> list:
+    """Every release the project names: series matrix, compat defaults, overlay shapes."""
+    from packaging.version import Version
+
+    from sglang_overlay.shapes import KNOWN_SHAPES
+    from tools.compat import DEFAULT_VERSIONS
+    from tools.matrix import DSV4_RELEASES
+
+    names = set(DSV4_RELEASES) | set(DEFAULT_VERSIONS)
+    for shape in KNOWN_SHAPES:
+        names.update(part.strip() for part in re.split(r"[-,]", shape.releases) if part.strip())
+    return sorted(names, key=Version)
+
+
+# ------------------------------------------------------------------------------- discovery
+
+
+def index_versions(payload: dict) -> list:
+    """Versions with at least one file that is not yanked, from a PEP 691 project page."""
+    from packaging.version import Version
+
+    if not isinstance(payload, dict) or not isinstance(payload.get("files"), list):
+        raise WatchError("the index answer is not a PEP 691 project page (no 'files' list)")
+    live = set()
+    for item in payload["files"]:
+        if not isinstance(item, dict) or not isinstance(item.get("filename"), str):
+            continue
+        if item.get("yanked") not in (None, False):
+            continue
+        version = _file_version(item["filename"])
+        if version is not None:
+            live.add(version)
+    return sorted(live, key=Version)
+
+
+def _file_version(filename: str) -> "str | None":
+    from packaging.utils import (
+        InvalidSdistFilename,
+        InvalidWheelFilename,
+        parse_sdist_filename,
+        parse_wheel_filename,
+    )
+    from packaging.version import InvalidVersion
+
+    try:
+        if filename.endswith(".whl"):
+            return str(parse_wheel_filename(filename)[1])
+        return str(parse_sdist_filename(filename)[1])
+    except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+        return None
+
+
+def newer_releases(available, known) -> list:
+    """Final releases (no pre- or dev-releases) newer than every known one, oldest first."""
+    from packaging.version import InvalidVersion, Version
+
+    newest = max(Version(v) for v in known)
+    found = []
+    for text in available:
+        try:
+            version = Version(text)
+        except InvalidVersion:
+            continue
+        if version > newest and not version.is_prerelease and not version.is_devrelease:
+            found.append(str(version))
+    return sorted(found, key=Version)
+
+
+def fetch_project_page(index_url: str, project: str = PROJECT, timeout: float = 30) -> dict:
+    """The edge to the index: one GET of ``INDEX/PROJECT/`` asking for the JSON form."""
+    url = f"{index_url.rstrip('/')}/{project}/"
+    request = urllib.request.Request(url, headers={"Accept": SIMPLE_JSON})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            kind = response.headers.get("Content-Type", "")
+            data = response.read()
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise WatchError(f"could not read {url}: {exc}") from None
+    if SIMPLE_JSON not in kind:
+        raise WatchError(f"{url} answered {kind or 'no content type'}, not {SIMPLE_JSON}")
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise WatchError(f"{url}: not JSON ({exc})") from None
+
+
+# ---------------------------------------------------------------------------------- rows
+
+
+def load_rows(path: Path) -> tuple:
+    """(rows, newest known) that another job wrote; validated, because whatever wrote them ran
+    a release's code."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise WatchError(f"{path}: {exc}") from None
+    rows = data.get("rows") if isinstance(data, dict) else None
+    if not isinstance(rows, list):
+        raise WatchError(f"{path}: expected {{'newest_known': ..., 'rows': [...]}}")
+    newest = data.get("newest_known")
+    if not isinstance(newest, str) or not _RELEASE.fullmatch(newest):
+        raise WatchError(f"{path}: newest_known {newest!r} is not a release version")
+    for number, row in enumerate(rows):
+        bad = [
+            k
+            for k, kind in ROW_KEYS.items()
+            if not isinstance(row, dict) or not isinstance(row.get(k), kind)
+        ]
+        if bad:
+            raise WatchError(f"{path}: row {number}: no text in {', '.join(bad)}")
+        if not _RELEASE.fullmatch(row["version"]):
+            raise WatchError(f"{path}: row {number}: {row['version']!r} is not a release version")
+        if not isinstance(row.get("counts", {}), dict):
+            raise WatchError(f"{path}: row {number}: counts is not a mapping")
+    return rows, newest
+
+
+def issue_body(rows, newest_known: str, index_url: str, requested: bool = False) -> str:
+    """The tracking issue's text: the marker, then the compat table of the new releases (or of
+    the ``requested`` ones). No timestamps, so a run that finds nothing new leaves the issue
+    untouched."""
+    from tools import compat
+
+    known = f"{newest_known} is the newest release the overlay and the patch series know"
+    if requested:
+        lead = f"sglang releases checked on request ({known})."
+    else:
+        lead = f"sglang releases on {index_url} newer than {newest_known} ({known})."
+    lines = [MARKER, "", lead, ""]
+    if rows:
+        lines += [compat.render(rows), ""]
+        lines.append(
+            "Each release installed `--no-deps` over the pinned CPU closure: the overlay's state "
+            "and the allocating method's sha256, whether patch 0001 applies to the wheel "
+            "(`tools.series matrix`), and the registered tests unmodified and with the change "
+            "(`python -m ci run --backend cpu`). Any verdict but `ok` needs a new shape in "
+            "`sglang_overlay/shapes.py` or a rebased series."
+        )
+    else:
+        lines.append(f"None: {newest_known} is the newest release there.")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------- tracking issue
+
+
+def upsert_issue(gh, owner, repo, title, body, author, policy) -> tuple:
+    """(outcome, number): edit the issue that starts with MARKER and was opened by ``author``,
+    or open one. A closed one is reopened only when its text changes. Duplicates left by two
+    racing runs are closed, keeping the oldest."""
+
+    def once():
+        ours = sorted(
+            (
+                issue
+                for issue in gh.issues_on(owner, repo, state="all")
+                if not issue.pull_request_urls
+                and (issue.body or "").startswith(MARKER)
+                and (author is None or getattr(issue.user, "login", None) == author)
+            ),
+            key=lambda issue: issue.number,
+        )
+        if not ours:
+            created = gh.create_issue(owner, repo, title, body)
+            if created is None:
+                raise RuntimeError(f"could not open an issue in {owner}/{repo}")
+            return "created", created.number
+        keep, extra = ours[0], ours[1:]
+        for duplicate in extra:
+            if duplicate.state != "closed":
+                duplicate.edit(state="closed")
+        if keep.body == body and keep.title == title:
+            return "unchanged", keep.number
+        keep.edit(title=title, body=body, state="open")
+        return "edited", keep.number
+
+    # The whole find-then-write repeats on a retry, so a retried create cannot duplicate.
+    return policy.call("tracking issue", once)
+
+
+# ------------------------------------------------------------------------------------ CLI
+
+
+def add_parser(verbs) -> None:
+    watch = verbs.add_parser(
+        "watch",
+        help="check sglang releases newer than the project knows; keep one tracking issue",
+        description="Finds final sglang releases on the index newer than the newest the "
+        "project knows and, for each, reports the overlay's state with the method's sha256, "
+        "whether 0001 applies and the CPU A/B, as the README's compat table. Exit 0 when every "
+        "new release is ok (or there is none), 1 when one is not, 2 for bad usage or input.",
+    )
+    watch.add_argument("--index-url", default=DEFAULT_INDEX, help="PEP 691 simple index")
+    watch.add_argument("--versions", nargs="+", help="check these releases, skip discovery")
+    watch.add_argument(
+        "--installed",
+        action="store_true",
+        help="check the sglang installed in this venv (must be the one release in --versions)",
+    )
+    watch.add_argument("--out", help=f"write {ROWS_FILE} and each release's A/B here")
+    watch.add_argument("--rows", help=f"post the rows of an earlier run ({ROWS_FILE}); no checks")
+    watch.add_argument("--repo", help="OWNER/NAME of the tracking issue (required with --post)")
+    watch.add_argument("--api-url", help="GitHub Enterprise base URL (client adds /api/v3)")
+    watch.add_argument("--bot-login", help="only adopt a tracking issue opened by this login")
+    watch.add_argument("--post", action="store_true", help="update the tracking issue")
+    watch.add_argument("--json", action="store_true", help="print the rows as JSON")
+    watch.set_defaults(func=cmd_watch)
+
+
+def cmd_watch(args) -> int:
+    try:
+        _check_usage(args)
+        rows, newest = _rows(args)
+    except WatchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    from tools import compat
+
+    requested = bool(args.versions) or (bool(args.rows) and _requested(args.rows))
+    body = issue_body(rows, newest, args.index_url, requested)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        record = {"newest_known": newest, "requested": requested, "rows": rows}
+        (Path(args.out) / ROWS_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    sys.stdout.write(json.dumps(rows, indent=2) + "\n" if args.json else body)
+    failed = any(compat.verdict(row) is False for row in rows)
+    if args.post:
+        code = _post(args, body)
+        if code != EXIT_OK:
+            return code
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _check_usage(args) -> None:
+    if args.post and not args.repo:
+        raise WatchError("--post needs --repo OWNER/NAME")
+    if args.repo and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", args.repo):
+        raise WatchError(f"--repo {args.repo!r}: expected OWNER/NAME")
+    if args.rows and (args.versions or args.installed):
+        raise WatchError("--rows posts an earlier run's rows; it takes no --versions/--installed")
+    if args.installed and len(args.versions or []) != 1:
+        raise WatchError("--installed checks one release: give it as --versions V")
+    if args.post and not os.environ.get("GITHUB_TOKEN"):
+        raise WatchError("--post needs a token in GITHUB_TOKEN")
+
+
+def _requested(path) -> bool:
+    return json.loads(Path(path).read_text()).get("requested") is True
+
+
+def _rows(args) -> tuple:
+    """(rows, newest known release) from --rows, --versions or discovery."""
+    if args.rows:
+        return load_rows(Path(args.rows))
+    from tools import compat
+
+    known = known_releases()
+    if args.versions:
+        versions = args.versions
+    else:
+        versions = newer_releases(index_versions(fetch_project_page(args.index_url)), known)
+    out = Path(args.out or (compat.REPO / "out" / "watch"))
+    try:
+        rows = [compat.check(v, out, installed=args.installed) for v in versions]
+    except compat.CompatError as exc:
+        raise WatchError(str(exc)) from None
+    return rows, known[-1]
+
+
+def _post(args, body) -> int:
+    import github3.exceptions
+
+    from ci.publish import connect
+    from ci.retry import GaveUp, RetryPolicy
+
+    token = os.environ["GITHUB_TOKEN"]
+    owner, name = args.repo.split("/")
+    try:
+        outcome, number = upsert_issue(
+            connect(token, args.api_url), owner, name, TITLE, body, args.bot_login, RetryPolicy()
+        )
+    except (GaveUp, github3.exceptions.GitHubException, RuntimeError) as exc:
+        print(f"error: tracking issue: {str(exc).replace(token, '***')}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"tracking issue #{number}: {outcome}", file=sys.stderr)
+    return EXIT_OK
