@@ -5,6 +5,7 @@
   apply --to PATH                 apply to an upstream checkout or an installed sglang package
   refresh --from DIR              rewrite patches/ from the commits on top of base in DIR
   matrix [--versions V ...]       how each patch applies to each release with the workspace
+  pr-body --results DIR           the upstream PR description from a 'ci run' results folder
 
 Exit codes: 0 ok, 1 a check failed or a target was refused (nothing changed), 2 bad usage or
 a missing prerequisite (git, a release that is not on PyPI). This module only parses
@@ -14,7 +15,7 @@ arguments and prints; each verb lives in its own module.
 import argparse
 import sys
 
-from tools import apply, base, check, matrix, refresh, seriesdir
+from tools import apply, base, check, matrix, prbody, refresh, seriesdir
 from tools.errors import OK, SeriesError
 from tools.pins import check_version
 
@@ -75,6 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="releases to try (default: every release with the workspace)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    p = verbs.add_parser("pr-body", help="the upstream PR description from a ci run folder")
+    p.add_argument(
+        "--results", required=True, metavar="DIR", help="a folder written by 'python -m ci run'"
+    )
+    p.add_argument(
+        "--no-check",
+        action="store_true",
+        help="do not run 'check' (the format and style boxes stay unticked)",
+    )
     return parser
 
 
@@ -96,6 +107,18 @@ def run(args) -> int:
         for line in check.run_check(series, args.version):
             print(line)
         print("ok")
+        return OK
+    if args.verb == "pr-body":
+        results = prbody.load_results(args.results)
+        prbody.verify_results_match(series, results)  # refuse before the slow check
+        state = prbody.CheckState(None, "'tools.series check' not run")
+        if not args.no_check:
+            try:
+                check.run_check(series)
+                state = prbody.CheckState(True, "upstream's pinned hooks pass: tools.series check")
+            except SeriesError as err:
+                state = prbody.CheckState(False, str(err).splitlines()[0])
+        sys.stdout.write(prbody.render(series, results, args.results, state))
         return OK
     if args.verb == "apply":
         for line in apply.apply_to(series, args.to):

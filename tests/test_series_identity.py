@@ -1,0 +1,46 @@
+"""The series' identity: what ties a ci results folder to the series it was made for."""
+
+import shutil
+
+from ci import environment
+from tools import identity, seriesdir
+from tools.seriesdir import PATCHES_DIR
+
+
+def _copy(tmp_path):
+    shutil.copytree(PATCHES_DIR, tmp_path / "patches")
+    return tmp_path / "patches"
+
+
+def test_rewording_a_message_or_the_cover_letter_keeps_the_id(tmp_path):
+    patches = _copy(tmp_path)
+    before = identity.of_series(seriesdir.load(patches))
+    fix = next(patches.glob("0001-*.patch"))
+    fix.write_bytes(fix.read_bytes().replace(b"Motivation", b"Why", 1))
+    cover = patches / "0000-cover-letter.patch"
+    cover.write_bytes(cover.read_bytes().replace(b"Releases:", b"Versions:", 1))
+    assert identity.of_series(seriesdir.load(patches)) == before
+
+
+def test_changing_a_line_of_code_or_the_base_release_changes_the_id(tmp_path):
+    patches = _copy(tmp_path)
+    series = seriesdir.load(patches)
+    before = identity.of_series(series)
+    fix = next(patches.glob("0001-*.patch"))
+    fix.write_bytes(
+        fix.read_bytes().replace(
+            b"+            self._buffer = None", b"+            self._buffer = 0", 1
+        )
+    )
+    assert identity.of_series(seriesdir.load(patches)) != before
+    datas = [p.read_bytes() for p in series.paths()]
+    assert identity.series_id("0.5.22", datas) != identity.series_id("0.5.23", datas)
+
+
+def test_a_ci_run_records_the_series_id_in_its_environment(tmp_path):
+    root = tmp_path
+    _copy(root)
+    recorded = environment.series_identity(str(root))
+    assert recorded["id"] == identity.of_series(seriesdir.load(root / "patches"))
+    assert recorded["release"] == "0.5.23" and len(recorded["patches"]) == 2
+    assert "error" in environment.series_identity(str(tmp_path / "elsewhere"))

@@ -1,0 +1,122 @@
+"""``tools.series pr-body``: sglang's PR template filled from the series' messages and a
+``ci run`` results folder, refusing results made for another series."""
+
+import json
+import re
+import shutil
+
+import pytest
+
+from tools import identity, prbody, seriesdir
+from tools.series import main
+from tools.seriesdir import REPO_ROOT
+
+H200_RESULTS = REPO_ROOT / "docs/evidence/h200-0.5.23-series-ci"
+SECTIONS = [
+    "## Motivation",
+    "## Modifications",
+    "## Accuracy Tests",
+    "## Speed Tests and Profiling",
+    "## Checklist",
+]
+
+
+def _results(tmp_path, edit=None):
+    """A copy of a real H200 ci run, stamped with this series' id (as a run of it would be)."""
+    folder = tmp_path / "results"
+    shutil.copytree(H200_RESULTS, folder)
+    data = json.loads((folder / "results.json").read_text())
+    data["environment"]["series"] = identity.describe(seriesdir.PATCHES_DIR)
+    if edit:
+        edit(data)
+    (folder / "results.json").write_text(json.dumps(data))
+    return folder
+
+
+def _body(capsys, folder, *extra):
+    code = main(["pr-body", "--results", str(folder), *extra])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_body_has_sglangs_five_sections_in_order(capsys, tmp_path):
+    code, out, err = _body(capsys, _results(tmp_path), "--no-check")
+    assert code == 0, err
+    positions = [out.index(heading + "\n") for heading in SECTIONS]
+    assert positions == sorted(positions)
+    assert "Clear self._buffer and self._head_source" in out  # 0001's Modifications
+    prose = " ".join(out.split())
+    assert "Not safe on main as it stands" in prose and "generation counter" in prose
+
+
+def test_every_case_outcome_and_peak_comes_from_the_results(capsys, tmp_path):
+    def edit(data):
+        case = next(c for c in data["cases"] if c["modes"]["change"].get("peak_mib") == 96.0)
+        case["modes"]["change"]["peak_mib"] = 95.5
+
+    _, out, _ = _body(capsys, _results(tmp_path, edit), "--no-check")
+    data = json.loads((H200_RESULTS / "results.json").read_text())
+    rows = [line for line in out.splitlines() if re.match(r"\| `test_", line)]
+    assert len(rows) == len(data["cases"])
+    assert "Pass · peak 95.5 MiB" in out
+    assert out.count("| regression | OOM") == sum(c["kind"] == "regression" for c in data["cases"])
+    assert "NVIDIA H200 (driver 580.159.04)" in out and "torch 2.11.0+cu130" in out
+    for f in data["files"]:
+        assert f"({'change'}): {f['modes']['change']['duration_s']:.1f} s" in out
+
+
+def test_results_made_for_another_series_are_refused(capsys, tmp_path):
+    def edit(data):
+        data["environment"]["series"]["id"] = "0" * 64
+
+    code, out, err = _body(capsys, _results(tmp_path, edit), "--no-check")
+    assert code == 1 and out == ""
+    assert "made for series 000000000000" in err and "Run 'python -m ci run" in err
+
+
+def test_results_that_record_no_series_are_refused(capsys, tmp_path):
+    def edit(data):
+        del data["environment"]["series"]
+
+    code, out, err = _body(capsys, _results(tmp_path, edit), "--no-check")
+    assert code == 1 and out == "" and "record no series id" in err
+
+
+def test_a_missing_results_folder_is_a_usage_error(capsys, tmp_path):
+    code, _, err = _body(capsys, tmp_path / "nothing")
+    assert code == 2 and "not found" in err
+
+
+def test_format_and_style_are_ticked_only_when_check_passed(tmp_path):
+    from ci.results import load
+
+    series, results = seriesdir.load(), load(str(_results(tmp_path)))
+    passed = prbody.render(series, results, "r", prbody.CheckState(True, "hooks pass"))
+    skipped = prbody.render(series, results, "r", prbody.CheckState(None, "not run"))
+    assert passed.count("- [x]") == skipped.count("- [x]") + 2
+    assert "- [x] Add unit tests" in passed and "- [ ] Update documentation" in passed
+
+
+def test_pr_body_runs_check_and_ticks_the_format_box(capsys, tmp_path):
+    code, out, err = _body(capsys, _results(tmp_path))
+    assert code == 0, err
+    assert "- [x] Format your code" in out and "upstream's pinned hooks pass" in out
+
+
+@pytest.mark.parametrize(
+    "body, headings",
+    [
+        (
+            "Motivation\n\nWhy it matters.\n\nModifications\n\nWhat changed.",
+            ["Motivation", "Modifications"],
+        ),
+        ("Just one paragraph.\n\nAnd another.", [""]),
+    ],
+)
+def test_message_sections_split_on_one_line_headings(body, headings):
+    assert [h for h, _ in prbody.message_sections(body)] == headings
+
+
+def test_indented_commands_become_a_fenced_block():
+    ((_, text),) = prbody.message_sections("Tests\n\n  python a.py -v\n  python b.py")
+    assert text == "```bash\npython a.py -v\npython b.py\n```"

@@ -1,0 +1,229 @@
+"""The upstream pull request's description, rendered from the series and a ``ci run`` folder.
+
+sglang's template has five sections: Motivation, Modifications, Accuracy Tests, Speed Tests
+and Profiling, Checklist. Prose comes from the patches' own messages (their ``Motivation``,
+``Modifications`` and other sections); every figure comes from the results folder (outcomes,
+peaks, cap, durations, the environment) or from the series itself. Nothing here is typed in
+by hand, so the description cannot drift from what the bot measured. Results made for another
+series are refused: ``environment.series.id`` (written by ``ci run``, see ``tools.identity``)
+must equal the id of the series being described. Pure apart from ``load_results``.
+"""
+
+import re
+from dataclasses import dataclass
+
+from tools import identity
+from tools.errors import SeriesError
+
+DOCS = "https://docs.sglang.io/developer_guide/contribution_guide.html"
+CHECKLIST = (
+    (
+        "format",
+        f"Format your code according to the [Format code with pre-commit]({DOCS}"
+        "#format-code-with-pre-commit).",
+    ),
+    (
+        "tests",
+        f"Add unit tests according to the [Run and add unit tests]({DOCS}#run-and-add-unit-tests).",
+    ),
+    (
+        "docs",
+        f"Update documentation according to [Write documentations]({DOCS}#write-documentations).",
+    ),
+    (
+        "benchmarks",
+        "Provide accuracy and speed benchmark results according to "
+        f"[Test the accuracy]({DOCS}#test-the-accuracy) and "
+        f"[Benchmark the speed]({DOCS}#benchmark-the-speed).",
+    ),
+    ("style", f"Follow the SGLang code style [guidance]({DOCS}#code-style-guidance)."),
+)
+# Message sections that have a template section of their own.
+_OWN = {"motivation", "modifications", "tests"}
+
+
+@dataclass(frozen=True)
+class CheckState:
+    """What ``tools.series check`` said, or None when it was not run."""
+
+    passed: bool | None
+    detail: str = ""
+
+
+def message_sections(body: str) -> list:
+    """A commit message body as [(heading or "", text)]: a heading is a one-line paragraph
+    without a final full stop, followed by its paragraphs."""
+    sections, heading, paragraphs = [], "", []
+    for paragraph in re.split(r"\n\s*\n", body.strip()):
+        lines = paragraph.splitlines()
+        if len(lines) == 1 and not lines[0].startswith(" ") and not lines[0].endswith((".", ":")):
+            if heading or paragraphs:
+                sections.append((heading, paragraphs))
+            heading, paragraphs = lines[0].strip(), []
+        else:
+            paragraphs.append(paragraph)
+    if heading or paragraphs:
+        sections.append((heading, paragraphs))
+    return [(h, "\n\n".join(_markdown(p) for p in ps)) for h, ps in sections]
+
+
+def _markdown(paragraph: str) -> str:
+    """Hard-wrapped prose stays as it is (Markdown joins the lines); an indented block of a
+    commit message becomes a fenced code block."""
+    lines = paragraph.splitlines()
+    if all(line.startswith("  ") for line in lines):
+        return "```bash\n" + "\n".join(line[2:] for line in lines) + "\n```"
+    return paragraph
+
+
+def verify_results_match(series, results) -> str:
+    """The series id both sides agree on; SeriesError (exit 1) when they do not."""
+    expected = identity.of_series(series)
+    recorded = (results.environment or {}).get("series") or {}
+    got = recorded.get("id") if isinstance(recorded, dict) else None
+    if not got:
+        why = recorded.get("error") if isinstance(recorded, dict) else None
+        raise SeriesError(
+            "the results record no series id"
+            + (f" ({why})" if why else " (made by an older ci run, or outside a checkout)")
+            + "; run 'python -m ci run --out DIR' again with this series in patches/"
+        )
+    if got != expected:
+        raise SeriesError(
+            f"the results were made for series {got[:12]} "
+            f"(sglang=={recorded.get('release')}, {', '.join(recorded.get('patches') or [])}), "
+            f"but patches/ is series {expected[:12]}; its code changed since that run. "
+            "Run 'python -m ci run --out DIR' again and render from the new folder"
+        )
+    return expected
+
+
+def _case_label(case) -> str:
+    from ci.render import escape_inline
+
+    group, _, test = case.case_id.rpartition(".")
+    device = next((d for d in ("CUDA", "CPU") if group.endswith(d)), "")
+    name = f"`{test}`" if re.fullmatch(r"\w+", test) else escape_inline(test)
+    return f"{name} ({device})" if device else name
+
+
+def ab_table(results) -> list:
+    from ci.render import cell
+
+    lines = ["| case | kind | unmodified sglang | with the change |", "| --- | --- | --- | --- |"]
+    for case in results.cases:
+        lines.append(
+            f"| {_case_label(case)} | {case.kind} | {cell(case, 'unmodified')} "
+            f"| {cell(case, 'change')} |"
+        )
+    return lines
+
+
+def _counts_sentence(results) -> str:
+    counts = {k: v for k, v in results.counts().items() if v}
+    caps = sorted(
+        {m.budget_mib for c in results.cases for m in c.modes.values() if m.budget_mib},
+    )
+    parts = ", ".join(f"{n} {kind}" for kind, n in counts.items())
+    cap = " and ".join(f"{c:g} MiB" for c in caps)
+    return (
+        f"{len(results.cases)} cases on the {results.backend} backend, each capped case in a "
+        f"fresh process under an isolated allocator cap ({cap}): {parts}."
+    )
+
+
+def _durations(results) -> list:
+    lines = []
+    for f in results.files:
+        for mode in results.modes:
+            info = f.modes.get(mode) or {}
+            if info.get("duration_s") is not None:
+                lines.append(
+                    f"- `{f.path}` ({mode}): {info['duration_s']:.1f} s, exit "
+                    f"{info.get('returncode')}"
+                )
+    return lines
+
+
+def checklist(series, results, check: CheckState) -> list:
+    adds_test = any(
+        new and path.startswith("test/registered/") for path, new in series.touched_files().items()
+    )
+    proved = [c for c in results.cases if c.kind == "regression"]
+    state = {
+        "format": check.passed is True,
+        "tests": adds_test and bool(proved),
+        "docs": any(path.startswith("docs/") for path in series.touched_files()),
+        "benchmarks": bool(proved)
+        and results.change_ok()
+        and not any(c.kind == "not-reproduced" for c in results.cases),
+        "style": check.passed is True,
+    }
+    notes = {
+        "format": check.detail,
+        "style": check.detail,
+        "tests": f"{len(proved)} cases fail unmodified and pass with the change" if proved else "",
+        "docs": "" if state["docs"] else "no documentation change in the series",
+    }
+    lines = []
+    for key, text in CHECKLIST:
+        note = f" ({notes[key]})" if notes.get(key) else ""
+        lines.append(f"- [{'x' if state[key] else ' '}] {text}{note}")
+    return lines
+
+
+def render(series, results, results_dir: str, check: CheckState) -> str:
+    """The whole PR description (Markdown)."""
+    from ci.render import environment_line
+
+    series_id = verify_results_match(series, results)
+    fix, *rest = series.patches
+    fix_sections = message_sections(fix.body)
+    motivation = [text for heading, text in fix_sections if heading.lower() == "motivation"]
+    out = ["## Motivation", "", *(motivation or [fix.subject]), "", "## Modifications", ""]
+    for patch in series.patches:
+        out.append(f"**{patch.subject}**")
+        out.append("")
+        for heading, text in message_sections(patch.body):
+            if heading.lower() == "modifications" or (
+                heading and heading.lower() not in _OWN and patch is fix
+            ):
+                if heading.lower() != "modifications":
+                    out += [f"*{heading}.*", ""]
+                out += [text, ""]
+    out += ["## Accuracy Tests", "", _counts_sentence(results), "", *ab_table(results), ""]
+    out += [f"Environment: {environment_line(results.environment)}", ""]
+    out += [
+        f"Series {series_id[:12]} on sglang=={series.base.version}, results from `{results_dir}`.",
+        "",
+    ]
+    tests = [text for heading, text in fix_sections if heading.lower() == "tests"]
+    out += [
+        "To reproduce:",
+        "",
+        "```bash",
+        f"python -m ci run --out {results_dir} --backend {results.backend}",
+        f"python -m tools.series pr-body --results {results_dir}",
+        "```",
+        "",
+    ]
+    out += [*tests, ""] if tests else []
+    out += ["## Speed Tests and Profiling", ""]
+    out += [
+        "The reuse path (a request that fits the current rows and dtype) is unchanged. "
+        "Wall time of each registered file in this run:",
+        "",
+        *_durations(results),
+        "",
+    ]
+    out += ["## Checklist", "", *checklist(series, results, check), ""]
+    return "\n".join(out)
+
+
+def load_results(results_dir: str):
+    from ci.results import ResultsError, load
+
+    try:
+        return load(results_dir)
+    except ResultsError as err:
+        raise SeriesError(f"cannot read the results: {err}", 2) from None
