@@ -46,6 +46,8 @@ def test_check_applies_the_series_to_the_pinned_base(capsys):
     code, out, err = _run(capsys, "check")
     assert code == 0, err
     assert "identical to the project's file" in out and out.rstrip().endswith("ok")
+    assert "upstream hook black 24.10.0: ok" in out and "upstream hook codespell 2.4.1" in out
+    assert "0000-cover-letter.patch: introduces 2 patches (not applied by git am)" in out
 
 
 def test_check_fails_when_the_series_test_differs_from_the_projects_file(capsys, tmp_path):
