@@ -1,0 +1,303 @@
+"""The release watch: discovery against a fake PyPI index, the per-release check on the installed
+sglang, and the one tracking issue against the fake GitHub through the real github3.py client."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+from ci_fake_github import FakeGitHub
+
+from ci import watch
+from ci.__main__ import main
+from ci.publish import connect
+from ci.retry import RetryPolicy
+from tools import compat
+
+REPO = Path(__file__).resolve().parents[1]
+TOKEN = "ghs_watchTOKEN"
+BOT = "ci-bot"
+
+
+# ------------------------------------------------------------------------- a fake PyPI index
+
+
+def wheel(version, yanked=False):
+    name = f"sglang-{version}-py3-none-any.whl"
+    return {"filename": name, "url": f"../../files/{name}", "hashes": {}, "yanked": yanked}
+
+
+def sdist(version):
+    name = f"sglang-{version}.tar.gz"
+    return {"filename": name, "url": f"../../files/{name}", "hashes": {}}
+
+
+class FakeIndex:
+    """PEP 691 project pages on loopback; JSON only when asked for it, like PyPI."""
+
+    def __init__(self, files):
+        self.files, self.accepts, self.speaks_json = files, [], True
+        index = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                index.accepts.append(self.headers.get("Accept", ""))
+                if self.path.rstrip("/") != "/simple/sglang":
+                    self.send_error(404)
+                    return
+                if index.speaks_json and watch.SIMPLE_JSON in self.headers.get("Accept", ""):
+                    kind = watch.SIMPLE_JSON
+                    data = json.dumps({"meta": {"api-version": "1.1"}, "name": "sglang",
+                                       "files": index.files}).encode()  # fmt: skip
+                else:
+                    kind, data = "text/html", b"<html><body>sglang</body></html>"
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server.server_address[1]}/simple"
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def index():
+    files = [wheel(v) for v in ("0.5.21", "0.5.22", "0.5.23")] + [sdist("0.5.23")]
+    server = FakeIndex(files)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def github():
+    server = FakeGitHub(token=TOKEN, bot=BOT).start()
+    server.add_pr(1, watch.MARKER + "\na PR that quotes the marker is not the tracking issue")
+    yield server
+    server.stop()
+
+
+def test_discovery_keeps_final_unyanked_releases_newer_than_every_known_one(index):
+    index.files += [
+        wheel("0.5.24"),
+        sdist("0.5.24"),
+        wheel("0.5.25", yanked="broken wheel"),  # yanked: skipped
+        wheel("0.6.0rc1"),  # pre-release: skipped
+        sdist("0.5.26.dev3"),  # dev release: skipped
+        {"filename": "sglang-latest.zip", "url": "x", "hashes": {}},  # no version: skipped
+        wheel("0.5.9"),  # older than known: skipped
+    ]
+    page = watch.fetch_project_page(index.url)
+    assert watch.SIMPLE_JSON in index.accepts[-1]
+    found = watch.newer_releases(watch.index_versions(page), watch.known_releases())
+    assert found == ["0.5.24"]
+
+
+def test_known_releases_cover_the_series_matrix_compat_and_the_overlays_shapes():
+    from sglang_overlay.shapes import KNOWN_SHAPES
+
+    known = watch.known_releases()
+    assert known[-1] == "0.5.23" and "0.5.15.post1" in known
+    for shape in KNOWN_SHAPES:
+        assert shape.releases.split("-")[0] in known
+
+
+def test_an_index_that_answers_404_or_only_html_is_a_clear_usage_error(index, capsys):
+    assert main(["watch", "--index-url", index.url.replace("/simple", "/nope")]) == 2
+    assert "could not read" in capsys.readouterr().err
+    index.speaks_json = False  # an index without PEP 691 answers HTML whatever it is asked
+    assert main(["watch", "--index-url", index.url]) == 2
+    assert "answered text/html, not application/vnd.pypi.simple.v1+json" in capsys.readouterr().err
+
+
+def test_no_new_release_posts_one_issue_saying_so_and_a_rerun_changes_nothing(
+    index, github, monkeypatch, capsys, tmp_path
+):
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    argv = ["watch", "--index-url", index.url, "--out", str(tmp_path)]
+    post = ["--repo", "sgl/sglang", "--api-url", github.url, "--bot-login", BOT, "--post"]
+    assert main(argv + post) == 0
+    assert "tracking issue #2: created" in capsys.readouterr().err
+    assert main(argv + post) == 0
+    assert "tracking issue #2: unchanged" in capsys.readouterr().err
+    assert list(github.issue_meta) == [2] and github.count("POST", r"/issues$") == 1
+    assert github.count("PATCH", r"/issues/\d+$") == 0
+    body = github.bodies[2]
+    assert body.startswith(watch.MARKER) and "None: 0.5.23 is the newest release there" in body
+    assert json.loads((tmp_path / watch.ROWS_FILE).read_text())["rows"] == []
+
+
+# ---------------------------------------------------------------------------- tracking issue
+
+
+def upsert(github, body, author=BOT, title=watch.TITLE):
+    policy = RetryPolicy(sleep=lambda _: None, base_s=0.01)
+    gh = connect(TOKEN, github.url)
+    return watch.upsert_issue(gh, "sgl", "sglang", title, body, author, policy)
+
+
+def test_tracking_issue_is_created_once_then_edited_in_place(github):
+    first = watch.MARKER + "\nfirst"
+    assert upsert(github, first) == ("created", 2)
+    assert upsert(github, first) == ("unchanged", 2)
+    assert upsert(github, watch.MARKER + "\nsecond") == ("edited", 2)
+    assert github.bodies[2] == watch.MARKER + "\nsecond"
+    assert github.issue_meta[2]["title"] == watch.TITLE
+    assert github.bodies[1].startswith(watch.MARKER)  # the PR quoting the marker: untouched
+
+
+def test_without_a_bot_login_any_author_counts_but_a_pull_request_never_does(github):
+    assert upsert(github, watch.MARKER + "\nours", author=None) == ("created", 2)
+    assert upsert(github, watch.MARKER + "\nours", author=None) == ("unchanged", 2)
+    assert github.bodies[1].startswith(watch.MARKER + "\na PR")
+
+
+def test_a_marker_issue_opened_by_someone_else_is_not_adopted(github):
+    github.add_issue(watch.TITLE, watch.MARKER + "\nmallory's copy", login="mallory")
+    assert upsert(github, watch.MARKER + "\nours") == ("created", 3)
+    assert github.bodies[2] == watch.MARKER + "\nmallory's copy"
+
+
+def test_duplicates_from_a_race_are_closed_keeping_the_oldest(github):
+    for text in ("old", "racing copy"):
+        github.add_issue(watch.TITLE, f"{watch.MARKER}\n{text}")
+    assert upsert(github, watch.MARKER + "\nnew") == ("edited", 2)
+    assert github.issue_meta[2]["state"] == "open" and github.bodies[2].endswith("new")
+    assert github.issue_meta[3]["state"] == "closed"
+    assert github.count("POST", r"/issues$") == 0
+
+
+def test_a_closed_issue_stays_closed_until_its_table_changes(github):
+    number = github.add_issue(watch.TITLE, watch.MARKER + "\nsame", state="closed")
+    assert upsert(github, watch.MARKER + "\nsame") == ("unchanged", number)
+    assert github.issue_meta[number]["state"] == "closed"
+    assert upsert(github, watch.MARKER + "\nnew release") == ("edited", number)
+    assert github.issue_meta[number]["state"] == "open"
+    assert github.count("POST", r"/issues$") == 0
+
+
+def test_a_server_error_is_retried_without_duplicating_the_issue(github):
+    github.fail_next("POST", r"/issues$", 502)
+    assert upsert(github, watch.MARKER + "\nx") == ("created", 2)
+    assert list(github.issue_meta) == [2]
+
+
+# ----------------------------------------------------------------------------- rows and table
+
+
+def test_a_reason_with_pipes_and_newlines_stays_one_table_row():
+    row = {"version": "0.5.24", "state": "unsupported", "reason": "a | b\nc", "sha256": None}
+    table = compat.render([row]).splitlines()
+    assert len(table) == 3 and table[2].count(" | ") == len(compat.HEADER.split(" | ")) - 1
+    assert "a \\| b c" in table[2] and table[2].endswith("| FAILED |")
+
+
+def test_readme_compatibility_table_is_the_watch_table():
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Compatibility", 1)[1].split("\n## ", 1)[0]
+    assert compat.HEADER in section
+
+
+@pytest.mark.parametrize(
+    "record, problem",
+    [
+        ({"rows": []}, "newest_known"),
+        ({"newest_known": "0.5.23", "rows": [{"version": "0.5.24"}]}, "no text in state"),
+        (
+            {"newest_known": "0.5.23", "rows": [{"version": "x; rm", "state": "a", "reason": ""}]},
+            "not a release version",
+        ),  # fmt: skip
+        ({"newest_known": "0.5.23", "rows": "nope"}, "expected"),
+    ],
+)
+def test_rows_from_another_job_are_validated_before_anything_is_posted(
+    github, monkeypatch, capsys, tmp_path, record, problem
+):
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    rows = tmp_path / "watch.json"
+    rows.write_text(json.dumps(record))
+    argv = ["watch", "--rows", str(rows), "--repo", "sgl/sglang", "--api-url", github.url]
+    assert main(argv + ["--post"]) == 2
+    assert problem in capsys.readouterr().err
+    assert github.requests == []
+
+
+# --------------------------------------------------------- the whole check, on installed 0.5.23
+
+
+@pytest.fixture(scope="module")
+def checked_0_5_23(tmp_path_factory):
+    """`ci watch` on the sglang this venv has: overlay state, series matrix, CPU A/B (~1 min)."""
+    out = tmp_path_factory.mktemp("watch")
+    env = {k: v for k, v in os.environ.items() if k != "SGLANG_OVERLAY_DISABLE"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "ci", "watch", "--versions", "0.5.23", "--installed"]
+        + ["--out", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return proc, out
+
+
+def test_watch_reports_state_sha256_series_and_ab_verdict_for_a_release(checked_0_5_23):
+    proc, out = checked_0_5_23
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads((out / watch.ROWS_FILE).read_text())["rows"]
+    assert (row["state"], row["sha256"]) == ("applied", "08fa9779e685")
+    assert row["series"]["status"] == "clean"
+    assert row["counts"]["regression"] >= 4 and row["counts"]["broken"] == 0
+    assert row["change_ok"] and compat.verdict(row) is True
+    assert "| 0.5.23 | applied: kv-buffer-reserve (0.5.23), sha256 08fa9779e685 |" in proc.stdout
+    assert (out / "0.5.23" / "results.json").is_file()
+
+
+def test_report_job_posts_the_check_jobs_rows_and_reruns_edit_nothing(
+    checked_0_5_23, github, monkeypatch, capsys
+):
+    _, out = checked_0_5_23
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    argv = ["watch", "--rows", str(out / watch.ROWS_FILE), "--repo", "sgl/sglang"]
+    argv += ["--api-url", github.url, "--bot-login", BOT, "--post"]
+    assert main(argv) == 0 and main(argv) == 0
+    assert list(github.issue_meta) == [2] and github.count("PATCH", r"/issues/2$") == 0
+    body = github.bodies[2]
+    assert compat.HEADER in body and "| 08fa9779e685 | clean | 4 |" in body
+    assert "checked on request" in body
+
+
+# ---------------------------------------------------------------------------------- workflow
+
+
+def test_workflow_is_scheduled_pinned_least_privilege_and_keeps_the_token_from_the_release():
+    path = REPO / "ci/workflows/release-watch.yml"
+    flow = yaml.safe_load(path.read_text())
+    assert "schedule" in flow[True] and flow["permissions"] == {}
+    for line in path.read_text().splitlines():
+        if "uses:" in line:
+            assert len(line.split("@", 1)[1].split()[0]) == 40, line  # a commit SHA
+    check, report = flow["jobs"]["check"], flow["jobs"]["report"]
+    assert check["permissions"] == {"contents": "read"}
+    assert report["permissions"] == {"contents": "read", "issues": "write"}
+    assert all("timeout-minutes" in job for job in flow["jobs"].values())
+    assert "GITHUB_TOKEN" not in json.dumps(check) and "github.token" not in json.dumps(check)
+    assert report["needs"] == "check" and "--rows" in report["steps"][-1]["run"]
+    assert "make" not in json.dumps(report)  # the token job never installs or runs a release
