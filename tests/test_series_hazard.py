@@ -5,6 +5,7 @@ the address then matches stale rows, one built from a per-workspace generation d
 """
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -31,8 +32,10 @@ def test_an_address_key_matches_replaced_rows_at_the_old_address_a_generation_ke
 
 def test_each_order_runs_on_the_real_class_in_a_fresh_process():
     transition = hazard.BY_NAME["grow bf16 43 -> 256 rows"]
-    holding = hazard.launch(transition, "holding-first", "cpu", timeout_s=120)
-    release = hazard.launch(transition, "release-first", "cpu", timeout_s=120)
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two fresh processes, side by side
+        holding, release = pool.map(
+            lambda order: hazard.launch(transition, order, "cpu", timeout_s=120), hazard.ORDERS
+        )
     assert holding["overlay"] == "disabled" and release["overlay"] == "applied"
     assert holding["replaced"] and release["replaced"]
     # Holding the old buffer while allocating can never return its address.
