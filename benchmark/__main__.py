@@ -3,7 +3,8 @@
 Writes ``benchmark/results/<machine>.json`` (merged: parts not run keep their last figures),
 the PNG charts next to it, and regenerates BENCHMARKS.md from every results/*.json present.
 Parts: peaks (replacement peak / new size), fit (largest replacement under a cap), hot
-(reuse-path cost), startup (.pth hook cost), proof (``ci run`` wall time). ``--quick`` runs
+(reuse-path cost), startup (.pth hook cost), proof (``ci run`` wall time), hazard (how often a
+release-first replacement gets the old address back: ``benchmark.hazard``). ``--quick`` runs
 fewer rounds and the regression test's transitions only. A part that fails is recorded and
 the others still run. Exit 0 when every part ran, 1 when one failed, 2 for bad usage.
 """
@@ -23,7 +24,7 @@ from benchmark import tables
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 DOCUMENT = ROOT / "BENCHMARKS.md"
-PARTS = ("peaks", "fit", "hot", "startup", "proof")
+PARTS = ("peaks", "fit", "hot", "startup", "proof", "hazard")
 
 
 def machine_name() -> str:
@@ -108,6 +109,10 @@ def _run_part(part: str, device: str, plan: dict, deadline: float, scratch: Path
         return {"hot_path": hot_path.measure(device, **plan["hot"])}
     if part == "startup":
         return {"startup": startup.measure(runs=plan["startup_runs"])}
+    if part == "hazard":
+        from benchmark import hazard
+
+        return {"hazard": hazard.report(device, jobs)}
     if part == "proof":
         return {
             "proof": proof.measure(

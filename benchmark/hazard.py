@@ -257,6 +257,17 @@ def render(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def report(device: str, jobs: int) -> dict:
+    """Measure every transition in both orders; the report ``render`` and BENCHMARKS.md read."""
+    rows = measure(device, jobs)
+    return {
+        "where": _where(device),
+        "command": "python -m benchmark.hazard --device " + device,
+        "rows": rows,
+        "summary": summarize(rows),
+    }
+
+
 def _where(device: str) -> str:
     import torch
 
@@ -287,17 +298,11 @@ def main(argv=None) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device not in ("cpu", "cuda"):
         parser.error(f"--device {device!r}: use cpu or cuda")
-    rows = measure(device, args.jobs or min(8, os.cpu_count() or 1))
-    report = {
-        "where": _where(device),
-        "command": "python -m benchmark.hazard --device " + device,
-        "rows": rows,
-        "summary": summarize(rows),
-    }
+    measured = report(device, args.jobs or min(8, os.cpu_count() or 1))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
-    sys.stdout.write(render(report))
+        args.out.write_text(json.dumps(measured, indent=2) + "\n")
+    sys.stdout.write(render(measured))
     return 0
 
 

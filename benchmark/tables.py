@@ -277,6 +277,17 @@ def proof_table(report) -> list:
     return lines
 
 
+def hazard_table(report) -> list:
+    from benchmark import hazard
+
+    return [
+        "#### Upstream main's hazard: does release-first get the old address back?",
+        "",
+        *hazard.render(report["hazard"]).splitlines(),
+        "",
+    ]
+
+
 def machine_section(name: str, report: dict) -> list:
     lines = [
         f"### {name}",
@@ -293,6 +304,7 @@ def machine_section(name: str, report: dict) -> list:
         ("hot_path", hot_path_table),
         ("startup", startup_table),
         ("proof", proof_table),
+        ("hazard", hazard_table),
     ]
     for key, render in renderers:
         if key in report:

@@ -52,3 +52,13 @@ def test_the_committed_figures_are_what_the_rows_say():
         assert report["summary"]["release-first"]["generation_key_stale"] == 0
         table = hazard.render(report)
         assert table in (EVIDENCE / name / "hazard.md").read_text()
+
+
+def test_benchmarks_md_shows_the_hazard_of_each_machine():
+    from benchmark import tables
+
+    report = json.loads((EVIDENCE / "h200-0.5.23-hazard/hazard.json").read_text())
+    block = "\n".join(tables.machine_section("nvidia-h200", {"hazard": report}))
+    s = report["summary"]["release-first"]
+    assert f"| release-first | {s['same_address']} of {s['replacements']} |" in block
+    assert "#### Upstream main's hazard" in block
