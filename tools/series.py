@@ -1,7 +1,8 @@
 """Keep the upstream patch series in ``patches/`` healthy: ``python -m tools.series VERB``.
 
   materialize [--version V] DIR   a git repo of sglang==V in upstream layout, base committed
-  check [--version V]             the series applies to a fresh base; its test is the project's
+  check [--version V]             applies to a fresh base, 0002's test is the project's,
+                                  upstream's pinned hooks pass on what it touches
   apply --to PATH                 apply to an upstream checkout or an installed sglang package
   refresh --from DIR              rewrite patches/ from the commits on top of base in DIR
   matrix [--versions V ...]       how each patch applies to each release with the workspace
