@@ -6,9 +6,10 @@ needs max(old, new) memory instead of old + new. This module is the public surfa
 imported at interpreter start-up by the .pth hook and therefore imports nothing itself.
 """
 
-__all__ = ["apply", "remove", "status", "PATCH_ID"]
+__all__ = ["apply", "remove", "status", "PATCH_ID", "WORKSPACE_MODULE"]
 
 PATCH_ID = "0001-dsv4-sparse-prefill-release-first"
+WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
 
 
 def apply():
@@ -19,14 +20,18 @@ def apply():
 
 
 def remove():
-    """Restore every patched method to the exact original function object."""
+    """Restore every patched method to the exact original function object and keep the
+    overlay off in this process (a reload stays unpatched) until ``apply()``."""
     from sglang_overlay import overlay
 
     return overlay.remove()
 
 
 def status():
-    """One record per patch: patch, target, sglang_version, state, reason."""
+    """This process's records, one per patch: patch, target, sglang_version, state, reason.
+
+    Checked against the live class, so a reload or a foreign replacement is reported, never
+    hidden. ``sglang-overlay status`` asks a fresh process of the environment instead."""
     from sglang_overlay import overlay
 
     return overlay.status()

@@ -1,28 +1,66 @@
-"""The two activation paths, funnelled into one idempotent ``activate()``.
+"""The two activation paths, funnelled into ``on_workspace_import``.
 
-sglang's general-plugin loader calls ``activate`` (entry point group ``sglang.srt.plugins``) in
-the processes sglang starts; the start-up trigger calls it in every other process on the first
-``import sglang``. Whichever comes first registers a wrapt post-import hook on the workspace
-module; the second call is a no-op. wrapt runs the hook at once if the module is already
-imported, else right after it is.
+The start-up hook (``import_hook``) calls ``on_workspace_import`` right after the workspace
+module runs, in every process of the environment; sglang's general-plugin loader calls
+``activate`` (entry point group ``sglang.srt.plugins``) in the processes sglang starts, which
+patches a module that is already imported and otherwise makes sure the start-up hook is in
+place (for an interpreter started without site processing, for example). Applying is
+idempotent, so whichever path comes second changes nothing.
+
+A failed activation never breaks the user's import: this process runs unmodified sglang,
+``status()`` says ``failed`` and why, one WARNING is logged, and the next import, reload or
+``activate()`` tries again. Under ``SGLANG_OVERLAY_STRICT=1`` every attempt raises instead.
 """
 
-from sglang_overlay.shapes import WORKSPACE_MODULE
+import sys
 
-_activated = False
+from sglang_overlay import WORKSPACE_MODULE
 
 
 def activate() -> None:
-    global _activated
-    if _activated:
-        return
-    _activated = True
-    from wrapt import register_post_import_hook
+    """Entry point for sglang's plugin loader."""
+    from sglang_overlay import import_hook
 
-    register_post_import_hook(_on_workspace_module_import, WORKSPACE_MODULE)
+    import_hook.install()
+    module = sys.modules.get(WORKSPACE_MODULE)
+    if module is not None:
+        on_workspace_import(module, via="sglang plugin loader")
 
 
-def _on_workspace_module_import(module) -> None:
-    from sglang_overlay import overlay
+def on_workspace_import(module, via: str) -> None:
+    """Patch a freshly executed (or reloaded) workspace module; never raise unless strict."""
+    try:
+        from sglang_overlay import overlay
 
-    overlay.apply_to_module(module)
+        overlay.apply_to_module(module)
+    except Exception as exc:
+        _fail(exc, via)
+
+
+def _fail(exc: Exception, via: str) -> None:
+    if type(exc).__name__ == "UnsupportedShapeError" or _strict():
+        raise exc  # the user asked for an exception, on every attempt
+    reason = f"activation via the {via} raised {type(exc).__name__}: {exc}"
+    try:
+        from sglang_overlay import overlay
+
+        overlay.record_failure(WORKSPACE_MODULE, reason)
+    except Exception:
+        pass  # overlay itself did not import; the WARNING below still says what happened
+    from sglang_overlay.notices import warn_once  # logging and threading only
+
+    warn_once(
+        ("failed", type(exc).__name__, str(exc)),
+        "sglang-overlay: %s left unpatched (this process runs unmodified sglang): %s",
+        WORKSPACE_MODULE,
+        reason,
+    )
+
+
+def _strict() -> bool:
+    try:
+        from sglang_overlay import config
+
+        return config.strict()
+    except Exception:
+        return False

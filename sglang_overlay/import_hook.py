@@ -1,53 +1,112 @@
-"""Start-up trigger, imported by ``sglang_overlay.pth`` in every interpreter.
+"""The start-up hook: a meta-path finder that patches the workspace module right after it runs.
 
-It costs one string comparison per import until the first ``import sglang``; only then does it
-load wrapt and register the post-import hook that patches the workspace module. A process that
-never imports sglang never imports wrapt, torch or sglang because of us (wrapt alone costs
-15-60 ms to import, far over the start-up budget).
+``sglang_overlay.pth`` imports this module in every interpreter of the environment and calls
+``install()``. The finder answers one question per import, ``fullname == WORKSPACE_MODULE``,
+and for that one module hands back the real spec with its loader wrapped; the wrapper runs
+the module, then activation. importlib holds its global lock while a finder's ``find_spec``
+runs, so ``find_spec`` imports nothing and never touches ``sys.meta_path``: all the work
+(reading the method's source, patching, logging) happens in ``exec_module``, after the lock
+is released, exactly where a module's own imports run. A finder that only finds a spec
+(``importlib.util.find_spec``) activates nothing. The finder stays installed for the life of
+the process, so a reload or a retried import after a failure is patched (or refused) again.
+
+This module imports only ``sys`` and ``_thread`` (both already loaded by the interpreter).
 """
 
+import _thread
 import sys
 
+from sglang_overlay import WORKSPACE_MODULE
 
-class _SglangImportTrigger:
-    """A meta-path finder that never finds anything: it only notices ``import sglang``."""
+
+class WorkspaceImportHook:
+    """Meta-path finder for the workspace module; never finds anything itself."""
+
+    is_sglang_overlay_hook = True  # recognised across a reload of this module
+
+    def __init__(self):
+        # Thread idents inside find_spec: another finder that calls importlib.util.find_spec
+        # from its own find_spec must not recurse into us.
+        self._searching = set()
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "sglang":
+        if fullname != WORKSPACE_MODULE:
             return None
-        _uninstall()
+        me = _thread.get_ident()
+        if me in self._searching:
+            return None
+        self._searching.add(me)
         try:
-            from sglang_overlay import activation
+            spec = self._spec_from_later_finders(fullname, path, target)
+        finally:
+            self._searching.discard(me)
+        if spec is None or not hasattr(spec.loader, "exec_module"):
+            return spec  # a legacy loader: the plugin path or apply() still covers it
+        spec.loader = ActivatingLoader(spec.loader)
+        return spec
 
-            activation.activate()
-        except Exception as exc:  # never break the user's import of sglang
-            from sglang_overlay import config
-
-            if config.strict():
-                raise
-            import warnings
-
-            warnings.warn(f"sglang-overlay: activation failed: {exc!r}", stacklevel=2)
+    def _spec_from_later_finders(self, fullname, path, target):
+        # A snapshot: importlib may be iterating the live list in this or another thread.
+        finders = list(sys.meta_path)
+        start = finders.index(self) + 1 if self in finders else 0
+        for finder in finders[start:]:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                return spec
         return None
 
 
-_TRIGGER = _SglangImportTrigger()
+class ActivatingLoader:
+    """The module's own loader, then activation; otherwise indistinguishable from it."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __getattr__(self, name):  # get_source, is_package, get_resource_reader, ...
+        return getattr(self.loader, name)
+
+    def create_module(self, spec):
+        create = getattr(self.loader, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module):
+        # Put the real loader back first: the module must look as if we were never here.
+        if getattr(module, "__loader__", None) is self:
+            module.__loader__ = self.loader
+        spec = getattr(module, "__spec__", None)
+        if spec is not None and spec.loader is self:
+            spec.loader = self.loader
+        self.loader.exec_module(module)
+        _after_workspace_import(module)
 
 
-def _uninstall():
+def _after_workspace_import(module):
+    # Outside importlib's global lock: importing here is as safe as the module's own imports.
     try:
-        sys.meta_path.remove(_TRIGGER)
-    except ValueError:
-        pass
-
-
-def install():
-    if "sglang" in sys.modules:
         from sglang_overlay import activation
+    except Exception as exc:  # a broken install must not break the user's import
+        import logging
 
-        activation.activate()
-    elif _TRIGGER not in sys.meta_path:
-        sys.meta_path.insert(0, _TRIGGER)
+        logging.getLogger("sglang_overlay").warning(
+            "sglang-overlay: cannot load its activation (%r); %s left unpatched",
+            exc,
+            WORKSPACE_MODULE,
+        )
+        return
+    activation.on_workspace_import(module, via="start-up hook")
 
 
-install()
+HOOK = WorkspaceImportHook()
+
+
+def installed() -> bool:
+    return any(getattr(f, "is_sglang_overlay_hook", False) for f in sys.meta_path)
+
+
+def install() -> None:
+    """Put the finder first on ``sys.meta_path`` once. Never called from a finder: an insert
+    at the front can make a concurrent import ask one finder twice, but never skip one."""
+    if not installed():
+        sys.meta_path.insert(0, HOOK)

@@ -1,23 +1,34 @@
 """Apply, remove and report the overlay's patch in this process.
 
 A patch is a record with an id, a target and a reason; applying twice is a no-op and removing
-puts back the exact original function object. Every outcome is kept as a status record, and a
-shape the overlay does not recognise is left untouched with one warning (or an exception under
-``SGLANG_OVERLAY_STRICT=1``).
+puts back the exact original function object. Every outcome is kept as a status record, and
+``status()`` checks an ``applied`` record against the live class before reporting it, so a
+reload or a foreign replacement shows up as what it is. A shape the overlay does not recognise
+is left untouched with one WARNING (or ``UnsupportedShapeError`` under
+``SGLANG_OVERLAY_STRICT=1``, on every attempt).
 """
 
 import functools
 import importlib
-import logging
+import sys
 import threading
-import warnings
 from dataclasses import asdict, dataclass
 
 from sglang_overlay import PATCH_ID, config, shapes
+from sglang_overlay.notices import logger, warn_once
 
-logger = logging.getLogger("sglang_overlay")
-
-STATES = ("applied", "pending", "not-present", "upstream-fixed", "unsupported", "disabled")
+STATES = (
+    "applied",
+    "pending",
+    "not-present",
+    "upstream-fixed",
+    "unsupported",
+    "disabled",
+    "failed",
+)
+# States in which a process of this environment runs the code it should: fixed, or on purpose
+# not fixed. Anything else means "unmodified sglang although the overlay is installed".
+OK_STATES = frozenset({"applied", "upstream-fixed", "not-present", "disabled"})
 
 
 class UnsupportedShapeError(RuntimeError):
@@ -35,6 +46,7 @@ class PatchStatus:
 
 @dataclass(frozen=True)
 class _Applied:
+    module_name: str
     cls: type
     method: str
     original: object
@@ -43,6 +55,7 @@ class _Applied:
 
 _lock = threading.RLock()
 _applied: "list[_Applied]" = []
+_removed = False  # remove() keeps the overlay off in this process until apply()
 _status = PatchStatus(
     PATCH_ID,
     shapes.WORKSPACE_MODULE,
@@ -50,21 +63,32 @@ _status = PatchStatus(
     "pending",
     f"waiting for the import of {shapes.WORKSPACE_MODULE}",
 )
-_warned = False
 
 
 def status() -> list:
     with _lock:
-        record = asdict(_status)
-    if record["sglang_version"] == "unknown":  # nothing has looked yet
-        record["sglang_version"] = sglang_version()
-    return [record]
+        record = _status
+        if record.state == "applied" and not _still_applied():
+            last = _applied[-1]
+            record = PatchStatus(
+                PATCH_ID,
+                record.target,
+                record.sglang_version,
+                "pending",
+                f"{last.cls.__name__}.{last.method} is no longer the patched function (the "
+                "module was reloaded or the method replaced by other code); apply() patches "
+                "again",
+            )
+    if record.sglang_version == "unknown":  # nothing has looked yet
+        record = PatchStatus(**{**asdict(record), "sglang_version": sglang_version()})
+    return [asdict(record)]
 
 
-def apply() -> list:
-    """Import the workspace module (if it exists) and apply the patch to it."""
+def import_workspace_module() -> list:
+    """Import the workspace module as any sglang process would and report; patches nothing
+    itself (in a process with the start-up hook, the import does)."""
     try:
-        module = importlib.import_module(shapes.WORKSPACE_MODULE)
+        importlib.import_module(shapes.WORKSPACE_MODULE)
     except ModuleNotFoundError as exc:
         if exc.name is None or not shapes.WORKSPACE_MODULE.startswith(exc.name):
             raise
@@ -73,17 +97,32 @@ def apply() -> list:
             if exc.name == "sglang"
             else f"sglang {sglang_version()} has no {exc.name}"
         )
-        _record("not-present", shapes.WORKSPACE_MODULE, reason)
-        return status()
-    # Importing may have run the post-import hook already; applying again is a no-op.
-    apply_to_module(module)
+        with _lock:
+            _record("not-present", shapes.WORKSPACE_MODULE, reason)
     return status()
+
+
+def apply() -> list:
+    """Import the workspace module (if it exists) and apply the patch to it."""
+    global _removed
+    with _lock:
+        _removed = False
+    records = import_workspace_module()
+    module = sys.modules.get(shapes.WORKSPACE_MODULE)
+    if module is not None:
+        # The import may have run the start-up hook already; applying again is a no-op.
+        apply_to_module(module)
+        records = status()
+    return records
 
 
 def apply_to_module(module) -> None:
     with _lock:
         if _patched_method(module) is not None:
             return  # already applied; the other activation path got here first
+        if _removed:
+            _record("pending", shapes.WORKSPACE_MODULE, _REMOVED_REASON)
+            return
         reason = config.disabled_reason(PATCH_ID)
         if reason is not None:
             _record("disabled", shapes.WORKSPACE_MODULE, reason)
@@ -100,20 +139,42 @@ def apply_to_module(module) -> None:
         patched = functools.update_wrapper(release_first.build(found.shape, module), original)
         patched.__sglang_overlay_patch__ = PATCH_ID
         setattr(found.cls, found.shape.method, patched)
-        _applied.append(_Applied(found.cls, found.shape.method, original, patched))
+        _applied.append(_Applied(module.__name__, found.cls, found.shape.method, original, patched))
         _record("applied", found.target, found.reason)
         logger.info("sglang-overlay: %s applied to %s (%s)", PATCH_ID, found.target, found.reason)
 
 
-def remove() -> list:
+def record_failure(target: str, reason: str) -> None:
+    """Activation raised: this process runs unmodified sglang, and says why."""
     with _lock:
+        _record("failed", target, reason)
+
+
+_REMOVED_REASON = "removed by sglang_overlay.remove(); apply() patches again"
+
+
+def remove() -> list:
+    global _removed
+    with _lock:
+        _removed = True
+        target = shapes.WORKSPACE_MODULE
         while _applied:
             done = _applied.pop()
             if vars(done.cls).get(done.method) is done.patched:
                 setattr(done.cls, done.method, done.original)
             target = f"{shapes.WORKSPACE_MODULE}.{done.cls.__name__}.{done.method}"
-            _record("pending", target, "removed by sglang_overlay.remove(); apply() patches again")
+        _record("pending", target, _REMOVED_REASON)
         return status()
+
+
+def _still_applied() -> bool:
+    if not _applied:
+        return False
+    last = _applied[-1]
+    if vars(last.cls).get(last.method) is not last.patched:
+        return False
+    registered = sys.modules.get(last.module_name)
+    return registered is None or shapes.workspace_class(registered) is last.cls
 
 
 def _patched_method(module):
@@ -126,18 +187,22 @@ def _patched_method(module):
 
 
 def sglang_version() -> str:
-    try:
-        from sglang.version import __version__
+    """The sglang version, without importing sglang or torch: the loaded ``sglang.version``
+    module if some import already brought it in, else the installed package's metadata."""
+    loaded = getattr(sys.modules.get("sglang.version"), "__version__", None)
+    if isinstance(loaded, str):
+        return loaded
+    from importlib import metadata
 
-        return __version__
-    except Exception:
-        pass
     try:
-        from importlib.metadata import version
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        import importlib.util
 
-        return version("sglang")
-    except Exception:
-        return "not installed"
+        found = "sglang" in sys.modules or importlib.util.find_spec("sglang") is not None
+        return "unknown (no package metadata)" if found else "not installed"
+    except Exception as exc:  # a broken dist-info must not break a status report
+        return f"unknown ({type(exc).__name__})"
 
 
 def _record(state: str, target: str, reason: str) -> None:
@@ -146,10 +211,7 @@ def _record(state: str, target: str, reason: str) -> None:
 
 
 def _refuse(reason: str) -> None:
-    global _warned
     message = f"sglang-overlay: {PATCH_ID} left sglang {sglang_version()} untouched: {reason}"
     if config.strict():
         raise UnsupportedShapeError(message)
-    if not _warned:
-        _warned = True
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
+    warn_once(("unsupported", reason), "%s", message)

@@ -6,19 +6,21 @@ the same storage); only the replacement path differs. The reuse path does no mor
 the original; ``benchmark/`` measures that side by side.
 """
 
-import logging
-
 import torch
 
-logger = logging.getLogger("sglang_overlay")
+from sglang_overlay.replacement_log import MIB, ReplacementLog
 
-MIB = float(1 << 20)
+REPLACEMENTS = ReplacementLog()
 
 
 def _describe(tensor) -> str:
     if tensor is None:
         return "none"
-    return f"{tensor.shape[0]} rows {tensor.dtype} {tensor.nelement() * tensor.element_size() / MIB:.1f} MiB"
+    return f"{tensor.shape[0]} rows {tensor.dtype} {_nbytes(tensor) / MIB:.1f} MiB"
+
+
+def _nbytes(tensor) -> int:
+    return tensor.nelement() * tensor.element_size()
 
 
 def _replace(workspace, num_tokens: int, dtype, width: int, forget_head: bool):
@@ -33,9 +35,7 @@ def _replace(workspace, num_tokens: int, dtype, width: int, forget_head: bool):
         workspace._head_source = None
     buffer = torch.empty((num_tokens, 1, width), dtype=dtype, device=workspace.device)
     workspace._buffer = buffer
-    logger.info(
-        "DSV4 sparse-prefill workspace replaced (release-first): %s -> %s", old, _describe(buffer)
-    )
+    REPLACEMENTS.replaced(old, _describe(buffer), _nbytes(buffer))
     return buffer
 
 

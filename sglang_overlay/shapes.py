@@ -11,7 +11,8 @@ import hashlib
 import inspect
 from dataclasses import dataclass
 
-WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
+from sglang_overlay import WORKSPACE_MODULE
+
 WORKSPACE_CLASSES = ("SparsePrefillKVBuffer", "SparsePrefillWorkspace")
 
 

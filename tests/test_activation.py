@@ -44,35 +44,33 @@ if __name__ == "__main__":
         )
 
 
-def test_interpreter_start_imports_neither_torch_nor_sglang_nor_wrapt():
+def test_interpreter_start_loads_only_the_hook_and_nothing_it_would_need_later():
     loaded = run_json(
-        "import json, sys; print(json.dumps({m: m in sys.modules for m in "
-        "('sglang_overlay._startup', 'torch', 'sglang', 'wrapt', 'sglang_overlay.overlay')}))"
+        "import json, sys; print(json.dumps(sorted(m for m in sys.modules if m.startswith("
+        "('sglang', 'torch', 'wrapt')))))"
     )
-    assert loaded == {
-        "sglang_overlay._startup": True,  # the .pth ran
-        "torch": False,
-        "sglang": False,
-        "wrapt": False,
-        "sglang_overlay.overlay": False,
-    }
+    assert loaded == ["sglang_overlay", "sglang_overlay.import_hook"]
 
 
-def test_sglang_plugin_loader_alone_activates_the_overlay():
-    # Take the start-up trigger out first, so only sglang's own plugin loader can activate us.
-    mark = run_json(f"""
+PLUGIN_LOADER_ONLY = """
 import json, sys
-import sglang_overlay._startup as startup
-startup._uninstall()
+import sglang_overlay.import_hook as hook
+sys.meta_path.remove(hook.HOOK)  # only sglang's own plugin loader can activate us now
 from sglang.srt.plugins import load_plugins
-from sglang_overlay import activation
-assert not activation._activated, "the start-up trigger ran although it was removed"
-load_plugins()
-import {WORKSPACE_MODULE} as m
-print(json.dumps([activation._activated,
-                  getattr(vars(m.SparsePrefillKVBuffer)["_reserve"], "__sglang_overlay_patch__", None)]))
-""")
-    assert mark == [True, PATCH_ID]
+{body}
+print(json.dumps([getattr(vars(m.SparsePrefillKVBuffer)["_reserve"], "__sglang_overlay_patch__",
+                          None), hook.installed()]))
+"""
+
+
+def test_sglang_plugin_loader_alone_patches_a_module_imported_before_it():
+    body = f"import {WORKSPACE_MODULE} as m\nload_plugins()"
+    assert run_json(PLUGIN_LOADER_ONLY.format(body=body)) == [PATCH_ID, True]
+
+
+def test_sglang_plugin_loader_alone_patches_a_module_imported_after_it():
+    body = f"load_plugins()\nimport {WORKSPACE_MODULE} as m"
+    assert run_json(PLUGIN_LOADER_ONLY.format(body=body)) == [PATCH_ID, True]
 
 
 def test_second_activation_path_is_a_no_op():

@@ -1,0 +1,25 @@
+"""What the overlay tells operators: records on the ``sglang_overlay`` logger, never warnings.
+
+The overlay runs inside other people's imports. ``warnings.warn`` becomes an exception under
+``-W error`` or ``PYTHONWARNINGS=error``, so a fallback message could break the very import it
+was protecting; a log record cannot. Without logging configured, Python's last-resort handler
+still prints WARNING records to stderr. Each cause is said once per process.
+"""
+
+import logging
+import threading
+
+logger = logging.getLogger("sglang_overlay")
+
+_said: "set[tuple]" = set()
+_lock = threading.Lock()
+
+
+def warn_once(cause: tuple, message: str, *args) -> bool:
+    """Log ``message`` as one WARNING unless ``cause`` was already reported; True if logged."""
+    with _lock:
+        if cause in _said:
+            return False
+        _said.add(cause)
+    logger.warning(message, *args)
+    return True

@@ -1,0 +1,66 @@
+"""How the workspace's replacements reach the log without flooding it.
+
+Operators want the workspace's high-water mark (its size is unbounded for a batch of long
+histories), not one line per replacement: 0.5.23 replaces on every dtype switch, so a mix of
+fp8 and bf16 requests at a steady size replaces on every call. INFO only when a replacement
+passes the largest size seen in this process; DEBUG for the others; and at most one WARNING
+per minute while replacements thrash. Pure bookkeeping with an injectable clock; no torch.
+"""
+
+import logging
+import threading
+import time
+
+from sglang_overlay.notices import logger
+
+MIB = float(1 << 20)
+THRASH_PER_MINUTE = 100
+MINUTE = 60.0
+
+
+class ReplacementLog:
+    def __init__(self, clock=time.monotonic, thrash_per_minute: int = THRASH_PER_MINUTE):
+        self._clock = clock
+        self._thrash = thrash_per_minute
+        self._lock = threading.Lock()
+        self.high_water_bytes = 0
+        self._window_start = None
+        self._in_window = 0
+        self._last_warning = None
+
+    def replaced(self, old: str, new: str, new_bytes: int) -> None:
+        """One replacement from ``old`` to ``new`` (descriptions), ``new_bytes`` large."""
+        now = self._clock()
+        with self._lock:
+            if self._window_start is None or now - self._window_start >= MINUTE:
+                self._window_start, self._in_window = now, 0
+            self._in_window += 1
+            passed = new_bytes > self.high_water_bytes
+            if passed:
+                self.high_water_bytes = new_bytes
+            thrashing = self._in_window > self._thrash and (
+                self._last_warning is None or now - self._last_warning >= MINUTE
+            )
+            if thrashing:
+                self._last_warning = now
+            count = self._in_window
+        if passed:
+            logger.info(
+                "DSV4 sparse-prefill workspace replaced (release-first): %s -> %s; "
+                "high-water now %.1f MiB",
+                old,
+                new,
+                new_bytes / MIB,
+            )
+        elif logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "DSV4 sparse-prefill workspace replaced (release-first): %s -> %s", old, new
+            )
+        if thrashing:
+            logger.warning(
+                "sglang-overlay: %d DSV4 sparse-prefill workspace replacements in the last "
+                "minute (mixed dtypes or sizes replace the buffer each time); high-water "
+                "%.1f MiB",
+                count,
+                self.high_water_bytes / MIB,
+            )

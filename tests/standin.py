@@ -1,0 +1,109 @@
+"""A tiny stand-in ``sglang`` and ``torch`` for the start-up hook's tests.
+
+The stand-in workspace module carries the real ``SparsePrefillKVBuffer`` class text from the
+installed sglang wheel, byte for byte, so the overlay recognises (or, edited, refuses) it
+exactly as it does the real one; everything around it is minimal, so a fresh interpreter of
+any Python imports it in milliseconds without torch. The stand-in ``torch`` has just enough
+for that class and the overlay's replacement path: shapes, dtypes, ``empty`` and slicing.
+Behaviour under a real allocator is the registered test's job, not this one's.
+"""
+
+import ast
+import importlib.util
+import textwrap
+from pathlib import Path
+
+WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
+ALLOCATION = "            self._buffer = torch.empty(\n"
+RELEASED = "            self._buffer = None\n            self._head_source = None\n" + ALLOCATION
+
+TORCH = '''
+"""Stand-in torch for the overlay's start-up tests: no storage, shapes and dtypes only."""
+import math
+
+
+class dtype:
+    def __init__(self, name, itemsize):
+        self.name, self.itemsize = name, itemsize
+
+    def __repr__(self):
+        return "torch." + self.name
+
+
+bfloat16 = dtype("bfloat16", 2)
+float8_e4m3fn = dtype("float8_e4m3fn", 1)
+
+
+class device(str):
+    pass
+
+
+class Tensor:
+    def __init__(self, shape, dtype, base=None):
+        self.shape, self.dtype, self._base = tuple(shape), dtype, base
+
+    def __getitem__(self, rows):
+        count = len(range(*rows.indices(self.shape[0])))
+        return Tensor((count,) + self.shape[1:], self.dtype, self._base or self)
+
+    def nelement(self):
+        return math.prod(self.shape)
+
+    def element_size(self):
+        return self.dtype.itemsize
+
+    def data_ptr(self):
+        return id(self._base or self)
+
+
+def empty(shape, dtype=bfloat16, device=None):
+    return Tensor(shape, dtype)
+'''
+
+
+def real_workspace_class_source() -> str:
+    """``SparsePrefillKVBuffer``'s source from the installed sglang, found without importing."""
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the stand-in needs an installed sglang 0.5.23 to copy its class")
+    path = Path(spec.submodule_search_locations[0], *WORKSPACE_MODULE.split(".")[1:])
+    source = path.with_suffix(".py").read_text()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef) and node.name == "SparsePrefillKVBuffer":
+            return ast.get_source_segment(source, node)
+    raise RuntimeError(f"no SparsePrefillKVBuffer in {path}")
+
+
+def write(root: Path, *, edit=None, version="0.5.23") -> Path:
+    """Write the stand-in packages under ``root``; ``edit`` = (old, new) on the class text."""
+    root.mkdir(parents=True, exist_ok=True)
+    class_source = real_workspace_class_source()
+    if edit is not None:
+        old, new = edit
+        assert class_source.count(old) == 1, f"edit anchor {old!r} not found exactly once"
+        class_source = class_source.replace(old, new)
+    parts = WORKSPACE_MODULE.split(".")
+    for depth in range(1, len(parts)):
+        package = root.joinpath(*parts[:depth])
+        package.mkdir(parents=True, exist_ok=True)
+        (package / "__init__.py").write_text("")
+    (root / "sglang" / "version.py").write_text(f'__version__ = "{version}"\n')
+    header = textwrap.dedent('''\
+        """Stand-in for sglang's DSV4 sparse-prefill utilities (test fixture)."""
+        from typing import Optional, Tuple
+
+        import torch
+
+        WORKSPACE_DIM = 512
+
+
+    ''')
+    root.joinpath(*parts[:-1], parts[-1] + ".py").write_text(header + class_source + "\n")
+    dist_info = root / f"sglang-{version}.dist-info"
+    dist_info.mkdir(exist_ok=True)
+    (dist_info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n"
+    )
+    (root / "torch").mkdir(exist_ok=True)
+    (root / "torch" / "__init__.py").write_text(TORCH)
+    return root

@@ -1,0 +1,420 @@
+"""The start-up hook as an operator's process meets it, on every declared Python.
+
+Each test runs fresh interpreters of a venv with the overlay installed from its wheel (see
+``overlay_envs.py``) against the stand-in sglang (``standin.py``): threads racing the first
+import, ``-W error``, ``-I``, junk settings, strict mode twice, reload, a neighbour finder,
+availability checks, spawn/forkserver children and the CLI. ``SGLANG_OVERLAY_TEST_WHEEL=PATH``
+runs them against another build of the overlay (for example the last release, to see which
+of these it fails).
+"""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import standin
+from overlay_envs import VERSIONS, build_wheel, find_interpreter, make_env
+
+PATCH_ID = "0001-dsv4-sparse-prefill-release-first"
+WORKSPACE_MODULE = standin.WORKSPACE_MODULE
+UNKNOWN_EDIT = ("        assert num_tokens > 0\n", "        assert num_tokens >= 1\n")
+RACE_RUNS = 20
+TIMEOUT_S = 20
+
+
+@pytest.fixture(scope="session")
+def overlay_wheel(tmp_path_factory) -> Path:
+    given = os.environ.get("SGLANG_OVERLAY_TEST_WHEEL")
+    return Path(given) if given else build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session", params=VERSIONS, ids=[f"py{v}" for v in VERSIONS])
+def overlay_env(request, overlay_wheel, tmp_path_factory):
+    interpreter = find_interpreter(request.param)
+    if interpreter is None:
+        pytest.skip(f"no Python {request.param} on this machine (pyenv or python{request.param})")
+    root = tmp_path_factory.mktemp(f"venv{request.param}")
+    return make_env(interpreter, request.param, overlay_wheel, root)
+
+
+@pytest.fixture(scope="session")
+def known(tmp_path_factory) -> Path:
+    """The stand-in with the real 0.5.23 class text: the overlay applies."""
+    return standin.write(tmp_path_factory.mktemp("standin-known"))
+
+
+@pytest.fixture(scope="session")
+def unknown(tmp_path_factory) -> Path:
+    """The stand-in with one line of the method edited: an unknown shape."""
+    return standin.write(tmp_path_factory.mktemp("standin-unknown"), edit=UNKNOWN_EDIT)
+
+
+def run(env, code: str, paths=(), flags=(), timeout=TIMEOUT_S, **variables):
+    """``code`` in a fresh interpreter of ``env`` with the stand-in ``paths`` first on sys.path."""
+    prelude = f"import sys; sys.path[:0] = {[str(p) for p in paths]!r}\n"
+    return subprocess.run(
+        [str(env.python), *flags, "-c", prelude + code],
+        env=environ(**variables),
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def environ(**variables) -> dict:
+    """This environment without the overlay's switches and Python's own, plus ``variables``."""
+    kept = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SGLANG_OVERLAY_", "PYTHON")) and k != "VIRTUAL_ENV"
+    }
+    return {**kept, **variables}
+
+
+def last_json(proc):
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def overlay_warnings(proc) -> list:
+    return [line for line in proc.stderr.splitlines() if line.startswith("sglang-overlay:")]
+
+
+REPORT = f"""
+import json, sys
+import {WORKSPACE_MODULE} as m
+import sglang_overlay
+mark = getattr(vars(m.SparsePrefillKVBuffer)["_reserve"], "__sglang_overlay_patch__", None)
+print(json.dumps({{"patched": mark, "status": sglang_overlay.status()[0]}}))
+"""
+
+
+def test_first_import_is_patched(overlay_env, known):
+    out = last_json(run(overlay_env, REPORT, [known]))
+    assert out["patched"] == PATCH_ID and out["status"]["state"] == "applied"
+
+
+@pytest.mark.parametrize("racing", ["dataclasses", "inspect", "ast"])
+def test_a_thread_importing_what_activation_imports_never_deadlocks_the_first_import(
+    overlay_env, known, racing
+):
+    # CPython holds its global import lock while a finder's find_spec runs. A hook that
+    # imports there deadlocks against a thread that is importing the same module.
+    race = f"""
+import threading, time
+threading.Thread(target=__import__, args=({racing!r},), daemon=True).start()
+time.sleep(0.001)
+import sglang
+import {WORKSPACE_MODULE} as m
+print(getattr(m.SparsePrefillKVBuffer._reserve, "__sglang_overlay_patch__", None))
+"""
+    prelude = f"import sys; sys.path[:0] = [{str(known)!r}]\n"
+    procs = [
+        subprocess.Popen(
+            [str(overlay_env.python), "-c", prelude + race],
+            env=environ(),
+            cwd="/",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(RACE_RUNS)
+    ]
+    hangs, outputs = 0, []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=TIMEOUT_S)
+            outputs.append((proc.returncode, out.strip(), err[-500:]))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            hangs += 1
+    assert hangs == 0, f"{hangs} of {RACE_RUNS} first imports hung"
+    assert all(o[:2] == (0, PATCH_ID) for o in outputs), outputs[:3]
+
+
+def test_finding_a_spec_is_not_an_import_and_activates_nothing(overlay_env, known):
+    out = last_json(
+        run(
+            overlay_env,
+            f"""
+import importlib.util, json
+specs = [importlib.util.find_spec(n) is not None for n in ("sglang", {WORKSPACE_MODULE!r})]
+loaded = [m for m in ("sglang_overlay.activation", "sglang_overlay.overlay",
+                      "sglang_overlay.shapes", {WORKSPACE_MODULE!r}) if m in sys.modules]
+print(json.dumps([specs, loaded]))
+""",
+            [known],
+        )
+    )
+    assert out == [[True, True], []]
+
+
+def test_warnings_as_errors_never_break_the_import_of_an_unknown_shape(overlay_env, unknown):
+    proc = run(overlay_env, REPORT, [unknown], flags=["-W", "error"])
+    out = last_json(proc)
+    assert out["patched"] is None and out["status"]["state"] == "unsupported"
+    (warning,) = overlay_warnings(proc)
+    assert "left sglang 0.5.23 untouched" in warning and "unknown source" in warning
+
+
+FAIL_THEN_RETRY = f"""
+import importlib, json
+sys.modules["sglang_overlay.release_first"] = None  # activation's own import fails
+import {WORKSPACE_MODULE} as m
+import sglang_overlay
+first = sglang_overlay.status()[0]
+del sys.modules["sglang_overlay.release_first"]
+importlib.reload(m)  # the next import attempt retries
+again = sglang_overlay.status()[0]
+print(json.dumps([first, again["state"],
+                  getattr(m.SparsePrefillKVBuffer._reserve, "__sglang_overlay_patch__", None)]))
+"""
+
+
+def test_a_failed_activation_keeps_the_import_says_why_and_is_retried(overlay_env, known):
+    proc = run(overlay_env, FAIL_THEN_RETRY, [known], flags=["-W", "error"])
+    first, again, mark = last_json(proc)
+    assert first["state"] == "failed" and "release_first" in first["reason"]
+    assert (again, mark) == ("applied", PATCH_ID)
+    (warning,) = overlay_warnings(proc)
+    assert "left unpatched" in warning and "runs unmodified sglang" in warning
+
+
+def test_sglang_plugin_loader_retries_after_a_failed_activation(overlay_env, known):
+    out = last_json(
+        run(
+            overlay_env,
+            f"""
+import json
+sys.modules["sglang_overlay.release_first"] = None
+import {WORKSPACE_MODULE} as m
+import sglang_overlay
+from sglang_overlay import activation
+first = sglang_overlay.status()[0]["state"]
+del sys.modules["sglang_overlay.release_first"]
+activation.activate()  # what sglang's load_plugins() calls
+print(json.dumps([first, sglang_overlay.status()[0]["state"]]))
+""",
+            [known],
+        )
+    )
+    assert out == ["failed", "applied"]
+
+
+def test_strict_mode_raises_on_every_import_attempt(overlay_env, unknown):
+    out = last_json(
+        run(
+            overlay_env,
+            f"""
+import importlib, json
+errors = []
+for _ in range(2):
+    try:
+        importlib.import_module({WORKSPACE_MODULE!r})
+        errors.append(None)
+    except Exception as exc:
+        errors.append(type(exc).__name__)
+print(json.dumps(errors))
+""",
+            [unknown],
+            SGLANG_OVERLAY_STRICT="1",
+        )
+    )
+    assert out == ["UnsupportedShapeError", "UnsupportedShapeError"]
+
+
+@pytest.mark.parametrize(
+    "value", ["banana", "2", "disable", "9999-other", f"{PATCH_ID},typo", " ALL "]
+)
+def test_an_unrecognised_disable_value_turns_every_patch_off_with_one_warning(
+    overlay_env, known, value
+):
+    proc = run(overlay_env, REPORT, [known], SGLANG_OVERLAY_DISABLE=value)
+    out = last_json(proc)
+    assert out["patched"] is None and out["status"]["state"] == "disabled"
+    warnings = overlay_warnings(proc)
+    if value.strip().lower() == "all":
+        assert warnings == []  # an accepted form
+    else:
+        (warning,) = warnings
+        assert repr(value) in warning and "accepted:" in warning and PATCH_ID in warning
+
+
+@pytest.mark.parametrize("value", [PATCH_ID.upper(), f" {PATCH_ID} ", "TRUE", "1"])
+def test_accepted_disable_forms_turn_the_patch_off_quietly(overlay_env, known, value):
+    proc = run(overlay_env, REPORT, [known], SGLANG_OVERLAY_DISABLE=value)
+    assert last_json(proc)["status"]["state"] == "disabled"
+    assert overlay_warnings(proc) == []
+
+
+@pytest.mark.parametrize("value", ["0", "off", "", " False "])
+def test_disable_values_that_mean_off_keep_the_patch(overlay_env, known, value):
+    proc = run(overlay_env, REPORT, [known], SGLANG_OVERLAY_DISABLE=value)
+    assert last_json(proc)["status"]["state"] == "applied" and overlay_warnings(proc) == []
+
+
+def test_an_unrecognised_strict_value_means_strict_with_one_warning(overlay_env, unknown):
+    proc = run(overlay_env, REPORT, [unknown], SGLANG_OVERLAY_STRICT="maybe")
+    assert proc.returncode != 0 and "UnsupportedShapeError" in proc.stderr
+    (warning,) = overlay_warnings(proc)
+    assert "SGLANG_OVERLAY_STRICT='maybe' not recognised" in warning
+
+
+def test_reload_reapplies_and_remove_apply_keep_working_across_reloads(overlay_env, known):
+    out = last_json(
+        run(
+            overlay_env,
+            f"""
+import importlib, json
+import {WORKSPACE_MODULE} as m
+import sglang_overlay
+def mark():
+    return getattr(vars(m.SparsePrefillKVBuffer)["_reserve"], "__sglang_overlay_patch__", None)
+old_class = m.SparsePrefillKVBuffer
+importlib.reload(m)
+steps = [[m.SparsePrefillKVBuffer is not old_class, mark(), sglang_overlay.status()[0]["state"]]]
+sglang_overlay.remove()
+steps.append([mark(), sglang_overlay.status()[0]["state"]])
+importlib.reload(m)  # removed stays removed
+steps.append([mark(), sglang_overlay.status()[0]["state"]])
+sglang_overlay.apply()
+steps.append([mark(), sglang_overlay.status()[0]["state"]])
+print(json.dumps(steps))
+""",
+            [known],
+        )
+    )
+    assert out == [
+        [True, PATCH_ID, "applied"],
+        [None, "pending"],
+        [None, "pending"],
+        [PATCH_ID, "applied"],
+    ]
+
+
+def test_status_never_reports_applied_for_a_class_it_no_longer_patches(overlay_env, known):
+    out = last_json(
+        run(
+            overlay_env,
+            f"""
+import json
+import {WORKSPACE_MODULE} as m
+import sglang_overlay
+from sglang_overlay import import_hook
+sys.meta_path[:] = [f for f in sys.meta_path if f is not import_hook.HOOK]  # hook gone
+import importlib; importlib.reload(m)
+print(json.dumps(sglang_overlay.status()[0]))
+""",
+            [known],
+        )
+    )
+    assert out["state"] == "pending" and "no longer the patched function" in out["reason"]
+
+
+def test_a_finder_after_the_hook_is_still_asked_and_its_module_patched(overlay_env, known):
+    # The neighbour serves the workspace module itself: the hook must ask it, in order, and
+    # patch what it serves; it must also see every other import, sglang's included.
+    out = last_json(
+        run(
+            overlay_env,
+            f"""
+import importlib.machinery, json
+asked = []
+class Neighbour:
+    def find_spec(self, name, path=None, target=None):
+        asked.append(name)
+        return importlib.machinery.PathFinder.find_spec(name, path, target)
+sys.meta_path.insert(1, Neighbour())
+import {WORKSPACE_MODULE} as m
+print(json.dumps(["sglang" in asked, {WORKSPACE_MODULE!r} in asked,
+                  getattr(m.SparsePrefillKVBuffer._reserve, "__sglang_overlay_patch__", None),
+                  type(m.__loader__).__name__]))
+""",
+            [known],
+        )
+    )
+    assert out == [True, True, PATCH_ID, "SourceFileLoader"]
+
+
+def test_status_reads_the_version_without_importing_sglang_or_torch(overlay_env, known):
+    out = last_json(
+        run(
+            overlay_env,
+            """
+import json, sglang_overlay
+record = sglang_overlay.status()[0]
+print(json.dumps([record["state"], record["sglang_version"],
+                  [m for m in ("sglang", "torch") if m in sys.modules]]))
+""",
+            [known],
+        )
+    )
+    assert out == ["pending", "0.5.23", []]
+
+
+def test_isolated_mode_and_spawn_and_forkserver_children_are_patched(overlay_env, known, tmp_path):
+    script = tmp_path / "children.py"
+    script.write_text(f"""
+import json, multiprocessing as mp, sys
+sys.path.insert(0, {str(known)!r})
+
+def child(q):
+    import {WORKSPACE_MODULE} as m
+    q.put(getattr(m.SparsePrefillKVBuffer._reserve, "__sglang_overlay_patch__", None))
+
+if __name__ == "__main__":
+    marks = []
+    for method in ("spawn", "forkserver"):
+        ctx = mp.get_context(method)
+        q = ctx.Queue()
+        p = ctx.Process(target=child, args=(q,))
+        p.start(); marks.append(q.get(timeout=60)); p.join()
+    print(json.dumps(marks))
+""")
+    proc = subprocess.run(
+        [str(overlay_env.python), "-I", str(script)],
+        env=environ(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert last_json(proc) == [PATCH_ID, PATCH_ID]
+
+
+def cli(env, paths, **variables):
+    pythonpath = os.pathsep.join(str(p) for p in paths)
+    return run(
+        env,
+        "import sys; from sglang_overlay.cli import main; sys.exit(main(['status', '--json']))",
+        PYTHONPATH=pythonpath,
+        **variables,
+    )
+
+
+def test_cli_status_is_what_a_fresh_process_gets(overlay_env, known, unknown):
+    applied = cli(overlay_env, [known])
+    assert applied.returncode == 0 and json.loads(applied.stdout)[0]["state"] == "applied"
+    disabled = cli(overlay_env, [known], SGLANG_OVERLAY_DISABLE="1")
+    assert disabled.returncode == 0 and json.loads(disabled.stdout)[0]["state"] == "disabled"
+    strict = cli(overlay_env, [unknown], SGLANG_OVERLAY_STRICT="1")
+    (record,) = json.loads(strict.stdout)
+    assert strict.returncode == 1 and record["state"] == "failed"
+    assert "UnsupportedShapeError" in record["reason"]
+    refused = cli(overlay_env, [unknown])
+    assert refused.returncode == 1 and json.loads(refused.stdout)[0]["state"] == "unsupported"
+
+
+def test_cli_status_says_so_when_the_start_up_hook_is_missing(
+    overlay_env, overlay_wheel, known, tmp_path
+):
+    broken = make_env(
+        Path(overlay_env.python).resolve(), overlay_env.version, overlay_wheel, tmp_path, pth=False
+    )
+    proc = cli(broken, [known])
+    (record,) = json.loads(proc.stdout)
+    assert proc.returncode == 1 and record["state"] == "pending"
+    assert "start-up hook did not run in a fresh process" in record["reason"]
