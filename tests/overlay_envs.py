@@ -57,9 +57,12 @@ def build_wheel(out: Path) -> Path:
     return wheel
 
 
-def make_env(interpreter: Path, version: str, wheel: Path, root: Path, *, pth=True) -> OverlayEnv:
+def make_env(
+    interpreter: Path, version: str, wheel: Path, root: Path, *, pth=True, deps=False
+) -> OverlayEnv:
     """A venv of ``interpreter`` with the wheel installed into it (``pth=False``: the install
-    with its start-up hook deleted, as a broken or partial install would leave it)."""
+    with its start-up hook deleted, as a broken or partial install would leave it; ``deps``:
+    with the wheel's dependencies from the package index, for other builds than this one)."""
     subprocess.run(
         [str(interpreter), "-m", "venv", "--without-pip", str(root)], check=True, timeout=120
     )
@@ -74,8 +77,9 @@ def make_env(interpreter: Path, version: str, wheel: Path, root: Path, *, pth=Tr
     )
     # pip of the project venv installs into the other interpreter's environment.
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps"]
-        + ["--no-index", str(wheel)],
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q"]
+        + ([] if deps else ["--no-deps", "--no-index"])
+        + [str(wheel)],
         check=True,
         capture_output=True,
         timeout=300,
