@@ -172,7 +172,7 @@ def startup_table(report) -> list:
                 missed.append(f"`import torch` direct cost {cost['ms']:.2f} ms")
         elif program == "import torch" and delta["max"] - delta["min"] > 50:
             lines_note = (
-                f"The `import torch` row cannot resolve 5 ms here: its pairs spread over "
+                f"The `import torch` row cannot resolve 1 ms here: its pairs spread over "
                 f"{delta['max'] - delta['min']:.0f} ms, and this run predates the direct-cost "
                 "measurement (trigger calls x cost per call); the CPU table has it."
             )
@@ -186,7 +186,7 @@ def startup_table(report) -> list:
             f"{cost['calls']:,} times at {cost['ns_per_call']:.0f} ns each, "
             f"{cost['ms']:.2f} ms in all. The wall-clock difference of two `import torch` "
             "processes above is run-to-run noise of that import (see its min-max), far wider "
-            "than 5 ms, so the direct figure is the verdict for that row.",
+            "than 1 ms, so the direct figure is the verdict for that row.",
         ]
     for note in inconclusive:
         lines += ["", note]
