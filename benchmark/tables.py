@@ -168,7 +168,7 @@ def startup_table(report) -> list:
         delta = r["overlay_minus_without_ms"]
         lines.append(f'| `python -c "{program}"` | {_range(delta, "{:.1f}")} | {r["goal"]} |')
         if program == "import torch" and cost:
-            if cost["ms"] > 5:
+            if cost["ms"] > 1:
                 missed.append(f"`import torch` direct cost {cost['ms']:.2f} ms")
         elif program == "import torch" and delta["max"] - delta["min"] > 50:
             lines_note = (
@@ -177,7 +177,7 @@ def startup_table(report) -> list:
                 "measurement (trigger calls x cost per call); the CPU table has it."
             )
             inconclusive.append(lines_note)
-        elif delta["median"] > 5:
+        elif delta["median"] > 1:
             missed.append(f"`{program}` {delta['median']:.1f} ms")
     if cost:
         lines += [
