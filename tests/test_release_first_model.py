@@ -96,18 +96,32 @@ def test_get_with_head_reports_filled_only_for_the_same_source_in_the_same_stora
     assert filled
 
 
-def test_each_replacement_logs_one_info_line_with_old_and_new_size_and_dtype(caplog):
+def test_each_replacement_logs_one_line_with_old_and_new_size_and_dtype(caplog, monkeypatch):
+    from sglang_overlay import release_first
+    from sglang_overlay.replacement_log import ReplacementLog
+
+    monkeypatch.setattr(release_first, "REPLACEMENTS", ReplacementLog())  # fresh high-water
     workspace = workspace_module.SparsePrefillKVBuffer(torch.device("cpu"))
-    with caplog.at_level(logging.INFO, logger="sglang_overlay"):
+    with caplog.at_level(logging.DEBUG, logger="sglang_overlay"):
         workspace.get(2048, torch.bfloat16)
         workspace.get(1024, torch.bfloat16)  # reuse: no line
         workspace.get(2048, torch.float8_e4m3fn)
-    lines = [r.getMessage() for r in caplog.records if "workspace replaced" in r.getMessage()]
+    lines = [
+        (r.levelname, r.getMessage())
+        for r in caplog.records
+        if "workspace replaced" in r.getMessage()
+    ]
     assert lines == [
-        "DSV4 sparse-prefill workspace replaced (release-first): none -> "
-        "2048 rows torch.bfloat16 2.0 MiB",
-        "DSV4 sparse-prefill workspace replaced (release-first): 2048 rows torch.bfloat16 "
-        "2.0 MiB -> 2048 rows torch.float8_e4m3fn 1.0 MiB",
+        (
+            "INFO",
+            "DSV4 sparse-prefill workspace replaced (release-first): none -> "
+            "2048 rows torch.bfloat16 2.0 MiB; high-water now 2.0 MiB",
+        ),
+        (
+            "DEBUG",
+            "DSV4 sparse-prefill workspace replaced (release-first): 2048 rows torch.bfloat16 "
+            "2.0 MiB -> 2048 rows torch.float8_e4m3fn 1.0 MiB",
+        ),
     ]
 
 
