@@ -170,6 +170,13 @@ def cmd_run(args) -> int:
         raise UsageError(f"--modes {args.modes!r}: use a comma list of {', '.join(runner.MODES)}")
     if args.sglang_src and not os.path.isdir(os.path.join(args.sglang_src, "python", "sglang")):
         raise UsageError(f"--sglang-src {args.sglang_src}: no python/sglang inside")
+    envs = {m: runner.mode_env(m, args.sglang_src) for m in modes}
+    env_record = {}
+    # The probe imports sglang (seconds); it overlaps with selection and the test processes.
+    probe = threading.Thread(
+        target=lambda: env_record.update(environment.describe(envs, root)), daemon=True
+    )
+    probe.start()
     try:
         shard = collect.parse_shard(args.shard)
         selected = collect.select(root, backend, args.suite, args.stage, shard, args.nightly)
@@ -190,11 +197,6 @@ def cmd_run(args) -> int:
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     log(f"ci run: {len(selected)} files x {len(modes)} modes on {backend}, {args.jobs} at a time")
 
-    envs = {m: runner.mode_env(m, args.sglang_src) for m in modes}
-    env_record = {}
-    # The probe imports sglang (seconds); it overlaps with the test processes.
-    probe = threading.Thread(target=lambda: env_record.update(environment.describe(envs, root)))
-    probe.start()
     runs = runner.run_all(
         [s.path for s in selected], modes, root, args.timeout, args.jobs, args.sglang_src, log
     )

@@ -12,11 +12,18 @@ import subprocess
 import sys
 
 WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
+DISABLE_ENV = "SGLANG_OVERLAY_DISABLE"  # the overlay's switch, as ci.runner sets it
 
-# Runs in a child with a mode's environment. The workspace module is imported first because the
-# overlay only reports "applied" once the module it patches has been imported.
+# Runs in a child with the first listed mode's environment. The workspace module is imported
+# first because the overlay only reports "applied" once the module it patches has been imported.
+# A second listed mode differs only in the overlay switch: the child clears the switch and calls
+# apply(), which is what a process started without it reports, without a second import.
+# It runs at a lower priority: its import competes with the test processes for the same cores,
+# and the record is only needed once they have finished.
 _PROBE = f"""
-import importlib, json
+import importlib, json, os, sys
+os.nice(10)
+modes = sys.argv[1:]
 info = {{}}
 try:
     import torch
@@ -40,18 +47,24 @@ except Exception as exc:
     info["sglang_error"] = f"{{type(exc).__name__}}: {{exc}}"
 try:
     import sglang_overlay
-    info["overlay"] = sglang_overlay.status()
 except ImportError:
-    info["overlay"] = None
-print("CI_ENV " + json.dumps(info))
+    sglang_overlay = None
+by_mode = {{}}
+for index, mode in enumerate(modes):
+    if index and sglang_overlay is not None:
+        os.environ.pop({DISABLE_ENV!r}, None)
+        sglang_overlay.apply()
+    by_mode[mode] = dict(info, overlay=sglang_overlay and sglang_overlay.status())
+print("CI_ENV " + json.dumps(by_mode))
 """
 
 
-def probe_python(env: dict, cwd: str, timeout_s: float = 300) -> dict:
-    """torch / CUDA / sglang / overlay facts as seen by a process with ``env``."""
+def probe_python(env: dict, cwd: str, modes=("probe",), timeout_s: float = 300) -> dict:
+    """torch / CUDA / sglang / overlay facts as seen by a process with ``env``, one record per
+    mode in ``modes`` (the first runs under ``env``, the others with the overlay switch off)."""
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", _PROBE],
+            [sys.executable, "-c", _PROBE, *modes],
             env=env,
             cwd=cwd,
             capture_output=True,
@@ -59,11 +72,40 @@ def probe_python(env: dict, cwd: str, timeout_s: float = 300) -> dict:
             timeout=timeout_s,
         )
     except subprocess.TimeoutExpired:
-        return {"error": f"probe timed out after {timeout_s}s"}
+        return {mode: {"error": f"probe timed out after {timeout_s}s"} for mode in modes}
     for line in proc.stdout.splitlines():
         if line.startswith("CI_ENV "):
             return json.loads(line[len("CI_ENV ") :])
-    return {"error": f"probe exited {proc.returncode}: {proc.stderr[-500:]}"}
+    error = {"error": f"probe exited {proc.returncode}: {proc.stderr[-500:]}"}
+    return {mode: error for mode in modes}
+
+
+def probe_groups(mode_envs: dict[str, dict]) -> list[list[str]]:
+    """Modes that one probe process can describe: environments equal but for the overlay switch,
+    the one with the switch first (turning the overlay on in-process is possible, off is not)."""
+    groups: list[list[str]] = []
+    for mode, env in sorted(mode_envs.items(), key=lambda item: DISABLE_ENV not in item[1]):
+        rest = {k: v for k, v in env.items() if k != DISABLE_ENV}
+        for group in groups:
+            first = mode_envs[group[0]]
+            if (
+                len(group) == 1
+                and DISABLE_ENV not in env
+                and rest == {k: v for k, v in first.items() if k != DISABLE_ENV}
+            ):
+                group.append(mode)
+                break
+        else:
+            groups.append([mode])
+    return groups
+
+
+def probe_modes(mode_envs: dict[str, dict], cwd: str) -> dict:
+    """One probe record per mode, from as few processes (each importing sglang) as possible."""
+    records = {}
+    for group in probe_groups(mode_envs):
+        records.update(probe_python(mode_envs[group[0]], cwd, group))
+    return {mode: records[mode] for mode in mode_envs}
 
 
 def nvidia_smi() -> list[dict]:
@@ -117,5 +159,5 @@ def describe(mode_envs: dict[str, dict], cwd: str) -> dict:
         "gpus": nvidia_smi(),
         "git": git_commit(cwd),
         "series": series_identity(cwd),
-        "modes": {mode: probe_python(env, cwd) for mode, env in mode_envs.items()},
+        "modes": probe_modes(mode_envs, cwd),
     }

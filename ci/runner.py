@@ -55,6 +55,9 @@ def mode_env(mode: str, sglang_src: str | None = None, base: dict | None = None)
     env = scrubbed_env(base)
     env.pop(DISABLE_ENV, None)
     env["PYTHONUNBUFFERED"] = "1"
+    # One malloc arena from the start: the registered CPU cases fork from the test process and
+    # cap their address space, which other threads' arenas would otherwise take up.
+    env["MALLOC_ARENA_MAX"] = "1"
     if mode == "unmodified":
         env[DISABLE_ENV] = "1"
     elif sglang_src:

@@ -63,6 +63,15 @@ def _proof(parallel_s=40.0, one_case_s=15.0):
     }
 
 
+def _forked_proof(parallel_s, bare_s, device="cpu"):
+    from benchmark import proof
+
+    measured = _proof(parallel_s)
+    measured["ci_run"]["bare_import_s"] = summary([bare_s])
+    measured["goal"] = proof.judge(device, measured["ci_run"])
+    return measured
+
+
 def _report(**parts):
     return dict(
         machine="m",
@@ -92,18 +101,37 @@ def test_nothing_larger_than_the_held_buffer_is_shown_as_such():
     assert "goal met" in text
 
 
-def test_a_slow_proof_states_its_ratio_and_reason_and_the_skipped_serial_run():
+def test_a_proof_from_before_the_fork_states_its_old_ratio_and_the_skipped_serial_run():
     text = "\n".join(tables.proof_table(_report(proof=_proof())))
-    assert "**goal missed**: the parallel A/B takes 2.7x one case process" in text
+    assert "the parallel A/B took 2.7x one case process" in text
     assert "Skipped: serial run 1" in text
     assert "| parallel | 2.7 | [0] | 40.0 |" in text  # seconds: a CUDA machine
 
 
+def test_a_cpu_ab_within_3x_a_bare_import_meets_its_goal_with_the_figure():
+    text = "\n".join(tables.proof_table(_report(proof=_forked_proof(12.0, 4.0))))
+    assert "| parallel | 0.8 | 3.0 | [0] | 12.0 |" in text
+    assert "goal met: 3.0x (the parallel A/B <= 3x one bare import" in text
+
+
+def test_a_cuda_ab_above_1_5x_a_bare_import_misses_its_goal_with_the_figure():
+    measured = _forked_proof(30.0, 14.0, device="cuda")
+    text = "\n".join(tables.proof_table(_report(proof=measured)))
+    assert measured["goal"] == {
+        "what": "the parallel A/B <= 1.5x one bare import of the workspace module",
+        "limit": 1.5,
+        "value": 2.14,
+        "met": False,
+    }
+    assert "**goal missed**: 2.1x; goal: the parallel A/B <= 1.5x" in text
+
+
 def test_cpu_machines_show_no_absolute_times_in_the_proof_table():
-    report = _report(proof=_proof())
+    report = _report(proof=_forked_proof(12.0, 4.0))
     report["device"] = "cpu"
     text = "\n".join(tables.proof_table(report))
-    assert "wall s" not in text and "| parallel | 2.7 | [0] |" in text
+    assert "wall s" not in text and "| parallel | 0.8 | 3.0 | [0] |" in text
+    assert "One bare import" not in text
 
 
 def test_update_keeps_prose_outside_the_markers_and_orders_cuda_machines_first():

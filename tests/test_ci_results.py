@@ -5,7 +5,7 @@ import json
 import pytest
 from ci_samples import FILE, evidence, model, unittest_output, workspace_runs
 
-from ci import gate, results, runner, unittest_log
+from ci import environment, gate, results, runner, unittest_log
 from ci.__main__ import main
 
 
@@ -140,7 +140,7 @@ def test_test_processes_never_see_tokens_or_secrets():
         "SGLANG_OVERLAY_DISABLE": "1",
     }
     change = runner.mode_env("change", base=base)
-    assert change == {"PATH": "/bin", "PYTHONUNBUFFERED": "1"}
+    assert change == {"PATH": "/bin", "PYTHONUNBUFFERED": "1", "MALLOC_ARENA_MAX": "1"}
     assert runner.mode_env("unmodified", base=base)["SGLANG_OVERLAY_DISABLE"] == "1"
     src = runner.mode_env("change", "/src/sglang", base={"PYTHONPATH": "/tmp/site"})
     assert src["PYTHONPATH"] == "/src/sglang/python:/tmp/site"
@@ -193,3 +193,10 @@ def test_bad_shard_and_modes_are_usage_errors(tmp_path):
     assert main(["run", "--out", str(tmp_path), "--backend", "cpu", "--shard", "2/2"]) == 2
     assert main(["run", "--out", str(tmp_path), "--backend", "cpu", "--modes", "both"]) == 2
     assert main(["run", "--out", str(tmp_path), "--backend", "cpu", "--suite", "no-such"]) == 2
+
+
+def test_one_probe_describes_both_modes_when_only_the_overlay_switch_differs():
+    envs = {m: runner.mode_env(m, base={"PATH": "/bin"}) for m in runner.MODES}
+    assert environment.probe_groups(envs) == [["unmodified", "change"]]
+    patched = {m: runner.mode_env(m, "/src/sglang", base={"PATH": "/bin"}) for m in runner.MODES}
+    assert environment.probe_groups(patched) == [["unmodified"], ["change"]]

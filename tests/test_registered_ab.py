@@ -3,7 +3,8 @@
 With the overlay on, pytest runs the registered file itself (it is collected from
 test/registered/). Here the same file runs as upstream's runner runs it, ``python FILE -v``,
 with ``SGLANG_OVERLAY_DISABLE=1``: the three transitions and the peak case must fail with the
-allocator's out-of-memory error, and the preservation cases must still pass.
+allocator's out-of-memory error, and the preservation cases must still pass. Every CPU case runs
+in a child forked after one import of the workspace module, so the file imports it once.
 """
 
 import re
@@ -25,10 +26,30 @@ PRESERVATION_CASES = {
 }
 
 
-def test_unmodified_sglang_fails_the_transitions_with_out_of_memory_on_cpu():
+# Started with this on its path, every Python process (subprocess children too, not forked
+# ones: they never start) notes its pid when it imports torch, the heavy part of the case.
+_NOTE_TORCH_IMPORT = """
+import os, sys
+
+def _note(event, args):
+    if event == "import" and args[0] == "torch":
+        with open(os.environ["TORCH_IMPORT_LOG"], "a") as log:
+            log.write(f"{os.getpid()}\\n")
+
+sys.addaudithook(_note)
+"""
+
+
+def test_unmodified_sglang_fails_the_transitions_with_out_of_memory_on_cpu_after_one_import(
+    tmp_path,
+):
+    (tmp_path / "sitecustomize.py").write_text(_NOTE_TORCH_IMPORT)
+    imports = tmp_path / "torch-imports.log"
     proc = subprocess.run(
         [sys.executable, str(REGISTERED_TEST), "-v", "TestSparsePrefillWorkspaceCPU"],
-        env=clean_env(SGLANG_OVERLAY_DISABLE="1"),
+        env=clean_env(
+            SGLANG_OVERLAY_DISABLE="1", PYTHONPATH=str(tmp_path), TORCH_IMPORT_LOG=str(imports)
+        ),
         capture_output=True,
         text=True,
         timeout=600,
@@ -40,3 +61,5 @@ def test_unmodified_sglang_fails_the_transitions_with_out_of_memory_on_cpu():
     assert {name for name, o in outcomes.items() if o == "FAIL"} == REGRESSION_CASES
     assert {name for name, o in outcomes.items() if o == "ok"} == PRESERVATION_CASES
     assert proc.stderr.count("DefaultCPUAllocator: can't allocate memory") >= len(REGRESSION_CASES)
+    importers = set(imports.read_text().split())
+    assert len(importers) == 1, f"{len(importers)} processes imported torch; one should"

@@ -1,10 +1,11 @@
 """DSV4 sparse-prefill workspace: replacing the scratch must not need old + new memory.
 
-Each capped case runs in a fresh subprocess under an isolated allocator budget, so the
+Each capped case runs in its own process under an isolated allocator budget, so the
 cap cannot leak into other tests or a resident server. CUDA caps the caching allocator
-with ``torch.cuda.set_per_process_memory_fraction``; CPU caps the address space with
-``RLIMIT_AS`` at the child's current size plus the budget, after forcing one thread and
-one malloc arena. The cases use the workspace class exactly as this process imports it,
+with ``torch.cuda.set_per_process_memory_fraction`` in a fresh interpreter per case; CPU
+forks one child per case from this process after importing the workspace module once, and
+the child caps its address space with ``RLIMIT_AS`` at its current size plus the budget,
+with one thread. The cases use the workspace class exactly as this process imports it,
 so the file runs unchanged in an upstream checkout and against an installed sglang.
 
 Run: ``python test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py -v``
@@ -13,10 +14,13 @@ Run: ``python test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py 
 import importlib
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import time
 import unittest
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from sglang.test.ci.ci_register import register_cpu_ci, register_cuda_ci
 
@@ -204,14 +208,17 @@ def run_case(case: str, device: str, budget_mib: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------
-# Parent side: launch each case in a fresh, isolated process.
+# Parent side: one fresh, isolated process per case.
 # ------------------------------------------------------------------------------------
 
 
 def run_capped_case(
     case: str, device: str, budget_mib: int = ALLOCATOR_CAP_MIB, env=None
 ) -> dict:
-    """Run one case in a fresh subprocess under the allocator cap; return its result."""
+    """Run one case in a fresh interpreter under the allocator cap; return its result.
+
+    It pays the whole import of the workspace module, so it is for CUDA (where a forked
+    child cannot use CUDA) and for callers that need another environment."""
     child_env = dict(os.environ if env is None else env)
     # Threads and malloc arenas would otherwise eat the CPU address-space budget.
     child_env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="1")
@@ -237,6 +244,77 @@ def run_capped_case(
     )
 
 
+def preload_for_fork() -> None:
+    """Import torch and the workspace module once, in the process that forks the CPU
+    cases, so no case pays the import; one intra-op thread, so the children have none.
+    """
+    import torch
+
+    importlib.import_module(WORKSPACE_MODULE)
+    torch.set_num_threads(1)
+
+
+def fork_capped_case(case: str, budget_mib: int = ALLOCATOR_CAP_MIB):
+    """CPU: fork this preloaded process; the child caps its own address space, runs one
+    case and writes its result to a pipe. Returns (pid, the pipe's read end)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(write_end)
+        return pid, read_end
+    status = 0
+    try:
+        os.close(read_end)
+        try:
+            payload = run_case(case, "cpu", budget_mib)
+        except BaseException:
+            import traceback
+
+            payload, status = {"error": traceback.format_exc()[-4000:]}, 1
+        data = json.dumps(payload).encode()
+        while data:
+            data = data[os.write(write_end, data) :]
+    finally:
+        os._exit(status)  # never run the parent's atexit handlers or flush its buffers
+
+
+def collect_forked_case(case: str, pid: int, read_end: int, deadline: float) -> dict:
+    """Wait for one forked case's result; kill it past ``deadline`` (time.monotonic)."""
+    chunks = []
+    with os.fdopen(read_end, "rb", buffering=0) as pipe:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([pipe], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise AssertionError(f"case {case} on cpu ran past {CHILD_TIMEOUT_S}s")
+            chunk = pipe.read(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    _, status = os.waitpid(pid, 0)
+    try:
+        result = json.loads(b"".join(chunks))
+    except ValueError:
+        raise AssertionError(
+            f"case {case} on cpu ended without a result (wait status {status})"
+        ) from None
+    if "error" in result:
+        raise AssertionError(f"case {case} on cpu raised\n{result['error']}")
+    return result
+
+
+def run_forked_cases(budgets) -> dict:
+    """CPU: every (case, budget) in its own forked child, all at once; {key: result}."""
+    preload_for_fork()
+    deadline = time.monotonic() + CHILD_TIMEOUT_S
+    children = {key: fork_capped_case(*key) for key in budgets}
+    return {
+        key: collect_forked_case(key[0], pid, read_end, deadline)
+        for key, (pid, read_end) in children.items()
+    }
+
+
 def case_budgets(device: str):
     """Every (case, budget) the tests below read. On CPU the address-space cap is the
     peak measurement, so the grow also runs under the tighter budget."""
@@ -253,23 +331,31 @@ class _WorkspaceReleaseFirstCases:
 
     @classmethod
     def start_cases(cls):
-        # Each case is its own isolated process, so all of them can run at once; a test
-        # then waits for its own. The class takes about as long as its slowest case.
+        # Each case is its own isolated process. On CPU they are forked from this process
+        # after one import; CUDA cannot be used in a forked child once the workspace module
+        # has initialised it, so there every case is a fresh interpreter, as many at once
+        # as there are cores, and a test waits for its own.
         budgets = case_budgets(cls.DEVICE)
+        if cls.DEVICE == "cpu":
+            cls._results = run_forked_cases(budgets)
+            return
         cls._pool = ThreadPoolExecutor(
             max_workers=max(1, min(len(budgets), os.cpu_count() or 1))
         )
-        cls._pending = {
+        cls._results = {
             key: cls._pool.submit(run_capped_case, key[0], cls.DEVICE, key[1])
             for key in budgets
         }
 
     @classmethod
     def tearDownClass(cls):
-        cls._pool.shutdown(wait=True, cancel_futures=True)
+        if getattr(cls, "_pool", None) is not None:
+            cls._pool.shutdown(wait=True, cancel_futures=True)
 
     def _run(self, case, budget_mib=ALLOCATOR_CAP_MIB):
-        result = self._pending[(case, budget_mib)].result()
+        result = self._results[(case, budget_mib)]
+        if isinstance(result, Future):
+            result = result.result()
         print(
             RESULT_PREFIX + json.dumps(result), file=sys.stderr
         )  # the evidence, in this test's log
