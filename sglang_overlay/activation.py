@@ -47,14 +47,15 @@ def _fail(exc: Exception, via: str) -> None:
         overlay.record_failure(WORKSPACE_MODULE, reason)
     except Exception:
         pass  # overlay itself did not import; the WARNING below still says what happened
-    from sglang_overlay.notices import warn_once  # logging and threading only
+    message = "sglang-overlay: %s left unpatched (this process runs unmodified sglang): %s"
+    try:
+        from sglang_overlay.notices import warn_once  # logging and threading only
+    except Exception:  # a damaged install: still say it, still keep the user's import
+        import logging
 
-    warn_once(
-        ("failed", type(exc).__name__, str(exc)),
-        "sglang-overlay: %s left unpatched (this process runs unmodified sglang): %s",
-        WORKSPACE_MODULE,
-        reason,
-    )
+        logging.getLogger("sglang_overlay").warning(message, WORKSPACE_MODULE, reason)
+        return
+    warn_once(("failed", type(exc).__name__, str(exc)), message, WORKSPACE_MODULE, reason)
 
 
 def _strict() -> bool:

@@ -46,13 +46,20 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(records, indent=2))
     else:
-        print(f"checked in a fresh process: {sys.executable} -c 'import {WORKSPACE_MODULE}'")
+        say(f"checked in a fresh process: {sys.executable} -c 'import {WORKSPACE_MODULE}'")
         for r in records:
-            print(f"{r['patch']}  {r['state']}  sglang {r['sglang_version']}  {r['target']}")
-            print(f"    {r['reason']}")
+            say(f"{r['patch']}  {r['state']}  sglang {r['sglang_version']}  {r['target']}")
+            say(f"    {r['reason']}")
     from sglang_overlay.overlay import OK_STATES
 
     return 0 if all(r["state"] in OK_STATES for r in records) else 1
+
+
+def say(line: str) -> None:
+    """Print ``line``; what stdout cannot encode (a reason quoting the user's setting on an
+    ASCII terminal) comes out as escapes, not as a traceback instead of the report."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    print(line.encode(encoding, "backslashreplace").decode(encoding))
 
 
 def fresh_process_status() -> list:

@@ -9,7 +9,7 @@ Accepted forms (case and surrounding spaces ignored):
   left untouched with one WARNING. ``1``, ``true``, ``yes``, ``on``: it raises
   ``UnsupportedShapeError`` on every import attempt.
 
-Anything else fails safe, with one WARNING naming the value and these forms: the user asked to
+Anything else (a value of only commas included) fails safe, with one WARNING naming the value and these forms: the user asked to
 turn something off (or on), so an unrecognised ``DISABLE`` value or patch id turns every patch
 off, and an unrecognised ``STRICT`` value means strict.
 """
@@ -44,13 +44,13 @@ def disabled_reason(patch_id: str) -> "str | None":
     named = [part.strip() for part in raw.split(",") if part.strip()]
     known = {p.lower(): p for p in PATCH_IDS}
     unknown = [n for n in named if n.lower() not in known]
-    if unknown:
+    if unknown or not named:  # only commas and spaces names nothing: not clearly "off"
         warn_once(
             ("disable", raw),
             "sglang-overlay: %s=%r not recognised (%s); accepted: %s. Every patch is off.",
             DISABLE_ENV,
             raw,
-            ", ".join(repr(u) for u in unknown),
+            ", ".join(repr(u) for u in unknown) or "no patch id in it",
             DISABLE_FORMS,
         )
         return f"{DISABLE_ENV}={raw!r} is not recognised, so every patch is off (fail safe)"

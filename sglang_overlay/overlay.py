@@ -10,6 +10,7 @@ is left untouched with one WARNING (or ``UnsupportedShapeError`` under
 
 import functools
 import importlib
+import os
 import sys
 import threading
 from dataclasses import asdict, dataclass
@@ -53,16 +54,31 @@ class _Applied:
     patched: object
 
 
-_lock = threading.RLock()
-_applied: "list[_Applied]" = []
-_removed = False  # remove() keeps the overlay off in this process until apply()
-_status = PatchStatus(
+# importlib.reload() of this module keeps what this process applied: status() and remove()
+# must go on describing and undoing the patch that is live in sglang's class.
+_lock = globals().get("_lock") or threading.RLock()
+_applied: "list[_Applied]" = globals().get("_applied", [])
+_removed = globals().get("_removed", False)  # remove() keeps it off until apply()
+_status = globals().get("_status") or PatchStatus(
     PATCH_ID,
     shapes.WORKSPACE_MODULE,
     "unknown",
     "pending",
     f"waiting for the import of {shapes.WORKSPACE_MODULE}",
 )
+
+
+def _new_lock_in_child() -> None:
+    # The lock is held while patching and logging; a thread that forks meanwhile would hand
+    # the child a lock no thread of the child can release (sglang's load_plugins() there, or
+    # status(), would wait forever). The child's only thread starts with a free one.
+    global _lock
+    _lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork") and not globals().get("_fork_hook_registered"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+    _fork_hook_registered = True
 
 
 def status() -> list:

@@ -232,7 +232,7 @@ print(json.dumps(errors))
 
 
 @pytest.mark.parametrize(
-    "value", ["banana", "2", "disable", "9999-other", f"{PATCH_ID},typo", " ALL "]
+    "value", ["banana", "2", "disable", "9999-other", f"{PATCH_ID},typo", " ALL ", ",", " , ,"]
 )
 def test_an_unrecognised_disable_value_turns_every_patch_off_with_one_warning(
     overlay_env, known, value
@@ -422,3 +422,95 @@ def test_cli_status_says_so_when_the_start_up_hook_is_missing(
     (record,) = json.loads(proc.stdout)
     assert proc.returncode == 1 and record["state"] == "pending"
     assert "start-up hook did not run in a fresh process" in record["reason"]
+
+
+# Found by trying to break the hook as an operator's environment would (issue 8's review).
+
+
+def test_reloading_the_overlay_itself_keeps_status_and_remove_truthful(overlay_env, known):
+    # A reload re-runs overlay.py; what it applied must survive, or status() says "pending"
+    # for a patched class and remove() leaves the patch in place.
+    out = last_json(
+        run(
+            overlay_env,
+            f"""
+import importlib, json
+import {WORKSPACE_MODULE} as m
+import sglang_overlay
+from sglang_overlay import overlay
+def mark():
+    return getattr(vars(m.SparsePrefillKVBuffer)["_reserve"], "__sglang_overlay_patch__", None)
+importlib.reload(overlay)
+steps = [[mark(), sglang_overlay.status()[0]["state"]]]
+sglang_overlay.remove()
+steps.append([mark(), sglang_overlay.status()[0]["state"]])
+sglang_overlay.apply()
+steps.append([mark(), sglang_overlay.status()[0]["state"]])
+print(json.dumps(steps))
+""",
+            [known],
+        )
+    )
+    assert out == [[PATCH_ID, "applied"], [None, "pending"], [PATCH_ID, "applied"]]
+
+
+def test_a_broken_notices_module_never_breaks_the_import(overlay_env, known):
+    # A damaged install: the module that words the fallback WARNING does not import.
+    code = f"""
+import json
+sys.modules["sglang_overlay.notices"] = None
+import {WORKSPACE_MODULE} as m
+print(json.dumps(getattr(m.SparsePrefillKVBuffer._reserve, "__sglang_overlay_patch__", None)))
+"""
+    proc = run(overlay_env, code, [known], flags=["-W", "error"])
+    assert last_json(proc) is None
+    (warning,) = overlay_warnings(proc)
+    assert "left unpatched" in warning and "notices" in warning
+
+
+def test_cli_status_prints_a_reason_its_stdout_cannot_encode(overlay_env, known):
+    proc = run(
+        overlay_env,
+        "import sys; from sglang_overlay.cli import main; sys.exit(main(['status']))",
+        PYTHONPATH=str(known),
+        PYTHONIOENCODING="ascii",
+        SGLANG_OVERLAY_DISABLE="\u00fcberall",
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "disabled" in proc.stdout and "\\xfcberall" in proc.stdout
+
+
+FORK_WHILE_LOGGING = f"""
+import json, logging, os, signal, threading, warnings
+warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork() with threads running
+inside, forked = threading.Event(), threading.Event()
+class SlowHandler(logging.Handler):  # a log shipper that blocks for a moment
+    def emit(self, record):
+        if "applied" in record.getMessage():
+            inside.set()
+            forked.wait(10)
+logging.getLogger("sglang_overlay").addHandler(SlowHandler())
+logging.getLogger("sglang_overlay").setLevel(logging.INFO)
+importer = threading.Thread(target=__import__, args=({WORKSPACE_MODULE!r},))
+importer.start()
+inside.wait(10)
+pid = os.fork()
+if pid == 0:  # what sglang's load_plugins() does in a child, then a status report
+    signal.alarm(5)
+    from sglang_overlay import activation, status
+    activation.activate()
+    print(json.dumps(status()[0]["state"]), flush=True)
+    os._exit(0)
+forked.set()
+_, code = os.waitpid(pid, 0)
+importer.join()
+print(json.dumps(["child", os.waitstatus_to_exitcode(code)]))
+"""
+
+
+def test_a_child_forked_while_the_overlay_logs_can_still_use_it(overlay_env, known):
+    # The overlay logs "applied" under its own lock; a thread that forks meanwhile must not
+    # hand the child a lock that nobody will ever release.
+    proc = run(overlay_env, FORK_WHILE_LOGGING, [known])
+    assert last_json(proc) == ["child", 0], proc.stdout + proc.stderr[-2000:]
+    assert '"applied"' in proc.stdout
