@@ -9,9 +9,10 @@ Accepted forms (case and surrounding spaces ignored):
   left untouched with one WARNING. ``1``, ``true``, ``yes``, ``on``: it raises
   ``UnsupportedShapeError`` on every import attempt.
 
-Anything else (a value of only commas included) fails safe, with one WARNING naming the value and these forms: the user asked to
-turn something off (or on), so an unrecognised ``DISABLE`` value or patch id turns every patch
-off, and an unrecognised ``STRICT`` value means strict.
+Anything else (a ``DISABLE`` of only commas and spaces included) fails safe, with one WARNING
+naming the value and these forms: the user asked to turn something off (or on), so an
+unrecognised ``DISABLE`` value or patch id turns every patch off, and an unrecognised
+``STRICT`` value means strict.
 """
 
 import os

@@ -59,12 +59,14 @@ class _Applied:
 _lock = globals().get("_lock") or threading.RLock()
 _applied: "list[_Applied]" = globals().get("_applied", [])
 _removed = globals().get("_removed", False)  # remove() keeps it off until apply()
+_WAITING_REASON = f"waiting for the import of {shapes.WORKSPACE_MODULE}"
 _status = globals().get("_status") or PatchStatus(
-    PATCH_ID,
-    shapes.WORKSPACE_MODULE,
-    "unknown",
-    "pending",
-    f"waiting for the import of {shapes.WORKSPACE_MODULE}",
+    PATCH_ID, shapes.WORKSPACE_MODULE, "unknown", "pending", _WAITING_REASON
+)
+_UNSEEN_REASON = (
+    f"{shapes.WORKSPACE_MODULE} was imported without the start-up hook seeing it (a finder "
+    "ahead of it on sys.meta_path served the module, or the hook was removed or could not "
+    "load); this process runs unmodified sglang; apply() patches now"
 )
 
 
@@ -95,6 +97,8 @@ def status() -> list:
                 "module was reloaded or the method replaced by other code); apply() patches "
                 "again",
             )
+        elif record.reason == _WAITING_REASON and shapes.WORKSPACE_MODULE in sys.modules:
+            record = PatchStatus(**{**asdict(record), "reason": _UNSEEN_REASON})
     if record.sglang_version == "unknown":  # nothing has looked yet
         record = PatchStatus(**{**asdict(record), "sglang_version": sglang_version()})
     return [asdict(record)]

@@ -514,3 +514,29 @@ def test_a_child_forked_while_the_overlay_logs_can_still_use_it(overlay_env, kno
     proc = run(overlay_env, FORK_WHILE_LOGGING, [known])
     assert last_json(proc) == ["child", 0], proc.stdout + proc.stderr[-2000:]
     assert '"applied"' in proc.stdout
+
+
+def test_status_never_says_waiting_for_an_import_that_happened_without_the_hook(overlay_env, known):
+    # An instrumenting finder ahead of the hook serves the module itself, so the hook never
+    # sees it: the process runs unmodified sglang and status() must say so, not "waiting".
+    out = last_json(
+        run(
+            overlay_env,
+            f"""
+import importlib.machinery, json
+class Ahead:
+    def find_spec(self, name, path=None, target=None):
+        if name == {WORKSPACE_MODULE!r}:
+            return importlib.machinery.PathFinder.find_spec(name, path, target)
+sys.meta_path.insert(0, Ahead())
+import {WORKSPACE_MODULE} as m
+import sglang_overlay
+record = sglang_overlay.status()[0]
+print(json.dumps([record["state"], record["reason"]]))
+""",
+            [known],
+        )
+    )
+    state, reason = out
+    assert state == "pending" and "waiting" not in reason
+    assert "imported without the start-up hook" in reason and "apply()" in reason
