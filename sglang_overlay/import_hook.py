@@ -65,6 +65,8 @@ class ActivatingLoader:
         self.loader = loader
 
     def __getattr__(self, name):  # get_source, is_package, get_resource_reader, ...
+        if name == "loader":  # not set yet (copy.deepcopy, unpickling): never recurse
+            raise AttributeError(name)
         return getattr(self.loader, name)
 
     def create_module(self, spec):

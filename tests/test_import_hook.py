@@ -540,3 +540,22 @@ print(json.dumps([record["state"], record["reason"]]))
     state, reason = out
     assert state == "pending" and "waiting" not in reason
     assert "imported without the start-up hook" in reason and "apply()" in reason
+
+
+def test_a_spec_found_before_the_import_can_be_copied_and_pickled(overlay_env, known):
+    # find_spec hands back the wrapped loader; copy.deepcopy and pickle build the wrapper
+    # without calling __init__ and then look up __setstate__ on it.
+    out = last_json(
+        run(
+            overlay_env,
+            f"""
+import copy, importlib.util, json, pickle
+spec = importlib.util.find_spec({WORKSPACE_MODULE!r})
+copies = [copy.deepcopy(spec), pickle.loads(pickle.dumps(spec))]
+print(json.dumps([c.loader.get_filename(c.name).endswith("sparse_prefill_utils.py")
+                  for c in copies]))
+""",
+            [known],
+        )
+    )
+    assert out == [True, True]
