@@ -559,3 +559,17 @@ print(json.dumps([c.loader.get_filename(c.name).endswith("sparse_prefill_utils.p
         )
     )
     assert out == [True, True]
+
+
+def test_a_reload_of_the_notices_module_does_not_repeat_a_warning(overlay_env, known):
+    code = f"""
+import importlib
+import {WORKSPACE_MODULE} as m
+from sglang_overlay import notices
+importlib.reload(notices)
+importlib.reload(m)  # the same unrecognised setting is read again
+print("{{}}")
+"""
+    proc = run(overlay_env, code, [known], SGLANG_OVERLAY_DISABLE="banana")
+    assert last_json(proc) == {}
+    assert len(overlay_warnings(proc)) == 1, proc.stderr
