@@ -10,7 +10,6 @@ slows both. Not a test of the proof's verdict: ``ci run``'s exit code is recorde
 more.
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 from benchmark import capped
 from benchmark.memory import MODES
 from benchmark.stats import summary
+from ci import results
 
 # The parallel A/B over one bare import of the workspace module, at most, per device: on CPU
 # the cases fork from one import per mode; on CUDA each case is a fresh interpreter.
@@ -73,12 +73,11 @@ def _ci_run(device: str, jobs: int, root: Path) -> dict:
         wall = time.perf_counter() - started
         processes = {}
         try:
-            with open(os.path.join(out, "results.json")) as handle:
-                for f in json.load(handle).get("files", []):
-                    for mode, m in f.get("modes", {}).items():
-                        processes[f"{Path(f['path']).name} {mode}"] = m.get("duration_s")
-        except (OSError, ValueError):
-            pass
+            for f in results.load(out).files:
+                for mode, m in f.modes.items():
+                    processes[f"{Path(f.path).name} {mode}"] = m.get("duration_s")
+        except results.ResultsError:
+            pass  # the exit code recorded below says why
     return {"wall_s": wall, "returncode": proc.returncode, "processes_s": processes}
 
 

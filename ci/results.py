@@ -20,12 +20,14 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 
-from ci import unittest_log
+from ci import case_result
+from ci.case_result import Kind, Outcome, RecordError
 from ci.runner import MODES, FileRun
 
 SCHEMA = 1
-OUTCOMES = ("pass", "fail", "error", "skip", "missing")
-KINDS = ("regression", "preservation", "not-reproduced", "broken", "skipped", "no-baseline")
+OUTCOMES = tuple(Outcome)
+KINDS = tuple(Kind)
+EXCERPT_CHARS = 1500
 REGRESSIONS_FILE = os.path.join(os.path.dirname(__file__), "regressions.txt")
 FILE_CASE = "(whole file)"  # the case that stands for a file that crashed outside any test
 FLAG_NOT_REPRODUCED = "does not reproduce the bug"
@@ -38,7 +40,9 @@ class ResultsError(ValueError):
 
 @dataclass
 class ModeOutcome:
-    outcome: str
+    """One case in one mode, as results.json stores it (loaded through its fields, once)."""
+
+    outcome: Outcome
     duration_s: float | None = None
     peak_mib: float | None = None
     budget_mib: float | None = None
@@ -51,7 +55,7 @@ class ModeOutcome:
 class Case:
     file: str
     case_id: str
-    kind: str
+    kind: Kind
     modes: dict  # mode -> ModeOutcome
     line: int | None = None  # where the test is defined in ``file``, for check-run annotations
 
@@ -136,14 +140,12 @@ def build(
     for path in dict.fromkeys(r.path for r in runs):
         file_modes = {}
         for run in (r for r in runs if r.path == path):
-            parsed = unittest_log.parse(run.output, run.chunk_times)
-            per_file.setdefault(path, {})[run.mode] = _mode_cases(run, parsed)
+            per_file.setdefault(path, {})[run.mode] = _mode_cases(run)
             file_modes[run.mode] = {
                 "returncode": run.returncode,
                 "duration_s": run.duration_s,
                 "timed_out": run.timed_out,
-                "ran": parsed.ran,
-                "summary": parsed.summary,
+                "ran": len(per_file[path][run.mode]),
                 "log": (log_paths or {}).get((path, run.mode)),
             }
         files.append(FileResult(path=path, suite=suites.get(path), modes=file_modes))
@@ -153,7 +155,7 @@ def build(
         ids = list(dict.fromkeys(cid for mode in modes for cid in by_mode.get(mode, {})))
         for cid in ids:
             outcomes = {
-                mode: by_mode.get(mode, {}).get(cid, ModeOutcome(outcome="missing"))
+                mode: by_mode.get(mode, {}).get(cid, ModeOutcome(outcome=Outcome.MISSING))
                 for mode in modes
             }
             expected = any(fnmatch.fnmatchcase(f"{path}::{cid}", p) for p in patterns)
@@ -184,50 +186,59 @@ def load(out_dir: str) -> Results:
     return _load(data, path)
 
 
-def _mode_cases(run: FileRun, parsed: unittest_log.FileLog) -> dict:
+def tail(text: str, limit: int = EXCERPT_CHARS) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else "[...]\n" + text[-limit:]
+
+
+def _mode_cases(run: FileRun) -> dict:
+    """The cases one process reported on its result channel (its text output is only kept)."""
+    records, errors = case_result.read_channel(run.channel)
     cases = {}
-    for log in parsed.cases:
-        peaks = [
-            e["peak_allocated_mib"] for e in log.evidence if _number(e.get("peak_allocated_mib"))
-        ]
-        budgets = [e["budget_mib"] for e in log.evidence if _number(e.get("budget_mib"))]
-        details = [str(e["detail"]) for e in log.evidence if e.get("detail")]
-        cases[log.case_id] = ModeOutcome(
-            outcome=log.outcome,
-            duration_s=log.duration_s,
+    for record in records:
+        evidence = list(record.evidence)
+        peaks = [e["peak_allocated_mib"] for e in evidence if _number(e.get("peak_allocated_mib"))]
+        budgets = [e["budget_mib"] for e in evidence if _number(e.get("budget_mib"))]
+        details = [str(e["detail"]) for e in evidence if e.get("detail")]
+        failed = record.outcome in (Outcome.FAIL, Outcome.ERROR)
+        skip_reason = record.detail if record.outcome == Outcome.SKIP else None
+        cases[record.test] = ModeOutcome(
+            outcome=record.outcome,
+            duration_s=record.duration_s,
             peak_mib=round(max(peaks), 1) if peaks else None,
             budget_mib=max(budgets) if budgets else None,
-            detail="; ".join(details) or log.skip_reason,
-            excerpt=log.excerpt,
-            evidence=log.evidence,
+            detail="; ".join(details) or skip_reason,
+            excerpt=tail(record.detail or "") if failed else "",
+            evidence=evidence,
         )
-    # A crash, a timeout or a non-zero exit that no case explains is a failure of its own.
+    # A crash, a timeout, a non-zero exit that no case explains or a result line that is not
+    # one is a failure of its own.
     clean_exit = run.returncode == 0
-    explained = any(c.outcome in ("fail", "error") for c in cases.values())
-    if run.timed_out or not parsed.cases or (not clean_exit and not explained):
+    explained = any(c.outcome in (Outcome.FAIL, Outcome.ERROR) for c in cases.values())
+    if run.timed_out or errors or not records or (not clean_exit and not explained):
         why = "timed out" if run.timed_out else f"exited {run.returncode}"
         cases[FILE_CASE] = ModeOutcome(
-            outcome="error",
+            outcome=Outcome.ERROR,
             duration_s=run.duration_s,
-            detail=f"{run.path} {why}; {len(parsed.cases)} cases reported",
-            excerpt=unittest_log.tail(run.output),
+            detail="; ".join([f"{run.path} {why}; {len(records)} cases reported", *errors]),
+            excerpt=tail(run.output),
         )
     return cases
 
 
-def _kind(outcomes: dict, expected_regression: bool) -> str:
+def _kind(outcomes: dict, expected_regression: bool) -> Kind:
     change = outcomes.get("change")
     base = outcomes.get("unmodified")
     if change is not None:
-        if change.outcome in ("fail", "error", "missing"):
-            return "broken"
-        if change.outcome == "skip":
-            return "skipped"
-    if base is None or base.outcome in ("skip", "missing"):
-        return "no-baseline" if change is not None else "skipped"
-    if base.outcome in ("fail", "error"):
-        return "regression"
-    return "not-reproduced" if expected_regression else "preservation"
+        if change.outcome in (Outcome.FAIL, Outcome.ERROR, Outcome.MISSING):
+            return Kind.BROKEN
+        if change.outcome == Outcome.SKIP:
+            return Kind.SKIPPED
+    if base is None or base.outcome in (Outcome.SKIP, Outcome.MISSING):
+        return Kind.NO_BASELINE if change is not None else Kind.SKIPPED
+    if base.outcome in (Outcome.FAIL, Outcome.ERROR):
+        return Kind.REGRESSION
+    return Kind.NOT_REPRODUCED if expected_regression else Kind.PRESERVATION
 
 
 def _file_flags(result: FileResult, cases: list) -> list:
@@ -283,27 +294,14 @@ def _load(data, source: str) -> Results:
     cases = []
     for i, c in enumerate(_need(data, "cases", list, source)):
         where = f"{source}.cases[{i}]"
-        kind = _need(c, "kind", str, where)
-        if kind not in KINDS:
-            raise ResultsError(f"{where}.kind: {kind!r} is not one of {', '.join(KINDS)}")
-        outcomes = {}
-        for mode, m in _need(c, "modes", dict, where).items():
-            mwhere = f"{where}.modes.{mode}"
-            outcome = _need(m, "outcome", str, mwhere)
-            if outcome not in OUTCOMES:
-                raise ResultsError(f"{mwhere}.outcome: {outcome!r} is not one of {OUTCOMES}")
-            peak = m.get("peak_mib")
-            if peak is not None and not _number(peak):
-                raise ResultsError(f"{mwhere}.peak_mib: expected a number, got {peak!r}")
-            outcomes[mode] = ModeOutcome(
-                outcome=outcome,
-                duration_s=m.get("duration_s") if _number(m.get("duration_s")) else None,
-                peak_mib=peak,
-                budget_mib=m.get("budget_mib") if _number(m.get("budget_mib")) else None,
-                detail=None if m.get("detail") is None else str(m["detail"]),
-                excerpt=str(m.get("excerpt") or ""),
-                evidence=m.get("evidence") if isinstance(m.get("evidence"), list) else [],
-            )
+        try:
+            kind = case_result.member(Kind, _need(c, "kind", str, where), f"{where}.kind")
+            outcomes = {
+                mode: case_result.from_dict(ModeOutcome, m, f"{where}.modes.{mode}")
+                for mode, m in _need(c, "modes", dict, where).items()
+            }
+        except RecordError as exc:
+            raise ResultsError(str(exc)) from None
         line = c.get("line")
         if line is not None and (not isinstance(line, int) or isinstance(line, bool) or line < 1):
             raise ResultsError(f"{where}.line: expected a positive line number, got {line!r}")

@@ -1,9 +1,10 @@
-"""Run each selected test file as its own fresh ``python FILE -v`` process, in each mode.
+"""Run each selected test file as its own fresh ``python FILE -v --result-fd N`` process, in
+each mode.
 
 For launching and timing processes only: it knows the two modes' environments, scrubs secrets
-from them, enforces the per-file timeout and keeps the raw output with chunk arrival times.
-Turning that output into cases is ``unittest_log``'s job; deciding what the results mean is
-``results``'.
+from them, enforces the per-file timeout, keeps the raw output for the logs and collects what
+the file writes on its result channel (one JSON line per test, read by ``case_result``; the
+output is never parsed). Deciding what the results mean is ``results``'.
 """
 
 import os
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 
 MODES = ("unmodified", "change")
 DISABLE_ENV = "SGLANG_OVERLAY_DISABLE"
+RESULT_FD_FLAG = "--result-fd"  # the registered test's result channel
 # Anything that looks like a credential stays out of the test processes: they run PR code.
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE_KEY|API_KEY", re.I)
 
@@ -33,6 +35,7 @@ class FileRun:
     timed_out: bool
     output: str
     chunk_times: list[tuple[int, float]] = field(default_factory=list)
+    channel: str = ""  # what the file wrote on its result channel: one JSON line per test
 
 
 def scrubbed_env(base: dict | None = None) -> dict:
@@ -68,18 +71,27 @@ def mode_env(mode: str, sglang_src: str | None = None, base: dict | None = None)
 
 
 def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> FileRun:
-    """``python FILE -v`` in a new session, so a timeout can kill the test's children too."""
-    command = [sys.executable, path, "-v"]
+    """``python FILE -v --result-fd N`` in a new session, so a timeout can kill the test's
+    children too."""
+    channel_read, channel_write = os.pipe()
+    command = [sys.executable, path, "-v", RESULT_FD_FLAG, str(channel_write)]
     started = time.monotonic()
-    proc = subprocess.Popen(
-        command,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    try:
+        proc = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            pass_fds=(channel_write,),
+        )
+    finally:
+        os.close(channel_write)  # the child holds the only write end: EOF when it ends
+    channel: list[bytes] = []
+    drain = threading.Thread(target=_read_all, args=(channel_read, channel), daemon=True)
+    drain.start()
     chunks: list[bytes] = []
     times: list[tuple[int, float]] = []
 
@@ -103,6 +115,7 @@ def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> Fil
         _kill_group(proc)
         proc.wait()
     reader.join(timeout=10)
+    drain.join(timeout=10)
     raw = b"".join(chunks)
     text, char_times = _decode_with_offsets(raw, times)
     return FileRun(
@@ -113,7 +126,14 @@ def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> Fil
         timed_out=timed_out,
         output=text,
         chunk_times=char_times,
+        channel=b"".join(channel).decode("utf-8", errors="replace"),
     )
+
+
+def _read_all(fd: int, into: list) -> None:
+    with os.fdopen(fd, "rb", buffering=0) as pipe:
+        while chunk := pipe.read(65536):
+            into.append(chunk)
 
 
 def run_all(

@@ -1,4 +1,5 @@
-"""Synthetic ``python FILE -v`` outputs and results models for the ci tests (no subprocesses)."""
+"""Synthetic ``python FILE -v`` runs (result channel and log) and results models for the ci
+tests (no subprocesses)."""
 
 import json
 
@@ -6,62 +7,50 @@ from ci import results
 from ci.runner import FileRun
 
 FILE = "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
-SEP = "=" * 70
 DASH = "-" * 70
 
 
-def evidence(case, outcome, **extra) -> str:
-    record = {"case": case, "device": "cuda", "budget_mib": 128, "outcome": outcome, **extra}
-    return "DSV4_WORKSPACE_CASE " + json.dumps(record)
+_WORDS = {"pass": "ok", "fail": "FAIL", "error": "ERROR", "skip": "skipped"}
 
 
-def unittest_output(cases, failures=(), py310=False) -> str:
-    """``cases``: (name, cls, printed text, outcome word). Failures get a traceback section."""
-    lines = []
-    for name, cls, printed, word in cases:
-        dotted = f"__main__.{cls}" if py310 else f"__main__.{cls}.{name}"
-        lines.append(
-            f"{name} ({dotted}) ... {printed}\n{word}"
-            if printed
-            else f"{name} ({dotted}) ... {word}"
-        )
-    out = "\n".join(lines) + "\n"
-    for name, cls in failures:
-        out += f"\n{SEP}\nFAIL: {name} (__main__.{cls}.{name})\n{DASH}\nTraceback (most recent call last):\n  AssertionError: 'oom' != 'pass'\n"
-    out += f"\n{DASH}\nRan {len(cases)} tests in 1.000s\n\n"
-    out += f"FAILED (failures={len(failures)})\n" if failures else "OK\n"
-    return out
+def evidence(case, outcome, **extra) -> dict:
+    """One harness record, as the registered test attaches it to a test's result line."""
+    return {"case": case, "device": "cuda", "budget_mib": 128, "outcome": outcome, **extra}
+
+
+def file_run(mode, cases, returncode=None, duration_s=30.0) -> FileRun:
+    """A finished ``python FILE -v --result-fd N``: ``cases`` are (name, cls, evidence records,
+    outcome, detail); the channel gets one line each, the log unittest's verbose text."""
+    lines, channel = [], []
+    for name, cls, records, outcome, detail in cases:
+        lines.append(f"{name} (__main__.{cls}.{name}) ... {_WORDS[outcome]}")
+        record = {"test": f"{cls}.{name}", "outcome": outcome, "duration_s": 0.5}
+        channel.append(json.dumps(dict(record, detail=detail, evidence=list(records))))
+    failed = any(c[3] in ("fail", "error") for c in cases)
+    output = "\n".join(lines) + f"\n{DASH}\nRan {len(cases)} tests\n"
+    code = (1 if failed else 0) if returncode is None else returncode
+    return FileRun(FILE, mode, code, duration_s, False, output, channel="\n".join(channel) + "\n")
 
 
 def workspace_runs(grow_unmodified="oom", name="test_grow_64_to_96_mib_bf16_fits_128_mib_cap"):
     """A CUDA-like A/B: one grow case and one preservation case."""
     cls = "TestSparsePrefillWorkspaceCUDA"
     keep = "test_smaller_request_reuses_storage"
-    base_word = "FAIL" if grow_unmodified == "oom" else "ok"
-    unmodified = unittest_output(
-        [
-            (
-                name,
-                cls,
-                evidence(
-                    "grow", grow_unmodified, detail="CUDA out of memory", peak_allocated_mib=64.0
-                ),
-                base_word,
-            ),
-            (keep, cls, evidence("reuse", "pass", peak_allocated_mib=96.0), "ok"),
-        ],
-        failures=[(name, cls)] if base_word == "FAIL" else (),
+    failed = grow_unmodified == "oom"
+    grow_base = evidence(
+        "grow", grow_unmodified, detail="CUDA out of memory", peak_allocated_mib=64.0
     )
-    change = unittest_output(
-        [
-            (name, cls, evidence("grow", "pass", peak_allocated_mib=96.0), "ok"),
-            (keep, cls, evidence("reuse", "pass", peak_allocated_mib=96.0), "ok"),
-        ]
-    )
-    return [
-        FileRun(FILE, "unmodified", 0 if base_word == "ok" else 1, 30.0, False, unmodified),
-        FileRun(FILE, "change", 0, 30.0, False, change),
+    traceback = "Traceback (most recent call last):\n  AssertionError: 'oom' != 'pass'"
+    reuse = evidence("reuse", "pass", peak_allocated_mib=96.0)
+    unmodified = [
+        (name, cls, [grow_base], "fail" if failed else "pass", traceback if failed else None),
+        (keep, cls, [reuse], "pass", None),
     ]
+    change = [
+        (name, cls, [evidence("grow", "pass", peak_allocated_mib=96.0)], "pass", None),
+        (keep, cls, [reuse], "pass", None),
+    ]
+    return [file_run("unmodified", unmodified), file_run("change", change)]
 
 
 def model(runs=None, patterns=None, suite="base-b-test-1-gpu-small"):

@@ -1,55 +1,69 @@
-"""Parsing unittest -v output, judging cases, results.json validation, env scrubbing, gating."""
+"""Reading the result channel, judging cases, results.json validation, env scrubbing, gating."""
 
 import json
+from dataclasses import replace
 
 import pytest
-from ci_samples import FILE, evidence, model, unittest_output, workspace_runs
+from ci_samples import FILE, evidence, file_run, model, workspace_runs
 
-from ci import environment, gate, results, runner, unittest_log
+from ci import case_result, environment, gate, results, runner
 from ci.__main__ import main
 
 
-def test_parse_attributes_evidence_lines_to_the_running_case_and_reads_outcomes():
-    text = unittest_output(
+def test_each_case_comes_from_its_result_line_with_evidence_traceback_and_skip_reason():
+    trace = "Traceback (most recent call last):\n  AssertionError: 'oom' != 'pass'"
+    run = file_run(
+        "change",
         [
-            ("test_grow", "TestCPU", evidence("grow", "oom", detail="can't allocate"), "FAIL"),
-            ("test_keep", "TestCPU", "", "ok"),
-            ("setUpClass", "TestCUDA", "", "skipped 'no CUDA device'"),
+            (
+                "test_grow",
+                "TestCPU",
+                [evidence("grow", "oom", detail="can't allocate")],
+                "fail",
+                trace,
+            ),
+            ("test_keep", "TestCPU", [], "pass", None),
+            ("setUpClass", "TestCUDA", [], "skip", "no CUDA device"),
         ],
-        failures=[("test_grow", "TestCPU")],
     )
-    log = unittest_log.parse(text, [(0, 0.0), (len(text) // 2, 2.5)])
-    grow, keep, skipped = log.cases
-    assert (grow.case_id, grow.outcome) == ("TestCPU.test_grow", "fail")
-    assert grow.evidence[0]["outcome"] == "oom"
-    assert "AssertionError: 'oom' != 'pass'" in grow.excerpt
-    assert (keep.outcome, keep.evidence) == ("pass", [])
-    assert (skipped.case_id, skipped.outcome, skipped.skip_reason) == (
+    run = replace(run, output="nothing here is read\n")
+    m = results.build([run], {}, "cpu", ["change"], {}, {}, regression_patterns=[])
+    grow, keep, skipped = (c.modes["change"] for c in m.cases)
+    assert [c.case_id for c in m.cases] == [
+        "TestCPU.test_grow",
+        "TestCPU.test_keep",
         "TestCUDA.setUpClass",
-        "skip",
-        "no CUDA device",
-    )
-    assert log.ran == 3 and log.summary == "FAILED (failures=1)"
-    assert grow.duration_s is not None
-
-
-def test_parse_reads_python_310_ids_and_docstring_lines():
-    text = "test_a (__main__.TestX)\nFirst doc line ... ok\ntest_b (__main__.TestX) ... ERROR\n"
-    cases = unittest_log.parse(text).cases
-    assert [(c.case_id, c.outcome) for c in cases] == [
-        ("TestX.test_a", "pass"),
-        ("TestX.test_b", "error"),
     ]
-
-
-def test_a_process_that_dies_inside_a_case_gives_an_error_case_and_a_whole_file_error():
-    crashed = (
-        "test_a (__main__.T.test_a) ... ok\ntest_b (__main__.T.test_b) ... Segmentation fault\n"
+    assert (grow.outcome, grow.evidence[0]["outcome"], grow.detail) == (
+        "fail",
+        "oom",
+        "can't allocate",
     )
-    runs = [runner.FileRun(FILE, "change", -11, 1.0, False, crashed)]
-    m = results.build(runs, {}, "cpu", ["change"], {}, {}, regression_patterns=[])
+    assert "AssertionError: 'oom' != 'pass'" in grow.excerpt and grow.duration_s == 0.5
+    assert (keep.outcome, keep.evidence, keep.excerpt) == ("pass", [], "")
+    assert (skipped.outcome, skipped.detail) == ("skip", "no CUDA device")
+    assert m.files[0].modes["change"]["ran"] == 3
+
+
+def test_a_line_that_is_not_a_result_is_a_whole_file_error_that_names_it():
+    run = file_run("change", [("test_a", "T", [], "pass", None)])
+    run = replace(run, channel=run.channel + '{"test": "T.test_b", "outcome": "great"}\n')
+    m = results.build([run], {}, "cpu", ["change"], {}, {}, regression_patterns=[])
     outcomes = {c.case_id: c.modes["change"].outcome for c in m.cases}
-    assert outcomes == {"T.test_a": "pass", "T.test_b": "error"}
+    assert outcomes == {"T.test_a": "pass", results.FILE_CASE: "error"}
+    assert "result line 2: result line 2.outcome: 'great' is not one of" in (
+        m.cases[1].modes["change"].detail
+    )
+    assert not m.change_ok()
+
+
+def test_a_process_that_dies_inside_a_case_reports_the_cases_before_and_a_whole_file_error():
+    run = file_run("change", [("test_a", "T", [], "pass", None)], returncode=-11)
+    run = replace(run, output=run.output + "test_b (__main__.T.test_b) ... Segmentation fault\n")
+    m = results.build([run], {}, "cpu", ["change"], {}, {}, regression_patterns=[])
+    outcomes = {c.case_id: c.modes["change"].outcome for c in m.cases}
+    assert outcomes == {"T.test_a": "pass", results.FILE_CASE: "error"}
+    assert "Segmentation fault" in m.cases[1].modes["change"].excerpt
     assert not m.change_ok()
 
 
@@ -62,10 +76,19 @@ def test_a_file_that_crashes_before_any_test_is_one_error_case_with_the_log_tail
 
 
 def test_a_timeout_fails_the_run_and_flags_the_file():
-    out = "test_a (__main__.T.test_a) ... ok\n"
-    runs = [runner.FileRun(FILE, "change", None, 9.0, True, out)]
-    m = results.build(runs, {}, "cpu", ["change"], {}, {}, regression_patterns=[])
+    run = replace(file_run("change", [("test_a", "T", [], "pass", None)]), timed_out=True)
+    m = results.build([run], {}, "cpu", ["change"], {}, {}, regression_patterns=[])
     assert not m.change_ok() and "timed out (change)" in m.files[0].flags
+
+
+def test_a_case_result_round_trips_through_its_fields_and_names_a_bad_field():
+    record = case_result.CaseResult("T.test_a", case_result.Outcome.SKIP, 0.1, "why", ({"a": 1},))
+    assert case_result.CaseResult.from_dict(record.to_dict()) == record
+    assert record.to_dict()["outcome"] == "skip"
+    with pytest.raises(case_result.RecordError, match=r"result.duration_s: expected a number"):
+        case_result.CaseResult.from_dict({"test": "T.a", "outcome": "pass", "duration_s": "1"})
+    with pytest.raises(case_result.RecordError, match="missing field 'outcome'"):
+        case_result.CaseResult.from_dict({"test": "T.a"})
 
 
 def test_kinds_regression_preservation_and_file_flag_when_nothing_reproduces():

@@ -12,13 +12,12 @@ import re
 
 import pytest
 from ci_fake_github import FakeGitHub
-from ci_samples import FILE, model, unittest_output
+from ci_samples import FILE, file_run, model
 
 from ci import artifact, checks, pr_body, render, results
 from ci.__main__ import main
 from ci.publish import Publisher, connect
 from ci.retry import RetryPolicy
-from ci.runner import FileRun
 
 ACTIONS_TOKEN = "ghs_actionsINSTALLATIONtoken"
 HEAD = "c0ffee" + "0" * 34
@@ -220,14 +219,14 @@ def test_check_run_has_the_table_and_a_notice_at_the_regression_tests_line(fake)
 
 def test_120_annotations_go_out_50_per_request_and_broken_cases_are_failures(fake):
     cls, names = "TestW", [f"test_case_{i:03d}" for i in range(120)]
-    unmodified = unittest_output([(n, cls, "", "FAIL") for n in names], [(n, cls) for n in names])
-    change = unittest_output(
-        [(n, cls, "", "ok") for n in names[:-1]] + [(names[-1], cls, "", "FAIL")],
-        failures=[(names[-1], cls)],
-    )
+    failing = "Traceback (most recent call last):\n  AssertionError"
     runs = [
-        FileRun(FILE, "unmodified", 1, 1.0, False, unmodified),
-        FileRun(FILE, "change", 1, 1.0, False, change),
+        file_run("unmodified", [(n, cls, [], "fail", failing) for n in names]),
+        file_run(
+            "change",
+            [(n, cls, [], "pass", None) for n in names[:-1]]
+            + [(names[-1], cls, [], "fail", failing)],
+        ),
     ]
     modes = ["unmodified", "change"]
     m = results.build(runs, {FILE: "s"}, "cpu", modes, {}, {}, regression_patterns=[])

@@ -356,6 +356,7 @@ class _WorkspaceReleaseFirstCases:
         result = self._results[(case, budget_mib)]
         if isinstance(result, Future):
             result = result.result()
+        self.case_evidence = [result]  # what this test read, for the result channel
         print(
             RESULT_PREFIX + json.dumps(result), file=sys.stderr
         )  # the evidence, in this test's log
@@ -456,8 +457,85 @@ def _child_main(argv) -> None:
     print(RESULT_PREFIX + json.dumps(result), flush=True)
 
 
+# ------------------------------------------------------------------------------------
+# Result channel: one JSON line per finished test on the file descriptor given as
+# ``--result-fd N``, so a runner never reads unittest's text. Without the flag the file
+# runs exactly as ``python FILE -v``.
+# ------------------------------------------------------------------------------------
+
+RESULT_FD_FLAG = "--result-fd"
+
+
+def unittest_case_id(test) -> str:
+    """``Class.test_name``; ``Class.setUpClass`` for a class fixture that skipped or failed."""
+    method = getattr(test, "_testMethodName", None)
+    if method is not None:
+        return f"{type(test).__name__}.{method}"
+    fixture, _, where = str(test).partition(" (")
+    return f"{where.rstrip(')').split('.')[-1]}.{fixture}"
+
+
+class _ChannelResult(unittest.TextTestResult):
+    fd = None  # set before the run
+
+    def startTest(self, test):
+        self._started = time.monotonic()
+        super().startTest(test)
+
+    def _send(self, test, outcome, detail=None):
+        started = getattr(self, "_started", None)
+        timed = started is not None and hasattr(test, "_testMethodName")
+        record = {
+            "test": unittest_case_id(test),
+            "outcome": outcome,
+            "duration_s": round(time.monotonic() - started, 3) if timed else None,
+            "detail": detail,
+            "evidence": getattr(test, "case_evidence", []),
+        }
+        data = (json.dumps(record) + "\n").encode()
+        while data:
+            data = data[os.write(self.fd, data) :]
+
+    def addSuccess(self, test):
+        super().addSuccess(test)
+        self._send(test, "pass")
+
+    def addFailure(self, test, err):
+        super().addFailure(test, err)
+        self._send(test, "fail", self.failures[-1][1])
+
+    def addError(self, test, err):
+        super().addError(test, err)
+        self._send(test, "error", self.errors[-1][1])
+
+    def addSkip(self, test, reason):
+        super().addSkip(test, reason)
+        self._send(test, "skip", reason)
+
+    def addExpectedFailure(self, test, err):
+        super().addExpectedFailure(test, err)
+        self._send(test, "pass")
+
+    def addUnexpectedSuccess(self, test):
+        super().addUnexpectedSuccess(test)
+        self._send(test, "fail", "unexpected success")
+
+
+class _ChannelRunner(unittest.TextTestRunner):
+    resultclass = _ChannelResult
+
+
+def main(argv) -> None:
+    if "--case" in argv:
+        _child_main(argv[1:])
+        return
+    if RESULT_FD_FLAG not in argv:
+        unittest.main(argv=argv)
+        return
+    at = argv.index(RESULT_FD_FLAG)
+    _ChannelResult.fd = int(argv[at + 1])
+    unittest.main(argv=argv[:at] + argv[at + 2 :], testRunner=_ChannelRunner)
+
+
 if __name__ == "__main__":
-    if "--case" in sys.argv:
-        _child_main(sys.argv[1:])
-    else:
-        unittest.main()
+    main(sys.argv)
