@@ -137,6 +137,12 @@ def peaks(device: str, repeats: int, jobs: int, quick: bool = False, snapshot_di
 # ------------------------------------------------------------------------------ largest fit
 
 
+def fit_limit(cap_mib, granularity_mib) -> float:
+    """The largest replacement a cap can hold: the largest multiple of the allocator's
+    granularity within it. The one place this is computed; the tables read it from here."""
+    return math.floor(cap_mib / granularity_mib) * granularity_mib
+
+
 def largest_fit(device: str, caps_mib, repeats: int, jobs: int) -> dict:
     granularity = GRANULARITY_MIB[device]
     slack = math.ceil(granularity)  # CUDA: 2 MiB
@@ -161,7 +167,7 @@ def largest_fit(device: str, caps_mib, repeats: int, jobs: int) -> dict:
         row = {
             "cap_mib": cap,
             "held_mib": held,
-            "limit_mib": math.floor(cap / granularity) * granularity,
+            "limit_mib": fit_limit(cap, granularity),
         }
         for mode in MODES:
             values = [

@@ -131,6 +131,8 @@ def nvidia_smi() -> list[dict]:
 
 
 def git_commit(cwd: str) -> dict:
+    """The commit of the project at ``cwd``, when ``cwd`` is the top of a git work tree."""
+
     def git(*args):
         try:
             proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
@@ -138,6 +140,11 @@ def git_commit(cwd: str) -> dict:
             return None
         return proc.stdout.strip() if proc.returncode == 0 else None
 
+    # Only the project's own checkout counts: a project copied into some other repository's
+    # tree (a runner's workspace, a monorepo) would otherwise report that repository's commit.
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or os.path.realpath(top) != os.path.realpath(cwd):
+        return {"commit": None, "dirty": None}
     dirty = git("status", "--porcelain", "--untracked-files=no")
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(dirty) if dirty is not None else None}
 

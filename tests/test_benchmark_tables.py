@@ -169,3 +169,21 @@ def test_charts_are_written_as_png(tmp_path):
     charts.memory_timeline(timeline, "t", tmp_path / "t.png")
     for name in ("p.png", "t.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_figure_equal_to_the_limit_gets_no_above_the_limit_note_even_with_a_stale_stored_limit():
+    fit = _fit()
+    fit["rows"][0]["limit_mib"] = 126.0  # what an older run stored for a 2 MiB granularity
+    text = "\n".join(tables.fit_table(_report(largest_fit=fit)))
+    assert "| 128 | 64 | none larger than held | 128 | 128 | 5 |" in text
+    assert "above the limit" not in text and "goal met" in text
+
+
+def test_only_a_cpu_figure_above_the_limit_is_explained_by_the_address_space_cap():
+    fit = _fit()
+    fit["rows"][0]["change"] = summary([129])
+    cuda = "\n".join(tables.fit_table(_report(largest_fit=fit)))
+    assert "A figure above the limit: the allocator held more" in cuda and "on CPU" not in cuda
+    fit.update(device="cpu", granularity_mib=1 / 256)
+    cpu = "\n".join(tables.fit_table(_report(largest_fit=fit)))
+    assert "A figure above the limit on CPU" in cpu

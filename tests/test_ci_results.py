@@ -1,6 +1,7 @@
 """Reading the result channel, judging cases, results.json validation, env scrubbing, gating."""
 
 import json
+import subprocess
 from dataclasses import replace
 
 import pytest
@@ -223,3 +224,15 @@ def test_one_probe_describes_both_modes_when_only_the_overlay_switch_differs():
     assert environment.probe_groups(envs) == [["unmodified", "change"]]
     patched = {m: runner.mode_env(m, "/src/sglang", base={"PATH": "/bin"}) for m in runner.MODES}
     assert environment.probe_groups(patched) == [["unmodified"], ["change"]]
+
+
+def test_a_project_inside_another_repository_reports_no_commit(tmp_path):
+    def git(*args, cwd=tmp_path):
+        subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "x")
+    project = tmp_path / "project"
+    project.mkdir()
+    assert environment.git_commit(str(project)) == {"commit": None, "dirty": None}
+    assert len(environment.git_commit(str(tmp_path))["commit"]) == 40
