@@ -25,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from sglang.test.ci.ci_register import register_cpu_ci, register_cuda_ci
 
 register_cuda_ci(est_time=60, stage="base-b", runner_config="1-gpu-small")
-register_cpu_ci(est_time=25, stage="base-a", runner_config="cpu")
+register_cpu_ci(est_time=5, stage="base-a", runner_config="cpu")
 
 WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
 WORKSPACE_CLASSES = ("SparsePrefillKVBuffer", "SparsePrefillWorkspace")
