@@ -2,12 +2,12 @@
 
 import json
 import subprocess
-from dataclasses import replace
+from dataclasses import FrozenInstanceError, replace
 
 import pytest
 from ci_samples import FILE, evidence, file_run, model, workspace_runs
 
-from ci import case_result, environment, gate, results, runner
+from ci import case_result, environment, gate, report, results, runner
 from ci.__main__ import main
 
 
@@ -236,3 +236,14 @@ def test_a_project_inside_another_repository_reports_no_commit(tmp_path):
     project.mkdir()
     assert environment.git_commit(str(project)) == {"commit": None, "dirty": None}
     assert len(environment.git_commit(str(tmp_path))["commit"]) == 40
+
+
+def test_a_report_plan_is_frozen_and_is_exactly_what_the_dry_run_prints(tmp_path, capsys):
+    results.save(model(), str(tmp_path))
+    request = report.prepare(report.ReportRequest(results=str(tmp_path), repo="o/r", pr=3))
+    plan = report.plan(request)
+    with pytest.raises(FrozenInstanceError):
+        plan.comment = "something else"
+    assert main(["report", "--results", str(tmp_path), "--repo", "o/r", "--pr", "3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == plan.to_dict()
+    assert plan.statuses == () and plan.statuses_skipped  # no --sha: nothing to set them on

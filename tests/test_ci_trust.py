@@ -296,10 +296,10 @@ def test_safe_clip_backs_off_from_a_partial_entity_and_a_lone_backslash():
 
 
 def test_ci_run_writes_the_full_report_into_the_artifact(tmp_path):
-    from ci.__main__ import _write_full_report
+    from ci.run import write_full_report
 
     m = _oversize(files=400, cases=500)
-    _write_full_report(m, str(tmp_path))
+    write_full_report(m, str(tmp_path))
     full = (tmp_path / "report.md").read_text()
     assert len(full) > 65536 and "Shortened" not in full and full.count("\n| TestW.") == 500
 

@@ -1,0 +1,280 @@
+"""``ci report``'s orchestration: from a results folder (or the test job's state) to a frozen
+``ReportPlan`` (the PR-body slot line, the sticky comment, the statuses, the check run), which
+the dry run prints and ``--post`` sends.
+
+For wiring only: ``artifact`` loads untrusted results, ``render``, ``checks`` and ``pr_body``
+write the texts, ``publish`` is the only part that talks to GitHub. Arguments arrive as a frozen
+``ReportRequest``; bad ones raise ``RequestError`` (the command line's exit code 2).
+"""
+
+import datetime
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, replace
+
+DEFAULT_SLOT = "dsv4-workspace"
+DEFAULT_LABEL = "Latest PR Test (DSV4 workspace)"
+REPORT_STATES = ("results", "pending", "missing-label", "stale-label", "failure", "cancelled")
+_NO_CHECK_RUN = ("pending", "missing-label", "stale-label")
+
+
+class RequestError(ValueError):
+    """Arguments or inputs that cannot make a report; the message says which."""
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    results: str | None = None
+    repo: str | None = None
+    pr: int | None = None
+    sha: str | None = None
+    api_url: str | None = None
+    slot: str = DEFAULT_SLOT
+    slot_label: str = DEFAULT_LABEL
+    state: str = "results"
+    test_result: str | None = None
+    require_head: bool = False
+    check_run: bool = False
+    summary: str | None = None
+    workflow_run: str | None = None
+    gate: str | None = None
+    run_id: str | None = None
+    run_url: str | None = None
+    artifacts_url: str | None = None
+    bot_login: str | None = None
+    post: bool = False
+
+    @property
+    def links(self) -> dict:
+        return dict(run_id=self.run_id, run_url=self.run_url, artifacts_url=self.artifacts_url)
+
+
+@dataclass(frozen=True)
+class ReportPlan:
+    """Everything a report sends, decided before anything is sent."""
+
+    repo: str | None
+    pr: int | None
+    slot: str
+    slot_line: str
+    comment: str | None
+    statuses: tuple  # of {context, state, description, target_url}; empty without a sha
+    sha: str | None
+    check_run: dict | None  # {"create": ..., "updates": [...]}
+    texts: tuple  # the slot text with links, and without (for comparing with what is there)
+    statuses_skipped: bool  # there were statuses to set, but no sha to set them on
+    summary: str | None  # the full report for the step summary, when asked for
+
+    def to_dict(self) -> dict:
+        """What ``--json`` prints."""
+        shown = ("repo", "pr", "slot", "slot_line", "comment", "statuses", "sha", "check_run")
+        data = asdict(self)
+        return {key: list(data[key]) if key == "statuses" else data[key] for key in shown}
+
+
+def prepare(request: ReportRequest) -> ReportRequest:
+    """The request with what a workflow_run payload says filled in, checked."""
+    if request.workflow_run:
+        request = _from_workflow_run(request)
+    if request.post and (not request.repo or request.pr is None):
+        raise RequestError("--post needs --repo OWNER/NAME and --pr N")
+    if request.repo and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", request.repo):
+        raise RequestError(f"--repo {request.repo!r}: expected OWNER/NAME")
+    if (request.require_head or request.check_run) and not request.sha:
+        raise RequestError("--require-head and --check-run need --sha")
+    from ci import pr_body
+
+    try:
+        pr_body.markers(request.slot)
+        pr_body.slot_line(request.slot, request.slot_label, "")
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
+    return request
+
+
+def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
+    """What the report for ``request`` (already ``prepare``d) would send."""
+    from ci import artifact, pr_body, render
+
+    links = request.links
+    state = request.state
+    if state == "results" and request.test_result and not artifact.has_results(request.results):
+        # The test job left nothing behind (it failed early, timed out or was cancelled).
+        state = "cancelled" if request.test_result in ("cancelled", "skipped") else "failure"
+    model, comment, statuses = None, None, []
+    if state == "results":
+        if not request.results:
+            raise RequestError("--results DIR is required with --state results")
+        try:
+            model = artifact.load_results(_results_folder(request.results))
+        except artifact.ArtifactError as exc:
+            raise RequestError(str(exc)) from None
+        state = render.overall_state(model)
+        comment = render.comment(model, request.slot, **links)
+        statuses = [
+            {
+                "context": f"{request.slot}/{suite}",
+                "state": s,
+                "description": d,
+                "target_url": request.run_url,
+            }
+            for suite, (s, d) in render.status_descriptions(model).items()
+        ]
+    texts = (render.slot_text(state, **links), render.slot_text(state))
+    summary = None
+    if request.summary:
+        full = render.comment(model, request.slot, **links, limit=10**6) if model else None
+        summary = full or f"{texts[0]}\n"
+    return ReportPlan(
+        repo=request.repo,
+        pr=request.pr,
+        slot=request.slot,
+        slot_line=pr_body.slot_line(request.slot, request.slot_label, texts[0]),
+        comment=comment,
+        statuses=tuple(statuses) if request.sha else (),
+        sha=request.sha,
+        check_run=_check_run(request, model, state, now or _now()),
+        texts=texts,
+        statuses_skipped=bool(statuses and not request.sha),
+        summary=summary,
+    )
+
+
+def write_summary(request: ReportRequest, report: ReportPlan) -> None:
+    if request.summary and report.summary is not None:
+        with open(request.summary, "a") as handle:
+            handle.write(report.summary)
+
+
+def dry_run_text(report: ReportPlan, as_json: bool) -> str:
+    if as_json:
+        return json.dumps(report.to_dict(), indent=2) + "\n"
+    target = f"{report.repo} PR #{report.pr}" if report.repo else "none (local preview)"
+    out = [f"# dry run: nothing is sent. Target: {target}\n"]
+    out.append(f"\n## PR body: slot {report.slot!r} set to this line (block added if missing)\n\n")
+    out.append(report.slot_line + "\n")
+    if report.comment is not None:
+        out.append("\n## sticky comment (created, or edited in place on reruns)\n\n")
+        out.append(report.comment)
+    out.append("\n## commit statuses" + (f" on {report.sha}" if report.sha else "") + "\n\n")
+    out += [json.dumps(status) + "\n" for status in report.statuses]
+    if report.statuses_skipped:
+        out.append("(none: pass --sha to set one per suite)\n")
+    if report.check_run:
+        create = report.check_run["create"]
+        notes = create.get("output", {}).get("annotations", [])
+        more = sum(len(u["annotations"]) for u in report.check_run.get("updates", []))
+        out.append(f"\n## check run on {report.sha}: {create['conclusion']}\n\n")
+        for note in notes:
+            level, path, line = note["annotation_level"], note["path"], note["start_line"]
+            out.append(f"{level} {path}:{line} {note['message']}\n")
+        if more:
+            out.append(f"(and {more} more annotations in follow-up updates)\n")
+    return "".join(out)
+
+
+def publish(request: ReportRequest, report: ReportPlan, say) -> bool:
+    """Send ``report``; ``say(line)`` hears each step. False when publishing failed (the A/B
+    verdict is ``ci run``'s; this only says whether publishing worked)."""
+    # Only publishing needs github3: a dry run works where it is not installed (a GPU runner).
+    import github3.exceptions
+
+    from ci import render
+    from ci.publish import Publisher, connect
+    from ci.retry import GaveUp, RetryPolicy
+
+    token = os.environ.get("GITHUB_TOKEN")
+    if not token:
+        raise RequestError("--post needs a token in GITHUB_TOKEN")
+    owner, name = request.repo.split("/")
+    publisher = Publisher(connect(token, request.api_url), owner, name, request.pr, RetryPolicy())
+    try:
+        if request.require_head:
+            head = publisher.pr_head()
+            if head != request.sha:
+                say(
+                    f"PR #{request.pr} head is {head[:12] or 'unknown'}, not {request.sha[:12]}: "
+                    "this run is superseded (or not this PR's); nothing posted"
+                )
+                return True
+        outcome = publisher.update_slot(request.slot, request.slot_label, list(report.texts))
+        say(f"PR body slot {request.slot}: {outcome}")
+        if report.comment is not None:
+            marker = render.comment_marker(request.slot)
+            login = publisher.identity(request.bot_login)
+            result = publisher.upsert_comment(marker, report.comment, login)
+            say(f"sticky comment ({login}): {result}")
+        for status in report.statuses:
+            publisher.set_status(request.sha, **status)
+            say(f"status {status['context']}: {status['state']}")
+        if report.comment is not None and not request.sha:
+            say("statuses: skipped (no --sha)")
+        if report.check_run is not None:
+            check = report.check_run
+            run_id = publisher.create_check_run(check["create"], check.get("updates", []))
+            say(f"check run {run_id}: {check['create']['conclusion']}")
+    except (GaveUp, github3.exceptions.GitHubException, ValueError, RuntimeError) as exc:
+        raise PublishFailed(_redact(str(exc), token)) from None
+    return True
+
+
+class PublishFailed(RuntimeError):
+    """GitHub refused or never answered; the message has the token redacted."""
+
+
+def _results_folder(path: str) -> str:
+    return path if os.path.isdir(path) else os.path.dirname(path) or "."
+
+
+def _from_workflow_run(request: ReportRequest) -> ReportRequest:
+    """Fill repo, sha, run and PR from a workflow_run payload (trusted) and gate.json (not)."""
+    from ci import artifact, events, gate
+
+    if not request.gate:
+        raise RequestError("--workflow-run needs --gate gate.json from the run's artifact")
+    try:
+        run = events.finished_run(gate.load_event(request.workflow_run))
+        record = artifact.load_gate(request.gate)
+    except (OSError, ValueError) as exc:
+        raise RequestError(f"workflow_run report: {exc}") from None
+    if record["head_sha"] != run.head_sha:
+        raise RequestError(
+            f"gate.json is about {record['head_sha'][:12]}, the run about {run.head_sha[:12]}"
+        )
+    request = replace(
+        request,
+        repo=run.repo,
+        sha=run.head_sha,
+        pr=record["pr"],
+        run_id=str(run.run_id),
+        run_url=run.html_url or None,
+        require_head=True,
+        check_run=True,
+    )
+    if record["state"] != "run":
+        return replace(request, state=record["state"])
+    if not request.test_result:
+        return replace(request, test_result=run.conclusion)
+    return request
+
+
+def _check_run(request: ReportRequest, model, state: str, now: str):
+    from ci import checks, render
+
+    if not request.check_run or state in _NO_CHECK_RUN:
+        return None
+    if model is None:
+        return {"create": checks.no_results_request(state, request.sha, now, request.run_url)}
+    summary = render.comment(model, request.slot, limit=checks.SUMMARY_LIMIT, **request.links)
+    summary = summary.split("\n", 1)[1]  # the marker line is for the sticky comment only
+    create, updates = checks.requests(model, request.sha, summary, now, request.run_url)
+    return {"create": create, "updates": updates}
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _redact(text: str, token: str | None) -> str:
+    return text.replace(token, "***") if token else text
