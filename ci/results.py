@@ -38,7 +38,7 @@ class ResultsError(ValueError):
     """results.json is missing or malformed; the message names the file and the field."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModeOutcome:
     """One case in one mode, as results.json stores it (loaded through its fields, once)."""
 
@@ -48,11 +48,13 @@ class ModeOutcome:
     budget_mib: float | None = None
     detail: str | None = None
     excerpt: str = ""
-    evidence: list = field(default_factory=list)
+    evidence: tuple[dict, ...] = ()  # the harness's records the test read
 
 
-@dataclass
+@dataclass(frozen=True)
 class Case:
+    """One test across the modes, judged: what it proves (``kind``) and how each mode went."""
+
     file: str
     case_id: str
     kind: Kind
@@ -196,7 +198,7 @@ def _mode_cases(run: FileRun) -> dict:
     records, errors = case_result.read_channel(run.channel)
     cases = {}
     for record in records:
-        evidence = list(record.evidence)
+        evidence = record.evidence
         peaks = [e["peak_allocated_mib"] for e in evidence if _number(e.get("peak_allocated_mib"))]
         budgets = [e["budget_mib"] for e in evidence if _number(e.get("budget_mib"))]
         details = [str(e["detail"]) for e in evidence if e.get("detail")]

@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 FULL_REPORT = "report.md"  # the untruncated report, in the results folder (the artifact)
 
@@ -89,8 +89,10 @@ def execute(request: RunRequest, log):
     }
     suites = {s.path: s.suite for s in selected}
     model = results.build(runs, suites, backend, modes, selection, env_record, log_paths)
-    for case in model.cases:
-        case.line = collect.test_lines(root, case.file).get(case.case_id, 1)
+    model.cases = [
+        replace(case, line=collect.test_lines(root, case.file).get(case.case_id, 1))
+        for case in model.cases
+    ]
     model.pictures = pictures.draw_all(model, out)
     results.save(model, out)
     junit.write(model, out)

@@ -9,6 +9,7 @@ description and each JSON body must match that operation's request-body schema.
 import json
 import os
 import re
+from dataclasses import replace
 
 import pytest
 from ci_fake_github import FakeGitHub
@@ -46,7 +47,7 @@ def test_every_request_of_every_report_path_is_in_githubs_description(tmp_path, 
     try:
         fake.add_pr(7, "Author.\n", head_sha=HEAD)
         m = model()
-        m.cases[0].line = 40
+        m.cases[0] = replace(m.cases[0], line=40)
         folder = str(_results_dir(tmp_path, m))
         base = ["report", "--api-url", fake.url, "--repo", "sgl/sglang", "--pr", "7"]
         assert main([*base, "--state", "pending", "--post"]) == 0

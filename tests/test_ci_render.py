@@ -1,6 +1,7 @@
 """Pure rendering: evidence table, slot text, statuses, escaping and the size limit."""
 
 import re
+from dataclasses import replace
 
 from ci_samples import FILE, model, workspace_runs
 
@@ -25,8 +26,10 @@ def test_evidence_table_shows_oom_on_main_and_pass_with_peak_on_the_change():
 
 def test_a_test_name_full_of_markdown_and_comment_markers_cannot_break_anything():
     m = model()
-    m.cases[0].case_id = NASTY  # names reach us from logs, so assume anything
-    m.cases[0].modes["unmodified"].excerpt = NASTY + "\n```\n<!-- pr-states:end -->"
+    first = m.cases[0]  # names reach us from logs, so assume anything
+    excerpt = NASTY + "\n```\n<!-- pr-states:end -->"
+    first.modes["unmodified"] = replace(first.modes["unmodified"], excerpt=excerpt)
+    m.cases[0] = replace(first, case_id=NASTY)
     text = render.comment(m, "dsv4")
     # The only comment markers left are our own hidden marker.
     assert text.count("<!--") == 1 and text.count("-->") == 1

@@ -41,7 +41,7 @@ def test_each_case_comes_from_its_result_line_with_evidence_traceback_and_skip_r
         "can't allocate",
     )
     assert "AssertionError: 'oom' != 'pass'" in grow.excerpt and grow.duration_s == 0.5
-    assert (keep.outcome, keep.evidence, keep.excerpt) == ("pass", [], "")
+    assert (keep.outcome, keep.evidence, keep.excerpt) == ("pass", (), "")
     assert (skipped.outcome, skipped.detail) == ("skip", "no CUDA device")
     assert m.files[0].modes["change"]["ran"] == 3
 

@@ -9,6 +9,7 @@ batched 50 per request. Oversize results: shortened in whole pieces, never silen
 import json
 import os
 import re
+from dataclasses import replace
 
 import pytest
 from ci_fake_github import FakeGitHub
@@ -201,7 +202,7 @@ def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
 
 def test_check_run_has_the_table_and_a_notice_at_the_regression_tests_line(fake):
     m = model()
-    m.cases[0].line = 123
+    m.cases[0] = replace(m.cases[0], line=123)
     create, updates = checks.requests(m, HEAD, render.comment(m, "s"), "2026-01-01T00:00:00Z")
     _publisher(fake).create_check_run(create, updates)
     (run,) = fake.check_runs.values()
@@ -259,9 +260,8 @@ def _oversize(files=400, cases=0):
         path = f"test/registered/unit/layers/test_flagged_{i:03d}_" + "x" * 120 + ".py"
         m.files.append(results.FileResult(path, "s", {}, [results.FLAG_NOT_REPRODUCED]))
     for i in range(cases):
-        case = model().cases[0]
-        case.case_id = f"TestW.test_{i:05d}_&_<b>_" + "y" * 150
-        m.cases.append(case)
+        name = f"TestW.test_{i:05d}_&_<b>_" + "y" * 150
+        m.cases.append(replace(model().cases[0], case_id=name))
     return m
 
 
@@ -277,7 +277,8 @@ def test_400_flagged_files_keep_the_table_the_note_and_the_environment():
 def test_a_shortened_comment_never_cuts_an_entity_a_row_or_a_fence():
     m = _oversize(files=50, cases=2000)
     for case in m.cases:
-        case.modes["unmodified"].excerpt = "```\n" + "log line &amp; more\n" * 200
+        log = "```\n" + "log line &amp; more\n" * 200
+        case.modes["unmodified"] = replace(case.modes["unmodified"], excerpt=log)
     text = render.comment(m, "s", artifacts_url="https://ci/a", limit=65536)
     assert len(text) <= 65536 and "report.md" in text
     assert not re.search(r"&[#A-Za-z0-9]*(?![#A-Za-z0-9;])", text.replace("&#64;", "")), (
@@ -309,7 +310,7 @@ def test_ci_run_writes_the_full_report_into_the_artifact(tmp_path):
 
 def test_artifact_with_a_path_outside_the_repo_or_huge_counts_is_rejected(tmp_path):
     m = model()
-    m.cases[0].file = "../../etc/passwd.py"
+    m.cases[0] = replace(m.cases[0], file="../../etc/passwd.py")
     folder = _results_dir(tmp_path, m)
     with pytest.raises(artifact.ArtifactError, match="relative test-file path"):
         artifact.load_results(str(folder))
