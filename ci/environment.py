@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 
 WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
 DISABLE_ENV = "SGLANG_OVERLAY_DISABLE"  # the overlay's switch, as ci.runner sets it
@@ -18,11 +19,8 @@ DISABLE_ENV = "SGLANG_OVERLAY_DISABLE"  # the overlay's switch, as ci.runner set
 # first because the overlay only reports "applied" once the module it patches has been imported.
 # A second listed mode differs only in the overlay switch: the child clears the switch and calls
 # apply(), which is what a process started without it reports, without a second import.
-# It runs at a lower priority: its import competes with the test processes for the same cores,
-# and the record is only needed once they have finished.
 _PROBE = f"""
 import importlib, json, os, sys
-os.nice(10)
 modes = sys.argv[1:]
 info = {{}}
 try:
@@ -62,22 +60,56 @@ print("CI_ENV " + json.dumps(by_mode))
 def probe_python(env: dict, cwd: str, modes=("probe",), timeout_s: float = 300) -> dict:
     """torch / CUDA / sglang / overlay facts as seen by a process with ``env``, one record per
     mode in ``modes`` (the first runs under ``env``, the others with the overlay switch off)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _PROBE, *modes],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with _lock:
+        _running.add(proc.pid)
+        if _behind:
+            _lower(proc.pid)
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", _PROBE, *modes],
-            env=env,
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
+        stdout, stderr = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
         return {mode: {"error": f"probe timed out after {timeout_s}s"} for mode in modes}
-    for line in proc.stdout.splitlines():
+    finally:
+        with _lock:
+            _running.discard(proc.pid)
+    for line in stdout.splitlines():
         if line.startswith("CI_ENV "):
             return json.loads(line[len("CI_ENV ") :])
-    error = {"error": f"probe exited {proc.returncode}: {proc.stderr[-500:]}"}
+    error = {"error": f"probe exited {proc.returncode}: {stderr[-500:]}"}
     return {mode: error for mode in modes}
+
+
+# Probes start at normal priority, while ``ci run`` itself only selects files on one core; once
+# the test processes start, ``step_behind_tests()`` moves them behind, so they take what the
+# tests leave instead of competing with them for the same cores.
+_lock = threading.Lock()
+_running: set[int] = set()
+_behind = False
+
+
+def step_behind_tests() -> None:
+    """Lower the priority of every probe running now and of every probe started after."""
+    global _behind
+    with _lock:
+        _behind = True
+        for pid in _running:
+            _lower(pid)
+
+
+def _lower(pid: int) -> None:
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, 19)
+    except (OSError, AttributeError):  # gone already, or not a POSIX system
+        pass
 
 
 def probe_groups(mode_envs: dict[str, dict]) -> list[list[str]]:

@@ -56,7 +56,8 @@ def execute(request: RunRequest, log):
         raise RequestError(f"--sglang-src {src}: no python/sglang inside")
     envs = {m: runner.mode_env(m, src) for m in modes}
     env_record = {}
-    # The probe imports sglang (seconds); it overlaps with selection and the test processes.
+    # The probe imports sglang (seconds): on the core that selection leaves idle, then behind
+    # the test processes.
     probe = threading.Thread(
         target=lambda: env_record.update(environment.describe(envs, root)), daemon=True
     )
@@ -68,6 +69,7 @@ def execute(request: RunRequest, log):
     log(
         f"ci run: {len(selected)} files x {len(modes)} modes on {backend}, {request.jobs} at a time"
     )
+    environment.step_behind_tests()
     runs = runner.run_all(
         [s.path for s in selected], modes, root, request.timeout, request.jobs, src, log
     )

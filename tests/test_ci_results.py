@@ -1,7 +1,9 @@
 """Reading the result channel, judging cases, results.json validation, env scrubbing, gating."""
 
 import json
+import os
 import subprocess
+import sys
 from dataclasses import FrozenInstanceError, replace
 
 import pytest
@@ -247,3 +249,16 @@ def test_a_report_plan_is_frozen_and_is_exactly_what_the_dry_run_prints(tmp_path
     assert main(["report", "--results", str(tmp_path), "--repo", "o/r", "--pr", "3", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == plan.to_dict()
     assert plan.statuses == () and plan.statuses_skipped  # no --sha: nothing to set them on
+
+
+def test_a_running_probe_steps_behind_the_test_processes(monkeypatch):
+    probe = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        monkeypatch.setattr(environment, "_running", {probe.pid})
+        monkeypatch.setattr(environment, "_behind", False)
+        assert os.getpriority(os.PRIO_PROCESS, probe.pid) < 19
+        environment.step_behind_tests()
+        assert os.getpriority(os.PRIO_PROCESS, probe.pid) == 19
+    finally:
+        probe.kill()
+        probe.wait()

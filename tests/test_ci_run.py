@@ -1,4 +1,4 @@
-"""`python -m ci run` for real on the registered CPU test, once, in both modes (~35 s)."""
+"""`python -m ci run` for real on the registered CPU test, once, in both modes (~15 s)."""
 
 import json
 import os
