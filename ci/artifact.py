@@ -36,6 +36,8 @@ def load_results(folder: str) -> results.Results:
         model = results.load(path)
     except results.ResultsError as exc:
         raise ArtifactError(str(exc)) from None
+    except (UnicodeDecodeError, RecursionError) as exc:  # not UTF-8; nested past the parser
+        raise ArtifactError(f"{path}: not readable JSON: {type(exc).__name__}") from None
     if model.backend not in BACKENDS:
         raise ArtifactError(f"{path}.backend: {model.backend!r} is not one of {BACKENDS}")
     if len(model.files) > MAX_FILES or len(model.cases) > MAX_CASES:
@@ -61,10 +63,12 @@ def load_gate(path: str) -> dict:
     """The gate job's record: which PR and head commit the run was for, and its decision."""
     _check_size(path, MAX_GATE_BYTES)
     try:
-        with open(path) as handle:
+        with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except json.JSONDecodeError as exc:
         raise ArtifactError(f"{path}: not JSON: {exc}") from None
+    except (UnicodeDecodeError, RecursionError) as exc:
+        raise ArtifactError(f"{path}: not readable JSON: {type(exc).__name__}") from None
     if not isinstance(data, dict):
         raise ArtifactError(f"{path}: expected a JSON object")
     for key in ("run", "fork"):

@@ -71,17 +71,27 @@ def _find_block(body: str) -> tuple[int, int] | None:
 
 
 def _find_slot(body: str, slot: str) -> tuple[int, int] | None:
-    """(first, last) offsets of our slot's text; markers outside the block do not count."""
+    """(first, last) offsets of our slot's text; markers outside the block do not count.
+
+    A slot is one line: a start marker whose end marker is not on its line is the author's
+    text (an unclosed marker, an example) and is skipped, so nothing between it and a later
+    slot is ever taken for our text.
+    """
     block = _find_block(body)
     if block is None:
         return None
     start_marker, end_marker = markers(slot)
     start = body.find(start_marker, block[0], block[1])
-    if start < 0:
-        return None
-    first = start + len(start_marker)
-    last = body.find(end_marker, first, block[1])
-    return None if last < 0 else (first, last)
+    while start >= 0:
+        first = start + len(start_marker)
+        line_end = min(
+            (i for i in (body.find(c, first, block[1]) for c in "\r\n") if i >= 0), default=block[1]
+        )
+        last = body.find(end_marker, first, line_end)
+        if last >= 0:
+            return first, last
+        start = body.find(start_marker, first, block[1])
+    return None
 
 
 def _check_one_line(text: str, what: str) -> None:

@@ -24,7 +24,19 @@ STALE_LABEL = ":x: **`run-ci` approved an earlier commit** -- re-add it to run C
 # Only what can act mid-line: the text never starts a line, where '#', '-' or '+' would matter.
 _MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_CONTROL = {c: None for c in range(32) if c not in (9, 10)}
+# Control characters (C0 but tab and newline, DEL, C1) and every format character (Unicode Cf:
+# bidi overrides and isolates, zero-width spaces and joiners, BOM, tag characters): invisible
+# text that can reorder what a reader sees or split a marker the publisher searches for.
+_INVISIBLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891"
+    "\u08e2\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
+    "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    "\U000e0001\U000e0020-\U000e007f]"
+)
+_LINE_BREAKS = re.compile("\r\n|[\n\r\u2028\u2029]")
+# GitHub finds mentions, issue references and bare links in the rendered text, after entities
+# are decoded; a word joiner (never in the input: it is a format character) breaks each one.
+_ACTS_ON_GITHUB = re.compile(r"(@|#|(?<![A-Za-z0-9])GH-|:(?=//)|(?<![A-Za-z0-9])www(?=\.))", re.I)
 _EXCERPT_CHARS = 1200
 ENV_CHARS = 2000  # the environment line comes from the runner: bounded like any input
 
@@ -36,17 +48,17 @@ def comment_marker(slot: str) -> str:
 
 def escape_inline(text) -> str:
     """One line of plain text, safe in a table cell, a heading or a link text."""
-    text = _ANSI.sub("", str(text)).replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
-    text = text.translate(_CONTROL)
+    text = _INVISIBLE.sub("", _LINE_BREAKS.sub(" ", _ANSI.sub("", str(text))))
     # Entities first, so '<!--' and '-->' can never reach GitHub as comment markers.
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     text = _MD_PUNCT.sub(r"\\\1", text)
-    return text.replace("@", "&#64;")  # no accidental mentions from test names
+    return _ACTS_ON_GITHUB.sub("\\1\u2060", text)  # no mentions, references or links
 
 
 def escape_block(text) -> str:
     """Log text for a fenced code block: markers defused, fence chosen longer than any run."""
-    text = _ANSI.sub("", str(text)).replace("\r\n", "\n").translate(_CONTROL)
+    text = _ANSI.sub("", str(text)).replace("\r\n", "\n").replace("\r", "\n")
+    text = _INVISIBLE.sub("", text.replace("\u2028", "\n").replace("\u2029", "\n"))
     # Inside a fence entities are not decoded, so a zero-width space defuses the markers.
     text = text.replace("<!--", "<\u200b!--").replace("-->", "--\u200b>")
     longest = max((len(run) for run in re.findall(r"`+|~+", text)), default=0)
@@ -124,25 +136,38 @@ def cell(case: Case, mode: str) -> str:
 
 
 def environment_line(environment: dict) -> str:
+    """The runner's environment in one line; a record of any other shape shows what it can."""
+    env = _mapping(environment)
     parts = []
-    for gpu in environment.get("gpus") or []:
+    for gpu in _sequence(env.get("gpus")):
+        gpu = _mapping(gpu)
         parts.append(f"{gpu.get('name')} (driver {gpu.get('driver')})")
-    change = (environment.get("modes") or {}).get("change") or {}
-    probe = change or next(iter((environment.get("modes") or {}).values()), {})
+    modes = _mapping(env.get("modes"))
+    change = _mapping(modes.get("change"))
+    probe = change or _mapping(next(iter(modes.values()), {}))
     if probe.get("torch"):
         parts.append(f"torch {probe['torch']}")
     parts.append(f"CUDA {probe['cuda']}" if probe.get("cuda") else "no CUDA")
     if probe.get("sglang"):
         parts.append(f"sglang {probe['sglang']}")
-    for mode, info in (environment.get("modes") or {}).items():
-        for record in (info or {}).get("overlay") or []:
+    for mode, info in modes.items():
+        for record in _sequence(_mapping(info).get("overlay")):
+            record = _mapping(record)
             parts.append(f"overlay {record.get('patch')} {record.get('state')} ({mode})")
-    git = environment.get("git") or {}
+    git = _mapping(env.get("git"))
     if git.get("commit"):
-        parts.append(f"commit {git['commit'][:12]}" + (" (dirty)" if git.get("dirty") else ""))
-    if environment.get("python"):
-        parts.append(f"Python {environment['python']}")
+        parts.append(f"commit {str(git['commit'])[:12]}" + (" (dirty)" if git.get("dirty") else ""))
+    if env.get("python"):
+        parts.append(f"Python {env['python']}")
     return " \u00b7 ".join(escape_inline(p) for p in parts)
+
+
+def _mapping(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _sequence(value) -> list:
+    return value if isinstance(value, list) else []
 
 
 def comment(

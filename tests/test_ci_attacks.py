@@ -1,0 +1,180 @@
+"""A hostile fork PR against the bot's report path, through what it controls.
+
+For the attacks that broke something (each test failed before its fix): the results and gate
+artifacts (non-UTF-8, nesting deeper than the JSON parser's recursion, environment records of
+the wrong shape), text meant to act on GitHub (bidi overrides, zero-width and C1 control
+characters, mentions and issue references that survive entity decoding), and a PR body whose
+own slot-start marker, left without its end, made a later report eat the author's text. Every
+attack runs against the fake GitHub through the real github3.py client where a request is at
+stake; a rejected artifact must send no request at all.
+"""
+
+import html
+import json
+import re
+import unicodedata
+from dataclasses import replace
+
+import pytest
+from ci_fake_github import FakeGitHub
+from ci_samples import model
+
+from ci import pr_body, render, results
+from ci.__main__ import main
+from ci.publish import Publisher, connect
+from ci.retry import RetryPolicy
+
+TOKEN = "ghs_actionsINSTALLATIONtoken"
+HEAD = "c0ffee" + "0" * 34
+SLOT = "dsv4-workspace"
+
+
+@pytest.fixture
+def fake():
+    server = FakeGitHub(token=TOKEN, bot="github-actions[bot]").start()
+    server.add_pr(7, "Author's text.\n", head_sha=HEAD)
+    yield server
+    server.stop()
+
+
+def _report(fake, monkeypatch, *args):
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    monkeypatch.setattr("ci.retry.time.sleep", lambda _: None)
+    return main(["report", "--api-url", fake.url, *args])
+
+
+def _post_results(fake, monkeypatch, folder):
+    args = ["--results", str(folder), "--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD]
+    return _report(fake, monkeypatch, *args, "--post")
+
+
+def _results_json(tmp_path, raw: bytes):
+    folder = tmp_path / "r"
+    folder.mkdir()
+    (folder / "results.json").write_bytes(raw)
+    return folder
+
+
+# --- the results artifact: bad input is exit 2 and sends nothing ----------------------------
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\xff\xfe{}",  # not UTF-8
+        b"[" * 200_000 + b"]" * 200_000,  # deeper than json's recursion limit, 400 KB
+    ],
+    ids=["non-utf8", "deep-nesting"],
+)
+def test_unparseable_results_are_a_usage_error_not_a_crash(fake, tmp_path, monkeypatch, raw):
+    assert _post_results(fake, monkeypatch, _results_json(tmp_path, raw)) == 2
+    assert fake.requests == []
+
+
+@pytest.mark.parametrize(
+    "environment",
+    [
+        {"gpus": "H200"},
+        {"gpus": [7]},
+        {"modes": ["change"]},
+        {"modes": {"change": "torch"}},
+        {"modes": {"change": {"overlay": [1]}}},
+        {"git": {"commit": 5}},
+        {"git": "HEAD"},
+    ],
+)
+def test_an_environment_record_of_the_wrong_shape_cannot_crash_the_report(
+    fake, tmp_path, monkeypatch, environment
+):
+    data = model().to_json()
+    data["environment"] = environment
+    folder = _results_json(tmp_path, json.dumps(data).encode())
+    assert _post_results(fake, monkeypatch, folder) == 0
+    (comment,) = [c["body"] for c in fake.comments.values()]
+    assert "Environment:" in comment
+
+
+def test_a_gate_record_nested_deeper_than_the_parser_allows_is_a_usage_error(
+    fake, tmp_path, monkeypatch
+):
+    event = tmp_path / "event.json"
+    run = {"id": 1, "event": "pull_request", "head_sha": HEAD, "conclusion": "success"}
+    event.write_text(json.dumps({"workflow_run": run, "repository": {"full_name": "sgl/sglang"}}))
+    gate = tmp_path / "gate.json"
+    gate.write_text("[" * 2000 + "]" * 2000)  # under the 4 KiB cap
+    args = ["--workflow-run", str(event), "--gate", str(gate), "--results", str(tmp_path)]
+    assert _report(fake, monkeypatch, *args, "--post") == 2
+    assert fake.requests == []
+
+
+# --- text that acts on GitHub -----------------------------------------------------------------
+
+BIDI_AND_INVISIBLE = "\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c\u200b\u200c\u200d\ufeff"
+C1_AND_DEL = "\x7f\x85\x9b"
+
+
+def test_bidi_overrides_zero_width_and_c1_controls_never_reach_the_comment(fake, tmp_path):
+    m = model()
+    name = "test_ok" + BIDI_AND_INVISIBLE + C1_AND_DEL + "\u2028gnp.exe"
+    first = m.cases[0]
+    excerpt = "log " + BIDI_AND_INVISIBLE + C1_AND_DEL + " end"
+    first = replace(first, case_id=name)
+    first.modes["unmodified"] = replace(first.modes["unmodified"], excerpt=excerpt)
+    m.cases[0] = first
+    text = render.comment(m, SLOT)
+    hostile = set(BIDI_AND_INVISIBLE + C1_AND_DEL + "\u2028") - {"\u200b"}  # ZWSP: our defuser
+    assert not hostile & set(text)
+    row = next(line for line in text.splitlines() if "test\\_ok" in line)
+    assert "\u200b" not in row  # the test name's own zero-width space is gone too
+    assert not [c for c in text if unicodedata.category(c) == "Cc" and c not in "\n"]
+
+
+def test_every_control_and_format_character_of_this_unicode_database_is_dropped():
+    hostile = "".join(
+        chr(i)
+        for i in range(0x110000)
+        if unicodedata.category(chr(i)) in ("Cc", "Cf") and chr(i) not in "\t\n\r"
+    )
+    assert render.escape_inline("a" + hostile + "b") == "ab"
+    assert render.escape_block("a" + hostile + "b") == "```text\nab\n```"
+
+
+@pytest.mark.parametrize(
+    "name", ["ping @maintainers", "fixes #1", "sgl-project/sglang#1", "see GH-12 and @a-b"]
+)
+def test_a_test_name_can_neither_mention_nor_reference_after_entities_are_decoded(name):
+    # GitHub turns markdown into HTML first (entities like &#64; become '@') and finds
+    # mentions and issue references in that text; the escape must hold after decoding.
+    shown = html.unescape(render.escape_inline(name))
+    assert not re.search(r"(?:^|\W)@[A-Za-z0-9]", shown), shown
+    assert not re.search(r"#\d", shown) and not re.search(r"GH-\d", shown), shown
+
+
+# --- the PR body: the author's text never loses a byte ---------------------------------------
+
+
+def test_an_unclosed_slot_start_in_the_authors_block_never_costs_the_author_text(fake):
+    start, _ = pr_body.markers(SLOT)
+    authored = (
+        "Intro\n<!-- pr-states:start -->\n---\n### CI States\n\n"
+        f"mine: {start}the author's own words\n<!-- pr-states:end -->\n"
+    )
+    fake.bodies[7] = authored
+    policy = RetryPolicy(sleep=lambda _: None, base_s=0.01)
+    publisher = Publisher(connect(TOKEN, fake.url), "sgl", "sglang", 7, policy, log=lambda _: 0)
+    publisher.settle_s = 0
+    for text in (":hourglass_flowing_sand:", ":white_check_mark:", ":x:"):
+        assert publisher.update_slot(SLOT, "Label", [text]) in ("updated", "unchanged")
+        body = fake.bodies[7]
+        assert body.startswith(authored[: authored.index("<!-- pr-states:end -->")]), body
+        assert pr_body.get_slot(body, SLOT) == text
+
+
+def test_results_json_that_loads_is_the_one_the_test_job_wrote(tmp_path):
+    # A guard for the attacks above: the sample model itself round-trips through intake.
+    folder = tmp_path / "ok"
+    folder.mkdir()
+    results.save(model(), str(folder))
+    from ci import artifact
+
+    assert artifact.load_results(str(folder)).cases[0].case_id == model().cases[0].case_id
