@@ -1,38 +1,30 @@
 """One capped replacement scenario in a fresh process: the benchmark's child, and its launcher.
 
-The child borrows the registered regression test's own machinery (its allocator cap, its
-workspace lookup, its ``run_case`` with OOM handling) by importing that file by path, and only
-adds what the benchmark needs: arbitrary request sequences (``--steps 65536:bfloat16,...``),
-phase timings (import, CUDA init, case body) and, on CUDA, a PyTorch memory snapshot. The
-parent side launches it under one of ``ci``'s two modes (unmodified / change) and returns the
-child's JSON result. Not for asserting anything: the registered test is the proof.
+The child borrows the registered regression test's own machinery through ``ci.harness``
+(its allocator cap, its workspace lookup, its ``run_case`` with OOM handling, its result line)
+and only adds what the benchmark needs: arbitrary request sequences
+(``--steps 65536:bfloat16,...``, passed to ``run_case`` as steps), phase timings (import, CUDA
+init, case body) and, on CUDA, a PyTorch memory snapshot. The parent side launches it under one
+of ``ci``'s two modes (unmodified / change) and returns the child's JSON result. Not for
+asserting anything: the registered test is the proof.
 
-Run by hand: ``python benchmark/capped.py --steps 65536:bfloat16,98304:bfloat16 --device cpu
---budget-mib 128``
+Run by hand, from the repository root: ``python -m benchmark.capped --steps
+65536:bfloat16,98304:bfloat16 --device cpu --budget-mib 128``
 """
 
 import importlib
-import importlib.util
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from ci import harness
+
 REPO = Path(__file__).resolve().parent.parent
-REGISTERED = REPO / "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
 STEPS_CASE = "benchmark_steps"
-RESULT_PREFIX = "DSV4_WORKSPACE_CASE "  # the registered child's result line
 ROWS_PER_MIB_BF16 = 1024  # rows are (num_tokens, 1, 512): 1 KiB per token in bf16
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1}
-
-
-def load_registered():
-    """The registered test file as a module (it is not importable by package name)."""
-    spec = importlib.util.spec_from_file_location("dsv4_workspace_registered", REGISTERED)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def parse_steps(text: str) -> list:
@@ -62,7 +54,7 @@ def step_mib(step) -> float:
 
 def _child(args) -> dict:
     started = time.perf_counter()
-    registered = load_registered()
+    registered = harness.registered()
     import torch
 
     importlib.import_module(registered.WORKSPACE_MODULE)
@@ -71,7 +63,7 @@ def _child(args) -> dict:
         torch.cuda.init()
     cuda_ready = time.perf_counter()
 
-    registered.TRANSITIONS[STEPS_CASE] = parse_steps(args.steps)
+    steps = parse_steps(args.steps)
     snapshot_error = None
     if args.snapshot:
         try:
@@ -79,7 +71,7 @@ def _child(args) -> dict:
             torch.cuda.memory._record_memory_history(stacks="python", max_entries=100000)
         except Exception as exc:  # a picture is not worth losing the figure
             snapshot_error = f"{type(exc).__name__}: {exc}"
-    result = registered.run_case(STEPS_CASE, args.device, args.budget_mib)
+    result = registered.run_case(STEPS_CASE, args.device, args.budget_mib, steps=steps)
     body_done = time.perf_counter()
     if args.snapshot and snapshot_error is None:
         try:
@@ -121,13 +113,11 @@ def launch(steps, device: str, budget_mib: int, mode: str, snapshot=None, timeou
     """Run ``steps`` in a fresh capped child under ``mode``; adds the wall time seen from here."""
     from ci.runner import mode_env
 
-    env = mode_env(mode)
-    # The same isolation as the registered launcher: threads and malloc arenas would otherwise
-    # eat the CPU address-space budget.
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="1")
+    env = harness.isolated_env(mode_env(mode))  # the registered launcher's isolation
     command = [
         sys.executable,
-        str(Path(__file__).resolve()),
+        "-m",
+        "benchmark.capped",
         "--steps",
         format_steps(steps),
         "--device",
@@ -142,12 +132,9 @@ def launch(steps, device: str, budget_mib: int, mode: str, snapshot=None, timeou
         command, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO
     )
     wall = time.perf_counter() - started
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            result = json.loads(line[len(RESULT_PREFIX) :])
-            result["wall_s"] = wall
-            result["mode"] = mode
-            return result
+    result = harness.parse_result(proc.stdout)
+    if result is not None:
+        return {**result, "wall_s": wall, "mode": mode}
     raise ChildFailed(
         f"{mode} {format_steps(steps)} on {device} under {budget_mib} MiB exited "
         f"{proc.returncode} without a result\n{proc.stderr[-3000:]}"
@@ -164,7 +151,7 @@ def main(argv=None) -> None:
     parser.add_argument("--snapshot", help="CUDA: dump a memory snapshot (pickle) here")
     args = parser.parse_args(argv)
     result = _child(args)
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    print(harness.RESULT_PREFIX + json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

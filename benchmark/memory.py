@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from benchmark import capped, search
 from benchmark.stats import summary
+from ci import harness
 
 MODES = ("unmodified", "change")
 MIB_ROWS = capped.ROWS_PER_MIB_BF16
@@ -42,8 +43,7 @@ SNAPSHOT_TRANSITION = "grow_bf16_64_to_96_mib"
 
 
 def transitions(device: str, quick: bool) -> dict:
-    registered = capped.load_registered()
-    cases = dict(registered.TRANSITIONS)
+    cases = dict(harness.TRANSITIONS)
     if not quick:
         cases.update(SWEEP)
         if device == "cuda":

@@ -20,7 +20,7 @@ from pathlib import Path
 from benchmark import capped
 from benchmark.memory import MODES
 from benchmark.stats import summary
-from ci import results
+from ci import harness, results
 
 # The parallel A/B over one bare import of the workspace module, at most, per device: on CPU
 # the cases fork from one import per mode; on CUDA each case is a fresh interpreter.
@@ -31,7 +31,7 @@ BREAKDOWN_CASE = "grow_bf16_64_to_96_mib"
 
 def breakdown(device: str, repeats: int) -> dict:
     """One process at a time, so the phases are not slowed by each other."""
-    steps = capped.load_registered().TRANSITIONS[BREAKDOWN_CASE]
+    steps = harness.TRANSITIONS[BREAKDOWN_CASE]
     phases = {
         mode: {k: [] for k in ("wall", "interpreter", "import", "cuda_init", "body")}
         for mode in MODES

@@ -6,10 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from ci import harness
 
 REPO = Path(__file__).resolve().parents[1]
-REGISTERED_TEST = REPO / "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
+REGISTERED_TEST = REPO / harness.FILE
 WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
 OVERLAY_ENV = ("SGLANG_OVERLAY_DISABLE", "SGLANG_OVERLAY_STRICT")
 
@@ -40,14 +40,3 @@ def run_json(code: str, **env):
     proc = run_python(code, **env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-@pytest.fixture(scope="session")
-def registered_test_module():
-    """The registered test file, imported by path (its harness is the one capped launcher)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("registered_workspace_test", REGISTERED_TEST)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

@@ -7,11 +7,16 @@ allocator's out-of-memory error, and the preservation cases must still pass. Eve
 in a child forked after one import of the workspace module, so the file imports it once.
 """
 
+import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
-from conftest import REGISTERED_TEST, clean_env
+import pytest
+from conftest import REGISTERED_TEST, REPO, clean_env
+
+from ci import harness
 
 REGRESSION_CASES = {
     "test_grow_64_to_96_mib_bf16_fits_128_mib_cap",
@@ -63,3 +68,30 @@ def test_unmodified_sglang_fails_the_transitions_with_out_of_memory_on_cpu_after
     assert proc.stderr.count("DefaultCPUAllocator: can't allocate memory") >= len(REGRESSION_CASES)
     importers = set(imports.read_text().split())
     assert len(importers) == 1, f"{len(importers)} processes imported torch; one should"
+
+
+def test_only_ci_harness_imports_the_registered_file_by_its_path():
+    offenders = [
+        str(path.relative_to(REPO))
+        for folder in ("ci", "benchmark", "tests", "tools")
+        for path in sorted((REPO / folder).rglob("*.py"))
+        if path not in (REPO / "ci/harness.py", Path(__file__).resolve())
+        and "spec_from_file_location" in (text := path.read_text())
+        and ("test_dsv4_sparse_prefill_workspace" in text or "REGISTERED" in text)
+    ]
+    assert offenders == []
+
+
+def test_the_registered_tables_are_read_only_through_the_harness():
+    with pytest.raises(TypeError):
+        harness.TRANSITIONS["another_sequence"] = ((16384, "bfloat16"),)
+    with pytest.raises(TypeError):
+        harness.TRANSITIONS["grow_bf16_64_to_96_mib"][0] = (1, "bfloat16")
+    assert harness.registered() is harness.registered()
+    assert "another_sequence" not in harness.TRANSITIONS
+
+
+def test_the_harness_parses_a_childs_result_line_and_nothing_else():
+    line = harness.RESULT_PREFIX + json.dumps({"case": "c", "outcome": "oom"})
+    assert harness.parse_result(f"noise\n{line}\nmore noise\n") == {"case": "c", "outcome": "oom"}
+    assert harness.parse_result("DSV4 workspace case: no prefix here\n") is None

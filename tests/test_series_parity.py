@@ -1,7 +1,7 @@
 """Parity: the upstream patch and the runtime overlay are the same fix, by the same proof.
 
-The registered regression test's own harness (``run_capped_case`` from
-test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py, imported by path) runs every
+The registered regression test's own harness (``launch_case`` from
+test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py, through ``ci.harness``) runs every
 case in a capped fresh subprocess against three sources of the workspace class:
 
 * pristine: the materialised sglang release, overlay off;
@@ -12,7 +12,6 @@ Pristine must run out of memory on every replacement; patched must pass everythi
 registered test asserts; overlay and patched must agree on every case.
 """
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -20,23 +19,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tools.seriesdir import REPO_ROOT
+from ci import harness as reg
 
 # series, pristine_tree and patched_tree: session fixtures shared by the series tests.
 pytest_plugins = ["series_fixtures"]
 
-REGISTERED = REPO_ROOT / "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
 FIX = "python/sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py"
 
 
-def _load_registered():
-    spec = importlib.util.spec_from_file_location("registered_dsv4_workspace", REGISTERED)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-reg = _load_registered()
 # (case, budget): every case of the registered test, plus its 100 MiB peak variant of the grow.
 CASES = [(case, reg.ALLOCATOR_CAP_MIB) for case in (*reg.TRANSITIONS, *reg.CHECKS)] + [
     ("grow_bf16_64_to_96_mib", reg.PEAK_LIMIT_MIB)
@@ -79,8 +69,7 @@ def outcomes(pristine_tree, patched_tree):
     ]
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {
-            job: pool.submit(reg.run_capped_case, job[1], "cpu", job[2], envs[job[0]])
-            for job in jobs
+            job: pool.submit(reg.launch_case, job[1], "cpu", job[2], envs[job[0]]) for job in jobs
         }
         return {job: future.result() for job, future in futures.items()}
 

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 import unittest
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -40,21 +41,24 @@ ROWS_64_MIB_BF16 = 65536
 ROWS_96_MIB_BF16 = 98304
 ROWS_16_MIB_BF16 = 16384
 
-# Each case is a list of (num_tokens, dtype name) requests made in order.
-TRANSITIONS = {
-    "grow_bf16_64_to_96_mib": [
-        (ROWS_64_MIB_BF16, "bfloat16"),
-        (ROWS_96_MIB_BF16, "bfloat16"),
-    ],
-    "replace_fp8_48_with_bf16_96_mib": [
-        (ROWS_96_MIB_BF16, "float8_e4m3fn"),
-        (ROWS_96_MIB_BF16, "bfloat16"),
-    ],
-    "shrink_by_dtype_bf16_96_to_fp8_48_mib": [
-        (ROWS_96_MIB_BF16, "bfloat16"),
-        (ROWS_96_MIB_BF16, "float8_e4m3fn"),
-    ],
-}
+# Each case is a tuple of (num_tokens, dtype name) requests made in order. Read-only:
+# another sequence is run by passing its steps to run_case.
+TRANSITIONS = types.MappingProxyType(
+    {
+        "grow_bf16_64_to_96_mib": (
+            (ROWS_64_MIB_BF16, "bfloat16"),
+            (ROWS_96_MIB_BF16, "bfloat16"),
+        ),
+        "replace_fp8_48_with_bf16_96_mib": (
+            (ROWS_96_MIB_BF16, "float8_e4m3fn"),
+            (ROWS_96_MIB_BF16, "bfloat16"),
+        ),
+        "shrink_by_dtype_bf16_96_to_fp8_48_mib": (
+            (ROWS_96_MIB_BF16, "bfloat16"),
+            (ROWS_96_MIB_BF16, "float8_e4m3fn"),
+        ),
+    }
+)
 CHECKS = (
     "retained_view_keeps_values",
     "smaller_request_reuses_storage",
@@ -121,8 +125,15 @@ def _is_out_of_memory(exc: BaseException) -> bool:
     )
 
 
-def run_case(case: str, device: str, budget_mib: int) -> dict:
+def run_case(case: str, device: str, budget_mib: int, steps=None) -> dict:
+    """Run one case in this process under the allocator cap; return its result.
+
+    ``steps`` runs that request sequence as a transition named ``case`` instead of a
+    case of this file (for callers that measure other sequences)."""
     import torch
+
+    if steps is None:
+        steps = TRANSITIONS.get(case)
 
     module = importlib.import_module(WORKSPACE_MODULE)
     cls = workspace_class(module)
@@ -136,8 +147,7 @@ def run_case(case: str, device: str, budget_mib: int) -> dict:
     }
     workspace = cls(torch.device(device))
     try:
-        if case in TRANSITIONS:
-            steps = TRANSITIONS[case]
+        if steps is not None:
             if not with_dtype and any(d != "bfloat16" for _, d in steps):
                 result.update(
                     outcome="skip", detail=f"{cls.__name__}.get has no dtype parameter"
@@ -212,16 +222,29 @@ def run_case(case: str, device: str, budget_mib: int) -> dict:
 # ------------------------------------------------------------------------------------
 
 
-def run_capped_case(
+def isolated_env(env=None) -> dict:
+    """``env`` (default: this one) for a capped child: one thread, one malloc arena."""
+    child_env = dict(os.environ if env is None else env)
+    # Threads and malloc arenas would otherwise eat the CPU address-space budget.
+    child_env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="1")
+    return child_env
+
+
+def parse_result(stdout: str):
+    """The result a capped child printed on ``stdout`` (a dict), or None."""
+    for line in stdout.splitlines():
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line[len(RESULT_PREFIX) :])
+    return None
+
+
+def launch_case(
     case: str, device: str, budget_mib: int = ALLOCATOR_CAP_MIB, env=None
 ) -> dict:
     """Run one case in a fresh interpreter under the allocator cap; return its result.
 
     It pays the whole import of the workspace module, so it is for CUDA (where a forked
     child cannot use CUDA) and for callers that need another environment."""
-    child_env = dict(os.environ if env is None else env)
-    # Threads and malloc arenas would otherwise eat the CPU address-space budget.
-    child_env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="1")
     command = [
         sys.executable,
         os.path.abspath(__file__),
@@ -233,11 +256,15 @@ def run_capped_case(
         str(budget_mib),
     ]
     proc = subprocess.run(
-        command, env=child_env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S
+        command,
+        env=isolated_env(env),
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT_S,
     )
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX) :])
+    result = parse_result(proc.stdout)
+    if result is not None:
+        return result
     raise AssertionError(
         f"case {case} on {device} exited {proc.returncode} without a result\n"
         f"{proc.stderr[-4000:]}"
@@ -343,7 +370,7 @@ class _WorkspaceReleaseFirstCases:
             max_workers=max(1, min(len(budgets), os.cpu_count() or 1))
         )
         cls._results = {
-            key: cls._pool.submit(run_capped_case, key[0], cls.DEVICE, key[1])
+            key: cls._pool.submit(launch_case, key[0], cls.DEVICE, key[1])
             for key in budgets
         }
 
