@@ -8,14 +8,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from ci import harness
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FILE = "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
-REGRESSIONS = {
-    "test_grow_64_to_96_mib_bf16_fits_128_mib_cap",
-    "test_replace_48_mib_fp8_with_96_mib_bf16_fits_128_mib_cap",
-    "test_shrink_by_dtype_96_mib_bf16_to_48_mib_fp8_fits_128_mib_cap",
-    "test_replacement_peak_stays_below_100_mib",
-}
+FILE = harness.FILE
+REGRESSIONS = harness.regression_tests()  # ci/regressions.txt, the one list
 
 
 @pytest.fixture(scope="session")
@@ -47,7 +44,7 @@ def test_unmodified_mode_ooms_the_regression_cases_and_the_change_fixes_them(cpu
         for c in data["cases"]
         if c["case_id"].startswith("TestSparsePrefillWorkspaceCPU.")
     }
-    assert REGRESSIONS <= set(cpu) and len(cpu) > len(REGRESSIONS)
+    assert REGRESSIONS and REGRESSIONS <= set(cpu) and len(cpu) > len(REGRESSIONS)
     for name, case in cpu.items():
         if name in REGRESSIONS:
             assert case["kind"] == "regression", name

@@ -17,18 +17,11 @@ import pytest
 from conftest import REGISTERED_TEST, REPO, clean_env
 
 from ci import harness
+from ci.results import load_regression_patterns
 
-REGRESSION_CASES = {
-    "test_grow_64_to_96_mib_bf16_fits_128_mib_cap",
-    "test_replace_48_mib_fp8_with_96_mib_bf16_fits_128_mib_cap",
-    "test_shrink_by_dtype_96_mib_bf16_to_48_mib_fp8_fits_128_mib_cap",
-    "test_replacement_peak_stays_below_100_mib",
-}
-PRESERVATION_CASES = {
-    "test_retained_view_keeps_its_storage_and_values",
-    "test_smaller_request_reuses_storage",
-    "test_failed_replacement_never_reports_rows_it_no_longer_holds",
-}
+# The one regression list is ci/regressions.txt; every other test of the file preserves behaviour.
+REGRESSION_CASES = harness.regression_tests()
+PRESERVATION_CASES = harness.preservation_tests()
 
 
 # Started with this on its path, every Python process (subprocess children too, not forked
@@ -95,3 +88,10 @@ def test_the_harness_parses_a_childs_result_line_and_nothing_else():
     line = harness.RESULT_PREFIX + json.dumps({"case": "c", "outcome": "oom"})
     assert harness.parse_result(f"noise\n{line}\nmore noise\n") == {"case": "c", "outcome": "oom"}
     assert harness.parse_result("DSV4 workspace case: no prefix here\n") is None
+
+
+def test_every_line_of_the_regression_list_names_a_test_of_the_registered_file():
+    for pattern in load_regression_patterns():
+        assert harness.regression_tests([pattern]), f"{pattern} matches no registered test"
+    assert len(REGRESSION_CASES) == 4 and len(PRESERVATION_CASES) == 3
+    assert harness.regression_tests([]) == set()
