@@ -189,18 +189,28 @@ def publish(request: ReportRequest, report: ReportPlan, say) -> bool:
         raise RequestError("--post needs a token in GITHUB_TOKEN")
     owner, name = request.repo.split("/")
     publisher = Publisher(connect(token, request.api_url), owner, name, request.pr, RetryPolicy())
+
+    def superseded(what: str) -> bool:
+        """With --require-head, whether a push has moved the PR on; asked before each PR-level
+        write (the slot, the comment). Statuses and the check run name their commit, so they
+        stay right for ``--sha`` and are still sent."""
+        if not request.require_head:
+            return False
+        head = publisher.pr_head()
+        if head == request.sha:
+            return False
+        say(
+            f"PR #{request.pr} head is {head[:12] or 'unknown'}, not {request.sha[:12]}: "
+            f"this run is superseded (or not this PR's); {what}"
+        )
+        return True
+
     try:
-        if request.require_head:
-            head = publisher.pr_head()
-            if head != request.sha:
-                say(
-                    f"PR #{request.pr} head is {head[:12] or 'unknown'}, not {request.sha[:12]}: "
-                    "this run is superseded (or not this PR's); nothing posted"
-                )
-                return True
+        if superseded("nothing posted"):
+            return True
         outcome = publisher.update_slot(request.slot, request.slot_label, list(report.texts))
         say(f"PR body slot {request.slot}: {outcome}")
-        if report.comment is not None:
+        if report.comment is not None and not superseded("comment skipped"):
             marker = render.comment_marker(request.slot)
             login = publisher.identity(request.bot_login)
             result = publisher.upsert_comment(marker, report.comment, login)

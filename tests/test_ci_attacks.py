@@ -178,3 +178,20 @@ def test_results_json_that_loads_is_the_one_the_test_job_wrote(tmp_path):
     from ci import artifact
 
     assert artifact.load_results(str(folder)).cases[0].case_id == model().cases[0].case_id
+
+
+# --- the head SHA: a push racing the report ---------------------------------------------------
+
+
+def test_a_push_landing_after_the_slot_write_stops_the_comment_but_not_the_commit_status(
+    fake, tmp_path, monkeypatch
+):
+    newer = "b" * 40
+    fake.after("PATCH", r"/issues/7$", lambda server: server.heads.__setitem__(7, newer))
+    folder = tmp_path / "r"
+    folder.mkdir()
+    results.save(model(), str(folder))
+    args = ["--results", str(folder), "--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD]
+    assert _report(fake, monkeypatch, *args, "--require-head", "--post") == 0
+    assert fake.comments == {}  # the evidence of HEAD is not posted on a PR now at `newer`
+    assert fake.statuses and all(s["sha"] == HEAD for s in fake.statuses)
