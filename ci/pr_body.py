@@ -62,12 +62,49 @@ def set_slot(body: str | None, slot: str, label: str, text: str) -> str:
 
 
 def _find_block(body: str) -> tuple[int, int] | None:
-    """(start of the block-start marker, start of the block-end marker)."""
-    start = body.find(BLOCK_START)
+    """(start of the block-start marker, start of the block-end marker), outside code fences."""
+    fences = _fences(body)
+    start = _find_outside(body, BLOCK_START, 0, len(body), fences)
     if start < 0:
         return None
-    end = body.find(BLOCK_END, start + len(BLOCK_START))
+    end = _find_outside(body, BLOCK_END, start + len(BLOCK_START), len(body), fences)
     return None if end < 0 else (start, end)
+
+
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+_FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}(?=[^`]*$)|~{3,})")
+
+
+def _fences(body: str) -> list[tuple[int, int]]:
+    """(first, last) offsets of each fenced code block: the author's examples, not our block."""
+    spans, opened, offset = [], None, 0
+    for line in _LINE.findall(body):  # CommonMark's line endings only: \n, \r\n, \r
+        text = line.rstrip("\r\n")
+        if opened is None:
+            match = _FENCE_OPEN.match(text)
+            if match:
+                opened = (offset, match[1])
+        else:
+            fence = opened[1]
+            close = text.lstrip(" ")
+            if (
+                len(text) - len(close) <= 3
+                and close.rstrip(" \t") == fence[0] * len(close.rstrip(" \t"))
+                and len(close.rstrip(" \t")) >= len(fence)
+            ):
+                spans.append((opened[0], offset + len(line)))
+                opened = None
+        offset += len(line)
+    if opened is not None:  # an unclosed fence runs to the end of the body
+        spans.append((opened[0], len(body)))
+    return spans
+
+
+def _find_outside(body: str, marker: str, first: int, last: int, fences) -> int:
+    at = body.find(marker, first, last)
+    while at >= 0 and any(a <= at < b for a, b in fences):
+        at = body.find(marker, at + len(marker), last)
+    return at
 
 
 def _find_slot(body: str, slot: str) -> tuple[int, int] | None:
@@ -81,7 +118,8 @@ def _find_slot(body: str, slot: str) -> tuple[int, int] | None:
     if block is None:
         return None
     start_marker, end_marker = markers(slot)
-    start = body.find(start_marker, block[0], block[1])
+    fences = _fences(body)
+    start = _find_outside(body, start_marker, block[0], block[1], fences)
     while start >= 0:
         first = start + len(start_marker)
         line_end = min(
@@ -90,7 +128,7 @@ def _find_slot(body: str, slot: str) -> tuple[int, int] | None:
         last = body.find(end_marker, first, line_end)
         if last >= 0:
             return first, last
-        start = body.find(start_marker, first, block[1])
+        start = _find_outside(body, start_marker, first, block[1], fences)
     return None
 
 

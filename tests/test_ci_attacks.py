@@ -170,6 +170,42 @@ def test_an_unclosed_slot_start_in_the_authors_block_never_costs_the_author_text
         assert pr_body.get_slot(body, SLOT) == text
 
 
+EXAMPLE_BLOCK = (
+    "<!-- pr-states:start -->\n---\n### CI States\n\n"
+    "Label: <!-- slot:dsv4-workspace:start -->EXAMPLE<!-- slot:dsv4-workspace:end -->\n"
+    "<!-- pr-states:end -->\n"
+)
+
+
+@pytest.mark.parametrize("fence", ["```", "~~~~", "  ```markdown"])
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_the_authors_fenced_example_of_the_block_is_never_taken_for_ours(fake, fence, newline):
+    close = fence.strip().rstrip("markdown")
+    authored = f"How the bot reports:\n{fence}\n{EXAMPLE_BLOCK}{close}\nThanks.\n"
+    authored = authored.replace("\n", newline)
+    fake.bodies[7] = authored
+    policy = RetryPolicy(sleep=lambda _: None, base_s=0.01)
+    publisher = Publisher(connect(TOKEN, fake.url), "sgl", "sglang", 7, policy, log=lambda _: 0)
+    publisher.settle_s = 0
+    for text in (":hourglass_flowing_sand:", ":x:"):
+        assert publisher.update_slot(SLOT, "Label", [text]) == "updated"
+        body = fake.bodies[7]
+        assert body.startswith(authored), body  # the example keeps EXAMPLE; ours is appended
+        assert pr_body.get_slot(body, SLOT) == text
+
+
+def test_a_block_end_marker_inside_a_code_block_does_not_end_the_block():
+    start, end = pr_body.markers(SLOT)
+    body = (
+        "Text\n<!-- pr-states:start -->\n---\n### CI States\n\n"
+        "Other bot: <!-- slot:other:start -->ok<!-- slot:other:end -->\n"
+        "```\n<!-- pr-states:end -->\n```\n"
+        f"Label: {start}old{end}\n<!-- pr-states:end -->\n"
+    )
+    new = pr_body.set_slot(body, SLOT, "Label", "new")
+    assert new == body.replace(f"{start}old{end}", f"{start}new{end}")
+
+
 def test_results_json_that_loads_is_the_one_the_test_job_wrote(tmp_path):
     # A guard for the attacks above: the sample model itself round-trips through intake.
     folder = tmp_path / "ok"
