@@ -66,8 +66,10 @@ class Case:
         return f"{self.file}::{self.case_id}"
 
 
-@dataclass
+@dataclass(frozen=True)
 class FileResult:
+    """One test file across the modes: how each mode's process ended, and what is wrong with it."""
+
     path: str
     suite: str | None
     modes: dict  # mode -> {returncode, duration_s, timed_out, ran, summary, log}
@@ -138,7 +140,7 @@ def build(
     """Judge raw runs. ``suites`` maps path -> suite; ``log_paths`` (path, mode) -> log file."""
     patterns = load_regression_patterns() if regression_patterns is None else regression_patterns
     per_file: dict = {}
-    files = []
+    file_modes_by_path = {}
     for path in dict.fromkeys(r.path for r in runs):
         file_modes = {}
         for run in (r for r in runs if r.path == path):
@@ -150,7 +152,7 @@ def build(
                 "ran": len(per_file[path][run.mode]),
                 "log": (log_paths or {}).get((path, run.mode)),
             }
-        files.append(FileResult(path=path, suite=suites.get(path), modes=file_modes))
+        file_modes_by_path[path] = file_modes
 
     cases = []
     for path, by_mode in per_file.items():
@@ -163,8 +165,15 @@ def build(
             expected = any(fnmatch.fnmatchcase(f"{path}::{cid}", p) for p in patterns)
             cases.append(Case(path, cid, _kind(outcomes, expected), outcomes))
 
-    for result in files:
-        result.flags = _file_flags(result, [c for c in cases if c.file == result.path])
+    files = [
+        FileResult(
+            path=path,
+            suite=suites.get(path),
+            modes=file_modes,
+            flags=_file_flags(file_modes, [c for c in cases if c.file == path]),
+        )
+        for path, file_modes in file_modes_by_path.items()
+    ]
     return Results(backend, list(modes), selection, environment, files, cases)
 
 
@@ -243,9 +252,9 @@ def _kind(outcomes: dict, expected_regression: bool) -> Kind:
     return Kind.NOT_REPRODUCED if expected_regression else Kind.PRESERVATION
 
 
-def _file_flags(result: FileResult, cases: list) -> list:
+def _file_flags(file_modes: dict, cases: list) -> list:
     flags = []
-    for mode, info in result.modes.items():
+    for mode, info in file_modes.items():
         if info.get("timed_out"):
             flags.append(f"timed out ({mode})")
     base = [c.modes["unmodified"].outcome for c in cases if "unmodified" in c.modes]

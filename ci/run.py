@@ -91,11 +91,14 @@ def execute(request: RunRequest, log):
     }
     suites = {s.path: s.suite for s in selected}
     model = results.build(runs, suites, backend, modes, selection, env_record, log_paths)
-    model.cases = [
-        replace(case, line=collect.test_lines(root, case.file).get(case.case_id, 1))
-        for case in model.cases
-    ]
-    model.pictures = pictures.draw_all(model, out)
+    model = replace(
+        model,
+        cases=[
+            replace(case, line=collect.test_lines(root, case.file).get(case.case_id, 1))
+            for case in model.cases
+        ],
+    )
+    model = replace(model, pictures=pictures.draw_all(model, out))
     results.save(model, out)
     junit.write(model, out)
     write_full_report(model, out)

@@ -262,3 +262,14 @@ def test_a_running_probe_steps_behind_the_test_processes(monkeypatch):
     finally:
         probe.kill()
         probe.wait()
+
+
+def test_a_judged_file_is_frozen_with_its_flags_set_when_it_is_built():
+    run = replace(file_run("change", [("test_a", "T", [], "pass", None)]), timed_out=True)
+    (judged,) = results.build([run], {}, "cpu", ["change"], {}, {}, regression_patterns=[]).files
+    assert judged.flags == ["timed out (change)"]
+    with pytest.raises(FrozenInstanceError):
+        judged.flags = []
+    loaded = results.Results.from_json(json.loads(json.dumps(model().to_json()))).files[0]
+    with pytest.raises(FrozenInstanceError):
+        loaded.suite = "another"
