@@ -66,7 +66,7 @@ test: install lint $(OCTOKIT_OPENAPI)
 	OCTOKIT_OPENAPI=$(CURDIR)/$(OCTOKIT_OPENAPI) $(PY) -m pytest -q
 
 compat: install
-	$(PY) -m tools.compat
+	$(PY) -m ci.compat
 
 bench: install
 	$(PY) -m benchmark

@@ -2,7 +2,7 @@
 
 Discovery reads sglang's versions from a PyPI simple index (the JSON form, PEP 691) and keeps
 the final releases newer than the newest one the project knows (the series matrix, the compat
-defaults and the overlay's ``KNOWN_SHAPES``). Each new release goes through ``tools.compat``:
+defaults and the overlay's ``KNOWN_SHAPES``). Each new release goes through ``ci.compat``:
 installed ``--no-deps`` over this venv's closure, the overlay's state with the allocating
 method's sha256, whether patch 0001 applies, and the CPU A/B. The rows render as the compat
 table of the README. With ``--post`` the table is kept in ONE tracking issue, found by a marker
@@ -42,8 +42,8 @@ def known_releases() -> list:
     """Every release the project names: series matrix, compat defaults, overlay shapes."""
     from packaging.version import Version
 
+    from ci.compat import DEFAULT_VERSIONS
     from sglang_overlay.shapes import KNOWN_SHAPES
-    from tools.compat import DEFAULT_VERSIONS
     from tools.matrix import DSV4_RELEASES
 
     names = set(DSV4_RELEASES) | set(DEFAULT_VERSIONS)
@@ -159,7 +159,7 @@ def issue_body(rows, newest_known: str, index_url: str, requested: bool = False)
     """The tracking issue's text: the marker, then the compat table of the new releases (or of
     the ``requested`` ones). No timestamps, so a run that finds nothing new leaves the issue
     untouched."""
-    from tools import compat
+    from ci import compat
 
     known = f"{newest_known} is the newest release the overlay and the patch series know"
     if requested:
@@ -254,7 +254,7 @@ def cmd_watch(args) -> int:
     except WatchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from tools import compat
+    from ci import compat
 
     requested = bool(args.versions) or (bool(args.rows) and _requested(args.rows))
     body = issue_body(rows, newest, args.index_url, requested)
@@ -292,7 +292,7 @@ def _rows(args) -> tuple:
     """(rows, newest known release) from --rows, --versions or discovery."""
     if args.rows:
         return load_rows(Path(args.rows))
-    from tools import compat
+    from ci import compat
 
     known = known_releases()
     if args.versions:

@@ -1,4 +1,4 @@
-"""``python -m tools.compat``: the overlay's A/B on every sglang release that imports here.
+"""``python -m ci.compat``: the overlay's A/B on every sglang release that imports here.
 
 For each release, installs that sglang wheel ``--no-deps`` into a cached folder that shadows the
 venv's sglang (``PYTHONPATH``), so it runs over the venv's pinned closure like a throwaway venv
@@ -186,7 +186,7 @@ def render(rows) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.compat", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ci.compat", description=__doc__)
     parser.add_argument("--versions", nargs="+", default=list(DEFAULT_VERSIONS))
     parser.add_argument("--out", type=Path, default=REPO / "out" / "compat")
     parser.add_argument("--json", action="store_true")
