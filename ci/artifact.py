@@ -9,6 +9,7 @@ nothing here is executed, imported or used as a path outside the artifact folder
 """
 
 import json
+import math
 import os
 import re
 
@@ -20,6 +21,12 @@ MAX_GATE_BYTES = 4096
 MAX_FILES = 1000
 MAX_CASES = 10000
 MAX_NAME_CHARS = 500
+# One commit status per suite: a results.json naming thousands would make the bot spend the
+# repository's API rate limit on statuses. Upstream's suites are a few dozen names like
+# ``base-b-test-1-gpu-small``.
+MAX_SUITES = 50
+_SUITE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+MAX_MIB = 10**7  # a measured peak or cap beyond 10 TiB is not a measurement
 _TEST_PATH = re.compile(r"^(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_./-]{1,300}\.py$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 GATE_STATES = ("run", "missing-label", "stale-label")
@@ -47,11 +54,21 @@ def load_results(folder: str) -> results.Results:
         )
     for i, file in enumerate(model.files):
         _check_test_path(file.path, f"{path}.files[{i}].path")
+        if file.suite is not None and not _SUITE.match(file.suite):
+            raise ArtifactError(f"{path}.files[{i}].suite: {file.suite[:80]!r} is not a suite name")
+    suites = {file.suite for file in model.files}
+    if len(suites) > MAX_SUITES:
+        raise ArtifactError(f"{path}: {len(suites)} suites; at most {MAX_SUITES}")
     for i, case in enumerate(model.cases):
         where = f"{path}.cases[{i}]"
         _check_test_path(case.file, f"{where}.file")
         if len(case.case_id) > MAX_NAME_CHARS:
             raise ArtifactError(f"{where}.case_id: {len(case.case_id)} > {MAX_NAME_CHARS} chars")
+        for mode, outcome in case.modes.items():
+            for field in ("peak_mib", "budget_mib"):
+                value = getattr(outcome, field)
+                if value is not None and not (math.isfinite(value) and 0 <= value <= MAX_MIB):
+                    raise ArtifactError(f"{where}.modes.{mode}.{field}: {value!r} is not in MiB")
     return model
 
 

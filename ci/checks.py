@@ -7,12 +7,15 @@ line ("fails unmodified: OOM under 128 MiB; passes with the change"), each broke
 follow-up updates of the same check run, which GitHub appends.
 """
 
-from ci.render import clip, short_summary
+from ci.render import clip, short_summary, visible
 from ci.results import Case, Results
 
 CHECK_NAME = "DSV4 workspace A/B"
 SUMMARY_LIMIT = 65535
 ANNOTATIONS_PER_REQUEST = 50
+# Each 50 more annotations cost one more request: a results.json with 10,000 regression cases
+# must not spend the repository's API rate limit. The summary still has every case.
+MAX_ANNOTATIONS = 500
 NO_RESULTS = {
     "failure": "The test job failed before it wrote results; see the run's log.",
     "cancelled": "The test job was cancelled (a newer push, or a timeout) before it wrote results.",
@@ -45,8 +48,8 @@ def annotation(case: Case) -> dict | None:
         "start_line": line,
         "end_line": line,
         "annotation_level": level,
-        "title": clip(case.case_id, 255),
-        "message": clip(message, 4000),
+        "title": clip(visible(case.case_id), 255),
+        "message": clip(visible(message), 4000),
     }
 
 
@@ -69,7 +72,11 @@ def requests(
 ) -> tuple[dict, list[dict]]:
     """(the create body, the outputs of the updates that carry annotations 51 and on)."""
     notes = [a for a in (annotation(c) for c in results.cases) if a is not None]
-    title = clip(f"A/B on {results.backend}: {short_summary(results)}", 255)
+    title = f"A/B on {results.backend}: {short_summary(results)}"
+    if len(notes) > MAX_ANNOTATIONS:
+        title += f" (annotations on the first {MAX_ANNOTATIONS} of {len(notes)})"
+        notes = notes[:MAX_ANNOTATIONS]
+    title = clip(title, 255)
     summary = clip(summary, SUMMARY_LIMIT)
     batches = [
         notes[i : i + ANNOTATIONS_PER_REQUEST]

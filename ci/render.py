@@ -55,6 +55,11 @@ def escape_inline(text) -> str:
     return _ACTS_ON_GITHUB.sub("\\1\u2060", text)  # no mentions, references or links
 
 
+def visible(text) -> str:
+    """Plain text (a check-run annotation) without control or invisible format characters."""
+    return _INVISIBLE.sub("", _ANSI.sub("", str(text)).replace("\r\n", "\n"))
+
+
 def escape_block(text) -> str:
     """Log text for a fenced code block: markers defused, fence chosen longer than any run."""
     text = _ANSI.sub("", str(text)).replace("\r\n", "\n").replace("\r", "\n")

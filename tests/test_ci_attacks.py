@@ -231,3 +231,65 @@ def test_a_push_landing_after_the_slot_write_stops_the_comment_but_not_the_commi
     assert _report(fake, monkeypatch, *args, "--require-head", "--post") == 0
     assert fake.comments == {}  # the evidence of HEAD is not posted on a PR now at `newer`
     assert fake.statuses and all(s["sha"] == HEAD for s in fake.statuses)
+
+
+# --- the API rate limit: one artifact must not spend it ---------------------------------------
+
+
+def _regressions(count: int, name=lambda i: f"TestW.test_case_{i:05d}"):
+    data = model().to_json()
+    case = data["cases"][0]
+    data["cases"] = [dict(case, case_id=name(i)) for i in range(count)]
+    return data
+
+
+def test_thousands_of_suites_are_refused_before_a_status_is_sent(fake, tmp_path, monkeypatch):
+    data = model().to_json()
+    data["files"] = [dict(data["files"][0], path=f"t/f{i}.py", suite=f"s{i}") for i in range(51)]
+    folder = _results_json(tmp_path, json.dumps(data).encode())
+    assert _post_results(fake, monkeypatch, folder) == 2
+    assert fake.requests == []
+
+
+@pytest.mark.parametrize("suite", ["s\u202eevil", "a b", "x" * 101, "../s", ""])
+def test_a_suite_name_that_is_not_one_is_refused(fake, tmp_path, monkeypatch, suite):
+    data = model().to_json()
+    data["files"][0]["suite"] = suite
+    folder = _results_json(tmp_path, json.dumps(data).encode())
+    assert _post_results(fake, monkeypatch, folder) == 2
+    assert fake.requests == []
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e308", "-5"])
+@pytest.mark.parametrize("field", ["peak_mib", "budget_mib"])
+def test_a_peak_or_cap_that_is_not_a_measurement_is_refused(
+    fake, tmp_path, monkeypatch, field, value
+):
+    data = model().to_json()
+    data["cases"][0]["modes"]["change"][field] = 1.5  # a marker replaced below, raw
+    raw = json.dumps(data).replace(f'"{field}": 1.5', f'"{field}": {value}', 1)
+    folder = _results_json(tmp_path, raw.encode())
+    assert _post_results(fake, monkeypatch, folder) == 2
+    assert fake.requests == []
+
+
+def test_ten_thousand_regression_cases_cost_at_most_ten_check_run_requests(
+    fake, tmp_path, monkeypatch
+):
+    folder = _results_json(tmp_path, json.dumps(_regressions(10_000)).encode())
+    args = ["--results", str(folder), "--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD]
+    assert _report(fake, monkeypatch, *args, "--check-run", "--post") == 0
+    (run,) = fake.check_runs.values()
+    assert len(run["annotations"]) == 500
+    assert fake.count("POST", r"/check-runs$") + fake.count("PATCH", r"/check-runs/\d+$") <= 10
+    assert "first 500 of 10000" in run["output"]["title"]
+
+
+def test_an_annotation_title_carries_no_bidi_or_invisible_characters():
+    from ci import checks
+
+    data = _regressions(1, name=lambda i: "test_\u202egnp.exe\u200b\x1b[31m")
+    m = results.Results.from_json(json.loads(json.dumps(data)))
+    create, _ = checks.requests(m, HEAD, "summary", "2026-01-01T00:00:00Z")
+    (note,) = create["output"]["annotations"]
+    assert note["title"] == "test_gnp.exe"
