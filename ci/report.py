@@ -124,7 +124,7 @@ def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
     texts = (render.slot_text(state, **links), render.slot_text(state))
     summary = None
     if request.summary:
-        full = render.comment(model, request.slot, **links, limit=10**6) if model else None
+        full = _step_summary(model, request.slot, links) if model else None
         summary = full or f"{texts[0]}\n"
     return ReportPlan(
         repo=request.repo,
@@ -141,9 +141,26 @@ def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
     )
 
 
+STEP_SUMMARY_BYTES = 1024 * 1024  # GitHub drops a step's summary whole past 1 MiB
+
+
+def _step_summary(model, slot: str, links: dict) -> str:
+    """The report for $GITHUB_STEP_SUMMARY, at most 1 MiB of UTF-8: names of many-byte
+    characters would otherwise push a character-limited report over and lose all of it."""
+    from ci import render
+
+    limit = STEP_SUMMARY_BYTES
+    while True:
+        text = render.comment(model, slot, **links, limit=limit)
+        size = len(text.encode("utf-8"))
+        if size <= STEP_SUMMARY_BYTES:
+            return text
+        limit = min(limit - 1, limit * STEP_SUMMARY_BYTES // size)
+
+
 def write_summary(request: ReportRequest, report: ReportPlan) -> None:
     if request.summary and report.summary is not None:
-        with open(request.summary, "a") as handle:
+        with open(request.summary, "a", encoding="utf-8") as handle:
             handle.write(report.summary)
 
 

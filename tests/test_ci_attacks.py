@@ -293,3 +293,14 @@ def test_an_annotation_title_carries_no_bidi_or_invisible_characters():
     create, _ = checks.requests(m, HEAD, "summary", "2026-01-01T00:00:00Z")
     (note,) = create["output"]["annotations"]
     assert note["title"] == "test_gnp.exe"
+
+
+def test_a_step_summary_of_many_byte_names_stays_under_githubs_1_mib(fake, tmp_path, monkeypatch):
+    data = _regressions(3000, name=lambda i: f"{i:05d}" + "\u754c" * 495)  # 3 bytes each
+    folder = _results_json(tmp_path, json.dumps(data, ensure_ascii=False).encode())
+    summary = tmp_path / "step-summary.md"
+    args = ["--results", str(folder), "--summary", str(summary)]
+    assert _report(fake, monkeypatch, *args) == 0
+    text = summary.read_text(encoding="utf-8")
+    assert len(text.encode("utf-8")) <= 1024 * 1024
+    assert "Shortened to fit" in text and "Environment:" in text
