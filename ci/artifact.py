@@ -26,6 +26,7 @@ MAX_NAME_CHARS = 500
 # ``base-b-test-1-gpu-small``.
 MAX_SUITES = 50
 _SUITE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+MAX_LINE = 10**6  # a test's def line, for its annotation; GitHub refuses absurd ones
 MAX_MIB = 10**7  # a measured peak or cap beyond 10 TiB is not a measurement
 _TEST_PATH = re.compile(r"^(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_./-]{1,300}\.py$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -64,6 +65,8 @@ def load_results(folder: str) -> results.Results:
         _check_test_path(case.file, f"{where}.file")
         if len(case.case_id) > MAX_NAME_CHARS:
             raise ArtifactError(f"{where}.case_id: {len(case.case_id)} > {MAX_NAME_CHARS} chars")
+        if case.line is not None and case.line > MAX_LINE:
+            raise ArtifactError(f"{where}.line: {case.line} > {MAX_LINE}")
         for mode, outcome in case.modes.items():
             for field in ("peak_mib", "budget_mib"):
                 value = getattr(outcome, field)

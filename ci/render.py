@@ -374,9 +374,10 @@ def _excerpts(results: Results, chars: int) -> list[str]:
         mode = {"broken": "change", "regression": "unmodified", "not-reproduced": "unmodified"}.get(
             case.kind
         )
-        if mode is None or not case.modes[mode].excerpt:
+        outcome = case.modes.get(mode) if mode else None  # an artifact may leave a mode out
+        if outcome is None or not outcome.excerpt:
             continue
-        text = case.modes[mode].excerpt
+        text = outcome.excerpt
         if len(text) > chars:
             text = "[...]\n" + text[-chars:]
         name = safe_clip(escape_inline(case.case_id), 300)

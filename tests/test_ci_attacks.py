@@ -304,3 +304,25 @@ def test_a_step_summary_of_many_byte_names_stays_under_githubs_1_mib(fake, tmp_p
     text = summary.read_text(encoding="utf-8")
     assert len(text.encode("utf-8")) <= 1024 * 1024
     assert "Shortened to fit" in text and "Environment:" in text
+
+
+@pytest.mark.parametrize("kind, dropped", [("regression", "unmodified"), ("broken", "change")])
+def test_a_case_missing_the_mode_its_kind_is_about_renders_as_missing(
+    fake, tmp_path, monkeypatch, kind, dropped
+):
+    data = model().to_json()
+    data["cases"][0]["kind"] = kind
+    data["cases"][0]["modes"].pop(dropped)
+    folder = _results_json(tmp_path, json.dumps(data).encode())
+    assert _post_results(fake, monkeypatch, folder) == 0
+    (comment,) = [c["body"] for c in fake.comments.values()]
+    row = next(line for line in comment.splitlines() if line.startswith("| TestSparse"))
+    assert "\u2014" in row  # the missing mode's cell
+
+
+def test_a_def_line_past_any_real_file_is_refused(fake, tmp_path, monkeypatch):
+    data = model().to_json()
+    data["cases"][0]["line"] = 10**30
+    folder = _results_json(tmp_path, json.dumps(data).encode())
+    assert _post_results(fake, monkeypatch, folder) == 2
+    assert fake.requests == []
