@@ -95,8 +95,8 @@ def _fences(body: str) -> list[tuple[int, int]]:
                 spans.append((opened[0], offset + len(line)))
                 opened = None
         offset += len(line)
-    if opened is not None:  # an unclosed fence runs to the end of the body
-        spans.append((opened[0], len(body)))
+    # An unclosed fence is left out: it would run to the end of the body, over the block we
+    # append there, and every later run would append another one.
     return spans
 
 

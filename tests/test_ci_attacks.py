@@ -326,3 +326,11 @@ def test_a_def_line_past_any_real_file_is_refused(fake, tmp_path, monkeypatch):
     folder = _results_json(tmp_path, json.dumps(data).encode())
     assert _post_results(fake, monkeypatch, folder) == 2
     assert fake.requests == []
+
+
+def test_a_body_ending_in_an_unclosed_fence_gets_one_block_however_many_runs():
+    body = "Text\n```\ncode without its closing fence\n"
+    for text in ("a", "b", "c"):
+        body = pr_body.set_slot(body, SLOT, "Label", text)
+    assert body.count(pr_body.BLOCK_START) == 1 and pr_body.get_slot(body, SLOT) == "c"
+    assert body.startswith("Text\n```\ncode without its closing fence\n")
