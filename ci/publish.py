@@ -50,6 +50,8 @@ class Publisher:
     log: object = print
     rounds: int = 5
     settle_s: float = 3.0
+    replaced: str | None = None  # the slot text our last slot write replaced (None: no slot)
+    written: str | None = None  # the slot text that write put there
 
     def _issue(self):
         return self.policy.call(
@@ -80,6 +82,7 @@ class Publisher:
                 self.log("PR body: changed since we read it; merging our slot onto the new body")
                 issue = fresh
                 continue
+            self.replaced, self.written = pr_body.get_slot(base, slot), text
             self.policy.call("write PR body", fresh.edit, body=new)
             issue = self._issue()
             if pr_body.get_slot(issue.body, slot) == text:
@@ -91,6 +94,18 @@ class Publisher:
                     return "updated"
             self.log("PR body: another writer replaced it after our write; re-applying our slot")
         raise ConflictError(f"PR #{self.number}: body kept changing; gave up after {self.rounds}")
+
+    def put_back_slot(self, slot: str, label: str) -> str:
+        """Undo our last slot write, only while the slot still holds what it wrote (a newer run
+        that wrote since keeps its text) and only if there was a slot before it."""
+        if self.written is None or self.replaced is None:
+            return "nothing to put back"
+        issue = self._issue()
+        if pr_body.get_slot(issue.body, slot) != self.written:
+            return "left as a newer writer set it"
+        body = pr_body.set_slot(issue.body, slot, label, self.replaced)
+        self.policy.call("write PR body", issue.edit, body=body)
+        return "put back"
 
     def identity(self, login: str | None = None) -> str:
         """The login our comments carry: ``login`` if given, else GET /user, else the Actions bot.

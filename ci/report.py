@@ -227,7 +227,11 @@ def publish(request: ReportRequest, report: ReportPlan, say) -> bool:
             return True
         outcome = publisher.update_slot(request.slot, request.slot_label, list(report.texts))
         say(f"PR body slot {request.slot}: {outcome}")
-        if report.comment is not None and not superseded("comment skipped"):
+        moved = superseded("our slot write is undone and the comment skipped")
+        if moved and outcome == "updated":
+            back = publisher.put_back_slot(request.slot, request.slot_label)
+            say(f"PR body slot {request.slot}: {back}")
+        if report.comment is not None and not moved:
             marker = render.comment_marker(request.slot)
             login = publisher.identity(request.bot_login)
             result = publisher.upsert_comment(marker, report.comment, login)

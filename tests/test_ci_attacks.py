@@ -334,3 +334,35 @@ def test_a_body_ending_in_an_unclosed_fence_gets_one_block_however_many_runs():
         body = pr_body.set_slot(body, SLOT, "Label", text)
     assert body.count(pr_body.BLOCK_START) == 1 and pr_body.get_slot(body, SLOT) == "c"
     assert body.startswith("Text\n```\ncode without its closing fence\n")
+
+
+def test_a_push_landing_during_the_slot_write_gets_the_slot_put_back(fake, tmp_path, monkeypatch):
+    newer = "b" * 40
+    pending = pr_body.set_slot("Author's text.\n", SLOT, "Label", ":hourglass_flowing_sand:")
+    fake.bodies[7] = pending  # the newer run's pending job wrote this before our report
+    fake.after("PATCH", r"/issues/7$", lambda server: server.heads.__setitem__(7, newer))
+    folder = tmp_path / "r"
+    folder.mkdir()
+    results.save(model(), str(folder))
+    args = ["--results", str(folder), "--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD]
+    assert _report(fake, monkeypatch, *args, "--require-head", "--post") == 0
+    assert fake.bodies[7] == pending  # not the old commit's :white_check_mark:
+    assert fake.comments == {}
+
+
+def test_a_newer_writers_slot_is_never_put_back_over(fake, tmp_path, monkeypatch):
+    newer = "b" * 40
+    fake.bodies[7] = pr_body.set_slot("Author's text.\n", SLOT, "Label", ":hourglass_flowing_sand:")
+
+    def push_and_newer_report(server):
+        server.heads[7] = newer
+        server.bodies[7] = pr_body.set_slot(server.bodies[7], SLOT, "Label", ":x: newer")
+
+    fake.after("PATCH", r"/issues/7$", push_and_newer_report)
+    monkeypatch.setattr("ci.publish.Publisher.settle_s", 0)
+    folder = tmp_path / "r"
+    folder.mkdir()
+    results.save(model(), str(folder))
+    args = ["--results", str(folder), "--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD]
+    assert _report(fake, monkeypatch, *args, "--require-head", "--post") == 0
+    assert pr_body.get_slot(fake.bodies[7], SLOT) == ":x: newer"
