@@ -2,11 +2,13 @@
 
 For the attacks that broke something (each test failed before its fix): the results and gate
 artifacts (non-UTF-8, nesting deeper than the JSON parser's recursion, environment records of
-the wrong shape), text meant to act on GitHub (bidi overrides, zero-width and C1 control
-characters, mentions and issue references that survive entity decoding), and a PR body whose
-own slot-start marker, left without its end, made a later report eat the author's text. Every
-attack runs against the fake GitHub through the real github3.py client where a request is at
-stake; a rejected artifact must send no request at all.
+the wrong shape, cases missing a mode, NaN/Infinity peaks, absurd def lines, thousands of suites
+or annotations that would spend the API rate limit), text meant to act on GitHub (bidi
+overrides, zero-width and C1 control characters, mentions and issue references that survive
+entity decoding, a step summary of many-byte names over 1 MiB), PR bodies the author writes
+(an unclosed slot-start marker, a fenced example of the block, an unclosed fence) and a push
+racing the report. Requests go to the fake GitHub through the real github3.py client; a rejected
+artifact must send no request at all.
 """
 
 import html
