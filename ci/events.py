@@ -7,8 +7,9 @@ fork's own). Which PR the run was for is therefore taken from the artifact and t
 against GitHub (the PR's head must be this head SHA) before anything is posted.
 """
 
-import re
 from dataclasses import dataclass
+
+from ci.gate import COMMIT_SHA
 
 CONCLUSIONS = (
     "success",
@@ -21,7 +22,6 @@ CONCLUSIONS = (
     "stale",
     "startup_failure",
 )
-_SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def finished_run(event: dict) -> FinishedRun:
     run_id, sha = run.get("id"), run.get("head_sha")
     if not isinstance(run_id, int) or isinstance(run_id, bool):
         raise ValueError("workflow_run.id is not an integer")
-    if not isinstance(sha, str) or not _SHA.match(sha):
+    if not isinstance(sha, str) or not COMMIT_SHA.match(sha):
         raise ValueError("workflow_run.head_sha is not a 40-hex commit")
     conclusion = run.get("conclusion")
     if conclusion not in CONCLUSIONS:

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 RUN_LABEL = "run-ci"
-_SHA = re.compile(r"^[0-9a-f]{40}$")
+COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")  # a full commit id, as GitHub sends it
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def decide(event: dict, label: str = RUN_LABEL) -> Gate:
         return Gate(run=True, fork=False, reason="not a pull_request event")
     number = pr.get("number") if isinstance(pr.get("number"), int) else None
     sha = (pr.get("head") or {}).get("sha")
-    sha = sha if isinstance(sha, str) and _SHA.match(sha) else None
+    sha = sha if isinstance(sha, str) and COMMIT_SHA.match(sha) else None
     head = ((pr.get("head") or {}).get("repo") or {}).get("full_name")
     base = ((pr.get("base") or {}).get("repo") or {}).get("full_name")
     # A deleted fork has no head repo; treat it as untrusted like any fork.
