@@ -76,16 +76,23 @@ class FileResult:
     flags: list = field(default_factory=list)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Results:
+    """One run, judged: every stage after ``build`` reads it and changes it only by ``replace``."""
+
     backend: str
-    modes: list
+    modes: tuple[str, ...]
     selection: dict
     environment: dict
-    files: list
-    cases: list
+    files: tuple[FileResult, ...]
+    cases: tuple[Case, ...]
     schema: int = SCHEMA
     pictures: dict = field(default_factory=dict)  # case key -> PNG path inside the results folder
+
+    def __post_init__(self):
+        # Callers build these as lists (``replace(model, cases=[...])``); store them as tuples.
+        for name in ("modes", "files", "cases"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def change_ok(self) -> bool:
         """Every case passes (or skips) with the change, and the change mode ran at all."""
@@ -112,7 +119,11 @@ class Results:
         return grouped
 
     def to_json(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        # Lists, as json.load gives them back: to_json() equals the parsed results.json.
+        for name in ("modes", "files", "cases"):
+            data[name] = list(data[name])
+        return data
 
     @classmethod
     def from_json(cls, data, source: str = "results.json") -> "Results":

@@ -122,7 +122,7 @@ def test_bidi_overrides_zero_width_and_c1_controls_never_reach_the_comment(fake,
     excerpt = "log " + BIDI_AND_INVISIBLE + C1_AND_DEL + " end"
     first = replace(first, case_id=name)
     first.modes["unmodified"] = replace(first.modes["unmodified"], excerpt=excerpt)
-    m.cases[0] = first
+    m = replace(m, cases=[first, *m.cases[1:]])
     text = render.comment(m, SLOT)
     hostile = set(BIDI_AND_INVISIBLE + C1_AND_DEL + "\u2028") - {"\u200b"}  # ZWSP: our defuser
     assert not hostile & set(text)

@@ -47,7 +47,7 @@ def test_every_request_of_every_report_path_is_in_githubs_description(tmp_path, 
     try:
         fake.add_pr(7, "Author.\n", head_sha=HEAD)
         m = model()
-        m.cases[0] = replace(m.cases[0], line=40)
+        m = replace(m, cases=[replace(m.cases[0], line=40), *m.cases[1:]])
         folder = str(_results_dir(tmp_path, m))
         base = ["report", "--api-url", fake.url, "--repo", "sgl/sglang", "--pr", "7"]
         assert main([*base, "--state", "pending", "--post"]) == 0
@@ -59,7 +59,7 @@ def test_every_request_of_every_report_path_is_in_githubs_description(tmp_path, 
                      "--results", folder, "--post"]) == 0  # fmt: skip
         # Annotations 51 and on go out as check-run updates (PATCH).
         many = model()
-        many.cases = [many.cases[0]] * 60
+        many = replace(many, cases=[many.cases[0]] * 60)
         create, updates = checks.requests(many, HEAD, "summary", "2026-01-01T00:00:00Z")
         policy = RetryPolicy(sleep=lambda _: None)
         Publisher(connect(ACTIONS_TOKEN, fake.url), "sgl", "sglang", 7, policy).create_check_run(

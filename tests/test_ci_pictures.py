@@ -1,6 +1,7 @@
 """Memory pictures: one PNG per regression case from the measured evidence, listed in the report."""
 
 import json
+from dataclasses import replace
 
 import pytest
 from ci_samples import model
@@ -18,7 +19,7 @@ def test_the_size_an_oom_asked_for_is_read_from_the_cpu_and_the_cuda_messages():
 
 def test_a_png_per_regression_case_only_and_the_report_lists_them(tmp_path):
     m = model()
-    m.pictures = pictures.draw_all(m, str(tmp_path))
+    m = replace(m, pictures=pictures.draw_all(m, str(tmp_path)))
     (case,) = [c for c in m.cases if c.kind == "regression"]
     assert list(m.pictures) == [case.key]
     png = tmp_path / m.pictures[case.key]

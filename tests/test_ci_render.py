@@ -29,7 +29,7 @@ def test_a_test_name_full_of_markdown_and_comment_markers_cannot_break_anything(
     first = m.cases[0]  # names reach us from logs, so assume anything
     excerpt = NASTY + "\n```\n<!-- pr-states:end -->"
     first.modes["unmodified"] = replace(first.modes["unmodified"], excerpt=excerpt)
-    m.cases[0] = replace(first, case_id=NASTY)
+    m = replace(m, cases=[replace(first, case_id=NASTY), *m.cases[1:]])
     text = render.comment(m, "dsv4")
     # The only comment markers left are our own hidden marker.
     assert text.count("<!--") == 1 and text.count("-->") == 1
@@ -52,7 +52,7 @@ def test_escape_block_picks_a_fence_longer_than_any_backtick_run():
 
 def test_a_huge_comment_is_shrunk_under_the_limit_with_a_pointer_to_the_artifacts():
     m = model()
-    m.cases = m.cases * 2000  # thousands of rows and excerpts
+    m = replace(m, cases=m.cases * 2000)  # thousands of rows and excerpts
     text = render.comment(m, "dsv4", artifacts_url="https://ci/7#artifacts")
     assert len(text) <= BODY_LIMIT
     assert "Shortened to fit" in text and "https://ci/7#artifacts" in text

@@ -273,3 +273,15 @@ def test_a_judged_file_is_frozen_with_its_flags_set_when_it_is_built():
     loaded = results.Results.from_json(json.loads(json.dumps(model().to_json()))).files[0]
     with pytest.raises(FrozenInstanceError):
         loaded.suite = "another"
+
+
+def test_results_are_frozen_and_a_replace_with_lists_still_stores_tuples():
+    m = model()
+    with pytest.raises(FrozenInstanceError):
+        m.backend = "cuda"
+    with pytest.raises(FrozenInstanceError):
+        m.cases = []
+    again = replace(m, cases=[m.cases[0]], files=list(m.files), modes=["change"])
+    assert again.cases == (m.cases[0],) and isinstance(again.files, tuple)
+    assert again.modes == ("change",)
+    assert again.to_json()["cases"] == [m.to_json()["cases"][0]]  # lists again, as in JSON

@@ -202,7 +202,7 @@ def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
 
 def test_check_run_has_the_table_and_a_notice_at_the_regression_tests_line(fake):
     m = model()
-    m.cases[0] = replace(m.cases[0], line=123)
+    m = replace(m, cases=[replace(m.cases[0], line=123), *m.cases[1:]])
     create, updates = checks.requests(m, HEAD, render.comment(m, "s"), "2026-01-01T00:00:00Z")
     _publisher(fake).create_check_run(create, updates)
     (run,) = fake.check_runs.values()
@@ -256,13 +256,15 @@ def test_run_records_each_cases_def_line_for_its_annotation(tmp_path):
 
 def _oversize(files=400, cases=0):
     m = model()
+    flagged = []
     for i in range(files):
         path = f"test/registered/unit/layers/test_flagged_{i:03d}_" + "x" * 120 + ".py"
-        m.files.append(results.FileResult(path, "s", {}, [results.FLAG_NOT_REPRODUCED]))
+        flagged.append(results.FileResult(path, "s", {}, [results.FLAG_NOT_REPRODUCED]))
+    extra = []
     for i in range(cases):
         name = f"TestW.test_{i:05d}_&_<b>_" + "y" * 150
-        m.cases.append(replace(model().cases[0], case_id=name))
-    return m
+        extra.append(replace(model().cases[0], case_id=name))
+    return replace(m, files=[*m.files, *flagged], cases=[*m.cases, *extra])
 
 
 def test_400_flagged_files_keep_the_table_the_note_and_the_environment():
@@ -310,12 +312,11 @@ def test_ci_run_writes_the_full_report_into_the_artifact(tmp_path):
 
 def test_artifact_with_a_path_outside_the_repo_or_huge_counts_is_rejected(tmp_path):
     m = model()
-    m.cases[0] = replace(m.cases[0], file="../../etc/passwd.py")
+    m = replace(m, cases=[replace(m.cases[0], file="../../etc/passwd.py"), *m.cases[1:]])
     folder = _results_dir(tmp_path, m)
     with pytest.raises(artifact.ArtifactError, match="relative test-file path"):
         artifact.load_results(str(folder))
-    m = model()
-    m.backend = "cuda\n<script>"
+    m = replace(model(), backend="cuda\n<script>")
     with pytest.raises(artifact.ArtifactError, match="backend"):
         artifact.load_results(str(_results_dir(tmp_path, m, "b")))
 
