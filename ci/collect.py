@@ -2,13 +2,20 @@
 
 For selecting files only: it reads ``register_*_ci(...)`` calls through
 ``sglang.test.ci.ci_register.collect_tests`` (the same AST reader upstream's runner uses), so a
-file registered here is registered the same way upstream. It never imports or runs a test file.
+file registered here is registered the same way upstream. It never imports or runs a test file,
+and never imports the sglang package: the reader is loaded from the installed sglang on its own.
 """
 
 import ast
 import glob
+import importlib.util
 import os
+import sys
 from dataclasses import dataclass
+
+CI_REGISTER = "sglang.test.ci.ci_register"
+# The reader's own name in sys.modules when it is loaded without its package.
+READER_MODULE = "_sglang_ci_register_reader"
 
 BACKENDS = ("cuda", "cpu")
 REGISTERED_ROOT = "test/registered"
@@ -50,16 +57,15 @@ def select(
     include_nightly: bool = False,
 ) -> list[Selected]:
     """Registered files under ``root``/test/registered for one backend, filtered and sharded."""
-    from sglang.test.ci.ci_register import HWBackend, auto_partition, collect_tests
-
+    reader = registry_reader()
     if backend not in BACKENDS:
         raise SelectionError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     pattern = os.path.join(root, REGISTERED_ROOT, "**", "test_*.py")
     files = sorted(glob.glob(pattern, recursive=True))
-    wanted = HWBackend[backend.upper()]
+    wanted = reader.HWBackend[backend.upper()]
     registries = [
         r
-        for r in collect_tests(files, sanity_check=True)
+        for r in reader.collect_tests(files, sanity_check=True)
         if r.backend == wanted
         and r.disabled is None
         and (include_nightly or not r.nightly)
@@ -67,7 +73,7 @@ def select(
         and (stage is None or r.stage == stage)
     ]
     if shard is not None:
-        registries = auto_partition(registries, shard[0], shard[1])
+        registries = reader.auto_partition(registries, shard[0], shard[1])
     chosen = {}
     for r in registries:
         # A file registered twice for one backend still runs once.
@@ -81,6 +87,35 @@ def select(
         )
         for r in sorted(chosen.values(), key=lambda r: r.filename)
     ]
+
+
+def registry_reader():
+    """sglang's ``ci_register`` module, without importing the sglang package.
+
+    The reader needs only the standard library, while ``import sglang`` imports torch and
+    transformers and, on 0.5.23, creates a CUDA context: seconds, and CUDA state in the CI
+    process, before any test could start. Raises ImportError when sglang is not installed.
+    """
+    loaded = sys.modules.get(CI_REGISTER) or sys.modules.get(READER_MODULE)
+    if loaded is not None:
+        return loaded
+    package = importlib.util.find_spec("sglang")  # locates the package, runs none of it
+    places = (package.submodule_search_locations or []) if package else []
+    for place in places:
+        path = os.path.join(place, "test", "ci", "ci_register.py")
+        if os.path.isfile(path):
+            break
+    else:
+        raise ImportError("no sglang/test/ci/ci_register.py on the path (is sglang installed?)")
+    spec = importlib.util.spec_from_file_location(READER_MODULE, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[READER_MODULE] = module  # dataclasses look their module up while it runs
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[READER_MODULE]
+        raise
+    return module
 
 
 def test_lines(root: str, path: str) -> dict:

@@ -1,8 +1,12 @@
 """Describe the machine and software a CI run used, for the results and the report.
 
-For probing only, and always in child processes: importing torch or sglang here would put
-their state (and CUDA) into the CI process itself. Every probe degrades to "unknown" rather
-than failing the run: a missing nvidia-smi is a fact about the machine, not an error.
+For describing only. The software facts (torch, CUDA, sglang, the overlay's status) come from
+the test processes themselves (``ci/file_process.py`` writes them as each file's process ends),
+one record per mode, so they are what the tests ran with and no extra process imports sglang;
+this module checks those records' shape and adds the machine's facts (GPUs, git, the series).
+Importing torch or sglang here would put their state (and CUDA) into the CI process itself, so
+it never does. Every part degrades to "unknown" rather than failing the run: a missing
+nvidia-smi is a fact about the machine, not an error.
 """
 
 import json
@@ -10,134 +14,51 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 
-WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
-DISABLE_ENV = "SGLANG_OVERLAY_DISABLE"  # the overlay's switch, as ci.runner sets it
-
-# Runs in a child with the first listed mode's environment. The workspace module is imported
-# first because the overlay only reports "applied" once the module it patches has been imported.
-# A second listed mode differs only in the overlay switch: the child clears the switch and calls
-# apply(), which is what a process started without it reports, without a second import.
-_PROBE = f"""
-import importlib, json, os, sys
-modes = sys.argv[1:]
-info = {{}}
-try:
-    import torch
-    info["torch"] = torch.__version__
-    info["cuda"] = torch.version.cuda
-    info["cuda_available"] = torch.cuda.is_available()
-    if info["cuda_available"]:
-        info["gpu"] = torch.cuda.get_device_name(0)
-except Exception as exc:
-    info["torch_error"] = f"{{type(exc).__name__}}: {{exc}}"
-try:
-    from importlib.metadata import version
-    info["sglang"] = version("sglang")
-except Exception:
-    info["sglang"] = None
-try:
-    import sglang
-    info["sglang_path"] = sglang.__file__
-    importlib.import_module({WORKSPACE_MODULE!r})
-except Exception as exc:
-    info["sglang_error"] = f"{{type(exc).__name__}}: {{exc}}"
-try:
-    import sglang_overlay
-except ImportError:
-    sglang_overlay = None
-by_mode = {{}}
-for index, mode in enumerate(modes):
-    if index and sglang_overlay is not None:
-        os.environ.pop({DISABLE_ENV!r}, None)
-        sglang_overlay.apply()
-    by_mode[mode] = dict(info, overlay=sglang_overlay and sglang_overlay.status())
-print("CI_ENV " + json.dumps(by_mode))
-"""
+RECORD_CHARS = 64 * 1024  # a test process's record is PR code's output: bounded, then checked
+TEXT_KEYS = ("torch", "cuda", "gpu", "sglang", "sglang_path", "sglang_error", "torch_error")
+OVERLAY_KEYS = ("patch", "state", "target", "sglang_version", "reason")
+FIELD_CHARS = 500
 
 
-def probe_python(env: dict, cwd: str, modes=("probe",), timeout_s: float = 300) -> dict:
-    """torch / CUDA / sglang / overlay facts as seen by a process with ``env``, one record per
-    mode in ``modes`` (the first runs under ``env``, the others with the overlay switch off)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _PROBE, *modes],
-        env=env,
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    with _lock:
-        _running.add(proc.pid)
-        if _behind:
-            _lower(proc.pid)
+def process_record(text: str) -> dict | None:
+    """The facts one test process wrote about itself, kept to known keys and plain values;
+    None when it wrote nothing usable."""
     try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        return {mode: {"error": f"probe timed out after {timeout_s}s"} for mode in modes}
-    finally:
-        with _lock:
-            _running.discard(proc.pid)
-    for line in stdout.splitlines():
-        if line.startswith("CI_ENV "):
-            return json.loads(line[len("CI_ENV ") :])
-    error = {"error": f"probe exited {proc.returncode}: {stderr[-500:]}"}
-    return {mode: error for mode in modes}
+        raw = json.loads(text[:RECORD_CHARS])
+    except ValueError:
+        return None
+    if not isinstance(raw, dict):
+        return None
+    record = {k: _text(raw[k]) for k in TEXT_KEYS if k in raw}
+    if "cuda_available" in raw:
+        record["cuda_available"] = raw["cuda_available"] is True
+    overlay = raw.get("overlay")
+    if isinstance(overlay, list):
+        record["overlay"] = [
+            {k: _text(item.get(k)) for k in OVERLAY_KEYS}
+            for item in overlay[:10]
+            if isinstance(item, dict)
+        ]
+    elif "overlay" in raw:
+        record["overlay"] = None
+    return record
 
 
-# Probes start at normal priority, while ``ci run`` itself only selects files on one core; once
-# the test processes start, ``step_behind_tests()`` moves them behind, so they take what the
-# tests leave instead of competing with them for the same cores.
-_lock = threading.Lock()
-_running: set[int] = set()
-_behind = False
+def _text(value):
+    return None if value is None else str(value)[:FIELD_CHARS]
 
 
-def step_behind_tests() -> None:
-    """Lower the priority of every probe running now and of every probe started after."""
-    global _behind
-    with _lock:
-        _behind = True
-        for pid in _running:
-            _lower(pid)
-
-
-def _lower(pid: int) -> None:
-    try:
-        os.setpriority(os.PRIO_PROCESS, pid, 19)
-    except (OSError, AttributeError):  # gone already, or not a POSIX system
-        pass
-
-
-def probe_groups(mode_envs: dict[str, dict]) -> list[list[str]]:
-    """Modes that one probe process can describe: environments equal but for the overlay switch,
-    the one with the switch first (turning the overlay on in-process is possible, off is not)."""
-    groups: list[list[str]] = []
-    for mode, env in sorted(mode_envs.items(), key=lambda item: DISABLE_ENV not in item[1]):
-        rest = {k: v for k, v in env.items() if k != DISABLE_ENV}
-        for group in groups:
-            first = mode_envs[group[0]]
-            if (
-                len(group) == 1
-                and DISABLE_ENV not in env
-                and rest == {k: v for k, v in first.items() if k != DISABLE_ENV}
-            ):
-                group.append(mode)
-                break
-        else:
-            groups.append([mode])
-    return groups
-
-
-def probe_modes(mode_envs: dict[str, dict], cwd: str) -> dict:
-    """One probe record per mode, from as few processes (each importing sglang) as possible."""
-    records = {}
-    for group in probe_groups(mode_envs):
-        records.update(probe_python(mode_envs[group[0]], cwd, group))
-    return {mode: records[mode] for mode in mode_envs}
+def records_by_mode(runs, modes) -> dict:
+    """One record per mode: the first of that mode's test processes that wrote one."""
+    by_mode = {}
+    for mode in modes:
+        records = (process_record(run.environment) for run in runs if run.mode == mode)
+        by_mode[mode] = next(
+            (r for r in records if r is not None),
+            {"error": "no test process of this mode reported its environment"},
+        )
+    return by_mode
 
 
 def nvidia_smi() -> list[dict]:
@@ -191,12 +112,17 @@ def series_identity(cwd: str) -> dict:
         return {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
-def describe(mode_envs: dict[str, dict], cwd: str) -> dict:
-    """The whole environment record: machine, git, the series' id, and a probe per mode."""
+def describe_machine(cwd: str) -> dict:
+    """The machine's part of the record: Python, GPUs, git, the series' id (no test needed)."""
     return {
         "python": sys.version.split()[0],
         "gpus": nvidia_smi(),
         "git": git_commit(cwd),
         "series": series_identity(cwd),
-        "modes": probe_modes(mode_envs, cwd),
     }
+
+
+def describe(machine: dict, runs, modes) -> dict:
+    """The whole environment record: ``describe_machine``'s and each mode's test processes' own
+    record (``runs``: the ``runner.FileRun`` list)."""
+    return {**machine, "modes": records_by_mode(runs, modes)}

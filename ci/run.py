@@ -54,14 +54,12 @@ def execute(request: RunRequest, log):
     src = request.sglang_src
     if src and not os.path.isdir(os.path.join(src, "python", "sglang")):
         raise RequestError(f"--sglang-src {src}: no python/sglang inside")
-    envs = {m: runner.mode_env(m, src) for m in modes}
-    env_record = {}
-    # The probe imports sglang (seconds): on the core that selection leaves idle, then behind
-    # the test processes.
-    probe = threading.Thread(
-        target=lambda: env_record.update(environment.describe(envs, root)), daemon=True
+    machine = {}
+    # git, nvidia-smi and the series' hash take a moment: beside the tests, not before them.
+    describing = threading.Thread(
+        target=lambda: machine.update(environment.describe_machine(root)), daemon=True
     )
-    probe.start()
+    describing.start()
     selected = _select(request, root, backend)
 
     out = os.path.abspath(request.out)
@@ -69,11 +67,11 @@ def execute(request: RunRequest, log):
     log(
         f"ci run: {len(selected)} files x {len(modes)} modes on {backend}, {request.jobs} at a time"
     )
-    environment.step_behind_tests()
     runs = runner.run_all(
         [s.path for s in selected], modes, root, request.timeout, request.jobs, src, log
     )
-    probe.join()
+    describing.join()
+    env_record = environment.describe(machine, runs, modes)
 
     log_paths = {}
     for run in runs:

@@ -1,10 +1,12 @@
 """Run each selected test file as its own fresh ``python FILE -v --result-fd N`` process, in
-each mode.
+each mode, through ``ci/file_process.py`` (CUDA left uninitialised through the imports, so the
+file can fork its CUDA cases; it also reports what the process ran with).
 
 For launching and timing processes only: it knows the two modes' environments, scrubs secrets
 from them, enforces the per-file timeout, keeps the raw output for the logs and collects what
-the file writes on its result channel (one JSON line per test, read by ``case_result``; the
-output is never parsed). Deciding what the results mean is ``results``'.
+the file writes on its result channel (one JSON line per test, read by ``case_result``) and the
+process's environment record (read by ``environment``); the output is never parsed. Deciding
+what the results mean is ``results``'.
 """
 
 import os
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 MODES = ("unmodified", "change")
 DISABLE_ENV = "SGLANG_OVERLAY_DISABLE"
 RESULT_FD_FLAG = "--result-fd"  # the registered test's result channel
+FILE_PROCESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "file_process.py")
 # Anything that looks like a credential stays out of the test processes: they run PR code.
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE_KEY|API_KEY", re.I)
 
@@ -36,6 +39,7 @@ class FileRun:
     output: str
     chunk_times: list[tuple[int, float]] = field(default_factory=list)
     channel: str = ""  # what the file wrote on its result channel: one JSON line per test
+    environment: str = ""  # what its process wrote about itself (ci/file_process.py), raw
 
 
 def scrubbed_env(base: dict | None = None) -> dict:
@@ -71,10 +75,20 @@ def mode_env(mode: str, sglang_src: str | None = None, base: dict | None = None)
 
 
 def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> FileRun:
-    """``python FILE -v --result-fd N`` in a new session, so a timeout can kill the test's
-    children too."""
+    """``python FILE -v --result-fd N`` (through ``file_process``) in a new session, so a
+    timeout can kill the test's children too."""
     channel_read, channel_write = os.pipe()
-    command = [sys.executable, path, "-v", RESULT_FD_FLAG, str(channel_write)]
+    record_read, record_write = os.pipe()
+    command = [
+        sys.executable,
+        FILE_PROCESS,
+        "--environment-fd",
+        str(record_write),
+        path,
+        "-v",
+        RESULT_FD_FLAG,
+        str(channel_write),
+    ]
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -85,13 +99,19 @@ def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> Fil
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            pass_fds=(channel_write,),
+            pass_fds=(channel_write, record_write),
         )
     finally:
-        os.close(channel_write)  # the child holds the only write end: EOF when it ends
+        os.close(channel_write)  # the child holds the only write ends: EOF when it ends
+        os.close(record_write)
     channel: list[bytes] = []
-    drain = threading.Thread(target=_read_all, args=(channel_read, channel), daemon=True)
-    drain.start()
+    record: list[bytes] = []
+    drains = [
+        threading.Thread(target=_read_all, args=(fd, into), daemon=True)
+        for fd, into in ((channel_read, channel), (record_read, record))
+    ]
+    for drain in drains:
+        drain.start()
     chunks: list[bytes] = []
     times: list[tuple[int, float]] = []
 
@@ -115,7 +135,8 @@ def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> Fil
         _kill_group(proc)
         proc.wait()
     reader.join(timeout=10)
-    drain.join(timeout=10)
+    for drain in drains:
+        drain.join(timeout=10)
     raw = b"".join(chunks)
     text, char_times = _decode_with_offsets(raw, times)
     return FileRun(
@@ -127,6 +148,7 @@ def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> Fil
         output=text,
         chunk_times=char_times,
         channel=b"".join(channel).decode("utf-8", errors="replace"),
+        environment=b"".join(record).decode("utf-8", errors="replace"),
     )
 
 

@@ -1,9 +1,7 @@
 """Reading the result channel, judging cases, results.json validation, env scrubbing, gating."""
 
 import json
-import os
 import subprocess
-import sys
 from dataclasses import FrozenInstanceError, replace
 
 import pytest
@@ -221,13 +219,6 @@ def test_bad_shard_and_modes_are_usage_errors(tmp_path):
     assert main(["run", "--out", str(tmp_path), "--backend", "cpu", "--suite", "no-such"]) == 2
 
 
-def test_one_probe_describes_both_modes_when_only_the_overlay_switch_differs():
-    envs = {m: runner.mode_env(m, base={"PATH": "/bin"}) for m in runner.MODES}
-    assert environment.probe_groups(envs) == [["unmodified", "change"]]
-    patched = {m: runner.mode_env(m, "/src/sglang", base={"PATH": "/bin"}) for m in runner.MODES}
-    assert environment.probe_groups(patched) == [["unmodified"], ["change"]]
-
-
 def test_a_project_inside_another_repository_reports_no_commit(tmp_path):
     def git(*args, cwd=tmp_path):
         subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
@@ -249,19 +240,6 @@ def test_a_report_plan_is_frozen_and_is_exactly_what_the_dry_run_prints(tmp_path
     assert main(["report", "--results", str(tmp_path), "--repo", "o/r", "--pr", "3", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == plan.to_dict()
     assert plan.statuses == () and plan.statuses_skipped  # no --sha: nothing to set them on
-
-
-def test_a_running_probe_steps_behind_the_test_processes(monkeypatch):
-    probe = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    try:
-        monkeypatch.setattr(environment, "_running", {probe.pid})
-        monkeypatch.setattr(environment, "_behind", False)
-        assert os.getpriority(os.PRIO_PROCESS, probe.pid) < 19
-        environment.step_behind_tests()
-        assert os.getpriority(os.PRIO_PROCESS, probe.pid) == 19
-    finally:
-        probe.kill()
-        probe.wait()
 
 
 def test_a_judged_file_is_frozen_with_its_flags_set_when_it_is_built():

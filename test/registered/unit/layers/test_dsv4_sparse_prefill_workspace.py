@@ -1,12 +1,14 @@
 """DSV4 sparse-prefill workspace: replacing the scratch must not need old + new memory.
 
 Each capped case runs in its own process under an isolated allocator budget, so the
-cap cannot leak into other tests or a resident server. CUDA caps the caching allocator
-with ``torch.cuda.set_per_process_memory_fraction`` in a fresh interpreter per case; CPU
-forks one child per case from this process after importing the workspace module once, and
-the child caps its address space with ``RLIMIT_AS`` at its current size plus the budget,
-with one thread. The cases use the workspace class exactly as this process imports it,
-so the file runs unchanged in an upstream checkout and against an installed sglang.
+cap cannot leak into other tests or a resident server. This process imports the workspace
+module once and forks one child per case. A CPU child caps its address space with
+``RLIMIT_AS`` at its current size plus the budget, with one thread. A CUDA child creates
+its own CUDA context and caps the caching allocator with
+``torch.cuda.set_per_process_memory_fraction``; that needs a parent without a CUDA context,
+so where importing sglang created one, every CUDA case is a fresh interpreter instead.
+The cases use the workspace class exactly as this process imports it, so the file runs
+unchanged in an upstream checkout and against an installed sglang.
 
 Run: ``python test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py -v``
 """
@@ -243,8 +245,9 @@ def launch_case(
 ) -> dict:
     """Run one case in a fresh interpreter under the allocator cap; return its result.
 
-    It pays the whole import of the workspace module, so it is for CUDA (where a forked
-    child cannot use CUDA) and for callers that need another environment."""
+    It pays the whole import of the workspace module, so it is for CUDA cases of a process
+    that holds a CUDA context (a forked child could not create its own) and for callers
+    that need another environment."""
     command = [
         sys.executable,
         os.path.abspath(__file__),
@@ -272,8 +275,8 @@ def launch_case(
 
 
 def preload_for_fork() -> None:
-    """Import torch and the workspace module once, in the process that forks the CPU
-    cases, so no case pays the import; one intra-op thread, so the children have none.
+    """Import torch and the workspace module once, in the process that forks the cases,
+    so no case pays the import; one intra-op thread, so the children have none.
     """
     import torch
 
@@ -281,9 +284,29 @@ def preload_for_fork() -> None:
     torch.set_num_threads(1)
 
 
-def fork_capped_case(case: str, budget_mib: int = ALLOCATOR_CAP_MIB):
-    """CPU: fork this preloaded process; the child caps its own address space, runs one
-    case and writes its result to a pipe. Returns (pid, the pipe's read end)."""
+def cuda_forks_cleanly() -> bool:
+    """Whether a child forked from this preloaded process can create a CUDA context.
+
+    Not when this process holds one (importing sglang 0.5.23 creates it), nor when fork
+    was poisoned by asking the CUDA runtime for devices, as ``torch.cuda.is_available()``
+    does unless ``PYTORCH_NVML_BASED_CUDA_CHECK=1``: torch marks such a child, so a child
+    that exits at once tells."""
+    import torch
+
+    preload_for_fork()
+    if torch.cuda.is_initialized():
+        return False
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def fork_capped_case(case: str, device: str, budget_mib: int = ALLOCATOR_CAP_MIB):
+    """Fork this preloaded process; the child caps its own allocator (and on CUDA creates
+    its own context), runs one case and writes its result to a pipe. Returns (pid, the
+    pipe's read end)."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid:
@@ -293,7 +316,7 @@ def fork_capped_case(case: str, budget_mib: int = ALLOCATOR_CAP_MIB):
     try:
         os.close(read_end)
         try:
-            payload = run_case(case, "cpu", budget_mib)
+            payload = run_case(case, device, budget_mib)
         except BaseException:
             import traceback
 
@@ -305,7 +328,9 @@ def fork_capped_case(case: str, budget_mib: int = ALLOCATOR_CAP_MIB):
         os._exit(status)  # never run the parent's atexit handlers or flush its buffers
 
 
-def collect_forked_case(case: str, pid: int, read_end: int, deadline: float) -> dict:
+def collect_forked_case(
+    case: str, device: str, pid: int, read_end: int, deadline: float
+) -> dict:
     """Wait for one forked case's result; kill it past ``deadline`` (time.monotonic)."""
     chunks = []
     with os.fdopen(read_end, "rb", buffering=0) as pipe:
@@ -314,7 +339,9 @@ def collect_forked_case(case: str, pid: int, read_end: int, deadline: float) -> 
             if left <= 0 or not select.select([pipe], [], [], left)[0]:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
-                raise AssertionError(f"case {case} on cpu ran past {CHILD_TIMEOUT_S}s")
+                raise AssertionError(
+                    f"case {case} on {device} ran past {CHILD_TIMEOUT_S}s"
+                )
             chunk = pipe.read(65536)
             if not chunk:
                 break
@@ -324,20 +351,23 @@ def collect_forked_case(case: str, pid: int, read_end: int, deadline: float) -> 
         result = json.loads(b"".join(chunks))
     except ValueError:
         raise AssertionError(
-            f"case {case} on cpu ended without a result (wait status {status})"
+            f"case {case} on {device} ended without a result (wait status {status})"
         ) from None
     if "error" in result:
-        raise AssertionError(f"case {case} on cpu raised\n{result['error']}")
+        raise AssertionError(f"case {case} on {device} raised\n{result['error']}")
     return result
 
 
-def run_forked_cases(budgets) -> dict:
-    """CPU: every (case, budget) in its own forked child, all at once; {key: result}."""
+def run_forked_cases(budgets, device: str) -> dict:
+    """Every (case, budget) in its own forked child, all at once; {key: result}."""
     preload_for_fork()
     deadline = time.monotonic() + CHILD_TIMEOUT_S
-    children = {key: fork_capped_case(*key) for key in budgets}
+    children = {
+        (case, budget): fork_capped_case(case, device, budget)
+        for case, budget in budgets
+    }
     return {
-        key: collect_forked_case(key[0], pid, read_end, deadline)
+        key: collect_forked_case(key[0], device, pid, read_end, deadline)
         for key, (pid, read_end) in children.items()
     }
 
@@ -358,13 +388,13 @@ class _WorkspaceReleaseFirstCases:
 
     @classmethod
     def start_cases(cls):
-        # Each case is its own isolated process. On CPU they are forked from this process
-        # after one import; CUDA cannot be used in a forked child once the workspace module
-        # has initialised it, so there every case is a fresh interpreter, as many at once
-        # as there are cores, and a test waits for its own.
+        # Each case is its own isolated process, forked from this one after one import.
+        # A CUDA child cannot create a context once this process holds one, so then every
+        # CUDA case is a fresh interpreter, as many at once as there are cores, and a test
+        # waits for its own.
         budgets = case_budgets(cls.DEVICE)
-        if cls.DEVICE == "cpu":
-            cls._results = run_forked_cases(budgets)
+        if cls.DEVICE == "cpu" or cuda_forks_cleanly():
+            cls._results = run_forked_cases(budgets, cls.DEVICE)
             return
         cls._pool = ThreadPoolExecutor(
             max_workers=max(1, min(len(budgets), os.cpu_count() or 1))
@@ -463,7 +493,8 @@ class TestSparsePrefillWorkspaceCUDA(_WorkspaceReleaseFirstCases, unittest.TestC
     def setUpClass(cls):
         import torch
 
-        if not torch.cuda.is_available():
+        # device_count() asks NVML first: unlike is_available(), it leaves fork usable.
+        if torch.cuda.device_count() == 0:
             raise unittest.SkipTest(
                 "no CUDA device: the CUDA allocator-cap cases need a GPU"
             )
