@@ -23,7 +23,8 @@ from benchmark.stats import summary
 from ci import harness, results
 
 # The parallel A/B over one bare import of the workspace module, at most, per device: on CPU
-# the cases fork from one import per mode; on CUDA each case is a fresh interpreter.
+# the cases fork from one import per mode, on CUDA too when that import left CUDA alone
+# (ci/file_process.py).
 GOAL_AB_OVER_IMPORT = {"cpu": 3.0, "cuda": 1.5}
 WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
 BREAKDOWN_CASE = "grow_bf16_64_to_96_mib"

@@ -275,9 +275,9 @@ def proof_table(report) -> list:
         )
     goal = proof.get("goal")
     if isinstance(goal, dict):
-        lines += ["", _goal(goal["met"], f"{goal['value']:.1f}x; goal: {goal['what']}")]
+        lines += ["", _goal(goal["met"], f"{goal['value']:.2f}x; goal: {goal['what']}")]
         if goal["met"]:
-            lines[-1] += f": {goal['value']:.1f}x ({goal['what']})"
+            lines[-1] += f": {goal['value']:.2f}x ({goal['what']})"
     elif proof["ab_over_one_case"].get("parallel") is not None:
         # Results from before the CPU cases were forked from one import have no bare import.
         ratio = proof["ab_over_one_case"]["parallel"]
