@@ -111,7 +111,7 @@ def test_a_proof_from_before_the_fork_states_its_old_ratio_and_the_skipped_seria
 def test_a_cpu_ab_within_3x_a_bare_import_meets_its_goal_with_the_figure():
     text = "\n".join(tables.proof_table(_report(proof=_forked_proof(12.0, 4.0))))
     assert "| parallel | 0.8 | 3.0 | [0] | 12.0 |" in text
-    assert "goal met: 3.0x (the parallel A/B <= 3x one bare import" in text
+    assert "goal met: 3.00x (the parallel A/B <= 3x one bare import" in text
 
 
 def test_a_cuda_ab_above_1_5x_a_bare_import_misses_its_goal_with_the_figure():
@@ -123,7 +123,7 @@ def test_a_cuda_ab_above_1_5x_a_bare_import_misses_its_goal_with_the_figure():
         "value": 2.14,
         "met": False,
     }
-    assert "**goal missed**: 2.1x; goal: the parallel A/B <= 1.5x" in text
+    assert "**goal missed**: 2.14x; goal: the parallel A/B <= 1.5x" in text
 
 
 def test_cpu_machines_show_no_absolute_times_in_the_proof_table():
