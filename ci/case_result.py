@@ -59,17 +59,41 @@ class CaseResult:
         return from_dict(cls, data, where)
 
 
+# A record is an object of evidence objects of plain values; the channel is PR code's output,
+# and a line nested hundreds deep parses yet breaks every recursive step after it (asdict, dump).
+MAX_NESTING = 16
+
+
 def read_channel(text: str) -> tuple[list[CaseResult], list[str]]:
     """The records on a result channel, in order, and one error per line that is not one."""
     records, errors = [], []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
+        where = f"result line {number}"
         try:
-            records.append(CaseResult.from_dict(json.loads(line), f"result line {number}"))
+            data = json.loads(line)
+            if _nesting(data) > MAX_NESTING:
+                raise RecordError(f"{where}: nested deeper than {MAX_NESTING} levels")
+            records.append(CaseResult.from_dict(data, where))
         except ValueError as exc:  # json.JSONDecodeError and RecordError both are
-            errors.append(f"result line {number}: {exc}"[:300])
+            errors.append(f"{where}: {exc}"[:300])
+        except RecursionError:  # "[[[[..." a few KB long: nested past the parser itself
+            errors.append(f"{where}: nested deeper than the JSON parser allows")
     return records, errors
+
+
+def _nesting(value) -> int:
+    """How many lists and objects deep ``value`` goes (without recursing itself)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            value = list(value.values())
+        if isinstance(value, list):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in value)
+    return deepest
 
 
 # ---- the dict form, from the fields ----

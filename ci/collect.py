@@ -94,7 +94,8 @@ def registry_reader():
 
     The reader needs only the standard library, while ``import sglang`` imports torch and
     transformers and, on 0.5.23, creates a CUDA context: seconds, and CUDA state in the CI
-    process, before any test could start. Raises ImportError when sglang is not installed.
+    process, before any test could start. Raises ImportError when sglang is not installed or
+    its reader does not load (it is the PR's code on a PR's runner: it may raise anything).
     """
     loaded = sys.modules.get(CI_REGISTER) or sys.modules.get(READER_MODULE)
     if loaded is not None:
@@ -112,8 +113,10 @@ def registry_reader():
     sys.modules[READER_MODULE] = module  # dataclasses look their module up while it runs
     try:
         spec.loader.exec_module(module)
-    except BaseException:
+    except BaseException as exc:
         del sys.modules[READER_MODULE]
+        if isinstance(exc, Exception):
+            raise ImportError(f"{path}: {type(exc).__name__}: {exc}") from exc
         raise
     return module
 

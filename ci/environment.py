@@ -16,7 +16,16 @@ import subprocess
 import sys
 
 RECORD_CHARS = 64 * 1024  # a test process's record is PR code's output: bounded, then checked
-TEXT_KEYS = ("torch", "cuda", "gpu", "sglang", "sglang_path", "sglang_error", "torch_error")
+TEXT_KEYS = (
+    "torch",
+    "cuda",
+    "gpu",
+    "sglang",
+    "sglang_path",
+    "sglang_error",
+    "torch_error",
+    "overlay_error",
+)
 OVERLAY_KEYS = ("patch", "state", "target", "sglang_version", "reason")
 FIELD_CHARS = 500
 
@@ -26,7 +35,7 @@ def process_record(text: str) -> dict | None:
     None when it wrote nothing usable."""
     try:
         raw = json.loads(text[:RECORD_CHARS])
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON; nested past the parser (a few KB do it)
         return None
     if not isinstance(raw, dict):
         return None

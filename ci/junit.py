@@ -10,8 +10,11 @@ import xml.etree.ElementTree as ET
 
 from ci.results import Results
 
-# XML 1.0 cannot carry most control characters, which do turn up in test logs.
-_XML_SAFE = {c: None for c in range(32) if c not in (9, 10, 13)}
+# XML 1.0 cannot carry most control characters, which do turn up in test logs, nor lone
+# surrogates (JSON's "\ud800" on a result channel decodes to one) or U+FFFE and U+FFFF.
+_XML_SAFE = dict.fromkeys(
+    [c for c in range(32) if c not in (9, 10, 13)] + [*range(0xD800, 0xE000), 0xFFFE, 0xFFFF]
+)
 
 
 def write(results: Results, out_dir: str) -> list[str]:
@@ -30,7 +33,7 @@ def _clean(text) -> str:
 
 
 def _mode_tree(results: Results, mode: str) -> ET.Element:
-    root = ET.Element("testsuites", name=f"sglang-overlay {results.backend} {mode}")
+    root = ET.Element("testsuites", name=_clean(f"sglang-overlay {results.backend} {mode}"))
     for file in results.files:
         cases = [c for c in results.cases if c.file == file.path and mode in c.modes]
         counts = {"fail": 0, "error": 0, "skip": 0, "missing": 0}
@@ -40,7 +43,7 @@ def _mode_tree(results: Results, mode: str) -> ET.Element:
         suite = ET.SubElement(
             root,
             "testsuite",
-            name=file.path,
+            name=_clean(file.path),
             tests=str(len(cases)),
             failures=str(counts["fail"]),
             errors=str(counts["error"] + counts["missing"]),
@@ -53,8 +56,8 @@ def _mode_tree(results: Results, mode: str) -> ET.Element:
             element = ET.SubElement(
                 suite,
                 "testcase",
-                classname=f"{file.path}::{classname}" if classname else file.path,
-                name=name or case.case_id,
+                classname=_clean(f"{file.path}::{classname}" if classname else file.path),
+                name=_clean(name or case.case_id),
                 time=f"{outcome.duration_s or 0:.3f}",
             )
             message = _clean(outcome.detail)[:500]

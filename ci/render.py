@@ -26,12 +26,13 @@ _MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # Control characters (C0 but tab and newline, DEL, C1) and every format character (Unicode Cf:
 # bidi overrides and isolates, zero-width spaces and joiners, BOM, tag characters): invisible
-# text that can reorder what a reader sees or split a marker the publisher searches for.
+# text that can reorder what a reader sees or split a marker the publisher searches for. And
+# lone surrogates (JSON's "\ud800" decodes to one), which no UTF-8 writer accepts.
 _INVISIBLE = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891"
     "\u08e2\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
     "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
-    "\U000e0001\U000e0020-\U000e007f]"
+    "\U000e0001\U000e0020-\U000e007f\ud800-\udfff]"
 )
 _LINE_BREAKS = re.compile("\r\n|[\n\r\u2028\u2029]")
 # GitHub finds mentions, issue references and bare links in the rendered text, after entities

@@ -16,6 +16,7 @@ bug" as a whole, whether or not it is listed.
 
 import fnmatch
 import json
+import math
 import os
 import re
 from dataclasses import asdict, dataclass, field
@@ -276,7 +277,8 @@ def _file_flags(file_modes: dict, cases: list) -> list:
 
 
 def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    # A result line is PR code's output, and JSON parses NaN and Infinity: not measurements.
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # ---- loading: precise errors instead of KeyErrors deep inside the renderer ----

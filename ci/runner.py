@@ -6,7 +6,9 @@ For launching and timing processes only: it knows the two modes' environments, s
 from them, enforces the per-file timeout, keeps the raw output for the logs and collects what
 the file writes on its result channel (one JSON line per test, read by ``case_result``) and the
 process's environment record (read by ``environment``); the output is never parsed. Deciding
-what the results mean is ``results``'.
+what the results mean is ``results'``. A test process is PR code: what is kept of each pipe is
+bounded, and when the file's process ends (or times out) its process group goes with it, so
+nothing it left running can hold ``ci run`` up or outlive it.
 """
 
 import os
@@ -25,6 +27,13 @@ RESULT_FD_FLAG = "--result-fd"  # the registered test's result channel
 FILE_PROCESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "file_process.py")
 # Anything that looks like a credential stays out of the test processes: they run PR code.
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE_KEY|API_KEY", re.I)
+# What ci run keeps of each pipe; the rest is read and dropped, so the writer never blocks.
+OUTPUT_BYTES = 64 * 1024 * 1024  # the log
+CHANNEL_BYTES = 32 * 1024 * 1024  # one line per test; results.json may not pass 32 MiB anyway
+RECORD_BYTES = 1024 * 1024  # the environment record: a few hundred bytes
+# Once the process group is killed, how long a pipe that a process outside the group (one that
+# left the session) still holds may stay open before ci run stops reading it.
+DRAIN_S = 10.0
 
 
 @dataclass
@@ -75,8 +84,8 @@ def mode_env(mode: str, sglang_src: str | None = None, base: dict | None = None)
 
 
 def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> FileRun:
-    """``python FILE -v --result-fd N`` (through ``file_process``) in a new session, so a
-    timeout can kill the test's children too."""
+    """``python FILE -v --result-fd N`` (through ``file_process``) in a new session, so what
+    the file started dies with it, at its end or its timeout."""
     channel_read, channel_write = os.pipe()
     record_read, record_write = os.pipe()
     command = [
@@ -104,41 +113,24 @@ def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> Fil
     finally:
         os.close(channel_write)  # the child holds the only write ends: EOF when it ends
         os.close(record_write)
-    channel: list[bytes] = []
-    record: list[bytes] = []
-    drains = [
-        threading.Thread(target=_read_all, args=(fd, into), daemon=True)
-        for fd, into in ((channel_read, channel), (record_read, record))
-    ]
-    for drain in drains:
-        drain.start()
-    chunks: list[bytes] = []
-    times: list[tuple[int, float]] = []
-
-    def pump():
-        size = 0
-        while True:
-            chunk = proc.stdout.read1(65536)
-            if not chunk:
-                return
-            times.append((size, time.monotonic() - started))
-            chunks.append(chunk)
-            size += len(chunk)
-
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
-    timed_out = False
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc)
-        proc.wait()
-    reader.join(timeout=10)
-    for drain in drains:
-        drain.join(timeout=10)
-    raw = b"".join(chunks)
-    text, char_times = _decode_with_offsets(raw, times)
+    output = _Drain(proc.stdout, OUTPUT_BYTES, started)
+    channel = _Drain(os.fdopen(channel_read, "rb", buffering=0), CHANNEL_BYTES)
+    record = _Drain(os.fdopen(record_read, "rb", buffering=0), RECORD_BYTES)
+    timed_out = not _ended(proc, timeout_s)
+    # Whatever the file left running in its session is PR code too and holds its pipes. The
+    # file's process is not reaped yet, so the group's id cannot belong to anyone else.
+    _kill_group(proc)
+    proc.wait()
+    deadline = time.monotonic() + DRAIN_S
+    for drain in (output, channel, record):
+        drain.join(max(0.0, deadline - time.monotonic()))
+    raw = output.data()
+    if output.dropped:
+        raw += f"\n[ci run: {output.dropped} more bytes of output dropped]\n".encode()
+    if any(drain.is_alive() for drain in (output, channel, record)):
+        held = f"still held by a process that left the file's session after {DRAIN_S:g} s"
+        raw += f"\n[ci run: stopped reading a pipe {held}]\n".encode()
+    text, char_times = _decode_with_offsets(raw, output.times)
     return FileRun(
         path=path,
         mode=mode,
@@ -147,15 +139,53 @@ def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> Fil
         timed_out=timed_out,
         output=text,
         chunk_times=char_times,
-        channel=b"".join(channel).decode("utf-8", errors="replace"),
-        environment=b"".join(record).decode("utf-8", errors="replace"),
+        channel=channel.data().decode("utf-8", errors="replace"),
+        environment=record.data().decode("utf-8", errors="replace"),
     )
 
 
-def _read_all(fd: int, into: list) -> None:
-    with os.fdopen(fd, "rb", buffering=0) as pipe:
-        while chunk := pipe.read(65536):
-            into.append(chunk)
+class _Drain(threading.Thread):
+    """Reads one pipe to its end in the background and keeps its first ``limit`` bytes (with
+    when each kept chunk arrived, counted from ``started``); closes it at the end."""
+
+    def __init__(self, pipe, limit: int, started: float = 0.0):
+        super().__init__(daemon=True)
+        self.pipe, self.limit, self.started = pipe, limit, started
+        self.chunks: list[bytes] = []
+        self.times: list[tuple[int, float]] = []
+        self.size = 0
+        self.start()
+
+    def run(self):
+        read = getattr(self.pipe, "read1", self.pipe.read)  # whatever has arrived, up to 64 KiB
+        with self.pipe:
+            while chunk := read(65536):
+                kept = chunk[: max(0, self.limit - self.size)]
+                if kept:
+                    self.times.append((self.size, time.monotonic() - self.started))
+                    self.chunks.append(kept)
+                self.size += len(chunk)
+
+    def data(self) -> bytes:
+        return b"".join(self.chunks)
+
+    @property
+    def dropped(self) -> int:
+        return max(0, self.size - self.limit)
+
+
+def _ended(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Whether ``proc`` ended within ``timeout_s``; it is left unreaped (a zombie keeps its id,
+    which is also its process group's, from being reused)."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.001
+    while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 0.05)
+    return True
 
 
 def run_all(

@@ -9,19 +9,37 @@ entity decoding, a step summary of many-byte names over 1 MiB), PR bodies the au
 (an unclosed slot-start marker, a fenced example of the block, an unclosed fence) and a push
 racing the report. Requests go to the fake GitHub through the real github3.py client; a rejected
 artifact must send no request at all.
+
+And a hostile registered file against ``ci run`` itself (the test process is PR code): JSON
+nested past the parser on the result channel or the environment record, or nested a few hundred
+deep, which parses and then broke results.json; a process the file leaves behind holding its
+pipes (in its session, or one that left it); megabytes on every pipe; lone surrogates
+(``"\\ud800"`` in JSON) that no UTF-8 writer takes, on their way to report.md, JUnit, the step
+summary and the comment; a regression case matplotlib cannot draw (a mathtext or surrogate name,
+an infinite peak, which also made results.json one the report refuses); an sglang whose
+``ci_register.py`` raises; and sglang's registry reader found as a namespace package, twice, or
+after the real import.
 """
 
 import html
+import importlib.util
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import unicodedata
+import xml.etree.ElementTree as ET
 from dataclasses import replace
 
 import pytest
 from ci_fake_github import FakeGitHub
-from ci_samples import model
+from ci_samples import evidence, file_run, model, workspace_runs
+from conftest import REPO, clean_env
 
-from ci import pr_body, render, results
+from ci import artifact, environment, junit, pictures, pr_body, render, results, runner
+from ci import run as run_module
 from ci.__main__ import main
 from ci.publish import Publisher, connect
 from ci.retry import RetryPolicy
@@ -29,6 +47,7 @@ from ci.retry import RetryPolicy
 TOKEN = "ghs_actionsINSTALLATIONtoken"
 HEAD = "c0ffee" + "0" * 34
 SLOT = "dsv4-workspace"
+MODES = ["unmodified", "change"]
 
 
 @pytest.fixture
@@ -213,8 +232,6 @@ def test_results_json_that_loads_is_the_one_the_test_job_wrote(tmp_path):
     folder = tmp_path / "ok"
     folder.mkdir()
     results.save(model(), str(folder))
-    from ci import artifact
-
     assert artifact.load_results(str(folder)).cases[0].case_id == model().cases[0].case_id
 
 
@@ -368,3 +385,196 @@ def test_a_newer_writers_slot_is_never_put_back_over(fake, tmp_path, monkeypatch
     args = ["--results", str(folder), "--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD]
     assert _report(fake, monkeypatch, *args, "--require-head", "--post") == 0
     assert pr_body.get_slot(fake.bodies[7], SLOT) == ":x: newer"
+
+
+# --- the test process: what a file does to `ci run` itself ------------------------------------
+#
+# A registered file and all it imports are PR code. Each test below runs a tiny stand-in file
+# through the real runner (ci/file_process.py, the two pipes, the process group), or feeds
+# what such a file wrote to the stages after it.
+
+FIND_FDS = """
+import os, sys
+with open("/proc/self/cmdline", "rb") as own:
+    cmdline = own.read().split(bytes(1))
+RECORD = int(cmdline[cmdline.index(b"--environment-fd") + 1])
+CHANNEL = int(sys.argv[sys.argv.index("--result-fd") + 1])
+"""
+
+
+def _run_file(tmp_path, source, **env):
+    """The stand-in file through the real runner, as ``ci run`` starts a registered file."""
+    (tmp_path / "test_hostile.py").write_text(FIND_FDS + source)
+    env = runner.mode_env("change", base=clean_env(**env))
+    return runner.run_file("test_hostile.py", "change", env, str(tmp_path), timeout_s=60)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def test_json_nested_past_the_parser_on_either_pipe_is_an_error_not_a_crash(tmp_path):
+    deep = "[" * 5000  # a few KB: far under every size cap
+    # Parses (the parser allows ~1000 levels), then breaks asdict and json.dump in ci run.
+    parses = '{"test": "T.test_x", "outcome": "pass", "evidence": [{"x": %s}]}'
+    channel = f"{deep}\n{parses % ('[' * 600 + ']' * 600)}\n"
+    run = replace(file_run("change", []), channel=channel, environment=deep)
+    env = environment.describe({}, [run], ["change"])
+    assert "error" in env["modes"]["change"]
+    m = results.build([run], {}, "cpu", ["change"], {}, env, regression_patterns=[])
+    (case,) = m.cases
+    assert "result line 1" in case.modes["change"].detail
+    assert "result line 2: nested deeper than 16" in case.modes["change"].detail
+    results.save(m, str(tmp_path))
+
+
+LINGERS = """
+pid = os.fork()
+if pid == 0:  # holds stdout, the result channel and the record open, then sleeps
+    if os.environ.get("OWN_SESSION"):
+        os.setsid()
+    import time
+    time.sleep(120)
+    os._exit(0)
+print("grandchild", pid, flush=True)
+"""
+
+
+def test_a_process_the_file_leaves_behind_dies_with_it_and_holds_nothing_up(tmp_path):
+    run = _run_file(tmp_path, LINGERS)
+    pid = int(re.search(r"grandchild (\d+)", run.output).group(1))
+    assert (run.returncode, run.timed_out) == (0, False)
+    assert run.duration_s < 8  # was 30 s: three pipes, 10 s each, then the grandchild lived on
+    assert not _alive(pid)
+
+
+def test_a_process_that_leaves_the_files_session_costs_one_drain_wait_at_most(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(runner, "DRAIN_S", 1.0)
+    run = _run_file(tmp_path, LINGERS, OWN_SESSION="1")
+    pid = int(re.search(r"grandchild (\d+)", run.output).group(1))
+    try:
+        assert run.returncode == 0 and run.duration_s < 5
+        assert "still held" in run.output  # the log says why reading stopped
+    finally:
+        os.kill(pid, signal.SIGKILL)  # out of reach of a process group: ours to end
+
+
+FLOODS = """
+block = b"x" * (1 << 20)
+for _ in range(8):
+    for fd in (RECORD, CHANNEL, 1):
+        os.write(fd, block)
+"""
+
+
+def test_megabytes_on_every_pipe_keep_only_what_ci_run_can_use(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "OUTPUT_BYTES", 1 << 20)
+    monkeypatch.setattr(runner, "CHANNEL_BYTES", 1 << 20)
+    run = _run_file(tmp_path, FLOODS)
+    assert run.returncode == 0  # read to the end: the writer was never blocked
+    assert len(run.environment) <= runner.RECORD_BYTES < 8 << 20
+    assert len(run.channel) <= 1 << 20
+    assert len(run.output) < (1 << 20) + 200 and "dropped" in run.output[-200:]
+
+
+def test_lone_surrogates_from_a_test_process_reach_neither_report_md_nor_the_report(
+    fake, tmp_path, monkeypatch
+):
+    # json.loads turns "\\ud800" into a lone surrogate, which no UTF-8 writer accepts.
+    runs = workspace_runs()
+    line = json.dumps({"test": "TestW.test_\ud800x", "outcome": "pass"})
+    change = replace(
+        runs[1], channel=runs[1].channel + line + "\n", environment=r'{"torch": "2.0\udfff"}'
+    )
+    env = environment.describe({"gpus": [{"name": "H\ud800"}]}, [runs[0], change], MODES)
+    m = results.build([runs[0], change], {}, "cuda", MODES, {}, env)
+    out = tmp_path / "r"
+    out.mkdir()
+    results.save(m, str(out))
+    junit.write(m, str(out))
+    run_module.write_full_report(m, str(out))  # ci run's last step
+    assert "\ud800" not in (out / "report.md").read_text()
+    for mode in MODES:
+        ET.parse(out / f"junit-{mode}.xml")  # well-formed XML, no &#55296;
+    summary = tmp_path / "summary.md"
+    assert _report(fake, monkeypatch, "--results", str(out), "--summary", str(summary)) == 0
+    assert _post_results(fake, monkeypatch, out) == 0
+    (comment,) = [c["body"] for c in fake.comments.values()]
+    assert "torch 2.0 " in comment and "test\\_x" in comment
+
+
+def test_an_sglang_whose_ci_register_raises_is_a_usage_error_not_a_traceback(tmp_path):
+    reader = tmp_path / "site" / "sglang" / "test" / "ci"
+    reader.mkdir(parents=True)
+    (tmp_path / "site" / "sglang" / "__init__.py").write_text("")
+    (reader / "ci_register.py").write_text("raise RuntimeError('the PR broke the reader')\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ci", "run", "--out", str(tmp_path / "out"), "--backend", "cpu"],
+        cwd=REPO,
+        env=clean_env(PYTHONPATH=str(tmp_path / "site")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "ci_register.py: RuntimeError: the PR broke the reader" in proc.stderr
+
+
+@pytest.mark.parametrize("layout", ["namespace", "twice", "after-the-real-import"])
+def test_the_registry_reader_is_sglangs_whichever_way_sglang_is_found(tmp_path, layout):
+    code = {
+        "namespace": "r = collect.registry_reader(); print(r.__file__.startswith(sys.argv[1]))",
+        "twice": "print(collect.registry_reader() is collect.registry_reader())",
+        "after-the-real-import": (
+            "import sglang.test.ci.ci_register as real; print(collect.registry_reader() is real)"
+        ),
+    }[layout]
+    env = clean_env()
+    if layout == "namespace":  # no __init__.py anywhere, and no installed sglang to win
+        reader = tmp_path / "sglang" / "test" / "ci"
+        reader.mkdir(parents=True)
+        (installed,) = importlib.util.find_spec("sglang").submodule_search_locations
+        real = os.path.join(installed, "test", "ci", "ci_register.py")
+        (reader / "ci_register.py").write_text(open(real).read())
+        env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
+    program = f"import sys\nfrom ci import collect\n{code}\n"
+    command = [sys.executable, *(["-S"] if layout == "namespace" else []), "-c", program]
+    proc = subprocess.run(
+        [*command, str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.stdout.strip() == "True", proc.stderr
+
+
+@pytest.mark.parametrize(
+    "name, peak",
+    [("test_lone_\ud800", 96.0), ("test_$\\frac{$", 96.0), ("test_inf", float("inf"))],
+    ids=["surrogate", "mathtext", "infinite-peak"],
+)
+def test_a_regression_case_matplotlib_cannot_draw_costs_its_picture_not_the_run(
+    tmp_path, name, peak
+):
+    # Any name and any number on the channel: a case failing unmodified and passing with the
+    # change is a regression, and each regression gets a picture.
+    records = {
+        mode: [evidence("grow", outcome, peak_allocated_mib=peak)]
+        for mode, outcome in (("unmodified", "oom"), ("change", "pass"))
+    }
+    runs = [
+        file_run("unmodified", [(name, "TestW", records["unmodified"], "fail", "OOM")]),
+        file_run("change", [(name, "TestW", records["change"], "pass", None)]),
+    ]
+    m = results.build(runs, {}, "cuda", MODES, {}, {}, regression_patterns=[])
+    assert [c.kind for c in m.cases] == ["regression"]
+    m = replace(m, pictures=pictures.draw_all(m, str(tmp_path)))  # ci run's order from here
+    results.save(m, str(tmp_path))
+    junit.write(m, str(tmp_path))
+    run_module.write_full_report(m, str(tmp_path))
+    (case,) = artifact.load_results(str(tmp_path)).cases  # the report takes it: no Infinity peak
+    assert case.modes["change"].peak_mib in (None, 96.0)

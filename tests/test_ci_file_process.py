@@ -1,8 +1,11 @@
 """The process a registered file runs in under ``ci run`` (ci/file_process.py), the environment
 record it writes, and file selection that never imports sglang in the CI process.
 
-The file runs exactly as ``python FILE ARGS`` would; the record is what that process ran with,
-checked before it is stored (it is PR code's output). The NVML answer for the device name is
+The file runs exactly as ``python FILE ARGS`` would, checked against ``python FILE`` itself
+(``__file__``, ``sys.path[0]`` through a symlink, torch imported only by the file, ``__main__``
+for its threads and atexit handlers, a forked child ending through SystemExit); the record is
+what that process ran with, checked before it is stored (it is PR code's output), and never
+changes the file's exit code. The NVML answer for the device name is
 tested against a stand-in for ``torch.cuda`` (no GPU here: CUDA and NVML are the boundary).
 """
 
@@ -58,15 +61,13 @@ def test_the_file_runs_as_python_file_would_with_its_exit_code(tmp_path):
     proc, ran, program, text = run_through_file_process(tmp_path, "-v", "3")
     assert proc.returncode == 3, proc.stderr
     assert ran == [{"name": "__main__", "argv": [str(program), "-v", "3"], "path0": str(tmp_path)}]
-    record = json.loads(text)
-    assert record["torch"]  # the process imported torch to defer CUDA; the record says which
-    assert record["cuda_available"] is False
+    assert json.loads(text)["torch_error"] == "torch was not imported"  # nor did the file
 
 
 def test_a_failing_file_still_gets_its_record_and_fails(tmp_path):
     proc, ran, _, text = run_through_file_process(tmp_path, "--raise", "0")
     assert proc.returncode == 1 and "RuntimeError: the file failed" in proc.stderr
-    assert len(ran) == 1 and "torch" in json.loads(text)
+    assert len(ran) == 1 and json.loads(text)["sglang"]
 
 
 def test_bad_usage_is_exit_code_2():
@@ -174,3 +175,160 @@ def test_selecting_files_imports_neither_sglang_nor_torch():
     assert proc.stdout.strip() == (
         "['test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py'] []"
     )
+
+
+# --- what ``python FILE`` gives, compared with the real thing -------------------------------
+
+
+def both_ways(tmp_path, source, path, *args, **env):
+    """``python PATH ARGS`` and the file process on PATH (relative to ``tmp_path``): each
+    one's (exit code, stdout, stderr), and the file process's record."""
+    file = tmp_path / path
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text(source)
+    plain = subprocess.run(
+        [sys.executable, path, *args],
+        env=clean_env(**env),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    read_end, write_end = os.pipe()
+    through = subprocess.run(
+        [sys.executable, runner.FILE_PROCESS, "--environment-fd", str(write_end), path, *args],
+        env=clean_env(**env),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        pass_fds=(write_end,),
+        timeout=120,
+    )
+    os.close(write_end)
+    with os.fdopen(read_end) as record:
+        text = record.read()
+    return plain, through, text
+
+
+IDENTITY = """
+import json, sys
+print(json.dumps({
+    "file": __file__, "argv": sys.argv, "path0": sys.path[0], "name": __name__,
+    "spec": repr(__spec__), "cached": __cached__, "loader": type(__loader__).__name__,
+    "builtins": getattr(__builtins__, "__name__", None),
+    "torch_already_imported": "torch" in sys.modules,
+}))
+"""
+
+
+def test_a_relative_path_through_a_symlink_gives_the_file_what_python_file_gives(tmp_path):
+    # Python 3.9+: __file__ absolute, argv[0] as typed, sys.path[0] the real directory.
+    (tmp_path / "real").mkdir()
+    (tmp_path / "linked").symlink_to("real")
+    plain, through, _ = both_ways(tmp_path, IDENTITY, "linked/prog.py", "-v")
+    assert plain.returncode == through.returncode == 0, through.stderr
+    assert json.loads(through.stdout) == json.loads(plain.stdout)
+
+
+def test_torch_is_imported_by_the_file_not_before_it(tmp_path):
+    # Settings a file makes before ``import torch`` (OMP_NUM_THREADS, TORCH_LOGS) must be
+    # there when torch starts; the NVML answer is in place as soon as torch has run.
+    source = IDENTITY + (
+        "import torch\n"
+        "print(json.dumps(getattr(torch.cuda.get_device_name, '_answers_from_nvml', False)))\n"
+    )
+    plain, through, text = both_ways(tmp_path, source, "prog.py")
+    assert through.returncode == 0, through.stderr
+    assert json.loads(through.stdout.splitlines()[0])["torch_already_imported"] is False
+    assert json.loads(through.stdout.splitlines()[1]) is True  # the file's torch answers NVML
+    assert json.loads(plain.stdout.splitlines()[1]) is False
+    record = json.loads(text)
+    assert record["torch"] and record["cuda_available"] is False
+
+
+def test_a_file_that_never_imports_torch_or_sglang_gets_neither_at_exit(tmp_path):
+    plain, through, text = both_ways(tmp_path, "import sys\n", "prog.py")
+    assert through.returncode == 0, through.stderr
+    record = json.loads(text)
+    assert record["torch_error"] == "torch was not imported"
+    assert record["sglang"]  # from the package's metadata, without importing it
+    assert "sglang_error" in record
+
+
+LATE = """
+import atexit, pickle, sys, threading, time
+
+class Point:
+    def __init__(self, x):
+        self.x = x
+
+def later(where):
+    main = vars(sys.modules["__main__"])
+    print(where, pickle.loads(pickle.dumps(Point(3))).x, "__file__" in main, flush=True)
+
+atexit.register(later, "atexit")
+threading.Thread(target=lambda: (time.sleep(0.2), later("thread"))).start()
+print("body done", flush=True)
+"""
+
+
+def test_the_file_stays_main_after_its_body_ends_for_its_threads_and_atexit(tmp_path):
+    plain, through, _ = both_ways(tmp_path, LATE, "prog.py")
+    # python FILE drops __file__ once a body that did not call sys.exit has ended
+    assert plain.stdout == "body done\nthread 3 False\natexit 3 False\n"
+    assert (through.returncode, through.stdout) == (0, plain.stdout), through.stderr
+
+
+FORKS = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # the child ends as a script does, through SystemExit
+os.waitpid(pid, 0)
+sys.exit(4)
+"""
+
+
+def test_a_forked_child_that_exits_through_systemexit_leaves_the_record_to_its_parent(tmp_path):
+    plain, through, text = both_ways(tmp_path, FORKS, "prog.py")
+    assert plain.returncode == through.returncode == 4, through.stderr
+    assert environment.process_record(text) is not None  # one record, not two run together
+
+
+BREAKS_THE_RECORD = """
+import sys
+import sglang_overlay
+
+def status():
+    raise RuntimeError("no status today")
+
+sglang_overlay.status = status
+sys.exit(3)
+"""
+
+
+def test_a_part_of_the_record_that_fails_says_why_and_the_rest_is_kept(tmp_path):
+    _, through, text = both_ways(tmp_path, BREAKS_THE_RECORD, "prog.py")
+    assert through.returncode == 3, through.stderr
+    record = json.loads(text)
+    assert record["overlay_error"] == "RuntimeError: no status today"
+    assert record["sglang"] and record["torch_error"]
+
+
+RAISES_PAST_EXCEPTION = """
+import sys
+
+class Torch:
+    @property
+    def __version__(self):
+        raise KeyboardInterrupt  # not an Exception: it passes every `except Exception`
+
+sys.modules["torch"] = Torch()
+sys.exit(5)
+"""
+
+
+def test_a_record_that_cannot_be_made_never_changes_the_files_exit_code(tmp_path):
+    _, through, text = both_ways(tmp_path, RAISES_PAST_EXCEPTION, "prog.py")
+    assert through.returncode == 5, through.stderr
+    assert "no environment record" in through.stderr
