@@ -298,7 +298,11 @@ def cuda_forks_cleanly() -> bool:
         return False
     pid = os.fork()
     if pid == 0:
-        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+        bad_fork = True  # if torch cannot say, the cases start fresh interpreters
+        try:
+            bad_fork = torch.cuda._is_in_bad_fork()
+        finally:
+            os._exit(1 if bad_fork else 0)  # never run this process's tests twice
     _, status = os.waitpid(pid, 0)
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
