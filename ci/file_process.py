@@ -98,7 +98,12 @@ class AfterTorchRuns:
 
 
 class DeferringLoader:
-    """torch's own loader, then ``defer_cuda_init``; otherwise indistinguishable from it."""
+    """torch's own loader, then ``defer_cuda_init``; otherwise indistinguishable from it.
+
+    The overlay's start-up hook wraps a loader the same way (``ActivatingLoader``); this one is
+    kept apart on purpose: the process that runs the proof must not depend on the package under
+    test (the unmodified mode runs with it turned off, and a broken overlay must not break it).
+    """
 
     def __init__(self, loader):
         self.loader = loader

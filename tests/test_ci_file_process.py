@@ -30,21 +30,13 @@ sys.exit(int(sys.argv[-1]))
 """
 
 
-def run_through_file_process(tmp_path, *args):
-    program = tmp_path / "prog.py"
-    program.write_text(PROGRAM)
+def run_file_process(cwd, path, *args, **env):
+    """``ci/file_process.py`` on ``path`` in ``cwd``: the finished process and its record."""
     read_end, write_end = os.pipe()
     proc = subprocess.run(
-        [
-            sys.executable,
-            runner.FILE_PROCESS,
-            "--environment-fd",
-            str(write_end),
-            str(program),
-            *args,
-        ],
-        env=clean_env(),
-        cwd=tmp_path,
+        [sys.executable, runner.FILE_PROCESS, "--environment-fd", str(write_end), path, *args],
+        env=clean_env(**env),
+        cwd=cwd,
         capture_output=True,
         text=True,
         pass_fds=(write_end,),
@@ -52,7 +44,13 @@ def run_through_file_process(tmp_path, *args):
     )
     os.close(write_end)
     with os.fdopen(read_end) as record:
-        text = record.read()
+        return proc, record.read()
+
+
+def run_through_file_process(tmp_path, *args):
+    program = tmp_path / "prog.py"
+    program.write_text(PROGRAM)
+    proc, text = run_file_process(tmp_path, str(program), *args)
     ran = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("RAN ")]
     return proc, ran, program, text
 
@@ -194,19 +192,7 @@ def both_ways(tmp_path, source, path, *args, **env):
         text=True,
         timeout=120,
     )
-    read_end, write_end = os.pipe()
-    through = subprocess.run(
-        [sys.executable, runner.FILE_PROCESS, "--environment-fd", str(write_end), path, *args],
-        env=clean_env(**env),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        pass_fds=(write_end,),
-        timeout=120,
-    )
-    os.close(write_end)
-    with os.fdopen(read_end) as record:
-        text = record.read()
+    through, text = run_file_process(tmp_path, path, *args, **env)
     return plain, through, text
 
 
