@@ -238,16 +238,22 @@ def test_results_json_that_loads_is_the_one_the_test_job_wrote(tmp_path):
 # --- the head SHA: a push racing the report ---------------------------------------------------
 
 
-def test_a_push_landing_after_the_slot_write_stops_the_comment_but_not_the_commit_status(
-    fake, tmp_path, monkeypatch
-):
-    newer = "b" * 40
+def _report_while_a_push_lands(fake, tmp_path, monkeypatch, newer):
+    """``ci report --require-head --post`` for HEAD while the PR's head moves to ``newer`` as
+    soon as the PR body is written; the command's exit code."""
     fake.after("PATCH", r"/issues/7$", lambda server: server.heads.__setitem__(7, newer))
     folder = tmp_path / "r"
     folder.mkdir()
     results.save(model(), str(folder))
     args = ["--results", str(folder), "--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD]
-    assert _report(fake, monkeypatch, *args, "--require-head", "--post") == 0
+    return _report(fake, monkeypatch, *args, "--require-head", "--post")
+
+
+def test_a_push_landing_after_the_slot_write_stops_the_comment_but_not_the_commit_status(
+    fake, tmp_path, monkeypatch
+):
+    newer = "b" * 40
+    assert _report_while_a_push_lands(fake, tmp_path, monkeypatch, newer) == 0
     assert fake.comments == {}  # the evidence of HEAD is not posted on a PR now at `newer`
     assert fake.statuses and all(s["sha"] == HEAD for s in fake.statuses)
 
@@ -359,12 +365,7 @@ def test_a_push_landing_during_the_slot_write_gets_the_slot_put_back(fake, tmp_p
     newer = "b" * 40
     pending = pr_body.set_slot("Author's text.\n", SLOT, "Label", ":hourglass_flowing_sand:")
     fake.bodies[7] = pending  # the newer run's pending job wrote this before our report
-    fake.after("PATCH", r"/issues/7$", lambda server: server.heads.__setitem__(7, newer))
-    folder = tmp_path / "r"
-    folder.mkdir()
-    results.save(model(), str(folder))
-    args = ["--results", str(folder), "--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD]
-    assert _report(fake, monkeypatch, *args, "--require-head", "--post") == 0
+    assert _report_while_a_push_lands(fake, tmp_path, monkeypatch, newer) == 0
     assert fake.bodies[7] == pending  # not the old commit's :white_check_mark:
     assert fake.comments == {}
 
