@@ -46,10 +46,10 @@ $(VENV)/.installed: $(SITE_READY) $(OVERLAY_SOURCES)
 
 install: $(VENV)/.installed
 
-# The A/B on the real class: every registered case in a fresh capped process, unmodified
-# (SGLANG_OVERLAY_DISABLE=1) and with the change, then the evidence as the bot would post it.
+# The A/B on the real class, unmodified (SGLANG_OVERLAY_DISABLE=1) and with the change: the
+# registered test on a GPU, the project's CPU proof without one; then what the bot would post.
 demo: install
-	$(PY) -m ci run --out out/demo --backend $$($(PY) -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")
+	$(PY) -m ci run --out out/demo --tests test/registered proofs --backend $$($(PY) -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")
 	$(PY) -m ci report --results out/demo
 
 lint: install

@@ -47,8 +47,7 @@ def _plan(device: str, quick: bool) -> dict:
         "fit_repeats": 1,
         "hot": dict(rounds=5, number=2000) if quick else dict(rounds=21, number=20000),
         "startup_runs": 4 if quick else (10 if cuda else 20),
-        "breakdown_repeats": 1 if quick else (2 if cuda else 3),
-        "ci_repeats": 1 if quick else 3,  # the goal is a ratio of medians: noise needs repeats
+        "proof_repeats": 1 if quick else 3,  # the goals are ratios of medians: noise needs repeats
     }
 
 
@@ -85,7 +84,7 @@ def _draw(report: dict, name: str, results_dir: Path) -> None:
         )
 
 
-def _run_part(part: str, device: str, plan: dict, deadline: float, scratch: Path, jobs: int):
+def _run_part(part: str, device: str, plan: dict, scratch: Path, jobs: int):
     from benchmark import charts, hot_path, memory, proof, startup
 
     if part == "peaks":
@@ -114,11 +113,7 @@ def _run_part(part: str, device: str, plan: dict, deadline: float, scratch: Path
 
         return {"hazard": hazard.report(device, jobs)}
     if part == "proof":
-        return {
-            "proof": proof.measure(
-                device, plan["breakdown_repeats"], plan["ci_repeats"], deadline, ROOT
-            )
-        }
+        return {"proof": proof.measure(device, plan["proof_repeats"], ROOT)}
     raise ValueError(part)
 
 
@@ -131,12 +126,6 @@ def main(argv=None) -> int:
     parser.add_argument("--device", help="workspace device (default: cuda if available)")
     parser.add_argument(
         "--jobs", type=int, help="capped children at once (default: CPUs, at most 12)"
-    )
-    parser.add_argument(
-        "--time-budget",
-        type=float,
-        default=330,
-        help="seconds; the serial proof run is skipped if it would overrun",
     )
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     parser.add_argument("--document", type=Path, default=DOCUMENT)
@@ -158,7 +147,6 @@ def main(argv=None) -> int:
     import torch
 
     started = time.monotonic()
-    deadline = started + args.time_budget
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     jobs = args.jobs or min(12, os.cpu_count() or 1)
     plan = dict(_plan(device, args.quick), quick=args.quick)
@@ -180,7 +168,7 @@ def main(argv=None) -> int:
             part_started = time.monotonic()
             print(f"benchmark: {part} ...", file=sys.stderr, flush=True)
             try:
-                report.update(_run_part(part, device, plan, deadline, Path(scratch), jobs))
+                report.update(_run_part(part, device, plan, Path(scratch), jobs))
                 errors.pop(part, None)
             except Exception as exc:  # one failing part must not lose the others
                 message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]

@@ -1,30 +1,46 @@
-"""One capped replacement scenario in a fresh process: the benchmark's child, and its launcher.
+"""One capped replacement scenario in a fresh process: the child, and its launcher.
 
-The child borrows the registered regression test's own machinery through ``ci.harness``
-(its allocator cap, its workspace lookup, its ``run_case`` with OOM handling, its result line)
-and only adds what the benchmark needs: arbitrary request sequences
-(``--steps 65536:bfloat16,...``, passed to ``run_case`` as steps), phase timings (import, CUDA
-init, case body) and, on CUDA, a PyTorch memory snapshot. The parent side launches it under one
-of ``ci``'s two modes (unmodified / change) and returns the child's JSON result. Not for
-asserting anything: the registered test is the proof.
+The child imports sglang's real workspace class, caps its own allocator (CPU: ``RLIMIT_AS`` =
+its address space + the budget, one thread; CUDA: a CUDA context, then
+``set_per_process_memory_fraction``), makes a sequence of requests and reports one result:
+pass or OOM, the peak where the device measures one (CUDA), phase timings, and on request a
+CUDA memory snapshot. ``launch`` starts it as a fresh interpreter with the overlay on
+(``change``) or off (``unmodified``). For the benchmarks' fit limits only: the proofs measure
+peaks without a cap (``test/registered``: the CUDA allocator's statistics; ``proofs/cpu``:
+torch's profiler).
 
 Run by hand, from the repository root: ``python -m benchmark.capped --steps
 65536:bfloat16,98304:bfloat16 --device cpu --budget-mib 128``
 """
 
+import argparse
 import importlib
+import inspect
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import MappingProxyType
 
-from ci import harness
+from abtest import modes
 
 REPO = Path(__file__).resolve().parent.parent
-STEPS_CASE = "benchmark_steps"
+WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
+WORKSPACE_CLASSES = ("SparsePrefillKVBuffer", "SparsePrefillWorkspace")  # 0.5.23, 0.5.15-0.5.22
+RESULT_PREFIX = "DSV4_CAPPED_RESULT "
+MIB = 1 << 20
 ROWS_PER_MIB_BF16 = 1024  # rows are (num_tokens, 1, 512): 1 KiB per token in bf16
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1}
+# The seed's three transitions, each a sequence of (rows, dtype) requests, the last the
+# replacement: 64 -> 96 MiB bf16, 48 MiB fp8 -> 96 MiB bf16, 96 MiB bf16 -> 48 MiB fp8.
+TRANSITIONS = MappingProxyType(
+    {
+        "grow_bf16_64_to_96_mib": ((65536, "bfloat16"), (98304, "bfloat16")),
+        "replace_fp8_48_with_bf16_96_mib": ((98304, "float8_e4m3fn"), (98304, "bfloat16")),
+        "shrink_by_dtype_bf16_96_to_fp8_48_mib": ((98304, "bfloat16"), (98304, "float8_e4m3fn")),
+    }
+)
 
 
 def parse_steps(text: str) -> list:
@@ -44,7 +60,7 @@ def format_steps(steps) -> str:
 
 def step_mib(step) -> float:
     rows, dtype = step
-    return rows * 512 * DTYPE_BYTES[dtype] / (1 << 20)
+    return rows * 512 * DTYPE_BYTES[dtype] / MIB
 
 
 # --------------------------------------------------------------------------------------------
@@ -52,52 +68,87 @@ def step_mib(step) -> float:
 # --------------------------------------------------------------------------------------------
 
 
-def _child(args) -> dict:
+def workspace_class(module):
+    for name in WORKSPACE_CLASSES:
+        cls = getattr(module, name, None)
+        if isinstance(cls, type):
+            return cls
+    raise LookupError(f"{WORKSPACE_MODULE} has none of {WORKSPACE_CLASSES}")
+
+
+def _address_space_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmSize in /proc/self/status")
+
+
+def cap_allocator(torch, device: str, budget_mib: int) -> None:
+    if device == "cuda":
+        torch.cuda.init()
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(budget_mib * MIB / total, 0)
+        torch.cuda.reset_peak_memory_stats()
+        return
+    import resource
+
+    torch.set_num_threads(1)
+    torch.empty(1).add_(1)  # let torch map whatever it maps on first use before the cap
+    limit = _address_space_bytes() + budget_mib * MIB
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    text = str(exc)
+    return (
+        isinstance(exc, MemoryError)
+        or type(exc).__name__ == "OutOfMemoryError"
+        or "can't allocate memory" in text
+        or "out of memory" in text
+    )
+
+
+def run_steps(steps, device: str, budget_mib: int, snapshot=None) -> dict:
+    """The requests in this process, under the cap: the child's whole job."""
     started = time.perf_counter()
-    registered = harness.registered()
     import torch
 
-    importlib.import_module(registered.WORKSPACE_MODULE)
+    cls = workspace_class(importlib.import_module(WORKSPACE_MODULE))
     imported = time.perf_counter()
-    if args.device == "cuda":
-        torch.cuda.init()
+    takes_dtype = "dtype" in inspect.signature(cls.get).parameters
+    if not takes_dtype and any(dtype != "bfloat16" for _, dtype in steps):
+        return {"outcome": "skip", "detail": f"{cls.__name__}.get has no dtype parameter"}
+    cap_allocator(torch, device, budget_mib)
     cuda_ready = time.perf_counter()
-
-    steps = parse_steps(args.steps)
-    snapshot_error = None
-    if args.snapshot:
-        try:
-            # Python stacks only: symbolising C++ frames at dump time would cost seconds.
-            torch.cuda.memory._record_memory_history(stacks="python", max_entries=100000)
-        except Exception as exc:  # a picture is not worth losing the figure
-            snapshot_error = f"{type(exc).__name__}: {exc}"
-    result = registered.run_case(STEPS_CASE, args.device, args.budget_mib, steps=steps)
+    if snapshot:
+        # Python stacks only: symbolising C++ frames at dump time would cost seconds.
+        torch.cuda.memory._record_memory_history(stacks="python", max_entries=100000)
+    result = {"class": cls.__name__, "budget_mib": budget_mib, "outcome": "pass"}
+    workspace = cls(torch.device(device))
+    try:
+        for rows, dtype in steps:
+            if takes_dtype:
+                view = workspace.get(rows, getattr(torch, dtype))
+            else:
+                view = workspace.get(rows)
+            del view
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        result.update(outcome="oom", detail=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
     body_done = time.perf_counter()
-    if args.snapshot and snapshot_error is None:
-        try:
-            torch.cuda.memory._dump_snapshot(args.snapshot)
-            torch.cuda.memory._record_memory_history(enabled=None)
-            result["snapshot"] = args.snapshot
-        except Exception as exc:
-            snapshot_error = f"{type(exc).__name__}: {exc}"
-    if snapshot_error:
-        result["snapshot_error"] = snapshot_error
-
+    if device == "cuda":
+        result["peak_allocated_mib"] = torch.cuda.max_memory_allocated() / MIB
+    if snapshot:
+        torch.cuda.memory._dump_snapshot(snapshot)
+        result["snapshot"] = snapshot
     result["timings_s"] = {
         "import": imported - started,
         "cuda_init": cuda_ready - imported,
         "body": body_done - cuda_ready,
     }
-    result["overlay"] = _overlay_state()
     return result
-
-
-def _overlay_state() -> str:
-    try:
-        import sglang_overlay
-    except ImportError:
-        return "not-installed"
-    return ",".join(sorted({record["state"] for record in sglang_overlay.status()}))
 
 
 # --------------------------------------------------------------------------------------------
@@ -109,11 +160,24 @@ class ChildFailed(RuntimeError):
     """The child ended without a result line (a crash, not an OOM: an OOM is a result)."""
 
 
+def child_env(mode: str) -> dict:
+    """The mode's environment (overlay on or off), isolated: one thread, one malloc arena."""
+    setup = modes.ModeSetup(mode, overlay=mode == "change")
+    env = modes.environment(setup)
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="1")
+    return env
+
+
+def parse_result(stdout: str):
+    """The result line a child printed, as a dict, or None."""
+    for line in stdout.splitlines():
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line[len(RESULT_PREFIX) :])
+    return None
+
+
 def launch(steps, device: str, budget_mib: int, mode: str, snapshot=None, timeout_s=300) -> dict:
     """Run ``steps`` in a fresh capped child under ``mode``; adds the wall time seen from here."""
-    from ci.runner import mode_env
-
-    env = harness.isolated_env(mode_env(mode))  # the registered launcher's isolation
     command = [
         sys.executable,
         "-m",
@@ -129,10 +193,10 @@ def launch(steps, device: str, budget_mib: int, mode: str, snapshot=None, timeou
         command += ["--snapshot", str(snapshot)]
     started = time.perf_counter()
     proc = subprocess.run(
-        command, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO
+        command, env=child_env(mode), capture_output=True, text=True, timeout=timeout_s, cwd=REPO
     )
     wall = time.perf_counter() - started
-    result = harness.parse_result(proc.stdout)
+    result = parse_result(proc.stdout)
     if result is not None:
         return {**result, "wall_s": wall, "mode": mode}
     raise ChildFailed(
@@ -142,16 +206,14 @@ def launch(steps, device: str, budget_mib: int, mode: str, snapshot=None, timeou
 
 
 def main(argv=None) -> None:
-    import argparse
-
-    parser = argparse.ArgumentParser(description="one capped workspace scenario (benchmark child)")
+    parser = argparse.ArgumentParser(description="one capped workspace scenario")
     parser.add_argument("--steps", required=True, help="ROWS:DTYPE,... requested in order")
     parser.add_argument("--device", required=True, choices=["cpu", "cuda"])
     parser.add_argument("--budget-mib", type=int, required=True)
     parser.add_argument("--snapshot", help="CUDA: dump a memory snapshot (pickle) here")
     args = parser.parse_args(argv)
-    result = _child(args)
-    print(harness.RESULT_PREFIX + json.dumps(result), flush=True)
+    result = run_steps(parse_steps(args.steps), args.device, args.budget_mib, args.snapshot)
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

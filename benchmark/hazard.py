@@ -28,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from abtest import modes
+
 REPO = Path(__file__).resolve().parent.parent
 RESULT_PREFIX = "DSV4_HAZARD "
 ORDERS = ("holding-first", "release-first")
@@ -175,10 +177,9 @@ def run_transition(transition: Transition, order: str, device: str) -> dict:
 # --------------------------------------------------------------------------------------------
 
 
-def child_env(order: str, base=None) -> dict:
-    from ci.runner import mode_env
-
-    return mode_env("unmodified" if order == "holding-first" else "change", base=base)
+def child_env(order: str) -> dict:
+    mode = "unmodified" if order == "holding-first" else "change"
+    return modes.environment(modes.ModeSetup(mode, overlay=mode == "change"))
 
 
 def launch(transition: Transition, order: str, device: str, timeout_s: float = 300) -> dict:

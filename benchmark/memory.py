@@ -13,12 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from benchmark import capped, search
 from benchmark.stats import summary
-from ci import harness
 
 MODES = ("unmodified", "change")
 MIB_ROWS = capped.ROWS_PER_MIB_BF16
 
-# The regression test's three transitions are read from the test itself; the sweep adds more
+# The seed's three transitions (``capped.TRANSITIONS``); the sweep adds more
 # (old, new, dtype) pairs. Each is a list of (rows, dtype) requests, the last the replacement.
 SWEEP = {
     "grow_bf16_16_to_96_mib": [(16 * MIB_ROWS, "bfloat16"), (96 * MIB_ROWS, "bfloat16")],
@@ -43,7 +42,7 @@ SNAPSHOT_TRANSITION = "grow_bf16_64_to_96_mib"
 
 
 def transitions(device: str, quick: bool) -> dict:
-    cases = dict(harness.TRANSITIONS)
+    cases = dict(capped.TRANSITIONS)
     if not quick:
         cases.update(SWEEP)
         if device == "cuda":

@@ -201,92 +201,29 @@ def startup_table(report) -> list:
 
 def proof_table(report) -> list:
     proof = report["proof"]
-    absolute = _absolute(report)
-    seconds = proof["breakdown"]["seconds"]
+    seconds, ratios = proof["seconds"], proof["over_bare_import"]
+    names = {
+        "file": f"`python {proof['file']} -v`",
+        "ab": "`python -m ci run` of that file, both modes (`--jobs 2`)",
+    }
     lines = [
-        "#### Proof wall time: `python -m ci run`, both modes",
+        "#### Proof wall time, over one bare import of the workspace module",
         "",
         f"Reproduce: `{report.get('command', 'python -m benchmark')} --parts proof`. "
-        "One capped case process, by phase (share of its wall time"
-        + (", and seconds)" if absolute else ")")
-        + f", {proof['breakdown']['repeats']} repeat(s) per mode:",
+        f"Medians of {proof['repeats']} alternating repeat(s); one bare import: "
+        f"{_range(seconds['import'], '{:.1f}')} s.",
         "",
-        "| mode | interpreter + exit | import workspace module | CUDA init | case body |"
-        + (" wall s |" if absolute else ""),
-        "| --- | --- | --- | --- | --- |" + (" --- |" if absolute else ""),
+        "| command | / bare import | wall s | exit codes | goal |",
+        "| --- | --- | --- | --- | --- |",
     ]
-    for mode, p in seconds.items():
-        wall = p["wall"]["median"]
-        cells = []
-        for phase in ("interpreter", "import", "cuda_init", "body"):
-            share = f"{100 * p[phase]['median'] / wall:.0f}%"
-            if absolute:
-                share += f" ({p[phase]['median']:.2f} s)"
-            cells.append(share)
+    for kind, name in names.items():
+        goal = proof["goals"].get(kind)
+        verdict = "" if goal is None else _goal(ratios[kind] <= goal, f"at most {goal:g}x")
+        verdict += f" (at most {goal:g}x)" if goal is not None and ratios[kind] <= goal else ""
         lines.append(
-            f"| {mode} | "
-            + " | ".join(cells)
-            + " |"
-            + (f" {_range(p['wall'])} |" if absolute else "")
+            f"| {name} | {ratios[kind]:.2f}x | {_range(seconds[kind], '{:.1f}')} | "
+            f"{proof['returncodes'][kind]} | {verdict} |"
         )
-    ci = proof["ci_run"]
-    one = seconds["change"]["wall"]["median"]
-    bare = ci.get("bare_import_s")
-    lines += [
-        "",
-        f"Whole A/B (`ci run --backend {proof['device']}`), serial `--jobs 1` vs parallel "
-        f"`--jobs {ci['parallel_jobs']}`, in units of one case process"
-        + (
-            ", and of one bare import of the workspace module measured alternately:"
-            if bare
-            else ":"
-        ),
-        "",
-        "| run | whole A/B / one case |"
-        + (" whole A/B / bare import |" if bare else "")
-        + " exit codes |"
-        + (" wall s |" if absolute else ""),
-        "| --- | --- |" + (" --- |" if bare else "") + " --- |" + (" --- |" if absolute else ""),
-    ]
-    for kind in ("serial", "parallel"):
-        if kind not in ci:
-            continue
-        w = ci[kind]["wall_s"]
-        row = f"| {kind} | {w['median'] / one:.1f} |"
-        row += f" {w['median'] / bare['median']:.1f} |" if bare else ""
-        row += f" {ci[kind]['returncodes']} |"
-        lines.append(row + (f" {_range(w, '{:.1f}')} |" if absolute else ""))
-    if bare and absolute:
-        lines.append(f"\nOne bare import: {_range(bare, '{:.1f}')} s.")
-    for kind in ("serial", "parallel"):
-        per = ci.get(kind, {}).get("processes_s") or {}
-        if per:
-            cells = ", ".join(
-                f"{k} {v / one:.1f}" + (f" ({v:.0f} s)" if absolute else "")
-                for k, v in sorted(per.items())
-                if v is not None
-            )
-            lines.append(f"\nPer test process in the {kind} run, in one-case units: {cells}.")
-    for note in ci.get("skipped", []):
-        lines.append(f"\nSkipped: {note}.")
-    if "serial" in ci and "parallel" in ci:
-        lines.append(
-            f"\nparallel / serial: {ci['parallel']['wall_s']['median'] / ci['serial']['wall_s']['median']:.2f}"
-        )
-    goal = proof.get("goal")
-    if isinstance(goal, dict):
-        lines += ["", _goal(goal["met"], f"{goal['value']:.2f}x; goal: {goal['what']}")]
-        if goal["met"]:
-            lines[-1] += f": {goal['value']:.2f}x ({goal['what']})"
-    elif proof["ab_over_one_case"].get("parallel") is not None:
-        # Results from before the CPU cases were forked from one import have no bare import.
-        ratio = proof["ab_over_one_case"]["parallel"]
-        lines += [
-            "",
-            f"Measured before the registered CPU cases forked from one import: the parallel "
-            f"A/B took {ratio:.1f}x one case process, each case then a fresh interpreter. "
-            "Not measured against a bare import on this machine yet.",
-        ]
     lines.append("")
     return lines
 

@@ -1,11 +1,12 @@
-"""``python -m ci``: run the registered proof A/B, report it on the PR, gate fork PRs.
+"""``python -m ci``: run registered tests A/B, report it on the PR, gate fork PRs.
 
-The command line only: it parses arguments, hands them to the orchestration (``run``,
-``report``, ``gate``, ``watch``) and maps outcomes to exit codes (0 ok, 1 failed checks, 2 bad
-usage or bad input).
+The command line only: it parses arguments, hands them to the orchestration (``abtest.run``,
+``report``, ``gate``, ``watch``) and maps outcomes to exit codes (0 ok, 1 failed checks or a
+void proof, 2 bad usage or bad input).
 
-  python -m ci run --out DIR [--backend cuda|cpu] [--suite S | --stage S] [--shard I/N]
-                   [--modes unmodified,change] [--sglang-src PATH] [--timeout S] [--jobs N]
+  python -m ci run --out DIR [--tests PATH ...] [--backend cuda|cpu] [--suite S | --stage S]
+                   [--shard I/N] [--modes unmodified,change] [--unmodified-src DIR]
+                   [--change-src DIR] [--regressions FILE] [--timeout S] [--jobs N]
   python -m ci report --results DIR --repo OWNER/NAME --pr N [--sha SHA] [--post] ...
   python -m ci gate [--event PATH]
   python -m ci watch [--versions V ...] [--out DIR] [--rows FILE] [--repo OWNER/NAME --post]
@@ -46,12 +47,21 @@ def _parser() -> argparse.ArgumentParser:
 
     run = verbs.add_parser(
         "run",
-        help="run registered test files in both modes; write results.json and JUnit",
-        description="Each selected file runs as its own `python FILE -v` process once per mode. "
-        "Exit 0 when every case passes (or skips) with the change; unmodified failures are the "
-        "expected evidence.",
+        help="run registered test files on both sides; write results.json, JUnit and the report",
+        description="Each selected file runs as its own `python FILE -v` process once per mode, "
+        "unchanged: the runner reports each test's result from outside (unittest and pytest). "
+        "Sides: the installed sglang with the overlay off and on, or two source trees. Exit 0 "
+        "when every test passes (or skips) on the change side and the listed regressions fail "
+        "on the unmodified side; 1, with one line saying why, otherwise.",
     )
-    run.add_argument("--out", required=True, help="directory for results.json, JUnit and logs")
+    run.add_argument("--out", required=True, help="folder for results.json, JUnit and logs")
+    run.add_argument(
+        "--tests",
+        nargs="+",
+        default=(),
+        metavar="PATH",
+        help="registered-test folders or files under --root (default test/registered)",
+    )
     run.add_argument(
         "--backend",
         choices=["cuda", "cpu"],
@@ -63,9 +73,20 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--shard", help="I/N: run partition I (0-based) of N, split by est_time")
     run.add_argument("--modes", default="unmodified,change", help="comma list (default both)")
     run.add_argument(
-        "--sglang-src",
-        help="patched upstream checkout: change mode puts its python/ first on PYTHONPATH, "
-        "overlay off",
+        "--unmodified-src",
+        metavar="DIR",
+        help="a tree holding python/sglang (a PR's base) for the unmodified side; overlay off",
+    )
+    run.add_argument(
+        "--change-src",
+        metavar="DIR",
+        help="a tree holding python/sglang (a PR's head) for the change side; overlay off",
+    )
+    run.add_argument(
+        "--regressions",
+        metavar="FILE",
+        help="tests that must fail on the unmodified side, one FILE::Class.test pattern a line "
+        "(default ci/regressions.txt)",
     )
     run.add_argument("--timeout", type=float, default=1800, help="seconds per file and mode")
     run.add_argument("--jobs", type=int, default=2, help="processes at once (default 2)")
@@ -156,22 +177,30 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args) -> int:
-    from ci import run
+    from abtest import run
+    from ci import pictures, render
+    from evidence import model as evidence
 
+    args.tests = tuple(args.tests)
     request = run.RunRequest(**_fields(run.RunRequest, args))
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     try:
-        model = run.execute(request, log)
+        results = run.execute(request, log)
     except run.RequestError as exc:
         raise UsageError(str(exc)) from None
     except run.RegistrationError as exc:
         print(f"error: registration: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    out = os.path.abspath(args.out)
+    results = dataclasses.replace(results, pictures=pictures.draw_all(results, out))
+    evidence.save(results, out)
+    render.write_full_report(results, out)
     if args.json:
-        print(json.dumps(run.summary(model), indent=2))
+        summary = {"verdict": results.verdict, "reasons": list(results.reasons)}
+        print(json.dumps({**summary, "counts": results.counts()}, indent=2))
     else:
-        print("\n".join(run.summary_lines(model)))
-    return EXIT_OK if model.change_ok() else EXIT_FAILED
+        print("\n".join(run.summary_lines(results)))
+    return EXIT_OK if results.verdict == "ok" else EXIT_FAILED
 
 
 # ------------------------------------------------------------------------------------- report

@@ -2,13 +2,13 @@
 
 For text and structure only: no I/O, no clock (the caller passes the time). The output summary
 is the evidence report; each regression case gets a ``notice`` annotation at its test's ``def``
-line ("fails unmodified: OOM under 128 MiB; passes with the change"), each broken case a
+line ("fails on sglang 0.5.23 (peak 160.0 MiB); passes on ... (peak 96.0 MiB)"), each broken case a
 ``failure`` annotation. GitHub takes at most 50 annotations per request, so the rest go in
 follow-up updates of the same check run, which GitHub appends.
 """
 
 from ci.render import clip, short_summary, visible
-from ci.results import Case, Results
+from evidence.model import Case, Results
 
 CHECK_NAME = "DSV4 workspace A/B"
 SUMMARY_LIMIT = 65535
@@ -23,23 +23,17 @@ NO_RESULTS = {
 
 
 def conclusion(results: Results) -> str:
-    if not results.change_ok():
-        return "failure"
-    if any(c.kind == "not-reproduced" for c in results.cases) or any(
-        "does not reproduce the bug" in f.flags for f in results.files
-    ):
-        return "neutral"
-    return "success"
+    return {"ok": "success", "void": "neutral"}.get(results.verdict, "failure")
 
 
-def annotation(case: Case) -> dict | None:
+def annotation(case: Case, labels: dict) -> dict | None:
     if case.kind == "regression":
-        level, message = "notice", _regression_message(case)
+        level, message = "notice", _regression_message(case, labels)
     elif case.kind == "broken":
         change = case.modes.get("change")
-        detail = f": {change.detail}" if change is not None and change.detail else ""
+        detail = f": {change.detail[-1500:]}" if change is not None and change.detail else ""
         outcome = change.outcome if change is not None else "missing"
-        level, message = "failure", f"fails with the change ({outcome}){detail}"
+        level, message = "failure", f"fails on {labels['change']} ({outcome}){detail}"
     else:
         return None
     line = case.line or 1
@@ -48,30 +42,32 @@ def annotation(case: Case) -> dict | None:
         "start_line": line,
         "end_line": line,
         "annotation_level": level,
-        "title": clip(visible(case.case_id), 255),
+        "title": clip(visible(case.test), 255),
         "message": clip(visible(message), 4000),
     }
 
 
-def _regression_message(case: Case) -> str:
+def _regression_message(case: Case, labels: dict) -> str:
+    def peak(mode):
+        result = case.modes.get(mode)
+        return (
+            f" (peak {result.peak_mib:.1f} MiB)" if result and result.peak_mib is not None else ""
+        )
+
     base = case.modes.get("unmodified")
-    oom = base is not None and any(e.get("outcome") == "oom" for e in base.evidence)
-    word = "OOM" if oom else (base.outcome if base is not None else "fail")
-    cap = f" under {base.budget_mib:g} MiB" if base is not None and base.budget_mib else ""
-    change = case.modes.get("change")
-    peak = (
-        f" (peak {change.peak_mib:.1f} MiB)"
-        if change is not None and change.peak_mib is not None
-        else ""
+    word = base.outcome if base is not None else "fail"
+    return (
+        f"{word} on {labels['unmodified']}{peak('unmodified')}; "
+        f"passes on {labels['change']}{peak('change')}"
     )
-    return f"fails unmodified: {word}{cap}; passes with the change{peak}"
 
 
 def requests(
     results: Results, head_sha: str, summary: str, now: str, details_url=None, name=CHECK_NAME
 ) -> tuple[dict, list[dict]]:
     """(the create body, the outputs of the updates that carry annotations 51 and on)."""
-    notes = [a for a in (annotation(c) for c in results.cases) if a is not None]
+    labels = {mode: results.label(mode) for mode in ("unmodified", "change")}
+    notes = [a for a in (annotation(c, labels) for c in results.cases) if a is not None]
     title = f"A/B on {results.backend}: {short_summary(results)}"
     if len(notes) > MAX_ANNOTATIONS:
         title += f" (annotations on the first {MAX_ANNOTATIONS} of {len(notes)})"

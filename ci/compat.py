@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ci import results
+from evidence import model as evidence
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "compat"
@@ -110,10 +110,14 @@ def series_status(version: str) -> dict:
     return {"status": result["status"], "detail": matrix.short_detail(result["detail"])}
 
 
+PROOFS = ("test/registered", "proofs")
+
+
 def ab(version: str, env: dict, out: Path) -> dict:
-    """The registered tests in both modes on CPU: {counts, change_ok}."""
+    """The proofs in both modes on CPU: {counts, change_ok}."""
     run = subprocess.run(
-        [sys.executable, "-m", "ci", "run", "--backend", "cpu", "--out", str(out / version)],
+        [sys.executable, "-m", "ci", "run", "--backend", "cpu", "--out", str(out / version)]
+        + ["--tests", *PROOFS],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -121,11 +125,11 @@ def ab(version: str, env: dict, out: Path) -> dict:
         timeout=3600,
     )
     try:
-        model = results.load(str(out / version))
-    except results.ResultsError as exc:
+        model = evidence.load(str(out / version))
+    except evidence.EvidenceError as exc:
         tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
         return {"counts": {}, "change_ok": False, "error": f"{exc}: {tail}"}
-    row = {"counts": model.counts(), "change_ok": model.change_ok() and run.returncode == 0}
+    row = {"counts": model.counts(), "change_ok": model.verdict == "ok" and run.returncode == 0}
     if run.returncode != 0:
         tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
         row["error"] = f"ci run exited {run.returncode}: {tail}"

@@ -1,16 +1,18 @@
-"""Pure rendering: the results model in, markdown and short strings out.
+"""Pure rendering: the evidence in, markdown and short strings out.
 
-For text only: no I/O, no GitHub, no clock. It renders the evidence comment (case x {Unmodified
-main, This change}), the PR-body slot text, and one commit-status description per suite. It is
-also the one place that escapes untrusted text (test names, log excerpts) so that nothing from a
-test can break the markdown, a table, or the hidden markers the publisher searches for.
+For text only: no I/O, no GitHub, no clock. It renders the evidence comment (each case on the
+two sides the run compared, named by what each ran: "sglang 0.5.23" and "sglang 0.5.23 + this
+change", or two commits), the PR-body slot text, and one commit-status description per suite.
+It is also the one place that escapes untrusted text (test names, log excerpts) so that nothing
+from a test can break the markdown, a table, or the hidden markers the publisher searches for.
 """
 
+import os
 import re
 from dataclasses import dataclass
 
 from ci.pr_body import BODY_LIMIT, MISSING_LABEL
-from ci.results import FILE_CASE, FLAG_NOT_REPRODUCED, Case, Results
+from evidence.model import FILE_CASE, Case, Results
 
 STATUS_LIMIT = 140
 STATES = {
@@ -77,13 +79,7 @@ def clip(text: str, limit: int) -> str:
 
 
 def overall_state(results: Results) -> str:
-    if not results.change_ok():
-        return "failure"
-    if any(FLAG_NOT_REPRODUCED in f.flags for f in results.files) or any(
-        c.kind == "not-reproduced" for c in results.cases
-    ):
-        return "not-reproduced"
-    return "success"
+    return {"ok": "success", "void": "not-reproduced"}.get(results.verdict, "failure")
 
 
 def slot_text(state: str, run_id=None, run_url=None, artifacts_url=None, note=None) -> str:
@@ -113,7 +109,7 @@ def status_descriptions(results: Results) -> dict:
     statuses = {}
     for suite, cases in results.suites().items():
         broken = [c for c in cases if c.kind == "broken"]
-        state = "failure" if broken or not results.change_ok() else "success"
+        state = "failure" if broken or results.verdict == "failed" else "success"
         counts: dict = {}
         for case in cases:
             counts[case.kind] = counts.get(case.kind, 0) + 1
@@ -130,14 +126,9 @@ def cell(case: Case, mode: str) -> str:
     outcome = case.modes.get(mode)
     if outcome is None or outcome.outcome == "missing":
         return "\u2014"
-    oom = any(e.get("outcome") == "oom" for e in outcome.evidence)
     word = {"pass": "Pass", "fail": "Fail", "error": "Error", "skip": "Skip"}[outcome.outcome]
-    if outcome.outcome in ("fail", "error") and oom:
-        word = "OOM"
-    if outcome.peak_mib is not None:
+    if outcome.peak_mib is not None and outcome.outcome != "skip":
         word += f" \u00b7 peak {outcome.peak_mib:.1f} MiB"
-    elif outcome.budget_mib is not None and outcome.outcome != "skip":
-        word += f" \u00b7 cap {outcome.budget_mib:g} MiB"
     return word
 
 
@@ -163,8 +154,8 @@ def environment_line(environment: dict) -> str:
     git = _mapping(env.get("git"))
     if git.get("commit"):
         parts.append(f"commit {str(git['commit'])[:12]}" + (" (dirty)" if git.get("dirty") else ""))
-    if env.get("python"):
-        parts.append(f"Python {env['python']}")
+    if probe.get("python"):
+        parts.append(f"Python {probe['python']}")
     return " \u00b7 ".join(escape_inline(p) for p in parts)
 
 
@@ -217,7 +208,7 @@ def _parts(results, slot, run_id, run_url, artifacts_url) -> "_Parts":
     state = overall_state(results)
     head = [
         comment_marker(slot),
-        f"### {STATES[state]} DSV4 sparse-prefill workspace: A/B on "
+        f"### {STATES[state]} A/B of the registered tests on "
         + safe_clip(escape_inline(results.backend), 40),
         "",
         _summary_sentence(results),
@@ -231,7 +222,7 @@ def _parts(results, slot, run_id, run_url, artifacts_url) -> "_Parts":
     ]
     rows = []
     for case in results.cases:
-        name = case.case_id if case.case_id != FILE_CASE else f"{case.file} {FILE_CASE}"
+        name = case.test if case.test != FILE_CASE else f"{case.file} {FILE_CASE}"
         rows.append(
             f"| {safe_clip(escape_inline(name), 300)} | {case.kind} | "
             f"{cell(case, 'unmodified')} | {cell(case, 'change')} |"
@@ -260,7 +251,10 @@ def _parts(results, slot, run_id, run_url, artifacts_url) -> "_Parts":
     return _Parts(
         head,
         flags,
-        ["| Case | Kind | Unmodified main | This change |", "| --- | --- | --- | --- |"],
+        [
+            f"| Case | Kind | {_side(results, 'unmodified')} | {_side(results, 'change')} |",
+            "| --- | --- | --- | --- |",
+        ],
         rows,
         tail,
         _excerpts(results, _EXCERPT_CHARS),
@@ -344,24 +338,30 @@ def safe_clip(escaped: str, limit: int) -> str:
     return cut + "\u2026"
 
 
+def _side(results: Results, mode: str) -> str:
+    return safe_clip(escape_inline(results.label(mode)), 100) if mode in results.modes else mode
+
+
 def _summary_sentence(results: Results) -> str:
     counts = results.counts()
     parts = []
     if counts["regression"]:
         parts.append(
-            f"{_n(counts['regression'], 'regression case')} fail on unmodified main and pass "
-            "with this change"
+            f"{_n(counts['regression'], 'regression case')} fail on "
+            f"{_side(results, 'unmodified')} and pass on {_side(results, 'change')}"
         )
     if counts["preservation"]:
         parts.append(f"{_n(counts['preservation'], 'preservation case')} pass both ways")
     if counts["not-reproduced"]:
         parts.append(f"{_n(counts['not-reproduced'], 'regression case')} do not reproduce the bug")
     if counts["broken"]:
-        parts.append(f"{_n(counts['broken'], 'case')} fail with this change")
+        parts.append(f"{_n(counts['broken'], 'case')} fail on {_side(results, 'change')}")
     for kind in ("skipped", "no-baseline"):
         if counts[kind]:
             parts.append(f"{counts[kind]} {kind}")
-    return ("; ".join(parts) or "No cases ran") + "."
+    sentence = ("; ".join(parts) or "No cases ran") + "."
+    reasons = [safe_clip(escape_inline(r), 300) for r in results.reasons]
+    return " ".join([sentence, *(f"**{r}**" for r in reasons)])
 
 
 def _n(count: int, noun: str) -> str:
@@ -376,14 +376,24 @@ def _excerpts(results: Results, chars: int) -> list[str]:
             case.kind
         )
         outcome = case.modes.get(mode) if mode else None  # an artifact may leave a mode out
-        if outcome is None or not outcome.excerpt:
+        if outcome is None or outcome.outcome not in ("fail", "error") or not outcome.detail:
             continue
-        text = outcome.excerpt
+        text = outcome.detail
         if len(text) > chars:
             text = "[...]\n" + text[-chars:]
-        name = safe_clip(escape_inline(case.case_id), 300)
-        out.append(f"**{name}** ({mode})\n\n{escape_block(text)}\n")
+        name = safe_clip(escape_inline(case.test), 300)
+        side = _side(results, mode)
+        out.append(f"**{name}** ({side})\n\n{escape_block(text)}\n")
     return out
+
+
+FULL_REPORT = "report.md"  # the untruncated report, in the results folder (the artifact)
+
+
+def write_full_report(results: Results, out: str, slot: str = "dsv4-workspace") -> None:
+    """report.md: the whole report, never shortened, for the artifact."""
+    with open(os.path.join(out, FULL_REPORT), "w", encoding="utf-8", errors="replace") as handle:
+        handle.write(comment(results, slot, limit=10**9))
 
 
 def _url(url) -> str:

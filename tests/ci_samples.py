@@ -1,72 +1,72 @@
-"""Synthetic ``python FILE -v`` runs (result channel and log) and results models for the ci
-tests (no subprocesses)."""
+"""Synthetic test processes (their result channel and log) and judged runs for the ci tests,
+without starting any process."""
 
 import json
 
-from ci import results
-from ci.runner import FileRun
+from abtest.launch import FileRun
+from abtest.run import mode_report
+from evidence import judge
+from evidence.model import Side
 
 FILE = "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
-DASH = "-" * 70
-
-
+CLS = "TestSparsePrefillKVBufferReplacement"
+GROW = "test_grow_64_to_96_mib_bf16_fits_128_mib_budget"
+REUSE = "test_smaller_request_reuses_storage"
+TRACEBACK = (
+    "Traceback (most recent call last):\n  File ..., in test_grow\n"
+    "AssertionError: 160.0 not less than or equal to 128 : the replacement peaked at 160.0 MiB"
+)
 _WORDS = {"pass": "ok", "fail": "FAIL", "error": "ERROR", "skip": "skipped"}
 
 
-def evidence(case, outcome, **extra) -> dict:
-    """One harness record, as the registered test attaches it to a test's result line."""
-    return {"case": case, "device": "cuda", "budget_mib": 128, "outcome": outcome, **extra}
+def channel_line(test, outcome, detail="", peak_mib=None, cls=CLS) -> str:
+    record = {"test": f"{cls}.{test}", "outcome": outcome, "duration_s": 0.5, "detail": detail}
+    if peak_mib is not None:
+        record["peak_mib"] = peak_mib
+    return json.dumps(record)
 
 
-def file_run(mode, cases, returncode=None, duration_s=30.0) -> FileRun:
-    """A finished ``python FILE -v --result-fd N``: ``cases`` are (name, cls, evidence records,
-    outcome, detail); the channel gets one line each, the log unittest's verbose text."""
-    lines, channel = [], []
-    for name, cls, records, outcome, detail in cases:
-        lines.append(f"{name} (__main__.{cls}.{name}) ... {_WORDS[outcome]}")
-        record = {"test": f"{cls}.{name}", "outcome": outcome, "duration_s": 0.5}
-        channel.append(json.dumps(dict(record, detail=detail, evidence=list(records))))
-    failed = any(c[3] in ("fail", "error") for c in cases)
-    output = "\n".join(lines) + f"\n{DASH}\nRan {len(cases)} tests\n"
+def file_run(mode, tests, returncode=None, duration_s=30.0, path=FILE) -> FileRun:
+    """A finished ``python FILE -v``: ``tests`` are (name, outcome, detail, peak MiB); the
+    channel gets one line each, the log unittest's verbose text."""
+    lines = [f"{name} (__main__.{CLS}.{name}) ... {_WORDS[outcome]}" for name, outcome, *_ in tests]
+    channel = [channel_line(*test) for test in tests]
+    failed = any(t[1] in ("fail", "error") for t in tests)
+    output = "\n".join(lines) + f"\n{'-' * 70}\nRan {len(tests)} tests\n"
     code = (1 if failed else 0) if returncode is None else returncode
-    return FileRun(FILE, mode, code, duration_s, False, output, channel="\n".join(channel) + "\n")
+    return FileRun(path, mode, code, duration_s, False, output, "\n".join(channel) + "\n")
 
 
-def workspace_runs(grow_unmodified="oom", name="test_grow_64_to_96_mib_bf16_fits_128_mib_cap"):
-    """A CUDA-like A/B: one grow case and one preservation case."""
-    cls = "TestSparsePrefillWorkspaceCUDA"
-    keep = "test_smaller_request_reuses_storage"
-    failed = grow_unmodified == "oom"
-    grow_base = evidence(
-        "grow", grow_unmodified, detail="CUDA out of memory", peak_allocated_mib=64.0
-    )
-    traceback = "Traceback (most recent call last):\n  AssertionError: 'oom' != 'pass'"
-    reuse = evidence("reuse", "pass", peak_allocated_mib=96.0)
+def workspace_runs(grow_unmodified="fail", grow=GROW):
+    """A CUDA-like A/B: one grow test and one preservation test."""
+    failed = grow_unmodified == "fail"
     unmodified = [
-        (name, cls, [grow_base], "fail" if failed else "pass", traceback if failed else None),
-        (keep, cls, [reuse], "pass", None),
+        (grow, grow_unmodified, TRACEBACK if failed else "", 160.0 if failed else 96.0),
+        (REUSE, "pass", "", 96.0),
     ]
-    change = [
-        (name, cls, [evidence("grow", "pass", peak_allocated_mib=96.0)], "pass", None),
-        (keep, cls, [reuse], "pass", None),
-    ]
+    change = [(grow, "pass", "", 96.0), (REUSE, "pass", "", 96.0)]
     return [file_run("unmodified", unmodified), file_run("change", change)]
 
 
-def model(runs=None, patterns=None, suite="base-b-test-1-gpu-small"):
-    runs = runs if runs is not None else workspace_runs()
-    env = {
-        "python": "3.12.3",
-        "gpus": [{"name": "NVIDIA H200", "driver": "580.65", "memory": "143771 MiB"}],
-        "git": {"commit": "0123456789abcdef", "dirty": False},
-        "modes": {"change": {"torch": "2.11.0+cu130", "cuda": "13.0", "sglang": "0.5.23"}},
+def sides(version="0.5.23"):
+    return {
+        "unmodified": Side(f"sglang {version}", version),
+        "change": Side(f"sglang {version} + this change", version, overlay=True),
     }
-    return results.build(
-        runs,
-        {FILE: suite},
-        "cuda",
-        ["unmodified", "change"],
-        {},
-        env,
-        regression_patterns=[f"{FILE}::*.test_grow_*"] if patterns is None else patterns,
-    )
+
+
+ENVIRONMENT = {
+    "gpus": [{"name": "NVIDIA H200", "driver": "580.65", "memory": "143771 MiB"}],
+    "git": {"commit": "0123456789abcdef", "dirty": False},
+    "modes": {
+        "change": {"python": "3.12.3", "torch": "2.11.0+cu130", "cuda": "13.0", "sglang": "0.5.23"}
+    },
+}
+
+
+def model(runs=None, patterns=None, suite="base-b-test-1-gpu-small", **fields):
+    runs = runs if runs is not None else workspace_runs()
+    patterns = [f"{FILE}::*.test_grow_*"] if patterns is None else patterns
+    fields.setdefault("environment", ENVIRONMENT)
+    reports = [mode_report(run) for run in runs]
+    return judge.build(reports, "cuda", sides(), {FILE: suite}, patterns, **fields)

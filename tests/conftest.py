@@ -6,10 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ci import harness
-
 REPO = Path(__file__).resolve().parents[1]
-REGISTERED_TEST = REPO / harness.FILE
+REGISTERED_TEST = REPO / "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
+CPU_PROOF = REPO / "proofs/cpu/test_dsv4_workspace_cpu_peak.py"
 WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
 OVERLAY_ENV = ("SGLANG_OVERLAY_DISABLE", "SGLANG_OVERLAY_STRICT")
 
@@ -40,3 +39,6 @@ def run_json(code: str, **env):
     proc = run_python(code, **env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+# Files that ``ci run`` runs in the tests, as any pull request's tests: not the project's own.
+collect_ignore = ["fixtures"]

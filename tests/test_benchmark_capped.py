@@ -1,19 +1,23 @@
-"""The benchmark's capped child runs sequences the registered test does not list, as steps.
-
-It takes the registered test's ``run_case`` through ``ci.harness`` and passes its own request
-sequence as an argument, so the registered tables stay as they are (they are read-only).
-"""
+"""The benchmark's capped child: a sequence of requests in a fresh process under a cap, with
+the overlay off or on."""
 
 from benchmark import capped
-from ci import harness
 
 
-def test_a_sequence_the_registered_test_does_not_list_runs_as_steps_in_a_capped_child():
-    steps = [
-        (harness.ROWS_64_MIB_BF16 // 4, "bfloat16"),
-        (harness.ROWS_64_MIB_BF16 // 2, "bfloat16"),
-    ]
-    result = capped.launch(steps, "cpu", 128, "unmodified", timeout_s=120)
-    assert result["case"] == capped.STEPS_CASE and result["outcome"] == "pass", result
-    assert result["mode"] == "unmodified" and result["wall_s"] > 0
-    assert capped.STEPS_CASE not in harness.TRANSITIONS
+def test_a_capped_child_runs_any_sequence_and_reports_the_oom_unmodified_only():
+    steps = capped.TRANSITIONS["grow_bf16_64_to_96_mib"]
+    unmodified = capped.launch(steps, "cpu", 128, "unmodified", timeout_s=300)
+    change = capped.launch(steps, "cpu", 128, "change", timeout_s=300)
+    assert (unmodified["outcome"], change["outcome"]) == ("oom", "pass"), (unmodified, change)
+    assert "can't allocate memory" in unmodified["detail"]
+    assert unmodified["class"] == "SparsePrefillKVBuffer" and change["wall_s"] > 0
+
+
+def test_steps_are_parsed_strictly():
+    assert capped.parse_steps("16:bfloat16, 8:float8_e4m3fn") == [(16, "bfloat16"), (8, "float8_e4m3fn")]
+    for bad in ("16", "0:bfloat16", "16:int8", "x:bfloat16"):
+        try:
+            capped.parse_steps(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad!r} was accepted")

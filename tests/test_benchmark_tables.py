@@ -38,38 +38,16 @@ def _fit():
     }
 
 
-def _proof(parallel_s=40.0, one_case_s=15.0):
-    phase = {
-        k: summary([v])
-        for k, v in dict(
-            wall=one_case_s, interpreter=1.0, import_=0, cuda_init=3.0, body=1.0
-        ).items()
-    }
-    phase["import"] = summary([10.0])
+def _proof(file_s, ab_s, bare_s=12.0, device="cuda"):
+    """What ``benchmark.proof.measure`` records, with one repeat of each command."""
     return {
-        "device": "cuda",
-        "breakdown": {
-            "case": "grow",
-            "repeats": 1,
-            "seconds": {"unmodified": phase, "change": phase},
-        },
-        "ci_run": {
-            "repeats": 1,
-            "parallel_jobs": 16,
-            "skipped": ["serial run 1: about 90 s, past the time budget"],
-            "parallel": {"wall_s": summary([parallel_s]), "returncodes": [0], "processes_s": {}},
-        },
-        "ab_over_one_case": {"parallel": parallel_s / one_case_s},
+        "file": "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py",
+        "repeats": 1,
+        "seconds": {k: summary([v]) for k, v in (("import", bare_s), ("file", file_s), ("ab", ab_s))},
+        "returncodes": {"file": [0], "ab": [0]},
+        "over_bare_import": {"file": round(file_s / bare_s, 2), "ab": round(ab_s / bare_s, 2)},
+        "goals": {"file": 1.5, "ab": 1.5} if device == "cuda" else {},
     }
-
-
-def _forked_proof(parallel_s, bare_s, device="cpu"):
-    from benchmark import proof
-
-    measured = _proof(parallel_s)
-    measured["ci_run"]["bare_import_s"] = summary([bare_s])
-    measured["goal"] = proof.judge(device, measured["ci_run"])
-    return measured
 
 
 def _report(**parts):
@@ -101,37 +79,16 @@ def test_nothing_larger_than_the_held_buffer_is_shown_as_such():
     assert "goal met" in text
 
 
-def test_a_proof_from_before_the_fork_states_its_old_ratio_and_the_skipped_serial_run():
-    text = "\n".join(tables.proof_table(_report(proof=_proof())))
-    assert "the parallel A/B took 2.7x one case process" in text
-    assert "Skipped: serial run 1" in text
-    assert "| parallel | 2.7 | [0] | 40.0 |" in text  # seconds: a CUDA machine
+def test_the_proof_table_gives_each_command_over_a_bare_import_and_judges_its_goal():
+    text = "\n".join(tables.proof_table(_report(proof=_proof(file_s=18.0, ab_s=24.0))))
+    assert "| 1.50x | 18.0 | [0] | goal met (at most 1.5x) |" in text
+    assert "| 2.00x | 24.0 | [0] | **goal missed**: at most 1.5x |" in text
+    assert "one bare import: 12.0 s" in text
 
 
-def test_a_cpu_ab_within_3x_a_bare_import_meets_its_goal_with_the_figure():
-    text = "\n".join(tables.proof_table(_report(proof=_forked_proof(12.0, 4.0))))
-    assert "| parallel | 0.8 | 3.0 | [0] | 12.0 |" in text
-    assert "goal met: 3.00x (the parallel A/B <= 3x one bare import" in text
-
-
-def test_a_cuda_ab_above_1_5x_a_bare_import_misses_its_goal_with_the_figure():
-    measured = _forked_proof(30.0, 14.0, device="cuda")
-    text = "\n".join(tables.proof_table(_report(proof=measured)))
-    assert measured["goal"] == {
-        "what": "the parallel A/B <= 1.5x one bare import of the workspace module",
-        "limit": 1.5,
-        "value": 2.14,
-        "met": False,
-    }
-    assert "**goal missed**: 2.14x; goal: the parallel A/B <= 1.5x" in text
-
-
-def test_cpu_machines_show_no_absolute_times_in_the_proof_table():
-    report = _report(proof=_forked_proof(12.0, 4.0))
-    report["device"] = "cpu"
-    text = "\n".join(tables.proof_table(report))
-    assert "wall s" not in text and "| parallel | 0.8 | 3.0 | [0] |" in text
-    assert "One bare import" not in text
+def test_a_cpu_proof_has_no_goal_to_judge():
+    text = "\n".join(tables.proof_table(_report(proof=_proof(20.0, 30.0, device="cpu"))))
+    assert "goal" not in text.split("| --- |")[-1] and "| 1.67x |" in text
 
 
 def test_update_keeps_prose_outside_the_markers_and_orders_cuda_machines_first():

@@ -36,14 +36,16 @@ from dataclasses import replace
 
 import pytest
 from ci_fake_github import FakeGitHub
-from ci_samples import evidence, file_run, model, workspace_runs
+from ci_samples import file_run, model, workspace_runs
 from conftest import REPO, clean_env
 
-from ci import artifact, environment, junit, pictures, pr_body, render, results, runner
-from ci import run as run_module
+from abtest import environment, launch, modes
+from ci import artifact, pictures, pr_body, render
 from ci.__main__ import main
 from ci.publish import Publisher, connect
 from ci.retry import RetryPolicy
+from evidence import junit
+from evidence.model import Results, save
 
 TOKEN = "ghs_actionsINSTALLATIONtoken"
 HEAD = "c0ffee" + "0" * 34
@@ -140,8 +142,8 @@ def test_bidi_overrides_zero_width_and_c1_controls_never_reach_the_comment(fake,
     name = "test_ok" + BIDI_AND_INVISIBLE + C1_AND_DEL + "\u2028gnp.exe"
     first = m.cases[0]
     excerpt = "log " + BIDI_AND_INVISIBLE + C1_AND_DEL + " end"
-    first = replace(first, case_id=name)
-    first.modes["unmodified"] = replace(first.modes["unmodified"], excerpt=excerpt)
+    first = replace(first, test=name)
+    first.modes["unmodified"] = replace(first.modes["unmodified"], detail=excerpt)
     m = replace(m, cases=[first, *m.cases[1:]])
     text = render.comment(m, SLOT)
     hostile = set(BIDI_AND_INVISIBLE + C1_AND_DEL + "\u2028") - {"\u200b"}  # ZWSP: our defuser
@@ -232,8 +234,8 @@ def test_results_json_that_loads_is_the_one_the_test_job_wrote(tmp_path):
     # A guard for the attacks above: the sample model itself round-trips through intake.
     folder = tmp_path / "ok"
     folder.mkdir()
-    results.save(model(), str(folder))
-    assert artifact.load_results(str(folder)).cases[0].case_id == model().cases[0].case_id
+    save(model(), str(folder))
+    assert artifact.load_results(str(folder)) == model()
 
 
 # --- the head SHA: a push racing the report ---------------------------------------------------
@@ -245,7 +247,7 @@ def _report_while_a_push_lands(fake, tmp_path, monkeypatch, newer):
     fake.after("PATCH", r"/issues/7$", lambda server: server.heads.__setitem__(7, newer))
     folder = tmp_path / "r"
     folder.mkdir()
-    results.save(model(), str(folder))
+    save(model(), str(folder))
     args = ["--results", str(folder), "--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD]
     return _report(fake, monkeypatch, *args, "--require-head", "--post")
 
@@ -265,7 +267,7 @@ def test_a_push_landing_after_the_slot_write_stops_the_comment_but_not_the_commi
 def _regressions(count: int, name=lambda i: f"TestW.test_case_{i:05d}"):
     data = model().to_json()
     case = data["cases"][0]
-    data["cases"] = [dict(case, case_id=name(i)) for i in range(count)]
+    data["cases"] = [dict(case, test=name(i)) for i in range(count)]
     return data
 
 
@@ -287,8 +289,8 @@ def test_a_suite_name_that_is_not_one_is_refused(fake, tmp_path, monkeypatch, su
 
 
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e308", "-5"])
-@pytest.mark.parametrize("field", ["peak_mib", "budget_mib"])
-def test_a_peak_or_cap_that_is_not_a_measurement_is_refused(
+@pytest.mark.parametrize("field", ["peak_mib", "duration_s"])
+def test_a_peak_or_duration_that_is_not_a_measurement_is_refused(
     fake, tmp_path, monkeypatch, field, value
 ):
     data = model().to_json()
@@ -315,7 +317,7 @@ def test_an_annotation_title_carries_no_bidi_or_invisible_characters():
     from ci import checks
 
     data = _regressions(1, name=lambda i: "test_\u202egnp.exe\u200b\x1b[31m")
-    m = results.Results.from_json(json.loads(json.dumps(data)))
+    m = Results.from_json(json.loads(json.dumps(data)))
     create, _ = checks.requests(m, HEAD, "summary", "2026-01-01T00:00:00Z")
     (note,) = create["output"]["annotations"]
     assert note["title"] == "test_gnp.exe"
@@ -383,7 +385,7 @@ def test_a_newer_writers_slot_is_never_put_back_over(fake, tmp_path, monkeypatch
     monkeypatch.setattr("ci.publish.Publisher.settle_s", 0)
     folder = tmp_path / "r"
     folder.mkdir()
-    results.save(model(), str(folder))
+    save(model(), str(folder))
     args = ["--results", str(folder), "--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD]
     assert _report(fake, monkeypatch, *args, "--require-head", "--post") == 0
     assert pr_body.get_slot(fake.bodies[7], SLOT) == ":x: newer"
@@ -400,15 +402,15 @@ import os, sys
 with open("/proc/self/cmdline", "rb") as own:
     cmdline = own.read().split(bytes(1))
 RECORD = int(cmdline[cmdline.index(b"--environment-fd") + 1])
-CHANNEL = int(sys.argv[sys.argv.index("--result-fd") + 1])
+CHANNEL = int(cmdline[cmdline.index(b"--results-fd") + 1])
 """
 
 
 def _run_file(tmp_path, source, **env):
     """The stand-in file through the real runner, as ``ci run`` starts a registered file."""
     (tmp_path / "test_hostile.py").write_text(FIND_FDS + source)
-    env = runner.mode_env("change", base=clean_env(**env))
-    return runner.run_file("test_hostile.py", "change", env, str(tmp_path), timeout_s=60)
+    env = modes.environment(modes.ModeSetup("change", overlay=True), base=clean_env(**env))
+    return launch.run_file("test_hostile.py", "change", env, str(tmp_path), timeout_s=60)
 
 
 def _alive(pid: int) -> bool:
@@ -433,16 +435,16 @@ def _dies(pid: int, within_s: float = 60.0) -> bool:
 def test_json_nested_past_the_parser_on_either_pipe_is_an_error_not_a_crash(tmp_path):
     deep = "[" * 5000  # a few KB: far under every size cap
     # Parses (the parser allows ~1000 levels), then breaks asdict and json.dump in ci run.
-    parses = '{"test": "T.test_x", "outcome": "pass", "evidence": [{"x": %s}]}'
+    parses = '{"test": "T.test_x", "outcome": "pass", "detail": %s}'
     channel = f"{deep}\n{parses % ('[' * 600 + ']' * 600)}\n"
     run = replace(file_run("change", []), channel=channel, environment=deep)
-    env = environment.describe({}, [run], ["change"])
-    assert "error" in env["modes"]["change"]
-    m = results.build([run], {}, "cpu", ["change"], {}, env, regression_patterns=[])
+    records = environment.records_by_mode([run], ["change"])
+    assert "error" in records["change"]
+    m = model([run], patterns=[], environment={"modes": records})
     (case,) = m.cases
     assert "result line 1" in case.modes["change"].detail
     assert "result line 2: nested deeper than 16" in case.modes["change"].detail
-    results.save(m, str(tmp_path))
+    save(m, str(tmp_path))
 
 
 LINGERS = """
@@ -462,7 +464,7 @@ def test_a_process_the_file_leaves_behind_dies_with_it_and_holds_nothing_up(
 ):
     # The grandchild sleeps 120 s holding every pipe. Were it not killed with the file's
     # process group, reading would stop only at DRAIN_S and the log would say so.
-    monkeypatch.setattr(runner, "DRAIN_S", 90.0)
+    monkeypatch.setattr(launch, "DRAIN_S", 90.0)
     run = _run_file(tmp_path, LINGERS)
     pid = int(re.search(r"grandchild (\d+)", run.output).group(1))
     try:
@@ -477,7 +479,7 @@ def test_a_process_the_file_leaves_behind_dies_with_it_and_holds_nothing_up(
 def test_a_process_that_leaves_the_files_session_costs_one_drain_wait_at_most(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(runner, "DRAIN_S", 1.0)
+    monkeypatch.setattr(launch, "DRAIN_S", 1.0)
     run = _run_file(tmp_path, LINGERS, OWN_SESSION="1")
     pid = int(re.search(r"grandchild (\d+)", run.output).group(1))
     try:
@@ -497,11 +499,11 @@ for _ in range(8):
 
 
 def test_megabytes_on_every_pipe_keep_only_what_ci_run_can_use(tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "OUTPUT_BYTES", 1 << 20)
-    monkeypatch.setattr(runner, "CHANNEL_BYTES", 1 << 20)
+    monkeypatch.setattr(launch, "OUTPUT_BYTES", 1 << 20)
+    monkeypatch.setattr(launch, "CHANNEL_BYTES", 1 << 20)
     run = _run_file(tmp_path, FLOODS)
     assert run.returncode == 0  # read to the end: the writer was never blocked
-    assert len(run.environment) <= runner.RECORD_BYTES < 8 << 20
+    assert len(run.environment) <= launch.RECORD_BYTES < 8 << 20
     assert len(run.channel) <= 1 << 20
     assert len(run.output) < (1 << 20) + 200 and "dropped" in run.output[-200:]
 
@@ -515,13 +517,14 @@ def test_lone_surrogates_from_a_test_process_reach_neither_report_md_nor_the_rep
     change = replace(
         runs[1], channel=runs[1].channel + line + "\n", environment=r'{"torch": "2.0\udfff"}'
     )
-    env = environment.describe({"gpus": [{"name": "H\ud800"}]}, [runs[0], change], MODES)
-    m = results.build([runs[0], change], {}, "cuda", MODES, {}, env)
+    records = environment.records_by_mode([runs[0], change], MODES)
+    env = {"gpus": [{"name": "H\ud800"}], "modes": records}
+    m = model([runs[0], change], environment=env)
     out = tmp_path / "r"
     out.mkdir()
-    results.save(m, str(out))
+    save(m, str(out))
     junit.write(m, str(out))
-    run_module.write_full_report(m, str(out))  # ci run's last step
+    render.write_full_report(m, str(out))  # ci run's last step
     assert "\ud800" not in (out / "report.md").read_text()
     for mode in MODES:
         ET.parse(out / f"junit-{mode}.xml")  # well-formed XML, no &#55296;
@@ -556,7 +559,8 @@ def test_the_registry_reader_is_sglangs_whichever_way_sglang_is_found(tmp_path, 
         "namespace": "r = collect.registry_reader(); print(r.__file__.startswith(sys.argv[1]))",
         "twice": "print(collect.registry_reader() is collect.registry_reader())",
         "after-the-real-import": (
-            "import sglang.test.ci.ci_register as real; print(collect.registry_reader() is real)"
+            "import sglang.test.ci.ci_register as real; "
+            "print(collect.registry_reader().collect_tests is not None)"
         ),
     }[layout]
     env = clean_env()
@@ -567,7 +571,7 @@ def test_the_registry_reader_is_sglangs_whichever_way_sglang_is_found(tmp_path, 
         real = os.path.join(installed, "test", "ci", "ci_register.py")
         (reader / "ci_register.py").write_text(open(real).read())
         env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
-    program = f"import sys\nfrom ci import collect\n{code}\n"
+    program = f"import sys\nfrom abtest import collect\n{code}\n"
     command = [sys.executable, *(["-S"] if layout == "namespace" else []), "-c", program]
     proc = subprocess.run(
         [*command, str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
@@ -577,27 +581,23 @@ def test_the_registry_reader_is_sglangs_whichever_way_sglang_is_found(tmp_path, 
 
 @pytest.mark.parametrize(
     "name, peak",
-    [("test_lone_\ud800", 96.0), ("test_$\\frac{$", 96.0), ("test_inf", float("inf"))],
-    ids=["surrogate", "mathtext", "infinite-peak"],
+    [("test_lone_\ud800", 96.0), ("test_$\\frac{$", 96.0), ("test_huge", 9.9e6)],
+    ids=["surrogate", "mathtext", "huge-peak"],
 )
 def test_a_regression_case_matplotlib_cannot_draw_costs_its_picture_not_the_run(
     tmp_path, name, peak
 ):
     # Any name and any number on the channel: a case failing unmodified and passing with the
     # change is a regression, and each regression gets a picture.
-    records = {
-        mode: [evidence("grow", outcome, peak_allocated_mib=peak)]
-        for mode, outcome in (("unmodified", "oom"), ("change", "pass"))
-    }
     runs = [
-        file_run("unmodified", [(name, "TestW", records["unmodified"], "fail", "OOM")]),
-        file_run("change", [(name, "TestW", records["change"], "pass", None)]),
+        file_run("unmodified", [(name, "fail", "OOM", peak)]),
+        file_run("change", [(name, "pass", "", peak)]),
     ]
-    m = results.build(runs, {}, "cuda", MODES, {}, {}, regression_patterns=[])
+    m = model(runs, patterns=[])
     assert [c.kind for c in m.cases] == ["regression"]
     m = replace(m, pictures=pictures.draw_all(m, str(tmp_path)))  # ci run's order from here
-    results.save(m, str(tmp_path))
+    save(m, str(tmp_path))
     junit.write(m, str(tmp_path))
-    run_module.write_full_report(m, str(tmp_path))
+    render.write_full_report(m, str(tmp_path))
     (case,) = artifact.load_results(str(tmp_path)).cases  # the report takes it: no Infinity peak
-    assert case.modes["change"].peak_mib in (None, 96.0)
+    assert case.modes["change"].peak_mib == peak

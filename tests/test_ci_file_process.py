@@ -1,139 +1,255 @@
-"""The process a registered file runs in under ``ci run`` (ci/file_process.py), the environment
-record it writes, and file selection that never imports sglang in the CI process.
+"""The process a test file runs in under ``ci run`` (abtest/file_process.py): it runs the file
+exactly as ``python FILE ARGS`` would, reports each finished test from outside the file, and
+writes a record of what the process ran with; and file selection never imports sglang.
 
-The file runs exactly as ``python FILE ARGS`` would, checked against ``python FILE`` itself
-(``__file__``, ``sys.path[0]`` through a symlink, torch imported only by the file, ``__main__``
-for its threads and atexit handlers, a forked child ending through SystemExit); the record is
-what that process ran with, checked before it is stored (it is PR code's output), and never
-changes the file's exit code. The NVML answer for the device name is
-tested against a stand-in for ``torch.cuda`` (no GPU here: CUDA and NVML are the boundary).
+Running as ``python FILE`` is checked against ``python FILE`` itself (``__file__``,
+``sys.path[0]`` through a symlink, torch imported only by the file, ``__main__`` for its threads
+and atexit handlers, a forked child ending through SystemExit). The results come from hooks on
+unittest's result class and a plugin handed to ``pytest.main``, on files written the way
+upstream writes them, none of which knows about the runner.
 """
 
 import json
 import os
 import subprocess
 import sys
-import types
 from dataclasses import replace
 
 from ci_samples import file_run
 from conftest import REPO, clean_env
 
-from ci import environment, file_process, runner
-
-PROGRAM = """
-import json, sys
-print("RAN " + json.dumps({"name": __name__, "argv": sys.argv, "path0": sys.path[0]}))
-if "--raise" in sys.argv:
-    raise RuntimeError("the file failed")
-sys.exit(int(sys.argv[-1]))
-"""
+from abtest import environment, launch
 
 
 def run_file_process(cwd, path, *args, **env):
-    """``ci/file_process.py`` on ``path`` in ``cwd``: the finished process and its record."""
-    read_end, write_end = os.pipe()
-    proc = subprocess.run(
-        [sys.executable, runner.FILE_PROCESS, "--environment-fd", str(write_end), path, *args],
-        env=clean_env(**env),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        pass_fds=(write_end,),
-        timeout=120,
+    """``abtest/file_process.py`` on ``path`` in ``cwd``: the finished process, its result
+    lines and its record."""
+    results_read, results_write = os.pipe()
+    record_read, record_write = os.pipe()
+    command = [sys.executable, launch.FILE_PROCESS, "--results-fd", str(results_write)]
+    command += ["--environment-fd", str(record_write), path, *args]
+    try:
+        proc = subprocess.Popen(
+            command,
+            env=clean_env(**env),
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            pass_fds=(results_write, record_write),
+        )
+    finally:
+        os.close(results_write)
+        os.close(record_write)
+    with os.fdopen(results_read) as results, os.fdopen(record_read) as record:
+        out, err = proc.communicate(timeout=120)
+        lines = [json.loads(line) for line in results.read().splitlines()]
+        text = record.read()
+    return subprocess.CompletedProcess(command, proc.returncode, out, err), lines, text
+
+
+def outcomes(lines) -> dict:
+    return {line["test"]: line["outcome"] for line in lines}
+
+
+def run_source(tmp_path, source, name="test_file.py", *args):
+    (tmp_path / name).write_text(source)
+    return run_file_process(tmp_path, name, "-v", *args)
+
+
+UNITTEST = """
+import unittest
+
+
+class TestKinds(unittest.TestCase):
+    def test_passes(self):
+        pass
+
+    def test_fails(self):
+        self.assertEqual(1, 2, "one is not two")
+
+    def test_errors(self):
+        raise KeyError("boom")
+
+    @unittest.skip("not here")
+    def test_skipped(self):
+        pass
+
+    @unittest.expectedFailure
+    def test_expected_failure(self):
+        self.fail("known")
+
+    @unittest.expectedFailure
+    def test_unexpected_success(self):
+        pass
+
+    def test_sub_tests(self):
+        for value in (1, 2):
+            with self.subTest(value=value):
+                self.assertEqual(value, 1)
+
+
+class TestSetUpClassFails(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        raise RuntimeError("no GPU for the fixture")
+
+    def test_never_runs(self):
+        pass
+
+
+class Retrying(unittest.TestCase):
+    # CustomTestCase's shape: the test method runs inside a retry that re-raises as Exception.
+    def _callTestMethod(self, method):
+        try:
+            method()
+        except AssertionError as exc:
+            raise Exception("retry() exceed maximum number of retries.") from exc
+
+
+class TestRetried(Retrying):
+    def test_peak(self):
+        self.assertLess(160.0, 100)
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+def test_unittest_results_are_reported_from_outside_the_file(tmp_path):
+    proc, lines, _ = run_source(tmp_path, UNITTEST)
+    assert proc.returncode == 1, proc.stderr
+    assert outcomes(lines) == {
+        "TestKinds.test_errors": "error",
+        "TestKinds.test_expected_failure": "pass",
+        "TestKinds.test_fails": "fail",
+        "TestKinds.test_passes": "pass",
+        "TestKinds.test_skipped": "skip",
+        "TestKinds.test_sub_tests": "fail",
+        "TestKinds.test_unexpected_success": "fail",
+        "TestSetUpClassFails.setUpClass": "error",
+        "TestRetried.test_peak": "error",
+    }
+    details = {line["test"]: line["detail"] for line in lines}
+    assert "one is not two" in details["TestKinds.test_fails"]
+    assert "(value=2)" in details["TestKinds.test_sub_tests"]
+    assert "no GPU for the fixture" in details["TestSetUpClassFails.setUpClass"]
+    assert "160.0 not less than 100" in details["TestRetried.test_peak"]
+    assert details["TestKinds.test_skipped"] == "not here"
+    assert all(line["duration_s"] is not None for line in lines if "setUp" not in line["test"])
+    assert "Ran 8 tests" in proc.stderr  # unittest's own report is untouched
+
+
+PYTEST_FILE = """
+import sys
+
+import pytest
+
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("fixture broke")
+
+
+def test_passes():
+    pass
+
+
+@pytest.mark.parametrize("value", [1, 2])
+def test_param(value):
+    assert value == 1
+
+
+def test_fixture_error(broken):
+    pass
+
+
+@pytest.mark.skip(reason="not here")
+def test_skipped():
+    pass
+
+
+@pytest.mark.xfail(reason="known")
+def test_expected():
+    assert False
+
+
+class TestGrouped:
+    def test_method(self):
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
+"""
+
+
+def test_pytest_results_are_reported_through_a_plugin_the_file_never_names(tmp_path):
+    proc, lines, _ = run_source(tmp_path, PYTEST_FILE)
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    assert outcomes(lines) == {
+        "test_passes": "pass",
+        "test_param[1]": "pass",
+        "test_param[2]": "fail",
+        "test_fixture_error": "error",
+        "test_skipped": "skip",
+        "test_expected": "skip",
+        "TestGrouped.test_method": "pass",
+    }
+    details = {line["test"]: line["detail"] for line in lines}
+    assert "fixture broke" in details["test_fixture_error"]
+    assert details["test_skipped"] == "not here"
+
+
+def test_a_pytest_file_that_does_not_import_is_one_collection_error(tmp_path):
+    source = "import sys\nimport pytest\nimport no_such_module\n"
+    source += "if __name__ == '__main__':\n    sys.exit(pytest.main([__file__]))\n"
+    # python FILE fails at its own import first: nothing reaches pytest.
+    proc, lines, _ = run_source(tmp_path, source)
+    assert proc.returncode == 1 and lines == [] and "no_such_module" in proc.stderr
+
+
+def test_a_file_that_exits_before_its_tests_or_does_not_compile_reports_nothing(tmp_path):
+    early = "import sys, unittest\nsys.exit(0)\n"
+    proc, lines, text = run_source(tmp_path, early)
+    assert (proc.returncode, lines) == (0, []) and json.loads(text)["python"]
+    proc, lines, text = run_source(tmp_path, "def broken(:\n", "test_syntax.py")
+    assert proc.returncode == 1 and lines == [] and "SyntaxError" in proc.stderr
+
+
+def test_results_of_a_child_the_file_forks_are_not_reported_twice(tmp_path):
+    source = UNITTEST.replace(
+        "    def test_passes(self):\n        pass",
+        "    def test_passes(self):\n        import os\n"
+        "        pid = os.fork()\n"
+        "        if pid == 0:\n"
+        "            unittest.main(argv=['x', 'TestKinds.test_fails'], exit=False)\n"
+        "            os._exit(0)\n"
+        "        os.waitpid(pid, 0)",
     )
-    os.close(write_end)
-    with os.fdopen(read_end) as record:
-        return proc, record.read()
-
-
-def run_through_file_process(tmp_path, *args):
-    program = tmp_path / "prog.py"
-    program.write_text(PROGRAM)
-    proc, text = run_file_process(tmp_path, str(program), *args)
-    ran = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("RAN ")]
-    return proc, ran, program, text
-
-
-def test_the_file_runs_as_python_file_would_with_its_exit_code(tmp_path):
-    proc, ran, program, text = run_through_file_process(tmp_path, "-v", "3")
-    assert proc.returncode == 3, proc.stderr
-    assert ran == [{"name": "__main__", "argv": [str(program), "-v", "3"], "path0": str(tmp_path)}]
-    assert json.loads(text)["torch_error"] == "torch was not imported"  # nor did the file
-
-
-def test_a_failing_file_still_gets_its_record_and_fails(tmp_path):
-    proc, ran, _, text = run_through_file_process(tmp_path, "--raise", "0")
-    assert proc.returncode == 1 and "RuntimeError: the file failed" in proc.stderr
-    assert len(ran) == 1 and json.loads(text)["sglang"]
+    _, lines, _ = run_source(tmp_path, source)
+    tests = [line["test"] for line in lines]
+    assert tests.count("TestKinds.test_fails") == 1 and len(tests) == len(set(tests))
 
 
 def test_bad_usage_is_exit_code_2():
     proc = subprocess.run(
-        [sys.executable, runner.FILE_PROCESS, "prog.py"], capture_output=True, text=True
+        [sys.executable, launch.FILE_PROCESS, "prog.py"], capture_output=True, text=True
     )
     assert proc.returncode == 2 and "usage" in proc.stderr
-
-
-class StandInCuda:
-    """``torch.cuda`` as far as the device-name answer uses it."""
-
-    def __init__(self):
-        self.initialised = False
-        self.real_calls = []
-
-    def is_initialized(self):
-        return self.initialised
-
-    def get_device_name(self, device=None):
-        self.real_calls.append(device)
-        self.initialised = True  # the real call creates a context
-        return "CUDA says H200"
-
-
-def stand_in_torch():
-    return types.SimpleNamespace(cuda=StandInCuda())
-
-
-def test_without_a_context_the_device_name_comes_from_nvml(monkeypatch):
-    torch = stand_in_torch()
-    monkeypatch.setattr(file_process, "nvml_device_name", lambda t, d=None: "NVML says H200")
-    monkeypatch.delenv(file_process.NVML_CHECK_ENV, raising=False)
-    file_process.defer_cuda_init(torch)
-    file_process.defer_cuda_init(torch)  # twice is once
-    assert os.environ[file_process.NVML_CHECK_ENV] == "1"
-    assert torch.cuda.get_device_name() == "NVML says H200"
-    assert torch.cuda.real_calls == [] and not torch.cuda.is_initialized()
-    torch.cuda.initialised = True  # once the process has a context, CUDA answers
-    assert torch.cuda.get_device_name(0) == "CUDA says H200"
-    assert torch.cuda.real_calls == [0]
-
-
-def test_where_nvml_cannot_answer_the_real_call_runs(monkeypatch):
-    torch = stand_in_torch()
-    monkeypatch.setattr(file_process, "nvml_device_name", lambda t, d=None: None)
-    file_process.defer_cuda_init(torch)
-    assert torch.cuda.get_device_name() == "CUDA says H200"
-    assert torch.cuda.real_calls == [None]
-
-
-def test_nvml_gives_no_name_on_a_machine_without_it():
-    torch = types.SimpleNamespace(cuda=types.SimpleNamespace(_get_nvml_device_index=lambda d: d))
-    assert file_process.nvml_device_name(torch) is None  # no libnvidia-ml.so.1 here
 
 
 def test_a_record_keeps_known_keys_and_plain_values_only():
     hostile = {
         "torch": "2.13.0" + "x" * 10_000,
-        "cuda_available": "yes",
         "gpu": {"nested": ["<script>"]},
         "overlay": [{"patch": "0001", "state": "applied", "extra": "dropped"}, "junk"] * 20,
         "injected": "@everyone",
     }
     record = environment.process_record(json.dumps(hostile))
-    assert set(record) == {"torch", "cuda_available", "gpu", "overlay"}
+    assert set(record) == {"torch", "gpu", "overlay"}
     assert len(record["torch"]) == environment.FIELD_CHARS
-    assert record["cuda_available"] is False  # only a JSON true is true
     assert record["gpu"] == str({"nested": ["<script>"]})
     assert len(record["overlay"]) == 5  # the first ten items, dicts only
     assert record["overlay"][0] == {
@@ -153,16 +269,13 @@ def test_each_mode_is_described_by_its_own_test_process():
     records = environment.records_by_mode([silent, change], ["unmodified", "change"])
     assert records["change"] == {"sglang": "0.5.23"}
     assert "error" in records["unmodified"]
-    machine = {"python": "3.12"}
-    described = environment.describe(machine, [change], ["change"])
-    assert described == {"python": "3.12", "modes": {"change": {"sglang": "0.5.23"}}}
 
 
 def test_selecting_files_imports_neither_sglang_nor_torch():
     program = (
         "import sys\n"
-        "from ci import collect\n"
-        "chosen = [s.path for s in collect.select('.', 'cpu')]\n"
+        "from abtest import collect\n"
+        "chosen = [s.path for s in collect.select('.', 'cuda')]\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('sglang', 'torch'))\n"
         "print(chosen, loaded)\n"
     )
@@ -192,7 +305,7 @@ def both_ways(tmp_path, source, path, *args, **env):
         text=True,
         timeout=120,
     )
-    through, text = run_file_process(tmp_path, path, *args, **env)
+    through, _, text = run_file_process(tmp_path, path, *args, **env)
     return plain, through, text
 
 
@@ -218,18 +331,11 @@ def test_a_relative_path_through_a_symlink_gives_the_file_what_python_file_gives
 
 def test_torch_is_imported_by_the_file_not_before_it(tmp_path):
     # Settings a file makes before ``import torch`` (OMP_NUM_THREADS, TORCH_LOGS) must be
-    # there when torch starts; the NVML answer is in place as soon as torch has run.
-    source = IDENTITY + (
-        "import torch\n"
-        "print(json.dumps(getattr(torch.cuda.get_device_name, '_answers_from_nvml', False)))\n"
-    )
-    plain, through, text = both_ways(tmp_path, source, "prog.py")
+    # there when torch starts.
+    plain, through, text = both_ways(tmp_path, IDENTITY + "import torch\n", "prog.py")
     assert through.returncode == 0, through.stderr
-    assert json.loads(through.stdout.splitlines()[0])["torch_already_imported"] is False
-    assert json.loads(through.stdout.splitlines()[1]) is True  # the file's torch answers NVML
-    assert json.loads(plain.stdout.splitlines()[1]) is False
-    record = json.loads(text)
-    assert record["torch"] and record["cuda_available"] is False
+    assert json.loads(through.stdout)["torch_already_imported"] is False
+    assert json.loads(text)["torch"]
 
 
 def test_a_file_that_never_imports_torch_or_sglang_gets_neither_at_exit(tmp_path):
@@ -237,8 +343,7 @@ def test_a_file_that_never_imports_torch_or_sglang_gets_neither_at_exit(tmp_path
     assert through.returncode == 0, through.stderr
     record = json.loads(text)
     assert record["torch_error"] == "torch was not imported"
-    assert record["sglang"]  # from the package's metadata, without importing it
-    assert "sglang_error" in record
+    assert record["sglang_error"] == "this process did not import sglang"
 
 
 LATE = """
@@ -298,7 +403,7 @@ def test_a_part_of_the_record_that_fails_says_why_and_the_rest_is_kept(tmp_path)
     assert through.returncode == 3, through.stderr
     record = json.loads(text)
     assert record["overlay_error"] == "RuntimeError: no status today"
-    assert record["sglang"] and record["torch_error"]
+    assert record["python"] and record["torch_error"]
 
 
 RAISES_PAST_EXCEPTION = """

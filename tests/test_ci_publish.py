@@ -11,6 +11,7 @@ from ci import pr_body, render
 from ci.__main__ import main
 from ci.publish import Publisher, connect
 from ci.retry import GaveUp, RetryPolicy
+from evidence.model import save
 
 TOKEN = "ghs_s3cr3tTOKENvalue"
 AUTHOR = "## Motivation\r\nAuthor's words, with a | pipe and <!-- their own comment -->.\r\n"
@@ -195,9 +196,7 @@ def test_a_body_near_the_limit_shrinks_our_slot_and_never_the_authors_text(fake)
 def test_cli_post_publishes_everything_and_never_prints_the_token(
     fake, tmp_path, capsys, monkeypatch
 ):
-    from ci import results
-
-    results.save(model(), str(tmp_path))
+    save(model(), str(tmp_path))
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
     monkeypatch.setattr("time.sleep", lambda _: None)
     args = [
@@ -253,8 +252,6 @@ def test_cli_missing_label_state_sets_only_the_slot(fake, capsys, monkeypatch):
 
 
 def test_cli_post_without_a_token_is_a_usage_error(monkeypatch, tmp_path, capsys):
-    from ci import results
-
-    results.save(model(), str(tmp_path))
+    save(model(), str(tmp_path))
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
     assert main(["report", "--results", str(tmp_path), "--repo", "o/r", "--pr", "1", "--post"]) == 2

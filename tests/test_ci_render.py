@@ -11,14 +11,16 @@ from ci.pr_body import BODY_LIMIT, MISSING_LABEL
 NASTY = "test_`x`|y <!-- slot:dsv4:end --> *z* [l](u) @team\nFAIL: -->"
 
 
-def test_evidence_table_shows_oom_on_main_and_pass_with_peak_on_the_change():
+def test_evidence_table_names_each_side_by_what_it_ran_and_shows_the_peaks():
     text = render.comment(
         model(), "dsv4", run_id=7, run_url="https://ci/7", artifacts_url="https://ci/7#a"
     )
     assert text.startswith(render.comment_marker("dsv4") + "\n")
-    assert "| Case | Kind | Unmodified main | This change |" in text
+    assert "| Case | Kind | sglang 0.5.23 | sglang 0.5.23 + this change |" in text
+    assert "fail on sglang 0.5.23 and pass on sglang 0.5.23 + this change" in text
+    assert "main" not in text
     row = next(line for line in text.splitlines() if "grow" in line and line.startswith("|"))
-    assert "| regression | OOM · peak 64.0 MiB | Pass · peak 96.0 MiB |" in row
+    assert "| regression | Fail · peak 160.0 MiB | Pass · peak 96.0 MiB |" in row
     assert "| preservation | Pass · peak 96.0 MiB | Pass · peak 96.0 MiB |" in text
     assert "NVIDIA H200 (driver 580.65)" in text and "torch 2.11.0" in text
     assert "[Run #7](https://ci/7)" in text and "(https://ci/7#a)" in text
@@ -28,8 +30,8 @@ def test_a_test_name_full_of_markdown_and_comment_markers_cannot_break_anything(
     m = model()
     first = m.cases[0]  # names reach us from logs, so assume anything
     excerpt = NASTY + "\n```\n<!-- pr-states:end -->"
-    first.modes["unmodified"] = replace(first.modes["unmodified"], excerpt=excerpt)
-    m = replace(m, cases=[replace(first, case_id=NASTY), *m.cases[1:]])
+    first.modes["unmodified"] = replace(first.modes["unmodified"], detail=excerpt)
+    m = replace(m, cases=[replace(first, test=NASTY), *m.cases[1:]])
     text = render.comment(m, "dsv4")
     # The only comment markers left are our own hidden marker.
     assert text.count("<!--") == 1 and text.count("-->") == 1

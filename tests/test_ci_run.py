@@ -1,107 +1,175 @@
-"""`python -m ci run` for real on the registered CPU test, once, in both modes (~15 s)."""
+"""``python -m ci run`` for real: the project's CPU proof on installed sglang with the overlay
+off and on, upstream-style files the bot was not written for, and a pull request's base
+against its head as two source trees (sglang 0.5.23 from PyPI, with and without the series).
+"""
 
 import json
-import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
 import pytest
+from conftest import CPU_PROOF, REPO, clean_env
 
-from ci import harness
+# pristine_tree and patched_tree: sglang 0.5.23 materialised, and with the series applied.
+pytest_plugins = ["series_fixtures"]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FILE = harness.FILE
-REGRESSIONS = harness.regression_tests()  # ci/regressions.txt, the one list
+FIXTURES = "tests/fixtures/upstream_style"
+PYTEST_STYLE = f"{FIXTURES}/test_release_first_pytest.py"
+
+
+def ci_run(out, *args, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "ci", "run", "--out", str(out), "--backend", "cpu", *args],
+        cwd=REPO,
+        env=env or clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 @pytest.fixture(scope="session")
-def cpu_run(tmp_path_factory):
+def overlay_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ci-run")
-    env = dict(os.environ, GITHUB_TOKEN="ghs_must_not_leak")
-    proc = subprocess.run(
-        [sys.executable, "-m", "ci", "run", "--out", str(out), "--backend", "cpu", "--jobs", "2"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    data = json.loads((out / "results.json").read_text())
-    return proc, out, data
+    proc = ci_run(out, "--tests", "proofs", env=clean_env(GITHUB_TOKEN="ghs_must_not_leak"))
+    return proc, out, json.loads((out / "results.json").read_text())
 
 
-def test_cpu_run_exits_0_because_every_case_passes_with_the_change(cpu_run):
-    proc, _, _ = cpu_run
+def test_the_cpu_proof_reproduces_the_bug_unmodified_and_passes_with_the_overlay(overlay_run):
+    proc, _, data = overlay_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "ci run: ok" in proc.stdout
+    kinds = {c["test"].split(".")[-1]: c["kind"] for c in data["cases"]}
+    assert sorted(kinds.values()).count("regression") == 4
+    assert kinds["test_smaller_request_reuses_storage"] == "preservation"
+    assert data["verdict"] == "ok" and "ci run: ok: 4 regression, 2 preservation" in proc.stdout
+    grow = next(c for c in data["cases"] if "grow" in c["test"])
+    assert "peaked at 160.0 MiB" in grow["modes"]["unmodified"]["detail"]
 
 
-def test_unmodified_mode_ooms_the_regression_cases_and_the_change_fixes_them(cpu_run):
-    _, _, data = cpu_run
-    cpu = {
-        c["case_id"].split(".")[-1]: c
-        for c in data["cases"]
-        if c["case_id"].startswith("TestSparsePrefillWorkspaceCPU.")
-    }
-    assert REGRESSIONS and REGRESSIONS <= set(cpu) and len(cpu) > len(REGRESSIONS)
-    for name, case in cpu.items():
-        if name in REGRESSIONS:
-            assert case["kind"] == "regression", name
-            assert case["modes"]["unmodified"]["outcome"] == "fail"
-            assert case["modes"]["unmodified"]["evidence"][0]["outcome"] == "oom"
-        else:
-            assert case["kind"] == "preservation", name
-        assert case["modes"]["change"]["outcome"] == "pass"
-        # The registered file runs its cases concurrently, so a case may be done when its test
-        # starts: the duration is the time its test waited, possibly 0.
-        assert case["modes"]["change"]["duration_s"] >= 0
-    cuda = [c for c in data["cases"] if c["case_id"].startswith("TestSparsePrefillWorkspaceCUDA")]
-    assert cuda and all(c["kind"] == "skipped" for c in cuda)
-    assert data["files"][0]["flags"] == []
+def test_the_sides_are_named_by_what_they_ran(overlay_run):
+    proc, out, data = overlay_run
+    labels = {mode: side["label"] for mode, side in data["sides"].items()}
+    assert labels == {"unmodified": "sglang 0.5.23", "change": "sglang 0.5.23 + this change"}
+    report = (out / "report.md").read_text()
+    assert "| Case | Kind | sglang 0.5.23 | sglang 0.5.23 + this change |" in report
+    assert "main" not in report.split("Environment:")[0]
+    overlay = {m: r["overlay"][0]["state"] for m, r in data["environment"]["modes"].items()}
+    assert overlay["change"] == "applied" and overlay["unmodified"] != "applied"
 
 
-def test_environment_records_the_overlay_state_per_mode(cpu_run):
-    _, _, data = cpu_run
-    modes = data["environment"]["modes"]
-    assert modes["change"]["overlay"][0]["state"] == "applied"
-    # Disabled, the overlay never hooks the import, so it may say "disabled" or "pending".
-    assert modes["unmodified"]["overlay"][0]["state"] != "applied"
-    assert modes["change"]["sglang"] and modes["change"]["torch"]
-    assert data["environment"]["git"]["commit"]
-
-
-def test_junit_and_logs_are_written_per_mode(cpu_run):
-    _, out, data = cpu_run
+def test_junit_logs_and_def_lines_come_with_the_results(overlay_run):
+    _, out, data = overlay_run
     unmodified = ET.parse(out / "junit-unmodified.xml").getroot()
-    change = ET.parse(out / "junit-change.xml").getroot()
-    assert unmodified.find("testsuite").get("failures") == "4"
-    assert change.find("testsuite").get("failures") == "0"
-    for mode in ("unmodified", "change"):
-        log = out / data["files"][0]["modes"][mode]["log"]
-        assert "DSV4_WORKSPACE_CASE" in log.read_text()
+    assert unmodified.get("name") == "sglang 0.5.23 (cpu)"
+    assert unmodified.find("testsuite").get("errors") == "4"
+    assert ET.parse(out / "junit-change.xml").getroot().find("testsuite").get("errors") == "0"
+    source = CPU_PROOF.read_text().splitlines()
+    for case in data["cases"]:
+        name = case["test"].split(".")[-1]
+        assert source[case["line"] - 1].strip().startswith(f"def {name}("), name
+    log = out / data["files"][0]["modes"]["unmodified"]["log"]
+    assert "not less than or equal to 128" in log.read_text()
 
 
-def test_the_token_never_reaches_output_or_artifacts(cpu_run):
-    proc, out, _ = cpu_run
+def test_the_token_never_reaches_output_or_artifacts(overlay_run):
+    proc, out, _ = overlay_run
     assert "ghs_must_not_leak" not in proc.stdout + proc.stderr
     for path in out.rglob("*"):
         if path.is_file():
             assert "ghs_must_not_leak" not in path.read_text(errors="replace"), path
 
 
-def test_the_artifact_has_the_full_report_def_lines_and_a_picture_per_regression(cpu_run):
-    _, out, data = cpu_run
-    report = (out / "report.md").read_text()
-    assert "| Case | Kind | Unmodified main | This change |" in report and "Shortened" not in report
-    with open(os.path.join(ROOT, FILE)) as handle:
-        source = handle.read().splitlines()
-    for case in data["cases"]:
-        name = case["case_id"].split(".")[-1]
-        assert source[case["line"] - 1].strip().startswith(f"def {name}("), name
-    regressions = [c for c in data["cases"] if c["kind"] == "regression"]
-    keys = {f"{c['file']}::{c['case_id']}" for c in regressions}
-    assert set(data["pictures"]) == keys
-    for rel in data["pictures"].values():
-        assert (out / rel).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "Memory pictures" in report
+def test_a_reused_out_folder_keeps_nothing_of_the_last_run_and_a_foreign_one_is_refused(tmp_path):
+    (tmp_path / "pictures").mkdir()
+    (tmp_path / "pictures" / "stale.png").write_bytes(b"old")
+    (tmp_path / "junit-change.xml").write_text("<stale/>")
+    proc = ci_run(tmp_path, "--tests", f"{FIXTURES}/test_exits_early.py", "--modes", "change")
+    assert not (tmp_path / "pictures").exists()
+    assert ET.parse(tmp_path / "junit-change.xml").getroot().tag == "testsuites"
+    assert proc.returncode == 1
+    (tmp_path / "notes.txt").write_text("mine")
+    proc = ci_run(tmp_path, "--tests", f"{FIXTURES}/test_exits_early.py")
+    assert proc.returncode == 2 and "holds 'notes.txt'" in proc.stderr
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_upstream_style_files_that_fail_outside_their_tests_are_reported_not_crashed_on(
+    tmp_path,
+):
+    hostile = [f"{FIXTURES}/{name}" for name in ("test_setup_class_fails.py",)]
+    hostile += [f"{FIXTURES}/test_exits_early.py", f"{FIXTURES}/test_does_not_compile.py"]
+    proc = ci_run(tmp_path, "--tests", *hostile, "--modes", "change")
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    cases = {(c["file"].split("/")[-1], c["test"]): c["modes"]["change"] for c in data["cases"]}
+    assert cases[("test_setup_class_fails.py", "TestNeedsAServer.setUpClass")]["outcome"] == "error"
+    assert "the server never came up" in cases[
+        ("test_setup_class_fails.py", "TestNeedsAServer.setUpClass")
+    ]["detail"]
+    assert "exited 3 after 0 test results" in cases[("test_exits_early.py", "(whole file)")]["detail"]
+    assert "SyntaxError" in cases[("test_does_not_compile.py", "(whole file)")]["detail"]
+    assert data["verdict"] == "failed" and "ci run: failed" in proc.stdout
+
+
+@pytest.fixture(scope="session")
+def trees_run(pristine_tree, patched_tree, tmp_path_factory):
+    """The CPU proof and an upstream-style pytest file, sglang 0.5.23 against 0.5.23 with the
+    series applied by git am (``series_fixtures``)."""
+    out = tmp_path_factory.mktemp("trees-run")
+    args = ["--tests", "proofs", PYTEST_STYLE]
+    proc = ci_run(out, *args, "--unmodified-src", str(pristine_tree), "--change-src", str(patched_tree))
+    return proc, json.loads((out / "results.json").read_text())
+
+
+def test_a_pull_requests_base_against_its_head_proves_its_tests(
+    trees_run, pristine_tree, patched_tree
+):
+    proc, data = trees_run
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    kinds = {c["test"]: c["kind"] for c in data["cases"] if c["file"] == PYTEST_STYLE}
+    assert kinds == {
+        "test_replacement_allocates_after_releasing_the_old_scratch": "regression",
+        "test_a_request_that_fits_reuses_the_scratch[4]": "preservation",
+        "test_a_request_that_fits_reuses_the_scratch[8]": "preservation",
+    }
+    sides = data["sides"]
+    assert not sides["unmodified"]["overlay"] and not sides["change"]["overlay"]
+    assert sides["unmodified"]["commit"] != sides["change"]["commit"]
+    assert sides["change"]["label"] == f"sglang 0.5.23 @ {sides['change']['commit'][:12]}"
+    for mode, tree in (("unmodified", pristine_tree), ("change", patched_tree)):
+        path = data["environment"]["modes"][mode]["sglang_path"]
+        assert path.startswith(str(tree)), (mode, path)
+
+
+def test_the_series_and_the_overlay_are_the_same_fix_by_the_same_proof(trees_run, overlay_run):
+    def outcomes(data):
+        return {
+            (c["test"], mode): c["modes"][mode]["outcome"]
+            for c in data["cases"]
+            if c["file"].startswith("proofs/")
+            for mode in ("unmodified", "change")
+        }
+
+    by_series, by_overlay = outcomes(trees_run[1]), outcomes(overlay_run[2])
+    assert by_series == by_overlay and len(by_series) == 12
+
+
+@pytest.fixture(scope="session")
+def series_trees(pristine_tree, patched_tree):
+    return pristine_tree, patched_tree
+
+
+def test_a_run_whose_base_already_has_the_change_is_void_and_exits_1(series_trees, tmp_path):
+    _, head = series_trees
+    listed = tmp_path / "regressions.txt"
+    listed.write_text(f"{PYTEST_STYLE}::test_replacement_allocates_*\n")
+    out = tmp_path / "out"
+    args = ["--tests", PYTEST_STYLE, "--regressions", str(listed)]
+    proc = ci_run(out, *args, "--unmodified-src", str(head), "--change-src", str(head))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == (
+        "ci run: the bug did not reproduce: 1 listed regressions pass on sglang 0.5.23 @ "
+        f"{json.loads((out / 'results.json').read_text())['sides']['unmodified']['commit'][:12]} "
+        "(test_replacement_allocates_after_releasing_the_old_scratch); is the change already in it?"
+    )

@@ -15,10 +15,14 @@ import pytest
 from ci_fake_github import FakeGitHub
 from ci_samples import FILE, file_run, model
 
-from ci import artifact, checks, pr_body, render, results
+from abtest import collect
+from ci import artifact, checks, pr_body, render
 from ci.__main__ import main
 from ci.publish import Publisher, connect
 from ci.retry import RetryPolicy
+from evidence import judge
+from evidence import model as evidence_model
+from evidence.model import FileResult, save
 
 ACTIONS_TOKEN = "ghs_actionsINSTALLATIONtoken"
 HEAD = "c0ffee" + "0" * 34
@@ -41,7 +45,7 @@ def _publisher(fake, token=ACTIONS_TOKEN):
 def _results_dir(tmp_path, m=None, name="ci-results"):
     folder = tmp_path / name
     folder.mkdir()
-    results.save(m or model(), str(folder))
+    save(m or model(), str(folder))
     return folder
 
 
@@ -206,31 +210,29 @@ def test_check_run_has_the_table_and_a_notice_at_the_regression_tests_line(fake)
     create, updates = checks.requests(m, HEAD, render.comment(m, "s"), "2026-01-01T00:00:00Z")
     _publisher(fake).create_check_run(create, updates)
     (run,) = fake.check_runs.values()
-    assert "| Case | Kind | Unmodified main | This change |" in run["output"]["summary"]
+    assert "| Case | Kind | sglang 0.5.23 | sglang 0.5.23 + this change |" in run["output"]["summary"]
     (note,) = run["annotations"]
     assert note == {
         "path": FILE,
         "start_line": 123,
         "end_line": 123,
         "annotation_level": "notice",
-        "title": "TestSparsePrefillWorkspaceCUDA.test_grow_64_to_96_mib_bf16_fits_128_mib_cap",
-        "message": "fails unmodified: OOM under 128 MiB; passes with the change (peak 96.0 MiB)",
+        "title": "TestSparsePrefillKVBufferReplacement.test_grow_64_to_96_mib_bf16_fits_128_mib_budget",
+        "message": "fail on sglang 0.5.23 (peak 160.0 MiB); passes on sglang 0.5.23 + this "
+        "change (peak 96.0 MiB)",
     }
 
 
 def test_120_annotations_go_out_50_per_request_and_broken_cases_are_failures(fake):
-    cls, names = "TestW", [f"test_case_{i:03d}" for i in range(120)]
+    names = [f"test_case_{i:03d}" for i in range(120)]
     failing = "Traceback (most recent call last):\n  AssertionError"
     runs = [
-        file_run("unmodified", [(n, cls, [], "fail", failing) for n in names]),
+        file_run("unmodified", [(n, "fail", failing) for n in names]),
         file_run(
-            "change",
-            [(n, cls, [], "pass", None) for n in names[:-1]]
-            + [(names[-1], cls, [], "fail", failing)],
+            "change", [(n, "pass") for n in names[:-1]] + [(names[-1], "fail", failing)]
         ),
     ]
-    modes = ["unmodified", "change"]
-    m = results.build(runs, {FILE: "s"}, "cpu", modes, {}, {}, regression_patterns=[])
+    m = model(runs, patterns=[], suite="s")
     create, updates = checks.requests(m, HEAD, "summary", "2026-01-01T00:00:00Z")
     assert [len(u["annotations"]) for u in updates] == [50, 20]
     _publisher(fake).create_check_run(create, updates)
@@ -241,14 +243,14 @@ def test_120_annotations_go_out_50_per_request_and_broken_cases_are_failures(fak
 
 
 def test_run_records_each_cases_def_line_for_its_annotation(tmp_path):
-    from ci import collect
-
     lines = collect.test_lines(".", FILE)
     assert lines and all(isinstance(n, int) and n > 1 for n in lines.values())
     with open(FILE) as handle:
         source = handle.read().splitlines()
     for key, line in lines.items():
-        assert source[line - 1].lstrip().startswith(("def " + key.split(".")[1], "async def "))
+        assert source[line - 1].lstrip().startswith(("def " + key.split(".")[-1], "async def "))
+    assert collect.line_of(lines, "TestX.test_y[3]") is None
+    assert collect.line_of({"test_y": 7}, "test_y[3]") == 7
 
 
 # --- oversize results ------------------------------------------------------------------------
@@ -259,18 +261,18 @@ def _oversize(files=400, cases=0):
     flagged = []
     for i in range(files):
         path = f"test/registered/unit/layers/test_flagged_{i:03d}_" + "x" * 120 + ".py"
-        flagged.append(results.FileResult(path, "s", {}, [results.FLAG_NOT_REPRODUCED]))
+        flagged.append(FileResult(path, "s", {}, (judge.FLAG_NOT_REPRODUCED,)))
     extra = []
     for i in range(cases):
         name = f"TestW.test_{i:05d}_&_<b>_" + "y" * 150
-        extra.append(replace(model().cases[0], case_id=name))
+        extra.append(replace(model().cases[0], test=name))
     return replace(m, files=[*m.files, *flagged], cases=[*m.cases, *extra])
 
 
 def test_400_flagged_files_keep_the_table_the_note_and_the_environment():
     text = render.comment(_oversize(files=400), "s", run_url="https://ci/1", limit=20000)
     assert len(text) <= 20000
-    assert "| Case | Kind | Unmodified main | This change |" in text
+    assert "| Case | Kind | sglang 0.5.23 | sglang 0.5.23 + this change |" in text
     assert "Environment: NVIDIA H200" in text
     assert re.search(r"_Shortened to fit GitHub's comment limit \(\d+ flagged-file lines", text)
     assert re.search(r"\u2026 \d+ more flagged files", text)
@@ -280,7 +282,7 @@ def test_a_shortened_comment_never_cuts_an_entity_a_row_or_a_fence():
     m = _oversize(files=50, cases=2000)
     for case in m.cases:
         log = "```\n" + "log line &amp; more\n" * 200
-        case.modes["unmodified"] = replace(case.modes["unmodified"], excerpt=log)
+        case.modes["unmodified"] = replace(case.modes["unmodified"], detail=log)
     text = render.comment(m, "s", artifacts_url="https://ci/a", limit=65536)
     assert len(text) <= 65536 and "report.md" in text
     assert not re.search(r"&[#A-Za-z0-9]*(?![#A-Za-z0-9;])", text.replace("&#64;", "")), (
@@ -299,10 +301,8 @@ def test_safe_clip_backs_off_from_a_partial_entity_and_a_lone_backslash():
 
 
 def test_ci_run_writes_the_full_report_into_the_artifact(tmp_path):
-    from ci.run import write_full_report
-
     m = _oversize(files=400, cases=500)
-    write_full_report(m, str(tmp_path))
+    render.write_full_report(m, str(tmp_path))
     full = (tmp_path / "report.md").read_text()
     assert len(full) > 65536 and "Shortened" not in full and full.count("\n| TestW.") == 500
 
@@ -323,13 +323,13 @@ def test_artifact_with_a_path_outside_the_repo_or_huge_counts_is_rejected(tmp_pa
 
 def test_artifact_results_json_over_the_size_cap_or_a_symlink_is_rejected(tmp_path, monkeypatch):
     folder = _results_dir(tmp_path)
-    monkeypatch.setattr(artifact, "MAX_RESULTS_BYTES", 100)
-    with pytest.raises(artifact.ArtifactError, match="bytes; at most 100"):
+    monkeypatch.setattr(evidence_model, "MAX_RESULTS_BYTES", 100)
+    with pytest.raises(artifact.ArtifactError, match="larger than 100 bytes"):
         artifact.load_results(str(folder))
     other = tmp_path / "link"
     other.mkdir()
     os.symlink(folder / "results.json", other / "results.json")
-    monkeypatch.setattr(artifact, "MAX_RESULTS_BYTES", 10**6)
+    monkeypatch.setattr(evidence_model, "MAX_RESULTS_BYTES", 10**6)
     with pytest.raises(artifact.ArtifactError, match="not a plain file"):
         artifact.load_results(str(other))
 

@@ -6,8 +6,10 @@ machine has neither. The network tests switch all of that off (``PIP_CONFIG_FILE
 for CPython 3.11 on manylinux x86_64. pip reads each wheel's metadata with HTTP range requests
 (``fast-deps``); every byte it fetches goes through a counting proxy on loopback that cuts the
 connection past a budget, so a pip that starts downloading the multi-GB CUDA wheels fails the
-test instead of filling the disk. Skipped, with the reason, where PyPI cannot be reached or the
-venv's pip still downloads whole wheels for a dry run.
+test instead of filling the disk. The dry runs ask the network: they run only with
+``SGLANG_OVERLAY_NETWORK_TESTS=1`` (the default suite runs offline once the venv exists), and
+skip, with the reason, where pip's default index cannot be reached or the venv's pip still
+downloads whole wheels for a dry run. The index is pip's own default: nothing here names one.
 """
 
 import json
@@ -57,7 +59,7 @@ def pins(path: Path) -> dict:
 
 def test_torch_is_pinned_apart_from_the_no_deps_closure():
     torch, closure = pins(TORCH), pins(CLOSURE)
-    assert torch["torch"] == "2.13.0"
+    assert torch["torch"] == "2.14.1"
     assert "torch" not in closure and "triton" not in closure
     assert not set(torch) & set(closure), "one pin per package, in one file"
 
@@ -194,12 +196,8 @@ def _pip_reads_metadata_lazily() -> "str | None":
     return None
 
 
-def _pypi_reachable() -> bool:
-    try:
-        socket.create_connection(("pypi.org", 443), timeout=5).close()
-        return True
-    except OSError:
-        return False
+NETWORK_OPT_IN = "SGLANG_OVERLAY_NETWORK_TESTS"
+_UNREACHABLE = re.compile(r"(?i)(connection|network|resolve|timed out|proxy).*error|errno")
 
 
 def standard_dry_run(tmp_path, *requirement_args) -> tuple:
@@ -207,8 +205,8 @@ def standard_dry_run(tmp_path, *requirement_args) -> tuple:
     reason = _pip_reads_metadata_lazily()
     if reason:
         pytest.skip(reason)
-    if not _pypi_reachable():
-        pytest.skip("PyPI (pypi.org:443) is not reachable from here")
+    if os.environ.get(NETWORK_OPT_IN) != "1":
+        pytest.skip(f"asks the package index: set {NETWORK_OPT_IN}=1 to run it")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull  # no site config: no find-links, no local indexes
     report = tmp_path / "report.json"
@@ -247,6 +245,8 @@ def standard_dry_run(tmp_path, *requirement_args) -> tuple:
         )
     fetched = proxy.fetched
     assert not proxy.cut, f"pip fetched over {FETCH_BUDGET >> 20} MiB: it is downloading wheels"
+    if proc.returncode != 0 and fetched == 0 and _UNREACHABLE.search(proc.stderr):
+        pytest.skip("pip's default index is not reachable from here")
     assert proc.returncode == 0, proc.stderr[-3000:]
     plan = {
         canonicalize_name(item["metadata"]["name"]): item
@@ -260,8 +260,8 @@ def test_standard_machine_gets_pypis_torch_with_its_cuda_libraries_and_our_pins(
     # The Makefile's torch step, exactly: torch.txt with dependencies, the closure as constraints.
     plan, fetched = standard_dry_run(tmp_path, "-c", str(CLOSURE), "-r", str(TORCH))
     torch = plan["torch"]
-    assert torch["metadata"]["version"] == "2.13.0"  # PyPI's default build, no local label
-    assert torch["download_info"]["url"].startswith("https://files.pythonhosted.org/")
+    assert torch["metadata"]["version"] == "2.14.1"  # the index's default build, no local label
+    assert torch["download_info"]["url"].startswith("https://")
     cuda = sorted(n for n in plan if n.startswith("nvidia-") or n.startswith("cuda-"))
     assert "cuda-toolkit" in cuda and "nvidia-cudnn-cu13" in cuda, cuda
     for name, version in pins(TORCH).items():
@@ -277,4 +277,4 @@ def test_standard_machine_finds_every_closure_pin_on_pypi_alone(tmp_path):
     assert not [n for n in got if n in ("torch", "triton") or n.startswith("nvidia-")]
     for name, item in plan.items():
         url = item["download_info"]["url"]
-        assert re.match(r"https://files\.pythonhosted\.org/", url), (name, url)
+        assert url.startswith("https://") and url.endswith(".whl"), (name, url)

@@ -7,11 +7,12 @@ import shutil
 
 import pytest
 
+from evidence.model import load
 from tools import identity, prbody, seriesdir
 from tools.series import main
 from tools.seriesdir import REPO_ROOT
 
-H200_RESULTS = REPO_ROOT / "docs/evidence/h200-0.5.23-series-ci"
+H200_RESULTS = REPO_ROOT / "docs/evidence/h200-0.5.23-registered"
 SECTIONS = [
     "## Motivation",
     "## Modifications",
@@ -26,7 +27,8 @@ def _results(tmp_path, edit=None):
     folder = tmp_path / "results"
     shutil.copytree(H200_RESULTS, folder)
     data = json.loads((folder / "results.json").read_text())
-    data["environment"]["series"] = identity.describe(seriesdir.PATCHES_DIR)
+    described = identity.describe(seriesdir.PATCHES_DIR)
+    data["series"] = {k: described[k] for k in ("id", "release", "patches")}
     if edit:
         edit(data)
     (folder / "results.json").write_text(json.dumps(data))
@@ -46,7 +48,10 @@ def test_the_body_has_sglangs_five_sections_in_order(capsys, tmp_path):
     assert positions == sorted(positions)
     assert "Clear self._buffer and self._head_source" in out  # 0001's Modifications
     prose = " ".join(out.split())
-    assert "Not safe on main as it stands" in prose and "generation counter" in prose
+    assert "Callers in 0.5.23" in prose and "generation counter" in prose
+    assert "main" not in prose.replace("maintainer", "").split("## Checklist")[0].lower().replace(
+        "domain", ""
+    )
 
 
 def test_every_case_outcome_and_peak_comes_from_the_results(capsys, tmp_path):
@@ -59,15 +64,18 @@ def test_every_case_outcome_and_peak_comes_from_the_results(capsys, tmp_path):
     rows = [line for line in out.splitlines() if re.match(r"\| `test_", line)]
     assert len(rows) == len(data["cases"])
     assert "Pass · peak 95.5 MiB" in out
-    assert out.count("| regression | OOM") == sum(c["kind"] == "regression" for c in data["cases"])
-    assert "NVIDIA H200 (driver 580.159.04)" in out and "torch 2.11.0+cu130" in out
+    regressions = sum(c["kind"] == "regression" for c in data["cases"])
+    assert out.count("| regression | Error · peak 1") == regressions == 4
+    assert "| case | kind | sglang 0.5.23 | sglang 0.5.23 + this change |" in out
+    assert "NVIDIA H200" in out and "torch 2.11.0+cu130" in out
     for f in data["files"]:
-        assert f"({'change'}): {f['modes']['change']['duration_s']:.1f} s" in out
+        duration = f["modes"]["change"]["duration_s"]
+        assert f"on sglang 0.5.23 + this change: {duration:.1f} s" in out
 
 
 def test_results_made_for_another_series_are_refused(capsys, tmp_path):
     def edit(data):
-        data["environment"]["series"]["id"] = "0" * 64
+        data["series"]["id"] = "0" * 64
 
     code, out, err = _body(capsys, _results(tmp_path, edit), "--no-check")
     assert code == 1 and out == ""
@@ -76,7 +84,7 @@ def test_results_made_for_another_series_are_refused(capsys, tmp_path):
 
 def test_results_that_record_no_series_are_refused(capsys, tmp_path):
     def edit(data):
-        del data["environment"]["series"]
+        del data["series"]
 
     code, out, err = _body(capsys, _results(tmp_path, edit), "--no-check")
     assert code == 1 and out == "" and "record no series id" in err
@@ -84,12 +92,10 @@ def test_results_that_record_no_series_are_refused(capsys, tmp_path):
 
 def test_a_missing_results_folder_is_a_usage_error(capsys, tmp_path):
     code, _, err = _body(capsys, tmp_path / "nothing")
-    assert code == 2 and "not found" in err
+    assert code == 2 and "not a plain file" in err
 
 
 def test_format_and_style_are_ticked_only_when_check_passed(tmp_path):
-    from ci.results import load
-
     series, results = seriesdir.load(), load(str(_results(tmp_path)))
     passed = prbody.render(series, results, "r", prbody.CheckState(True, "hooks pass"))
     skipped = prbody.render(series, results, "r", prbody.CheckState(None, "not run"))
@@ -120,3 +126,17 @@ def test_message_sections_split_on_one_line_headings(body, headings):
 def test_indented_commands_become_a_fenced_block():
     ((_, text),) = prbody.message_sections("Tests\n\n  python a.py -v\n  python b.py")
     assert text == "```bash\npython a.py -v\npython b.py\n```"
+
+
+def test_results_of_another_release_or_a_void_proof_are_refused(capsys, tmp_path):
+    def other_release(data):
+        data["sides"]["unmodified"].update(sglang="0.5.22", label="sglang 0.5.22")
+
+    code, out, err = _body(capsys, _results(tmp_path, other_release), "--no-check")
+    assert code == 1 and out == "" and "ran on sglang 0.5.22" in err and "0.5.23" in err
+
+    def void(data):
+        data["verdict"], data["reasons"] = "void", ["the bug did not reproduce: ..."]
+
+    code, out, err = _body(capsys, _results(tmp_path / "v", void), "--no-check")
+    assert code == 1 and out == "" and "do not prove the change (void)" in err

@@ -52,7 +52,7 @@ def test_check_applies_the_series_to_the_pinned_base(capsys):
 
 def test_check_fails_when_the_series_test_differs_from_the_projects_file(capsys, tmp_path):
     root = _project_copy(tmp_path)
-    text = (root / TEST).read_text().replace("ALLOCATOR_CAP_MIB = 128", "ALLOCATOR_CAP_MIB = 256")
+    text = (root / TEST).read_text().replace("BUDGET_MIB = 128", "BUDGET_MIB = 256")
     (root / TEST).write_text(text)
     code, _, err = _run(capsys, "--patches", root / "patches", "check")
     assert code == 1

@@ -90,7 +90,8 @@ def render_base(base: Base) -> str:
     lines = [
         "# The base this series is cut against. Regenerate with: python -m tools.series refresh",
         f"release: sglang=={base.version}",
-        f"source: https://pypi.org/project/sglang/{base.version}/ (the wheel, via pip download)",
+        f"source: the sglang=={base.version} wheel, as pip download finds it on the index pip "
+        "is configured for",
         "layout: upstream; python/sglang/ holds the wheel's sglang/ minus compiled extensions",
     ]
     for path, digest in base.files:

@@ -12,6 +12,7 @@ must equal the id of the series being described. Pure apart from ``load_results`
 import re
 from dataclasses import dataclass
 
+from evidence import model as evidence
 from tools import identity
 from tools.errors import SeriesError
 
@@ -77,40 +78,50 @@ def _markdown(paragraph: str) -> str:
 
 
 def verify_results_match(series, results) -> str:
-    """The series id both sides agree on; SeriesError (exit 1) when they do not."""
+    """The series id both sides agree on; SeriesError (exit 1) when the results are not
+    evidence for this series: another series, another sglang release, or a proof that is
+    not ok."""
     expected = identity.of_series(series)
-    recorded = (results.environment or {}).get("series") or {}
-    got = recorded.get("id") if isinstance(recorded, dict) else None
-    if not got:
-        why = recorded.get("error") if isinstance(recorded, dict) else None
+    recorded = results.series
+    if recorded is None:
         raise SeriesError(
-            "the results record no series id"
-            + (f" ({why})" if why else " (made by an older ci run, or outside a checkout)")
-            + "; run 'python -m ci run --out DIR' again with this series in patches/"
+            "the results record no series id (made outside this project's checkout); "
+            "run 'python -m ci run --out DIR' again with this series in patches/"
         )
-    if got != expected:
+    if recorded.id != expected:
         raise SeriesError(
-            f"the results were made for series {got[:12]} "
-            f"(sglang=={recorded.get('release')}, {', '.join(recorded.get('patches') or [])}), "
+            f"the results were made for series {recorded.id[:12]} "
+            f"(sglang=={recorded.release}, {', '.join(recorded.patches)}), "
             f"but patches/ is series {expected[:12]}; its code changed since that run. "
             "Run 'python -m ci run --out DIR' again and render from the new folder"
         )
+    base = results.sides.get("unmodified")
+    if base is None or base.sglang != series.base.version:
+        ran = base.label if base is not None else "no unmodified side"
+        raise SeriesError(
+            f"the results ran on {ran}, but the series is cut against "
+            f"sglang=={series.base.version} (patches/BASE); run the A/B on that release"
+        )
+    if results.verdict != "ok":
+        why = "; ".join(results.reasons) or results.verdict
+        raise SeriesError(f"the results do not prove the change ({results.verdict}): {why}")
     return expected
 
 
 def _case_label(case) -> str:
     from ci.render import escape_inline
 
-    group, _, test = case.case_id.rpartition(".")
+    group, _, test = case.test.rpartition(".")
     device = next((d for d in ("CUDA", "CPU") if group.endswith(d)), "")
     name = f"`{test}`" if re.fullmatch(r"\w+", test) else escape_inline(test)
     return f"{name} ({device})" if device else name
 
 
 def ab_table(results) -> list:
-    from ci.render import cell
+    from ci.render import cell, escape_inline
 
-    lines = ["| case | kind | unmodified sglang | with the change |", "| --- | --- | --- | --- |"]
+    labels = [escape_inline(results.label(m)) for m in ("unmodified", "change")]
+    lines = [f"| case | kind | {labels[0]} | {labels[1]} |", "| --- | --- | --- | --- |"]
     for case in results.cases:
         lines.append(
             f"| {_case_label(case)} | {case.kind} | {cell(case, 'unmodified')} "
@@ -121,26 +132,25 @@ def ab_table(results) -> list:
 
 def _counts_sentence(results) -> str:
     counts = {k: v for k, v in results.counts().items() if v}
-    caps = sorted(
-        {m.budget_mib for c in results.cases for m in c.modes.values() if m.budget_mib},
-    )
     parts = ", ".join(f"{n} {kind}" for kind, n in counts.items())
-    cap = " and ".join(f"{c:g} MiB" for c in caps)
-    return (
-        f"{len(results.cases)} cases on the {results.backend} backend, each capped case in a "
-        f"fresh process under an isolated allocator cap ({cap}): {parts}."
+    measured = (
+        " Peaks are the CUDA memory allocated during each test, from the caching allocator's "
+        "statistics in the test's own process."
+        if any(m.peak_mib is not None for c in results.cases for m in c.modes.values())
+        else ""
     )
+    return f"{len(results.cases)} tests on the {results.backend} backend: {parts}.{measured}"
 
 
 def _durations(results) -> list:
     lines = []
     for f in results.files:
         for mode in results.modes:
-            info = f.modes.get(mode) or {}
-            if info.get("duration_s") is not None:
+            end = f.modes.get(mode)
+            if end is not None:
                 lines.append(
-                    f"- `{f.path}` ({mode}): {info['duration_s']:.1f} s, exit "
-                    f"{info.get('returncode')}"
+                    f"- `{f.path}` on {results.label(mode)}: {end.duration_s:.1f} s, "
+                    f"exit {end.returncode}"
                 )
     return lines
 
@@ -154,15 +164,16 @@ def checklist(series, results, check: CheckState) -> list:
         "format": check.passed is True,
         "tests": adds_test and bool(proved),
         "docs": any(path.startswith("docs/") for path in series.touched_files()),
-        "benchmarks": bool(proved)
-        and results.change_ok()
-        and not any(c.kind == "not-reproduced" for c in results.cases),
+        "benchmarks": bool(proved) and results.verdict == "ok",
         "style": check.passed is True,
     }
     notes = {
         "format": check.detail,
         "style": check.detail,
-        "tests": f"{len(proved)} cases fail unmodified and pass with the change" if proved else "",
+        "tests": f"{len(proved)} tests fail on {results.label('unmodified')} and pass with "
+        "the change"
+        if proved
+        else "",
         "docs": "" if state["docs"] else "no documentation change in the series",
     }
     lines = []
@@ -221,9 +232,7 @@ def render(series, results, results_dir: str, check: CheckState) -> str:
 
 
 def load_results(results_dir: str):
-    from ci.results import ResultsError, load
-
     try:
-        return load(results_dir)
-    except ResultsError as err:
+        return evidence.load(results_dir)
+    except evidence.EvidenceError as err:
         raise SeriesError(f"cannot read the results: {err}", 2) from None

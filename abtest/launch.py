@@ -1,32 +1,25 @@
-"""Run each selected test file as its own fresh ``python FILE -v --result-fd N`` process, in
-each mode, through ``ci/file_process.py`` (CUDA left uninitialised through the imports, so the
-file can fork its CUDA cases; it also reports what the process ran with).
+"""Launch one test file in one mode as its own process and collect what it leaves.
 
-For launching and timing processes only: it knows the two modes' environments, scrubs secrets
-from them, enforces the per-file timeout, keeps the raw output for the logs and collects what
-the file writes on its result channel (one JSON line per test, read by ``case_result``) and the
-process's environment record (read by ``environment``); the output is never parsed. Deciding
-what the results mean is ``results'``. A test process is PR code: what is kept of each pipe is
-bounded, and when the file's process ends (or times out) its process group goes with it, so
-nothing it left running can hold ``ci run`` up or outlive it.
+Each file runs as ``python abtest/file_process.py --results-fd N --environment-fd M FILE -v``
+(``python FILE -v`` with a result channel the runner owns), in a new session, with the mode's
+environment. For launching and timing processes only: it enforces the per-file timeout, keeps
+the raw output for the logs and what the process wrote on its two channels (read by
+``evidence.model.read_channel`` and ``abtest.environment``); the output is never parsed. A test
+process is PR code: what is kept of each pipe is bounded, and when the file's process ends (or
+times out) its process group goes with it, so nothing it left running can hold ``ci run`` up
+or outlive it.
 """
 
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-MODES = ("unmodified", "change")
-DISABLE_ENV = "SGLANG_OVERLAY_DISABLE"
-RESULT_FD_FLAG = "--result-fd"  # the registered test's result channel
 FILE_PROCESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "file_process.py")
-# Anything that looks like a credential stays out of the test processes: they run PR code.
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE_KEY|API_KEY", re.I)
 # What ci run keeps of each pipe; the rest is read and dropped, so the writer never blocks.
 OUTPUT_BYTES = 64 * 1024 * 1024  # the log
 CHANNEL_BYTES = 32 * 1024 * 1024  # one line per test; results.json may not pass 32 MiB anyway
@@ -36,7 +29,7 @@ RECORD_BYTES = 1024 * 1024  # the environment record: a few hundred bytes
 DRAIN_S = 10.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class FileRun:
     """The raw outcome of one file in one mode."""
 
@@ -46,57 +39,24 @@ class FileRun:
     duration_s: float
     timed_out: bool
     output: str
-    chunk_times: list[tuple[int, float]] = field(default_factory=list)
     channel: str = ""  # what the file wrote on its result channel: one JSON line per test
-    environment: str = ""  # what its process wrote about itself (ci/file_process.py), raw
-
-
-def scrubbed_env(base: dict | None = None) -> dict:
-    env = dict(os.environ if base is None else base)
-    for name in list(env):
-        if _SECRET_NAME.search(name):
-            del env[name]
-    return env
-
-
-def mode_env(mode: str, sglang_src: str | None = None, base: dict | None = None) -> dict:
-    """The environment one mode runs under.
-
-    unmodified: the installed sglang with the overlay turned off. change: the overlay on; or,
-    with ``sglang_src``, a patched upstream checkout first on PYTHONPATH and the overlay off, so
-    the proof runs against the patch itself rather than the runtime overlay.
-    """
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
-    env = scrubbed_env(base)
-    env.pop(DISABLE_ENV, None)
-    env["PYTHONUNBUFFERED"] = "1"
-    # One malloc arena from the start: the registered CPU cases fork from the test process and
-    # cap their address space, which other threads' arenas would otherwise take up.
-    env["MALLOC_ARENA_MAX"] = "1"
-    if mode == "unmodified":
-        env[DISABLE_ENV] = "1"
-    elif sglang_src:
-        env[DISABLE_ENV] = "1"
-        src = os.path.join(os.path.abspath(sglang_src), "python")
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    return env
+    environment: str = ""  # what its process wrote about itself (file_process), raw
 
 
 def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> FileRun:
-    """``python FILE -v --result-fd N`` (through ``file_process``) in a new session, so what
-    the file started dies with it, at its end or its timeout."""
+    """``python FILE -v`` (through ``file_process``) in a new session, so what the file
+    started dies with it, at its end or its timeout."""
     channel_read, channel_write = os.pipe()
     record_read, record_write = os.pipe()
     command = [
         sys.executable,
         FILE_PROCESS,
+        "--results-fd",
+        str(channel_write),
         "--environment-fd",
         str(record_write),
         path,
         "-v",
-        RESULT_FD_FLAG,
-        str(channel_write),
     ]
     started = time.monotonic()
     try:
@@ -113,7 +73,7 @@ def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> Fil
     finally:
         os.close(channel_write)  # the child holds the only write ends: EOF when it ends
         os.close(record_write)
-    output = _Drain(proc.stdout, OUTPUT_BYTES, started)
+    output = _Drain(proc.stdout, OUTPUT_BYTES)
     channel = _Drain(os.fdopen(channel_read, "rb", buffering=0), CHANNEL_BYTES)
     record = _Drain(os.fdopen(record_read, "rb", buffering=0), RECORD_BYTES)
     timed_out = not _ended(proc, timeout_s)
@@ -130,7 +90,7 @@ def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> Fil
     if any(drain.is_alive() for drain in (output, channel, record)):
         held = f"still held by a process that left the file's session after {DRAIN_S:g} s"
         raw += f"\n[ci run: stopped reading a pipe {held}]\n".encode()
-    text, char_times = _decode_with_offsets(raw, output.times)
+    text = raw.decode("utf-8", errors="replace")
     return FileRun(
         path=path,
         mode=mode,
@@ -138,21 +98,19 @@ def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> Fil
         duration_s=round(time.monotonic() - started, 3),
         timed_out=timed_out,
         output=text,
-        chunk_times=char_times,
         channel=channel.data().decode("utf-8", errors="replace"),
         environment=record.data().decode("utf-8", errors="replace"),
     )
 
 
 class _Drain(threading.Thread):
-    """Reads one pipe to its end in the background and keeps its first ``limit`` bytes (with
-    when each kept chunk arrived, counted from ``started``); closes it at the end."""
+    """Reads one pipe to its end in the background and keeps its first ``limit`` bytes;
+    closes it at the end."""
 
-    def __init__(self, pipe, limit: int, started: float = 0.0):
+    def __init__(self, pipe, limit: int):
         super().__init__(daemon=True)
-        self.pipe, self.limit, self.started = pipe, limit, started
+        self.pipe, self.limit = pipe, limit
         self.chunks: list[bytes] = []
-        self.times: list[tuple[int, float]] = []
         self.size = 0
         self.start()
 
@@ -162,7 +120,6 @@ class _Drain(threading.Thread):
             while chunk := read(65536):
                 kept = chunk[: max(0, self.limit - self.size)]
                 if kept:
-                    self.times.append((self.size, time.monotonic() - self.started))
                     self.chunks.append(kept)
                 self.size += len(chunk)
 
@@ -189,17 +146,11 @@ def _ended(proc: subprocess.Popen, timeout_s: float) -> bool:
 
 
 def run_all(
-    paths: list[str],
-    modes: list[str],
-    cwd: str,
-    timeout_s: float,
-    jobs: int,
-    sglang_src: str | None = None,
-    progress=None,
+    paths: list[str], envs: dict, cwd: str, timeout_s: float, jobs: int, progress=None
 ) -> list[FileRun]:
-    """Every (file, mode) pair, ``jobs`` at a time; ``progress(line)`` is told as each ends."""
-    pairs = [(path, mode) for path in paths for mode in modes]
-    envs = {mode: mode_env(mode, sglang_src) for mode in modes}
+    """Every (file, mode) pair, ``jobs`` at a time, each mode with its environment from
+    ``envs``; ``progress(line)`` is told as each ends."""
+    pairs = [(path, mode) for path in paths for mode in envs]
     runs = []
     # Threads are enough: each one only waits on its child process.
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -225,11 +176,3 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-
-
-def _decode_with_offsets(raw: bytes, times: list[tuple[int, float]]):
-    """Decode once, and map each chunk's byte offset to a character offset."""
-    text = raw.decode("utf-8", errors="replace")
-    if raw.isascii():
-        return text, times
-    return text, [(len(raw[:offset].decode("utf-8", errors="replace")), t) for offset, t in times]

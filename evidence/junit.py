@@ -1,14 +1,14 @@
-"""Write one JUnit XML file per mode from the results model, for CI systems that read JUnit.
+"""Write one JUnit XML file per mode from the evidence, for CI systems that read JUnit.
 
-For serialising only; the verdicts come from ``results``. Each registered file is a testsuite
-and each unittest case a testcase, so the unmodified file shows the reproduced failures and the
-change file shows them fixed.
+For serialising only; the verdicts come from ``evidence.judge``. Each test file is a testsuite
+and each test a testcase, so the unmodified file shows the reproduced failures and the change
+file shows them fixed.
 """
 
 import os
 import xml.etree.ElementTree as ET
 
-from ci.results import Results
+from evidence.model import Results
 
 # XML 1.0 cannot carry most control characters, which do turn up in test logs, nor lone
 # surrogates (JSON's "\ud800" on a result channel decodes to one) or U+FFFE and U+FFFF.
@@ -33,13 +33,13 @@ def _clean(text) -> str:
 
 
 def _mode_tree(results: Results, mode: str) -> ET.Element:
-    root = ET.Element("testsuites", name=_clean(f"sglang-overlay {results.backend} {mode}"))
+    root = ET.Element("testsuites", name=_clean(f"{results.label(mode)} ({results.backend})"))
     for file in results.files:
         cases = [c for c in results.cases if c.file == file.path and mode in c.modes]
         counts = {"fail": 0, "error": 0, "skip": 0, "missing": 0}
         for case in cases:
             counts[case.modes[mode].outcome] = counts.get(case.modes[mode].outcome, 0) + 1
-        info = file.modes.get(mode, {})
+        end = file.modes.get(mode)
         suite = ET.SubElement(
             root,
             "testsuite",
@@ -48,24 +48,25 @@ def _mode_tree(results: Results, mode: str) -> ET.Element:
             failures=str(counts["fail"]),
             errors=str(counts["error"] + counts["missing"]),
             skipped=str(counts["skip"]),
-            time=f"{info.get('duration_s') or 0:.3f}",
+            time=f"{end.duration_s if end else 0:.3f}",
         )
         for case in cases:
             outcome = case.modes[mode]
-            classname, _, name = case.case_id.rpartition(".")
+            classname, _, name = case.test.split("[", 1)[0].rpartition(".")
+            name = case.test[len(classname) + 1 :] if classname else case.test
             element = ET.SubElement(
                 suite,
                 "testcase",
                 classname=_clean(f"{file.path}::{classname}" if classname else file.path),
-                name=_clean(name or case.case_id),
+                name=_clean(name),
                 time=f"{outcome.duration_s or 0:.3f}",
             )
-            message = _clean(outcome.detail)[:500]
+            detail = _clean(outcome.detail)
+            message = (detail.strip().splitlines() or [outcome.outcome])[-1][:500]
             if outcome.outcome == "fail":
-                ET.SubElement(element, "failure", message=message).text = _clean(outcome.excerpt)
+                ET.SubElement(element, "failure", message=message).text = detail
             elif outcome.outcome in ("error", "missing"):
-                tag = ET.SubElement(element, "error", message=message or outcome.outcome)
-                tag.text = _clean(outcome.excerpt)
+                ET.SubElement(element, "error", message=message).text = detail
             elif outcome.outcome == "skip":
                 ET.SubElement(element, "skipped", message=message)
             if outcome.peak_mib is not None:

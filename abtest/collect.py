@@ -3,7 +3,8 @@
 For selecting files only: it reads ``register_*_ci(...)`` calls through
 ``sglang.test.ci.ci_register.collect_tests`` (the same AST reader upstream's runner uses), so a
 file registered here is registered the same way upstream. It never imports or runs a test file,
-and never imports the sglang package: the reader is loaded from the installed sglang on its own.
+and never imports the sglang package: the reader is loaded on its own, from the first of the
+given source trees that has it, else from the installed sglang.
 """
 
 import ast
@@ -13,7 +14,6 @@ import os
 import sys
 from dataclasses import dataclass
 
-CI_REGISTER = "sglang.test.ci.ci_register"
 # The reader's own name in sys.modules when it is loaded without its package.
 READER_MODULE = "_sglang_ci_register_reader"
 
@@ -48,6 +48,26 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     return index, size
 
 
+def test_files(root: str, tests=()) -> list[str]:
+    """Every ``test_*.py`` under each of ``tests`` (folders or files, relative to ``root``;
+    default ``root``/test/registered), sorted, each once."""
+    found = set()
+    for entry in tests or (REGISTERED_ROOT,):
+        path = os.path.join(root, entry)
+        if os.path.isfile(path):
+            found.add(os.path.abspath(path))
+        elif os.path.isdir(path):
+            pattern = os.path.join(path, "**", "test_*.py")
+            found.update(os.path.abspath(p) for p in glob.glob(pattern, recursive=True))
+        else:
+            raise SelectionError(f"--tests {entry}: no such file or folder under {root}")
+    top = os.path.realpath(root)
+    outside = [p for p in found if os.path.commonpath([top, os.path.realpath(p)]) != top]
+    if outside:
+        raise SelectionError(f"--tests: {outside[0]} is outside --root {root}")
+    return sorted(found)
+
+
 def select(
     root: str,
     backend: str,
@@ -55,13 +75,16 @@ def select(
     stage: str | None = None,
     shard: tuple[int, int] | None = None,
     include_nightly: bool = False,
+    tests=(),
+    trees=(),
 ) -> list[Selected]:
-    """Registered files under ``root``/test/registered for one backend, filtered and sharded."""
-    reader = registry_reader()
+    """Registered files among ``tests`` for one backend, filtered and sharded."""
     if backend not in BACKENDS:
         raise SelectionError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
-    pattern = os.path.join(root, REGISTERED_ROOT, "**", "test_*.py")
-    files = sorted(glob.glob(pattern, recursive=True))
+    files, unparsable = [], []
+    for path in test_files(root, tests):
+        (files if _parses(path) else unparsable).append(path)
+    reader = registry_reader(trees)
     wanted = reader.HWBackend[backend.upper()]
     registries = [
         r
@@ -78,7 +101,7 @@ def select(
     for r in registries:
         # A file registered twice for one backend still runs once.
         chosen.setdefault(r.filename, r)
-    return [
+    selected = [
         Selected(
             path=os.path.relpath(r.filename, root),
             suite=r.effective_suite,
@@ -87,21 +110,37 @@ def select(
         )
         for r in sorted(chosen.values(), key=lambda r: r.filename)
     ]
+    # A file that does not parse has no registration anyone can read: it runs anyway (in the
+    # first shard), and its own process says why it fails, as a case of the report.
+    if shard is None or shard[0] == 0:
+        selected += [Selected(os.path.relpath(p, root), None, None, 0.0) for p in unparsable]
+    return selected
 
 
-def registry_reader():
-    """sglang's ``ci_register`` module, without importing the sglang package.
+def _parses(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            ast.parse(handle.read())
+    except (SyntaxError, ValueError, OSError):
+        return False
+    return True
+
+
+def registry_reader(trees=()):
+    """sglang's ``ci_register`` module, without importing the sglang package: from the first
+    of ``trees`` (folders holding ``python/sglang``) that has one, else the installed sglang.
 
     The reader needs only the standard library, while ``import sglang`` imports torch and
-    transformers and, on 0.5.23, creates a CUDA context: seconds, and CUDA state in the CI
-    process, before any test could start. Raises ImportError when sglang is not installed or
-    its reader does not load (it is the PR's code on a PR's runner: it may raise anything).
+    transformers: seconds, and CUDA state in the CI process, before any test could start.
+    Raises ImportError when no reader is found or it does not load (it is the PR's code on a
+    PR's runner: it may raise anything).
     """
-    loaded = sys.modules.get(CI_REGISTER) or sys.modules.get(READER_MODULE)
+    loaded = sys.modules.get(READER_MODULE)
     if loaded is not None:
         return loaded
+    places = [os.path.join(tree, "python", "sglang") for tree in trees]
     package = importlib.util.find_spec("sglang")  # locates the package, runs none of it
-    places = (package.submodule_search_locations or []) if package else []
+    places += (package.submodule_search_locations or []) if package else []
     for place in places:
         path = os.path.join(place, "test", "ci", "ci_register.py")
         if os.path.isfile(path):
@@ -122,10 +161,9 @@ def registry_reader():
 
 
 def test_lines(root: str, path: str) -> dict:
-    """``Class.test_name`` -> the line of its ``def`` in a test file (for annotations).
-
-    Methods a class inherits from another class of the same file (a shared base of the CPU
-    and CUDA classes) point at the base's ``def``.
+    """``Class.test_name`` (or a pytest function's name) -> the line of its ``def`` in a test
+    file, for annotations. Methods a class inherits from another class of the same file
+    point at the base's ``def``.
     """
     try:
         with open(os.path.join(root, path)) as handle:
@@ -147,6 +185,16 @@ def test_lines(root: str, path: str) -> dict:
                 found[item.name] = item.lineno
         return found
 
-    return {
-        f"{cls}.{fn}": line for cls in classes for fn, line in methods(cls, frozenset()).items()
+    lines = {
+        node.name: node.lineno
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
     }
+    for cls in classes:
+        lines.update({f"{cls}.{fn}": line for fn, line in methods(cls, frozenset()).items()})
+    return lines
+
+
+def line_of(lines: dict, test: str) -> int | None:
+    """The ``def`` line of a test id, parametrized ids (``test_x[1]``) included."""
+    return lines.get(test) or lines.get(test.split("[", 1)[0])

@@ -1,22 +1,22 @@
 """Describe the machine and software a CI run used, for the results and the report.
 
 For describing only. The software facts (torch, CUDA, sglang, the overlay's status) come from
-the test processes themselves (``ci/file_process.py`` writes them as each file's process ends),
-one record per mode, so they are what the tests ran with and no extra process imports sglang;
-this module checks those records' shape and adds the machine's facts (GPUs, git, the series).
-Importing torch or sglang here would put their state (and CUDA) into the CI process itself, so
-it never does. Every part degrades to "unknown" rather than failing the run: a missing
-nvidia-smi is a fact about the machine, not an error.
+the test processes themselves (``abtest/file_process.py`` writes them as each file's process
+ends), one record per mode, so they are what the tests ran with and no extra process imports
+sglang; this module keeps those records to known keys and plain values and adds the machine's
+facts (GPUs, git). Importing torch or sglang here would put their state (and CUDA) into the CI
+process itself, so it never does. Every part degrades to "unknown" rather than failing the
+run: a missing nvidia-smi is a fact about the machine, not an error.
 """
 
 import json
 import os
 import shutil
 import subprocess
-import sys
 
 RECORD_CHARS = 64 * 1024  # a test process's record is PR code's output: bounded, then checked
 TEXT_KEYS = (
+    "python",
     "torch",
     "cuda",
     "gpu",
@@ -40,8 +40,6 @@ def process_record(text: str) -> dict | None:
     if not isinstance(raw, dict):
         return None
     record = {k: _text(raw[k]) for k in TEXT_KEYS if k in raw}
-    if "cuda_available" in raw:
-        record["cuda_available"] = raw["cuda_available"] is True
     overlay = raw.get("overlay")
     if isinstance(overlay, list):
         record["overlay"] = [
@@ -92,8 +90,10 @@ def nvidia_smi() -> list[dict]:
     return gpus
 
 
-def git_commit(cwd: str) -> dict:
+def git_commit(cwd: str | None) -> dict:
     """The commit of the project at ``cwd``, when ``cwd`` is the top of a git work tree."""
+    if not cwd:
+        return {"commit": None, "dirty": None}
 
     def git(*args):
         try:
@@ -111,27 +111,6 @@ def git_commit(cwd: str) -> dict:
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(dirty) if dirty is not None else None}
 
 
-def series_identity(cwd: str) -> dict:
-    """The id of the patch series in ``cwd``/patches (``tools.identity``); ``pr-body`` checks it."""
-    try:
-        from tools import identity
-
-        return identity.describe(os.path.join(cwd, "patches"))
-    except Exception as exc:  # a checkout without the series is a fact, not a failed run
-        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
-
-
 def describe_machine(cwd: str) -> dict:
-    """The machine's part of the record: Python, GPUs, git, the series' id (no test needed)."""
-    return {
-        "python": sys.version.split()[0],
-        "gpus": nvidia_smi(),
-        "git": git_commit(cwd),
-        "series": series_identity(cwd),
-    }
-
-
-def describe(machine: dict, runs, modes) -> dict:
-    """The whole environment record: ``describe_machine``'s and each mode's test processes' own
-    record (``runs``: the ``runner.FileRun`` list)."""
-    return {**machine, "modes": records_by_mode(runs, modes)}
+    """The machine's part of the record: GPUs and the project's git commit (no test needed)."""
+    return {"gpus": nvidia_smi(), "git": git_commit(cwd)}

@@ -1,0 +1,210 @@
+"""``ci run``: select registered test files, run each in both modes, judge, write the folder.
+
+For wiring the A/B together only: ``collect`` selects, ``modes`` prepares the two sides,
+``launch`` runs the processes, ``evidence.judge`` judges, ``evidence.junit`` and this module
+write results.json, JUnit and the logs. Arguments arrive as a frozen ``RunRequest``; bad ones
+raise ``RequestError`` (exit 2), a registration that sglang's reader rejects raises
+``RegistrationError`` (exit 1). Rendering the report is the report side's, never done here.
+"""
+
+import os
+import re
+import shutil
+import threading
+from dataclasses import dataclass, replace
+
+from abtest import collect, environment, launch, modes
+from evidence import judge, junit
+from evidence.model import MODES, ProcessEnd, Results, SeriesId, read_channel, save
+from tools import identity
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_REGRESSIONS = os.path.join(REPO, "ci", "regressions.txt")
+# What a results folder holds: a reused --out is cleared of these, and only of these.
+OUTPUTS = ("results.json", "report.md", "junit-unmodified.xml", "junit-change.xml")
+OUTPUT_DIRS = ("logs", "pictures")
+
+
+class RequestError(ValueError):
+    """Arguments that cannot describe a run; the message names the argument."""
+
+
+class RegistrationError(ValueError):
+    """A registration that sglang's own reader rejects; the message names its file."""
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    out: str
+    root: str = "."
+    backend: str | None = None  # None: cuda when nvidia-smi exists, else cpu
+    modes: str = "unmodified,change"  # a comma list, as typed
+    tests: tuple[str, ...] = ()  # folders or files under root; default test/registered
+    suite: str | None = None
+    stage: str | None = None
+    shard: str | None = None
+    nightly: bool = False
+    unmodified_src: str | None = None
+    change_src: str | None = None
+    regressions: str | None = None  # the listed regressions; default ci/regressions.txt
+    timeout: float = 1800
+    jobs: int = 2
+
+
+def execute(request: RunRequest, log) -> Results:
+    """Run the A/B that ``request`` describes and write its folder; ``log(line)`` hears about
+    progress."""
+    root = os.path.abspath(request.root)
+    backend = request.backend or ("cuda" if shutil.which("nvidia-smi") else "cpu")
+    wanted = tuple(m.strip() for m in request.modes.split(",") if m.strip())
+    if not wanted or any(m not in MODES for m in wanted) or len(set(wanted)) != len(wanted):
+        raise RequestError(f"--modes {request.modes!r}: use a comma list of {', '.join(MODES)}")
+    if request.jobs < 1:
+        raise RequestError(f"--jobs {request.jobs}: at least 1")
+    if not request.timeout > 0:
+        raise RequestError(f"--timeout {request.timeout}: more than 0 seconds")
+    try:
+        setups = modes.setups(wanted, request.unmodified_src, request.change_src)
+    except modes.ModeError as exc:
+        raise RequestError(str(exc)) from None
+    patterns = _patterns(request.regressions)
+    machine = {}
+    # git and nvidia-smi take a moment: beside the tests, not before them.
+    describing = threading.Thread(
+        target=lambda: machine.update(environment.describe_machine(root)), daemon=True
+    )
+    describing.start()
+    trees = [s.tree for s in setups.values() if s.tree]
+    selected = _select(request, root, backend, trees)
+    out = _prepare_out(request.out)
+    log(
+        f"ci run: {len(selected)} files x {len(wanted)} modes on {backend}, {request.jobs} at a time"
+    )
+    envs = {mode: modes.environment(setup) for mode, setup in setups.items()}
+    runs = launch.run_all(
+        [s.path for s in selected], envs, root, request.timeout, request.jobs, log
+    )
+    describing.join()
+
+    records = environment.records_by_mode(runs, wanted)
+    sides = {
+        mode: modes.side(setup, records[mode], environment.git_commit(setup.tree)["commit"])
+        for mode, setup in setups.items()
+    }
+    reports = [mode_report(run, _write_log(run, out)) for run in runs]
+    results = judge.build(
+        reports,
+        backend,
+        sides,
+        {s.path: s.suite for s in selected},
+        patterns,
+        selection={
+            "tests": list(request.tests) or [collect.REGISTERED_ROOT],
+            "suite": request.suite,
+            "stage": request.stage,
+            "shard": request.shard,
+            "files": [s.path for s in selected],
+            "regressions": list(patterns),
+        },
+        environment={**machine, "modes": records},
+        series=_series(root),
+    )
+    lines = {path: collect.test_lines(root, path) for path in {c.file for c in results.cases}}
+    cases = [replace(c, line=collect.line_of(lines[c.file], c.test)) for c in results.cases]
+    results = replace(results, cases=cases)
+    elsewhere = [why for m, s in setups.items() if (why := modes.imported_elsewhere(s, records[m]))]
+    if elsewhere:
+        results = replace(results, verdict="failed", reasons=(*elsewhere, *results.reasons))
+    save(results, out)
+    junit.write(results, out)
+    return results
+
+
+def _write_log(run: launch.FileRun, out: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", run.path) + f".{run.mode}.log"
+    with open(os.path.join(out, "logs", name), "w", encoding="utf-8", errors="replace") as handle:
+        handle.write(run.output)
+    return f"logs/{name}"
+
+
+def mode_report(run: launch.FileRun, log: str | None = None) -> judge.ModeReport:
+    """What a finished process gave, as the judge reads it: its channel parsed, its end."""
+    tests, errors = read_channel(run.channel)
+    end = ProcessEnd(run.returncode, run.duration_s, run.timed_out, len(tests), log)
+    return judge.ModeReport(run.path, run.mode, end, tests, errors, run.output[-3000:])
+
+
+def _patterns(path: str | None) -> tuple[str, ...]:
+    if path is not None and not os.path.isfile(path):
+        raise RequestError(f"--regressions {path}: not a file")
+    return judge.load_patterns(path or DEFAULT_REGRESSIONS)
+
+
+def _prepare_out(out: str) -> str:
+    """The results folder, emptied of an earlier run's files; refused when it holds anything
+    that is not a run's, so nothing of someone else's is lost."""
+    out = os.path.abspath(out)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise RequestError(f"--out {out}: not a folder")
+    if os.path.isdir(out):
+        foreign = sorted(set(os.listdir(out)) - set(OUTPUTS) - set(OUTPUT_DIRS))
+        if foreign:
+            raise RequestError(
+                f"--out {out}: holds {foreign[0]!r}, which no ci run writes; use an empty folder"
+            )
+        for name in OUTPUTS:
+            if os.path.isfile(os.path.join(out, name)):
+                os.remove(os.path.join(out, name))
+        for name in OUTPUT_DIRS:
+            shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+    try:
+        os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+    except OSError as exc:
+        raise RequestError(f"--out {out}: {exc.strerror}") from None
+    return out
+
+
+def _select(request: RunRequest, root: str, backend: str, trees) -> list:
+    try:
+        shard = collect.parse_shard(request.shard)
+        selected = collect.select(
+            root,
+            backend,
+            request.suite,
+            request.stage,
+            shard,
+            request.nightly,
+            request.tests,
+            trees,
+        )
+    except collect.SelectionError as exc:
+        raise RequestError(str(exc)) from None
+    except ImportError as exc:  # collect uses sglang's own registry reader
+        raise RequestError(f"cannot load sglang's ci_register ({exc})") from None
+    except ValueError as exc:  # a registration collect_tests rejects names its file
+        raise RegistrationError(str(exc)) from None
+    if not selected:
+        raise RequestError(f"no registered {backend} test files match the filters under {root}")
+    return selected
+
+
+def _series(root: str) -> SeriesId | None:
+    """The id of the patch series in ``root``/patches, when the run is made from this project."""
+    if not os.path.isfile(os.path.join(root, "patches", "series")):
+        return None
+    described = identity.describe(os.path.join(root, "patches"))
+    return SeriesId(described["id"], described["release"], tuple(described["patches"]))
+
+
+def summary_lines(results: Results) -> list[str]:
+    """What ``ci run`` prints: one line per case, file warnings, the verdict and why."""
+    lines = [f"{mode:<10} = {results.label(mode)}" for mode in results.modes]
+    for case in results.cases:
+        outcomes = " ".join(f"{m}={case.modes[m].outcome}" for m in results.modes)
+        lines.append(f"{case.kind:<15} {outcomes:<36} {case.key}")
+    for file in results.files:
+        lines += [f"WARNING {file.path}: {flag}" for flag in file.flags]
+    counts = ", ".join(f"{n} {k}" for k, n in results.counts().items() if n)
+    lines.append(f"ci run: {results.verdict}: {counts or 'no cases'}")
+    lines += [f"ci run: {reason}" for reason in results.reasons]
+    return lines

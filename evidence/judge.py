@@ -1,0 +1,192 @@
+"""Judging: what each test's outcomes in the two modes prove, and whether the run proves anything.
+
+Pure functions over the evidence model, no I/O. ``judge`` turns each file's per-mode reports
+into files and cases; ``kind_of`` is the truth table for one case; ``verdict`` says whether the
+run is ok, failed (something fails with the change) or void (the bug did not show on the
+unmodified side, so the run proves nothing); ``rejudge`` does it all again from the stored
+outcomes alone, for a report that must not trust the kinds a results folder claims.
+"""
+
+import fnmatch
+import os
+from dataclasses import dataclass, replace
+
+from evidence.model import (
+    FILE_CASE,
+    Case,
+    FileResult,
+    Kind,
+    Outcome,
+    ProcessEnd,
+    Results,
+    TestResult,
+)
+
+EXCERPT_CHARS = 1500
+FLAG_NOT_REPRODUCED = "does not reproduce the bug"
+FAILED = (Outcome.FAIL, Outcome.ERROR)
+
+
+@dataclass(frozen=True)
+class ModeReport:
+    """What one file's process gave in one mode: how it ended and the results it reported."""
+
+    path: str
+    mode: str
+    end: ProcessEnd
+    tests: tuple[TestResult, ...] = ()
+    errors: tuple[str, ...] = ()  # channel lines that were not results
+    output_tail: str = ""
+
+
+def load_patterns(path: str) -> tuple[str, ...]:
+    """The listed regressions: one fnmatch pattern a line over ``FILE::Class.test``."""
+    if not os.path.exists(path):
+        return ()
+    with open(path, encoding="utf-8") as handle:
+        lines = (line.strip() for line in handle)
+        return tuple(line for line in lines if line and not line.startswith("#"))
+
+
+def listed(patterns, file: str, test: str) -> bool:
+    return any(fnmatch.fnmatchcase(f"{file}::{test}", p) for p in patterns)
+
+
+def kind_of(outcomes: dict, expected_regression: bool) -> Kind:
+    """What one case proves from its outcome per mode."""
+    change, base = outcomes.get("change"), outcomes.get("unmodified")
+    if change is not None:
+        if change.outcome in (*FAILED, Outcome.MISSING):
+            return Kind.BROKEN
+        if change.outcome == Outcome.SKIP:
+            return Kind.SKIPPED
+    if base is None or base.outcome in (Outcome.SKIP, Outcome.MISSING):
+        return Kind.NO_BASELINE if change is not None else Kind.SKIPPED
+    if base.outcome in FAILED:
+        return Kind.REGRESSION
+    return Kind.NOT_REPRODUCED if expected_regression else Kind.PRESERVATION
+
+
+def judge(reports, suites: dict, modes, patterns=()) -> tuple[list, list]:
+    """Files and cases from every (file, mode) report; ``suites``: path -> suite.
+
+    A process that failed outside any test (an import error, a crash, a timeout, an exit no
+    test explains, a bad channel line) fails every test it never reported; when it reported
+    some, or no mode reported any test, it is also a case of its own (``FILE_CASE``)."""
+    by_file: dict = {}
+    for report in reports:
+        by_file.setdefault(report.path, {})[report.mode] = report
+    files, cases = [], []
+    for path, per_mode in by_file.items():
+        ran = {m: _mode_results(per_mode[m]) for m in modes if m in per_mode}
+        tests = list(dict.fromkeys(t for m in modes for t in ran.get(m, ({}, None))[0]))
+        whole = any(failure and (results or not tests) for results, failure in ran.values())
+        file_cases = []
+        for test in tests + ([FILE_CASE] if whole else []):
+            outcome = {m: _outcome(test, *ran.get(m, ({}, None))) for m in modes}
+            expected = listed(patterns, path, test)
+            file_cases.append(Case(path, test, kind_of(outcome, expected), outcome))
+        ends = {mode: report.end for mode, report in per_mode.items()}
+        files.append(FileResult(path, suites.get(path), ends, file_flags(ends, file_cases)))
+        cases += file_cases
+    return files, cases
+
+
+def _outcome(test: str, results: dict, failure) -> TestResult:
+    if test in results:
+        return results[test]
+    if failure is not None:
+        return replace(failure, test=test) if test != FILE_CASE else failure
+    return TestResult(test, Outcome.PASS if test == FILE_CASE else Outcome.MISSING)
+
+
+def file_flags(ends: dict, cases) -> tuple[str, ...]:
+    flags = [f"timed out ({mode})" for mode, end in ends.items() if end.timed_out]
+    ran = [c.modes["unmodified"].outcome for c in cases if "unmodified" in c.modes]
+    ran = [o for o in ran if o in (Outcome.PASS, *FAILED)]
+    if ran and all(o == Outcome.PASS for o in ran):
+        flags.append(FLAG_NOT_REPRODUCED)
+    return tuple(flags)
+
+
+def verdict(results: Results) -> tuple[str, tuple[str, ...]]:
+    """("ok" | "failed" | "void", one line per reason)."""
+    modes, cases = results.modes, results.cases
+    failed, void = [], []
+    if not cases:
+        failed.append("no test reported a result")
+    if "change" in modes:
+        broken = [c for c in cases if c.kind == Kind.BROKEN]
+        if broken:
+            failed.append(f"{len(broken)} fail with {results.label('change')}: {_names(broken)}")
+        late = [f.path for f in results.files if f.modes.get("change", _NONE).timed_out]
+        if late:
+            failed.append(f"timed out with {results.label('change')}: {', '.join(late)}")
+    if "unmodified" in modes and cases:
+        base = results.label("unmodified")
+        missed = [c for c in cases if c.kind == Kind.NOT_REPRODUCED]
+        if missed:
+            void.append(
+                f"the bug did not reproduce: {len(missed)} listed regressions pass on {base} "
+                f"({_names(missed)}); is the change already in it?"
+            )
+        verdicts = [c for c in cases if c.modes["unmodified"].outcome in (Outcome.PASS, *FAILED)]
+        if not verdicts:
+            void.append(f"the unmodified side ({base}) gave no verdict: no test ran there")
+    if failed:
+        return "failed", tuple(failed + void)
+    return ("void", tuple(void)) if void else ("ok", ())
+
+
+def build(reports, backend: str, sides: dict, suites: dict, patterns=(), **fields) -> Results:
+    """The judged run: files and cases from ``reports``, the modes ``sides`` names, the verdict;
+    ``fields`` are the rest of ``Results`` (selection, environment, series)."""
+    files, cases = judge(reports, suites, tuple(sides), patterns)
+    results = Results(backend, tuple(sides), sides, files, cases, **fields)
+    state, reasons = verdict(results)
+    return replace(results, verdict=state, reasons=reasons)
+
+
+def rejudge(results: Results, patterns) -> Results:
+    """The kinds, flags and verdict again, from the stored outcomes and ``patterns`` alone."""
+    cases = tuple(
+        replace(c, kind=kind_of(c.modes, listed(patterns, c.file, c.test))) for c in results.cases
+    )
+    files = tuple(
+        replace(f, flags=file_flags(f.modes, [c for c in cases if c.file == f.path]))
+        for f in results.files
+    )
+    judged = replace(results, cases=cases, files=files)
+    state, reasons = verdict(judged)
+    return replace(judged, verdict=state, reasons=reasons)
+
+
+def tail(text: str, limit: int = EXCERPT_CHARS) -> str:
+    text = (text or "").strip()
+    return text if len(text) <= limit else "[...]\n" + text[-limit:]
+
+
+_NONE = ProcessEnd(returncode=None, duration_s=0.0)
+
+
+def _names(cases, shown: int = 3) -> str:
+    names = [c.test for c in cases[:shown]]
+    return ", ".join(names) + (f" and {len(cases) - shown} more" if len(cases) > shown else "")
+
+
+def _mode_results(report: ModeReport) -> tuple[dict, TestResult | None]:
+    """test -> result for one file in one mode, and the process's own failure, if any."""
+    results = {t.test: replace(t, detail=tail(t.detail)) for t in report.tests}
+    end = report.end
+    explained = any(t.outcome in FAILED for t in results.values())
+    if end.timed_out or report.errors or not results or (end.returncode != 0 and not explained):
+        why = "timed out" if end.timed_out else f"exited {end.returncode}"
+        detail = [f"{report.path} {why} after {len(results)} test results", *report.errors]
+        failure = TestResult(
+            FILE_CASE,
+            Outcome.ERROR,
+            duration_s=end.duration_s,
+            detail=tail("\n".join(detail) + "\n" + report.output_tail),
+        )
+        return results, failure
+    return results, None

@@ -1,0 +1,186 @@
+"""The evidence contract: the result channel, judging, the verdict, and results.json as
+untrusted input (every shape and bound checked once, at load)."""
+
+import json
+from dataclasses import FrozenInstanceError, replace
+
+import pytest
+from ci_samples import CLS, FILE, GROW, REUSE, channel_line, file_run, model, sides, workspace_runs
+
+from abtest.run import mode_report
+from evidence import judge
+from evidence.model import FILE_CASE, EvidenceError, Results, load, read_channel, save
+
+
+def _build(runs, patterns=(), modes=("unmodified", "change")):
+    chosen = {m: s for m, s in sides().items() if m in modes}
+    return judge.build([mode_report(r) for r in runs], "cuda", chosen, {FILE: "s"}, patterns)
+
+
+def test_each_result_comes_from_its_channel_line_and_nothing_from_the_log():
+    run = file_run(
+        "change",
+        [("test_grow", "fail", "Traceback ...\nAssertionError: 160.0", 160.0), ("test_keep", "pass")]
+        + [("setUpClass", "skip", "no CUDA device")],
+    )
+    run = replace(run, output="nothing here is read\n")
+    m = _build([run], modes=("change",))
+    grow, keep, skipped = (c.modes["change"] for c in m.cases)
+    assert [c.test for c in m.cases] == [f"{CLS}.test_grow", f"{CLS}.test_keep", f"{CLS}.setUpClass"]
+    assert (grow.outcome, grow.peak_mib, grow.duration_s) == ("fail", 160.0, 0.5)
+    assert "AssertionError: 160.0" in grow.detail
+    assert (keep.outcome, keep.detail, skipped.detail) == ("pass", "", "no CUDA device")
+    assert m.files[0].modes["change"].tests == 3
+
+
+def test_a_channel_line_that_is_not_a_result_is_an_error_that_names_it():
+    text = channel_line("test_a", "pass") + '\n{"test": "T.b", "outcome": "great"}\n[[[\n'
+    results, errors = read_channel(text)
+    assert [r.test for r in results] == [f"{CLS}.test_a"]
+    assert "result line 2.outcome: 'great' is not one of" in errors[0]
+    assert errors[1].startswith("result line 3: ")
+    extra = json.dumps({"test": "T.x", "outcome": "pass", "evidence": [1]})
+    assert "unknown field 'evidence'" in read_channel(extra)[1][0]
+
+
+def test_a_bad_channel_line_fails_the_file_with_a_case_of_its_own():
+    run = file_run("change", [("test_a", "pass")])
+    run = replace(run, channel=run.channel + '{"test": "T.test_b", "outcome": "great"}\n')
+    m = _build([run], modes=("change",))
+    assert {c.test: c.modes["change"].outcome for c in m.cases} == {
+        f"{CLS}.test_a": "pass",
+        FILE_CASE: "error",
+    }
+    assert m.verdict == "failed"
+
+
+def test_kinds_are_the_truth_table_of_both_outcomes():
+    m = model()
+    assert [c.kind for c in m.cases] == ["regression", "preservation"]
+    assert (m.verdict, m.reasons) == ("ok", ())
+    peaks = {m: c.peak_mib for m, c in m.cases[0].modes.items()}
+    assert peaks == {"unmodified": 160.0, "change": 96.0}
+
+
+def test_a_listed_regression_that_passes_unmodified_makes_the_run_void_with_its_reason():
+    m = model(workspace_runs(grow_unmodified="pass"))
+    assert [c.kind for c in m.cases] == ["not-reproduced", "preservation"]
+    assert m.verdict == "void"
+    assert m.reasons == (
+        f"the bug did not reproduce: 1 listed regressions pass on sglang 0.5.23 ({CLS}.{GROW}); "
+        "is the change already in it?",
+    )
+    assert m.files[0].flags == (judge.FLAG_NOT_REPRODUCED,)
+
+
+def test_an_unmodified_side_that_runs_nothing_makes_the_run_void():
+    runs = workspace_runs()
+    skipped = file_run("unmodified", [(GROW, "skip", "no GPU"), (REUSE, "skip", "no GPU")])
+    m = model([skipped, runs[1]], patterns=[])
+    assert m.verdict == "void" and "gave no verdict" in m.reasons[0]
+
+
+def test_a_file_that_fails_at_import_on_the_base_fails_each_of_its_tests_there():
+    # An upstream PR that adds a module and its test: the base cannot even import the file.
+    base = file_run("unmodified", [], returncode=1)
+    base = replace(base, output="ModuleNotFoundError: No module named 'new_module'\n")
+    head = file_run("change", [("test_a", "pass"), ("test_b", "pass")])
+    m = _build([base, head])
+    assert [(c.test, c.kind) for c in m.cases] == [
+        (f"{CLS}.test_a", "regression"),
+        (f"{CLS}.test_b", "regression"),
+    ]
+    assert "No module named 'new_module'" in m.cases[0].modes["unmodified"].detail
+    assert m.verdict == "ok"
+
+
+def test_a_crash_after_some_tests_is_a_case_of_its_own_and_fails_the_run():
+    run = file_run("change", [("test_a", "pass")], returncode=-11)
+    m = _build([file_run("unmodified", [("test_a", "pass")]), run])
+    outcomes = {c.test: (c.kind, c.modes["change"].outcome) for c in m.cases}
+    assert outcomes == {f"{CLS}.test_a": ("preservation", "pass"), FILE_CASE: ("broken", "error")}
+    assert m.verdict == "failed" and "1 fail with sglang 0.5.23 + this change" in m.reasons[0]
+
+
+def test_a_timeout_on_the_change_side_fails_the_run_and_flags_the_file():
+    late = replace(file_run("change", [("test_a", "pass")]), timed_out=True, returncode=None)
+    m = _build([file_run("unmodified", [("test_a", "fail", "x")]), late])
+    assert "timed out (change)" in m.files[0].flags and m.verdict == "failed"
+
+
+def test_rejudging_ignores_the_kinds_and_verdict_a_results_file_claims():
+    honest = model(workspace_runs(grow_unmodified="pass"))
+    forged = replace(
+        honest,
+        verdict="ok",
+        reasons=(),
+        cases=[replace(c, kind="regression") for c in honest.cases],
+    )
+    again = judge.rejudge(forged, [f"{FILE}::*.test_grow_*"])
+    assert [c.kind for c in again.cases] == ["not-reproduced", "preservation"]
+    assert again.verdict == "void"
+
+
+def test_results_round_trip_through_json_and_are_frozen(tmp_path):
+    m = model()
+    save(m, str(tmp_path))
+    again = load(str(tmp_path))
+    assert again == m and again.to_json() == m.to_json()
+    with pytest.raises(FrozenInstanceError):
+        again.verdict = "ok"
+    assert isinstance(replace(m, cases=list(m.cases)).cases, tuple)
+
+
+def _mutated(tmp_path, mutate):
+    data = model().to_json()
+    mutate(data)
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.pop("cases"), "missing field 'cases'"),
+        (lambda d: d.update(schema=99), "schema: 99"),
+        (lambda d: d.update(verdict="great"), "verdict"),
+        (lambda d: d["cases"][0]["modes"]["change"].update(outcome="great"), "modes.change.outcome"),
+        (lambda d: d["cases"][1].update(kind="meh"), r"cases\[1\].kind"),
+        (lambda d: d["cases"][0]["modes"]["change"].update(peak_mib="96"), "peak_mib"),
+        (lambda d: d["cases"][0]["modes"]["change"].update(peak_mib=-1), "peak_mib"),
+        (lambda d: d["cases"][0]["modes"]["change"].update(peak_mib=1e12), "peak_mib"),
+        (lambda d: d["cases"][0].update(file="../../etc/passwd.py"), "relative test-file path"),
+        (lambda d: d["cases"][0].update(line=10**7), "line"),
+        (lambda d: d["cases"][0]["modes"].update({"x\n::error::forged": {}}), "not one of the run"),
+        (lambda d: d["files"][0]["modes"].update(change="broken"), "files.0.modes.change|expected an object"),
+        (lambda d: d["files"][0]["modes"]["change"].update(returncode=10**400), "returncode"),
+        (lambda d: d["files"][0].update(suite="a b"), "suite"),
+        (lambda d: d["sides"]["change"].update(label=7), "label"),
+        (lambda d: d["sides"]["change"].update(commit="not hex"), "commit"),
+        (lambda d: d.update(pictures={"k": "../x.png"}), "pictures"),
+        (lambda d: d["cases"][0].update(sneaky=1), "unknown field 'sneaky'"),
+        (lambda d: d.update(environment={"a": json.loads("[" * 20 + "]" * 20)}), "nested"),
+    ],
+)
+def test_malformed_results_are_refused_naming_the_field(tmp_path, mutate, message):
+    with pytest.raises(EvidenceError, match=message):
+        load(str(_mutated(tmp_path, mutate)))
+
+
+def test_results_that_are_not_a_plain_small_utf8_file_are_refused(tmp_path):
+    (tmp_path / "results.json").write_bytes(b"\xff\xfe{}")
+    with pytest.raises(EvidenceError, match="not readable"):
+        load(str(tmp_path))
+    (tmp_path / "results.json").unlink()
+    (tmp_path / "results.json").symlink_to("/etc/hostname")
+    with pytest.raises(EvidenceError, match="not a plain file"):
+        load(str(tmp_path))
+    (tmp_path / "results.json").unlink()
+    (tmp_path / "results.json").write_text("[" * 100000)
+    with pytest.raises(EvidenceError, match="not readable|not JSON"):
+        load(str(tmp_path))
+
+
+def test_the_loaded_model_is_exactly_what_was_judged():
+    m = model()
+    assert Results.from_json(json.loads(json.dumps(m.to_json()))) == m

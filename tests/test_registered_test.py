@@ -1,0 +1,84 @@
+"""The registered test is written the way sglang's own test guide asks, and the one regression
+list names tests that exist.
+
+The guide's rules, read by AST rather than by eye: ``CustomTestCase`` for every test class, a
+module-level ``register_*_ci`` call with literal values (sglang's own reader collects it: the
+suite it names is upstream's), no argparse, no ``sys.argv`` edits, a plain ``unittest.main()``
+entry, and a file small enough to review. Its behaviour on CUDA (fails unmodified, passes with
+the change) ran on the H200 (docs/evidence); here, without a GPU, it must skip with a reason.
+"""
+
+import ast
+import subprocess
+import sys
+
+from conftest import CPU_PROOF, REGISTERED_TEST, REPO, clean_env
+
+from abtest.collect import registry_reader
+from evidence import judge
+
+UPSTREAM_SUITE = "base-b-test-1-gpu-small"
+MAX_LINES = 160
+
+
+def _tree(path):
+    return ast.parse(path.read_text())
+
+
+def _test_ids(path) -> list:
+    tree = _tree(path)
+    return [
+        f"{node.name}.{item.name}"
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+        for item in node.body
+        if isinstance(item, ast.FunctionDef) and item.name.startswith("test_")
+    ]
+
+
+def test_the_registered_test_follows_upstreams_test_guide():
+    source = REGISTERED_TEST.read_text()
+    tree = ast.parse(source)
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    assert classes and all([ast.unparse(b) for b in c.bases] == ["CustomTestCase"] for c in classes)
+    imported = {alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "argparse" not in imported and "sglang.test.test_utils" in imported
+    assert "sys.argv" not in source and "argv" not in source
+    calls = [n.value for n in tree.body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
+    registrations = [c for c in calls if ast.unparse(c.func).startswith("register_")]
+    assert registrations and all(
+        isinstance(k.value, ast.Constant) for c in registrations for k in c.keywords
+    )
+    main = tree.body[-1]
+    assert ast.unparse(main) == "if __name__ == '__main__':\n    unittest.main()"
+    assert len(source.splitlines()) <= MAX_LINES
+
+
+def test_sglangs_reader_puts_it_in_the_lightest_gpu_suite_only():
+    (registration,) = registry_reader().collect_tests([str(REGISTERED_TEST)], sanity_check=True)
+    assert (registration.backend.name, registration.effective_suite) == ("CUDA", UPSTREAM_SUITE)
+    assert 1 <= registration.est_time <= 30  # measured on the H200: BENCHMARKS.md, proof
+
+
+def test_without_a_gpu_the_file_runs_as_upstreams_runner_starts_it_and_skips_with_a_reason():
+    proc = subprocess.run(
+        [sys.executable, str(REGISTERED_TEST), "-v"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("skipped \"reads the CUDA allocator's peak\"") == 7
+
+
+def test_every_line_of_the_regression_list_names_a_test_of_a_proof():
+    files = {str(p.relative_to(REPO)): _test_ids(p) for p in (REGISTERED_TEST, CPU_PROOF)}
+    patterns = judge.load_patterns(str(REPO / "ci/regressions.txt"))
+    for pattern in patterns:
+        assert any(
+            judge.listed([pattern], path, test) for path, tests in files.items() for test in tests
+        ), f"{pattern} matches no test"
+    listed = {p: [t for t in tests if judge.listed(patterns, p, t)] for p, tests in files.items()}
+    assert [len(listed[p]) for p in files] == [4, 4]  # the rest preserve behaviour
