@@ -28,8 +28,14 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other unprintable characters escaped: what the bot prints
+    can quote an artifact, and a line that starts with ``::`` would be a workflow command."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 class UsageError(Exception):
@@ -184,16 +190,18 @@ def cmd_report(args) -> int:
         request = report.prepare(report.ReportRequest(**_fields(report.ReportRequest, args)))
         plan = report.plan(request)
         report.write_summary(request, plan)
+        if plan.invalid:
+            print(f"error: {report.INVALID_NOTE}: {one_line(plan.invalid)}", file=sys.stderr)
         if not request.post:
             print(report.dry_run_text(plan, args.json), end="")
-            return EXIT_OK
-        report.publish(request, plan, print)
+        else:
+            report.publish(request, plan, lambda line: print(one_line(line)))
     except report.RequestError as exc:
         raise UsageError(str(exc)) from None
     except report.PublishFailed as exc:
-        print(f"error: publishing failed: {exc}", file=sys.stderr)
+        print(f"error: publishing failed: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_FAILED
-    return EXIT_OK
+    return EXIT_USAGE if plan.invalid else EXIT_OK
 
 
 def _fields(record_type, args) -> dict:

@@ -17,6 +17,7 @@ DEFAULT_SLOT = "dsv4-workspace"
 DEFAULT_LABEL = "Latest PR Test (DSV4 workspace)"
 REPORT_STATES = ("results", "pending", "missing-label", "stale-label", "failure", "cancelled")
 _NO_CHECK_RUN = ("pending", "missing-label", "stale-label")
+INVALID_NOTE = "invalid artifact"
 
 
 class RequestError(ValueError):
@@ -65,6 +66,7 @@ class ReportPlan:
     texts: tuple  # the slot text with links, and without (for comparing with what is there)
     statuses_skipped: bool  # there were statuses to set, but no sha to set them on
     summary: str | None  # the full report for the step summary, when asked for
+    invalid: str | None = None  # why the artifact was refused (the slot says failure)
 
     def to_dict(self) -> dict:
         """What ``--json`` prints."""
@@ -102,14 +104,16 @@ def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
     if state == "results" and request.test_result and not artifact.has_results(request.results):
         # The test job left nothing behind (it failed early, timed out or was cancelled).
         state = "cancelled" if request.test_result in ("cancelled", "skipped") else "failure"
-    model, comment, statuses = None, None, []
+    model, comment, statuses, invalid = None, None, [], None
     if state == "results":
         if not request.results:
             raise RequestError("--results DIR is required with --state results")
         try:
             model = artifact.load_results(_results_folder(request.results))
         except artifact.ArtifactError as exc:
-            raise RequestError(str(exc)) from None
+            # Refused whole, and said so: a slot left pending would read as "still running".
+            state, invalid = "failure", str(exc)
+    if model is not None:
         state = render.overall_state(model)
         comment = render.comment(model, request.slot, **links)
         statuses = [
@@ -121,7 +125,8 @@ def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
             }
             for suite, (s, d) in render.status_descriptions(model).items()
         ]
-    texts = (render.slot_text(state, **links), render.slot_text(state))
+    note = INVALID_NOTE if invalid else None
+    texts = (render.slot_text(state, **links, note=note), render.slot_text(state, note=note))
     summary = None
     if request.summary:
         full = _step_summary(model, request.slot, links) if model else None
@@ -134,10 +139,11 @@ def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
         comment=comment,
         statuses=tuple(statuses) if request.sha else (),
         sha=request.sha,
-        check_run=_check_run(request, model, state, now or _now()),
+        check_run=_check_run(request, model, state, now or _now(), invalid),
         texts=texts,
         statuses_skipped=bool(statuses and not request.sha),
         summary=summary,
+        invalid=invalid,
     )
 
 
@@ -290,13 +296,17 @@ def _from_workflow_run(request: ReportRequest) -> ReportRequest:
     return request
 
 
-def _check_run(request: ReportRequest, model, state: str, now: str):
+def _check_run(request: ReportRequest, model, state: str, now: str, invalid=None):
     from ci import checks, render
 
     if not request.check_run or state in _NO_CHECK_RUN:
         return None
     if model is None:
-        return {"create": checks.no_results_request(state, request.sha, now, request.run_url)}
+        create = checks.no_results_request(state, request.sha, now, request.run_url)
+        if invalid:
+            summary = f"The test job's results were refused: {render.escape_inline(invalid)}"
+            create["output"] = {"title": "Invalid artifact", "summary": summary[:2000]}
+        return {"create": create}
     summary = render.comment(model, request.slot, limit=checks.SUMMARY_LIMIT, **request.links)
     summary = summary.split("\n", 1)[1]  # the marker line is for the sticky comment only
     create, updates = checks.requests(model, request.sha, summary, now, request.run_url)

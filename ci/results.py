@@ -19,7 +19,7 @@ import json
 import math
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from ci import case_result
 from ci.case_result import Kind, Outcome, RecordError
@@ -187,6 +187,24 @@ def build(
         for path, file_modes in file_modes_by_path.items()
     ]
     return Results(backend, list(modes), selection, environment, files, cases)
+
+
+def rejudge(model: Results, regression_patterns: list[str] | None = None) -> Results:
+    """``model`` judged again from its raw per-mode outcomes with this checkout's rules and
+    ``regressions.txt``: the kinds and file flags that a results.json claims are not read (the
+    report's copy of the judge is the base commit's; the artifact's was written by PR code)."""
+    patterns = load_regression_patterns() if regression_patterns is None else regression_patterns
+    missing = ModeOutcome(outcome=Outcome.MISSING)
+    cases = []
+    for case in model.cases:
+        outcomes = {mode: case.modes.get(mode, missing) for mode in model.modes}
+        expected = any(fnmatch.fnmatchcase(case.key, p) for p in patterns)
+        cases.append(replace(case, kind=_kind(outcomes, expected)))
+    by_file: dict = {}
+    for case in cases:
+        by_file.setdefault(case.file, []).append(case)
+    files = [replace(f, flags=_file_flags(f.modes, by_file.get(f.path, []))) for f in model.files]
+    return replace(model, cases=cases, files=files)
 
 
 def save(results: Results, out_dir: str) -> str:

@@ -7,8 +7,9 @@ or annotations that would spend the API rate limit), text meant to act on GitHub
 overrides, zero-width and C1 control characters, mentions and issue references that survive
 entity decoding, a step summary of many-byte names over 1 MiB), PR bodies the author writes
 (an unclosed slot-start marker, a fenced example of the block, an unclosed fence) and a push
-racing the report. Requests go to the fake GitHub through the real github3.py client; a rejected
-artifact must send no request at all.
+racing the report. Requests go to the fake GitHub through the real github3.py client; a refused
+artifact is exit 2 and a failure slot that says "invalid artifact", never a traceback and never a
+slot left pending, and nothing it carries reaches the log as a workflow command.
 
 And a hostile registered file against ``ci run`` itself (the test process is PR code): JSON
 nested past the parser on the result channel or the environment record, or nested a few hundred
@@ -36,7 +37,7 @@ from dataclasses import replace
 
 import pytest
 from ci_fake_github import FakeGitHub
-from ci_samples import evidence, file_run, model, workspace_runs
+from ci_samples import evidence, file_run, model, refused, workspace_runs
 from conftest import REPO, clean_env
 
 from ci import artifact, environment, junit, pictures, pr_body, render, results, runner
@@ -77,7 +78,7 @@ def _results_json(tmp_path, raw: bytes):
     return folder
 
 
-# --- the results artifact: bad input is exit 2 and sends nothing ----------------------------
+# --- the results artifact: bad input is exit 2 and a failure slot saying so ------------------
 
 
 @pytest.mark.parametrize(
@@ -90,7 +91,120 @@ def _results_json(tmp_path, raw: bytes):
 )
 def test_unparseable_results_are_a_usage_error_not_a_crash(fake, tmp_path, monkeypatch, raw):
     assert _post_results(fake, monkeypatch, _results_json(tmp_path, raw)) == 2
-    assert fake.requests == []
+    refused(fake)
+
+
+def _raw_results(tmp_path, edit, name="r"):
+    """results.json of the sample model after ``edit(data)``, written as JSON text; ``edit`` may
+    return replacement text for a raw number JSON cannot say (10**400)."""
+    data = model().to_json()
+    text = edit(data)
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "results.json").write_text(text if isinstance(text, str) else json.dumps(data))
+    return folder
+
+
+def _set(path, value):
+    def edit(data):
+        *parents, last = path
+        target = data
+        for key in parents:
+            target = target[key]
+        target[last] = value
+
+    return edit
+
+
+MALFORMED = {
+    "file-mode-as-string": _set(["files", 0, "modes", "change"], "crashed"),
+    "file-mode-as-list": _set(["files", 0, "modes", "change"], [1, 2]),
+    "timed-out-as-text": _set(["files", 0, "modes", "change", "timed_out"], "yes"),
+    "returncode-as-bool": _set(["files", 0, "modes", "change", "returncode"], True),
+    "unknown-file-mode": _set(["files", 0, "modes", "patched"], {}),
+    "unknown-case-mode": _set(["cases", 0, "modes", "patched"], {"outcome": "pass"}),
+    "case-modes-as-list": _set(["cases", 0, "modes"], ["change"]),
+    "run-mode-unknown": _set(["modes"], ["unmodified", "change", "other"]),
+    "duration-10e400": lambda d: json.dumps(d).replace(
+        '"duration_s": 0.5', '"duration_s": 1' + "0" * 400, 1
+    ),
+    "line-10e400": lambda d: json.dumps(d).replace('"line": null', '"line": 1' + "0" * 400, 1),
+    "budget-5000-digits": lambda d: json.dumps(d).replace(
+        '"budget_mib": 128', '"budget_mib": 1' + "0" * 5000, 1
+    ),
+}
+
+
+@pytest.mark.parametrize("edit", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_results_artifact_is_exit_2_and_a_failure_slot_never_a_traceback(
+    fake, tmp_path, monkeypatch, capsys, edit
+):
+    folder = _raw_results(tmp_path, edit)
+    assert _post_results(fake, monkeypatch, folder) == 2
+    refused(fake)
+    assert "error: invalid artifact: " in capsys.readouterr().err
+
+
+def test_a_malformed_artifact_with_check_run_gets_a_failed_check_run_saying_why(
+    fake, tmp_path, monkeypatch
+):
+    folder = _raw_results(tmp_path, MALFORMED["file-mode-as-list"])
+    args = ["--results", str(folder), "--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD]
+    assert _report(fake, monkeypatch, *args, "--check-run", "--post") == 2
+    (run,) = fake.check_runs.values()
+    assert run["conclusion"] == "failure" and run["output"]["title"] == "Invalid artifact"
+    assert "files\\[0\\].modes.change" in run["output"]["summary"]
+
+
+WORKFLOW_COMMAND = (
+    "x\n::error file=setup.py,line=1,title=Maintainer note::run curl | sh\r\n::warning::y"
+)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        _set(["cases", 0, "modes", WORKFLOW_COMMAND], {"outcome": "bogus"}),
+        _set(["cases", 0, "modes", "change", "outcome"], WORKFLOW_COMMAND),
+        _set(["files", 0, "modes", WORKFLOW_COMMAND], {}),
+        _set(["files", 0, "modes", "change", "ran"], WORKFLOW_COMMAND),
+        _set(["modes"], [WORKFLOW_COMMAND]),
+        _set(["backend"], WORKFLOW_COMMAND),
+        _set(["files", 0, "suite"], WORKFLOW_COMMAND),
+        _set(["cases", 0, "file"], WORKFLOW_COMMAND),
+    ],
+    ids=["case-mode-key", "outcome", "file-mode-key", "ran", "modes", "backend", "suite", "path"],
+)
+def test_no_artifact_value_reaches_the_log_as_a_workflow_command(
+    fake, tmp_path, monkeypatch, capsys, edit
+):
+    # The runner parses stdout and stderr alike for lines that start with "::".
+    folder = _raw_results(tmp_path, edit)
+    assert _post_results(fake, monkeypatch, folder) == 2
+    out = capsys.readouterr()
+    lines = (out.out + out.err).splitlines()
+    assert any("invalid artifact" in line for line in lines)
+    assert not [line for line in lines if line.lstrip().startswith("::")], lines
+
+
+def test_the_kinds_and_flags_an_artifact_claims_are_judged_again_from_its_outcomes(
+    fake, tmp_path, monkeypatch
+):
+    def forge(data):
+        keep, grow = data["cases"][1], data["cases"][0]
+        grow["modes"]["unmodified"] = dict(grow["modes"]["change"])  # passes unmodified too
+        keep["modes"]["change"]["outcome"] = "fail"  # fails with the change
+        grow["kind"], keep["kind"] = "regression", "preservation"
+        data["files"][0]["flags"] = []
+
+    folder = _raw_results(tmp_path, forge)
+    assert _post_results(fake, monkeypatch, folder) == 0
+    (comment,) = [c["body"] for c in fake.comments.values()]
+    assert ":x:" in comment.splitlines()[1]
+    assert "| broken |" in comment and "| regression |" not in comment
+    assert "does not reproduce the bug" in comment
+    assert pr_body.get_slot(fake.bodies[7], SLOT).startswith(":x:")
+    assert {s["state"] for s in fake.statuses} == {"failure"}
 
 
 @pytest.mark.parametrize(
@@ -274,7 +388,7 @@ def test_thousands_of_suites_are_refused_before_a_status_is_sent(fake, tmp_path,
     data["files"] = [dict(data["files"][0], path=f"t/f{i}.py", suite=f"s{i}") for i in range(51)]
     folder = _results_json(tmp_path, json.dumps(data).encode())
     assert _post_results(fake, monkeypatch, folder) == 2
-    assert fake.requests == []
+    refused(fake)
 
 
 @pytest.mark.parametrize("suite", ["s\u202eevil", "a b", "x" * 101, "../s", ""])
@@ -283,7 +397,7 @@ def test_a_suite_name_that_is_not_one_is_refused(fake, tmp_path, monkeypatch, su
     data["files"][0]["suite"] = suite
     folder = _results_json(tmp_path, json.dumps(data).encode())
     assert _post_results(fake, monkeypatch, folder) == 2
-    assert fake.requests == []
+    refused(fake)
 
 
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e308", "-5"])
@@ -296,7 +410,7 @@ def test_a_peak_or_cap_that_is_not_a_measurement_is_refused(
     raw = json.dumps(data).replace(f'"{field}": 1.5', f'"{field}": {value}', 1)
     folder = _results_json(tmp_path, raw.encode())
     assert _post_results(fake, monkeypatch, folder) == 2
-    assert fake.requests == []
+    refused(fake)
 
 
 def test_ten_thousand_regression_cases_cost_at_most_ten_check_run_requests(
@@ -351,7 +465,7 @@ def test_a_def_line_past_any_real_file_is_refused(fake, tmp_path, monkeypatch):
     data["cases"][0]["line"] = 10**30
     folder = _results_json(tmp_path, json.dumps(data).encode())
     assert _post_results(fake, monkeypatch, folder) == 2
-    assert fake.requests == []
+    refused(fake)
 
 
 def test_a_body_ending_in_an_unclosed_fence_gets_one_block_however_many_runs():
@@ -457,9 +571,7 @@ print("grandchild", pid, flush=True)
 """
 
 
-def test_a_process_the_file_leaves_behind_dies_with_it_and_holds_nothing_up(
-    tmp_path, monkeypatch
-):
+def test_a_process_the_file_leaves_behind_dies_with_it_and_holds_nothing_up(tmp_path, monkeypatch):
     # The grandchild sleeps 120 s holding every pipe. Were it not killed with the file's
     # process group, reading would stop only at DRAIN_S and the log would say so.
     monkeypatch.setattr(runner, "DRAIN_S", 90.0)

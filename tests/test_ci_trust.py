@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 from ci_fake_github import FakeGitHub
-from ci_samples import FILE, file_run, model
+from ci_samples import FILE, file_run, model, refused
 
 from ci import artifact, checks, pr_body, render, results
 from ci.__main__ import main
@@ -342,7 +342,7 @@ def test_gate_record_fields_are_checked(tmp_path):
             artifact.load_gate(str(tmp_path / "g.json"))
 
 
-def test_bad_results_from_the_artifact_are_a_usage_error_and_nothing_is_sent(
+def test_bad_results_from_the_artifact_are_exit_2_and_a_failure_slot_saying_so(
     fake, tmp_path, monkeypatch
 ):
     folder = tmp_path / "r"
@@ -350,4 +350,4 @@ def test_bad_results_from_the_artifact_are_a_usage_error_and_nothing_is_sent(
     (folder / "results.json").write_text('{"schema": 1}')
     args = ["--results", str(folder), "--repo", "sgl/sglang", "--pr", "7", "--post"]
     assert _report(fake, monkeypatch, *args) == 2
-    assert fake.requests == []
+    refused(fake)
