@@ -3,7 +3,7 @@
 For validation only. The artifact was written by a job that ran PR code (for a fork, even the
 workflow file is the fork's), so the job that holds a write token reads it like any upload
 from a stranger: bounded sizes, the results.json schema, test-file paths that are plain
-relative ``.py`` paths, bounded names and counts, numbers a float can hold, only the run's
+relative ``.py`` paths, bounded names and counts, integers a float can hold, only the run's
 own modes. The kinds and file flags it claims are not read: ``results.rejudge`` judges the raw
 outcomes again with this checkout's rules. Text inside (test names, logs) is escaped later by
 ``render``; every value quoted in an error message is ``repr``'d, so no line of the report's log
@@ -15,6 +15,8 @@ import json
 import math
 import os
 import re
+import zipfile
+import zlib
 
 from ci import results
 from ci.collect import BACKENDS
@@ -33,8 +35,6 @@ _SUITE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 MAX_LINE = 10**6  # a test's def line, for its annotation; GitHub refuses absurd ones
 MAX_MIB = 10**7  # a measured peak or cap beyond 10 TiB is not a measurement
 _TEST_PATH = re.compile(r"^(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_./-]{1,300}\.py$")
-_SHA = re.compile(r"^[0-9a-f]{40}$")
-GATE_STATES = ("run", "missing-label", "stale-label")
 MAX_DIGITS = 15  # integers: a line number, a return code, a count; 10**400 is none of them
 # What ``ci run`` records per file and mode; other keys are kept but never read.
 _FILE_MODE = {
@@ -141,33 +141,37 @@ def _check_model(model: results.Results, path: str) -> None:
                     raise ArtifactError(f"{where}.modes.{mode}.{field}: {value!r} is not in MiB")
 
 
+def extract_results(zip_path: str, folder: str) -> None:
+    """results.json out of the artifact's zip into ``folder``: the one member read, and at most
+    MAX_RESULTS_BYTES of it whatever the zip's header says."""
+    try:
+        with zipfile.ZipFile(zip_path) as archive:
+            info = archive.getinfo("results.json")
+            if info.file_size > MAX_RESULTS_BYTES:
+                raise ArtifactError(
+                    f"results.json: {info.file_size} bytes; at most {MAX_RESULTS_BYTES}"
+                )
+            with archive.open(info) as member:
+                data = member.read(MAX_RESULTS_BYTES + 1)
+    except KeyError:
+        raise ArtifactError("the artifact has no results.json at its top") from None
+    except (
+        zipfile.BadZipFile,
+        zlib.error,
+        EOFError,
+        OSError,
+        NotImplementedError,
+        RuntimeError,
+    ) as exc:
+        raise ArtifactError(f"the artifact is not a readable zip ({type(exc).__name__})") from None
+    if len(data) > MAX_RESULTS_BYTES:
+        raise ArtifactError(f"results.json: more than {MAX_RESULTS_BYTES} bytes")
+    with open(os.path.join(folder, "results.json"), "wb") as handle:
+        handle.write(data)
+
+
 def has_results(folder: str | None) -> bool:
     return bool(folder) and os.path.isfile(os.path.join(folder, "results.json"))
-
-
-def load_gate(path: str) -> dict:
-    """The gate job's record: which PR and head commit the run was for, and its decision."""
-    _check_size(path, MAX_GATE_BYTES)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except json.JSONDecodeError as exc:
-        raise ArtifactError(f"{path}: not JSON: {exc}") from None
-    except (UnicodeDecodeError, RecursionError) as exc:
-        raise ArtifactError(f"{path}: not readable JSON: {type(exc).__name__}") from None
-    if not isinstance(data, dict):
-        raise ArtifactError(f"{path}: expected a JSON object")
-    for key in ("run", "fork"):
-        if not isinstance(data.get(key), bool):
-            raise ArtifactError(f"{path}.{key}: expected true or false")
-    if data.get("state") not in GATE_STATES:
-        raise ArtifactError(f"{path}.state: {data.get('state')!r} is not one of {GATE_STATES}")
-    pr = data.get("pr")
-    if not isinstance(pr, int) or isinstance(pr, bool) or not 0 < pr < 10**9:
-        raise ArtifactError(f"{path}.pr: expected a pull request number, got {pr!r}")
-    if not isinstance(data.get("head_sha"), str) or not _SHA.match(data["head_sha"]):
-        raise ArtifactError(f"{path}.head_sha: expected a 40-hex commit")
-    return {key: data[key] for key in ("run", "fork", "state", "pr", "head_sha")}
 
 
 def _check_size(path: str, limit: int) -> None:

@@ -39,12 +39,13 @@ class ReportRequest:
     check_run: bool = False
     summary: str | None = None
     workflow_run: str | None = None
-    gate: str | None = None
     run_id: str | None = None
     run_url: str | None = None
     artifacts_url: str | None = None
     bot_login: str | None = None
     post: bool = False
+    invalid: str | None = None  # the artifact was refused before it was read (its size)
+    untrusted: str | None = None  # why the run's results are not reported (its code is not ours)
 
     @property
     def links(self) -> dict:
@@ -79,7 +80,7 @@ def prepare(request: ReportRequest) -> ReportRequest:
     """The request with what a workflow_run payload says filled in, checked."""
     if request.workflow_run:
         request = _from_workflow_run(request)
-    if request.post and (not request.repo or request.pr is None):
+    elif request.post and (not request.repo or request.pr is None):
         raise RequestError("--post needs --repo OWNER/NAME and --pr N")
     if request.repo and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", request.repo):
         raise RequestError(f"--repo {request.repo!r}: expected OWNER/NAME")
@@ -100,11 +101,13 @@ def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
     from ci import artifact, pr_body, render
 
     links = request.links
-    state = request.state
-    if state == "results" and request.test_result and not artifact.has_results(request.results):
+    state, invalid = request.state, request.invalid
+    if invalid or request.untrusted:
+        state = "failure"
+    elif state == "results" and request.test_result and not artifact.has_results(request.results):
         # The test job left nothing behind (it failed early, timed out or was cancelled).
         state = "cancelled" if request.test_result in ("cancelled", "skipped") else "failure"
-    model, comment, statuses, invalid = None, None, [], None
+    model, comment, statuses = None, None, []
     if state == "results":
         if not request.results:
             raise RequestError("--results DIR is required with --state results")
@@ -125,7 +128,7 @@ def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
             }
             for suite, (s, d) in render.status_descriptions(model).items()
         ]
-    note = INVALID_NOTE if invalid else None
+    note = INVALID_NOTE if invalid else request.untrusted
     texts = (render.slot_text(state, **links, note=note), render.slot_text(state, note=note))
     summary = None
     if request.summary:
@@ -139,7 +142,7 @@ def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
         comment=comment,
         statuses=tuple(statuses) if request.sha else (),
         sha=request.sha,
-        check_run=_check_run(request, model, state, now or _now(), invalid),
+        check_run=_check_run(request, model, state, now or _now(), _refusal(request, invalid)),
         texts=texts,
         statuses_skipped=bool(statuses and not request.sha),
         summary=summary,
@@ -265,47 +268,123 @@ def _results_folder(path: str) -> str:
 
 
 def _from_workflow_run(request: ReportRequest) -> ReportRequest:
-    """Fill repo, sha, run and PR from a workflow_run payload (trusted) and gate.json (not)."""
-    from ci import artifact, events, gate
+    """Fill repo, sha and run from a workflow_run payload (GitHub's, so trusted); the PR, its
+    approval and the results come from GitHub in ``fork_request``."""
+    from ci import events, gate
 
-    if not request.gate:
-        raise RequestError("--workflow-run needs --gate gate.json from the run's artifact")
     try:
         run = events.finished_run(gate.load_event(request.workflow_run))
-        record = artifact.load_gate(request.gate)
     except (OSError, ValueError) as exc:
         raise RequestError(f"workflow_run report: {exc}") from None
-    if record["head_sha"] != run.head_sha:
-        raise RequestError(
-            f"gate.json is about {record['head_sha'][:12]}, the run about {run.head_sha[:12]}"
-        )
-    request = replace(
+    return replace(
         request,
         repo=run.repo,
         sha=run.head_sha,
-        pr=record["pr"],
         run_id=str(run.run_id),
         run_url=run.html_url or None,
         require_head=True,
         check_run=True,
     )
-    if record["state"] != "run":
-        return replace(request, state=record["state"])
-    if not request.test_result:
-        return replace(request, test_result=run.conclusion)
-    return request
 
 
-def _check_run(request: ReportRequest, model, state: str, now: str, invalid=None):
+RESULTS_ARTIFACT = "dsv4-results"
+MAX_ARTIFACT_BYTES = 256 * 1024 * 1024  # the zip: results.json, report.md, JUnit, logs, pictures
+BOT_CODE = "ci"  # the folder whose code ran the A/B and wrote results.json
+
+
+def fork_request(request: ReportRequest, reader, folder: str):
+    """(request, None) for a fork run, with everything but the raw outcomes asked of GitHub: the
+    open PR whose head is the run's head, whether someone with write permission approved that
+    commit before the run started, whether the run's workflow file and ``ci/`` are the default
+    branch's, the results artifact's size before it is downloaded into ``folder``. (None, why)
+    when there is nothing to report: no such PR, or an approved run that ran no tests."""
+    from ci import artifact, events, gate, publish
+
+    run = events.finished_run(gate.load_event(request.workflow_run))
+    owner = (run.head_repo or "").split("/")[0]
+    pulls = [
+        pull
+        for pull in reader.open_pulls(owner, run.head_branch)
+        if (pull.get("head") or {}).get("sha") == run.head_sha
+        and ((pull.get("head") or {}).get("repo") or {}).get("full_name") == run.head_repo
+    ]
+    if len(pulls) != 1:
+        return None, f"{len(pulls)} open PRs have head {run.head_sha[:12]}: nothing posted"
+    request = replace(request, pr=pulls[0]["number"])
+    facts = publish.pull_facts(reader, request.pr, trigger=run.actor, before=run.created_at)
+    decision = gate.decide(facts)
+    if decision.sha != run.head_sha:
+        return None, f"PR #{request.pr} moved on from {run.head_sha[:12]}: nothing posted"
+    if not decision.run:
+        return replace(request, state=decision.state), None
+    found = reader.artifact(run.run_id, RESULTS_ARTIFACT)
+    if found is None:
+        if run.conclusion in ("success", "skipped"):
+            return None, f"run {run.run_id} left no {RESULTS_ARTIFACT}: it ran no tests"
+        return replace(request, test_result=events.slot_state(run.conclusion)), None
+    default = run.default_branch
+    changed = [
+        path
+        for path in (run.path, BOT_CODE)
+        if reader.sha_of(path, run.head_sha) != reader.sha_of(path, default)
+    ]
+    if changed:
+        return replace(request, untrusted=f"{' and '.join(changed)} differ from {default}"), None
+    size = found.get("size_in_bytes")
+    if not isinstance(size, int) or not 0 < size <= MAX_ARTIFACT_BYTES:
+        invalid = f"{RESULTS_ARTIFACT}: {size!r} bytes; at most {MAX_ARTIFACT_BYTES}"
+        return replace(request, invalid=invalid), None
+    zipped = os.path.join(folder, "artifact.zip")
+    try:
+        reader.download(found["id"], zipped, MAX_ARTIFACT_BYTES)
+        artifact.extract_results(zipped, folder)
+    except (publish.TooLarge, artifact.ArtifactError) as exc:
+        return replace(request, invalid=str(exc)), None
+    return replace(request, results=folder, test_result=None), None
+
+
+def fork(request: ReportRequest, folder: str):
+    """``fork_request`` with a reader from GITHUB_TOKEN; what GitHub refuses is PublishFailed."""
+    import github3.exceptions
+
+    from ci.retry import GaveUp
+
+    read = reader(request)
+    try:
+        return fork_request(request, read, folder)
+    except (GaveUp, github3.exceptions.GitHubException, RuntimeError, OSError) as exc:
+        raise PublishFailed(_redact(str(exc), os.environ.get("GITHUB_TOKEN"))) from None
+
+
+def reader(request: ReportRequest):
+    """A ``publish.Reader`` of the request's repository with the token in GITHUB_TOKEN."""
+    from ci.publish import Reader, connect
+    from ci.retry import RetryPolicy
+
+    token = os.environ.get("GITHUB_TOKEN")
+    if not token:
+        raise RequestError("--workflow-run reads GitHub: it needs a token in GITHUB_TOKEN")
+    owner, name = request.repo.split("/")
+    return Reader(connect(token, request.api_url), owner, name, RetryPolicy())
+
+
+def _refusal(request: ReportRequest, invalid: str | None):
+    """(check-run title, why) when the run's results are refused, else None."""
+    if invalid:
+        return "Invalid artifact", invalid
+    return ("Not reported", request.untrusted) if request.untrusted else None
+
+
+def _check_run(request: ReportRequest, model, state: str, now: str, refused=None):
     from ci import checks, render
 
     if not request.check_run or state in _NO_CHECK_RUN:
         return None
     if model is None:
         create = checks.no_results_request(state, request.sha, now, request.run_url)
-        if invalid:
-            summary = f"The test job's results were refused: {render.escape_inline(invalid)}"
-            create["output"] = {"title": "Invalid artifact", "summary": summary[:2000]}
+        if refused:
+            summary = f"The test job's results were refused: {render.escape_inline(refused[1])}"
+            create["output"] = {"title": refused[0], "summary": summary[:2000]}
         return {"create": create}
     summary = render.comment(model, request.slot, limit=checks.SUMMARY_LIMIT, **request.links)
     summary = summary.split("\n", 1)[1]  # the marker line is for the sticky comment only

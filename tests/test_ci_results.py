@@ -7,7 +7,7 @@ from dataclasses import FrozenInstanceError, replace
 import pytest
 from ci_samples import FILE, evidence, file_run, model, workspace_runs
 
-from ci import case_result, environment, gate, report, results, runner
+from ci import case_result, environment, report, results, runner
 from ci.__main__ import main
 
 
@@ -169,48 +169,6 @@ def test_test_processes_never_see_tokens_or_secrets():
     src = runner.mode_env("change", "/src/sglang", base={"PYTHONPATH": "/tmp/site"})
     assert src["PYTHONPATH"] == "/src/sglang/python:/tmp/site"
     assert src["SGLANG_OVERLAY_DISABLE"] == "1"
-
-
-def _event(head, base="sgl/sglang", labels=(), action="opened", added=None, sha="b" * 40):
-    return {
-        "action": action,
-        **({"label": {"name": added}} if added else {}),
-        "pull_request": {
-            "number": 7,
-            "head": {"sha": sha, "repo": {"full_name": head} if head else None},
-            "base": {"repo": {"full_name": base}},
-            "labels": [{"name": n} for n in labels],
-        },
-    }
-
-
-def test_gate_runs_branches_and_forks_only_on_the_run_ci_labelled_event():
-    assert gate.decide(_event("sgl/sglang")).run
-    assert not gate.decide(_event("someone/sglang")).run
-    approved = gate.decide(
-        _event("someone/sglang", labels=["run-ci"], action="labeled", added="run-ci")
-    )
-    assert approved.run and approved.sha == "b" * 40 and approved.pr == 7
-    assert not gate.decide(_event(None)).run  # deleted fork
-    other_label = _event("someone/sglang", labels=["run-ci", "doc"], action="labeled", added="doc")
-    assert not gate.decide(other_label).run
-
-
-def test_a_push_after_the_run_ci_label_needs_a_new_approval():
-    pushed = gate.decide(_event("someone/sglang", labels=["run-ci"], action="synchronize"))
-    assert not pushed.run and pushed.state == "stale-label"
-    reopened = gate.decide(_event("someone/sglang", labels=["run-ci"], action="reopened"))
-    assert not reopened.run and reopened.state == "stale-label"
-    assert gate.decide(_event("someone/sglang")).state == "missing-label"
-
-
-def test_gate_cli_writes_github_output(tmp_path, monkeypatch, capsys):
-    event = tmp_path / "event.json"
-    event.write_text(json.dumps(_event("someone/sglang")))
-    output = tmp_path / "out"
-    monkeypatch.setenv("GITHUB_OUTPUT", str(output))
-    assert main(["gate", "--event", str(event)]) == 0
-    assert output.read_text() == f"run=false\nfork=true\nstate=missing-label\nsha={'b' * 40}\n"
 
 
 def test_bad_shard_and_modes_are_usage_errors(tmp_path):

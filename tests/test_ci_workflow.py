@@ -119,10 +119,15 @@ def test_the_report_always_runs_so_the_slot_never_stays_pending():
     assert upload["if"] == "always()" and upload["with"]["name"] == "dsv4-results"
 
 
-def test_a_fork_runs_only_the_commit_its_label_approved():
+def test_a_fork_runs_only_the_commit_the_gate_approved_reading_github_with_a_read_token():
     flow = load(TEST_FLOW)
-    assert flow["jobs"]["test"]["steps"][0]["with"]["ref"] == "${{ needs.gate.outputs.sha }}"
-    assert "--record" in flow["jobs"]["gate"]["steps"][-2]["run"]
+    (checkout,) = checkouts(flow["jobs"]["test"])
+    assert checkout["with"]["ref"] == "${{ needs.gate.outputs.sha }}"
+    gate = flow["jobs"]["gate"]
+    assert set(gate["permissions"].values()) == {"read"}
+    assert gate["permissions"].keys() >= {"pull-requests", "issues"}
+    step = gate["steps"][-1]
+    assert "ci gate" in step["run"] and step["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
     assert set(flow[True]["pull_request"]["types"]) == {
         "opened",
         "synchronize",
@@ -149,10 +154,17 @@ def test_the_fork_report_workflow_runs_after_the_test_workflow_from_the_default_
     job = flow["jobs"]["report"]
     assert "github.event.workflow_run.event == 'pull_request'" in job["if"]
     run = job["steps"][-1]["run"]
-    assert '--workflow-run "$GITHUB_EVENT_PATH"' in run and "--gate" in run
-    for step in job["steps"]:
-        if "download-artifact" in str(step.get("uses")):
-            assert step["with"]["run-id"] == "${{ github.event.workflow_run.id }}"
+    assert '--workflow-run "$GITHUB_EVENT_PATH"' in run and "--post" in run
+    # Nothing of the fork's run is taken on its word: no gate record, and the results artifact
+    # is downloaded by the bot after its size is checked, not by an action that downloads first.
+    assert "--gate" not in run and "dsv4-gate" not in text(REPORT_FLOW)
+    assert not [s for s in job["steps"] if "download-artifact" in str(s.get("uses"))]
+
+
+def test_the_pending_slot_is_written_only_while_the_approved_commit_is_the_head():
+    step = load(TEST_FLOW)["jobs"]["pending"]["steps"][-1]
+    assert '--sha "$HEAD_SHA"' in step["run"] and "--require-head" in step["run"]
+    assert step["env"]["HEAD_SHA"] == "${{ needs.gate.outputs.sha }}"
 
 
 def test_actionlint_config_declares_every_self_hosted_label():
