@@ -30,6 +30,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import unicodedata
 import xml.etree.ElementTree as ET
@@ -39,8 +40,10 @@ import pytest
 from ci_fake_github import FakeGitHub
 from ci_samples import evidence, file_run, model, refused, workspace_runs
 from conftest import REPO, clean_env
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from ci import artifact, environment, junit, pictures, pr_body, render, results, runner
+from ci import artifact, environment, junit, pictures, pr_body, render, report, results, runner
 from ci import run as run_module
 from ci.__main__ import main
 from ci.publish import Publisher, connect
@@ -154,6 +157,54 @@ def test_a_malformed_artifact_with_check_run_gets_a_failed_check_run_saying_why(
     (run,) = fake.check_runs.values()
     assert run["conclusion"] == "failure" and run["output"]["title"] == "Invalid artifact"
     assert "files\\[0\\].modes.change" in run["output"]["summary"]
+
+
+def _leaf_paths(data, prefix=()):
+    found = [prefix] if prefix else []
+    items = (
+        data.items()
+        if isinstance(data, dict)
+        else enumerate(data)
+        if isinstance(data, list)
+        else ()
+    )
+    for key, value in items:
+        found += _leaf_paths(value, (*prefix, key))
+    return found
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**20), 10**20)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+_PATHS = _leaf_paths(model().to_json())
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(edits=st.lists(st.tuples(st.sampled_from(_PATHS), _JSON), min_size=1, max_size=3))
+def test_any_value_anywhere_in_results_json_is_refused_or_reported_never_a_traceback(edits):
+    data = model().to_json()
+    for path, value in edits:
+        target = data
+        try:
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = value
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier edit replaced a parent
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "results.json"), "w") as handle:
+            json.dump(data, handle)
+        request = report.ReportRequest(results=folder, sha=HEAD, check_run=True)
+        plan = report.plan(report.prepare(request))  # raises nothing: a model or a refusal
+        assert plan.invalid or plan.comment
 
 
 WORKFLOW_COMMAND = (
