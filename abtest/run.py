@@ -18,8 +18,6 @@ from evidence import judge, junit
 from evidence.model import MODES, ProcessEnd, Results, SeriesId, read_channel, save
 from tools import identity
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_REGRESSIONS = os.path.join(REPO, "ci", "regressions.txt")
 # What a results folder holds: a reused --out is cleared of these, and only of these.
 OUTPUTS = ("results.json", "report.md", "junit-unmodified.xml", "junit-change.xml")
 OUTPUT_DIRS = ("logs", "pictures")
@@ -137,7 +135,7 @@ def mode_report(run: launch.FileRun, log: str | None = None) -> judge.ModeReport
 def _patterns(path: str | None) -> tuple[str, ...]:
     if path is not None and not os.path.isfile(path):
         raise RequestError(f"--regressions {path}: not a file")
-    return judge.load_patterns(path or DEFAULT_REGRESSIONS)
+    return judge.load_patterns(path or judge.REGRESSIONS)
 
 
 def _prepare_out(out: str) -> str:

@@ -29,8 +29,14 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other unprintable characters escaped: what the bot prints
+    can quote an artifact, and a line that starts with ``::`` would be a workflow command."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 class UsageError(Exception):
@@ -135,10 +141,9 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--workflow-run",
         metavar="EVENT",
-        help="fork PRs: the workflow_run event payload; repo, sha and run come from it, the "
-        "PR and gate decision from --gate, checked against GitHub before posting",
+        help="fork PRs: the workflow_run event payload; repo, sha and run come from it; the PR, "
+        "its approval, the bot's code at the head and the results artifact are read from GitHub",
     )
-    report.add_argument("--gate", help="gate.json from the test workflow's artifact")
     report.add_argument("--run-id", help="workflow run id, shown as Run #ID")
     report.add_argument("--run-url", help="workflow run URL")
     report.add_argument("--artifacts-url", help="where results.json, JUnit and logs are")
@@ -154,8 +159,11 @@ def _parser() -> argparse.ArgumentParser:
     gate = verbs.add_parser(
         "gate",
         help="decide from the event payload whether this PR may run CI",
-        description="A fork PR needs the run-ci label. Prints run=true|false (also appended to "
-        "$GITHUB_OUTPUT when set). Exit 0 either way: the decision is data.",
+        description="A fork PR's head runs only when someone with write permission approved that "
+        "commit (an approving review of it, a `/run-ci SHA` comment, or adding run-ci after "
+        "reviewing it), read from GitHub with GITHUB_TOKEN. Prints run=true|false (also appended "
+        "to $GITHUB_OUTPUT when set). Exit 0 either way (the decision is data), 1 when GitHub "
+        "could not be read.",
     )
     gate.add_argument(
         "--event",
@@ -163,7 +171,7 @@ def _parser() -> argparse.ArgumentParser:
         help="event payload (default $GITHUB_EVENT_PATH)",
     )
     gate.add_argument("--label", default="run-ci")
-    gate.add_argument("--record", help="also write the decision here as JSON (gate.json)")
+    gate.add_argument("--api-url", help="GitHub Enterprise base URL (client adds /api/v3)")
     gate.add_argument("--json", action="store_true")
     gate.set_defaults(func=cmd_gate)
 
@@ -207,22 +215,36 @@ def cmd_run(args) -> int:
 
 
 def cmd_report(args) -> int:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ci-report-") as folder:
+        return _report(args, folder)
+
+
+def _report(args, folder: str) -> int:
     from ci import report
 
     try:
         request = report.prepare(report.ReportRequest(**_fields(report.ReportRequest, args)))
+        if request.workflow_run:
+            request, why = report.fork(request, folder)
+            if request is None:
+                print(one_line(why))
+                return EXIT_OK
         plan = report.plan(request)
         report.write_summary(request, plan)
+        if plan.invalid:
+            print(f"error: {report.INVALID_NOTE}: {one_line(plan.invalid)}", file=sys.stderr)
         if not request.post:
             print(report.dry_run_text(plan, args.json), end="")
-            return EXIT_OK
-        report.publish(request, plan, print)
+        else:
+            report.publish(request, plan, lambda line: print(one_line(line)))
     except report.RequestError as exc:
         raise UsageError(str(exc)) from None
     except report.PublishFailed as exc:
-        print(f"error: publishing failed: {exc}", file=sys.stderr)
+        print(f"error: publishing failed: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_FAILED
-    return EXIT_OK
+    return EXIT_USAGE if plan.invalid else EXIT_OK
 
 
 def _fields(record_type, args) -> dict:
@@ -240,19 +262,26 @@ def cmd_gate(args) -> int:
     if not args.event:
         raise UsageError("--event PATH (or GITHUB_EVENT_PATH) is required")
     try:
-        decision = gate.decide(gate.load_event(args.event), args.label)
+        event = gate.load_event(args.event)
     except (OSError, ValueError) as exc:
         raise UsageError(f"event payload: {exc}") from None
+    facts = gate.event_facts(event)
+    if facts is None:
+        decision = gate.Gate(run=True, fork=False, reason="not a pull_request event")
+    else:
+        if facts.fork:
+            try:
+                facts = _fork_facts(args, event, facts)
+            except GateFailed as exc:
+                print(f"error: {one_line(str(exc))}", file=sys.stderr)
+                return EXIT_FAILED
+        decision = gate.decide(facts, args.label)
     lines = [
         f"run={'true' if decision.run else 'false'}",
         f"fork={'true' if decision.fork else 'false'}",
         f"state={decision.state}",
         f"sha={decision.sha or ''}",
     ]
-    if args.record:
-        with open(args.record, "w") as handle:
-            json.dump(decision.to_json(), handle, indent=2)
-            handle.write("\n")
     if os.environ.get("GITHUB_OUTPUT"):
         with open(os.environ["GITHUB_OUTPUT"], "a") as handle:
             handle.write("\n".join(lines) + "\n")
@@ -260,8 +289,34 @@ def cmd_gate(args) -> int:
         print(json.dumps(decision.to_json()))
     else:
         print("\n".join(lines))
-        print(f"reason: {decision.reason}", file=sys.stderr)
+        print(f"reason: {one_line(decision.reason)}", file=sys.stderr)
     return EXIT_OK
+
+
+class GateFailed(RuntimeError):
+    pass
+
+
+def _fork_facts(args, event, facts):
+    """A fork's head, labels and approvals as GitHub has them now (the payload's are a snapshot
+    of the moment it was sent)."""
+    import github3.exceptions
+
+    from ci.publish import Reader, connect, pull_facts
+    from ci.retry import GaveUp, RetryPolicy
+
+    token = os.environ.get("GITHUB_TOKEN")
+    repo = (event.get("repository") or {}).get("full_name")
+    if not token or not isinstance(repo, str) or repo.count("/") != 1 or facts.pr is None:
+        raise UsageError("a fork PR's approvals are read from GitHub: GITHUB_TOKEN, the payload's "
+                         "repository and PR number are needed")  # fmt: skip
+    owner, name = repo.split("/")
+    reader = Reader(connect(token, args.api_url), owner, name, RetryPolicy())
+    trigger = (event.get("sender") or {}).get("login")
+    try:
+        return pull_facts(reader, facts.pr, trigger=trigger)
+    except (GaveUp, github3.exceptions.GitHubException, RuntimeError) as exc:
+        raise GateFailed(f"reading PR #{facts.pr}: {str(exc).replace(token, '***')}") from None
 
 
 if __name__ == "__main__":

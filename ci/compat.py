@@ -165,8 +165,11 @@ HEADER = (
 
 
 def _cell(text) -> str:
-    """Table-safe text: a pipe or a line break from a reason cannot break the row."""
-    return str(text).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    """Release data as data: escaped like the sticky comment's text (a pipe or a line break
+    cannot break the row; a mention, a reference, HTML, a link or our marker does nothing)."""
+    from ci.render import escape_inline
+
+    return escape_inline(text)
 
 
 def render(rows) -> str:

@@ -1,18 +1,48 @@
-"""Decide from a GitHub event payload whether this PR may run CI on our runners.
+"""Decide whether a PR's head commit may run CI on our runners: a fork's needs a maintainer who
+saw exactly that commit.
 
-For the decision only: a pull request from a fork runs PR code on a self-hosted GPU machine, so
-a maintainer approves it by adding the ``run-ci`` label, and that approves exactly one commit:
-the head SHA in the ``labeled`` event. Any other event of a fork PR (a push, a reopen) runs
-nothing, even while the label is still on the PR; the maintainer re-adds it to approve the new
-head. It reads the payload GitHub writes to GITHUB_EVENT_PATH and never calls the API.
+For the decision only, and pure: ``decide`` reads ``PullFacts`` (what GitHub says now: the PR's
+head, its labels, and the approvals of people with write permission) and never calls the API;
+``publish.pull_facts`` gathers them. A branch of the base repository always runs. A fork PR's
+head runs when a person with write permission
+- submitted an approving review of that commit (the review's ``commit_id``),
+- wrote a comment line ``/run-ci SHA`` naming it, or
+- triggered the run (added the ``run-ci`` label, or re-ran) after their last review, which was of
+  that commit: the label approves what its adder reviewed, not whatever the head is when it is
+  clicked. A push between the review and the label (the head the label event carries) is
+  approved by nobody, and any later push needs a new approval.
 """
 
+import datetime
 import json
 import re
 from dataclasses import dataclass
 
 RUN_LABEL = "run-ci"
 COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")  # a full commit id, as GitHub sends it
+RUN_COMMENT = re.compile(r"^/run-ci +([0-9a-f]{40}) *$", re.M)
+SUBMITTED = ("APPROVED", "COMMENTED", "CHANGES_REQUESTED")  # not PENDING, not DISMISSED
+WRITE = ("admin", "write")  # GitHub's ``permission`` field; maintain reads as write
+
+
+@dataclass(frozen=True)
+class Approval:
+    """``login`` saw commit ``sha``; ``via`` is how they said so."""
+
+    login: str
+    sha: str
+    via: str  # "review" | "comment" | "trigger"
+
+
+@dataclass(frozen=True)
+class PullFacts:
+    """What the decision reads; ``approvals`` holds only those of people with write permission."""
+
+    fork: bool
+    pr: int | None
+    head: str | None
+    labels: frozenset = frozenset()
+    approvals: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -35,34 +65,71 @@ class Gate:
         }
 
 
-def decide(event: dict, label: str = RUN_LABEL) -> Gate:
+_HOW = {
+    "review": "an approving review of it",
+    "comment": "a /run-ci comment naming it",
+    "trigger": "their last review was of it",
+}
+
+
+def decide(facts: PullFacts, label: str = RUN_LABEL) -> Gate:
+    where = dict(fork=facts.fork, pr=facts.pr, sha=facts.head)
+    if not facts.fork:
+        return Gate(run=True, reason="branch of the base repository", **where)
+    seen = [
+        a
+        for a in facts.approvals
+        if facts.head and a.sha == facts.head and (a.via != "trigger" or label in facts.labels)
+    ]
+    if seen:
+        who = seen[0]
+        reason = f"fork: {who.login} approved {facts.head[:12]} ({_HOW[who.via]})"
+        return Gate(run=True, reason=reason, **where)
+    if label in facts.labels or facts.approvals:
+        reason = f"fork: no one with write permission approved {facts.head}, the head now"
+        return Gate(run=False, state="stale-label", reason=reason, **where)
+    return Gate(run=False, state="missing-label", reason=f"fork without {label!r}", **where)
+
+
+def event_facts(event: dict) -> PullFacts | None:
+    """What a pull_request payload says (PR, head, fork or not); None for another event. A fork's
+    labels and approvals are not in it: they are read from GitHub (``publish.pull_facts``)."""
     pr = event.get("pull_request")
     if not isinstance(pr, dict):
-        return Gate(run=True, fork=False, reason="not a pull_request event")
-    number = pr.get("number") if isinstance(pr.get("number"), int) else None
+        return None
+    number = pr.get("number") if type(pr.get("number")) is int else None
     sha = (pr.get("head") or {}).get("sha")
-    sha = sha if isinstance(sha, str) and COMMIT_SHA.match(sha) else None
     head = ((pr.get("head") or {}).get("repo") or {}).get("full_name")
     base = ((pr.get("base") or {}).get("repo") or {}).get("full_name")
     # A deleted fork has no head repo; treat it as untrusted like any fork.
-    fork = head is None or head != base
-    facts = dict(fork=fork, pr=number, sha=sha)
-    if not fork:
-        return Gate(run=True, reason="branch of the base repository", **facts)
-    added = (event.get("label") or {}).get("name")
-    if event.get("action") == "labeled" and added == label and sha:
-        return Gate(run=True, reason=f"fork: {label!r} added at {sha[:12]} (approves it)", **facts)
-    labels = {item.get("name") for item in pr.get("labels") or [] if isinstance(item, dict)}
-    if label in labels:
-        return Gate(
-            run=False,
-            state="stale-label",
-            reason=f"fork: {label!r} approved an earlier commit; re-add it to approve {sha}",
-            **facts,
-        )
-    return Gate(
-        run=False, state="missing-label", reason=f"fork without the {label!r} label", **facts
+    return PullFacts(
+        fork=head is None or head != base, pr=number, head=sha if _is_sha(sha) else None
     )
+
+
+def approvals(reviews, comments, trigger: str | None = None, before: str | None = None) -> tuple:
+    """Every approval that GitHub's review and comment lists (the API's JSON) hold, made before
+    ``before`` (an ISO time: the run's start) when given; whose permission is not checked here."""
+    limit = _time(before) if before else None
+    found, last = [], {}
+    for review in _dicts(reviews):
+        login, sha = _login(review), review.get("commit_id")
+        at = _time(review.get("submitted_at"))
+        if not login or not _is_sha(sha) or at is None or (limit and at > limit):
+            continue
+        if review.get("state") in SUBMITTED and (login not in last or at >= last[login][0]):
+            last[login] = (at, sha, review["state"])
+    for login, (_, sha, state) in sorted(last.items()):
+        if state == "APPROVED":
+            found.append(Approval(login, sha, "review"))
+        if login == trigger:
+            found.append(Approval(login, sha, "trigger"))
+    for comment in _dicts(comments):
+        login, body = _login(comment), comment.get("body")
+        at = _time(comment.get("updated_at") or comment.get("created_at"))
+        if login and isinstance(body, str) and at is not None and not (limit and at > limit):
+            found += [Approval(login, sha, "comment") for sha in RUN_COMMENT.findall(body)]
+    return tuple(found)
 
 
 def load_event(path: str) -> dict:
@@ -71,3 +138,24 @@ def load_event(path: str) -> dict:
     if not isinstance(event, dict):
         raise ValueError(f"{path}: event payload is not a JSON object")
     return event
+
+
+def _dicts(items) -> list:
+    return [item for item in items or [] if isinstance(item, dict)]
+
+
+def _login(item: dict) -> str | None:
+    user = item.get("user")
+    login = user.get("login") if isinstance(user, dict) else None
+    return login if isinstance(login, str) and login else None
+
+
+def _is_sha(value) -> bool:
+    return isinstance(value, str) and bool(COMMIT_SHA.match(value))
+
+
+def _time(value):
+    try:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except (AttributeError, TypeError, ValueError):
+        return None

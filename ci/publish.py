@@ -1,6 +1,9 @@
-"""The only part of the bot that talks to GitHub: PR-body slot, sticky comment, statuses, checks.
+"""The only part of the bot that talks to GitHub: PR-body slot, sticky comment, statuses, checks,
+and the reads the decisions rest on (``Reader``: a PR, its reviews and comments, permissions,
+file and tree SHAs, a run's artifact).
 
-For side effects only; every text it sends comes from ``render`` and ``pr_body``. Each call goes
+For side effects and reads only; every text it sends comes from ``render`` and ``pr_body``, every
+decision is made by pure code (``gate.decide``) from what ``Reader`` returns. Each call goes
 through ``retry.RetryPolicy``. Writes are idempotent, so a rerun edits what an earlier run
 wrote instead of adding to it. The token is handed in by the caller (which reads it from
 GITHUB_TOKEN) and is never logged. The sticky comment is found by its marker *and* its author:
@@ -13,7 +16,7 @@ from dataclasses import dataclass
 import github3
 import github3.exceptions as gh_errors
 
-from ci import pr_body
+from ci import gate, pr_body
 from ci.retry import RetryPolicy
 
 STATUS_STATES = ("error", "failure", "pending", "success")
@@ -23,8 +26,16 @@ ACTIONS_BOT = "github-actions[bot]"
 INSTALLATION_PREFIX = "ghs_"
 
 
+MAX_PAGES = 10  # of 100: a PR's reviews and comments beyond 1,000 are not read
+MAX_APPROVERS = 10  # permission reads per decision: anyone can review or comment on a PR
+
+
 class ConflictError(RuntimeError):
     """Other writers kept changing the PR body under us."""
+
+
+class TooLarge(ValueError):
+    """A download went past its limit: refused, whatever the listing said its size was."""
 
 
 def connect(token: str, api_url: str | None = None):
@@ -125,14 +136,8 @@ class Publisher:
 
     def pr_head(self) -> str:
         """The PR's head commit as GitHub has it now."""
-        gh = self.gh
-        url = gh._build_url("repos", self.owner, self.repo, "pulls", str(self.number))
-
-        def read():
-            return gh._json(gh._get(url), 200)
-
-        data = self.policy.call(f"read PR #{self.number} head", read) or {}
-        return str((data.get("head") or {}).get("sha") or "")
+        pull = Reader(self.gh, self.owner, self.repo, self.policy).pull(self.number)
+        return str(((pull or {}).get("head") or {}).get("sha") or "")
 
     def create_check_run(self, create: dict, updates: list) -> int:
         """One check run from ``checks.requests``; the updates append further annotations."""
@@ -203,3 +208,107 @@ def _first_fit(base: str, slot: str, label: str, texts: list[str]):
         if len(new) <= pr_body.BODY_LIMIT:
             return new, text
     return None, None
+
+
+@dataclass
+class Reader:
+    """Reads of one repository through github3's session (its auth, its retries by ``policy``);
+    answers are the API's JSON, None for a 404."""
+
+    gh: object
+    owner: str
+    repo: str
+    policy: RetryPolicy
+
+    def get(self, what: str, *parts, params=None):
+        url = self.gh._build_url("repos", self.owner, self.repo, *map(str, parts))
+        try:
+            return self.policy.call(
+                what, lambda: self.gh._json(self.gh._get(url, params=params), 200)
+            )
+        except gh_errors.NotFoundError:
+            return None
+
+    def pages(self, what: str, *parts) -> list:
+        items = []
+        for page in range(1, MAX_PAGES + 1):
+            batch = self.get(what, *parts, params={"per_page": 100, "page": page})
+            items += batch if isinstance(batch, list) else []
+            if not isinstance(batch, list) or len(batch) < 100:
+                break
+        return items
+
+    def pull(self, number: int):
+        return self.get(f"read PR #{number}", "pulls", number)
+
+    def open_pulls(self, head_owner: str, branch: str) -> list:
+        """Open PRs whose head is ``head_owner:branch`` (how GitHub filters by head)."""
+        params = {"head": f"{head_owner}:{branch}", "state": "open", "per_page": 100}
+        found = self.get(f"find the PR of {head_owner}:{branch}", "pulls", params=params)
+        return found if isinstance(found, list) else []
+
+    def can_write(self, login: str) -> bool:
+        answer = self.get(f"permission of {login}", "collaborators", login, "permission")
+        return isinstance(answer, dict) and answer.get("permission") in gate.WRITE
+
+    def sha_of(self, path: str, ref: str):
+        """The blob SHA of a file at ``ref``, or (a folder) its entries' names, types and SHAs;
+        None where ``path`` is not there."""
+        found = self.get(f"read {path} at {ref[:12]}", "contents", path, params={"ref": ref})
+        if isinstance(found, list):
+            return tuple(sorted((e.get("name"), e.get("type"), e.get("sha")) for e in found))
+        return found.get("sha") if isinstance(found, dict) else None
+
+    def artifact(self, run_id: int, name: str):
+        """The run's live artifact called ``name`` (id, size_in_bytes, ...), or None."""
+        found = self.get(f"artifacts of run {run_id}", "actions", "runs", run_id, "artifacts",
+                         params={"name": name, "per_page": 100})  # fmt: skip
+        live = [
+            a
+            for a in ((found or {}).get("artifacts") or [])
+            if isinstance(a, dict) and a.get("name") == name and not a.get("expired")
+        ]
+        return live[0] if len(live) == 1 else None
+
+    def download(self, artifact_id: int, path: str, limit: int) -> None:
+        """The artifact's zip into ``path``; TooLarge past ``limit`` bytes, whatever the
+        listing said (the storage URL it redirects to gets no token: requests drops it)."""
+        url = self.gh._build_url("repos", self.owner, self.repo, "actions", "artifacts",
+                                 str(artifact_id), "zip")  # fmt: skip
+
+        def fetch():
+            response = self.gh._get(url, stream=True)
+            if response.status_code != 200:
+                raise gh_errors.error_for(response)
+            size = 0
+            with open(path, "wb") as handle:
+                for chunk in response.iter_content(1 << 16):
+                    size += len(chunk)
+                    if size > limit:
+                        raise TooLarge(f"artifact {artifact_id}: more than {limit} bytes")
+                    handle.write(chunk)
+
+        self.policy.call(f"download artifact {artifact_id}", fetch)
+
+
+def pull_facts(reader: Reader, number: int, trigger=None, before=None) -> gate.PullFacts:
+    """What ``gate.decide`` needs about PR ``number``, as GitHub has it now: head, fork or not,
+    labels, and the approvals of people the API says may write (those naming the head only)."""
+    pull = reader.pull(number)
+    if not isinstance(pull, dict):
+        raise RuntimeError(f"PR #{number}: not found")
+    head_sha = (pull.get("head") or {}).get("sha")
+    head = ((pull.get("head") or {}).get("repo") or {}).get("full_name")
+    base = ((pull.get("base") or {}).get("repo") or {}).get("full_name")
+    labels = frozenset(item.get("name") for item in pull.get("labels") or [])
+    facts = gate.PullFacts(fork=head is None or head != base, pr=number, head=head_sha,
+                           labels=labels)  # fmt: skip
+    if not facts.fork:
+        return facts
+    reviews = reader.pages(f"reviews of PR #{number}", "pulls", number, "reviews")
+    comments = reader.pages(f"comments of PR #{number}", "issues", number, "comments")
+    found = gate.approvals(reviews, comments, trigger, before)
+    logins = sorted({a.login for a in found if a.sha == head_sha})[:MAX_APPROVERS]
+    writers = {login for login in logins if reader.can_write(login)}
+    approved = tuple(a for a in found if a.login in writers)
+    return gate.PullFacts(facts.fork, number, head_sha, labels, approved)

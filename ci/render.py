@@ -22,7 +22,9 @@ STATES = {
     "pending": ":hourglass_flowing_sand:",
     "cancelled": ":no_entry_sign:",
 }
-STALE_LABEL = ":x: **`run-ci` approved an earlier commit** -- re-add it to run CI on this one."
+STALE_LABEL = (
+    ":x: **No approval of this commit** -- a maintainer reviews it, then adds `run-ci` again."
+)
 # Only what can act mid-line: the text never starts a line, where '#', '-' or '+' would matter.
 _MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

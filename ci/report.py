@@ -17,6 +17,7 @@ DEFAULT_SLOT = "dsv4-workspace"
 DEFAULT_LABEL = "Latest PR Test (DSV4 workspace)"
 REPORT_STATES = ("results", "pending", "missing-label", "stale-label", "failure", "cancelled")
 _NO_CHECK_RUN = ("pending", "missing-label", "stale-label")
+INVALID_NOTE = "invalid artifact"
 
 
 class RequestError(ValueError):
@@ -38,12 +39,13 @@ class ReportRequest:
     check_run: bool = False
     summary: str | None = None
     workflow_run: str | None = None
-    gate: str | None = None
     run_id: str | None = None
     run_url: str | None = None
     artifacts_url: str | None = None
     bot_login: str | None = None
     post: bool = False
+    invalid: str | None = None  # the artifact was refused before it was read (its size)
+    untrusted: str | None = None  # why the run's results are not reported (its code is not ours)
 
     @property
     def links(self) -> dict:
@@ -65,6 +67,7 @@ class ReportPlan:
     texts: tuple  # the slot text with links, and without (for comparing with what is there)
     statuses_skipped: bool  # there were statuses to set, but no sha to set them on
     summary: str | None  # the full report for the step summary, when asked for
+    invalid: str | None = None  # why the artifact was refused (the slot says failure)
 
     def to_dict(self) -> dict:
         """What ``--json`` prints."""
@@ -77,7 +80,7 @@ def prepare(request: ReportRequest) -> ReportRequest:
     """The request with what a workflow_run payload says filled in, checked."""
     if request.workflow_run:
         request = _from_workflow_run(request)
-    if request.post and (not request.repo or request.pr is None):
+    elif request.post and (not request.repo or request.pr is None):
         raise RequestError("--post needs --repo OWNER/NAME and --pr N")
     if request.repo and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", request.repo):
         raise RequestError(f"--repo {request.repo!r}: expected OWNER/NAME")
@@ -98,8 +101,10 @@ def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
     from ci import artifact, pr_body, render
 
     links = request.links
-    state = request.state
-    if state == "results" and request.test_result and not artifact.has_results(request.results):
+    state, invalid = request.state, request.invalid
+    if invalid or request.untrusted:
+        state = "failure"
+    elif state == "results" and request.test_result and not artifact.has_results(request.results):
         # The test job left nothing behind (it failed early, timed out or was cancelled).
         state = "cancelled" if request.test_result in ("cancelled", "skipped") else "failure"
     model, comment, statuses = None, None, []
@@ -109,7 +114,9 @@ def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
         try:
             model = artifact.load_results(_results_folder(request.results))
         except artifact.ArtifactError as exc:
-            raise RequestError(str(exc)) from None
+            # Refused whole, and said so: a slot left pending would read as "still running".
+            state, invalid = "failure", str(exc)
+    if model is not None:
         state = render.overall_state(model)
         comment = render.comment(model, request.slot, **links)
         statuses = [
@@ -121,7 +128,8 @@ def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
             }
             for suite, (s, d) in render.status_descriptions(model).items()
         ]
-    texts = (render.slot_text(state, **links), render.slot_text(state))
+    note = INVALID_NOTE if invalid else request.untrusted
+    texts = (render.slot_text(state, **links, note=note), render.slot_text(state, note=note))
     summary = None
     if request.summary:
         full = _step_summary(model, request.slot, links) if model else None
@@ -134,10 +142,11 @@ def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
         comment=comment,
         statuses=tuple(statuses) if request.sha else (),
         sha=request.sha,
-        check_run=_check_run(request, model, state, now or _now()),
+        check_run=_check_run(request, model, state, now or _now(), _refusal(request, invalid)),
         texts=texts,
         statuses_skipped=bool(statuses and not request.sha),
         summary=summary,
+        invalid=invalid,
     )
 
 
@@ -259,44 +268,124 @@ def _results_folder(path: str) -> str:
 
 
 def _from_workflow_run(request: ReportRequest) -> ReportRequest:
-    """Fill repo, sha, run and PR from a workflow_run payload (trusted) and gate.json (not)."""
-    from ci import artifact, events, gate
+    """Fill repo, sha and run from a workflow_run payload (GitHub's, so trusted); the PR, its
+    approval and the results come from GitHub in ``fork_request``."""
+    from ci import events, gate
 
-    if not request.gate:
-        raise RequestError("--workflow-run needs --gate gate.json from the run's artifact")
     try:
         run = events.finished_run(gate.load_event(request.workflow_run))
-        record = artifact.load_gate(request.gate)
     except (OSError, ValueError) as exc:
         raise RequestError(f"workflow_run report: {exc}") from None
-    if record["head_sha"] != run.head_sha:
-        raise RequestError(
-            f"gate.json is about {record['head_sha'][:12]}, the run about {run.head_sha[:12]}"
-        )
-    request = replace(
+    return replace(
         request,
         repo=run.repo,
         sha=run.head_sha,
-        pr=record["pr"],
         run_id=str(run.run_id),
         run_url=run.html_url or None,
         require_head=True,
         check_run=True,
     )
-    if record["state"] != "run":
-        return replace(request, state=record["state"])
-    if not request.test_result:
-        return replace(request, test_result=run.conclusion)
-    return request
 
 
-def _check_run(request: ReportRequest, model, state: str, now: str):
+RESULTS_ARTIFACT = "dsv4-results"
+MAX_ARTIFACT_BYTES = 256 * 1024 * 1024  # the zip: results.json, report.md, JUnit, logs, pictures
+BOT_CODE = "ci"  # the folder whose code ran the A/B and wrote results.json
+
+
+def fork_request(request: ReportRequest, reader, folder: str):
+    """(request, None) for a fork run, with everything but the raw outcomes asked of GitHub: the
+    open PR whose head is the run's head, whether someone with write permission approved that
+    commit before the run started, whether the run's workflow file and ``ci/`` are the default
+    branch's, the results artifact's size before it is downloaded into ``folder``. (None, why)
+    when there is nothing to report: no such PR, or an approved run that ran no tests."""
+    from ci import artifact, events, gate, publish
+
+    run = events.finished_run(gate.load_event(request.workflow_run))
+    owner = (run.head_repo or "").split("/")[0]
+    pulls = [
+        pull
+        for pull in reader.open_pulls(owner, run.head_branch)
+        if (pull.get("head") or {}).get("sha") == run.head_sha
+        and ((pull.get("head") or {}).get("repo") or {}).get("full_name") == run.head_repo
+    ]
+    if len(pulls) != 1:
+        return None, f"{len(pulls)} open PRs have head {run.head_sha[:12]}: nothing posted"
+    request = replace(request, pr=pulls[0]["number"])
+    facts = publish.pull_facts(reader, request.pr, trigger=run.actor, before=run.created_at)
+    decision = gate.decide(facts)
+    if decision.sha != run.head_sha:
+        return None, f"PR #{request.pr} moved on from {run.head_sha[:12]}: nothing posted"
+    if not decision.run:
+        return replace(request, state=decision.state), None
+    found = reader.artifact(run.run_id, RESULTS_ARTIFACT)
+    if found is None:
+        if run.conclusion in ("success", "skipped"):
+            return None, f"run {run.run_id} left no {RESULTS_ARTIFACT}: it ran no tests"
+        return replace(request, test_result=events.slot_state(run.conclusion)), None
+    default = run.default_branch
+    changed = [
+        path
+        for path in (run.path, BOT_CODE)
+        if reader.sha_of(path, run.head_sha) != reader.sha_of(path, default)
+    ]
+    if changed:
+        return replace(request, untrusted=f"{' and '.join(changed)} differ from {default}"), None
+    size = found.get("size_in_bytes")
+    if not isinstance(size, int) or not 0 < size <= MAX_ARTIFACT_BYTES:
+        invalid = f"{RESULTS_ARTIFACT}: {size!r} bytes; at most {MAX_ARTIFACT_BYTES}"
+        return replace(request, invalid=invalid), None
+    zipped = os.path.join(folder, "artifact.zip")
+    try:
+        reader.download(found["id"], zipped, MAX_ARTIFACT_BYTES)
+        artifact.extract_results(zipped, folder)
+    except (publish.TooLarge, artifact.ArtifactError) as exc:
+        return replace(request, invalid=str(exc)), None
+    return replace(request, results=folder, test_result=None), None
+
+
+def fork(request: ReportRequest, folder: str):
+    """``fork_request`` with a reader from GITHUB_TOKEN; what GitHub refuses is PublishFailed."""
+    import github3.exceptions
+
+    from ci.retry import GaveUp
+
+    read = reader(request)
+    try:
+        return fork_request(request, read, folder)
+    except (GaveUp, github3.exceptions.GitHubException, RuntimeError, OSError) as exc:
+        raise PublishFailed(_redact(str(exc), os.environ.get("GITHUB_TOKEN"))) from None
+
+
+def reader(request: ReportRequest):
+    """A ``publish.Reader`` of the request's repository with the token in GITHUB_TOKEN."""
+    from ci.publish import Reader, connect
+    from ci.retry import RetryPolicy
+
+    token = os.environ.get("GITHUB_TOKEN")
+    if not token:
+        raise RequestError("--workflow-run reads GitHub: it needs a token in GITHUB_TOKEN")
+    owner, name = request.repo.split("/")
+    return Reader(connect(token, request.api_url), owner, name, RetryPolicy())
+
+
+def _refusal(request: ReportRequest, invalid: str | None):
+    """(check-run title, why) when the run's results are refused, else None."""
+    if invalid:
+        return "Invalid artifact", invalid
+    return ("Not reported", request.untrusted) if request.untrusted else None
+
+
+def _check_run(request: ReportRequest, model, state: str, now: str, refused=None):
     from ci import checks, render
 
     if not request.check_run or state in _NO_CHECK_RUN:
         return None
     if model is None:
-        return {"create": checks.no_results_request(state, request.sha, now, request.run_url)}
+        create = checks.no_results_request(state, request.sha, now, request.run_url)
+        if refused:
+            summary = f"The test job's results were refused: {render.escape_inline(refused[1])}"
+            create["output"] = {"title": refused[0], "summary": summary[:2000]}
+        return {"create": create}
     summary = render.comment(model, request.slot, limit=checks.SUMMARY_LIMIT, **request.links)
     summary = summary.split("\n", 1)[1]  # the marker line is for the sticky comment only
     create, updates = checks.requests(model, request.sha, summary, now, request.run_url)

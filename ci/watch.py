@@ -1,13 +1,15 @@
 """``python -m ci watch``: sglang releases on PyPI that the project does not know yet, checked.
 
-Discovery reads sglang's versions from a PyPI simple index (the JSON form, PEP 691) and keeps
+Discovery reads sglang's versions from pip's simple index (the JSON form, PEP 691) and keeps
 the final releases newer than the newest one the project knows (the series matrix, the compat
 defaults and the overlay's ``KNOWN_SHAPES``). Each new release goes through ``ci.compat``:
 installed ``--no-deps`` over this venv's closure, the overlay's state with the allocating
 method's sha256, whether patch 0001 applies, and the CPU A/B. The rows render as the compat
 table of the README. With ``--post`` the table is kept in ONE tracking issue, found by a marker
 and its author, edited in place, never duplicated; posting can read rows a checking job wrote
-(``--rows``), so the job holding the token never runs a new release's code.
+(``--rows``), so the job holding the token never runs a new release's code. Those rows are
+validated against their schema (a wrong shape is exit 2 and one line) and every field is
+escaped like the sticky comment's text.
 Not for judging a release beyond these checks, and not for installing anything into the venv.
 """
 
@@ -21,12 +23,24 @@ from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PROJECT = "sglang"
-DEFAULT_INDEX = "https://pypi.org/simple"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 MARKER = "<!-- sglang-overlay:release-watch -->"
 TITLE = "Release watch: sglang releases newer than the overlay knows"
 ROWS_FILE = "watch.json"
-ROW_KEYS = {"version": str, "state": str, "reason": str}
+# A row as ``compat.check`` writes it: key -> the types it may have (exactly; True is no count).
+ROW_SCHEMA = {
+    "version": (str,),
+    "state": (str,),
+    "reason": (str,),
+    "sha256": (str, type(None)),
+    "series": (dict, type(None)),
+    "counts": (dict,),
+    "change_ok": (bool,),
+    "error": (str,),
+}
+REQUIRED = ("version", "state", "reason")
+MAX_TEXT = 4000  # a reason is the last line of an import's stderr: one line, not a book
+_HEX = re.compile(r"[0-9a-f]{12,64}")
 # Posting runs where only github3.py is installed: no `packaging` on that path.
 _RELEASE = re.compile(r"[0-9]+(\.[0-9]+)*(\.post[0-9]+|rc[0-9]+)?")
 
@@ -106,6 +120,13 @@ def newer_releases(available, known) -> list:
     return sorted(found, key=Version)
 
 
+def default_index() -> str:
+    """pip's index: PIP_INDEX_URL when set, else the one pip itself defaults to."""
+    from pip._internal.models.index import PyPI
+
+    return os.environ.get("PIP_INDEX_URL") or PyPI.simple_url
+
+
 def fetch_project_page(index_url: str, project: str = PROJECT, timeout: float = 30) -> dict:
     """The edge to the index: one GET of ``INDEX/PROJECT/`` asking for the JSON form."""
     url = f"{index_url.rstrip('/')}/{project}/"
@@ -141,18 +162,41 @@ def load_rows(path: Path) -> tuple:
     if not isinstance(newest, str) or not _RELEASE.fullmatch(newest):
         raise WatchError(f"{path}: newest_known {newest!r} is not a release version")
     for number, row in enumerate(rows):
-        bad = [
-            k
-            for k, kind in ROW_KEYS.items()
-            if not isinstance(row, dict) or not isinstance(row.get(k), kind)
-        ]
-        if bad:
-            raise WatchError(f"{path}: row {number}: no text in {', '.join(bad)}")
-        if not _RELEASE.fullmatch(row["version"]):
-            raise WatchError(f"{path}: row {number}: {row['version']!r} is not a release version")
-        if not isinstance(row.get("counts", {}), dict):
-            raise WatchError(f"{path}: row {number}: counts is not a mapping")
+        problem = _row_problem(row)
+        if problem:
+            raise WatchError(f"{path}: row {number}: {problem}")
     return rows, newest
+
+
+def _row_problem(row) -> str | None:
+    """What is wrong with one row, in one line (values repr'd), or None."""
+    if not isinstance(row, dict):
+        return f"expected an object, got {type(row).__name__}"
+    missing = [key for key in REQUIRED if key not in row]
+    if missing:
+        return f"no text in {', '.join(missing)}"
+    for key, value in row.items():
+        kinds = ROW_SCHEMA.get(key)
+        if kinds is None:
+            return f"unknown key {key[:40]!r}"
+        if type(value) not in kinds:
+            return f"{key}: {type(value).__name__} is not {'/'.join(k.__name__ for k in kinds)}"
+        if isinstance(value, str) and len(value) > MAX_TEXT:
+            return f"{key}: {len(value)} characters; at most {MAX_TEXT}"
+    if not _RELEASE.fullmatch(row["version"]):
+        return f"{row['version'][:40]!r} is not a release version"
+    if row.get("sha256") is not None and not _HEX.fullmatch(row["sha256"]):
+        return f"sha256 {row['sha256'][:80]!r} is not hex"
+    counts = row.get("counts", {})
+    if not all(type(k) is str and type(n) is int and 0 <= n < 10**6 for k, n in counts.items()):
+        return "counts: expected kind -> a count"
+    series = row.get("series") or {}
+    if not all(k in ("status", "detail") and type(v) is str and len(v) <= MAX_TEXT
+               for k, v in series.items()) or (series and "status" not in series):  # fmt: skip
+        return "series: expected {status, detail} text"
+    if row["state"] == "applied" and "change_ok" not in row:
+        return "an applied release's row has no change_ok"
+    return None
 
 
 def issue_body(rows, newest_known: str, index_url: str, requested: bool = False) -> str:
@@ -230,7 +274,7 @@ def add_parser(verbs) -> None:
         "whether 0001 applies and the CPU A/B, as the README's compat table. Exit 0 when every "
         "new release is ok (or there is none), 1 when one is not, 2 for bad usage or input.",
     )
-    watch.add_argument("--index-url", default=DEFAULT_INDEX, help="PEP 691 simple index")
+    watch.add_argument("--index-url", help="PEP 691 simple index (default: pip's)")
     watch.add_argument("--versions", nargs="+", help="check these releases, skip discovery")
     watch.add_argument(
         "--installed",
@@ -257,7 +301,7 @@ def cmd_watch(args) -> int:
     from ci import compat
 
     requested = bool(args.versions) or (bool(args.rows) and _requested(args.rows))
-    body = issue_body(rows, newest, args.index_url, requested)
+    body = issue_body(rows, newest, args.index_url or "the package index", requested)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         record = {"newest_known": newest, "requested": requested, "rows": rows}
@@ -298,7 +342,8 @@ def _rows(args) -> tuple:
     if args.versions:
         versions = args.versions
     else:
-        versions = newer_releases(index_versions(fetch_project_page(args.index_url)), known)
+        page = fetch_project_page(args.index_url or default_index())
+        versions = newer_releases(index_versions(page), known)
     out = Path(args.out or (compat.REPO / "out" / "watch"))
     try:
         rows = [compat.check(v, out, installed=args.installed) for v in versions]

@@ -22,6 +22,11 @@ from evidence.model import (
     TestResult,
 )
 
+# The listed regressions of this checkout: ci run judges with them, and so does the report,
+# which never takes the kinds an artifact claims.
+REGRESSIONS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ci", "regressions.txt"
+)
 EXCERPT_CHARS = 1500
 FLAG_NOT_REPRODUCED = "does not reproduce the bug"
 FAILED = (Outcome.FAIL, Outcome.ERROR)
@@ -130,7 +135,8 @@ def verdict(results: Results) -> tuple[str, tuple[str, ...]]:
                 f"the bug did not reproduce: {len(missed)} listed regressions pass on {base} "
                 f"({_names(missed)}); is the change already in it?"
             )
-        verdicts = [c for c in cases if c.modes["unmodified"].outcome in (Outcome.PASS, *FAILED)]
+        ran = [c.modes.get("unmodified") for c in cases]
+        verdicts = [r for r in ran if r is not None and r.outcome in (Outcome.PASS, *FAILED)]
         if not verdicts:
             void.append(f"the unmodified side ({base}) gave no verdict: no test ran there")
     if failed:
@@ -149,8 +155,12 @@ def build(reports, backend: str, sides: dict, suites: dict, patterns=(), **field
 
 def rejudge(results: Results, patterns) -> Results:
     """The kinds, flags and verdict again, from the stored outcomes and ``patterns`` alone."""
+    def outcomes(case):  # a mode a results file leaves out counts as missing there
+        return {m: case.modes.get(m, TestResult(case.test, Outcome.MISSING)) for m in results.modes}
+
     cases = tuple(
-        replace(c, kind=kind_of(c.modes, listed(patterns, c.file, c.test))) for c in results.cases
+        replace(c, kind=kind_of(outcomes(c), listed(patterns, c.file, c.test)))
+        for c in results.cases
     )
     files = tuple(
         replace(f, flags=file_flags(f.modes, [c for c in cases if c.file == f.path]))

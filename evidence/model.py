@@ -238,12 +238,21 @@ def load(path: str) -> Results:
         if os.path.getsize(path) > MAX_RESULTS_BYTES:
             raise EvidenceError(f"{path}: larger than {MAX_RESULTS_BYTES} bytes")
         with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+            data = json.load(handle, parse_int=_integer)
     except (OSError, UnicodeDecodeError, RecursionError) as exc:
         raise EvidenceError(f"{path}: not readable: {type(exc).__name__}") from None
     except json.JSONDecodeError as exc:
         raise EvidenceError(f"{path}: not JSON: {exc}") from None
+    except EvidenceError as exc:
+        raise EvidenceError(f"{path}: {exc}") from None
     return _load(data, path)
+
+
+def _integer(text: str) -> int:
+    # A line number, an exit status or a count; 10**400 is none, and no float holds it.
+    if len(text.lstrip("-")) > 15:
+        raise EvidenceError(f"an integer of {len(text)} digits")
+    return int(text)
 
 
 def save(results: Results, folder: str) -> str:

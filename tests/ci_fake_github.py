@@ -6,8 +6,12 @@ through ``GitHubEnterprise``. It enforces the token header, the commit-status st
 Like GitHub, an installation token (``ghs_...``, the Actions GITHUB_TOKEN) gets 403 from
 GET /user, a ``read_only`` token (a fork PR's) gets 403 on every write, and check runs are
 validated against the Checks API's rules (enums, 50 annotations per request, sizes).
-Tests inject faults (``fail_next``), hooks that run between requests (``after``), and can read
-the request log. Threaded, so two publishers can really race.
+For the decisions it serves what the gate and the fork report read: a PR's head, head
+repository and labels, its reviews (with ``commit_id``) and comments, a login's permission, file
+and folder SHAs per ref, a run's artifacts and their zip (a redirect to storage on another host
+name that, like GitHub's, wants no token). Tests inject faults (``fail_next``), hooks that run
+between requests (``after``), and can read the request log. Threaded, so two publishers can
+really race.
 """
 
 import json
@@ -57,6 +61,13 @@ class FakeGitHub:
         self.requests: list[tuple[str, str]] = []
         self.faults: list[tuple[str, str, int, dict, dict]] = []
         self.hooks: list = []  # (method, path regex, fn(fake)) run once, after that request
+        self.pr_meta: dict[int, dict] = {}  # PR -> {head_repo, branch, labels}
+        self.reviews: dict[int, list] = {}  # PR -> [{login, commit_id, state, at}]
+        self.permissions: dict[str, str] = {}  # login -> admin | write | read (default none)
+        self.contents: dict[tuple, object] = {}  # (ref, path) -> blob sha, or [(name, type, sha)]
+        self.artifacts: dict[int, list] = {}  # run id -> [{id, name, size_in_bytes, expired}]
+        self.blobs: dict[int, bytes] = {}  # artifact id -> its zip
+        self.blob_auth: list = []  # the Authorization header each storage download carried
         self._next_id = 1000
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -78,9 +89,20 @@ class FakeGitHub:
         self.server.shutdown()
         self.server.server_close()
 
-    def add_pr(self, number: int, body: str | None, head_sha: str = "a" * 40):
+    def add_pr(self, number: int, body: str | None, head_sha: str = "a" * 40, fork=None):
+        """A PR; ``fork`` (OWNER/NAME) makes its head a fork's, else a branch of this repo."""
         self.bodies[number] = body
         self.heads[number] = head_sha
+        self.pr_meta[number] = {
+            "head_repo": fork or f"{self.owner}/{self.repo}",
+            "branch": f"branch-{number}",
+            "labels": [],
+        }
+
+    def add_review(self, number, login, commit_id, state="APPROVED", at=TS):
+        self.reviews.setdefault(number, []).append(
+            {"login": login, "commit_id": commit_id, "state": state, "at": at}
+        )
 
     def fail_next(self, method, path_regex, status, body=None, headers=None):
         self.faults.append(
@@ -93,7 +115,7 @@ class FakeGitHub:
     def count(self, method, path_regex=".*") -> int:
         return sum(1 for m, p in self.requests if m == method and re.search(path_regex, p))
 
-    def add_comment(self, number, body, login=None) -> int:
+    def add_comment(self, number, body, login=None, at=TS) -> int:
         with self.lock:
             self._next_id += 1
             cid = self._next_id
@@ -102,6 +124,7 @@ class FakeGitHub:
                 "issue": number,
                 "body": body,
                 "login": login or self.bot,
+                "at": at,
             }
             return cid
 
@@ -150,8 +173,8 @@ class FakeGitHub:
             "body_html": comment["body"],
             "body_text": comment["body"],
             "author_association": "NONE",
-            "created_at": TS,
-            "updated_at": TS,
+            "created_at": comment.get("at", TS),
+            "updated_at": comment.get("at", TS),
             "html_url": f"{self.url}/c/{comment['id']}",
             "issue_url": f"{base}/issues/{comment['issue']}",
             "user": user_json(comment["login"], self._base()),
@@ -210,6 +233,10 @@ class FakeGitHub:
         """Returns (status, json body or None, extra headers)."""
         with self.lock:
             self.requests.append((method, path))
+            match = re.fullmatch(r"/storage/(\d+)\.zip", path)
+            if match and method == "GET":  # on another host name: the token must not follow
+                self.blob_auth.append(headers.get("Authorization"))
+                return 200, self.blobs.get(int(match[1]), b""), {}
             for fault in list(self.faults):
                 if fault[0] == method and re.search(fault[1], path):
                     self.faults.remove(fault)
@@ -294,12 +321,9 @@ class FakeGitHub:
             if method == "DELETE":
                 del self.comments[comment["id"]]
                 return 204, None, {}
-        match = re.fullmatch(r"/pulls/(\d+)", rest)
-        if match and method == "GET":
-            number = int(match[1])
-            if number not in self.heads:
-                return 404, {"message": "Not Found"}, {}
-            return 200, {"number": number, "head": {"sha": self.heads[number]}}, {}
+        routed = self._route_reads(method, rest)
+        if routed is not None:
+            return routed
         if rest == "/check-runs" and method == "POST":
             return self._create_check_run(payload)
         match = re.fullmatch(r"/check-runs/(\d+)", rest)
@@ -348,6 +372,82 @@ class FakeGitHub:
                 {},
             )
         return 404, {"message": f"no fake route for {method} {rest}"}, {}
+
+    # -- what the gate and the fork report read ----------------------------------------------
+
+    def _pull_json(self, number):
+        meta = self.pr_meta.get(number) or {"head_repo": f"{self.owner}/{self.repo}"}
+        return {
+            "number": number,
+            "state": "open",
+            "user": user_json("author", self._base()),
+            "head": {
+                "sha": self.heads[number],
+                "ref": meta.get("branch", "main"),
+                "repo": {"full_name": meta["head_repo"]} if meta["head_repo"] else None,
+            },
+            "base": {"ref": "main", "repo": {"full_name": f"{self.owner}/{self.repo}"}},
+            "labels": [{"name": name} for name in meta.get("labels", [])],
+        }
+
+    def _page(self, items):
+        size = int((self._query.get("per_page") or ["30"])[0])
+        page = int((self._query.get("page") or ["1"])[0])
+        return items[(page - 1) * size : page * size]
+
+    def _route_reads(self, method, rest):
+        if method != "GET":
+            return None
+        match = re.fullmatch(r"/pulls/(\d+)(/reviews)?", rest)
+        if match:
+            number = int(match[1])
+            if number not in self.heads:
+                return 404, {"message": "Not Found"}, {}
+            if match[2] is None:
+                return 200, self._pull_json(number), {}
+            reviews = [
+                {
+                    "id": i + 1,
+                    "user": user_json(r["login"], self._base()),
+                    "commit_id": r["commit_id"],
+                    "state": r["state"],
+                    "submitted_at": r["at"],
+                    "body": "",
+                }
+                for i, r in enumerate(self.reviews.get(number, []))
+            ]
+            return 200, self._page(reviews), {}
+        if rest == "/pulls":
+            head = (self._query.get("head") or [""])[0]
+            found = [
+                self._pull_json(n)
+                for n, meta in sorted(self.pr_meta.items())
+                if f"{(meta['head_repo'] or '').split('/')[0]}:{meta['branch']}" == head
+            ]
+            return 200, found, {}
+        match = re.fullmatch(r"/collaborators/([^/]+)/permission", rest)
+        if match:
+            permission = self.permissions.get(match[1], "none")
+            return 200, {"permission": permission, "user": user_json(match[1], self._base())}, {}
+        match = re.fullmatch(r"/contents/(.+)", rest)
+        if match:
+            ref = (self._query.get("ref") or ["main"])[0]
+            found = self.contents.get((ref, match[1]))
+            if found is None:
+                return 404, {"message": "Not Found"}, {}
+            if isinstance(found, str):
+                return 200, {"type": "file", "path": match[1], "sha": found}, {}
+            return 200, [{"name": n, "type": t, "sha": sha} for n, t, sha in found], {}
+        match = re.fullmatch(r"/actions/runs/(\d+)/artifacts", rest)
+        if match:
+            name = (self._query.get("name") or [None])[0]
+            found = [a for a in self.artifacts.get(int(match[1]), []) if name in (None, a["name"])]
+            return 200, {"total_count": len(found), "artifacts": found}, {}
+        match = re.fullmatch(r"/actions/artifacts/(\d+)/zip", rest)
+        if match:
+            where = self.url.replace("127.0.0.1", "localhost")
+            return 302, None, {"Location": f"{where}/storage/{match[1]}.zip"}
+        return None
 
     # -- plain issues (the release watch's tracking issue) ---------------------------------
 
@@ -466,7 +566,10 @@ class FakeGitHub:
                 except json.JSONDecodeError:
                     payload = {}
                 status, body, headers = fake.handle(self.command, self.path, self.headers, payload)
-                data = b"" if body is None else json.dumps(body).encode()
+                if isinstance(body, bytes):
+                    data = body
+                else:
+                    data = b"" if body is None else json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))

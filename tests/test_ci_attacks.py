@@ -1,14 +1,15 @@
 """A hostile fork PR against the bot's report path, through what it controls.
 
-For the attacks that broke something (each test failed before its fix): the results and gate
-artifacts (non-UTF-8, nesting deeper than the JSON parser's recursion, environment records of
+For the attacks that broke something (each test failed before its fix): the results
+artifact (non-UTF-8, nesting deeper than the JSON parser's recursion, environment records of
 the wrong shape, cases missing a mode, NaN/Infinity peaks, absurd def lines, thousands of suites
 or annotations that would spend the API rate limit), text meant to act on GitHub (bidi
 overrides, zero-width and C1 control characters, mentions and issue references that survive
 entity decoding, a step summary of many-byte names over 1 MiB), PR bodies the author writes
 (an unclosed slot-start marker, a fenced example of the block, an unclosed fence) and a push
-racing the report. Requests go to the fake GitHub through the real github3.py client; a rejected
-artifact must send no request at all.
+racing the report. Requests go to the fake GitHub through the real github3.py client; a refused
+artifact is exit 2 and a failure slot that says "invalid artifact", never a traceback and never a
+slot left pending, and nothing it carries reaches the log as a workflow command.
 
 And a hostile registered file against ``ci run`` itself (the test process is PR code): JSON
 nested past the parser on the result channel or the environment record, or nested a few hundred
@@ -29,6 +30,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import unicodedata
 import xml.etree.ElementTree as ET
@@ -36,11 +38,13 @@ from dataclasses import replace
 
 import pytest
 from ci_fake_github import FakeGitHub
-from ci_samples import file_run, model, workspace_runs
+from ci_samples import file_run, model, refused, workspace_runs
 from conftest import REPO, clean_env
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from abtest import environment, launch, modes
-from ci import artifact, pictures, pr_body, render
+from ci import artifact, pictures, pr_body, render, report
 from ci.__main__ import main
 from ci.publish import Publisher, connect
 from ci.retry import RetryPolicy
@@ -79,7 +83,7 @@ def _results_json(tmp_path, raw: bytes):
     return folder
 
 
-# --- the results artifact: bad input is exit 2 and sends nothing ----------------------------
+# --- the results artifact: bad input is exit 2 and a failure slot saying so ------------------
 
 
 @pytest.mark.parametrize(
@@ -92,7 +96,168 @@ def _results_json(tmp_path, raw: bytes):
 )
 def test_unparseable_results_are_a_usage_error_not_a_crash(fake, tmp_path, monkeypatch, raw):
     assert _post_results(fake, monkeypatch, _results_json(tmp_path, raw)) == 2
-    assert fake.requests == []
+    refused(fake)
+
+
+def _raw_results(tmp_path, edit, name="r"):
+    """results.json of the sample model after ``edit(data)``, written as JSON text; ``edit`` may
+    return replacement text for a raw number JSON cannot say (10**400)."""
+    data = model().to_json()
+    text = edit(data)
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "results.json").write_text(text if isinstance(text, str) else json.dumps(data))
+    return folder
+
+
+def _set(path, value):
+    def edit(data):
+        *parents, last = path
+        target = data
+        for key in parents:
+            target = target[key]
+        target[last] = value
+
+    return edit
+
+
+MALFORMED = {
+    "file-mode-as-string": _set(["files", 0, "modes", "change"], "crashed"),
+    "file-mode-as-list": _set(["files", 0, "modes", "change"], [1, 2]),
+    "timed-out-as-text": _set(["files", 0, "modes", "change", "timed_out"], "yes"),
+    "returncode-as-bool": _set(["files", 0, "modes", "change", "returncode"], True),
+    "unknown-file-mode": _set(["files", 0, "modes", "patched"], {}),
+    "unknown-case-mode": _set(["cases", 0, "modes", "patched"], {"outcome": "pass"}),
+    "case-modes-as-list": _set(["cases", 0, "modes"], ["change"]),
+    "run-mode-unknown": _set(["modes"], ["unmodified", "change", "other"]),
+    "duration-10e400": lambda d: json.dumps(d).replace(
+        '"duration_s": 0.5', '"duration_s": 1' + "0" * 400, 1
+    ),
+    "line-10e400": lambda d: json.dumps(d).replace('"line": null', '"line": 1' + "0" * 400, 1),
+    "peak-5000-digits": lambda d: json.dumps(d).replace(
+        '"peak_mib": 160.0', '"peak_mib": 1' + "0" * 5000, 1
+    ),
+}
+
+
+@pytest.mark.parametrize("edit", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_results_artifact_is_exit_2_and_a_failure_slot_never_a_traceback(
+    fake, tmp_path, monkeypatch, capsys, edit
+):
+    folder = _raw_results(tmp_path, edit)
+    assert _post_results(fake, monkeypatch, folder) == 2
+    refused(fake)
+    assert "error: invalid artifact: " in capsys.readouterr().err
+
+
+def test_a_malformed_artifact_with_check_run_gets_a_failed_check_run_saying_why(
+    fake, tmp_path, monkeypatch
+):
+    folder = _raw_results(tmp_path, MALFORMED["file-mode-as-list"])
+    args = ["--results", str(folder), "--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD]
+    assert _report(fake, monkeypatch, *args, "--check-run", "--post") == 2
+    (run,) = fake.check_runs.values()
+    assert run["conclusion"] == "failure" and run["output"]["title"] == "Invalid artifact"
+    assert "files\\[0\\].modes.change" in run["output"]["summary"]
+
+
+def _leaf_paths(data, prefix=()):
+    found = [prefix] if prefix else []
+    items = (
+        data.items()
+        if isinstance(data, dict)
+        else enumerate(data)
+        if isinstance(data, list)
+        else ()
+    )
+    for key, value in items:
+        found += _leaf_paths(value, (*prefix, key))
+    return found
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**20), 10**20)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+_PATHS = _leaf_paths(model().to_json())
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(edits=st.lists(st.tuples(st.sampled_from(_PATHS), _JSON), min_size=1, max_size=3))
+def test_any_value_anywhere_in_results_json_is_refused_or_reported_never_a_traceback(edits):
+    data = model().to_json()
+    for path, value in edits:
+        target = data
+        try:
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = value
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier edit replaced a parent
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "results.json"), "w") as handle:
+            json.dump(data, handle)
+        request = report.ReportRequest(results=folder, sha=HEAD, check_run=True)
+        plan = report.plan(report.prepare(request))  # raises nothing: a model or a refusal
+        assert plan.invalid or plan.comment
+
+
+WORKFLOW_COMMAND = (
+    "x\n::error file=setup.py,line=1,title=Maintainer note::run curl | sh\r\n::warning::y"
+)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        _set(["cases", 0, "modes", WORKFLOW_COMMAND], {"outcome": "bogus"}),
+        _set(["cases", 0, "modes", "change", "outcome"], WORKFLOW_COMMAND),
+        _set(["files", 0, "modes", WORKFLOW_COMMAND], {}),
+        _set(["files", 0, "modes", "change", "tests"], WORKFLOW_COMMAND),
+        _set(["modes"], [WORKFLOW_COMMAND]),
+        _set(["backend"], WORKFLOW_COMMAND),
+        _set(["files", 0, "suite"], WORKFLOW_COMMAND),
+        _set(["cases", 0, "file"], WORKFLOW_COMMAND),
+    ],
+    ids=["case-mode-key", "outcome", "file-mode-key", "tests", "modes", "backend", "suite", "path"],
+)
+def test_no_artifact_value_reaches_the_log_as_a_workflow_command(
+    fake, tmp_path, monkeypatch, capsys, edit
+):
+    # The runner parses stdout and stderr alike for lines that start with "::".
+    folder = _raw_results(tmp_path, edit)
+    assert _post_results(fake, monkeypatch, folder) == 2
+    out = capsys.readouterr()
+    lines = (out.out + out.err).splitlines()
+    assert any("invalid artifact" in line for line in lines)
+    assert not [line for line in lines if line.lstrip().startswith("::")], lines
+
+
+def test_the_kinds_and_flags_an_artifact_claims_are_judged_again_from_its_outcomes(
+    fake, tmp_path, monkeypatch
+):
+    def forge(data):
+        keep, grow = data["cases"][1], data["cases"][0]
+        grow["modes"]["unmodified"] = dict(grow["modes"]["change"])  # passes unmodified too
+        keep["modes"]["change"]["outcome"] = "fail"  # fails with the change
+        grow["kind"], keep["kind"] = "regression", "preservation"
+        data["files"][0]["flags"] = []
+
+    folder = _raw_results(tmp_path, forge)
+    assert _post_results(fake, monkeypatch, folder) == 0
+    (comment,) = [c["body"] for c in fake.comments.values()]
+    assert ":x:" in comment.splitlines()[1]
+    assert "| broken |" in comment and "| regression |" not in comment
+    assert "does not reproduce the bug" in comment
+    assert pr_body.get_slot(fake.bodies[7], SLOT).startswith(":x:")
+    assert {s["state"] for s in fake.statuses} == {"failure"}
 
 
 @pytest.mark.parametrize(
@@ -116,19 +281,6 @@ def test_an_environment_record_of_the_wrong_shape_cannot_crash_the_report(
     assert _post_results(fake, monkeypatch, folder) == 0
     (comment,) = [c["body"] for c in fake.comments.values()]
     assert "Environment:" in comment
-
-
-def test_a_gate_record_nested_deeper_than_the_parser_allows_is_a_usage_error(
-    fake, tmp_path, monkeypatch
-):
-    event = tmp_path / "event.json"
-    run = {"id": 1, "event": "pull_request", "head_sha": HEAD, "conclusion": "success"}
-    event.write_text(json.dumps({"workflow_run": run, "repository": {"full_name": "sgl/sglang"}}))
-    gate = tmp_path / "gate.json"
-    gate.write_text("[" * 2000 + "]" * 2000)  # under the 4 KiB cap
-    args = ["--workflow-run", str(event), "--gate", str(gate), "--results", str(tmp_path)]
-    assert _report(fake, monkeypatch, *args, "--post") == 2
-    assert fake.requests == []
 
 
 # --- text that acts on GitHub -----------------------------------------------------------------
@@ -276,7 +428,7 @@ def test_thousands_of_suites_are_refused_before_a_status_is_sent(fake, tmp_path,
     data["files"] = [dict(data["files"][0], path=f"t/f{i}.py", suite=f"s{i}") for i in range(51)]
     folder = _results_json(tmp_path, json.dumps(data).encode())
     assert _post_results(fake, monkeypatch, folder) == 2
-    assert fake.requests == []
+    refused(fake)
 
 
 @pytest.mark.parametrize("suite", ["s\u202eevil", "a b", "x" * 101, "../s", ""])
@@ -285,7 +437,7 @@ def test_a_suite_name_that_is_not_one_is_refused(fake, tmp_path, monkeypatch, su
     data["files"][0]["suite"] = suite
     folder = _results_json(tmp_path, json.dumps(data).encode())
     assert _post_results(fake, monkeypatch, folder) == 2
-    assert fake.requests == []
+    refused(fake)
 
 
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e308", "-5"])
@@ -298,7 +450,7 @@ def test_a_peak_or_duration_that_is_not_a_measurement_is_refused(
     raw = json.dumps(data).replace(f'"{field}": 1.5', f'"{field}": {value}', 1)
     folder = _results_json(tmp_path, raw.encode())
     assert _post_results(fake, monkeypatch, folder) == 2
-    assert fake.requests == []
+    refused(fake)
 
 
 def test_ten_thousand_regression_cases_cost_at_most_ten_check_run_requests(
@@ -353,7 +505,7 @@ def test_a_def_line_past_any_real_file_is_refused(fake, tmp_path, monkeypatch):
     data["cases"][0]["line"] = 10**30
     folder = _results_json(tmp_path, json.dumps(data).encode())
     assert _post_results(fake, monkeypatch, folder) == 2
-    assert fake.requests == []
+    refused(fake)
 
 
 def test_a_body_ending_in_an_unclosed_fence_gets_one_block_however_many_runs():
@@ -459,9 +611,7 @@ print("grandchild", pid, flush=True)
 """
 
 
-def test_a_process_the_file_leaves_behind_dies_with_it_and_holds_nothing_up(
-    tmp_path, monkeypatch
-):
+def test_a_process_the_file_leaves_behind_dies_with_it_and_holds_nothing_up(tmp_path, monkeypatch):
     # The grandchild sleeps 120 s holding every pipe. Were it not killed with the file's
     # process group, reading would stop only at DRAIN_S and the log would say so.
     monkeypatch.setattr(launch, "DRAIN_S", 90.0)

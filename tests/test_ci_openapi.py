@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 from ci_fake_github import FakeGitHub
 from ci_samples import model
-from test_ci_trust import ACTIONS_TOKEN, HEAD, _gate, _results_dir, _workflow_run
+from test_ci_trust import ACTIONS_TOKEN, HEAD, _fork_pr, _results_dir, _workflow_run
 
 from ci import checks
 from ci.__main__ import main
@@ -30,7 +30,9 @@ pytestmark = pytest.mark.skipif(
 def _operations(spec):
     ops = []
     for template, item in spec["paths"].items():
-        pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template))
+        # {path} (a file in the contents API) spans folders; every other parameter is one segment.
+        pattern = re.escape(template).replace(r"\{path\}", ".+")
+        pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", pattern)
         for method, op in item.items():
             if method in ("get", "post", "patch", "put", "delete"):
                 ops.append((method.upper(), re.compile(f"^{pattern}$"), template, op))
@@ -54,9 +56,14 @@ def test_every_request_of_every_report_path_is_in_githubs_description(tmp_path, 
         assert main([*base, "--results", folder, "--sha", HEAD, "--check-run", "--post"]) == 0
         assert main([*base, "--results", "none", "--test-result", "cancelled", "--sha", HEAD,
                      "--require-head", "--check-run", "--post"]) == 0  # fmt: skip
-        event, gate = _workflow_run(tmp_path), _gate(tmp_path)
-        assert main(["report", "--api-url", fake.url, "--workflow-run", event, "--gate", gate,
-                     "--results", folder, "--post"]) == 0  # fmt: skip
+        _fork_pr(fake)  # PR 7 again, now a fork's, approved, with its artifact
+        event = _workflow_run(tmp_path)
+        assert main(["report", "--api-url", fake.url, "--workflow-run", event, "--post"]) == 0
+        path = tmp_path / "gate-event.json"
+        path.write_text(json.dumps({"pull_request": {"number": 7, "head": {"sha": HEAD}},
+                                    "sender": {"login": "maint"},
+                                    "repository": {"full_name": "sgl/sglang"}}))  # fmt: skip
+        assert main(["gate", "--event", str(path), "--api-url", fake.url]) == 0
         # Annotations 51 and on go out as check-run updates (PATCH).
         many = model()
         many = replace(many, cases=[many.cases[0]] * 60)
@@ -72,12 +79,19 @@ def test_every_request_of_every_report_path_is_in_githubs_description(tmp_path, 
     def operation(method, path):
         return _operation(ops, method, path)
 
+    # The artifact's zip redirects to storage on another host: not the API.
+    sent = [(method, path) for method, path in sent if path.startswith("/api/v3/")]
     templates = {operation(method, path)[2] for method, path in sent}
     for method, path, body in writes:
         schema = _schema(ops, method, path)
         if schema is not None:
             jsonschema.validate(body, schema)
     assert "/repos/{owner}/{repo}/check-runs" in templates
+    assert "/repos/{owner}/{repo}/collaborators/{username}/permission" in templates
+    assert "/repos/{owner}/{repo}/pulls/{pull_number}/reviews" in templates
+    assert "/repos/{owner}/{repo}/contents/{path}" in templates
+    assert "/repos/{owner}/{repo}/actions/runs/{run_id}/artifacts" in templates
+    assert "/repos/{owner}/{repo}/actions/artifacts/{artifact_id}/{archive_format}" in templates
     assert "/repos/{owner}/{repo}/check-runs/{check_run_id}" in templates
     with pytest.raises(jsonschema.ValidationError):  # the check itself can fail
         bad = dict(create, conclusion="passed")

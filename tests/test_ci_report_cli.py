@@ -1,5 +1,4 @@
-"""The report and gate commands: a dry run prints exactly the plan, bad results exit 2, and
-the run-ci gate decides from the event."""
+"""The report command: a dry run prints exactly the plan, and bad results exit 2."""
 
 import json
 from dataclasses import FrozenInstanceError
@@ -7,7 +6,7 @@ from dataclasses import FrozenInstanceError
 import pytest
 from ci_samples import model
 
-from ci import gate, report
+from ci import report
 from ci.__main__ import main
 from evidence.model import save
 
@@ -35,48 +34,6 @@ def test_report_dry_run_prints_the_slot_comment_and_statuses(tmp_path, capsys, m
     assert "| Case | Kind | sglang 0.5.23 | sglang 0.5.23 + this change |" in out
     assert '"context": "dsv4-workspace/base-b-test-1-gpu-small"' in out
     assert "ghs_never_printed" not in out
-
-
-def _event(head, base="sgl/sglang", labels=(), action="opened", added=None, sha="b" * 40):
-    return {
-        "action": action,
-        **({"label": {"name": added}} if added else {}),
-        "pull_request": {
-            "number": 7,
-            "head": {"sha": sha, "repo": {"full_name": head} if head else None},
-            "base": {"repo": {"full_name": base}},
-            "labels": [{"name": n} for n in labels],
-        },
-    }
-
-
-def test_gate_runs_branches_and_forks_only_on_the_run_ci_labelled_event():
-    assert gate.decide(_event("sgl/sglang")).run
-    assert not gate.decide(_event("someone/sglang")).run
-    approved = gate.decide(
-        _event("someone/sglang", labels=["run-ci"], action="labeled", added="run-ci")
-    )
-    assert approved.run and approved.sha == "b" * 40 and approved.pr == 7
-    assert not gate.decide(_event(None)).run  # deleted fork
-    other_label = _event("someone/sglang", labels=["run-ci", "doc"], action="labeled", added="doc")
-    assert not gate.decide(other_label).run
-
-
-def test_a_push_after_the_run_ci_label_needs_a_new_approval():
-    pushed = gate.decide(_event("someone/sglang", labels=["run-ci"], action="synchronize"))
-    assert not pushed.run and pushed.state == "stale-label"
-    reopened = gate.decide(_event("someone/sglang", labels=["run-ci"], action="reopened"))
-    assert not reopened.run and reopened.state == "stale-label"
-    assert gate.decide(_event("someone/sglang")).state == "missing-label"
-
-
-def test_gate_cli_writes_github_output(tmp_path, monkeypatch, capsys):
-    event = tmp_path / "event.json"
-    event.write_text(json.dumps(_event("someone/sglang")))
-    output = tmp_path / "out"
-    monkeypatch.setenv("GITHUB_OUTPUT", str(output))
-    assert main(["gate", "--event", str(event)]) == 0
-    assert output.read_text() == f"run=false\nfork=true\nstate=missing-label\nsha={'b' * 40}\n"
 
 
 def test_a_report_plan_is_frozen_and_is_exactly_what_the_dry_run_prints(tmp_path, capsys):

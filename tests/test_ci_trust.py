@@ -1,8 +1,9 @@
 """The bot's trust rules against the fake GitHub, through the real github3.py client.
 
 Comments: only the bot's own identity is edited, never a marker alone. Fork PRs: a read-only
-token fails cleanly; the workflow_run path posts from trusted run facts and an untrusted,
-validated artifact. Check runs: summary plus one annotation per regression or broken case,
+token fails cleanly; the workflow_run path trusts nothing of the fork's run but its raw outcomes:
+the PR, its approval, the run's workflow file and bot code (blob SHAs against the default
+branch) and the artifact's size (before the download) are asked of GitHub. Check runs: summary plus one annotation per regression or broken case,
 batched 50 per request. Oversize results: shortened in whole pieces, never silently.
 """
 
@@ -13,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 from ci_fake_github import FakeGitHub
-from ci_samples import FILE, file_run, model
+from ci_samples import FILE, file_run, model, refused
 
 from abtest import collect
 from ci import artifact, checks, pr_body, render
@@ -103,7 +104,11 @@ def test_a_fork_prs_read_only_token_fails_cleanly_and_changes_nothing(tmp_path, 
         server.stop()
 
 
-def _workflow_run(tmp_path, conclusion="success", sha=HEAD, event="pull_request"):
+WORKFLOW = ".github/workflows/pr-test-dsv4-workspace.yml"
+REVIEWED, STARTED, LATER = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z", "2026-01-01T00:10:00Z"
+
+
+def _workflow_run(tmp_path, conclusion="success", sha=HEAD, event="pull_request", **extra):
     path = tmp_path / "event.json"
     payload = {
         "action": "completed",
@@ -113,72 +118,172 @@ def _workflow_run(tmp_path, conclusion="success", sha=HEAD, event="pull_request"
             "head_sha": sha,
             "conclusion": conclusion,
             "head_repository": {"full_name": "someone/sglang"},
+            "head_branch": "fix",
+            "path": WORKFLOW,
+            "triggering_actor": {"login": "maint"},
+            "created_at": STARTED,
+            **extra,
         },
-        "repository": {"full_name": "sgl/sglang"},
+        "repository": {"full_name": "sgl/sglang", "default_branch": "main"},
     }
     path.write_text(json.dumps(payload))
     return str(path)
 
 
-def _gate(tmp_path, state="run", pr=7, sha=HEAD):
-    path = tmp_path / "gate.json"
-    record = {"run": state == "run", "fork": True, "state": state, "pr": pr, "head_sha": sha}
-    path.write_text(json.dumps({**record, "reason": "r"}))
-    return str(path)
+def _zip(files: dict) -> bytes:
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
 
 
-def test_workflow_run_posts_slot_comment_status_and_check_run_for_the_fork(
-    fake, tmp_path, monkeypatch
+def _fork_pr(fake, m=None, approved=True, size=None, blob=None):
+    """PR 7 from someone/sglang:fix at HEAD, labelled run-ci after the maintainer reviewed HEAD
+    (before run 4242 started), the bot's code and workflow as on main, and the run's artifact."""
+    fake.add_pr(7, "Author's text.\n", head_sha=HEAD, fork="someone/sglang")
+    fake.pr_meta[7].update(branch="fix", labels=["run-ci"])
+    fake.permissions["maint"] = "write"
+    if approved:
+        fake.add_review(7, "maint", HEAD, "COMMENTED", at=REVIEWED)
+    for ref in (HEAD, "main"):
+        fake.contents[(ref, WORKFLOW)] = "f" * 40
+        fake.contents[(ref, "ci")] = [("gate.py", "file", "1" * 40), ("workflows", "dir", "2" * 40)]
+    if m is not False:
+        data = json.dumps((m or model()).to_json())
+        blob = blob if blob is not None else _zip({"results.json": data, "report.md": "x"})
+        fake.blobs[90] = blob
+        sized = len(blob) if size is None else size
+        fake.artifacts[4242] = [{"id": 90, "name": "dsv4-results", "size_in_bytes": sized}]
+
+
+def _fork_report(fake, monkeypatch, tmp_path, **run):
+    return _report(fake, monkeypatch, "--workflow-run", _workflow_run(tmp_path, **run), "--post")
+
+
+@pytest.fixture
+def bare():
+    server = FakeGitHub(token=ACTIONS_TOKEN, bot="github-actions[bot]").start()
+    yield server
+    server.stop()
+
+
+def test_workflow_run_posts_slot_comment_status_and_check_run_for_an_approved_fork(
+    bare, tmp_path, monkeypatch
 ):
-    folder = _results_dir(tmp_path)
-    args = ["--workflow-run", _workflow_run(tmp_path), "--gate", _gate(tmp_path)]
-    assert _report(fake, monkeypatch, *args, "--results", str(folder), "--post") == 0
-    assert pr_body.get_slot(fake.bodies[7], "dsv4-workspace").startswith(
+    _fork_pr(bare)
+    assert _fork_report(bare, monkeypatch, tmp_path) == 0
+    assert pr_body.get_slot(bare.bodies[7], "dsv4-workspace").startswith(
         ":white_check_mark: [Run #4242](https://github.example/runs/4242)"
     )
-    assert len(fake.comments) == 1 and fake.statuses[0]["sha"] == HEAD
-    (run,) = fake.check_runs.values()
+    assert len(bare.comments) == 1 and bare.statuses[0]["sha"] == HEAD
+    (run,) = bare.check_runs.values()
     assert run["head_sha"] == HEAD and run["conclusion"] == "success"
+    assert bare.blob_auth == [None]  # the storage host never saw the token
 
 
-def test_workflow_run_for_a_pr_whose_head_moved_on_posts_nothing(fake, tmp_path, monkeypatch):
-    fake.heads[7] = "d" * 40  # a newer push, or an artifact naming someone else's PR
-    args = ["--workflow-run", _workflow_run(tmp_path), "--gate", _gate(tmp_path)]
-    folder = _results_dir(tmp_path)
-    assert _report(fake, monkeypatch, *args, "--results", str(folder), "--post") == 0
-    assert fake.bodies_sent == [] and fake.bodies[7] == "Author's text.\n"
+def test_a_forged_green_artifact_of_an_unapproved_commit_gets_the_label_slot_only(
+    bare, tmp_path, monkeypatch
+):
+    # The fork's own workflow skipped the gate and uploaded a green results.json.
+    _fork_pr(bare, approved=False)
+    assert _fork_report(bare, monkeypatch, tmp_path) == 0
+    assert "No approval of this commit" in pr_body.get_slot(bare.bodies[7], "dsv4-workspace")
+    assert not bare.comments and not bare.statuses and not bare.check_runs
+    assert bare.count("GET", r"/artifacts") == 0
 
 
-def test_workflow_run_refuses_a_gate_record_about_another_commit(fake, tmp_path, monkeypatch):
-    args = ["--workflow-run", _workflow_run(tmp_path), "--gate", _gate(tmp_path, sha="e" * 40)]
-    assert _report(fake, monkeypatch, *args, "--post") == 2
-    assert fake.requests == []
+def test_a_label_approval_made_after_the_run_started_does_not_count_for_it(
+    bare, tmp_path, monkeypatch
+):
+    _fork_pr(bare, approved=False)
+    bare.add_review(7, "maint", HEAD, "APPROVED", at=LATER)
+    assert _fork_report(bare, monkeypatch, tmp_path) == 0
+    assert not bare.comments and not bare.statuses and not bare.check_runs
+
+
+def test_a_run_triggered_by_someone_without_write_permission_is_not_approved_by_the_label(
+    bare, tmp_path, monkeypatch
+):
+    _fork_pr(bare, approved=False)
+    bare.add_review(7, "author", HEAD, "COMMENTED", at=REVIEWED)
+    event = {"triggering_actor": {"login": "author"}}
+    assert _fork_report(bare, monkeypatch, tmp_path, **event) == 0
+    assert not bare.comments and not bare.statuses
+
+
+@pytest.mark.parametrize("changed", [WORKFLOW, "ci"])
+def test_a_run_whose_workflow_or_bot_code_is_not_the_default_branchs_is_never_success(
+    bare, tmp_path, monkeypatch, changed
+):
+    _fork_pr(bare)
+    bare.contents[(HEAD, changed)] = (
+        "e" * 40 if changed == WORKFLOW else [("gate.py", "file", "3" * 40)]
+    )
+    assert _fork_report(bare, monkeypatch, tmp_path) == 0
+    slot = pr_body.get_slot(bare.bodies[7], "dsv4-workspace")
+    assert slot.startswith(":x:") and f"{changed} differ from main" in slot
+    (run,) = bare.check_runs.values()
+    assert run["conclusion"] == "failure" and run["output"]["title"] == "Not reported"
+    assert not bare.comments and not bare.statuses and bare.count("GET", r"/zip$") == 0
+
+
+def test_an_artifact_over_the_cap_is_refused_before_it_is_downloaded(bare, tmp_path, monkeypatch):
+    from ci import report
+
+    _fork_pr(bare, size=report.MAX_ARTIFACT_BYTES + 1)
+    assert _fork_report(bare, monkeypatch, tmp_path) == 2
+    refused(bare)
+    assert bare.count("GET", r"/zip$") == 0 and bare.blob_auth == []
+
+
+def test_an_artifact_bigger_than_its_listing_says_is_cut_off_at_the_cap(
+    bare, tmp_path, monkeypatch
+):
+    from ci import report
+
+    monkeypatch.setattr(report, "MAX_ARTIFACT_BYTES", 4096)
+    _fork_pr(bare, blob=b"PK" + bytes(10000), size=100)
+    assert _fork_report(bare, monkeypatch, tmp_path) == 2
+    refused(bare)
 
 
 @pytest.mark.parametrize(
-    "state, slot", [("missing-label", "Missing `run-ci` label"), ("stale-label", "earlier commit")]
+    "files", [{"report.md": "no results"}, {"sub/results.json": "{}"}], ids=["none", "nested"]
 )
-def test_workflow_run_of_an_unapproved_fork_writes_the_label_slot_only(
-    fake, tmp_path, monkeypatch, state, slot
-):
-    args = ["--workflow-run", _workflow_run(tmp_path), "--gate", _gate(tmp_path, state=state)]
-    assert _report(fake, monkeypatch, *args, "--post") == 0
-    assert slot in pr_body.get_slot(fake.bodies[7], "dsv4-workspace")
-    assert not fake.comments and not fake.statuses and not fake.check_runs
+def test_an_artifact_without_results_json_at_its_top_is_refused(bare, tmp_path, monkeypatch, files):
+    _fork_pr(bare, blob=_zip(files))
+    assert _fork_report(bare, monkeypatch, tmp_path) == 2
+    refused(bare)
+
+
+def test_workflow_run_for_a_pr_whose_head_moved_on_posts_nothing(bare, tmp_path, monkeypatch):
+    _fork_pr(bare)
+    bare.heads[7] = "d" * 40  # a newer push
+    assert _fork_report(bare, monkeypatch, tmp_path) == 0
+    assert bare.bodies_sent == [] and bare.bodies[7] == "Author's text.\n"
+
+
+def test_an_approved_run_that_ran_no_tests_posts_nothing(bare, tmp_path, monkeypatch):
+    _fork_pr(bare, m=False)  # an unrelated label's run: the gate ran, the tests did not
+    assert _fork_report(bare, monkeypatch, tmp_path) == 0
+    assert bare.bodies_sent == []
 
 
 @pytest.mark.parametrize(
     "conclusion, emoji", [("cancelled", ":no_entry_sign:"), ("failure", ":x:")]
 )
 def test_a_run_that_left_no_results_never_leaves_the_slot_pending(
-    fake, tmp_path, monkeypatch, conclusion, emoji
+    bare, tmp_path, monkeypatch, conclusion, emoji
 ):
-    fake.bodies[7] = pr_body.set_slot("x\n", "dsv4-workspace", "L", ":hourglass_flowing_sand:")
-    event = _workflow_run(tmp_path, conclusion=conclusion)
-    args = ["--workflow-run", event, "--gate", _gate(tmp_path), "--results", str(tmp_path / "no")]
-    assert _report(fake, monkeypatch, *args, "--post") == 0
-    assert pr_body.get_slot(fake.bodies[7], "dsv4-workspace").startswith(emoji)
-    (run,) = fake.check_runs.values()
+    _fork_pr(bare, m=False)
+    bare.bodies[7] = pr_body.set_slot("x\n", "dsv4-workspace", "L", ":hourglass_flowing_sand:")
+    assert _fork_report(bare, monkeypatch, tmp_path, conclusion=conclusion) == 0
+    assert pr_body.get_slot(bare.bodies[7], "dsv4-workspace").startswith(emoji)
+    (run,) = bare.check_runs.values()
     assert run["conclusion"] == conclusion
 
 
@@ -196,8 +301,10 @@ def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
         _workflow_run(tmp_path, event="push"),
         _workflow_run(tmp_path, sha="not-a-sha"),
         _workflow_run(tmp_path, conclusion=None),
+        _workflow_run(tmp_path, path="../../etc/passwd"),
+        _workflow_run(tmp_path, created_at=None),
     ):
-        assert _report(fake, monkeypatch, "--workflow-run", event, "--gate", _gate(tmp_path)) == 2
+        assert _report(fake, monkeypatch, "--workflow-run", event) == 2
     assert fake.requests == []
 
 
@@ -334,15 +441,7 @@ def test_artifact_results_json_over_the_size_cap_or_a_symlink_is_rejected(tmp_pa
         artifact.load_results(str(other))
 
 
-def test_gate_record_fields_are_checked(tmp_path):
-    good = json.loads(open(_gate(tmp_path)).read())
-    for bad in ({"pr": "7; rm -rf"}, {"pr": True}, {"head_sha": "HEAD"}, {"state": "run-anyway"}):
-        (tmp_path / "g.json").write_text(json.dumps({**good, **bad}))
-        with pytest.raises(artifact.ArtifactError):
-            artifact.load_gate(str(tmp_path / "g.json"))
-
-
-def test_bad_results_from_the_artifact_are_a_usage_error_and_nothing_is_sent(
+def test_bad_results_from_the_artifact_are_exit_2_and_a_failure_slot_saying_so(
     fake, tmp_path, monkeypatch
 ):
     folder = tmp_path / "r"
@@ -350,4 +449,4 @@ def test_bad_results_from_the_artifact_are_a_usage_error_and_nothing_is_sent(
     (folder / "results.json").write_text('{"schema": 1}')
     args = ["--results", str(folder), "--repo", "sgl/sglang", "--pr", "7", "--post"]
     assert _report(fake, monkeypatch, *args) == 2
-    assert fake.requests == []
+    refused(fake)

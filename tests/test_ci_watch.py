@@ -237,6 +237,68 @@ def test_rows_from_another_job_are_validated_before_anything_is_posted(
     assert github.requests == []
 
 
+HOSTILE_REASON = (
+    "ImportError: ping @sgl-project/maintainers, fixes #1 and sgl-project/sglang#2 GH-3 "
+    "<img src=x onerror=alert(1)> [click](https://evil.example) www.evil.example "
+    f"{watch.MARKER} <!-- slot:dsv4-workspace:start --> | a \n b"
+)
+
+
+def _rows_file(tmp_path, rows, newest="0.5.23"):
+    path = tmp_path / "watch.json"
+    path.write_text(json.dumps({"newest_known": newest, "requested": False, "rows": rows}))
+    return path
+
+
+def test_the_tracking_issue_renders_release_data_as_data(github, monkeypatch, capsys, tmp_path):
+    import html
+    import re
+
+    row = {"version": "0.5.24", "state": "does not import", "reason": HOSTILE_REASON,
+           "sha256": None, "series": {"status": "fails", "detail": "@who <b>x</b> #4"}}  # fmt: skip
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    rows = _rows_file(tmp_path, [row])
+    argv = ["watch", "--rows", str(rows), "--repo", "sgl/sglang", "--api-url", github.url]
+    assert main(argv + ["--bot-login", BOT, "--post"]) == 0
+    body = github.bodies[2]
+    (line,) = [line for line in body.splitlines() if line.startswith("| 0.5.24 |")]
+    shown = html.unescape(line)  # GitHub finds mentions and references after entities decode
+    assert not re.search(r"(?:^|\W)@[A-Za-z0-9]", shown), shown
+    assert not re.search(r"#\d", shown) and not re.search(r"GH-\d", shown)
+    assert "<img" not in line and not re.search(r"(?<!\\)\]\(", line)  # no link
+    assert "://" not in shown
+    assert "www." not in shown  # joined, so no bare link either
+    assert body.count(watch.MARKER) == 1 and "<!--" not in line
+    assert len(re.findall(r"(?<!\\)\|", line)) == len(compat.HEADER.split(" | ")) + 1
+
+
+@pytest.mark.parametrize(
+    "row, problem",
+    [
+        ({"version": "0.5.24", "state": "applied", "reason": "r"}, "no change_ok"),
+        ({"version": "0.5.24", "state": "a", "reason": "r", "counts": [1]}, "counts: list"),
+        ({"version": "0.5.24", "state": "a", "reason": "r", "counts": {"x": "1"}}, "counts"),
+        ({"version": "0.5.24", "state": "a", "reason": "r", "series": "clean"}, "series: str"),
+        ({"version": "0.5.24", "state": "a", "reason": "r", "series": {"x": 1}}, "series"),
+        ({"version": "0.5.24", "state": "a", "reason": "r", "sha256": 5}, "sha256: int"),
+        ({"version": "0.5.24", "state": "a", "reason": "r", "sha256": "<b>"}, "not hex"),
+        ({"version": "0.5.24", "state": "a", "reason": "r" * 5000}, "at most"),
+        ({"version": "0.5.24", "state": "a", "reason": "r", "\n::error::x": 1}, "unknown key"),
+        ({"version": "0.5.24", "state": ["applied"], "reason": "r"}, "state: list"),
+        ("0.5.24", "expected an object"),
+    ],
+)
+def test_a_row_of_the_wrong_shape_is_exit_2_with_one_line_and_posts_nothing(
+    github, monkeypatch, capsys, tmp_path, row, problem
+):
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    argv = ["watch", "--rows", str(_rows_file(tmp_path, [row])), "--repo", "sgl/sglang"]
+    assert main(argv + ["--api-url", github.url, "--post"]) == 2
+    err = capsys.readouterr().err
+    assert problem in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert github.requests == []
+
+
 # --------------------------------------------------------- the whole check, on installed 0.5.23
 
 
@@ -300,3 +362,41 @@ def test_workflow_is_scheduled_pinned_least_privilege_and_keeps_the_token_from_t
     assert "GITHUB_TOKEN" not in json.dumps(check) and "github.token" not in json.dumps(check)
     assert report["needs"] == "check" and "--rows" in report["steps"][-1]["run"]
     assert "make" not in json.dumps(report)  # the token job never installs or runs a release
+
+
+def test_the_check_job_installs_every_file_by_its_hash_and_writes_no_cache():
+    flow = yaml.safe_load((REPO / "ci/workflows/release-watch.yml").read_text())
+    check = flow["jobs"]["check"]
+    assert check["env"]["PIP_NO_CACHE_DIR"] == "1"
+    runs = "\n".join(step.get("run", "") for step in check["steps"])
+    installs = [line for line in runs.replace("\\\n", " ").splitlines() if "pip install" in line]
+    assert installs and "make install" not in runs
+    for line in installs:
+        assert "--no-cache-dir" in line and "--no-deps" in line
+        hashed = "--require-hashes" in line and line.split()[-1] == "requirements/watch.lock"
+        project = line.split()[-1] == "." and "--no-build-isolation" in line  # this checkout
+        assert hashed or project, line
+    for step in check["steps"]:
+        assert not str(step.get("uses", "")).startswith("actions/cache")
+        assert "://" not in json.dumps(step.get("env", {}))  # an index only from a variable
+
+
+def _pins(path: Path) -> dict:
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip().rstrip("\\").strip()
+        if "==" in line:
+            name, version = line.split()[0].split("==")
+            pins[name.lower().replace("_", "-")] = version
+    return pins
+
+
+def test_the_watch_lock_pins_what_make_install_pins_each_with_a_hash():
+    lock = REPO / "requirements/watch.lock"
+    pinned = _pins(lock)
+    for source in ("torch.txt", "cpu-closure.txt"):
+        for name, version in _pins(REPO / "requirements" / source).items():
+            assert pinned.get(name, "").split("+")[0] == version, (source, name)
+    text = lock.read_text()
+    entries = [e for e in text.split("\n") if "==" in e and not e.startswith("#")]
+    assert len(entries) == len(pinned) == text.count("--hash=sha256:")

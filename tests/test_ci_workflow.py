@@ -48,6 +48,10 @@ def checkouts(job):
     return [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/checkout@")]
 
 
+def _test_steps():
+    return load(TEST_FLOW)["jobs"]["test"]["steps"]
+
+
 @pytest.mark.parametrize("name", [TEST_FLOW, REPORT_FLOW])
 def test_no_permission_at_workflow_level_and_every_job_has_a_timeout(name):
     flow = load(name)
@@ -115,14 +119,19 @@ def test_the_report_always_runs_so_the_slot_never_stays_pending():
     assert step["if"] == "always()" and "--test-result" in step["run"]
     assert step["env"]["TEST_RESULT"] == "${{ needs.test.result }}"
     assert "--require-head" in step["run"] and "--check-run" in step["run"]
-    upload = load(TEST_FLOW)["jobs"]["test"]["steps"][-2]
+    (upload,) = [s for s in _test_steps() if "upload-artifact" in str(s.get("uses"))]
     assert upload["if"] == "always()" and upload["with"]["name"] == "dsv4-results"
 
 
-def test_a_fork_runs_only_the_commit_its_label_approved():
+def test_a_fork_runs_only_the_commit_the_gate_approved_reading_github_with_a_read_token():
     flow = load(TEST_FLOW)
-    assert flow["jobs"]["test"]["steps"][0]["with"]["ref"] == "${{ needs.gate.outputs.sha }}"
-    assert "--record" in flow["jobs"]["gate"]["steps"][-2]["run"]
+    (checkout,) = checkouts(flow["jobs"]["test"])
+    assert checkout["with"]["ref"] == "${{ needs.gate.outputs.sha }}"
+    gate = flow["jobs"]["gate"]
+    assert set(gate["permissions"].values()) == {"read"}
+    assert gate["permissions"].keys() >= {"pull-requests", "issues"}
+    step = gate["steps"][-1]
+    assert "ci gate" in step["run"] and step["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
     assert set(flow[True]["pull_request"]["types"]) == {
         "opened",
         "synchronize",
@@ -149,10 +158,17 @@ def test_the_fork_report_workflow_runs_after_the_test_workflow_from_the_default_
     job = flow["jobs"]["report"]
     assert "github.event.workflow_run.event == 'pull_request'" in job["if"]
     run = job["steps"][-1]["run"]
-    assert '--workflow-run "$GITHUB_EVENT_PATH"' in run and "--gate" in run
-    for step in job["steps"]:
-        if "download-artifact" in str(step.get("uses")):
-            assert step["with"]["run-id"] == "${{ github.event.workflow_run.id }}"
+    assert '--workflow-run "$GITHUB_EVENT_PATH"' in run and "--post" in run
+    # Nothing of the fork's run is taken on its word: no gate record, and the results artifact
+    # is downloaded by the bot after its size is checked, not by an action that downloads first.
+    assert "--gate" not in run and "dsv4-gate" not in text(REPORT_FLOW)
+    assert not [s for s in job["steps"] if "download-artifact" in str(s.get("uses"))]
+
+
+def test_the_pending_slot_is_written_only_while_the_approved_commit_is_the_head():
+    step = load(TEST_FLOW)["jobs"]["pending"]["steps"][-1]
+    assert '--sha "$HEAD_SHA"' in step["run"] and "--require-head" in step["run"]
+    assert step["env"]["HEAD_SHA"] == "${{ needs.gate.outputs.sha }}"
 
 
 def test_actionlint_config_declares_every_self_hosted_label():
@@ -161,3 +177,109 @@ def test_actionlint_config_declares_every_self_hosted_label():
     for _, job in jobs():
         labels = job["runs-on"] if isinstance(job["runs-on"], list) else [job["runs-on"]]
         assert set(labels) - DEFAULT_LABELS <= declared
+
+
+# --- the GPU runner: the test job starts clean and leaves nothing ------------------------------
+
+PYTHONS = re.compile(
+    r'(?:"\$PYTHON"|(?<![/\w])python3?\b|/bin/python"?|/bin/pip"?)(?: -[a-zA-Z]+)*'
+)
+
+
+def test_the_runner_contract_is_said_once_in_the_comment_block_at_the_top():
+    lines = text(TEST_FLOW).splitlines()
+    top = "\n".join(line for line in lines[: lines.index("name: PR Test (DSV4 workspace)")])
+    rest = "\n".join(lines[len(top.splitlines()) :])
+    for words in ("Ephemeral", "runner group for this repository only", "outside contributors"):
+        assert words in top, words
+        assert words.lower() not in rest.lower(), f"{words!r} said twice"
+    assert all(line.startswith("#") or not line for line in top.splitlines())
+
+
+def test_the_self_hosted_finding_is_ignored_inline_with_its_reason():
+    (line,) = [line for line in text(TEST_FLOW).splitlines() if "self-hosted, linux" in line]
+    reason = line.split("# zizmor: ignore[self-hosted-runner]", 1)[1]
+    assert "what this runner must be" in reason and "top of this file" in reason
+
+
+def test_no_python_the_test_job_starts_has_a_user_site():
+    job = load(TEST_FLOW)["jobs"]["test"]
+    assert job["env"]["PYTHONNOUSERSITE"] == "1"
+    runs = "\n".join(str(step.get("run", "")) for step in job["steps"])
+    starts = [m for m in PYTHONS.finditer(runs)]
+    assert starts and not [m[0] for m in starts if "/bin/pip" in m[0]]  # pip only as python -m
+    for match in starts:
+        assert " -s" in match[0] or " -I" in match[0], f"{match[0]!r} may load a user site"
+
+
+def test_the_test_job_starts_from_an_empty_workspace_with_home_and_caches_in_runner_temp():
+    steps = _test_steps()
+    (checkout,) = [i for i, s in enumerate(steps) if "checkout" in str(s.get("uses"))]
+    first = steps[0]["run"]
+    assert checkout == 1 and 'find "$GITHUB_WORKSPACE" -mindepth 1' in first and "rm -rf" in first
+    for variable in ("HOME", "TMPDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME"):
+        assert f'echo "{variable}=$RUNNER_TEMP/' in first, variable
+    assert 'echo "GIT_CONFIG_NOSYSTEM=1"' in first and '>> "$GITHUB_ENV"' in first
+
+
+def test_no_cache_is_restored_or_written_by_the_test_job():
+    job = load(TEST_FLOW)["jobs"]["test"]
+    assert job["env"]["PIP_NO_CACHE_DIR"] == "1"
+    uses = [str(s.get("uses", "")) for s in job["steps"]]
+    assert not [u for u in uses if u.startswith(("actions/cache", "actions/setup-python"))]
+    for install in re.findall(r"pip install[^\n]*", yaml.safe_dump(job)):
+        assert "--no-cache-dir" in install
+    venv = next(s["run"] for s in job["steps"] if "-m venv" in str(s.get("run")))
+    assert "rm -rf" not in venv  # fresh because $RUNNER_TEMP is, not because a reused one goes
+
+
+def test_the_test_job_writes_only_under_runner_temp_and_leaves_nothing():
+    steps = _test_steps()
+    runs = "\n".join(str(s.get("run", "")) for s in steps)
+    for target in re.findall(r"(?:--out|-m venv(?: --system-site-packages)?) (\S+)", runs):
+        assert target.startswith('"$RUNNER_TEMP/'), target
+    last = next(s for s in reversed(steps) if "Leave nothing" in s.get("name", ""))
+    assert last["if"] == "always()" and 'find "$GITHUB_WORKSPACE" -mindepth 1' in last["run"]
+    for folder in ("dsv4-venv", "ci-results", "home", "tmp"):
+        assert f'"$RUNNER_TEMP/{folder}"' in last["run"]
+    assert steps.index(last) > max(i for i, s in enumerate(steps) if "upload" in str(s.get("uses")))
+
+
+@pytest.mark.parametrize("name", [TEST_FLOW, REPORT_FLOW, "release-watch.yml"])
+def test_no_workflow_restores_or_saves_an_actions_cache(name):
+    for job in load(name)["jobs"].values():
+        for step in job["steps"]:
+            assert not str(step.get("uses", "")).startswith("actions/cache"), name
+            assert "cache" not in (step.get("with") or {}), name
+
+
+def test_a_pth_planted_in_the_user_site_runs_in_none_of_the_test_jobs_pythons(tmp_path):
+    # Finding 1 of issue 18: a user-site .pth left by one PR ran inside the next job's
+    # `python -m venv` and its python. Run the job's own venv command and the A/B step's python
+    # flags, with the job's env, a HOME that holds such a .pth, and this interpreter's base.
+    import subprocess
+    import sys
+
+    job = load(TEST_FLOW)["jobs"]["test"]
+    home, temp = tmp_path / "home", tmp_path / "runner-temp"
+    temp.mkdir()
+    base = getattr(sys, "_base_executable", sys.executable)
+    env = {"HOME": str(home), "PATH": os.environ["PATH"], "RUNNER_TEMP": str(temp)}
+    user_site = subprocess.run(
+        [base, "-m", "site", "--user-site"], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    os.makedirs(user_site)
+    mark = tmp_path / "planted-code-ran"
+    with open(os.path.join(user_site, "zz.pth"), "w") as handle:
+        handle.write(f"import os; open({str(mark)!r}, 'w').close()\n")
+    env.update({k: str(v) for k, v in job["env"].items() if k != "PYTHON"}, PYTHON=base)
+    venv_step = next(s["run"] for s in job["steps"] if "-m venv" in str(s.get("run")))
+    (make_venv,) = [line for line in venv_step.splitlines() if "-m venv" in line]
+    ab = next(s["run"] for s in job["steps"] if s.get("id") == "ab")
+    python_with_flags = ab.split(" -m ci run")[0]  # "$RUNNER_TEMP/dsv4-venv/bin/python" -s
+    for command in (make_venv, f"{python_with_flags} -c pass"):
+        subprocess.run(["bash", "-c", command], env=env, check=True, timeout=120)
+        assert not mark.exists(), f"the planted .pth ran in: {command}"
+    # The plant itself works: without the job's settings it runs.
+    subprocess.run([base, "-c", "pass"], env={**env, "PYTHONNOUSERSITE": ""}, check=True)
+    assert mark.exists()

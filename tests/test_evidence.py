@@ -153,7 +153,7 @@ def _mutated(tmp_path, mutate):
         (lambda d: d["cases"][0].update(line=10**7), "line"),
         (lambda d: d["cases"][0]["modes"].update({"x\n::error::forged": {}}), "not one of the run"),
         (lambda d: d["files"][0]["modes"].update(change="broken"), "files.0.modes.change|expected an object"),
-        (lambda d: d["files"][0]["modes"]["change"].update(returncode=10**400), "returncode"),
+        (lambda d: d["files"][0]["modes"]["change"].update(returncode=10**400), "integer of 401 digits"),
         (lambda d: d["files"][0].update(suite="a b"), "suite"),
         (lambda d: d["sides"]["change"].update(label=7), "label"),
         (lambda d: d["sides"]["change"].update(commit="not hex"), "commit"),

@@ -1,0 +1,213 @@
+"""Approval of the commit a maintainer saw: ``gate.decide`` as a truth table, ``gate.approvals``
+from GitHub's review and comment lists, and ``python -m ci gate`` against the fake GitHub through
+the real github3.py client, where the race that broke the label lives: a maintainer reviews X,
+the author force-pushes Y, the label event carries Y.
+"""
+
+import json
+
+import pytest
+from ci_fake_github import FakeGitHub
+
+from ci import gate
+from ci.__main__ import main
+from ci.gate import Approval, PullFacts
+
+X, Y, Z = "a" * 40, "b" * 40, "c" * 40
+TOKEN = "ghs_gateREADtoken"
+T0, T1, T2 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z", "2026-01-01T00:10:00Z"
+
+
+def fork(head=Y, labels=("run-ci",), *approvals):
+    return PullFacts(fork=True, pr=7, head=head, labels=frozenset(labels), approvals=approvals)
+
+
+# --- the truth table ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "facts, run, state",
+    [
+        (PullFacts(fork=False, pr=7, head=Y), True, "run"),
+        (fork(Y, ()), False, "missing-label"),
+        (fork(Y, ("run-ci",)), False, "stale-label"),
+        (fork(Y, ("run-ci",), Approval("maint", Y, "trigger")), True, "run"),
+        (fork(Y, ("run-ci",), Approval("maint", X, "trigger")), False, "stale-label"),
+        (fork(Y, (), Approval("maint", Y, "trigger")), False, "stale-label"),
+        (fork(Y, (), Approval("maint", Y, "review")), True, "run"),
+        (fork(Y, (), Approval("maint", X, "review")), False, "stale-label"),
+        (fork(Y, (), Approval("maint", Y, "comment")), True, "run"),
+        (fork(None, ("run-ci",), Approval("maint", Y, "review")), False, "stale-label"),
+    ],
+    ids=[
+        "branch",
+        "fork-nothing",
+        "label-without-a-review",
+        "label-after-reviewing-the-head",
+        "label-after-reviewing-an-earlier-commit",
+        "review-of-the-head-without-the-label-is-no-trigger-approval",
+        "approving-review-of-the-head",
+        "approving-review-of-an-earlier-commit",
+        "run-ci-comment-naming-the-head",
+        "no-head",
+    ],
+)
+def test_decide_is_a_truth_table_over_head_labels_and_approvals(facts, run, state):
+    decision = gate.decide(facts)
+    assert (decision.run, decision.state, decision.sha) == (run, state, facts.head)
+
+
+# --- approvals from the API's lists ------------------------------------------------------------
+
+
+def review(login, sha, state="APPROVED", at=T0):
+    return {"user": {"login": login}, "commit_id": sha, "state": state, "submitted_at": at}
+
+
+def comment(login, body, at=T0):
+    return {"user": {"login": login}, "body": body, "created_at": at, "updated_at": at}
+
+
+def test_each_persons_latest_review_counts_and_only_the_triggers_approves_a_label():
+    found = gate.approvals(
+        [
+            review("maint", X, at=T0),
+            review("maint", Y, "COMMENTED", at=T1),  # maint's latest: a comment review of Y
+            review("other", X, "CHANGES_REQUESTED", at=T0),
+            review("other", Y, "PENDING", at=T2),  # not submitted
+            review("third", Y, "DISMISSED", at=T2),
+            review("fourth", Z, at=T1),
+        ],
+        [],
+        trigger="maint",
+    )
+    assert set(found) == {Approval("maint", Y, "trigger"), Approval("fourth", Z, "review")}
+
+
+def test_a_run_ci_comment_approves_only_a_full_sha_on_a_line_of_its_own():
+    found = gate.approvals(
+        [],
+        [
+            comment("maint", f"looks fine\n/run-ci {Y}\n"),
+            comment("maint", f"/run-ci {Y[:12]}"),
+            comment("maint", f"do not /run-ci {Z}"),
+        ],
+    )
+    assert found == (Approval("maint", Y, "comment"),)
+
+
+def test_approvals_made_after_the_run_started_do_not_count_for_it():
+    found = gate.approvals(
+        [review("maint", Y, at=T2)], [comment("maint", f"/run-ci {Y}", at=T2)], "maint", before=T1
+    )
+    assert found == ()
+
+
+# --- python -m ci gate against the fake GitHub -------------------------------------------------
+
+
+@pytest.fixture
+def github():
+    server = FakeGitHub(token=TOKEN).start()
+    server.add_pr(7, "A fork's PR.\n", head_sha=Y, fork="someone/sglang")
+    server.pr_meta[7]["labels"] = ["run-ci"]
+    server.permissions.update(maint="write", admin="admin", triager="read")
+    yield server
+    server.stop()
+
+
+def event(action="labeled", sender="maint", head=Y, label="run-ci"):
+    return {
+        "action": action,
+        **({"label": {"name": label}} if action == "labeled" else {}),
+        "sender": {"login": sender},
+        "repository": {"full_name": "sgl/sglang"},
+        "pull_request": {
+            "number": 7,
+            "head": {"sha": head, "repo": {"full_name": "someone/sglang"}},
+            "base": {"repo": {"full_name": "sgl/sglang"}},
+            "labels": [{"name": "run-ci"}],
+        },
+    }
+
+
+def run_gate(github, tmp_path, monkeypatch, payload):
+    path = tmp_path / "event.json"
+    path.write_text(json.dumps(payload))
+    output = tmp_path / "github-output"
+    output.unlink(missing_ok=True)
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    monkeypatch.setenv("GITHUB_OUTPUT", str(output))
+    monkeypatch.setattr("ci.retry.time.sleep", lambda _: None)
+    assert main(["gate", "--event", str(path), "--api-url", github.url]) == 0
+    return dict(line.split("=", 1) for line in output.read_text().split())
+
+
+def test_a_push_just_before_the_label_is_not_approved_by_it(github, tmp_path, monkeypatch):
+    # The maintainer reviewed X; the author force-pushed Y; the label event carries Y.
+    github.add_review(7, "maint", X, "COMMENTED", at=T0)
+    decided = run_gate(github, tmp_path, monkeypatch, event(head=Y))
+    assert decided == {"run": "false", "fork": "true", "state": "stale-label", "sha": Y}
+    # Once the maintainer has reviewed Y, re-adding the label runs exactly Y.
+    github.add_review(7, "maint", Y, "COMMENTED", at=T1)
+    decided = run_gate(github, tmp_path, monkeypatch, event(head=Y))
+    assert decided == {"run": "true", "fork": "true", "state": "run", "sha": Y}
+
+
+def test_the_head_is_githubs_now_not_the_payloads(github, tmp_path, monkeypatch):
+    github.add_review(7, "maint", Y, "COMMENTED", at=T0)
+    github.heads[7] = Z  # pushed after the label event was sent
+    decided = run_gate(github, tmp_path, monkeypatch, event(head=Y))
+    assert (decided["run"], decided["sha"]) == ("false", Z)
+
+
+def test_an_approving_review_of_an_earlier_commit_approves_no_later_push(
+    github, tmp_path, monkeypatch
+):
+    github.add_review(7, "maint", X)
+    assert run_gate(github, tmp_path, monkeypatch, event("reopened", "author"))["run"] == "false"
+    github.add_review(7, "admin", Y, at=T1)
+    assert run_gate(github, tmp_path, monkeypatch, event("reopened", "author"))["run"] == "true"
+
+
+@pytest.mark.parametrize("login, run", [("maint", "true"), ("triager", "false"), ("x", "false")])
+def test_a_run_ci_comment_counts_only_from_someone_the_api_says_may_write(
+    github, tmp_path, monkeypatch, login, run
+):
+    github.add_comment(7, f"/run-ci {Y}", login=login)
+    assert run_gate(github, tmp_path, monkeypatch, event("synchronize", "author"))["run"] == run
+
+
+def test_a_label_added_by_someone_without_write_permission_approves_nothing(
+    github, tmp_path, monkeypatch
+):
+    github.add_review(7, "triager", Y, "COMMENTED")
+    decided = run_gate(github, tmp_path, monkeypatch, event(sender="triager"))
+    assert decided["run"] == "false"
+    assert github.count("GET", r"/collaborators/triager/permission$") == 1
+
+
+def test_a_branch_of_the_base_repository_runs_without_asking_github(tmp_path, monkeypatch):
+    payload = event("synchronize", "author")
+    payload["pull_request"]["head"]["repo"]["full_name"] = "sgl/sglang"
+    path = tmp_path / "event.json"
+    path.write_text(json.dumps(payload))
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "out"))
+    assert main(["gate", "--event", str(path)]) == 0
+    assert (tmp_path / "out").read_text() == f"run=true\nfork=false\nstate=run\nsha={Y}\n"
+
+
+def test_a_fork_without_a_token_or_when_github_fails_runs_nothing(
+    github, tmp_path, monkeypatch, capsys
+):
+    path = tmp_path / "event.json"
+    path.write_text(json.dumps(event()))
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    assert main(["gate", "--event", str(path), "--api-url", github.url]) == 2
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    monkeypatch.setattr("ci.retry.time.sleep", lambda _: None)
+    for _ in range(5):
+        github.fail_next("GET", r"/pulls/7$", 502)
+    assert main(["gate", "--event", str(path), "--api-url", github.url]) == 1
+    assert "gave up" in capsys.readouterr().err
