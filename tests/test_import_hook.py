@@ -72,7 +72,9 @@ def environ(**variables) -> dict:
     kept = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("SGLANG_OVERLAY_", "PYTHON")) and k != "VIRTUAL_ENV"
+        if not k.startswith(("SGLANG_OVERLAY_", "PYTHON"))
+        and k != "VIRTUAL_ENV"
+        or k == "SGLANG_OVERLAY_RUNTIME_DIR"  # conftest's: the tests' records stay there
     }
     return {**kept, **variables}
 
