@@ -20,7 +20,7 @@ OVERLAY_SOURCES := $(shell find sglang_overlay -type f -not -name '*.pyc') pypro
 OCTOKIT_OPENAPI_VERSION := 23.0.2
 OCTOKIT_OPENAPI := .cache/octokit-openapi-$(OCTOKIT_OPENAPI_VERSION)/api.github.com.deref.json
 
-.PHONY: venv install demo test lint compat bench clean
+.PHONY: venv install demo test lint compat bench dist clean
 
 $(SITE_READY): requirements/torch.txt requirements/cpu-closure.txt requirements/dev.txt
 	@# A venv made the other way (with or without the system's site-packages) is made anew.
@@ -70,6 +70,12 @@ compat: install
 
 bench: install
 	$(PY) -m benchmark
+
+# The release files as the release workflow builds them (the wheel from the sdist), checked.
+dist: $(SITE_READY)
+	rm -rf dist
+	$(PY) -m build --no-isolation --outdir dist .
+	$(PY) -m twine check --strict dist/*
 
 clean:
 	rm -rf $(VENV)

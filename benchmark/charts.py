@@ -41,13 +41,26 @@ def _pyplot():
 
 
 def peak_bars(peaks: dict, title: str, path) -> None:
+    _save(peak_figure(peaks, title), path)
+
+
+def memory_timeline(timeline: dict, title: str, path) -> None:
+    _save(timeline_figure(timeline, title), path)
+
+
+def _save(fig, path) -> None:
+    fig.savefig(path)
+    _pyplot().close(fig)
+
+
+def peak_figure(peaks: dict, title: str):
     plt = _pyplot()
     names = list(peaks["transitions"])
     rows = [peaks["transitions"][n] for n in names]
     series = [
         ("unmodified", [r["unmodified"]["ratio"]["median"] for r in rows], "#c44e52"),
         ("change", [r["change"]["ratio"]["median"] for r in rows], "#4c72b0"),
-        ("limit", [r["limit_ratio"] for r in rows], "#999999"),
+        ("limit: max(old, new) / new", [r["limit_ratio"] for r in rows], "#999999"),
     ]
     fig, ax = plt.subplots(figsize=(8, 3.4), dpi=90)
     width = 0.27
@@ -57,28 +70,43 @@ def peak_bars(peaks: dict, title: str, path) -> None:
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels([n.replace("_", " ") for n in names], fontsize=7, rotation=12, ha="right")
     ax.set_ylabel("peak / new size")
-    ax.axhline(1.0, color="black", linewidth=0.6)
+    ax.axhline(1.0, color="black", linewidth=0.6, label="1.0: peak = the new buffer alone")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return fig
 
 
-def memory_timeline(timeline: dict, title: str, path) -> None:
+def timeline_figure(timeline: dict, title: str):
     plt = _pyplot()
     modes = [m for m in ("unmodified", "change") if timeline.get(m)]
+    cap = timeline.get("cap_mib", 128)
     fig, axes = plt.subplots(1, len(modes), figsize=(8, 3), dpi=90, sharey=True, squeeze=False)
     for ax, mode in zip(axes[0], modes, strict=True):
         ts = [p[0] for p in timeline[mode]]
         mib = [p[1] for p in timeline[mode]]
-        ax.step(ts, mib, where="post", color="#c44e52" if mode == "unmodified" else "#4c72b0")
-        ax.axhline(timeline["new_mib"], color="#999999", linestyle="--", linewidth=0.8)
-        ax.axhline(128, color="black", linestyle=":", linewidth=0.8)
+        color = "#c44e52" if mode == "unmodified" else "#4c72b0"
+        ax.step(ts, mib, where="post", color=color, label=f"{mode}: allocated")
+        new = timeline["new_mib"]
+        ax.axhline(
+            new,
+            color="#999999",
+            linestyle="--",
+            linewidth=0.8,
+            label=f"target: {new:g} MiB, the new buffer alone",
+        )
+        ax.axhline(
+            cap,
+            color="black",
+            linestyle=":",
+            linewidth=0.8,
+            label=f"cap: {cap:g} MiB, the test's budget",
+        )
         ax.set_title(f"{mode}: peak {max(mib, default=0):.0f} MiB", fontsize=9)
         ax.set_xlabel("ms since first allocation", fontsize=8)
+        ax.set_ylim(0, max(cap, *mib) * 1.5)  # room above the lines for the legend
+        ax.legend(fontsize=6, loc="upper left")
     axes[0][0].set_ylabel("allocated MiB")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return fig

@@ -6,7 +6,11 @@ needs max(old, new) memory instead of old + new. This module is the public surfa
 imported at interpreter start-up by the .pth hook and therefore imports nothing itself.
 """
 
-__all__ = ["apply", "remove", "status", "PATCH_ID", "WORKSPACE_MODULE"]
+__all__ = ["apply", "remove", "status", "PATCH_ID", "WORKSPACE_MODULE", "__version__"]
+
+# The one place the version lives: the build reads it from here (pyproject.toml), the CLI
+# and every process record report it. Bumped with every release (CHANGELOG.md).
+__version__ = "0.2.0"
 
 PATCH_ID = "0001-dsv4-sparse-prefill-release-first"
 WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"

@@ -5,7 +5,9 @@ module runs, in every process of the environment; sglang's general-plugin loader
 ``activate`` (entry point group ``sglang.srt.plugins``) in the processes sglang starts, which
 patches a module that is already imported and otherwise makes sure the start-up hook is in
 place (for an interpreter started without site processing, for example). Applying is
-idempotent, so whichever path comes second changes nothing.
+idempotent, so whichever path comes second changes nothing. Both paths honour sglang's
+``SGLANG_PLUGINS`` allow-list (``config``): a list without ``sglang_overlay`` leaves the
+method alone, and the process reports ``disabled`` with that reason.
 
 A failed activation never breaks the user's import: this process runs unmodified sglang,
 ``status()`` says ``failed`` and why, one WARNING is logged, and the next import, reload or
@@ -25,6 +27,13 @@ def activate() -> None:
     module = sys.modules.get(WORKSPACE_MODULE)
     if module is not None:
         on_workspace_import(module, via="sglang plugin loader")
+        return
+    try:  # an sglang process that has not imported the module (yet): it says so too
+        from sglang_overlay import overlay
+
+        overlay.publish()
+    except Exception:
+        pass
 
 
 def on_workspace_import(module, via: str) -> None:

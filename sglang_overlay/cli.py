@@ -1,58 +1,136 @@
-"""``sglang-overlay``: report what a plain sglang process of this environment gets.
+"""``sglang-overlay``: what a new sglang process of this environment gets, and what the
+running ones got.
 
 ``status`` never patches in its own process: that would report what the CLI did, not what a
 user's process gets. It starts a fresh interpreter of the same Python and environment, which
-imports the workspace module the way any sglang process does and prints its status records.
-Exit codes: 0 when that process runs the fixed code or is unfixed on purpose (``applied``,
-``upstream-fixed``, ``not-present``, ``disabled``); 1 when it would run unmodified sglang for
-any other reason (including a start-up hook that never ran); 2 for bad usage.
+imports the workspace module the way any sglang process does and prints its status records,
+and names each overlay setting in this environment that the overlay does not recognise.
+``status --processes`` reads instead what each live sglang process of the machine recorded
+(``records``), touching none of them. Exit codes: 0 when every process in question runs the
+fixed code or is unfixed on purpose (``applied``, ``wrapped``, ``upstream-fixed``,
+``not-present``, ``disabled``, or has not imported the workspace module yet); 1 when one
+would run or runs unmodified sglang (including a start-up hook that never ran, and a live
+process with no record), or a setting is not recognised; 2 for bad usage, in one line.
 """
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 
-from sglang_overlay import PATCH_ID, WORKSPACE_MODULE
+from sglang_overlay import PATCH_ID, WORKSPACE_MODULE, __version__
 
 # The fresh process: note whether the .pth ran, import as a user's process would, report.
 PROBE = """
 import json, sys
 hook_ran = "sglang_overlay.import_hook" in sys.modules
+import sglang_overlay
 from sglang_overlay import overlay
 records = overlay.import_workspace_module()
-print("SGLANG_OVERLAY_STATUS " + json.dumps({"hook_ran": hook_ran, "records": records}))
+print("SGLANG_OVERLAY_STATUS " + json.dumps({"hook_ran": hook_ran, "records": records,
+    "overlay_version": sglang_overlay.__version__,
+    "overlay_path": sglang_overlay.__path__[0]}))
 """
 MARK = "SGLANG_OVERLAY_STATUS "
 PROBE_TIMEOUT_S = 600
+MIB = float(1 << 20)
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not a usage block
+        self.exit(2, f"{self.prog}: {message} (see sglang-overlay --help)\n")
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="sglang-overlay",
         description="Release-first DSV4 sparse-prefill workspace for installed sglang releases.",
     )
-    verbs = parser.add_subparsers(dest="verb", required=True)
+    parser.add_argument("--version", action="version", version=f"sglang-overlay {__version__}")
+    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
     show = verbs.add_parser(
         "status",
         help="what a fresh sglang process of this environment gets, one line per patch",
         description="Start a fresh interpreter of this Python, import the workspace module as "
-        "any sglang process would, and report each patch. Patches nothing in this process.",
+        "any sglang process would, and report each patch. Patches nothing in this process. "
+        "With --processes: what every live sglang process on this machine recorded.",
     )
-    show.add_argument("--json", action="store_true", help="print a JSON list of records")
+    show.add_argument("--json", action="store_true", help="print JSON for machines")
+    show.add_argument(
+        "--processes",
+        action="store_true",
+        help="every live sglang process: its state, overlay build and workspace high-water mark",
+    )
     args = parser.parse_args(argv)
+    try:
+        return processes_status(args.json) if args.processes else fresh_status(args.json)
+    except KeyboardInterrupt:
+        print("sglang-overlay: interrupted", file=sys.stderr)
+        return 130
 
-    records = fresh_process_status()
-    if args.json:
+
+def fresh_status(as_json: bool) -> int:
+    from sglang_overlay import config
+    from sglang_overlay.overlay import OK_STATES
+
+    report = fresh_process_status()
+    records, problems = report["records"], config.problems()
+    for r in records:
+        r.update(overlay_version=report.get("overlay_version"), misconfigured=problems)
+    if as_json:
         print(json.dumps(records, indent=2))
     else:
         say(f"checked in a fresh process: {sys.executable} -c 'import {WORKSPACE_MODULE}'")
+        say(f"overlay {report.get('overlay_version')} at {report.get('overlay_path')}")
         for r in records:
             say(f"{r['patch']}  {r['state']}  sglang {r['sglang_version']}  {r['target']}")
             say(f"    {r['reason']}")
+        for problem in problems:
+            say(f"not recognised: {problem}")
+    return 0 if all(r["state"] in OK_STATES for r in records) and not problems else 1
+
+
+def processes_status(as_json: bool) -> int:
+    from sglang_overlay import records
     from sglang_overlay.overlay import OK_STATES
 
-    return 0 if all(r["state"] in OK_STATES for r in records) else 1
+    records.prune(os.getuid())
+    rows = [row for p in records.processes() for row in process_rows(p)]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        say("no live sglang process on this machine")
+    for r in rows if not as_json else ():
+        say(
+            f"pid {r['pid']}  {r['state']}  overlay {r['overlay_version']}  high-water "
+            f"{r['high_water_bytes'] / MIB:.1f} MiB  sglang {r['sglang_version']}  {r['command']}"
+        )
+        say(f"    {r['reason']}")
+    ok = all(r["state"] in OK_STATES or r["workspace_imported"] is False for r in rows)
+    return 0 if ok else 1
+
+
+def process_rows(process: dict) -> "list[dict]":
+    """One row per patch of a live process, from its record (``unpatched`` without one)."""
+    base = {"pid": process["pid"], "command": process["command"][:200]}
+    record = process["record"]
+    if record is None:
+        return [
+            {
+                **base,
+                "patch": PATCH_ID,
+                "state": "unpatched",
+                "reason": "no record: the process started before the overlay was installed, "
+                "or the overlay did not load in it; restart it to get the fix",
+                "sglang_version": None,
+                "overlay_version": None,
+                "high_water_bytes": 0,
+                "workspace_imported": None,
+            }
+        ]
+    keep = ("high_water_bytes", "workspace_imported", "overlay_version", "overlay_path", "python")
+    return [{**base, **patch, **{k: record.get(k) for k in keep}} for patch in record["patches"]]
 
 
 def say(line: str) -> None:
@@ -62,8 +140,8 @@ def say(line: str) -> None:
     print(line.encode(encoding, "backslashreplace").decode(encoding))
 
 
-def fresh_process_status() -> list:
-    """Status records from a fresh interpreter of this Python and environment."""
+def fresh_process_status() -> dict:
+    """The status report of a fresh interpreter of this Python and environment."""
     try:
         proc = subprocess.run(
             [sys.executable, "-c", PROBE],
@@ -72,21 +150,22 @@ def fresh_process_status() -> list:
             timeout=PROBE_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:
-        return [_failed(f"a fresh process did not finish within {PROBE_TIMEOUT_S} s")]
+        return {"records": [_failed(f"a fresh process did not finish within {PROBE_TIMEOUT_S} s")]}
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return [_failed(f"a fresh process failed to import {WORKSPACE_MODULE}: {tail}")]
+        return {
+            "records": [_failed(f"a fresh process failed to import {WORKSPACE_MODULE}: {tail}")]
+        }
     report = json.loads(lines[-1][len(MARK) :])
-    records = report["records"]
     if not report["hook_ran"]:
-        for r in records:
+        for r in report["records"]:
             if r["state"] == "pending":
                 r["reason"] = (
                     "the start-up hook did not run in a fresh process (is sglang_overlay.pth "
                     "in site-packages, and site processing on?); " + r["reason"]
                 )
-    return records
+    return report
 
 
 def _failed(reason: str) -> dict:

@@ -35,8 +35,8 @@ class WorkspaceImportHook:
         me = _thread.get_ident()
         if me in self._searching:
             return None
-        self._searching.add(me)
-        try:
+        try:  # the add inside: a KeyboardInterrupt right after it must not leave us marked
+            self._searching.add(me)
             spec = self._spec_from_later_finders(fullname, path, target)
         finally:
             self._searching.discard(me)

@@ -2,10 +2,13 @@
 
 A patch is a record with an id, a target and a reason; applying twice is a no-op and removing
 puts back the exact original function object. Every outcome is kept as a status record, and
-``status()`` checks an ``applied`` record against the live class before reporting it, so a
-reload or a foreign replacement shows up as what it is. A shape the overlay does not recognise
-is left untouched with one WARNING (or ``UnsupportedShapeError`` under
-``SGLANG_OVERLAY_STRICT=1``, on every attempt).
+``status()`` checks it against the live class by identity before reporting it: the method is
+the overlay's only if it is the very function object installed here. A reload shows up as
+``pending``; another vendor's hook over ours (sglang's ``HookRegistry`` copies our attributes
+through ``functools.wraps``) as ``wrapped`` when it calls ours, ``replaced`` when it does not.
+A shape the overlay does not recognise is left untouched with one WARNING (or
+``UnsupportedShapeError`` under ``SGLANG_OVERLAY_STRICT=1``, on every attempt). Each change
+of state is published for operators (``publish``: the per-process record and the gauges).
 """
 
 import functools
@@ -13,23 +16,25 @@ import importlib
 import os
 import sys
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
-from sglang_overlay import PATCH_ID, config, shapes
+from sglang_overlay import PATCH_ID, __version__, config, shapes
 from sglang_overlay.notices import logger, warn_once
 
 STATES = (
     "applied",
+    "wrapped",
     "pending",
     "not-present",
     "upstream-fixed",
     "unsupported",
     "disabled",
+    "replaced",
     "failed",
 )
 # States in which a process of this environment runs the code it should: fixed, or on purpose
 # not fixed. Anything else means "unmodified sglang although the overlay is installed".
-OK_STATES = frozenset({"applied", "upstream-fixed", "not-present", "disabled"})
+OK_STATES = frozenset({"applied", "wrapped", "upstream-fixed", "not-present", "disabled"})
 
 
 class UnsupportedShapeError(RuntimeError):
@@ -52,6 +57,8 @@ class _Applied:
     method: str
     original: object
     patched: object
+    target: str
+    reason: str
 
 
 # importlib.reload() of this module keeps what this process applied: status() and remove()
@@ -59,6 +66,7 @@ class _Applied:
 _lock = globals().get("_lock") or threading.RLock()
 _applied: "list[_Applied]" = globals().get("_applied", [])
 _removed = globals().get("_removed", False)  # remove() keeps it off until apply()
+_published = globals().get("_published")  # what publish() last wrote
 _WAITING_REASON = f"waiting for the import of {shapes.WORKSPACE_MODULE}"
 _status = globals().get("_status") or PatchStatus(
     PATCH_ID, shapes.WORKSPACE_MODULE, "unknown", "pending", _WAITING_REASON
@@ -68,14 +76,19 @@ _UNSEEN_REASON = (
     "ahead of it on sys.meta_path served the module, or the hook was removed or could not "
     "load); this process runs unmodified sglang; apply() patches now"
 )
+_REMOVED_REASON = "removed by sglang_overlay.remove(); apply() patches again"
 
 
 def _new_lock_in_child() -> None:
     # The lock is held while patching and logging; a thread that forks meanwhile would hand
     # the child a lock no thread of the child can release (sglang's load_plugins() there, or
-    # status(), would wait forever). The child's only thread starts with a free one.
-    global _lock
+    # status(), would wait forever). The child's only thread starts with a free one, and a
+    # record of its own: it runs what its parent patched.
+    global _lock, _published
     _lock = threading.RLock()
+    if _published is not None:
+        _published = None
+        publish()
 
 
 if hasattr(os, "register_at_fork") and not globals().get("_fork_hook_registered"):
@@ -86,21 +99,14 @@ if hasattr(os, "register_at_fork") and not globals().get("_fork_hook_registered"
 def status() -> list:
     with _lock:
         record = _status
-        if record.state == "applied" and not _still_applied():
-            last = _applied[-1]
-            record = PatchStatus(
-                PATCH_ID,
-                record.target,
-                record.sglang_version,
-                "pending",
-                f"{last.cls.__name__}.{last.method} is no longer the patched function (the "
-                "module was reloaded or the method replaced by other code); apply() patches "
-                "again",
-            )
+        if _applied and record.state in ("applied", "wrapped", "replaced"):
+            state, reason = _live_state(_applied[-1])
+            if state != record.state:
+                record = replace(record, state=state, reason=reason)
         elif record.reason == _WAITING_REASON and shapes.WORKSPACE_MODULE in sys.modules:
-            record = PatchStatus(**{**asdict(record), "reason": _UNSEEN_REASON})
+            record = replace(record, reason=_UNSEEN_REASON)
     if record.sglang_version == "unknown":  # nothing has looked yet
-        record = PatchStatus(**{**asdict(record), "sglang_version": sglang_version()})
+        record = replace(record, sglang_version=sglang_version())
     return [asdict(record)]
 
 
@@ -138,8 +144,16 @@ def apply() -> list:
 
 def apply_to_module(module) -> None:
     with _lock:
-        if _patched_method(module) is not None:
-            return  # already applied; the other activation path got here first
+        cls = shapes.workspace_class(module)
+        done = next((a for a in reversed(_applied) if a.cls is cls), None)
+        if done is not None:
+            live = vars(cls).get(done.method)
+            if live is done.patched:
+                return  # already applied; the other activation path got here first
+            hook = _foreign_hook(live, done.patched)
+            if hook is not None:  # never stack a second copy under another vendor's hook
+                _record(hook[0], done.target, hook[1])
+                return
         if _removed:
             _record("pending", shapes.WORKSPACE_MODULE, _REMOVED_REASON)
             return
@@ -157,9 +171,19 @@ def apply_to_module(module) -> None:
 
         original = vars(found.cls)[found.shape.method]
         patched = functools.update_wrapper(release_first.build(found.shape, module), original)
-        patched.__sglang_overlay_patch__ = PATCH_ID
+        patched.__sglang_overlay_patch__ = PATCH_ID  # for people reading it; never trusted
         setattr(found.cls, found.shape.method, patched)
-        _applied.append(_Applied(module.__name__, found.cls, found.shape.method, original, patched))
+        _applied.append(
+            _Applied(
+                module.__name__,
+                found.cls,
+                found.shape.method,
+                original,
+                patched,
+                found.target,
+                found.reason,
+            )
+        )
         _record("applied", found.target, found.reason)
         logger.info("sglang-overlay: %s applied to %s (%s)", PATCH_ID, found.target, found.reason)
 
@@ -170,40 +194,82 @@ def record_failure(target: str, reason: str) -> None:
         _record("failed", target, reason)
 
 
-_REMOVED_REASON = "removed by sglang_overlay.remove(); apply() patches again"
-
-
 def remove() -> list:
     global _removed
     with _lock:
         _removed = True
-        target = shapes.WORKSPACE_MODULE
+        target, blocked, kept = shapes.WORKSPACE_MODULE, None, []
         while _applied:
             done = _applied.pop()
-            if vars(done.cls).get(done.method) is done.patched:
+            target = done.target
+            live = vars(done.cls).get(done.method)
+            if live is done.patched:
                 setattr(done.cls, done.method, done.original)
-            target = f"{shapes.WORKSPACE_MODULE}.{done.cls.__name__}.{done.method}"
-        _record("pending", target, _REMOVED_REASON)
+                continue
+            hook = _foreign_hook(live, done.patched)
+            if hook is not None:  # ours runs inside someone else's function: say so
+                kept.append(done)
+                blocked = (hook[0], f"remove() cannot take release-first out: {hook[1]}")
+        _applied.extend(reversed(kept))
+        state, reason = blocked or ("pending", _REMOVED_REASON)
+        _record(state, target, reason)
         return status()
 
 
-def _still_applied() -> bool:
-    if not _applied:
-        return False
-    last = _applied[-1]
-    if vars(last.cls).get(last.method) is not last.patched:
-        return False
-    registered = sys.modules.get(last.module_name)
-    return registered is None or shapes.workspace_class(registered) is last.cls
+def _live_state(done) -> "tuple[str, str]":
+    """What runs now where the overlay installed ``done.patched``, by identity."""
+    name = f"{done.cls.__name__}.{done.method}"
+    registered = sys.modules.get(done.module_name)
+    if registered is None or shapes.workspace_class(registered) is done.cls:
+        live = vars(done.cls).get(done.method)
+        if live is done.patched:
+            return "applied", done.reason
+        hook = _foreign_hook(live, done.patched)
+        if hook is not None:
+            return hook
+    return (
+        "pending",
+        f"{name} is no longer the patched function (the module was reloaded or the method "
+        "replaced by other code); apply() patches again",
+    )
 
 
-def _patched_method(module):
-    cls = shapes.workspace_class(module)
-    for name in ("_reserve", "get"):
-        method = vars(cls).get(name) if cls is not None else None
-        if getattr(method, "__sglang_overlay_patch__", None) == PATCH_ID:
-            return method
+def _foreign_hook(live, ours) -> "tuple[str, str] | None":
+    """``("wrapped" | "replaced", reason)`` when ``live`` is another hook's function whose
+    ``__wrapped__`` chain leads to ``ours``: wrapped when each link holds the next in its
+    closure (it can call it: sglang's AROUND, BEFORE, AFTER), replaced when one does not
+    (sglang's REPLACE only names the original)."""
+    calls, outer = True, live
+    for _ in range(100):  # a chain, not a cycle
+        inner = getattr(outer, "__wrapped__", None)
+        if inner is None or outer is ours:
+            return None
+        calls = calls and any(_cell(c) is inner for c in getattr(outer, "__closure__", None) or ())
+        if inner is ours:
+            code = getattr(live, "__code__", None)
+            where = (
+                f"{code.co_name} in {code.co_filename}:{code.co_firstlineno}"
+                if code
+                else repr(live)
+            )
+            if calls:
+                return "wrapped", (
+                    f"another hook's function ({where}) wraps the overlay's release-first "
+                    "method and can call it: release-first runs where that hook calls through"
+                )
+            return "replaced", (
+                f"another hook's function ({where}) names the overlay's release-first method "
+                "as __wrapped__ but does not hold it: that hook runs instead, release-first does not"
+            )
+        outer = inner
     return None
+
+
+def _cell(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
 
 
 def sglang_version() -> str:
@@ -225,9 +291,39 @@ def sglang_version() -> str:
         return f"unknown ({type(exc).__name__})"
 
 
+def publish() -> None:
+    """Write this process's record and set its gauges, when its state or its workspace's
+    high-water mark changed since the last time; never raises."""
+    global _published
+    with _lock:
+        try:
+            patches = status()
+            replacements = sys.modules.get("sglang_overlay.release_first")
+            high_water = replacements.REPLACEMENTS.high_water_bytes if replacements else 0
+            key = (tuple((r["state"], r["reason"]) for r in patches), high_water)
+            if key == _published:
+                return
+            _published = key
+            fields = {
+                "patches": patches,
+                "high_water_bytes": high_water,
+                "workspace_imported": shapes.WORKSPACE_MODULE in sys.modules,
+                "overlay_version": __version__,
+                "overlay_path": os.path.dirname(os.path.abspath(__file__)),
+                "python": sys.executable,
+            }
+            from sglang_overlay import metrics, records
+
+            records.write(fields)
+            metrics.update(fields, STATES)
+        except Exception:  # reporting must never break the process it reports on
+            pass
+
+
 def _record(state: str, target: str, reason: str) -> None:
     global _status
     _status = PatchStatus(PATCH_ID, target, sglang_version(), state, reason)
+    publish()
 
 
 def _refuse(reason: str) -> None:

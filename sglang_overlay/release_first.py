@@ -8,9 +8,11 @@ the original; ``benchmark/`` measures that side by side.
 
 import torch
 
+from sglang_overlay import overlay
 from sglang_overlay.replacement_log import MIB, ReplacementLog
 
 REPLACEMENTS = ReplacementLog()
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
 def _describe(tensor) -> str:
@@ -25,7 +27,9 @@ def _nbytes(tensor) -> int:
 
 def _replace(workspace, num_tokens: int, dtype, width: int, forget_head: bool):
     """Drop the owner's reference, then allocate. Returns the new full buffer."""
-    old = _describe(workspace._buffer)
+    # The bookkeeping (log, process record, gauges) stays out of a torch.compile graph:
+    # dynamo reads is_compiling() as True while it traces and drops those branches.
+    old = None if _compiling() else _describe(workspace._buffer)
     # The release-first step: with the old tensor unreferenced (and no caller view keeping
     # its storage alive) the allocator can reuse or return its memory for the new one.
     workspace._buffer = None
@@ -35,7 +39,9 @@ def _replace(workspace, num_tokens: int, dtype, width: int, forget_head: bool):
         workspace._head_source = None
     buffer = torch.empty((num_tokens, 1, width), dtype=dtype, device=workspace.device)
     workspace._buffer = buffer
-    REPLACEMENTS.replaced(old, _describe(buffer), _nbytes(buffer))
+    if not _compiling():
+        REPLACEMENTS.replaced(old, _describe(buffer), _nbytes(buffer))
+        overlay.publish()
     return buffer
 
 

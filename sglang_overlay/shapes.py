@@ -3,12 +3,16 @@
 The one place that knows where the workspace class lives and what each published release's
 allocating method looks like. A shape is recognised by the sha256 of the method's exact source
 text, so the overlay replaces only code it has read; anything else is reported, not patched.
+Where the source is not there (a bytecode-only deployment: ``compileall -b``, sources removed)
+the method's code object is compared instead, with the sha256 of what each supported CPython
+compiles from that same text (``code_sha256``: bytecode, names, constants; not line numbers).
 This module reads source files and never changes anything.
 """
 
 import ast
 import hashlib
 import inspect
+import sys
 from dataclasses import dataclass
 
 from sglang_overlay import WORKSPACE_MODULE
@@ -27,6 +31,9 @@ class WorkspaceShape:
     releases: str
     takes_dtype: bool
     tracks_head: bool
+    # code_sha256 of the method as CPython 3.10, 3.11, 3.12, 3.13 compile that text (the same
+    # for 3.11.2 and 3.11.7, 3.12.1 and 3.12.3: it changes with the minor version only)
+    code_sha256: "tuple[str, ...]" = ()
 
 
 KNOWN_SHAPES = (
@@ -38,6 +45,7 @@ KNOWN_SHAPES = (
         "0.5.15-0.5.18",
         takes_dtype=False,
         tracks_head=False,
+        code_sha256=("b64061b4e6d9", "5b9fade88fc2", "43bafab7deed", "147d4f608767"),
     ),
     WorkspaceShape(
         "workspace-get-dtype",
@@ -47,6 +55,7 @@ KNOWN_SHAPES = (
         "0.5.19-0.5.22",
         takes_dtype=True,
         tracks_head=False,
+        code_sha256=("0912c84244b6", "3cb8b13f2108", "02a282a47edc", "3d94ba3a92c6"),
     ),
     WorkspaceShape(
         "kv-buffer-reserve",
@@ -56,6 +65,7 @@ KNOWN_SHAPES = (
         "0.5.23",
         takes_dtype=True,
         tracks_head=True,
+        code_sha256=("dae76ad0319a", "1b62c33967d7", "794386905f04", "473d06d0e8a5"),
     ),
 )
 
@@ -80,8 +90,33 @@ def workspace_class(module) -> "type | None":
     return None
 
 
+CODE_PYTHONS = ("3.10", "3.11", "3.12", "3.13")  # the order of WorkspaceShape.code_sha256
+
+
 def source_sha256(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:12]
+
+
+def code_sha256(code) -> str:
+    """A code object's behaviour as this CPython compiled it: bytecode, names, argument
+    counts, flags and constants (nested code included); no file name or line numbers."""
+
+    def parts(c):
+        consts = tuple(parts(k) if isinstance(k, type(c)) else repr(k) for k in c.co_consts)
+        return (
+            c.co_code,
+            c.co_names,
+            c.co_varnames,
+            c.co_freevars,
+            c.co_cellvars,
+            c.co_argcount,
+            c.co_posonlyargcount,
+            c.co_kwonlyargcount,
+            c.co_flags,
+            consts,
+        )
+
+    return hashlib.sha256(repr(parts(code)).encode()).hexdigest()[:12]
 
 
 def recognise(module) -> Recognition:
@@ -103,9 +138,7 @@ def recognise(module) -> Recognition:
     try:
         module_source = inspect.getsource(module)
     except (OSError, TypeError) as exc:
-        return Recognition(
-            "unsupported", target, f"source of {WORKSPACE_MODULE} unreadable: {exc}", cls=cls
-        )
+        return _recognise_bytecode(module, cls, method, func, target, exc)
     node = _method_node(ast.parse(module_source), cls.__name__, method)
     if node is None or func.__code__.co_firstlineno != _first_line(node):
         return Recognition(
@@ -125,12 +158,7 @@ def recognise(module) -> Recognition:
         None,
     )
     if shape is not None:
-        hazard = _address_keyed_validity(module)
-        if hazard:
-            return Recognition("unsupported", target, hazard, cls=cls)
-        return Recognition(
-            "recognised", target, f"{shape.name} ({shape.releases}), sha256 {digest}", shape, cls
-        )
+        return _recognised(module, shape, cls, target, f"sha256 {digest}")
     if releases_first(node):
         return Recognition(
             "upstream-fixed",
@@ -144,6 +172,36 @@ def recognise(module) -> Recognition:
         f"unknown source of {cls.__name__}.{method} (sha256 {digest}); known: "
         + ", ".join(f"{s.source_sha256} ({s.releases})" for s in KNOWN_SHAPES),
         cls=cls,
+    )
+
+
+def _recognise_bytecode(module, cls, method, func, target, why) -> Recognition:
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    digest = code_sha256(func.__code__)
+    column = CODE_PYTHONS.index(python) if python in CODE_PYTHONS else None
+    for shape in KNOWN_SHAPES:
+        if (shape.class_name, shape.method) != (cls.__name__, method) or column is None:
+            continue
+        ours = (
+            func.__qualname__ == f"{cls.__name__}.{method}" and func.__module__ == module.__name__
+        )
+        if ours and shape.code_sha256[column] == digest:
+            return _recognised(module, shape, cls, target, f"bytecode only, code sha256 {digest}")
+    return Recognition(
+        "unsupported",
+        target,
+        f"source of {WORKSPACE_MODULE} unreadable ({why}); the bytecode of {cls.__name__}.{method} "
+        f"(Python {python}, code sha256 {digest}) is not a known shape's",
+        cls=cls,
+    )
+
+
+def _recognised(module, shape, cls, target, evidence) -> Recognition:
+    hazard = _address_keyed_validity(module)
+    if hazard:
+        return Recognition("unsupported", target, hazard, cls=cls)
+    return Recognition(
+        "recognised", target, f"{shape.name} ({shape.releases}), {evidence}", shape, cls
     )
 
 

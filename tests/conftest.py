@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -11,6 +12,11 @@ REGISTERED_TEST = REPO / "test/registered/unit/layers/test_dsv4_sparse_prefill_w
 CPU_PROOF = REPO / "proofs/cpu/test_dsv4_workspace_cpu_peak.py"
 WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
 OVERLAY_ENV = ("SGLANG_OVERLAY_DISABLE", "SGLANG_OVERLAY_STRICT")
+# The processes the tests start write their records here, not into the runtime directory
+# of whoever runs the tests (where `sglang-overlay status --processes` would list them).
+os.environ.setdefault(
+    "SGLANG_OVERLAY_RUNTIME_DIR", tempfile.mkdtemp(prefix="sglang-overlay-test-records-")
+)
 
 
 def clean_env(**overrides) -> dict:

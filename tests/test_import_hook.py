@@ -72,7 +72,9 @@ def environ(**variables) -> dict:
     kept = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("SGLANG_OVERLAY_", "PYTHON")) and k != "VIRTUAL_ENV"
+        if not k.startswith(("SGLANG_OVERLAY_", "PYTHON"))
+        and k != "VIRTUAL_ENV"
+        or k == "SGLANG_OVERLAY_RUNTIME_DIR"  # conftest's: the tests' records stay there
     }
     return {**kept, **variables}
 
@@ -476,8 +478,13 @@ def test_cli_status_prints_a_reason_its_stdout_cannot_encode(overlay_env, known)
         PYTHONIOENCODING="ascii",
         SGLANG_OVERLAY_DISABLE="\u00fcberall",
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "disabled" in proc.stdout and "\\xfcberall" in proc.stdout
+    # exit 1: the value is not one the overlay knows (every patch off, fail safe), said in
+    # a line the ASCII stdout can print
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert (
+        "disabled" in proc.stdout
+        and "not recognised: SGLANG_OVERLAY_DISABLE='\\xfcberall'" in proc.stdout
+    )
 
 
 FORK_WHILE_LOGGING = f"""
@@ -573,3 +580,115 @@ print("{{}}")
     proc = run(overlay_env, code, [known], SGLANG_OVERLAY_DISABLE="banana")
     assert last_json(proc) == {}
     assert len(overlay_warnings(proc)) == 1, proc.stderr
+
+
+# Found by issue 19 (operators): a stale install, bytecode-only deployments, Ctrl-C, settings.
+
+
+def test_a_stale_pth_whose_package_is_gone_is_silent(overlay_env, overlay_wheel, tmp_path):
+    # An interrupted uninstall leaves sglang_overlay.pth behind; every Python start (pip
+    # included) must not print a traceback for it.
+    import shutil
+
+    env = make_env(Path(overlay_env.python).resolve(), overlay_env.version, overlay_wheel, tmp_path)
+    shutil.rmtree(env.site_packages / "sglang_overlay")
+    proc = run(env, "print('ok')", flags=["-W", "error"])
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "ok\n", "")
+
+
+def test_sglang_deployed_as_bytecode_only_is_recognised(overlay_env, tmp_path):
+    # compileall -b, then the sources removed: the method is matched by its code object.
+    root = standin.write(tmp_path / "standin")
+    subprocess.run(
+        [str(overlay_env.python), "-m", "compileall", "-q", "-b", str(root / "sglang")], check=True
+    )
+    for source in (root / "sglang").rglob("*.py"):
+        source.unlink()
+    out = last_json(run(overlay_env, REPORT, [root]))
+    assert out["patched"] == PATCH_ID and out["status"]["state"] == "applied"
+    assert "bytecode only" in out["status"]["reason"]
+
+
+def test_edited_bytecode_only_sglang_is_refused(overlay_env, tmp_path):
+    root = standin.write(tmp_path / "standin", edit=UNKNOWN_EDIT)
+    subprocess.run(
+        [str(overlay_env.python), "-m", "compileall", "-q", "-b", str(root / "sglang")], check=True
+    )
+    for source in (root / "sglang").rglob("*.py"):
+        source.unlink()
+    out = last_json(run(overlay_env, REPORT, [root]))
+    assert out["patched"] is None and out["status"]["state"] == "unsupported"
+    assert "not a known shape's" in out["status"]["reason"]
+
+
+def test_a_keyboard_interrupt_right_after_the_hook_marks_its_thread_does_not_unpatch_it(
+    overlay_env, known
+):
+    # The signal can land between marking the thread as searching and entering the try
+    # that unmarks it; the thread's later imports must still be patched.
+    out = last_json(
+        run(
+            overlay_env,
+            f"""
+import importlib, json
+from sglang_overlay import import_hook
+class InterruptOnce(set):
+    fired = False
+    def add(self, item):
+        super().add(item)
+        if not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt
+import_hook.HOOK._searching = InterruptOnce()
+try:
+    import {WORKSPACE_MODULE}
+    first = "imported"
+except KeyboardInterrupt:
+    first = "interrupted"
+m = importlib.import_module({WORKSPACE_MODULE!r})
+print(json.dumps([first, getattr(m.SparsePrefillKVBuffer._reserve, "__sglang_overlay_patch__", None)]))
+""",
+            [known],
+        )
+    )
+    assert out == ["interrupted", PATCH_ID]
+
+
+@pytest.mark.parametrize("value", ["0001", "0001-dsv4", " 0001 ,0001-dsv4-sparse-prefill"])
+def test_a_leading_part_of_the_patch_id_turns_it_off_quietly(overlay_env, known, value):
+    proc = run(overlay_env, REPORT, [known], SGLANG_OVERLAY_DISABLE=value)
+    assert last_json(proc)["status"]["state"] == "disabled" and overlay_warnings(proc) == []
+
+
+@pytest.mark.parametrize(
+    "plugins, state",
+    [("other_plugin", "disabled"), (" other , sglang_overlay ", "applied"), ("", "applied")],
+)
+def test_the_start_up_hook_honours_sglangs_plugin_allow_list(overlay_env, known, plugins, state):
+    # sglang's loader skips a plugin SGLANG_PLUGINS does not name; the .pth path must too.
+    out = last_json(run(overlay_env, REPORT, [known], SGLANG_PLUGINS=plugins))
+    assert out["status"]["state"] == state
+    if state == "disabled":
+        assert (
+            "SGLANG_PLUGINS='other_plugin' does not name sglang_overlay" in out["status"]["reason"]
+        )
+
+
+@pytest.mark.parametrize(
+    "variables, named",
+    [
+        ({"SGLANG_OVERLAY_DISABLE": "none"}, "SGLANG_OVERLAY_DISABLE='none' not recognised"),
+        (
+            {"SGLANG_OVERLAY_DISABLE": "0001-dsv"},
+            "SGLANG_OVERLAY_DISABLE='0001-dsv' not recognised",
+        ),
+        ({"SGLANG_OVERLAY_STRICT": "maybe"}, "SGLANG_OVERLAY_STRICT='maybe' not recognised"),
+    ],
+)
+def test_cli_status_fails_and_names_a_setting_it_does_not_recognise(
+    overlay_env, known, variables, named
+):
+    proc = cli(overlay_env, [known], **variables)
+    (record,) = json.loads(proc.stdout)
+    assert proc.returncode == 1
+    assert [p for p in record["misconfigured"] if p.startswith(named)], record
