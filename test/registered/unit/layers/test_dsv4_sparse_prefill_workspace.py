@@ -16,6 +16,7 @@ and a capped CPU case would need a process of its own, so only CUDA is registere
 import unittest
 
 import torch
+
 from sglang.srt.layers.attention.dsv4.sparse_prefill_utils import SparsePrefillKVBuffer
 from sglang.test.ci.ci_register import register_cuda_ci
 from sglang.test.test_utils import CustomTestCase
