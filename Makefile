@@ -66,7 +66,7 @@ test: install lint $(OCTOKIT_OPENAPI)
 	OCTOKIT_OPENAPI=$(CURDIR)/$(OCTOKIT_OPENAPI) $(PY) -m pytest -q
 
 compat: install
-	$(PY) -m ci.compat
+	$(PY) -m releases.compat
 
 bench: install
 	$(PY) -m benchmark

@@ -4,8 +4,8 @@ label that names it in every report.
 By default both modes run the installed sglang, with this project's runtime overlay turned
 off (``unmodified``) and on (``change``). Given source trees (``--unmodified-src`` and
 ``--change-src``: each a folder holding ``python/sglang``, such as a pull request's base and
-head checkouts, or a release that ``tools.series materialize`` wrote, with and without
-``tools.series apply``), a mode with a tree puts its ``python/`` first on ``PYTHONPATH``, a
+head checkouts, or a release that ``series.series materialize`` wrote, with and without
+``series.series apply``), a mode with a tree puts its ``python/`` first on ``PYTHONPATH``, a
 mode without one runs the installed sglang, and the overlay is off in both: the trees are
 what is compared. For describing and preparing modes only; launching is ``launch``'s.
 """

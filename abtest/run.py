@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from abtest import collect, environment, launch, modes
 from evidence import judge, junit
 from evidence.model import MODES, ProcessEnd, Results, SeriesId, read_channel, save
-from tools import identity
+from series import identity
 
 # What a results folder holds: a reused --out is cleared of these, and only of these.
 OUTPUTS = ("results.json", "report.md", "junit-unmodified.xml", "junit-change.xml")

@@ -18,7 +18,7 @@ import json
 import os
 import sys
 
-from ci.report import DEFAULT_LABEL, DEFAULT_SLOT, REPORT_STATES
+from report.plan import DEFAULT_LABEL, DEFAULT_SLOT, REPORT_STATES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -175,7 +175,7 @@ def _parser() -> argparse.ArgumentParser:
     gate.add_argument("--json", action="store_true")
     gate.set_defaults(func=cmd_gate)
 
-    from ci import watch  # stdlib-only at import; its verb's parser and command live there
+    from releases import watch  # stdlib-only at import; its verb's parser and command live there
 
     watch.add_parser(verbs)
     return parser
@@ -186,8 +186,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def cmd_run(args) -> int:
     from abtest import run
-    from ci import pictures, render
     from evidence import model as evidence
+    from report import pictures, render
 
     args.tests = tuple(args.tests)
     request = run.RunRequest(**_fields(run.RunRequest, args))
@@ -222,26 +222,28 @@ def cmd_report(args) -> int:
 
 
 def _report(args, folder: str) -> int:
-    from ci import report
+    from report import plan as reporting
 
     try:
-        request = report.prepare(report.ReportRequest(**_fields(report.ReportRequest, args)))
+        request = reporting.prepare(
+            reporting.ReportRequest(**_fields(reporting.ReportRequest, args))
+        )
         if request.workflow_run:
-            request, why = report.fork(request, folder)
+            request, why = reporting.fork(request, folder)
             if request is None:
                 print(one_line(why))
                 return EXIT_OK
-        plan = report.plan(request)
-        report.write_summary(request, plan)
+        plan = reporting.plan(request)
+        reporting.write_summary(request, plan)
         if plan.invalid:
-            print(f"error: {report.INVALID_NOTE}: {one_line(plan.invalid)}", file=sys.stderr)
+            print(f"error: {reporting.INVALID_NOTE}: {one_line(plan.invalid)}", file=sys.stderr)
         if not request.post:
-            print(report.dry_run_text(plan, args.json), end="")
+            print(reporting.dry_run_text(plan, args.json), end="")
         else:
-            report.publish(request, plan, lambda line: print(one_line(line)))
-    except report.RequestError as exc:
+            reporting.publish(request, plan, lambda line: print(one_line(line)))
+    except reporting.RequestError as exc:
         raise UsageError(str(exc)) from None
-    except report.PublishFailed as exc:
+    except reporting.PublishFailed as exc:
         print(f"error: publishing failed: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_USAGE if plan.invalid else EXIT_OK
@@ -257,7 +259,7 @@ def _fields(record_type, args) -> dict:
 
 
 def cmd_gate(args) -> int:
-    from ci import gate
+    from report import gate
 
     if not args.event:
         raise UsageError("--event PATH (or GITHUB_EVENT_PATH) is required")
@@ -302,8 +304,8 @@ def _fork_facts(args, event, facts):
     of the moment it was sent)."""
     import github3.exceptions
 
-    from ci.publish import Reader, connect, pull_facts
-    from ci.retry import GaveUp, RetryPolicy
+    from report.publish import Reader, connect, pull_facts
+    from report.retry import GaveUp, RetryPolicy
 
     token = os.environ.get("GITHUB_TOKEN")
     repo = (event.get("repository") or {}).get("full_name")

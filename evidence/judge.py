@@ -155,6 +155,7 @@ def build(reports, backend: str, sides: dict, suites: dict, patterns=(), **field
 
 def rejudge(results: Results, patterns) -> Results:
     """The kinds, flags and verdict again, from the stored outcomes and ``patterns`` alone."""
+
     def outcomes(case):  # a mode a results file leaves out counts as missing there
         return {m: case.modes.get(m, TestResult(case.test, Outcome.MISSING)) for m in results.modes}
 

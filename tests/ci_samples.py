@@ -75,8 +75,8 @@ def model(runs=None, patterns=None, suite="base-b-test-1-gpu-small", **fields):
 def refused(fake, pr=7, slot="dsv4-workspace"):
     """What a refused results artifact leaves on the fake GitHub: the slot says failure and
     why, and nothing of the artifact is posted (no comment, no status)."""
-    from ci import pr_body
+    from report import pr_states
 
-    text = pr_body.get_slot(fake.bodies[pr], slot)
+    text = pr_states.get_slot(fake.bodies[pr], slot)
     assert text.startswith(":x:") and text.endswith("-- invalid artifact"), text
     assert not fake.comments and not fake.statuses

@@ -44,12 +44,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from abtest import environment, launch, modes
-from ci import artifact, pictures, pr_body, render, report
 from ci.__main__ import main
-from ci.publish import Publisher, connect
-from ci.retry import RetryPolicy
 from evidence import junit
 from evidence.model import Results, save
+from report import artifact, pictures, pr_states, render
+from report import plan as reporting
+from report.publish import Publisher, connect
+from report.retry import RetryPolicy
 
 TOKEN = "ghs_actionsINSTALLATIONtoken"
 HEAD = "c0ffee" + "0" * 34
@@ -67,7 +68,7 @@ def fake():
 
 def _report(fake, monkeypatch, *args):
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    monkeypatch.setattr("ci.retry.time.sleep", lambda _: None)
+    monkeypatch.setattr("report.retry.time.sleep", lambda _: None)
     return main(["report", "--api-url", fake.url, *args])
 
 
@@ -204,8 +205,8 @@ def test_any_value_anywhere_in_results_json_is_refused_or_reported_never_a_trace
     with tempfile.TemporaryDirectory() as folder:
         with open(os.path.join(folder, "results.json"), "w") as handle:
             json.dump(data, handle)
-        request = report.ReportRequest(results=folder, sha=HEAD, check_run=True)
-        plan = report.plan(report.prepare(request))  # raises nothing: a model or a refusal
+        request = reporting.ReportRequest(results=folder, sha=HEAD, check_run=True)
+        plan = reporting.plan(reporting.prepare(request))  # raises nothing: a model or a refusal
         assert plan.invalid or plan.comment
 
 
@@ -256,7 +257,7 @@ def test_the_kinds_and_flags_an_artifact_claims_are_judged_again_from_its_outcom
     assert ":x:" in comment.splitlines()[1]
     assert "| broken |" in comment and "| regression |" not in comment
     assert "does not reproduce the bug" in comment
-    assert pr_body.get_slot(fake.bodies[7], SLOT).startswith(":x:")
+    assert pr_states.get_slot(fake.bodies[7], SLOT).startswith(":x:")
     assert {s["state"] for s in fake.statuses} == {"failure"}
 
 
@@ -330,7 +331,7 @@ def test_a_test_name_can_neither_mention_nor_reference_after_entities_are_decode
 
 
 def test_an_unclosed_slot_start_in_the_authors_block_never_costs_the_author_text(fake):
-    start, _ = pr_body.markers(SLOT)
+    start, _ = pr_states.markers(SLOT)
     authored = (
         "Intro\n<!-- pr-states:start -->\n---\n### CI States\n\n"
         f"mine: {start}the author's own words\n<!-- pr-states:end -->\n"
@@ -343,7 +344,7 @@ def test_an_unclosed_slot_start_in_the_authors_block_never_costs_the_author_text
         assert publisher.update_slot(SLOT, "Label", [text]) in ("updated", "unchanged")
         body = fake.bodies[7]
         assert body.startswith(authored[: authored.index("<!-- pr-states:end -->")]), body
-        assert pr_body.get_slot(body, SLOT) == text
+        assert pr_states.get_slot(body, SLOT) == text
 
 
 EXAMPLE_BLOCK = (
@@ -367,18 +368,18 @@ def test_the_authors_fenced_example_of_the_block_is_never_taken_for_ours(fake, f
         assert publisher.update_slot(SLOT, "Label", [text]) == "updated"
         body = fake.bodies[7]
         assert body.startswith(authored), body  # the example keeps EXAMPLE; ours is appended
-        assert pr_body.get_slot(body, SLOT) == text
+        assert pr_states.get_slot(body, SLOT) == text
 
 
 def test_a_block_end_marker_inside_a_code_block_does_not_end_the_block():
-    start, end = pr_body.markers(SLOT)
+    start, end = pr_states.markers(SLOT)
     body = (
         "Text\n<!-- pr-states:start -->\n---\n### CI States\n\n"
         "Other bot: <!-- slot:other:start -->ok<!-- slot:other:end -->\n"
         "```\n<!-- pr-states:end -->\n```\n"
         f"Label: {start}old{end}\n<!-- pr-states:end -->\n"
     )
-    new = pr_body.set_slot(body, SLOT, "Label", "new")
+    new = pr_states.set_slot(body, SLOT, "Label", "new")
     assert new == body.replace(f"{start}old{end}", f"{start}new{end}")
 
 
@@ -466,11 +467,11 @@ def test_ten_thousand_regression_cases_cost_at_most_ten_check_run_requests(
 
 
 def test_an_annotation_title_carries_no_bidi_or_invisible_characters():
-    from ci import checks
+    from report import check_run
 
     data = _regressions(1, name=lambda i: "test_\u202egnp.exe\u200b\x1b[31m")
     m = Results.from_json(json.loads(json.dumps(data)))
-    create, _ = checks.requests(m, HEAD, "summary", "2026-01-01T00:00:00Z")
+    create, _ = check_run.requests(m, HEAD, "summary", "2026-01-01T00:00:00Z")
     (note,) = create["output"]["annotations"]
     assert note["title"] == "test_gnp.exe"
 
@@ -511,14 +512,14 @@ def test_a_def_line_past_any_real_file_is_refused(fake, tmp_path, monkeypatch):
 def test_a_body_ending_in_an_unclosed_fence_gets_one_block_however_many_runs():
     body = "Text\n```\ncode without its closing fence\n"
     for text in ("a", "b", "c"):
-        body = pr_body.set_slot(body, SLOT, "Label", text)
-    assert body.count(pr_body.BLOCK_START) == 1 and pr_body.get_slot(body, SLOT) == "c"
+        body = pr_states.set_slot(body, SLOT, "Label", text)
+    assert body.count(pr_states.BLOCK_START) == 1 and pr_states.get_slot(body, SLOT) == "c"
     assert body.startswith("Text\n```\ncode without its closing fence\n")
 
 
 def test_a_push_landing_during_the_slot_write_gets_the_slot_put_back(fake, tmp_path, monkeypatch):
     newer = "b" * 40
-    pending = pr_body.set_slot("Author's text.\n", SLOT, "Label", ":hourglass_flowing_sand:")
+    pending = pr_states.set_slot("Author's text.\n", SLOT, "Label", ":hourglass_flowing_sand:")
     fake.bodies[7] = pending  # the newer run's pending job wrote this before our report
     assert _report_while_a_push_lands(fake, tmp_path, monkeypatch, newer) == 0
     assert fake.bodies[7] == pending  # not the old commit's :white_check_mark:
@@ -527,20 +528,20 @@ def test_a_push_landing_during_the_slot_write_gets_the_slot_put_back(fake, tmp_p
 
 def test_a_newer_writers_slot_is_never_put_back_over(fake, tmp_path, monkeypatch):
     newer = "b" * 40
-    fake.bodies[7] = pr_body.set_slot("Author's text.\n", SLOT, "Label", ":hourglass_flowing_sand:")
+    fake.bodies[7] = pr_states.set_slot("Author's text.\n", SLOT, "Label", ":hourglass_flowing_sand:")
 
     def push_and_newer_report(server):
         server.heads[7] = newer
-        server.bodies[7] = pr_body.set_slot(server.bodies[7], SLOT, "Label", ":x: newer")
+        server.bodies[7] = pr_states.set_slot(server.bodies[7], SLOT, "Label", ":x: newer")
 
     fake.after("PATCH", r"/issues/7$", push_and_newer_report)
-    monkeypatch.setattr("ci.publish.Publisher.settle_s", 0)
+    monkeypatch.setattr("report.publish.Publisher.settle_s", 0)
     folder = tmp_path / "r"
     folder.mkdir()
     save(model(), str(folder))
     args = ["--results", str(folder), "--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD]
     assert _report(fake, monkeypatch, *args, "--require-head", "--post") == 0
-    assert pr_body.get_slot(fake.bodies[7], SLOT) == ":x: newer"
+    assert pr_states.get_slot(fake.bodies[7], SLOT) == ":x: newer"
 
 
 # --- the test process: what a file does to `ci run` itself ------------------------------------

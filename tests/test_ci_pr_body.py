@@ -2,7 +2,7 @@
 
 import pytest
 
-from ci import pr_body
+from report import pr_states
 
 OTHER = (
     "<!-- pr-states:start -->\n---\n### CI States\n\n"
@@ -12,7 +12,7 @@ OTHER = (
 
 
 def test_block_is_created_at_the_end_of_the_body_in_upstreams_shape():
-    body = pr_body.set_slot("Motivation\n\nFix it.", "dsv4", "Latest PR Test (DSV4)", ":x: no")
+    body = pr_states.set_slot("Motivation\n\nFix it.", "dsv4", "Latest PR Test (DSV4)", ":x: no")
     assert body == (
         "Motivation\n\nFix it.\n\n<!-- pr-states:start -->\n---\n### CI States\n\n"
         "Latest PR Test (DSV4): <!-- slot:dsv4:start -->:x: no<!-- slot:dsv4:end -->\n"
@@ -21,46 +21,46 @@ def test_block_is_created_at_the_end_of_the_body_in_upstreams_shape():
 
 
 def test_empty_or_null_body_gets_just_the_block():
-    assert pr_body.set_slot(None, "s", "L", "t").startswith("<!-- pr-states:start -->\n")
-    assert pr_body.set_slot("", "s", "L", "t") == pr_body.set_slot(None, "s", "L", "t")
+    assert pr_states.set_slot(None, "s", "L", "t").startswith("<!-- pr-states:start -->\n")
+    assert pr_states.set_slot("", "s", "L", "t") == pr_states.set_slot(None, "s", "L", "t")
 
 
 def test_our_line_is_added_before_the_end_of_an_existing_block_keeping_other_slots():
     author = "Author text with <!-- a comment --> and | pipes\n\n"
-    body = pr_body.set_slot(author + OTHER, "dsv4", "Latest PR Test (DSV4)", "ok")
-    assert body.startswith(author + OTHER[: -len(pr_body.BLOCK_END)])
+    body = pr_states.set_slot(author + OTHER, "dsv4", "Latest PR Test (DSV4)", "ok")
+    assert body.startswith(author + OTHER[: -len(pr_states.BLOCK_END)])
     assert body.endswith(
         "Latest PR Test (DSV4): <!-- slot:dsv4:start -->ok<!-- slot:dsv4:end -->\n"
         "<!-- pr-states:end -->"
     )
-    assert pr_body.get_slot(body, "pr-test") == ":x: [Run #1](https://r/1)"
+    assert pr_states.get_slot(body, "pr-test") == ":x: [Run #1](https://r/1)"
 
 
 def test_rewriting_our_slot_changes_only_the_text_between_its_markers():
-    first = pr_body.set_slot("Body\r\n" + OTHER + "\r\ntrailer", "dsv4", "L", "one")
-    second = pr_body.set_slot(first, "dsv4", "L", "two")
+    first = pr_states.set_slot("Body\r\n" + OTHER + "\r\ntrailer", "dsv4", "L", "one")
+    second = pr_states.set_slot(first, "dsv4", "L", "two")
     assert second == first.replace("one", "two")
-    assert pr_body.set_slot(second, "dsv4", "L", "two") == second  # idempotent
+    assert pr_states.set_slot(second, "dsv4", "L", "two") == second  # idempotent
 
 
 def test_crlf_bodies_get_crlf_lines():
-    body = pr_body.set_slot("Windows author\r\n", "s", "L", "t")
+    body = pr_states.set_slot("Windows author\r\n", "s", "L", "t")
     assert "\n" not in body.replace("\r\n", "")
 
 
 def test_slot_markers_outside_the_block_are_not_ours_to_edit():
     quoted = "Quoting: <!-- slot:dsv4:start -->old<!-- slot:dsv4:end -->\n\n"
-    body = pr_body.set_slot(quoted, "dsv4", "L", "new")
+    body = pr_states.set_slot(quoted, "dsv4", "L", "new")
     assert body.startswith(quoted)
-    assert pr_body.get_slot(body, "dsv4") == "new"
+    assert pr_states.get_slot(body, "dsv4") == "new"
 
 
 @pytest.mark.parametrize("text", ["two\nlines", "x <!-- y", "x --> y", "cr\r"])
 def test_slot_text_that_could_break_the_block_is_refused(text):
     with pytest.raises(ValueError):
-        pr_body.set_slot("", "dsv4", "L", text)
+        pr_states.set_slot("", "dsv4", "L", text)
 
 
 def test_slot_names_are_restricted():
     with pytest.raises(ValueError):
-        pr_body.markers("bad name -->")
+        pr_states.markers("bad name -->")

@@ -7,11 +7,11 @@ import pytest
 from ci_fake_github import FakeGitHub
 from ci_samples import model
 
-from ci import pr_body, render
 from ci.__main__ import main
-from ci.publish import Publisher, connect
-from ci.retry import GaveUp, RetryPolicy
 from evidence.model import save
+from report import pr_states, render
+from report.publish import Publisher, connect
+from report.retry import GaveUp, RetryPolicy
 
 TOKEN = "ghs_s3cr3tTOKENvalue"
 AUTHOR = "## Motivation\r\nAuthor's words, with a | pipe and <!-- their own comment -->.\r\n"
@@ -48,7 +48,7 @@ def test_first_run_adds_the_block_one_sticky_comment_and_a_status_per_suite(fake
     publish_all(fake)
     body = fake.bodies[7]
     assert body.startswith(AUTHOR)  # the author's bytes, CRLF and all, untouched
-    assert pr_body.get_slot(body, "dsv4") == ":white_check_mark: [Run #1](https://ci/1)"
+    assert pr_states.get_slot(body, "dsv4") == ":white_check_mark: [Run #1](https://ci/1)"
     assert len(fake.comments) == 1
     assert [s["context"] for s in fake.statuses] == ["dsv4/base-b-test-1-gpu-small"]
     assert fake.statuses[0]["state"] == "success"
@@ -60,7 +60,7 @@ def test_rerun_edits_in_place_one_comment_one_slot(fake):
     publish_all(fake, text=":white_check_mark: [Run #2](https://ci/2)")
     body = fake.bodies[7]
     assert body.count("<!-- slot:dsv4:start -->") == 1 and body.count("pr-states:start") == 1
-    assert pr_body.get_slot(body, "dsv4").endswith("[Run #2](https://ci/2)")
+    assert pr_states.get_slot(body, "dsv4").endswith("[Run #2](https://ci/2)")
     assert len(fake.comments) == 1
     assert fake.count("POST", r"/comments$") == 1
 
@@ -101,8 +101,8 @@ def test_two_slot_writers_at_once_both_land(fake):
     assert not errors
     body = fake.bodies[7]
     assert body.startswith(AUTHOR)
-    assert pr_body.get_slot(body, "cuda") == ":white_check_mark: cuda"
-    assert pr_body.get_slot(body, "cpu") == ":white_check_mark: cpu"
+    assert pr_states.get_slot(body, "cuda") == ":white_check_mark: cuda"
+    assert pr_states.get_slot(body, "cpu") == ":white_check_mark: cpu"
     assert body.count("pr-states:start") == 1
 
 
@@ -113,22 +113,22 @@ def test_an_author_edit_landing_between_read_and_write_is_kept(fake):
     fake.after("GET", r"/issues/7$", author_edits)  # right after our first read
     publisher(fake, settle_s=0).update_slot("dsv4", LABEL, [":x:"])
     assert fake.bodies[7].startswith(AUTHOR + "Edited while CI ran.\r\n")
-    assert pr_body.get_slot(fake.bodies[7], "dsv4") == ":x:"
+    assert pr_states.get_slot(fake.bodies[7], "dsv4") == ":x:"
 
 
 def test_a_stale_writer_saving_over_our_write_gets_our_slot_reapplied(fake):
-    other = pr_body.set_slot(AUTHOR, "pr-test", "Latest PR Test (Base)", ":x: base")
+    other = pr_states.set_slot(AUTHOR, "pr-test", "Latest PR Test (Base)", ":x: base")
     fake.after("PATCH", r"/issues/7$", lambda server: server.bodies.__setitem__(7, other))
     publisher(fake, settle_s=0).update_slot("dsv4", LABEL, [":white_check_mark:"])
-    assert pr_body.get_slot(fake.bodies[7], "pr-test") == ":x: base"
-    assert pr_body.get_slot(fake.bodies[7], "dsv4") == ":white_check_mark:"
+    assert pr_states.get_slot(fake.bodies[7], "pr-test") == ":x: base"
+    assert pr_states.get_slot(fake.bodies[7], "dsv4") == ":white_check_mark:"
 
 
 def test_502_then_success_is_retried_with_backoff(fake):
     fake.fail_next("PATCH", r"/issues/7$", 502, {"message": "Bad Gateway"})
     sleeps = []
     publisher(fake, sleeps=sleeps, settle_s=0).update_slot("dsv4", LABEL, [":x:"])
-    assert pr_body.get_slot(fake.bodies[7], "dsv4") == ":x:"
+    assert pr_states.get_slot(fake.bodies[7], "dsv4") == ":x:"
     assert len([s for s in sleeps if s > 0]) == 1
 
 
@@ -179,16 +179,16 @@ def test_the_fake_enforces_auth_state_enum_description_and_body_limits(fake):
         repo.create_status("abc1234", "success", description="x" * 141)
     issue = connect(TOKEN, fake.url).issue("sgl", "sglang", 7)
     with pytest.raises(github3.exceptions.UnprocessableEntity):
-        issue.edit(body="x" * (pr_body.BODY_LIMIT + 1))
+        issue.edit(body="x" * (pr_states.BODY_LIMIT + 1))
 
 
 def test_a_body_near_the_limit_shrinks_our_slot_and_never_the_authors_text(fake):
     short = ":x:"
     long = ":x: [Run #1](https://ci/" + "r" * 400 + ")"
-    fake.bodies[7] = "a" * (pr_body.BODY_LIMIT - 300)
+    fake.bodies[7] = "a" * (pr_states.BODY_LIMIT - 300)
     assert publisher(fake, settle_s=0).update_slot("dsv4", LABEL, [long, short]) == "updated"
-    assert pr_body.get_slot(fake.bodies[7], "dsv4") == short
-    fake.bodies[7] = full = "a" * (pr_body.BODY_LIMIT - 10)
+    assert pr_states.get_slot(fake.bodies[7], "dsv4") == short
+    fake.bodies[7] = full = "a" * (pr_states.BODY_LIMIT - 10)
     assert publisher(fake).update_slot("dsv4", LABEL, [long, short]) == "too-long"
     assert fake.bodies[7] == full
 
@@ -221,7 +221,7 @@ def test_cli_post_publishes_everything_and_never_prints_the_token(
     assert TOKEN not in out.out + out.err
     assert "404" in out.err
     assert (
-        pr_body.get_slot(fake.bodies[7], "dsv4-workspace")
+        pr_states.get_slot(fake.bodies[7], "dsv4-workspace")
         == ":white_check_mark: [Run #5](https://ci/5)"
     )
     assert len(fake.comments) == 1 and len(fake.statuses) == 1
@@ -247,7 +247,7 @@ def test_cli_missing_label_state_sets_only_the_slot(fake, capsys, monkeypatch):
         ]
     )
     assert code == 0
-    assert pr_body.get_slot(fake.bodies[7], "dsv4-workspace") == pr_body.MISSING_LABEL
+    assert pr_states.get_slot(fake.bodies[7], "dsv4-workspace") == pr_states.MISSING_LABEL
     assert not fake.comments and not fake.statuses
 
 

@@ -5,8 +5,8 @@ from dataclasses import replace
 
 from ci_samples import FILE, model, workspace_runs
 
-from ci import render
-from ci.pr_body import BODY_LIMIT, MISSING_LABEL
+from report import render
+from report.pr_states import BODY_LIMIT, MISSING_LABEL
 
 NASTY = "test_`x`|y <!-- slot:dsv4:end --> *z* [l](u) @team\nFAIL: -->"
 

@@ -6,9 +6,9 @@ from dataclasses import FrozenInstanceError
 import pytest
 from ci_samples import model
 
-from ci import report
 from ci.__main__ import main
 from evidence.model import save
+from report import plan as reporting
 
 
 def test_report_on_missing_or_broken_results_exits_2(tmp_path, capsys):
@@ -38,8 +38,8 @@ def test_report_dry_run_prints_the_slot_comment_and_statuses(tmp_path, capsys, m
 
 def test_a_report_plan_is_frozen_and_is_exactly_what_the_dry_run_prints(tmp_path, capsys):
     save(model(), str(tmp_path))
-    request = report.prepare(report.ReportRequest(results=str(tmp_path), repo="o/r", pr=3))
-    plan = report.plan(request)
+    request = reporting.prepare(reporting.ReportRequest(results=str(tmp_path), repo="o/r", pr=3))
+    plan = reporting.plan(request)
     with pytest.raises(FrozenInstanceError):
         plan.comment = "something else"
     assert main(["report", "--results", str(tmp_path), "--repo", "o/r", "--pr", "3", "--json"]) == 0

@@ -17,13 +17,14 @@ from ci_fake_github import FakeGitHub
 from ci_samples import FILE, file_run, model, refused
 
 from abtest import collect
-from ci import artifact, checks, pr_body, render
 from ci.__main__ import main
-from ci.publish import Publisher, connect
-from ci.retry import RetryPolicy
 from evidence import judge
 from evidence import model as evidence_model
 from evidence.model import FileResult, save
+from report import artifact, check_run, pr_states, render
+from report import plan as reporting
+from report.publish import Publisher, connect
+from report.retry import RetryPolicy
 
 ACTIONS_TOKEN = "ghs_actionsINSTALLATIONtoken"
 HEAD = "c0ffee" + "0" * 34
@@ -52,7 +53,7 @@ def _results_dir(tmp_path, m=None, name="ci-results"):
 
 def _report(fake, monkeypatch, *args):
     monkeypatch.setenv("GITHUB_TOKEN", ACTIONS_TOKEN)
-    monkeypatch.setattr("ci.retry.time.sleep", lambda _: None)  # the 3 s settle after a write
+    monkeypatch.setattr("report.retry.time.sleep", lambda _: None)  # the 3 s settle after a write
     return main(["report", "--api-url", fake.url, *args])
 
 
@@ -151,7 +152,8 @@ def _fork_pr(fake, m=None, approved=True, size=None, blob=None):
         fake.add_review(7, "maint", HEAD, "COMMENTED", at=REVIEWED)
     for ref in (HEAD, "main"):
         fake.contents[(ref, WORKFLOW)] = "f" * 40
-        fake.contents[(ref, "ci")] = [("gate.py", "file", "1" * 40), ("workflows", "dir", "2" * 40)]
+        for folder in reporting.BOT_CODE:
+            fake.contents[(ref, folder)] = [("run.py", "file", "1" * 40), ("sub", "dir", "2" * 40)]
     if m is not False:
         data = json.dumps((m or model()).to_json())
         blob = blob if blob is not None else _zip({"results.json": data, "report.md": "x"})
@@ -176,7 +178,7 @@ def test_workflow_run_posts_slot_comment_status_and_check_run_for_an_approved_fo
 ):
     _fork_pr(bare)
     assert _fork_report(bare, monkeypatch, tmp_path) == 0
-    assert pr_body.get_slot(bare.bodies[7], "dsv4-workspace").startswith(
+    assert pr_states.get_slot(bare.bodies[7], "dsv4-workspace").startswith(
         ":white_check_mark: [Run #4242](https://github.example/runs/4242)"
     )
     assert len(bare.comments) == 1 and bare.statuses[0]["sha"] == HEAD
@@ -191,7 +193,7 @@ def test_a_forged_green_artifact_of_an_unapproved_commit_gets_the_label_slot_onl
     # The fork's own workflow skipped the gate and uploaded a green results.json.
     _fork_pr(bare, approved=False)
     assert _fork_report(bare, monkeypatch, tmp_path) == 0
-    assert "No approval of this commit" in pr_body.get_slot(bare.bodies[7], "dsv4-workspace")
+    assert "No approval of this commit" in pr_states.get_slot(bare.bodies[7], "dsv4-workspace")
     assert not bare.comments and not bare.statuses and not bare.check_runs
     assert bare.count("GET", r"/artifacts") == 0
 
@@ -215,16 +217,16 @@ def test_a_run_triggered_by_someone_without_write_permission_is_not_approved_by_
     assert not bare.comments and not bare.statuses
 
 
-@pytest.mark.parametrize("changed", [WORKFLOW, "ci"])
+@pytest.mark.parametrize("changed", [WORKFLOW, "ci", "abtest", "evidence"])
 def test_a_run_whose_workflow_or_bot_code_is_not_the_default_branchs_is_never_success(
     bare, tmp_path, monkeypatch, changed
 ):
     _fork_pr(bare)
     bare.contents[(HEAD, changed)] = (
-        "e" * 40 if changed == WORKFLOW else [("gate.py", "file", "3" * 40)]
+        "e" * 40 if changed == WORKFLOW else [("run.py", "file", "3" * 40)]
     )
     assert _fork_report(bare, monkeypatch, tmp_path) == 0
-    slot = pr_body.get_slot(bare.bodies[7], "dsv4-workspace")
+    slot = pr_states.get_slot(bare.bodies[7], "dsv4-workspace")
     assert slot.startswith(":x:") and f"{changed} differ from main" in slot
     (run,) = bare.check_runs.values()
     assert run["conclusion"] == "failure" and run["output"]["title"] == "Not reported"
@@ -232,9 +234,7 @@ def test_a_run_whose_workflow_or_bot_code_is_not_the_default_branchs_is_never_su
 
 
 def test_an_artifact_over_the_cap_is_refused_before_it_is_downloaded(bare, tmp_path, monkeypatch):
-    from ci import report
-
-    _fork_pr(bare, size=report.MAX_ARTIFACT_BYTES + 1)
+    _fork_pr(bare, size=reporting.MAX_ARTIFACT_BYTES + 1)
     assert _fork_report(bare, monkeypatch, tmp_path) == 2
     refused(bare)
     assert bare.count("GET", r"/zip$") == 0 and bare.blob_auth == []
@@ -243,9 +243,8 @@ def test_an_artifact_over_the_cap_is_refused_before_it_is_downloaded(bare, tmp_p
 def test_an_artifact_bigger_than_its_listing_says_is_cut_off_at_the_cap(
     bare, tmp_path, monkeypatch
 ):
-    from ci import report
 
-    monkeypatch.setattr(report, "MAX_ARTIFACT_BYTES", 4096)
+    monkeypatch.setattr(reporting, "MAX_ARTIFACT_BYTES", 4096)
     _fork_pr(bare, blob=b"PK" + bytes(10000), size=100)
     assert _fork_report(bare, monkeypatch, tmp_path) == 2
     refused(bare)
@@ -280,9 +279,9 @@ def test_a_run_that_left_no_results_never_leaves_the_slot_pending(
     bare, tmp_path, monkeypatch, conclusion, emoji
 ):
     _fork_pr(bare, m=False)
-    bare.bodies[7] = pr_body.set_slot("x\n", "dsv4-workspace", "L", ":hourglass_flowing_sand:")
+    bare.bodies[7] = pr_states.set_slot("x\n", "dsv4-workspace", "L", ":hourglass_flowing_sand:")
     assert _fork_report(bare, monkeypatch, tmp_path, conclusion=conclusion) == 0
-    assert pr_body.get_slot(bare.bodies[7], "dsv4-workspace").startswith(emoji)
+    assert pr_states.get_slot(bare.bodies[7], "dsv4-workspace").startswith(emoji)
     (run,) = bare.check_runs.values()
     assert run["conclusion"] == conclusion
 
@@ -291,7 +290,7 @@ def test_same_repo_report_after_a_timed_out_test_job_says_failure(fake, tmp_path
     args = ["--results", str(tmp_path / "missing"), "--test-result", "failure"]
     args += ["--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD, "--require-head", "--post"]
     assert _report(fake, monkeypatch, *args) == 0
-    assert pr_body.get_slot(fake.bodies[7], "dsv4-workspace") == ":x:"
+    assert pr_states.get_slot(fake.bodies[7], "dsv4-workspace") == ":x:"
 
 
 def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
@@ -314,10 +313,12 @@ def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
 def test_check_run_has_the_table_and_a_notice_at_the_regression_tests_line(fake):
     m = model()
     m = replace(m, cases=[replace(m.cases[0], line=123), *m.cases[1:]])
-    create, updates = checks.requests(m, HEAD, render.comment(m, "s"), "2026-01-01T00:00:00Z")
+    create, updates = check_run.requests(m, HEAD, render.comment(m, "s"), "2026-01-01T00:00:00Z")
     _publisher(fake).create_check_run(create, updates)
     (run,) = fake.check_runs.values()
-    assert "| Case | Kind | sglang 0.5.23 | sglang 0.5.23 + this change |" in run["output"]["summary"]
+    assert (
+        "| Case | Kind | sglang 0.5.23 | sglang 0.5.23 + this change |" in run["output"]["summary"]
+    )
     (note,) = run["annotations"]
     assert note == {
         "path": FILE,
@@ -335,12 +336,10 @@ def test_120_annotations_go_out_50_per_request_and_broken_cases_are_failures(fak
     failing = "Traceback (most recent call last):\n  AssertionError"
     runs = [
         file_run("unmodified", [(n, "fail", failing) for n in names]),
-        file_run(
-            "change", [(n, "pass") for n in names[:-1]] + [(names[-1], "fail", failing)]
-        ),
+        file_run("change", [(n, "pass") for n in names[:-1]] + [(names[-1], "fail", failing)]),
     ]
     m = model(runs, patterns=[], suite="s")
-    create, updates = checks.requests(m, HEAD, "summary", "2026-01-01T00:00:00Z")
+    create, updates = check_run.requests(m, HEAD, "summary", "2026-01-01T00:00:00Z")
     assert [len(u["annotations"]) for u in updates] == [50, 20]
     _publisher(fake).create_check_run(create, updates)
     (run,) = fake.check_runs.values()

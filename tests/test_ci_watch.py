@@ -13,10 +13,10 @@ import pytest
 import yaml
 from ci_fake_github import FakeGitHub
 
-from ci import compat, watch
 from ci.__main__ import main
-from ci.publish import connect
-from ci.retry import RetryPolicy
+from releases import compat, watch
+from report.publish import connect
+from report.retry import RetryPolicy
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "ghs_watchTOKEN"

@@ -5,11 +5,11 @@ import shutil
 
 import pytest
 
-from tools import base, check, gitcmd, pins, seriesdir
-from tools.cover import COVER_NAME, CoverError, parse_cover, pin_date
-from tools.errors import SeriesError
-from tools.series import main
-from tools.seriesdir import PATCHES_DIR, REPO_ROOT
+from series import base, check, gitcmd, pins, seriesdir
+from series.__main__ import main
+from series.cover import COVER_NAME, CoverError, parse_cover, pin_date
+from series.errors import SeriesError
+from series.seriesdir import PATCHES_DIR, REPO_ROOT
 
 TEST = "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
 

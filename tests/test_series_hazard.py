@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from benchmark import hazard
-from tools.seriesdir import REPO_ROOT
+from series.seriesdir import REPO_ROOT
 
 EVIDENCE = REPO_ROOT / "docs/evidence"
 

@@ -1,14 +1,14 @@
-"""Upstream's pinned hooks in ``tools.series check``: black 24.10.0 at 88, isort 5.13.2,
+"""Upstream's pinned hooks in ``series.series check``: black 24.10.0 at 88, isort 5.13.2,
 codespell 2.4.1 with upstream's ignore list, and the basic pre-commit-hooks checks.
 
-The hooks are the real tools, installed once into the series cache (``tools.hooks``); a
+The hooks are the real tools, installed once into the series cache (``series.hooks``); a
 failure counts against the series only where the series brought it in.
 """
 
 import pytest
 
-from tools import hooks
-from tools.seriesdir import REPO_ROOT
+from series import hooks
+from series.seriesdir import REPO_ROOT
 
 TEST = "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
 MODULE = "python/sglang/srt/example.py"

@@ -3,8 +3,8 @@
 import shutil
 
 from abtest import run
-from tools import identity, seriesdir
-from tools.seriesdir import PATCHES_DIR
+from series import identity, seriesdir
+from series.seriesdir import PATCHES_DIR
 
 
 def _copy(tmp_path):

@@ -1,4 +1,4 @@
-"""``tools.series pr-body``: sglang's PR template filled from the series' messages and a
+"""``series.series pr-body``: sglang's PR template filled from the series' messages and a
 ``ci run`` results folder, refusing results made for another series."""
 
 import json
@@ -8,9 +8,9 @@ import shutil
 import pytest
 
 from evidence.model import load
-from tools import identity, prbody, seriesdir
-from tools.series import main
-from tools.seriesdir import REPO_ROOT
+from series import identity, pr_description, seriesdir
+from series.__main__ import main
+from series.seriesdir import REPO_ROOT
 
 H200_RESULTS = REPO_ROOT / "docs/evidence/h200-0.5.23-registered"
 SECTIONS = [
@@ -97,8 +97,8 @@ def test_a_missing_results_folder_is_a_usage_error(capsys, tmp_path):
 
 def test_format_and_style_are_ticked_only_when_check_passed(tmp_path):
     series, results = seriesdir.load(), load(str(_results(tmp_path)))
-    passed = prbody.render(series, results, "r", prbody.CheckState(True, "hooks pass"))
-    skipped = prbody.render(series, results, "r", prbody.CheckState(None, "not run"))
+    passed = pr_description.render(series, results, "r", pr_description.CheckState(True, "hooks pass"))
+    skipped = pr_description.render(series, results, "r", pr_description.CheckState(None, "not run"))
     assert passed.count("- [x]") == skipped.count("- [x]") + 2
     assert "- [x] Add unit tests" in passed and "- [ ] Update documentation" in passed
 
@@ -120,11 +120,11 @@ def test_pr_body_runs_check_and_ticks_the_format_box(capsys, tmp_path):
     ],
 )
 def test_message_sections_split_on_one_line_headings(body, headings):
-    assert [h for h, _ in prbody.message_sections(body)] == headings
+    assert [h for h, _ in pr_description.message_sections(body)] == headings
 
 
 def test_indented_commands_become_a_fenced_block():
-    ((_, text),) = prbody.message_sections("Tests\n\n  python a.py -v\n  python b.py")
+    ((_, text),) = pr_description.message_sections("Tests\n\n  python a.py -v\n  python b.py")
     assert text == "```bash\npython a.py -v\npython b.py\n```"
 
 

@@ -1,6 +1,6 @@
 """The series tools end to end: check, apply --to, refresh, materialize and their refusals.
 
-Each test drives ``tools.series.main`` (the CLI) on throwaway copies: a materialised checkout,
+Each test drives ``series.series.main`` (the CLI) on throwaway copies: a materialised checkout,
 a copy of the installed sglang package, or a copy of patches/ that a test corrupts on purpose.
 """
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tools import base, gitcmd
-from tools.series import main
-from tools.seriesdir import PATCHES_DIR, REPO_ROOT
+from series import base, gitcmd
+from series.__main__ import main
+from series.seriesdir import PATCHES_DIR, REPO_ROOT
 
 # series, pristine_tree and patched_tree: session fixtures shared by the series tests.
 pytest_plugins = ["series_fixtures"]

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tools import failures, layout, matrix, pins
-from tools.errors import SeriesError
-from tools.patchfile import PatchFormatError, added_file_bytes, hunk_at, parse_patch
-from tools.seriesdir import PATCHES_DIR, REPO_ROOT, load
+from series import failures, layout, matrix, pins
+from series.errors import SeriesError
+from series.patchfile import PatchFormatError, added_file_bytes, hunk_at, parse_patch
+from series.seriesdir import PATCHES_DIR, REPO_ROOT, load
 
 FIX = "python/sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py"
 TEST = "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"

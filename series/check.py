@@ -11,11 +11,11 @@ import hashlib
 import tempfile
 from pathlib import Path
 
-from tools import base, failures, gitcmd, hooks
-from tools.cover import COVER_NAME
-from tools.errors import SeriesError
-from tools.pins import NEW
-from tools.seriesdir import MIRRORED_PREFIX
+from series import base, failures, gitcmd, hooks
+from series.cover import COVER_NAME
+from series.errors import SeriesError
+from series.pins import NEW
+from series.seriesdir import MIRRORED_PREFIX
 
 
 def run_check(series, version=None) -> list:

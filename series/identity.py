@@ -44,7 +44,7 @@ def of_series(series) -> str:
 
 def describe(patches_dir) -> dict:
     """What a results folder records: the id, the base release and the patch names."""
-    from tools import seriesdir
+    from series import seriesdir
 
     series = seriesdir.load(patches_dir)
     return {

@@ -7,10 +7,10 @@ The one place that knows the directory's layout. Not for applying anything.
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.cover import COVER_NAME, CoverError, parse_cover
-from tools.errors import SeriesError
-from tools.patchfile import PatchFormatError, parse_patch
-from tools.pins import parse_base, parse_series
+from series.cover import COVER_NAME, CoverError, parse_cover
+from series.errors import SeriesError
+from series.patchfile import PatchFormatError, parse_patch
+from series.pins import parse_base, parse_series
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PATCHES_DIR = REPO_ROOT / "patches"
@@ -47,7 +47,7 @@ def load(root=PATCHES_DIR) -> SeriesDir:
     series_file, base_file = root / "series", root / "BASE"
     for required in (series_file, base_file):
         if not required.is_file():
-            raise SeriesError(f"{required} is missing; run 'python -m tools.series refresh'", 2)
+            raise SeriesError(f"{required} is missing; run 'python -m series refresh'", 2)
     names = parse_series(series_file.read_text(), str(series_file))
     if not names:
         raise SeriesError(f"{series_file} lists no patches")
@@ -71,6 +71,6 @@ def load(root=PATCHES_DIR) -> SeriesDir:
         if letter.count != len(names):
             raise SeriesError(
                 f"{COVER_NAME} introduces {letter.count} patches, {series_file} lists "
-                f"{len(names)}; run 'python -m tools.series refresh'"
+                f"{len(names)}; run 'python -m series refresh'"
             )
     return SeriesDir(root, tuple(names), base, tuple(patches), letter)

@@ -1,4 +1,4 @@
-"""``python -m ci.compat``: the overlay's A/B on every sglang release that imports here.
+"""``python -m releases.compat``: the overlay's A/B on every sglang release that imports here.
 
 For each release, installs that sglang wheel ``--no-deps`` into a cached folder that shadows the
 venv's sglang (``PYTHONPATH``), so it runs over the venv's pinned closure like a throwaway venv
@@ -97,8 +97,8 @@ def overlay_state(version: str, env: dict) -> dict:
 
 def series_status(version: str) -> dict:
     """How the series' first patch (the fix) applies to the release's wheel: {status, detail}."""
-    from tools import matrix, seriesdir
-    from tools.errors import SeriesError
+    from series import matrix, seriesdir
+    from series.errors import SeriesError
 
     try:
         series = seriesdir.load()
@@ -167,7 +167,7 @@ HEADER = (
 def _cell(text) -> str:
     """Release data as data: escaped like the sticky comment's text (a pipe or a line break
     cannot break the row; a mention, a reference, HTML, a link or our marker does nothing)."""
-    from ci.render import escape_inline
+    from report.render import escape_inline
 
     return escape_inline(text)
 
@@ -193,7 +193,7 @@ def render(rows) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.compat", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m releases.compat", description=__doc__)
     parser.add_argument("--versions", nargs="+", default=list(DEFAULT_VERSIONS))
     parser.add_argument("--out", type=Path, default=REPO / "out" / "compat")
     parser.add_argument("--json", action="store_true")

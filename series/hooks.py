@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools import wheels
-from tools.errors import SeriesError, usage
+from series import wheels
+from series.errors import SeriesError, usage
 
 PINS = ("black==24.10.0", "isort==5.13.2", "codespell==2.4.1", "pre-commit-hooks==5.0.0")
 CODESPELL_IGNORE = "ans,als,hel,boostrap,childs,te,vas,hsa,ment"
@@ -177,7 +177,7 @@ def _excerpt(output: str, limit: int = 40) -> str:
 def verify(series, repo: Path, base_tag: str) -> list:
     """Run the hooks on the series' files in a repository where it is applied; raise on a
     failure the series introduced."""
-    from tools import gitcmd
+    from series import gitcmd
 
     patched, base = {}, {}
     for path in series.touched_files():

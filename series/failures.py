@@ -6,7 +6,7 @@ running git.
 
 import re
 
-from tools.patchfile import hunk_at
+from series.patchfile import hunk_at
 
 _FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
 _MISSING = re.compile(r"^error: (.+?): (does not exist in index|No such file or directory)$", re.M)

@@ -2,7 +2,7 @@
 
 Discovery reads sglang's versions from pip's simple index (the JSON form, PEP 691) and keeps
 the final releases newer than the newest one the project knows (the series matrix, the compat
-defaults and the overlay's ``KNOWN_SHAPES``). Each new release goes through ``ci.compat``:
+defaults and the overlay's ``KNOWN_SHAPES``). Each new release goes through ``releases.compat``:
 installed ``--no-deps`` over this venv's closure, the overlay's state with the allocating
 method's sha256, whether patch 0001 applies, and the CPU A/B. The rows render as the compat
 table of the README. With ``--post`` the table is kept in ONE tracking issue, found by a marker
@@ -56,9 +56,9 @@ def known_releases() -> list:
     """Every release the project names: series matrix, compat defaults, overlay shapes."""
     from packaging.version import Version
 
-    from ci.compat import DEFAULT_VERSIONS
+    from releases.compat import DEFAULT_VERSIONS
+    from series.matrix import DSV4_RELEASES
     from sglang_overlay.shapes import KNOWN_SHAPES
-    from tools.matrix import DSV4_RELEASES
 
     names = set(DSV4_RELEASES) | set(DEFAULT_VERSIONS)
     for shape in KNOWN_SHAPES:
@@ -203,7 +203,7 @@ def issue_body(rows, newest_known: str, index_url: str, requested: bool = False)
     """The tracking issue's text: the marker, then the compat table of the new releases (or of
     the ``requested`` ones). No timestamps, so a run that finds nothing new leaves the issue
     untouched."""
-    from ci import compat
+    from releases import compat
 
     known = f"{newest_known} is the newest release the overlay and the patch series know"
     if requested:
@@ -216,7 +216,7 @@ def issue_body(rows, newest_known: str, index_url: str, requested: bool = False)
         lines.append(
             "Each release installed `--no-deps` over the pinned CPU closure: the overlay's state "
             "and the allocating method's sha256, whether patch 0001 applies to the wheel "
-            "(`tools.series matrix`), and the registered tests unmodified and with the change "
+            "(`series.series matrix`), and the registered tests unmodified and with the change "
             "(`python -m ci run --backend cpu`). Any verdict but `ok` needs a new shape in "
             "`sglang_overlay/shapes.py` or a rebased series."
         )
@@ -298,7 +298,7 @@ def cmd_watch(args) -> int:
     except WatchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from ci import compat
+    from releases import compat
 
     requested = bool(args.versions) or (bool(args.rows) and _requested(args.rows))
     body = issue_body(rows, newest, args.index_url or "the package index", requested)
@@ -336,7 +336,7 @@ def _rows(args) -> tuple:
     """(rows, newest known release) from --rows, --versions or discovery."""
     if args.rows:
         return load_rows(Path(args.rows))
-    from ci import compat
+    from releases import compat
 
     known = known_releases()
     if args.versions:
@@ -355,8 +355,8 @@ def _rows(args) -> tuple:
 def _post(args, body) -> int:
     import github3.exceptions
 
-    from ci.publish import connect
-    from ci.retry import GaveUp, RetryPolicy
+    from report.publish import connect
+    from report.retry import GaveUp, RetryPolicy
 
     token = os.environ["GITHUB_TOKEN"]
     owner, name = args.repo.split("/")

@@ -11,8 +11,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from tools import gitcmd, wheels
-from tools.errors import usage
+from series import gitcmd, wheels
+from series.errors import usage
 
 BASE_TAG = "base"
 VERSION_KEY = "sglang-series.version"

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import github3
 import github3.exceptions as gh_errors
 
-from ci import gate, pr_body
-from ci.retry import RetryPolicy
+from report import gate, pr_states
+from report.retry import RetryPolicy
 
 STATUS_STATES = ("error", "failure", "pending", "success")
 # Who writes with the Actions GITHUB_TOKEN; that token cannot call GET /user to say so itself.
@@ -83,7 +83,7 @@ class Publisher:
             if new is None:
                 self.log(
                     f"PR body: left unchanged; the body plus our slot line would exceed "
-                    f"{pr_body.BODY_LIMIT} characters and the author's text is not ours to cut"
+                    f"{pr_states.BODY_LIMIT} characters and the author's text is not ours to cut"
                 )
                 return "too-long"
             if new == base:
@@ -93,15 +93,15 @@ class Publisher:
                 self.log("PR body: changed since we read it; merging our slot onto the new body")
                 issue = fresh
                 continue
-            self.replaced, self.written = pr_body.get_slot(base, slot), text
+            self.replaced, self.written = pr_states.get_slot(base, slot), text
             self.policy.call("write PR body", fresh.edit, body=new)
             issue = self._issue()
-            if pr_body.get_slot(issue.body, slot) == text:
+            if pr_states.get_slot(issue.body, slot) == text:
                 # A writer that read before our write may still land its stale body; its
                 # read-to-write gap is well under the settle time, so a second look catches it.
                 self.policy.pause(self.settle_s)
                 issue = self._issue()
-                if pr_body.get_slot(issue.body, slot) == text:
+                if pr_states.get_slot(issue.body, slot) == text:
                     return "updated"
             self.log("PR body: another writer replaced it after our write; re-applying our slot")
         raise ConflictError(f"PR #{self.number}: body kept changing; gave up after {self.rounds}")
@@ -112,9 +112,9 @@ class Publisher:
         if self.written is None or self.replaced is None:
             return "nothing to put back"
         issue = self._issue()
-        if pr_body.get_slot(issue.body, slot) != self.written:
+        if pr_states.get_slot(issue.body, slot) != self.written:
             return "left as a newer writer set it"
-        body = pr_body.set_slot(issue.body, slot, label, self.replaced)
+        body = pr_states.set_slot(issue.body, slot, label, self.replaced)
         self.policy.call("write PR body", issue.edit, body=body)
         return "put back"
 
@@ -140,7 +140,7 @@ class Publisher:
         return str(((pull or {}).get("head") or {}).get("sha") or "")
 
     def create_check_run(self, create: dict, updates: list) -> int:
-        """One check run from ``checks.requests``; the updates append further annotations."""
+        """One check run from ``check_run.requests``; the updates append further annotations."""
         repository = self.policy.call("read repository", self.gh.repository, self.owner, self.repo)
         body = dict(create)
         run = self.policy.call(
@@ -160,7 +160,7 @@ class Publisher:
         """The one comment by ``author`` that starts with ``marker``: edited, or created."""
         if not author:
             raise ValueError("upsert_comment needs the bot's login; a marker alone proves nothing")
-        if len(body) > pr_body.BODY_LIMIT:
+        if len(body) > pr_states.BODY_LIMIT:
             raise ValueError(f"comment is {len(body)} characters; render must shrink it first")
 
         def once():
@@ -204,8 +204,8 @@ class Publisher:
 
 def _first_fit(base: str, slot: str, label: str, texts: list[str]):
     for text in texts:
-        new = pr_body.set_slot(base, slot, label, text)
-        if len(new) <= pr_body.BODY_LIMIT:
+        new = pr_states.set_slot(base, slot, label, text)
+        if len(new) <= pr_states.BODY_LIMIT:
             return new, text
     return None, None
 

@@ -14,9 +14,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools import check, failures, gitcmd
-from tools.errors import SeriesError, usage
-from tools.layout import PACKAGE_STRIP, UPSTREAM_PACKAGE, package_relative
+from series import check, failures, gitcmd
+from series.errors import SeriesError, usage
+from series.layout import PACKAGE_STRIP, UPSTREAM_PACKAGE, package_relative
 
 
 @dataclass(frozen=True)

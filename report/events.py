@@ -10,7 +10,7 @@ whether its head was approved, is asked of GitHub (``report.fork_request``), nev
 import re
 from dataclasses import dataclass
 
-from ci.gate import COMMIT_SHA
+from report.gate import COMMIT_SHA
 
 CONCLUSIONS = (
     "success",

@@ -13,9 +13,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from tools.errors import SeriesError, usage
-from tools.layout import wheel_member_to_upstream
-from tools.pins import check_version
+from series.errors import SeriesError, usage
+from series.layout import wheel_member_to_upstream
+from series.pins import check_version
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CACHE_DIR = Path(os.environ.get("SGLANG_SERIES_CACHE", REPO_ROOT / ".cache"))

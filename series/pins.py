@@ -9,8 +9,8 @@ is caught before a hunk fails somewhere confusing.
 import re
 from dataclasses import dataclass
 
-from tools.cover import COVER_NAME
-from tools.errors import SeriesError
+from series.cover import COVER_NAME
+from series.errors import SeriesError
 
 _NAME_RE = re.compile(r"^[0-9]{4}-[A-Za-z0-9._-]+\.patch$")
 _VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*(\.post[0-9]+|rc[0-9]+)?$")
@@ -40,9 +40,7 @@ def parse_series(text: str, where: str = "patches/series") -> list:
 
 
 def render_series(names) -> str:
-    header = (
-        "# Apply in this order (quilt series). Regenerate with: python -m tools.series refresh\n"
-    )
+    header = "# Apply in this order (quilt series). Regenerate with: python -m series refresh\n"
     return header + "".join(f"{name}\n" for name in names)
 
 
@@ -88,7 +86,7 @@ def parse_base(text: str, where: str = "patches/BASE") -> Base:
 
 def render_base(base: Base) -> str:
     lines = [
-        "# The base this series is cut against. Regenerate with: python -m tools.series refresh",
+        "# The base this series is cut against. Regenerate with: python -m series refresh",
         f"release: sglang=={base.version}",
         f"source: the sglang=={base.version} wheel, as pip download finds it on the index pip "
         "is configured for",

@@ -13,11 +13,11 @@ import hashlib
 import tempfile
 from pathlib import Path
 
-from tools import base, gitcmd
-from tools.cover import COVER_NAME, CoverError, parse_cover, pin_date
-from tools.errors import SeriesError, usage
-from tools.patchfile import parse_patch
-from tools.pins import NEW, Base, parse_series, render_base, render_series
+from series import base, gitcmd
+from series.cover import COVER_NAME, CoverError, parse_cover, pin_date
+from series.errors import SeriesError, usage
+from series.patchfile import parse_patch
+from series.pins import NEW, Base, parse_series, render_base, render_series
 
 # Options that keep the output independent of the user's git config and git version.
 FORMAT_PATCH = [

@@ -7,8 +7,8 @@ line ("fails on sglang 0.5.23 (peak 160.0 MiB); passes on ... (peak 96.0 MiB)"),
 follow-up updates of the same check run, which GitHub appends.
 """
 
-from ci.render import clip, short_summary, visible
 from evidence.model import Case, Results
+from report.render import clip, short_summary, visible
 
 CHECK_NAME = "DSV4 workspace A/B"
 SUMMARY_LIMIT = 65535

@@ -11,8 +11,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from ci.pr_body import BODY_LIMIT, MISSING_LABEL
 from evidence.model import FILE_CASE, Case, Results
+from report.pr_states import BODY_LIMIT, MISSING_LABEL
 
 STATUS_LIMIT = 140
 STATES = {

@@ -86,11 +86,11 @@ def prepare(request: ReportRequest) -> ReportRequest:
         raise RequestError(f"--repo {request.repo!r}: expected OWNER/NAME")
     if (request.require_head or request.check_run) and not request.sha:
         raise RequestError("--require-head and --check-run need --sha")
-    from ci import pr_body
+    from report import pr_states
 
     try:
-        pr_body.markers(request.slot)
-        pr_body.slot_line(request.slot, request.slot_label, "")
+        pr_states.markers(request.slot)
+        pr_states.slot_line(request.slot, request.slot_label, "")
     except ValueError as exc:
         raise RequestError(str(exc)) from None
     return request
@@ -98,7 +98,7 @@ def prepare(request: ReportRequest) -> ReportRequest:
 
 def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
     """What the report for ``request`` (already ``prepare``d) would send."""
-    from ci import artifact, pr_body, render
+    from report import artifact, pr_states, render
 
     links = request.links
     state, invalid = request.state, request.invalid
@@ -138,7 +138,7 @@ def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
         repo=request.repo,
         pr=request.pr,
         slot=request.slot,
-        slot_line=pr_body.slot_line(request.slot, request.slot_label, texts[0]),
+        slot_line=pr_states.slot_line(request.slot, request.slot_label, texts[0]),
         comment=comment,
         statuses=tuple(statuses) if request.sha else (),
         sha=request.sha,
@@ -156,7 +156,7 @@ STEP_SUMMARY_BYTES = 1024 * 1024  # GitHub drops a step's summary whole past 1 M
 def _step_summary(model, slot: str, links: dict) -> str:
     """The report for $GITHUB_STEP_SUMMARY, at most 1 MiB of UTF-8: names of many-byte
     characters would otherwise push a character-limited report over and lose all of it."""
-    from ci import render
+    from report import render
 
     limit = STEP_SUMMARY_BYTES
     while True:
@@ -206,9 +206,9 @@ def publish(request: ReportRequest, report: ReportPlan, say) -> bool:
     # Only publishing needs github3: a dry run works where it is not installed (a GPU runner).
     import github3.exceptions
 
-    from ci import render
-    from ci.publish import Publisher, connect
-    from ci.retry import GaveUp, RetryPolicy
+    from report import render
+    from report.publish import Publisher, connect
+    from report.retry import GaveUp, RetryPolicy
 
     token = os.environ.get("GITHUB_TOKEN")
     if not token:
@@ -270,7 +270,7 @@ def _results_folder(path: str) -> str:
 def _from_workflow_run(request: ReportRequest) -> ReportRequest:
     """Fill repo, sha and run from a workflow_run payload (GitHub's, so trusted); the PR, its
     approval and the results come from GitHub in ``fork_request``."""
-    from ci import events, gate
+    from report import events, gate
 
     try:
         run = events.finished_run(gate.load_event(request.workflow_run))
@@ -289,16 +289,17 @@ def _from_workflow_run(request: ReportRequest) -> ReportRequest:
 
 RESULTS_ARTIFACT = "dsv4-results"
 MAX_ARTIFACT_BYTES = 256 * 1024 * 1024  # the zip: results.json, report.md, JUnit, logs, pictures
-BOT_CODE = "ci"  # the folder whose code ran the A/B and wrote results.json
+# The folders whose code ran the A/B and wrote results.json: the runner and its evidence model.
+BOT_CODE = ("ci", "abtest", "evidence")
 
 
 def fork_request(request: ReportRequest, reader, folder: str):
     """(request, None) for a fork run, with everything but the raw outcomes asked of GitHub: the
     open PR whose head is the run's head, whether someone with write permission approved that
-    commit before the run started, whether the run's workflow file and ``ci/`` are the default
-    branch's, the results artifact's size before it is downloaded into ``folder``. (None, why)
+    commit before the run started, whether the run's workflow file and the bot's code are the default
+    branch's (and ``BOT_CODE``), the results artifact's size before it is downloaded into ``folder``. (None, why)
     when there is nothing to report: no such PR, or an approved run that ran no tests."""
-    from ci import artifact, events, gate, publish
+    from report import artifact, events, gate, publish
 
     run = events.finished_run(gate.load_event(request.workflow_run))
     owner = (run.head_repo or "").split("/")[0]
@@ -325,7 +326,7 @@ def fork_request(request: ReportRequest, reader, folder: str):
     default = run.default_branch
     changed = [
         path
-        for path in (run.path, BOT_CODE)
+        for path in (run.path, *BOT_CODE)
         if reader.sha_of(path, run.head_sha) != reader.sha_of(path, default)
     ]
     if changed:
@@ -347,7 +348,7 @@ def fork(request: ReportRequest, folder: str):
     """``fork_request`` with a reader from GITHUB_TOKEN; what GitHub refuses is PublishFailed."""
     import github3.exceptions
 
-    from ci.retry import GaveUp
+    from report.retry import GaveUp
 
     read = reader(request)
     try:
@@ -358,8 +359,8 @@ def fork(request: ReportRequest, folder: str):
 
 def reader(request: ReportRequest):
     """A ``publish.Reader`` of the request's repository with the token in GITHUB_TOKEN."""
-    from ci.publish import Reader, connect
-    from ci.retry import RetryPolicy
+    from report.publish import Reader, connect
+    from report.retry import RetryPolicy
 
     token = os.environ.get("GITHUB_TOKEN")
     if not token:
@@ -376,19 +377,19 @@ def _refusal(request: ReportRequest, invalid: str | None):
 
 
 def _check_run(request: ReportRequest, model, state: str, now: str, refused=None):
-    from ci import checks, render
+    from report import check_run, render
 
     if not request.check_run or state in _NO_CHECK_RUN:
         return None
     if model is None:
-        create = checks.no_results_request(state, request.sha, now, request.run_url)
+        create = check_run.no_results_request(state, request.sha, now, request.run_url)
         if refused:
             summary = f"The test job's results were refused: {render.escape_inline(refused[1])}"
             create["output"] = {"title": refused[0], "summary": summary[:2000]}
         return {"create": create}
-    summary = render.comment(model, request.slot, limit=checks.SUMMARY_LIMIT, **request.links)
+    summary = render.comment(model, request.slot, limit=check_run.SUMMARY_LIMIT, **request.links)
     summary = summary.split("\n", 1)[1]  # the marker line is for the sticky comment only
-    create, updates = checks.requests(model, request.sha, summary, now, request.run_url)
+    create, updates = check_run.requests(model, request.sha, summary, now, request.run_url)
     return {"create": create, "updates": updates}
 
 

@@ -12,7 +12,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from tools import failures, gitcmd, wheels
+from series import failures, gitcmd, wheels
 
 # Releases that ship the DSV4 sparse-prefill workspace (see shared/reference/upstream.md).
 DSV4_RELEASES = (

@@ -5,7 +5,7 @@ and Profiling, Checklist. Prose comes from the patches' own messages (their ``Mo
 ``Modifications`` and other sections); every figure comes from the results folder (outcomes,
 peaks, cap, durations, the environment) or from the series itself. Nothing here is typed in
 by hand, so the description cannot drift from what the bot measured. Results made for another
-series are refused: ``environment.series.id`` (written by ``ci run``, see ``tools.identity``)
+series are refused: ``environment.series.id`` (written by ``ci run``, see ``series.identity``)
 must equal the id of the series being described. Pure apart from ``load_results``.
 """
 
@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 
 from evidence import model as evidence
-from tools import identity
-from tools.errors import SeriesError
+from series import identity
+from series.errors import SeriesError
 
 DOCS = "https://docs.sglang.io/developer_guide/contribution_guide.html"
 CHECKLIST = (
@@ -45,7 +45,7 @@ _OWN = {"motivation", "modifications", "tests"}
 
 @dataclass(frozen=True)
 class CheckState:
-    """What ``tools.series check`` said, or None when it was not run."""
+    """What ``series.series check`` said, or None when it was not run."""
 
     passed: bool | None
     detail: str = ""
@@ -109,7 +109,7 @@ def verify_results_match(series, results) -> str:
 
 
 def _case_label(case) -> str:
-    from ci.render import escape_inline
+    from report.render import escape_inline
 
     group, _, test = case.test.rpartition(".")
     device = next((d for d in ("CUDA", "CPU") if group.endswith(d)), "")
@@ -118,7 +118,7 @@ def _case_label(case) -> str:
 
 
 def ab_table(results) -> list:
-    from ci.render import cell, escape_inline
+    from report.render import cell, escape_inline
 
     labels = [escape_inline(results.label(m)) for m in ("unmodified", "change")]
     lines = [f"| case | kind | {labels[0]} | {labels[1]} |", "| --- | --- | --- | --- |"]
@@ -185,7 +185,7 @@ def checklist(series, results, check: CheckState) -> list:
 
 def render(series, results, results_dir: str, check: CheckState) -> str:
     """The whole PR description (Markdown)."""
-    from ci.render import environment_line
+    from report.render import environment_line
 
     series_id = verify_results_match(series, results)
     fix, *rest = series.patches
@@ -214,7 +214,7 @@ def render(series, results, results_dir: str, check: CheckState) -> str:
         "",
         "```bash",
         f"python -m ci run --out {results_dir} --backend {results.backend}",
-        f"python -m tools.series pr-body --results {results_dir}",
+        f"python -m series pr-body --results {results_dir}",
         "```",
         "",
     ]

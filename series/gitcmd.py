@@ -8,7 +8,7 @@ import os
 import shutil
 import subprocess
 
-from tools.errors import SeriesError, usage
+from series.errors import SeriesError, usage
 
 # A fixed identity and date make the materialised base commit the same on every machine.
 BASE_IDENTITY = {

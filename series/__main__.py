@@ -1,4 +1,4 @@
-"""Keep the upstream patch series in ``patches/`` healthy: ``python -m tools.series VERB``.
+"""Keep the upstream patch series in ``patches/`` healthy: ``python -m series VERB``.
 
   materialize [--version V] DIR   a git repo of sglang==V in upstream layout, base committed
   check [--version V]             applies to a fresh base, 0002's test is the project's,
@@ -16,9 +16,9 @@ arguments and prints; each verb lives in its own module.
 import argparse
 import sys
 
-from tools import apply, base, check, matrix, prbody, refresh, seriesdir
-from tools.errors import OK, SeriesError
-from tools.pins import check_version
+from series import apply, base, check, matrix, pr_description, refresh, seriesdir
+from series.errors import OK, SeriesError
+from series.pins import check_version
 
 
 def _version(text: str) -> str:
@@ -30,7 +30,7 @@ def _version(text: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m tools.series",
+        prog="python -m series",
         description=__doc__.split("\n\nExit codes", 1)[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Exit codes: 0 ok, 1 check failed or target refused (nothing changed), "
@@ -110,16 +110,18 @@ def run(args) -> int:
         print("ok")
         return OK
     if args.verb == "pr-body":
-        results = prbody.load_results(args.results)
-        prbody.verify_results_match(series, results)  # refuse before the slow check
-        state = prbody.CheckState(None, "'tools.series check' not run")
+        results = pr_description.load_results(args.results)
+        pr_description.verify_results_match(series, results)  # refuse before the slow check
+        state = pr_description.CheckState(None, "'series.series check' not run")
         if not args.no_check:
             try:
                 check.run_check(series)
-                state = prbody.CheckState(True, "upstream's pinned hooks pass: tools.series check")
+                state = pr_description.CheckState(
+                    True, "upstream's pinned hooks pass: series.series check"
+                )
             except SeriesError as err:
-                state = prbody.CheckState(False, str(err).splitlines()[0])
-        sys.stdout.write(prbody.render(series, results, args.results, state))
+                state = pr_description.CheckState(False, str(err).splitlines()[0])
+        sys.stdout.write(pr_description.render(series, results, args.results, state))
         return OK
     if args.verb == "apply":
         for line in apply.apply_to(series, args.to):
