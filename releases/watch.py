@@ -21,6 +21,23 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import github3.exceptions
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
+from pip._internal.models.index import PyPI
+
+from releases import compat
+from releases.compat import DEFAULT_VERSIONS
+from report.publish import connect
+from report.retry import GaveUp, RetryPolicy
+from series.matrix import DSV4_RELEASES
+from sglang_overlay.shapes import KNOWN_SHAPES
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PROJECT = "sglang"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -54,12 +71,6 @@ class WatchError(RuntimeError):
 
 def known_releases() -> list:
     """Every release the project names: series matrix, compat defaults, overlay shapes."""
-    from packaging.version import Version
-
-    from releases.compat import DEFAULT_VERSIONS
-    from series.matrix import DSV4_RELEASES
-    from sglang_overlay.shapes import KNOWN_SHAPES
-
     names = set(DSV4_RELEASES) | set(DEFAULT_VERSIONS)
     for shape in KNOWN_SHAPES:
         names.update(part.strip() for part in re.split(r"[-,]", shape.releases) if part.strip())
@@ -71,7 +82,6 @@ def known_releases() -> list:
 
 def index_versions(payload: dict) -> list:
     """Versions with at least one file that is not yanked, from a PEP 691 project page."""
-    from packaging.version import Version
 
     if not isinstance(payload, dict) or not isinstance(payload.get("files"), list):
         raise WatchError("the index answer is not a PEP 691 project page (no 'files' list)")
@@ -88,13 +98,6 @@ def index_versions(payload: dict) -> list:
 
 
 def _file_version(filename: str) -> "str | None":
-    from packaging.utils import (
-        InvalidSdistFilename,
-        InvalidWheelFilename,
-        parse_sdist_filename,
-        parse_wheel_filename,
-    )
-    from packaging.version import InvalidVersion
 
     try:
         if filename.endswith(".whl"):
@@ -106,7 +109,6 @@ def _file_version(filename: str) -> "str | None":
 
 def newer_releases(available, known) -> list:
     """Final releases (no pre- or dev-releases) newer than every known one, oldest first."""
-    from packaging.version import InvalidVersion, Version
 
     newest = max(Version(v) for v in known)
     found = []
@@ -122,7 +124,6 @@ def newer_releases(available, known) -> list:
 
 def default_index() -> str:
     """pip's index: PIP_INDEX_URL when set, else the one pip itself defaults to."""
-    from pip._internal.models.index import PyPI
 
     return os.environ.get("PIP_INDEX_URL") or PyPI.simple_url
 
@@ -203,7 +204,6 @@ def issue_body(rows, newest_known: str, index_url: str, requested: bool = False)
     """The tracking issue's text: the marker, then the compat table of the new releases (or of
     the ``requested`` ones). No timestamps, so a run that finds nothing new leaves the issue
     untouched."""
-    from releases import compat
 
     known = f"{newest_known} is the newest release the overlay and the patch series know"
     if requested:
@@ -298,7 +298,6 @@ def cmd_watch(args) -> int:
     except WatchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from releases import compat
 
     requested = bool(args.versions) or (bool(args.rows) and _requested(args.rows))
     body = issue_body(rows, newest, args.index_url or "the package index", requested)
@@ -336,7 +335,6 @@ def _rows(args) -> tuple:
     """(rows, newest known release) from --rows, --versions or discovery."""
     if args.rows:
         return load_rows(Path(args.rows))
-    from releases import compat
 
     known = known_releases()
     if args.versions:
@@ -353,10 +351,6 @@ def _rows(args) -> tuple:
 
 
 def _post(args, body) -> int:
-    import github3.exceptions
-
-    from report.publish import connect
-    from report.retry import GaveUp, RetryPolicy
 
     token = os.environ["GITHUB_TOKEN"]
     owner, name = args.repo.split("/")

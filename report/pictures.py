@@ -29,7 +29,7 @@ def draw_all(results: Results, out_dir: str) -> dict:
     ]
     if not cases:
         return {}
-    try:
+    try:  # here, not at the top: optional, and a second to import where nothing is drawn
         import matplotlib
 
         matplotlib.use("Agg")
