@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from abtest import modes
 from evidence import model as evidence
 from report.render import escape_inline
 from series import matrix, seriesdir
@@ -64,7 +65,7 @@ def release_env(version: str, installed: bool = False) -> dict:
     """The environment for processes that should see ``sglang==version``: the cached
     ``--no-deps`` install first on the path, or (``installed``) this venv's own sglang."""
     env = dict(os.environ)
-    env.pop("SGLANG_OVERLAY_DISABLE", None)
+    env.pop(modes.DISABLE_ENV, None)
     if installed:
         env.pop("PYTHONPATH", None)
     else:

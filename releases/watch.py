@@ -33,7 +33,7 @@ from pip._internal.models.index import PyPI
 
 from releases import compat
 from releases.compat import DEFAULT_VERSIONS
-from report.publish import connect
+from report.publish import connect, upsert_sticky
 from report.retry import GaveUp, RetryPolicy
 from series.matrix import DSV4_RELEASES
 from sglang_overlay.shapes import KNOWN_SHAPES
@@ -233,30 +233,24 @@ def upsert_issue(gh, owner, repo, title, body, author, policy) -> tuple:
     or open one. A closed one is reopened only when its text changes. Duplicates left by two
     racing runs are closed, keeping the oldest."""
 
+    def create():
+        created = gh.create_issue(owner, repo, title, body)
+        if created is None:
+            raise RuntimeError(f"could not open an issue in {owner}/{repo}")
+        return created
+
     def once():
-        ours = sorted(
-            (
-                issue
-                for issue in gh.issues_on(owner, repo, state="all")
-                if not issue.pull_request_urls
-                and (issue.body or "").startswith(MARKER)
-                and (author is None or getattr(issue.user, "login", None) == author)
-            ),
-            key=lambda issue: issue.number,
+        issues = [i for i in gh.issues_on(owner, repo, state="all") if not i.pull_request_urls]
+        outcome, issue = upsert_sticky(
+            sorted(issues, key=lambda issue: issue.number),
+            MARKER,
+            author,
+            create=create,
+            unchanged=lambda keep: keep.body == body and keep.title == title,
+            edit=lambda keep: keep.edit(title=title, body=body, state="open"),
+            retire=lambda duplicate: duplicate.state == "closed" or duplicate.edit(state="closed"),
         )
-        if not ours:
-            created = gh.create_issue(owner, repo, title, body)
-            if created is None:
-                raise RuntimeError(f"could not open an issue in {owner}/{repo}")
-            return "created", created.number
-        keep, extra = ours[0], ours[1:]
-        for duplicate in extra:
-            if duplicate.state != "closed":
-                duplicate.edit(state="closed")
-        if keep.body == body and keep.title == title:
-            return "unchanged", keep.number
-        keep.edit(title=title, body=body, state="open")
-        return "edited", keep.number
+        return outcome, issue.number
 
     # The whole find-then-write repeats on a retry, so a retried create cannot duplicate.
     return policy.call("tracking issue", once)

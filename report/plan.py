@@ -92,7 +92,8 @@ def prepare(request: ReportRequest) -> ReportRequest:
         raise RequestError(f"--repo {request.repo!r}: expected OWNER/NAME")
     if (request.require_head or request.check_run) and not request.sha:
         raise RequestError("--require-head and --check-run need --sha")
-    if request.results and not request.workflow_run and not os.path.exists(request.results):
+    missing = request.results and not os.path.exists(request.results)
+    if missing and not request.workflow_run and not request.test_result:
         raise RequestError(f"--results {request.results}: no such folder or file")
     if request.summary and not os.path.isdir(os.path.dirname(os.path.abspath(request.summary))):
         raise RequestError(f"--summary {request.summary}: its folder does not exist")
