@@ -136,7 +136,7 @@ class Side:
 
 @dataclass(frozen=True)
 class SeriesId:
-    """The patch series the evidence was made with (``series.identity``): pr-body checks it."""
+    """The patch series the evidence was made with (``series.seriesdir``): pr-body checks it."""
 
     id: str
     release: str

@@ -22,8 +22,7 @@ from pathlib import Path
 from abtest import modes
 from evidence import model as evidence
 from report.render import escape_inline
-from series import matrix, seriesdir
-from series.errors import SeriesError
+from series import SeriesError, matrix, seriesdir
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "compat"
