@@ -20,16 +20,11 @@ import sys
 import tempfile
 from importlib import metadata
 
-import github3.exceptions
-
 from abtest import run
 from evidence import model as evidence
 from releases import watch
 from report import gate, pictures, render
-from report import plan as reporting
-from report.plan import DEFAULT_LABEL, DEFAULT_SLOT, REPORT_STATES
-from report.publish import Reader, connect, pull_facts
-from report.retry import GaveUp, RetryPolicy
+from report.pr_states import DEFAULT_LABEL, DEFAULT_SLOT, REPORT_STATES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -239,6 +234,9 @@ def cmd_report(args) -> int:
 
 
 def _report(args, folder: str) -> int:
+    # Here, not at the top: the test job that runs `ci run` installs no github3 (the report
+    # side's client), only the report jobs do.
+    from report import plan as reporting
 
     try:
         request = reporting.prepare(
@@ -317,6 +315,11 @@ class GateFailed(RuntimeError):
 def _fork_facts(args, event, facts):
     """A fork's head, labels and approvals as GitHub has them now (the payload's are a snapshot
     of the moment it was sent)."""
+    # Here, not at the top: only the jobs that talk to GitHub install github3.
+    import github3.exceptions
+
+    from report.publish import Reader, connect, pull_facts
+    from report.retry import GaveUp, RetryPolicy
 
     token = os.environ.get("GITHUB_TOKEN")
     repo = (event.get("repository") or {}).get("full_name")

@@ -11,6 +11,9 @@ and its author, edited in place, never duplicated; posting can read rows a check
 validated against their schema (a wrong shape is exit 2 and one line) and every field is
 escaped like the sticky comment's text.
 Not for judging a release beyond these checks, and not for installing anything into the venv.
+Two jobs run it in two environments (the checking one has no github3, the posting one only
+github3), so the module's top imports only the standard library and each path imports what it
+needs where it starts.
 """
 
 import json
@@ -20,23 +23,6 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
-
-import github3.exceptions
-from packaging.utils import (
-    InvalidSdistFilename,
-    InvalidWheelFilename,
-    parse_sdist_filename,
-    parse_wheel_filename,
-)
-from packaging.version import InvalidVersion, Version
-from pip._internal.models.index import PyPI
-
-from releases import compat
-from releases.compat import DEFAULT_VERSIONS
-from report.publish import connect, upsert_sticky
-from report.retry import GaveUp, RetryPolicy
-from series.matrix import DSV4_RELEASES
-from sglang_overlay.shapes import KNOWN_SHAPES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PROJECT = "sglang"
@@ -71,6 +57,12 @@ class WatchError(RuntimeError):
 
 def known_releases() -> list:
     """Every release the project names: series matrix, compat defaults, overlay shapes."""
+    from packaging.version import Version
+
+    from releases.compat import DEFAULT_VERSIONS
+    from series.matrix import DSV4_RELEASES
+    from sglang_overlay.shapes import KNOWN_SHAPES
+
     names = set(DSV4_RELEASES) | set(DEFAULT_VERSIONS)
     for shape in KNOWN_SHAPES:
         names.update(part.strip() for part in re.split(r"[-,]", shape.releases) if part.strip())
@@ -82,6 +74,7 @@ def known_releases() -> list:
 
 def index_versions(payload: dict) -> list:
     """Versions with at least one file that is not yanked, from a PEP 691 project page."""
+    from packaging.version import Version
 
     if not isinstance(payload, dict) or not isinstance(payload.get("files"), list):
         raise WatchError("the index answer is not a PEP 691 project page (no 'files' list)")
@@ -98,6 +91,13 @@ def index_versions(payload: dict) -> list:
 
 
 def _file_version(filename: str) -> "str | None":
+    from packaging.utils import (
+        InvalidSdistFilename,
+        InvalidWheelFilename,
+        parse_sdist_filename,
+        parse_wheel_filename,
+    )
+    from packaging.version import InvalidVersion
 
     try:
         if filename.endswith(".whl"):
@@ -109,6 +109,7 @@ def _file_version(filename: str) -> "str | None":
 
 def newer_releases(available, known) -> list:
     """Final releases (no pre- or dev-releases) newer than every known one, oldest first."""
+    from packaging.version import InvalidVersion, Version
 
     newest = max(Version(v) for v in known)
     found = []
@@ -124,6 +125,7 @@ def newer_releases(available, known) -> list:
 
 def default_index() -> str:
     """pip's index: PIP_INDEX_URL when set, else the one pip itself defaults to."""
+    from pip._internal.models.index import PyPI
 
     return os.environ.get("PIP_INDEX_URL") or PyPI.simple_url
 
@@ -204,6 +206,7 @@ def issue_body(rows, newest_known: str, index_url: str, requested: bool = False)
     """The tracking issue's text: the marker, then the compat table of the new releases (or of
     the ``requested`` ones). No timestamps, so a run that finds nothing new leaves the issue
     untouched."""
+    from releases import compat
 
     known = f"{newest_known} is the newest release the overlay and the patch series know"
     if requested:
@@ -232,6 +235,8 @@ def upsert_issue(gh, owner, repo, title, body, author, policy) -> tuple:
     """(outcome, number): edit the issue that starts with MARKER and was opened by ``author``,
     or open one. A closed one is reopened only when its text changes. Duplicates left by two
     racing runs are closed, keeping the oldest."""
+
+    from report.publish import upsert_sticky  # needs github3: the posting job's alone
 
     def create():
         created = gh.create_issue(owner, repo, title, body)
@@ -292,6 +297,7 @@ def cmd_watch(args) -> int:
     except WatchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    from releases import compat
 
     requested = bool(args.versions) or (bool(args.rows) and _requested(args.rows))
     body = issue_body(rows, newest, args.index_url or "the package index", requested)
@@ -329,6 +335,7 @@ def _rows(args) -> tuple:
     """(rows, newest known release) from --rows, --versions or discovery."""
     if args.rows:
         return load_rows(Path(args.rows))
+    from releases import compat
 
     known = known_releases()
     if args.versions:
@@ -345,6 +352,10 @@ def _rows(args) -> tuple:
 
 
 def _post(args, body) -> int:
+    import github3.exceptions
+
+    from report.publish import connect
+    from report.retry import GaveUp, RetryPolicy
 
     token = os.environ["GITHUB_TOKEN"]
     owner, name = args.repo.split("/")

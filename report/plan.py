@@ -16,12 +16,10 @@ from dataclasses import asdict, dataclass, replace
 import github3.exceptions
 
 from report import artifact, check_run, events, gate, pr_states, render
+from report.pr_states import DEFAULT_LABEL, DEFAULT_SLOT
 from report.publish import Publisher, Reader, TooLarge, connect, pull_facts
 from report.retry import GaveUp, RetryPolicy
 
-DEFAULT_SLOT = "dsv4-workspace"
-DEFAULT_LABEL = "Latest PR Test (DSV4 workspace)"
-REPORT_STATES = ("results", "pending", "missing-label", "stale-label", "failure", "cancelled")
 _NO_CHECK_RUN = ("pending", "missing-label", "stale-label")
 INVALID_NOTE = "invalid artifact"
 

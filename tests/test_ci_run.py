@@ -244,3 +244,24 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, line):
     )
     assert proc.returncode == 2 and proc.stderr.strip().startswith(line), proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_ci_run_and_the_watch_check_start_where_no_github3_is_installed(tmp_path):
+    # The GPU test job and the release watch's check job install no github3 (only the report
+    # jobs do): their commands must not import it.
+    blocked = "import runpy, sys; sys.modules['github3'] = None; sys.argv = sys.argv[1:]; "
+    blocked += "runpy.run_module('ci', run_name='__main__', alter_sys=True)"
+    for args in (
+        ["run", "--out", str(tmp_path / "out"), "--tests", f"{FIXTURES}/test_exits_early.py"],
+        ["watch", "--help"],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-c", blocked, "ci", *args],
+            cwd=REPO,
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "github3" not in proc.stderr, proc.stderr
+        assert proc.returncode in (0, 1), proc.stderr
