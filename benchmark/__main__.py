@@ -48,7 +48,9 @@ def _plan(device: str, quick: bool) -> dict:
         "fit_repeats": 1,
         "hot": dict(rounds=5, number=2000) if quick else dict(rounds=21, number=20000),
         "startup_runs": 4 if quick else (10 if cuda else 20),
-        "proof_repeats": 1 if quick else (5 if cuda else 3),  # the goals are ratios of medians: noise needs repeats
+        "proof_repeats": 1
+        if quick
+        else (5 if cuda else 3),  # the goals are ratios of medians: noise needs repeats
     }
 
 
