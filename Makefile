@@ -29,10 +29,14 @@ $(SITE_READY): requirements/torch.txt requirements/cpu-closure.txt requirements/
 ifeq ($(TORCH_FROM),system)
 	$(PY) -c 'import torch' || { echo 'USE_SYSTEM_TORCH=1: $(PYTHON) cannot import torch' >&2; exit 2; }
 else
+	@echo "set-up 1/4: torch, torchvision and their dependencies (the longest step: minutes)"
 	$(PIP) install -c requirements/cpu-closure.txt -r requirements/torch.txt
 endif
+	@echo "set-up 2/4: the import closure of sglang's DSV4 module and its test utilities"
 	$(PIP) install --no-deps -r requirements/cpu-closure.txt
+	@echo "set-up 3/4: test tools"
 	$(PIP) install -c requirements/cpu-closure.txt -c requirements/torch.txt -r requirements/dev.txt
+	@echo "set-up 4/4: sglang $(SGLANG_VERSION)"
 	$(PIP) install --no-deps sglang==$(SGLANG_VERSION)
 	rm -f $(VENV)/.ready-sglang-* $(VENV)/.installed
 	touch $@
@@ -47,10 +51,20 @@ $(VENV)/.installed: $(SITE_READY) $(OVERLAY_SOURCES)
 install: $(VENV)/.installed
 
 # The A/B on the real class, unmodified (SGLANG_OVERLAY_DISABLE=1) and with the change: the
-# registered test on a GPU, the project's CPU proof without one; then what the bot would post.
+# registered test on a GPU, the project's CPU proof without one; then what the bot would post,
+# into a file, and last the verdict and where everything is.
+DEMO := out/demo
 demo: install
-	$(PY) -m ci run --out out/demo --tests test/registered proofs --backend $$($(PY) -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")
-	$(PY) -m ci report --results out/demo
+	@echo "the A/B: each test file once per side, in its own process"
+	@mkdir -p $(dir $(DEMO)); backend=$$($(PY) -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')"); \
+	$(PY) -m ci run --out $(DEMO) --tests test/registered proofs --backend $$backend > $(DEMO).txt; \
+	code=$$?; \
+	$(PY) -m ci report --results $(DEMO) > $(DEMO)-bot-preview.md || code=$$?; \
+	echo; echo "what the bot would post (dry run): $(DEMO)-bot-preview.md"; \
+	echo "the evidence: $(DEMO)/report.md, $(DEMO)/results.json, JUnit and logs in $(DEMO)/"; \
+	echo "the PR description: $(PY) -m series pr-body --results $(DEMO)"; \
+	echo; grep -E '^(unmodified|change) +=|^ci run: ' $(DEMO).txt; \
+	exit $$code
 
 lint: install
 	$(BIN)/pre-commit run --all-files --show-diff-on-failure

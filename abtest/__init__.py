@@ -1,0 +1,3 @@
+"""The A/B runner: it runs PR code and holds no token. It selects registered test files,
+prepares the two sides (overlay off and on, or two source trees), runs each file in its own
+process per side, and hands what they reported to ``evidence.judge``."""

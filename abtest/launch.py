@@ -27,6 +27,11 @@ RECORD_BYTES = 1024 * 1024  # the environment record: a few hundred bytes
 # Once the process group is killed, how long a pipe that a process outside the group (one that
 # left the session) still holds may stay open before ci run stops reading it.
 DRAIN_S = 10.0
+# The test processes running now: on Ctrl-C, ci run kills their process groups (they run in
+# sessions of their own, so the terminal's SIGINT never reaches them) and starts no more.
+_LIVE: set = set()
+_LIVE_LOCK = threading.Lock()
+_STOPPING = threading.Event()
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,8 @@ def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> Fil
     ]
     started = time.monotonic()
     try:
+        if _STOPPING.is_set():
+            raise KeyboardInterrupt
         proc = subprocess.Popen(
             command,
             cwd=cwd,
@@ -70,6 +77,8 @@ def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> Fil
             start_new_session=True,
             pass_fds=(channel_write, record_write),
         )
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
     finally:
         os.close(channel_write)  # the child holds the only write ends: EOF when it ends
         os.close(record_write)
@@ -81,6 +90,8 @@ def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> Fil
     # file's process is not reaped yet, so the group's id cannot belong to anyone else.
     _kill_group(proc)
     proc.wait()
+    with _LIVE_LOCK:
+        _LIVE.discard(proc)
     deadline = time.monotonic() + DRAIN_S
     for drain in (output, channel, record):
         drain.join(max(0.0, deadline - time.monotonic()))
@@ -153,7 +164,8 @@ def run_all(
     pairs = [(path, mode) for path in paths for mode in envs]
     runs = []
     # Threads are enough: each one only waits on its child process.
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
         futures = {
             pool.submit(run_file, path, mode, envs[mode], cwd, timeout_s): (path, mode)
             for path, mode in pairs
@@ -167,8 +179,23 @@ def run_all(
                     f"[{done}/{len(pairs)}] {run.mode:<10} {run.path}: {state} "
                     f"in {run.duration_s:.1f}s"
                 )
+    except KeyboardInterrupt:
+        stop_all()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     order = {pair: i for i, pair in enumerate(pairs)}
     return sorted(runs, key=lambda r: order[(r.path, r.mode)])
+
+
+def stop_all() -> int:
+    """Start no more test processes and kill the groups of those running; how many."""
+    _STOPPING.set()
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        _kill_group(proc)
+    return len(live)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

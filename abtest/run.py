@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from abtest import collect, environment, launch, modes
 from evidence import judge, junit
 from evidence.model import MODES, ProcessEnd, Results, SeriesId, read_channel, save
-from series import identity
+from series import seriesdir
 
 # What a results folder holds: a reused --out is cleared of these, and only of these.
 OUTPUTS = ("results.json", "report.md", "junit-unmodified.xml", "junit-change.xml")
@@ -190,7 +190,7 @@ def _series(root: str) -> SeriesId | None:
     """The id of the patch series in ``root``/patches, when the run is made from this project."""
     if not os.path.isfile(os.path.join(root, "patches", "series")):
         return None
-    described = identity.describe(os.path.join(root, "patches"))
+    described = seriesdir.describe(os.path.join(root, "patches"))
     return SeriesId(described["id"], described["release"], tuple(described["patches"]))
 
 

@@ -12,6 +12,7 @@ the others still run. Exit 0 when every part ran, 1 when one failed, 2 for bad u
 import argparse
 import datetime
 import json
+import os
 import platform
 import socket
 import sys
@@ -19,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmark import tables
+from benchmark import charts, hazard, hot_path, memory, proof, startup, tables
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -29,7 +30,7 @@ PARTS = ("peaks", "fit", "hot", "startup", "proof", "hazard")
 
 def machine_name() -> str:
     try:
-        import torch
+        import torch  # here, not at the top: --render-only needs neither torch nor a device
 
         if torch.cuda.is_available():
             return torch.cuda.get_device_name(0).replace(" ", "-").lower()
@@ -47,7 +48,9 @@ def _plan(device: str, quick: bool) -> dict:
         "fit_repeats": 1,
         "hot": dict(rounds=5, number=2000) if quick else dict(rounds=21, number=20000),
         "startup_runs": 4 if quick else (10 if cuda else 20),
-        "proof_repeats": 1 if quick else 3,  # the goals are ratios of medians: noise needs repeats
+        "proof_repeats": 1
+        if quick
+        else (5 if cuda else 3),  # the goals are ratios of medians: noise needs repeats
     }
 
 
@@ -67,7 +70,6 @@ def render_document(results_dir: Path, document: Path) -> None:
 
 
 def _draw(report: dict, name: str, results_dir: Path) -> None:
-    from benchmark import charts
 
     drawn = report.setdefault("charts", {})
     if "peaks" in report:
@@ -85,7 +87,6 @@ def _draw(report: dict, name: str, results_dir: Path) -> None:
 
 
 def _run_part(part: str, device: str, plan: dict, scratch: Path, jobs: int):
-    from benchmark import charts, hot_path, memory, proof, startup
 
     if part == "peaks":
         peaks = memory.peaks(device, plan["peak_repeats"], jobs, plan["quick"], scratch)
@@ -109,8 +110,6 @@ def _run_part(part: str, device: str, plan: dict, scratch: Path, jobs: int):
     if part == "startup":
         return {"startup": startup.measure(runs=plan["startup_runs"])}
     if part == "hazard":
-        from benchmark import hazard
-
         return {"hazard": hazard.report(device, jobs)}
     if part == "proof":
         return {"proof": proof.measure(device, plan["proof_repeats"], ROOT)}
@@ -142,9 +141,7 @@ def main(argv=None) -> int:
         render_document(args.results_dir, args.document)
         return 0
 
-    import os
-
-    import torch
+    import torch  # not for --render-only
 
     started = time.monotonic()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -1,6 +1,8 @@
-"""Upstream main's hazard, measured: does a release-first replacement get the old address back?
+"""The address-keyed design's hazard, measured: does a release-first replacement get the old
+address back?
 
-Upstream main keys a gather cache's validity partly on the workspace's allocation address
+A revision of sglang's workspace module that no release contains (by its wording, pull request
+#40421's design) keys a gather cache's validity partly on the workspace's allocation address
 (``CompressedGather.dequantized_source``). Releasing the old buffer before allocating lets the
 allocator hand the same address to the replacement, so an address-keyed validity check can
 match after the contents were replaced. This part runs a set of replacement transitions on
@@ -65,7 +67,7 @@ BY_NAME = {t.name: t for t in TRANSITIONS}
 
 
 class AddressKeyedGather:
-    """Validity keyed on (source, allocation address), as upstream main's gather cache is."""
+    """Validity keyed on (source, allocation address), as that design's gather cache is."""
 
     def __init__(self):
         self.key = None

@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from benchmark import capped, search
 from benchmark.stats import summary
+from evidence.model import MODES
 
-MODES = ("unmodified", "change")
 MIB_ROWS = capped.ROWS_PER_MIB_BF16
 
 # The seed's three transitions (``capped.TRANSITIONS``); the sweep adds more

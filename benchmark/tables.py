@@ -232,7 +232,7 @@ def hazard_table(report) -> list:
     from benchmark import hazard
 
     return [
-        "#### Upstream main's hazard: does release-first get the old address back?",
+        "#### A validity key built from the address: does release-first get the old address back?",
         "",
         *hazard.render(report["hazard"]).splitlines(),
         "",

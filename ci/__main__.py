@@ -17,10 +17,16 @@ import dataclasses
 import json
 import os
 import sys
+import tempfile
+from importlib import metadata
 
-from report.plan import DEFAULT_LABEL, DEFAULT_SLOT, REPORT_STATES
+from abtest import run
+from evidence import model as evidence
+from releases import watch
+from report import gate, pictures, render
+from report.pr_states import DEFAULT_LABEL, DEFAULT_SLOT, REPORT_STATES
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def main(argv=None) -> int:
@@ -31,6 +37,9 @@ def main(argv=None) -> int:
     except UsageError as exc:
         print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted: every test process this run started is stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def one_line(text: str) -> str:
@@ -43,12 +52,21 @@ class UsageError(Exception):
     pass
 
 
+def _version() -> str:
+    """This project's release, as installed (the bot never imports the package under test)."""
+    try:
+        return metadata.version("sglang-overlay")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m ci",
-        description="Run the registered DSV4 workspace proof on unmodified sglang and with this "
-        "change, then report the A/B on the pull request.",
+        description="Run registered tests on two sides (unmodified and with a change), then "
+        "report the A/B on the pull request.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     verbs = parser.add_subparsers(dest="verb", required=True)
 
     run = verbs.add_parser(
@@ -175,8 +193,6 @@ def _parser() -> argparse.ArgumentParser:
     gate.add_argument("--json", action="store_true")
     gate.set_defaults(func=cmd_gate)
 
-    from releases import watch  # stdlib-only at import; its verb's parser and command live there
-
     watch.add_parser(verbs)
     return parser
 
@@ -185,9 +201,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args) -> int:
-    from abtest import run
-    from evidence import model as evidence
-    from report import pictures, render
 
     args.tests = tuple(args.tests)
     request = run.RunRequest(**_fields(run.RunRequest, args))
@@ -215,13 +228,14 @@ def cmd_run(args) -> int:
 
 
 def cmd_report(args) -> int:
-    import tempfile
 
     with tempfile.TemporaryDirectory(prefix="ci-report-") as folder:
         return _report(args, folder)
 
 
 def _report(args, folder: str) -> int:
+    # Here, not at the top: the test job that runs `ci run` installs no github3 (the report
+    # side's client), only the report jobs do.
     from report import plan as reporting
 
     try:
@@ -259,7 +273,6 @@ def _fields(record_type, args) -> dict:
 
 
 def cmd_gate(args) -> int:
-    from report import gate
 
     if not args.event:
         raise UsageError("--event PATH (or GITHUB_EVENT_PATH) is required")
@@ -302,6 +315,7 @@ class GateFailed(RuntimeError):
 def _fork_facts(args, event, facts):
     """A fork's head, labels and approvals as GitHub has them now (the payload's are a snapshot
     of the moment it was sent)."""
+    # Here, not at the top: only the jobs that talk to GitHub install github3.
     import github3.exceptions
 
     from report.publish import Reader, connect, pull_facts

@@ -12,6 +12,7 @@ never runs, judges or renders anything.
 import enum
 import json
 import math
+import os
 import re
 from dataclasses import asdict, dataclass, field
 
@@ -135,7 +136,7 @@ class Side:
 
 @dataclass(frozen=True)
 class SeriesId:
-    """The patch series the evidence was made with (``series.identity``): pr-body checks it."""
+    """The patch series the evidence was made with (``series.seriesdir``): pr-body checks it."""
 
     id: str
     release: str
@@ -228,7 +229,6 @@ class Results:
 
 def load(path: str) -> Results:
     """results.json at ``path`` (a file, or the folder holding it), checked whole."""
-    import os
 
     if os.path.isdir(path):
         path = os.path.join(path, "results.json")
@@ -238,25 +238,22 @@ def load(path: str) -> Results:
         if os.path.getsize(path) > MAX_RESULTS_BYTES:
             raise EvidenceError(f"{path}: larger than {MAX_RESULTS_BYTES} bytes")
         with open(path, encoding="utf-8") as handle:
-            data = json.load(handle, parse_int=_integer)
+            data = json.load(handle, parse_int=lambda text: _integer(text, path))
     except (OSError, UnicodeDecodeError, RecursionError) as exc:
         raise EvidenceError(f"{path}: not readable: {type(exc).__name__}") from None
     except json.JSONDecodeError as exc:
         raise EvidenceError(f"{path}: not JSON: {exc}") from None
-    except EvidenceError as exc:
-        raise EvidenceError(f"{path}: {exc}") from None
     return _load(data, path)
 
 
-def _integer(text: str) -> int:
+def _integer(text: str, path: str) -> int:
     # A line number, an exit status or a count; 10**400 is none, and no float holds it.
     if len(text.lstrip("-")) > 15:
-        raise EvidenceError(f"an integer of {len(text)} digits")
+        raise EvidenceError(f"{path}: an integer of {len(text)} digits")
     return int(text)
 
 
 def save(results: Results, folder: str) -> str:
-    import os
 
     path = os.path.join(folder, "results.json")
     with open(path, "w", encoding="utf-8") as handle:

@@ -19,7 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from abtest import modes
 from evidence import model as evidence
+from report.render import escape_inline
+from series import SeriesError, matrix, seriesdir
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "compat"
@@ -35,7 +38,7 @@ class CompatError(RuntimeError):
 def install(version: str) -> Path:
     target = CACHE / f"sglang-{version}"
     if not (target / "sglang").is_dir():
-        subprocess.run(
+        proc = subprocess.run(
             [
                 sys.executable,
                 "-m",
@@ -48,8 +51,12 @@ def install(version: str) -> Path:
                 str(target),
                 f"sglang=={version}",
             ],
-            check=True,
+            capture_output=True,
+            text=True,
         )
+        if proc.returncode != 0:
+            why = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise CompatError(f"sglang=={version}: pip could not install it: {why}")
     return target
 
 
@@ -57,7 +64,7 @@ def release_env(version: str, installed: bool = False) -> dict:
     """The environment for processes that should see ``sglang==version``: the cached
     ``--no-deps`` install first on the path, or (``installed``) this venv's own sglang."""
     env = dict(os.environ)
-    env.pop("SGLANG_OVERLAY_DISABLE", None)
+    env.pop(modes.DISABLE_ENV, None)
     if installed:
         env.pop("PYTHONPATH", None)
     else:
@@ -97,8 +104,6 @@ def overlay_state(version: str, env: dict) -> dict:
 
 def series_status(version: str) -> dict:
     """How the series' first patch (the fix) applies to the release's wheel: {status, detail}."""
-    from series import matrix, seriesdir
-    from series.errors import SeriesError
 
     try:
         series = seriesdir.load()
@@ -167,7 +172,6 @@ HEADER = (
 def _cell(text) -> str:
     """Release data as data: escaped like the sticky comment's text (a pipe or a line break
     cannot break the row; a mention, a reference, HTML, a link or our marker does nothing)."""
-    from report.render import escape_inline
 
     return escape_inline(text)
 

@@ -11,6 +11,9 @@ and its author, edited in place, never duplicated; posting can read rows a check
 validated against their schema (a wrong shape is exit 2 and one line) and every field is
 escaped like the sticky comment's text.
 Not for judging a release beyond these checks, and not for installing anything into the venv.
+Two jobs run it in two environments (the checking one has no github3, the posting one only
+github3), so the module's top imports only the standard library and each path imports what it
+needs where it starts.
 """
 
 import json
@@ -233,30 +236,26 @@ def upsert_issue(gh, owner, repo, title, body, author, policy) -> tuple:
     or open one. A closed one is reopened only when its text changes. Duplicates left by two
     racing runs are closed, keeping the oldest."""
 
+    from report.publish import upsert_sticky  # needs github3: the posting job's alone
+
+    def create():
+        created = gh.create_issue(owner, repo, title, body)
+        if created is None:
+            raise RuntimeError(f"could not open an issue in {owner}/{repo}")
+        return created
+
     def once():
-        ours = sorted(
-            (
-                issue
-                for issue in gh.issues_on(owner, repo, state="all")
-                if not issue.pull_request_urls
-                and (issue.body or "").startswith(MARKER)
-                and (author is None or getattr(issue.user, "login", None) == author)
-            ),
-            key=lambda issue: issue.number,
+        issues = [i for i in gh.issues_on(owner, repo, state="all") if not i.pull_request_urls]
+        outcome, issue = upsert_sticky(
+            sorted(issues, key=lambda issue: issue.number),
+            MARKER,
+            author,
+            create=create,
+            unchanged=lambda keep: keep.body == body and keep.title == title,
+            edit=lambda keep: keep.edit(title=title, body=body, state="open"),
+            retire=lambda duplicate: duplicate.state == "closed" or duplicate.edit(state="closed"),
         )
-        if not ours:
-            created = gh.create_issue(owner, repo, title, body)
-            if created is None:
-                raise RuntimeError(f"could not open an issue in {owner}/{repo}")
-            return "created", created.number
-        keep, extra = ours[0], ours[1:]
-        for duplicate in extra:
-            if duplicate.state != "closed":
-                duplicate.edit(state="closed")
-        if keep.body == body and keep.title == title:
-            return "unchanged", keep.number
-        keep.edit(title=title, body=body, state="open")
-        return "edited", keep.number
+        return outcome, issue.number
 
     # The whole find-then-write repeats on a retry, so a retried create cannot duplicate.
     return policy.call("tracking issue", once)

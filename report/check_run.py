@@ -7,7 +7,7 @@ line ("fails on sglang 0.5.23 (peak 160.0 MiB); passes on ... (peak 96.0 MiB)"),
 follow-up updates of the same check run, which GitHub appends.
 """
 
-from evidence.model import Case, Results
+from evidence.model import MODES, Case, Results
 from report.render import clip, short_summary, visible
 
 CHECK_NAME = "DSV4 workspace A/B"
@@ -66,7 +66,7 @@ def requests(
     results: Results, head_sha: str, summary: str, now: str, details_url=None, name=CHECK_NAME
 ) -> tuple[dict, list[dict]]:
     """(the create body, the outputs of the updates that carry annotations 51 and on)."""
-    labels = {mode: results.label(mode) for mode in ("unmodified", "change")}
+    labels = {mode: results.label(mode) for mode in MODES}
     notes = [a for a in (annotation(c, labels) for c in results.cases) if a is not None]
     title = f"A/B on {results.backend}: {short_summary(results)}"
     if len(notes) > MAX_ANNOTATIONS:

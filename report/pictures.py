@@ -10,7 +10,7 @@ estimated or drawn from a cap. Without matplotlib it draws nothing.
 import os
 import re
 
-from evidence.model import Results
+from evidence.model import MODES, Results
 
 FOLDER = "pictures"
 
@@ -24,12 +24,11 @@ def draw_all(results: Results, out_dir: str) -> dict:
     cases = [
         c
         for c in results.cases
-        if c.kind == "regression"
-        and all(c.modes[m].peak_mib is not None for m in ("unmodified", "change"))
+        if c.kind == "regression" and all(c.modes[m].peak_mib is not None for m in MODES)
     ]
     if not cases:
         return {}
-    try:
+    try:  # here, not at the top: optional, and a second to import where nothing is drawn
         import matplotlib
 
         matplotlib.use("Agg")
@@ -50,7 +49,7 @@ def draw_all(results: Results, out_dir: str) -> dict:
 
 
 def _draw(plt, results, case, path) -> None:
-    modes = ("unmodified", "change")
+    modes = MODES
     peaks = [case.modes[m].peak_mib for m in modes]
     fig, ax = plt.subplots(figsize=(5.5, 3), dpi=90)
     for x, (mode, peak) in enumerate(zip(modes, peaks, strict=True)):

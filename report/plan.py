@@ -13,9 +13,13 @@ import os
 import re
 from dataclasses import asdict, dataclass, replace
 
-DEFAULT_SLOT = "dsv4-workspace"
-DEFAULT_LABEL = "Latest PR Test (DSV4 workspace)"
-REPORT_STATES = ("results", "pending", "missing-label", "stale-label", "failure", "cancelled")
+import github3.exceptions
+
+from report import artifact, check_run, events, gate, pr_states, render
+from report.pr_states import DEFAULT_LABEL, DEFAULT_SLOT
+from report.publish import Publisher, Reader, TooLarge, connect, pull_facts
+from report.retry import GaveUp, RetryPolicy
+
 _NO_CHECK_RUN = ("pending", "missing-label", "stale-label")
 INVALID_NOTE = "invalid artifact"
 
@@ -86,7 +90,11 @@ def prepare(request: ReportRequest) -> ReportRequest:
         raise RequestError(f"--repo {request.repo!r}: expected OWNER/NAME")
     if (request.require_head or request.check_run) and not request.sha:
         raise RequestError("--require-head and --check-run need --sha")
-    from report import pr_states
+    missing = request.results and not os.path.exists(request.results)
+    if missing and not request.workflow_run and not request.test_result:
+        raise RequestError(f"--results {request.results}: no such folder or file")
+    if request.summary and not os.path.isdir(os.path.dirname(os.path.abspath(request.summary))):
+        raise RequestError(f"--summary {request.summary}: its folder does not exist")
 
     try:
         pr_states.markers(request.slot)
@@ -98,7 +106,6 @@ def prepare(request: ReportRequest) -> ReportRequest:
 
 def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
     """What the report for ``request`` (already ``prepare``d) would send."""
-    from report import artifact, pr_states, render
 
     links = request.links
     state, invalid = request.state, request.invalid
@@ -156,7 +163,6 @@ STEP_SUMMARY_BYTES = 1024 * 1024  # GitHub drops a step's summary whole past 1 M
 def _step_summary(model, slot: str, links: dict) -> str:
     """The report for $GITHUB_STEP_SUMMARY, at most 1 MiB of UTF-8: names of many-byte
     characters would otherwise push a character-limited report over and lose all of it."""
-    from report import render
 
     limit = STEP_SUMMARY_BYTES
     while True:
@@ -204,11 +210,6 @@ def publish(request: ReportRequest, report: ReportPlan, say) -> bool:
     """Send ``report``; ``say(line)`` hears each step. False when publishing failed (the A/B
     verdict is ``ci run``'s; this only says whether publishing worked)."""
     # Only publishing needs github3: a dry run works where it is not installed (a GPU runner).
-    import github3.exceptions
-
-    from report import render
-    from report.publish import Publisher, connect
-    from report.retry import GaveUp, RetryPolicy
 
     token = os.environ.get("GITHUB_TOKEN")
     if not token:
@@ -270,7 +271,6 @@ def _results_folder(path: str) -> str:
 def _from_workflow_run(request: ReportRequest) -> ReportRequest:
     """Fill repo, sha and run from a workflow_run payload (GitHub's, so trusted); the PR, its
     approval and the results come from GitHub in ``fork_request``."""
-    from report import events, gate
 
     try:
         run = events.finished_run(gate.load_event(request.workflow_run))
@@ -299,7 +299,6 @@ def fork_request(request: ReportRequest, reader, folder: str):
     commit before the run started, whether the run's workflow file and the bot's code are the default
     branch's (and ``BOT_CODE``), the results artifact's size before it is downloaded into ``folder``. (None, why)
     when there is nothing to report: no such PR, or an approved run that ran no tests."""
-    from report import artifact, events, gate, publish
 
     run = events.finished_run(gate.load_event(request.workflow_run))
     owner = (run.head_repo or "").split("/")[0]
@@ -312,7 +311,7 @@ def fork_request(request: ReportRequest, reader, folder: str):
     if len(pulls) != 1:
         return None, f"{len(pulls)} open PRs have head {run.head_sha[:12]}: nothing posted"
     request = replace(request, pr=pulls[0]["number"])
-    facts = publish.pull_facts(reader, request.pr, trigger=run.actor, before=run.created_at)
+    facts = pull_facts(reader, request.pr, trigger=run.actor, before=run.created_at)
     decision = gate.decide(facts)
     if decision.sha != run.head_sha:
         return None, f"PR #{request.pr} moved on from {run.head_sha[:12]}: nothing posted"
@@ -339,16 +338,13 @@ def fork_request(request: ReportRequest, reader, folder: str):
     try:
         reader.download(found["id"], zipped, MAX_ARTIFACT_BYTES)
         artifact.extract_results(zipped, folder)
-    except (publish.TooLarge, artifact.ArtifactError) as exc:
+    except (TooLarge, artifact.ArtifactError) as exc:
         return replace(request, invalid=str(exc)), None
     return replace(request, results=folder, test_result=None), None
 
 
 def fork(request: ReportRequest, folder: str):
     """``fork_request`` with a reader from GITHUB_TOKEN; what GitHub refuses is PublishFailed."""
-    import github3.exceptions
-
-    from report.retry import GaveUp
 
     read = reader(request)
     try:
@@ -359,8 +355,6 @@ def fork(request: ReportRequest, folder: str):
 
 def reader(request: ReportRequest):
     """A ``publish.Reader`` of the request's repository with the token in GITHUB_TOKEN."""
-    from report.publish import Reader, connect
-    from report.retry import RetryPolicy
 
     token = os.environ.get("GITHUB_TOKEN")
     if not token:
@@ -377,7 +371,6 @@ def _refusal(request: ReportRequest, invalid: str | None):
 
 
 def _check_run(request: ReportRequest, model, state: str, now: str, refused=None):
-    from report import check_run, render
 
     if not request.check_run or state in _NO_CHECK_RUN:
         return None

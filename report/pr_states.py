@@ -10,6 +10,10 @@ It does not talk to GitHub and does not escape: callers pass text that is alread
 
 import re
 
+DEFAULT_SLOT = "dsv4-workspace"
+DEFAULT_LABEL = "Latest PR Test (DSV4 workspace)"
+REPORT_STATES = ("results", "pending", "missing-label", "stale-label", "failure", "cancelled")
+
 BLOCK_START = "<!-- pr-states:start -->"
 BLOCK_END = "<!-- pr-states:end -->"
 BLOCK_TITLE = "### CI States"

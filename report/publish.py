@@ -165,22 +165,16 @@ class Publisher:
 
         def once():
             issue = self._issue()
-            ours = [
-                c
-                for c in issue.comments()
-                if (c.body or "").startswith(marker) and getattr(c.user, "login", None) == author
-            ]
-            if not ours:
-                issue.create_comment(body)
-                return "created"
-            keep, extra = ours[0], ours[1:]
-            # Two runs racing can both create one; the next run folds them back to one.
-            for duplicate in extra:
-                duplicate.delete()
-            if keep.body == body:
-                return "unchanged"
-            keep.edit(body)
-            return "edited"
+            outcome, _ = upsert_sticky(
+                issue.comments(),
+                marker,
+                author,
+                create=lambda: issue.create_comment(body),
+                unchanged=lambda keep: keep.body == body,
+                edit=lambda keep: keep.edit(body),
+                retire=lambda duplicate: duplicate.delete(),
+            )
+            return outcome
 
         # The whole find-then-write repeats on a retry, so a retried create cannot duplicate.
         return self.policy.call("sticky comment", once)
@@ -202,6 +196,29 @@ class Publisher:
         )
 
 
+def upsert_sticky(items, marker: str, author: str, create, unchanged, edit, retire) -> tuple:
+    """(outcome, item) for the one item (comment or issue, oldest first) by ``author`` whose
+    body starts with ``marker``: "created" by ``create()`` when there is none, else "unchanged"
+    or "edited"; further ones, left by two runs racing, are ``retire``d. A marker alone proves
+    nothing: anyone can write one, so the author must match too (``None``: the caller has no
+    login to match, and any author counts)."""
+    ours = [
+        item
+        for item in items
+        if (item.body or "").startswith(marker)
+        and (author is None or getattr(item.user, "login", None) == author)
+    ]
+    if not ours:
+        return "created", create()
+    keep, *extra = ours
+    for duplicate in extra:
+        retire(duplicate)
+    if unchanged(keep):
+        return "unchanged", keep
+    edit(keep)
+    return "edited", keep
+
+
 def _first_fit(base: str, slot: str, label: str, texts: list[str]):
     for text in texts:
         new = pr_states.set_slot(base, slot, label, text)
@@ -220,14 +237,21 @@ class Reader:
     repo: str
     policy: RetryPolicy
 
+    def _url(self, *parts) -> str:
+        return self.gh.session.build_url("repos", self.owner, self.repo, *map(str, parts))
+
     def get(self, what: str, *parts, params=None):
-        url = self.gh._build_url("repos", self.owner, self.repo, *map(str, parts))
-        try:
-            return self.policy.call(
-                what, lambda: self.gh._json(self.gh._get(url, params=params), 200)
-            )
-        except gh_errors.NotFoundError:
-            return None
+        url = self._url(*parts)
+
+        def fetch():
+            response = self.gh.session.get(url, params=params)
+            if response.status_code == 404:
+                return None
+            if response.status_code != 200:
+                raise gh_errors.error_for(response)
+            return response.json()
+
+        return self.policy.call(what, fetch)
 
     def pages(self, what: str, *parts) -> list:
         items = []
@@ -273,11 +297,10 @@ class Reader:
     def download(self, artifact_id: int, path: str, limit: int) -> None:
         """The artifact's zip into ``path``; TooLarge past ``limit`` bytes, whatever the
         listing said (the storage URL it redirects to gets no token: requests drops it)."""
-        url = self.gh._build_url("repos", self.owner, self.repo, "actions", "artifacts",
-                                 str(artifact_id), "zip")  # fmt: skip
+        url = self._url("actions", "artifacts", artifact_id, "zip")
 
         def fetch():
-            response = self.gh._get(url, stream=True)
+            response = self.gh.session.get(url, stream=True)
             if response.status_code != 200:
                 raise gh_errors.error_for(response)
             size = 0

@@ -1,7 +1,22 @@
-"""Tools that keep the upstream patch series in ``patches/`` healthy.
-
-``python -m series`` is the one entry point (materialize, check, apply, refresh, matrix).
-The modules here talk to git and pip only at their thin edges (``gitcmd``, ``wheels``); the
-parsing, path mapping and rendering they rely on are pure functions. Nothing here imports sglang
-or the runtime overlay: the series and the overlay are two routes to the same fix.
+"""Tools that keep the upstream patch series in ``patches/`` healthy (``python -m series``:
+materialize, check, apply, refresh, matrix, pr-body), and their one error type: git, pip and
+pre-commit do the work, what is left here reads ``patches/`` and renders. Not for the runtime
+overlay: nothing here imports sglang or ``sglang_overlay``, the two are separate routes to the
+same fix.
 """
+
+OK, CHECK_FAILED, BAD_USAGE = 0, 1, 2
+
+
+class SeriesError(Exception):
+    """A failure the user can act on; ``str(err)`` is the whole message, ``exit_code`` what the
+    CLI returns. Not for bugs: an unexpected exception still surfaces as a traceback."""
+
+    def __init__(self, message: str, exit_code: int = CHECK_FAILED):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def usage(message: str) -> SeriesError:
+    """Bad input or a missing prerequisite (git, a release that does not exist)."""
+    return SeriesError(message, BAD_USAGE)

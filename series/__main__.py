@@ -14,16 +14,17 @@ arguments and prints; each verb lives in its own module.
 """
 
 import argparse
+import json
 import sys
 
-from series import apply, base, check, matrix, pr_description, refresh, seriesdir
-from series.errors import OK, SeriesError
-from series.pins import check_version
+from series import OK, SeriesError, apply, base, check, matrix, pr_description, refresh, seriesdir
+
+_CHECK = "python -m series check"
 
 
 def _version(text: str) -> str:
     try:
-        return check_version(text)
+        return seriesdir.check_version(text)
     except SeriesError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 
@@ -90,54 +91,50 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(args) -> int:
+def run(args) -> str:
+    """What the verb prints on stdout."""
     if args.verb == "refresh":
-        for line in refresh.refresh(args.patches, args.source):
-            print(line)
-        return OK
+        return _lines(refresh.refresh(args.patches, args.source))
     if args.verb == "materialize" and args.version:
-        version = args.version  # materialize needs no series when told the release
+        series, version = None, args.version  # materialize needs no series when told the release
     else:
         series = seriesdir.load(args.patches)
         version = getattr(args, "version", None) or series.base.version
     if args.verb == "materialize":
         repo = base.materialize(version, args.dir)
-        print(f"{repo}: sglang=={version} in upstream layout, base commit tagged '{base.BASE_TAG}'")
-        return OK
+        return (
+            f"{repo}: sglang=={version} in upstream layout, base commit tagged '{base.BASE_TAG}'\n"
+        )
     if args.verb == "check":
-        for line in check.run_check(series, args.version):
-            print(line)
-        print("ok")
-        return OK
+        return _lines([*check.run_check(series, args.version), "ok"])
+    if args.verb == "apply":
+        return _lines(apply.apply_to(series, args.to))
     if args.verb == "pr-body":
         results = pr_description.load_results(args.results)
         pr_description.verify_results_match(series, results)  # refuse before the slow check
-        state = pr_description.CheckState(None, "'series.series check' not run")
+        state = pr_description.CheckState(None, f"'{_CHECK}' not run")
         if not args.no_check:
             try:
                 check.run_check(series)
-                state = pr_description.CheckState(
-                    True, "upstream's pinned hooks pass: series.series check"
-                )
+                state = pr_description.CheckState(True, f"upstream's pinned hooks pass: {_CHECK}")
             except SeriesError as err:
                 state = pr_description.CheckState(False, str(err).splitlines()[0])
-        sys.stdout.write(pr_description.render(series, results, args.results, state))
-        return OK
-    if args.verb == "apply":
-        for line in apply.apply_to(series, args.to):
-            print(line)
-        return OK
-    rows = matrix.build(series, args.versions)
-    sys.stdout.write(
-        matrix.render_json(rows) if args.json else matrix.render_table(series.names, rows)
+        return pr_description.render(series, results, args.results, state)
+    rows = [matrix.release_row(series, version) for version in args.versions]
+    return (
+        json.dumps(rows, indent=2) + "\n" if args.json else matrix.render_table(series.names, rows)
     )
-    return OK
+
+
+def _lines(lines) -> str:
+    return "".join(f"{line}\n" for line in lines)
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return run(args)
+        sys.stdout.write(run(args))
+        return OK
     except SeriesError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code

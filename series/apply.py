@@ -1,52 +1,36 @@
-"""``apply --to``: put the series into a user's upstream checkout or an installed sglang.
-
-Two kinds of target. An upstream git checkout (``python/sglang/`` at its top) gets ``git am``,
-so each patch becomes a commit. An installed package directory (``site-packages/sglang`` or the
-``site-packages`` holding it) gets ``git apply`` with the upstream prefix stripped; files that
-have no place in site-packages (the registered test) are skipped with a message. Either way the
-target is checked first: already applied, partly applied, dirty or not applying means a refusal
-and no change. Not for throwaway trees (``check`` does its own ``git am``).
+"""``apply --to``: put the series into a user's upstream checkout (``git am``, each patch a
+commit) or an installed sglang package (``site-packages/sglang`` or the ``site-packages``
+holding it: ``git apply`` with ``python/sglang/`` stripped, files with no place there such as
+the registered test skipped with a message). The target is checked first: already applied,
+partly applied, dirty or not applying means a refusal and no change. Not for throwaway trees
+(``check`` does its own ``git am``).
 """
 
 import base64
 import hashlib
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
-from series import check, failures, gitcmd
-from series.errors import SeriesError, usage
-from series.layout import PACKAGE_STRIP, UPSTREAM_PACKAGE, package_relative
+from series import SeriesError, check, gitcmd, usage
+
+UPSTREAM_PACKAGE = "python/sglang/"  # where a checkout keeps what site-packages/sglang/ holds
 
 
-@dataclass(frozen=True)
-class Target:
-    kind: str  # "checkout" or "package"
-    path: Path  # the checkout's top, or the sglang package directory itself
-
-
-def probe(path) -> Target:
+def apply_to(series, path) -> list:
     path = Path(path).resolve()
     if not path.is_dir():
         raise usage(f"{path} is not a directory")
     if (path / "python" / "sglang").is_dir():
         if not gitcmd.is_work_tree(path):
             raise usage(f"{path} has python/sglang/ but is not the top of a git checkout")
-        return Target("checkout", path)
+        return _apply_checkout(series, path)
     for candidate in (path, path / "sglang"):
         if (candidate / "__init__.py").is_file() and (candidate / "srt").is_dir():
-            return Target("package", candidate)
+            return _apply_package(series, candidate)
     raise usage(
         f"{path} is neither an upstream sglang checkout (a git work tree with python/sglang/) "
         "nor an installed sglang package (site-packages/sglang)"
     )
-
-
-def apply_to(series, path) -> list:
-    target = probe(path)
-    if target.kind == "checkout":
-        return _apply_checkout(series, target.path)
-    return _apply_package(series, target.path)
 
 
 def _refuse_if_applied(states, where):
@@ -68,14 +52,11 @@ def _apply_checkout(series, repo: Path) -> list:
         shown = "\n  ".join(dirty[:10]) + ("\n  ..." if len(dirty) > 10 else "")
         raise SeriesError(f"{repo} has uncommitted changes; commit or stash them first:\n  {shown}")
     states = [
-        (
-            name,
-            gitcmd.run(["apply", "--check", "-R", str(patch)], repo, check=False).returncode == 0,
-        )
+        (name, gitcmd.ok(["apply", "--check", "-R", str(patch)], repo))
         for name, patch in zip(series.names, series.paths(), strict=True)
     ]
     _refuse_if_applied(states, str(repo))
-    env = None if gitcmd.has_identity(repo) else gitcmd.TOOL_IDENTITY
+    env = None if gitcmd.ok(["config", "user.email"], repo) else gitcmd.TOOL_IDENTITY
     try:
         check.am_series(series, repo, env=env)
     except SeriesError as err:
@@ -88,17 +69,18 @@ def _package_plan(series):
     plan = []
     for name, patch in zip(series.names, series.patches, strict=True):
         mapped, skipped = [], []
-        for diff in patch.files:
-            relative = package_relative(diff.path)
-            (mapped if relative else skipped).append(relative or diff.path)
+        for path, _ in patch.files:
+            relative = path.removeprefix(UPSTREAM_PACKAGE)
+            (skipped if relative == path else mapped).append(relative)
         plan.append((name, mapped, skipped))
     return plan
 
 
 def _git_apply(package: Path, patch_paths, files, extra=()):
+    # -p3 strips a/python/sglang/: the paths git sees are package-relative.
     includes = [f"--include={relative}" for relative in sorted(set(files))]
     return gitcmd.run(
-        ["apply", f"-p{PACKAGE_STRIP}", *includes, *extra, *map(str, patch_paths)],
+        ["apply", "-p3", *includes, *extra, *map(str, patch_paths)],
         package,
         check=False,
         ceiling=package.parent,
@@ -155,7 +137,7 @@ def _locate(package: Path, work) -> list:
     for _name, mapped, path, patch in work:
         proc = _git_apply(package, [path], mapped, ["--check", "-v"])
         if proc.returncode != 0:
-            return failures.explain(gitcmd.text(proc), patch, prefix=UPSTREAM_PACKAGE)
+            return gitcmd.explain(gitcmd.text(proc), patch, prefix=UPSTREAM_PACKAGE)
     return ["the patches conflict with each other when applied together"]
 
 

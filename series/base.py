@@ -1,35 +1,101 @@
-"""Materialise a release as a git repository in upstream's layout, committed reproducibly.
-
-The base is ``python/sglang/...`` from the PyPI wheel (compiled extensions left out), one
-commit with a fixed identity and date, tagged ``base``. It is built once per release under
-``.cache/bases/<version>`` and cloned from there (a local clone hard-links the objects), so a
-``check`` costs a checkout rather than hashing 6,000 files. Not for applying patches.
+"""A sglang release from PyPI: its wheel (``pip download --no-deps``, once per release, into
+``.cache/wheels/<version>/``, read with ``zipfile``, never installed or imported), and that
+wheel as a git repository in upstream's layout: ``python/sglang/...`` minus compiled extensions
+(upstream builds those, it does not commit them), one commit with a fixed identity and date,
+tagged ``base``, built once under ``.cache/bases/<version>`` and cloned from there (a local
+clone hard-links the objects), so a ``check`` costs a checkout rather than hashing 6,000
+files. Not for applying patches.
 """
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
-from series import gitcmd, wheels
-from series.errors import usage
+from series import SeriesError, gitcmd, usage
+from series.seriesdir import REPO_ROOT, check_version
 
+CACHE_DIR = Path(os.environ.get("SGLANG_SERIES_CACHE", REPO_ROOT / ".cache"))
 BASE_TAG = "base"
 VERSION_KEY = "sglang-series.version"
+# A fixed identity and date make the materialised base commit the same on every machine.
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "sglang-overlay base",
+    "GIT_AUTHOR_EMAIL": "base@sglang-overlay.invalid",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
+    "GIT_COMMITTER_NAME": "sglang-overlay base",
+    "GIT_COMMITTER_EMAIL": "base@sglang-overlay.invalid",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
+}
 
 
-def commit_message(version: str) -> str:
-    return (
-        f"sglang {version} from PyPI\n\n"
-        f"python/sglang/ is the sglang/ package of the sglang=={version} wheel, compiled\n"
-        "extensions left out. Base of the sglang-overlay patch series.\n\n"
-        f"Sglang-Version: {version}\n"
-    )
+def wheel_path(version: str) -> Path:
+    """The cached wheel of ``sglang==version``, downloading it the first time."""
+    check_version(version)
+    target = CACHE_DIR / "wheels" / version
+    cached = sorted(target.glob(f"sglang-{version}-*.whl"))
+    if cached:
+        return cached[0]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Download beside the cache and move in at the end: an interrupted download leaves no
+    # half-written wheel that a later run would trust.
+    staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=target.parent))
+    try:
+        pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "download"]
+        proc = subprocess.run(
+            [*pip, "--no-deps", "--only-binary=:all:", "-d", str(staging), f"sglang=={version}"],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            raise _download_error(version, proc.stderr)
+        wheels = sorted(staging.glob(f"sglang-{version}-*.whl"))
+        if not wheels:
+            raise SeriesError(f"pip download sglang=={version} produced no wheel in {staging}")
+        target.mkdir(exist_ok=True)
+        final = target / wheels[0].name
+        os.replace(wheels[0], final)
+        return final
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _download_error(version: str, stderr: str) -> SeriesError:
+    lines = [line for line in stderr.splitlines() if line.strip() and "is ignored" not in line]
+    if any("No matching distribution" in line for line in lines):
+        listed = next((line for line in lines if "from versions:" in line), "")
+        versions = listed.split("from versions:", 1)[-1].strip(" )").split(", ") if listed else []
+        hint = f"\nlatest releases: {', '.join(versions[-8:])}" if versions else ""
+        return usage(f"sglang=={version} is not on PyPI (pip found no matching release){hint}")
+    tail = "\n".join(lines[-5:])
+    return usage(f"could not download sglang=={version} from PyPI:\n{tail}")
+
+
+def upstream_files(wheel: Path):
+    """Yield ``(upstream path, bytes, executable)`` for every file upstream tracks."""
+    with zipfile.ZipFile(wheel) as archive:
+        for info in archive.infolist():
+            name = info.filename
+            if name.startswith("sglang/") and not name.endswith(("/", ".so", ".pyd", ".dylib")):
+                executable = bool((info.external_attr >> 16) & 0o111)
+                yield "python/" + name, archive.read(info), executable
+
+
+def read_upstream_file(wheel: Path, upstream_path: str):
+    """The bytes of one upstream file in the wheel, or None when the release lacks it."""
+    member = upstream_path.removeprefix("python/")
+    with zipfile.ZipFile(wheel) as archive:
+        try:
+            return archive.read(member)
+        except KeyError:
+            return None
 
 
 def _build(version: str, dest: Path) -> None:
-    wheel = wheels.wheel_path(version)
-    for path, data, executable in wheels.upstream_files(wheel):
+    for path, data, executable in upstream_files(wheel_path(version)):
         target = dest / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
@@ -41,8 +107,13 @@ def _build(version: str, dest: Path) -> None:
     gitcmd.run(
         ["commit", "-q", "--no-verify", "-F", "-"],
         dest,
-        env=gitcmd.BASE_IDENTITY,
-        stdin=commit_message(version).encode(),
+        env=_IDENTITY,
+        stdin=(
+            f"sglang {version} from PyPI\n\n"
+            f"python/sglang/ is the sglang/ package of the sglang=={version} wheel, compiled\n"
+            "extensions left out. Base of the sglang-overlay patch series.\n\n"
+            f"Sglang-Version: {version}\n"
+        ).encode(),
     )
     gitcmd.run(["tag", BASE_TAG], dest)
 
@@ -50,10 +121,9 @@ def _build(version: str, dest: Path) -> None:
 def cached_base(version: str) -> Path:
     """The cached base repository of ``version``, built on first use."""
     gitcmd.require_git()
-    cache = wheels.CACHE_DIR / "bases" / version
-    if (cache / ".git").is_dir() and gitcmd.run(
-        ["rev-parse", "-q", "--verify", f"refs/tags/{BASE_TAG}"], cache, check=False
-    ).returncode == 0:
+    cache = CACHE_DIR / "bases" / version
+    tagged = ["rev-parse", "-q", "--verify", f"refs/tags/{BASE_TAG}"]
+    if (cache / ".git").is_dir() and gitcmd.ok(tagged, cache):
         return cache
     shutil.rmtree(cache, ignore_errors=True)
     cache.parent.mkdir(parents=True, exist_ok=True)

@@ -1,21 +1,58 @@
-"""``check``: does the whole series still apply to a fresh base, and is its test the project's?
-
-Materialises the pinned (or a given) release, verifies the base files still hash to what
-``patches/BASE`` recorded, runs ``git am`` over the series and aborts on failure so nothing is
-left half-applied, then compares every file the series adds under ``test/registered/`` with
-the project's copy byte for byte, and runs upstream's pinned pre-commit hooks on every file
-the series touches (``hooks``). Not for applying to a user's tree (``apply``).
+"""``check``: the series applies with ``git am`` to a fresh base whose files still hash to
+``patches/BASE`` (aborted on failure, so nothing is left half-applied), every file it adds
+under ``test/registered/`` is the project's copy byte for byte, and upstream sglang's pinned
+hooks (``HOOKS``) pass on what it changes. pre-commit itself runs them, from a generated config
+whose environments it installs from PyPI once into ``.cache/upstream-hooks/<config hash>/`` and
+reuses offline after that, on scratch copies (a fixer never edits anything); a failure counts
+against the series only where it brought the problem in, not where the base release already
+has it. Not for applying to a user's tree (``apply``) or for the project's own lint.
 """
 
 import hashlib
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
-from series import base, failures, gitcmd, hooks
-from series.cover import COVER_NAME
-from series.errors import SeriesError
-from series.pins import NEW
-from series.seriesdir import MIRRORED_PREFIX
+from series import SeriesError, base, gitcmd, usage
+from series.seriesdir import COVER_NAME, NEW
+
+# Files the series adds under this prefix must equal the project's copy byte for byte.
+MIRRORED_PREFIX = "test/registered/"
+# (name, command, the PyPI pin that provides it, Python files only), in upstream's settings;
+# the tools with a check mode run in it, so their output is the diff to make.
+_BASIC = "pre-commit-hooks==5.0.0"
+HOOKS = (
+    ("check-ast", "check-ast", _BASIC, True),
+    ("debug-statements", "debug-statement-hook", _BASIC, True),
+    ("check-merge-conflict", "check-merge-conflict --assume-in-merge", _BASIC, False),
+    ("detect-private-key", "detect-private-key", _BASIC, False),
+    ("check-added-large-files", "check-added-large-files --enforce-all", _BASIC, False),
+    ("trailing-whitespace", "trailing-whitespace-fixer", _BASIC, False),
+    ("end-of-file-fixer", "end-of-file-fixer", _BASIC, False),
+    (
+        "isort 5.13.2",
+        "isort --check-only --diff --profile black --project sglang",
+        "isort==5.13.2",
+        True,
+    ),
+    ("black 24.10.0", "black --check --diff --line-length 88", "black==24.10.0", True),
+    (
+        "codespell 2.4.1",
+        "codespell --ignore-words-list ans,als,hel,boostrap,childs,te,vas,hsa,ment",
+        "codespell==2.4.1",
+        False,
+    ),
+)
+CONFIG = ".pre-commit-config.yaml"
+_STATUS = re.compile(r"^(.+?)\.+(?:\(no files to check\))?(Passed|Failed|Skipped)$")
+_POSITION = re.compile(r":\d+(:\d+)?:")
 
 
 def run_check(series, version=None) -> list:
@@ -34,7 +71,7 @@ def run_check(series, version=None) -> list:
                 f"{COVER_NAME}: introduces {series.cover.count} patches (not applied by git am)"
             )
         report.extend(verify_mirrored_files(series, repo))
-        report.extend(hooks.verify(series, repo, base.BASE_TAG))
+        report.extend(verify_hooks(series, repo))
     return report
 
 
@@ -64,10 +101,11 @@ def am_series(series, repo: Path, env=None) -> None:
         return
     output = gitcmd.text(proc)
     gitcmd.run(["am", "--abort"], repo, env=env, check=False)
-    index = failures.failing_patch_index(output)
-    if index is None:
+    failed = re.search(r"^Patch failed at (\d+) ", output, re.M)
+    if failed is None:
         raise SeriesError(f"git am failed before naming a patch:\n{output.strip()}")
-    problems = failures.explain(output, series.patches[index])
+    index = int(failed.group(1)) - 1
+    problems = gitcmd.explain(output, series.patches[index])
     raise SeriesError(
         f"the series does not apply ({series.names[index]} failed; git am aborted, "
         "nothing applied):\n  " + "\n  ".join(problems)
@@ -80,16 +118,201 @@ def verify_mirrored_files(series, repo: Path) -> list:
         if not path.startswith(MIRRORED_PREFIX):
             continue
         ours = series.project_root / path
-        theirs = repo / path
         if not ours.is_file():
             raise SeriesError(f"the series adds {path}, but the project has no such file")
-        expected, actual = ours.read_bytes(), theirs.read_bytes()
+        expected, actual = ours.read_bytes(), (repo / path).read_bytes()
         if expected != actual:
-            owner = next(p.name for p in series.patches if any(d.path == path for d in p.files))
+            owner = next(p.name for p in series.patches if any(f[0] == path for f in p.files))
             raise SeriesError(
                 f"{owner} carries a {path} that differs from the project's file "
-                f"(first difference at {failures.first_difference(expected, actual)}); "
+                f"(first difference at {first_difference(expected, actual)}); "
                 "re-create the commit from the project's file and run refresh"
             )
         report.append(f"{path}: identical to the project's file")
     return report
+
+
+def first_difference(expected: bytes, actual: bytes) -> str:
+    """Where two files first differ, as 'line N' (or which one is shorter)."""
+    a_lines, b_lines = expected.splitlines(keepends=True), actual.splitlines(keepends=True)
+    for number, (a, b) in enumerate(zip(a_lines, b_lines, strict=False), 1):
+        if a != b:
+            return f"line {number}"
+    if len(a_lines) != len(b_lines):
+        return f"line {min(len(a_lines), len(b_lines)) + 1} (one file is longer)"
+    return "the final newline"
+
+
+def verify_hooks(series, repo: Path) -> list:
+    """Upstream's hooks on the series' files in ``repo``, where it is applied on ``base``;
+    raise on a failure the series introduced."""
+    patched, before = {}, {}
+    for path in series.touched_files():
+        if not (repo / path).is_file():
+            continue  # the series deletes it
+        patched[path] = (repo / path).read_bytes()
+        blob = gitcmd.run(["cat-file", "blob", f"{base.BASE_TAG}:{path}"], repo, check=False)
+        before[path] = blob.stdout if blob.returncode == 0 else None
+    report, failures = check_files(patched, before)
+    if failures:
+        raise SeriesError(
+            "upstream's pre-commit hooks fail on what the series changes:\n  "
+            + "\n  ".join(failures)
+        )
+    return report
+
+
+def check_files(patched: dict, before: dict) -> tuple:
+    """Judge every hook on the series' files: (report lines, failure messages).
+
+    ``patched`` maps upstream path -> bytes after the series; ``before`` the same paths ->
+    bytes in the base release (None for files the series adds). All files go through one
+    pre-commit run; a hook that fails there is judged file by file (``_judge``).
+    """
+    home = ensure_env()
+    together = _run_hooks(home, patched)
+    report, failures = [], []
+    for name, _, _, python_only in HOOKS:
+        files = {
+            path: data for path, data in patched.items() if path.endswith(".py") or not python_only
+        }
+        if not files:
+            continue
+        if together[name][0]:
+            report.append(f"upstream hook {name}: ok on {len(files)} files")
+            continue
+        lines, problems = _judge(home, name, files, before)
+        report += lines
+        failures += problems
+        if not problems:
+            report.append(f"upstream hook {name}: ok on what the series changes")
+    return report, failures
+
+
+def _judge(home: Path, name: str, patched: dict, before: dict) -> tuple:
+    """Hook ``name`` again on each file alone, after the series and as the base has it: a
+    failure is a problem it reports after that it does not report before."""
+    olds = [path for path in patched if before.get(path) is not None]
+    runs = [{path: data} for path, data in patched.items()] + [{p: before[p]} for p in olds]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = [r[name] for r in pool.map(partial(_run_hooks, home, only=name), runs)]
+    on_base = dict(zip(olds, results[len(patched) :], strict=True))
+    report, failures = [], []
+    for path, (ok, output) in zip(patched, results, strict=False):
+        base_ok, base_output = on_base.get(path, (True, ""))
+        added = [] if ok or base_ok else introduced(base_output, output)
+        if not ok and not base_ok and not added:
+            report.append(
+                f"upstream hook {name}: {path} fails as the base release has it; "
+                "nothing the series changes adds to that"
+            )
+        elif not ok:
+            shown = "\n".join(added) or output
+            failures.append(f"{name} fails on {path}:\n{_excerpt(shown)}")
+    return report, failures
+
+
+def problem_lines(output: str) -> set:
+    """What a hook's output says is wrong, without positions: a diff's added and removed
+    lines, or a report line with its ``:LINE:`` numbers taken out."""
+    problems = set()
+    for line in output.splitlines():
+        if line.startswith(("+++", "---", "@@")):
+            continue
+        if line.startswith(("+", "-")):
+            problems.add(line)
+        elif _POSITION.search(line):
+            problems.add(_POSITION.sub(":", line))
+    return problems
+
+
+def introduced(base_output: str, patched_output: str) -> list:
+    """The problems a hook reports after the series that it did not report on the base."""
+    return sorted(problem_lines(patched_output) - problem_lines(base_output))
+
+
+def _excerpt(output: str, limit: int = 40) -> str:
+    lines = output.splitlines()
+    more = [f"... ({len(lines) - limit} more lines)"] if len(lines) > limit else []
+    return "\n".join("    " + line for line in lines[:limit] + more)
+
+
+def hooks_config() -> str:
+    """The ``.pre-commit-config.yaml`` of ``HOOKS`` (JSON, which is YAML): local hooks with
+    their pins as dependencies, since pre-commit can fetch nothing but packages here."""
+    hooks = [
+        {
+            "id": name.split()[0],
+            "name": name,
+            "entry": entry,
+            "language": "python",
+            "additional_dependencies": [pin],
+            **({"files": r"\.py$"} if python_only else {}),
+        }
+        for name, entry, pin, python_only in HOOKS
+    ]
+    header = "# Upstream sglang's pinned hooks, generated by series/check.py; do not edit.\n"
+    return header + json.dumps({"repos": [{"repo": "local", "hooks": hooks}]}, indent=2) + "\n"
+
+
+def _pre_commit(home: Path, args, cwd):
+    # The caller's pre-commit or git hook settings (SKIP, GIT_DIR, ...) must not leak in.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "SKIP" and not k.startswith(("GIT_", "PRE_COMMIT"))
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "pre_commit", *args, "-c", str(home / CONFIG)],
+        cwd=cwd,
+        env={**env, "PRE_COMMIT_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def ensure_env() -> Path:
+    """pre-commit's home for ``HOOKS``, with their environments installed from PyPI the first
+    time (pre-commit locks its store against a concurrent install) and never again."""
+    if importlib.util.find_spec("pre_commit") is None:
+        raise usage("pre-commit is not installed in this Python; 'make install' installs it")
+    config = hooks_config()
+    home = base.CACHE_DIR / "upstream-hooks" / hashlib.sha256(config.encode()).hexdigest()[:12]
+    if (home / ".installed").is_file():
+        return home
+    home.mkdir(parents=True, exist_ok=True)
+    (home / CONFIG).write_text(config)
+    with tempfile.TemporaryDirectory(prefix="upstream-hooks-") as scratch:
+        gitcmd.run(["init", "-q"], scratch)  # pre-commit works in a git repository
+        proc = _pre_commit(home, ["install-hooks"], scratch)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
+        pins = ", ".join(sorted({pin for _, _, pin, _ in HOOKS}))
+        raise usage(f"could not install upstream's hooks ({pins}) from PyPI:\n{tail}")
+    (home / ".installed").touch()
+    return home
+
+
+def _run_hooks(home: Path, files: dict, only: str | None = None) -> dict:
+    """pre-commit (every hook, or the one named ``only``) on scratch copies of ``files``
+    (path -> bytes): {hook name: (passed, output)} for the hooks that ran."""
+    hook_id = [only.split()[0]] if only else []
+    with tempfile.TemporaryDirectory(prefix="upstream-hook-") as scratch:
+        for path, data in files.items():
+            (Path(scratch) / path).parent.mkdir(parents=True, exist_ok=True)
+            (Path(scratch) / path).write_bytes(data)
+        gitcmd.run(["init", "-q"], scratch)  # pre-commit, and two of the basic checks, ask git
+        proc = _pre_commit(home, ["run", *hook_id, "--color", "never", "--files", *files], scratch)
+    results, current, names = {}, None, {name for name, *_ in HOOKS}
+    for line in proc.stdout.splitlines():
+        status = _STATUS.match(line)
+        if status and status.group(1) in names:
+            current = status.group(1) if status.group(2) != "Skipped" else None
+            if current:
+                results[current] = (status.group(2) == "Passed", [])
+        elif current and not line.startswith(("- hook id: ", "- exit code: ", "- files were")):
+            results[current][1].append(line)
+    if proc.returncode != 0 and all(ok for ok, _ in results.values()):
+        raise SeriesError(f"pre-commit failed:\n{(proc.stdout + proc.stderr).strip()}")
+    return {name: (ok, "\n".join(lines).strip()) for name, (ok, lines) in results.items()}

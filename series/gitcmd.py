@@ -1,24 +1,20 @@
-"""The thin edge to the git executable: run it, and turn its failures into clear messages.
-
-Nothing else in ``tools/`` starts git. Not for interpreting patch text (``patchfile``) or
-deciding what a failure means for the series (the verbs do that).
+"""The thin edge to the git executable: everything here that starts git goes through ``run``
+(pre-commit starts its own), and git's complaints about a patch that does not apply become
+"patch, file, hunk" messages (``explain``). Not for deciding what a failure means for the
+series: the verbs do that.
 """
 
 import os
+import re
 import shutil
 import subprocess
 
-from series.errors import SeriesError, usage
+from series import SeriesError, usage
 
-# A fixed identity and date make the materialised base commit the same on every machine.
-BASE_IDENTITY = {
-    "GIT_AUTHOR_NAME": "sglang-overlay base",
-    "GIT_AUTHOR_EMAIL": "base@sglang-overlay.invalid",
-    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
-    "GIT_COMMITTER_NAME": "sglang-overlay base",
-    "GIT_COMMITTER_EMAIL": "base@sglang-overlay.invalid",
-    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
-}
+_CALLERS_REPO = {
+    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_PREFIX",
+}  # fmt: skip
 # Used for commits in throwaway trees (git am during check) when nothing else is configured.
 TOOL_IDENTITY = {
     "GIT_COMMITTER_NAME": "sglang-overlay tools",
@@ -40,11 +36,10 @@ def run(args, cwd, env=None, check=True, stdin=None, ceiling=None):
     ``git apply`` in a plain directory (an installed package) is not captured by an enclosing
     checkout that happens to contain it.
     """
-    full_env = dict(os.environ)
-    # A user's global hooks or line-ending rewriting must not change what we apply or compare.
-    full_env.update(GIT_CONFIG_NOSYSTEM="1", LC_ALL="C")
-    if env:
-        full_env.update(env)
+    # A user's global hooks or line-ending rewriting must not change what we apply or compare,
+    # and in a git hook (check runs as one) GIT_DIR and friends name the caller's repository.
+    full_env = {k: v for k, v in os.environ.items() if k not in _CALLERS_REPO}
+    full_env.update(GIT_CONFIG_NOSYSTEM="1", LC_ALL="C", **(env or {}))
     if ceiling is not None:
         full_env["GIT_CEILING_DIRECTORIES"] = str(ceiling)
     proc = subprocess.run(
@@ -57,6 +52,11 @@ def run(args, cwd, env=None, check=True, stdin=None, ceiling=None):
     if check and proc.returncode != 0:
         raise SeriesError(f"git {' '.join(args)} failed in {cwd}:\n{_text(proc.stderr).strip()}")
     return proc
+
+
+def ok(args, cwd, **kwargs) -> bool:
+    """Whether ``git *args`` succeeds."""
+    return run(args, cwd, check=False, **kwargs).returncode == 0
 
 
 def out(args, cwd, **kwargs) -> str:
@@ -75,12 +75,8 @@ def text(proc) -> str:
 def is_work_tree(path) -> bool:
     if not os.path.isdir(path):
         return False
-    proc = run(
-        ["rev-parse", "--show-toplevel"],
-        path,
-        check=False,
-        ceiling=os.path.dirname(os.path.abspath(path)),
-    )
+    ceiling = os.path.dirname(os.path.abspath(path))
+    proc = run(["rev-parse", "--show-toplevel"], path, check=False, ceiling=ceiling)
     return proc.returncode == 0 and os.path.samefile(_text(proc.stdout).strip(), path)
 
 
@@ -89,13 +85,53 @@ def dirty_paths(repo) -> list:
     # Not out(): stripping would eat the leading blank of the first ' M path' entry.
     listing = _text(run(["status", "--porcelain", "--untracked-files=normal"], repo).stdout)
     paths = [line[3:] for line in listing.splitlines() if line.strip()]
-    git_dir = out(["rev-parse", "--git-dir"], repo)
-    git_dir = os.path.join(repo, git_dir)
+    git_dir = os.path.join(repo, out(["rev-parse", "--git-dir"], repo))
     for marker in ("rebase-apply", "rebase-merge", "MERGE_HEAD", "CHERRY_PICK_HEAD"):
         if os.path.exists(os.path.join(git_dir, marker)):
             paths.append(f"(a git {marker} is in progress)")
     return paths
 
 
-def has_identity(repo) -> bool:
-    return run(["config", "user.email"], repo, check=False).returncode == 0
+_FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
+_MISSING = re.compile(r"^error: (.+?): (does not exist in index|No such file or directory)$", re.M)
+_EXISTS = re.compile(r"^error: (.+?): already exists in (index|working directory)$", re.M)
+_HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+\S+ @@(.*)$", re.M)
+
+
+def hunk_at(data: bytes, path: str, line: int):
+    """The hunk of ``path`` in patch ``data`` that git means by 'patch failed: PATH:LINE',
+    described; None when the patch has no hunk there. LINE is the hunk's old start, or a line
+    after it when git searched at an offset: the nearest start at or before it wins."""
+    section = data.partition(f"diff --git a/{path} b/{path}\n".encode())[2]
+    hunks = _HUNK.findall(section.split(b"\ndiff --git ", 1)[0])
+    if not hunks:
+        return None
+    index = max((i for i, hunk in enumerate(hunks) if int(hunk[0]) <= line), default=0)
+    start, length, where = (part.decode("utf-8", "replace").strip() for part in hunks[index])
+    return f"hunk #{index + 1} @@ -{start},{length or 1} @@" + (f" ({where})" if where else "")
+
+
+def explain(output: str, patch, prefix: str = "") -> list:
+    """One line per problem git reported for ``patch`` (a ``seriesdir.Patch``).
+
+    ``prefix`` turns the paths git printed back into upstream paths when git ran with the
+    upstream prefix stripped (``python/sglang/`` for an installed package).
+    """
+    problems = []
+    for path, line in _FAILED_AT.findall(output):
+        path = prefix + path
+        where = hunk_at(patch.data, path, int(line)) or f"the hunk at line {line}"
+        problems.append(f"{patch.name}: {path}: {where} does not apply")
+    for path, _ in _MISSING.findall(output):
+        problems.append(f"{patch.name}: {prefix + path}: the file does not exist in the target")
+    for path, _ in _EXISTS.findall(output):
+        problems.append(
+            f"{patch.name}: {prefix + path}: the file it adds already exists in the target"
+        )
+    if not problems:
+        detail = next(
+            (ln for ln in output.splitlines() if ln.startswith(("error:", "fatal:"))),
+            output.strip().splitlines()[-1] if output.strip() else "no output",
+        )
+        problems.append(f"{patch.name}: does not apply ({detail})")
+    return problems

@@ -1,31 +1,19 @@
-"""``matrix``: for each sglang release with the DSV4 workspace, how each patch applies.
-
-Only the files the series touches are taken out of each cached wheel into a scratch
-directory, then the patches are tried in order with ``git apply``: ``clean`` (exact context,
-perhaps at an offset), ``fuzz`` (applies only with one line of context, the nearest git has to
-patch(1)'s fuzz) or ``fails``. A patch that applies is kept, so later patches see earlier ones.
-Rendering (table and JSON) is pure. Not for deciding what to do about a failure.
+"""``matrix``: how each patch applies to each sglang release with the DSV4 workspace. The files
+the series touches are taken out of each cached wheel into a scratch tree and the patches tried
+in order with ``git apply``: ``clean`` (exact context, perhaps at an offset), ``fuzz`` (only with
+one line of context, the nearest git has to patch(1)'s fuzz) or ``fails``; a patch that applies
+is kept, so later patches see earlier ones. Not for deciding what to do about a failure.
 """
 
-import json
 import re
 import tempfile
 from pathlib import Path
 
-from series import failures, gitcmd, wheels
+from series import base, gitcmd
 
 # Releases that ship the DSV4 sparse-prefill workspace (see shared/reference/upstream.md).
-DSV4_RELEASES = (
-    "0.5.15",
-    "0.5.15.post1",
-    "0.5.16",
-    "0.5.17",
-    "0.5.18",
-    "0.5.19",
-    "0.5.20",
-    "0.5.21",
-    "0.5.22",
-    "0.5.23",
+DSV4_RELEASES = tuple(
+    "0.5.15 0.5.15.post1 0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23".split()
 )
 _OFFSET = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)", re.M)
 
@@ -42,11 +30,11 @@ def classify(exact_ok: bool, exact_output: str, fuzz_ok: bool):
 
 
 def release_row(series, version: str) -> dict:
-    wheel = wheels.wheel_path(version)
+    wheel = base.wheel_path(version)
     with tempfile.TemporaryDirectory(prefix="series-matrix-") as tmp:
         tree = Path(tmp) / "tree"
         for path, added in series.touched_files().items():
-            data = None if added else wheels.read_upstream_file(wheel, path)
+            data = None if added else base.read_upstream_file(wheel, path)
             if data is not None:
                 (tree / path).parent.mkdir(parents=True, exist_ok=True)
                 (tree / path).write_bytes(data)
@@ -59,7 +47,7 @@ def release_row(series, version: str) -> dict:
                 exact.returncode == 0, gitcmd.text(exact), fuzzy.returncode == 0
             )
             if status == "fails":
-                problems = failures.explain(gitcmd.text(exact), patch)
+                problems = gitcmd.explain(gitcmd.text(exact), patch)
                 detail = "; ".join(problem.split(": ", 1)[1] for problem in problems)
             else:
                 _apply(tree, path, [] if status == "clean" else ["-C1"])
@@ -69,14 +57,6 @@ def release_row(series, version: str) -> dict:
 
 def _apply(tree: Path, patch_path: Path, extra):
     return gitcmd.run(["apply", *extra, str(patch_path)], tree, check=False, ceiling=tree.parent)
-
-
-def build(series, versions) -> list:
-    return [release_row(series, version) for version in versions]
-
-
-def render_json(rows) -> str:
-    return json.dumps(rows, indent=2) + "\n"
 
 
 def short_detail(detail: str) -> str:

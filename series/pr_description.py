@@ -1,20 +1,16 @@
-"""The upstream pull request's description, rendered from the series and a ``ci run`` folder.
-
-sglang's template has five sections: Motivation, Modifications, Accuracy Tests, Speed Tests
-and Profiling, Checklist. Prose comes from the patches' own messages (their ``Motivation``,
-``Modifications`` and other sections); every figure comes from the results folder (outcomes,
-peaks, cap, durations, the environment) or from the series itself. Nothing here is typed in
-by hand, so the description cannot drift from what the bot measured. Results made for another
-series are refused: ``environment.series.id`` (written by ``ci run``, see ``series.identity``)
-must equal the id of the series being described. Pure apart from ``load_results``.
+"""The upstream pull request's description in sglang's template (Motivation, Modifications,
+Accuracy Tests, Speed Tests and Profiling, Checklist): prose from the patches' own messages,
+every figure from a ``ci run`` results folder or the series itself, so it cannot drift from
+what the bot measured. Results made for another series are refused (``environment.series.id``
+must equal ``SeriesDir.id``). Pure apart from ``load_results``; not for running the A/B.
 """
 
 import re
 from dataclasses import dataclass
 
 from evidence import model as evidence
-from series import identity
-from series.errors import SeriesError
+from report.render import cell, environment_line, escape_inline
+from series import SeriesError, usage
 
 DOCS = "https://docs.sglang.io/developer_guide/contribution_guide.html"
 CHECKLIST = (
@@ -45,7 +41,7 @@ _OWN = {"motivation", "modifications", "tests"}
 
 @dataclass(frozen=True)
 class CheckState:
-    """What ``series.series check`` said, or None when it was not run."""
+    """What ``python -m series check`` said, or None when it was not run."""
 
     passed: bool | None
     detail: str = ""
@@ -81,7 +77,7 @@ def verify_results_match(series, results) -> str:
     """The series id both sides agree on; SeriesError (exit 1) when the results are not
     evidence for this series: another series, another sglang release, or a proof that is
     not ok."""
-    expected = identity.of_series(series)
+    expected = series.id
     recorded = results.series
     if recorded is None:
         raise SeriesError(
@@ -109,8 +105,6 @@ def verify_results_match(series, results) -> str:
 
 
 def _case_label(case) -> str:
-    from report.render import escape_inline
-
     group, _, test = case.test.rpartition(".")
     device = next((d for d in ("CUDA", "CPU") if group.endswith(d)), "")
     name = f"`{test}`" if re.fullmatch(r"\w+", test) else escape_inline(test)
@@ -118,8 +112,6 @@ def _case_label(case) -> str:
 
 
 def ab_table(results) -> list:
-    from report.render import cell, escape_inline
-
     labels = [escape_inline(results.label(m)) for m in ("unmodified", "change")]
     lines = [f"| case | kind | {labels[0]} | {labels[1]} |", "| --- | --- | --- | --- |"]
     for case in results.cases:
@@ -143,16 +135,12 @@ def _counts_sentence(results) -> str:
 
 
 def _durations(results) -> list:
-    lines = []
-    for f in results.files:
-        for mode in results.modes:
-            end = f.modes.get(mode)
-            if end is not None:
-                lines.append(
-                    f"- `{f.path}` on {results.label(mode)}: {end.duration_s:.1f} s, "
-                    f"exit {end.returncode}"
-                )
-    return lines
+    return [
+        f"- `{f.path}` on {results.label(mode)}: {end.duration_s:.1f} s, exit {end.returncode}"
+        for f in results.files
+        for mode, end in ((mode, f.modes.get(mode)) for mode in results.modes)
+        if end is not None
+    ]
 
 
 def checklist(series, results, check: CheckState) -> list:
@@ -167,34 +155,28 @@ def checklist(series, results, check: CheckState) -> list:
         "benchmarks": bool(proved) and results.verdict == "ok",
         "style": check.passed is True,
     }
+    unmodified = results.label("unmodified")
     notes = {
         "format": check.detail,
         "style": check.detail,
-        "tests": f"{len(proved)} tests fail on {results.label('unmodified')} and pass with "
-        "the change"
-        if proved
-        else "",
+        "tests": proved and f"{len(proved)} tests fail on {unmodified} and pass with the change",
         "docs": "" if state["docs"] else "no documentation change in the series",
     }
-    lines = []
-    for key, text in CHECKLIST:
-        note = f" ({notes[key]})" if notes.get(key) else ""
-        lines.append(f"- [{'x' if state[key] else ' '}] {text}{note}")
-    return lines
+    return [
+        f"- [{'x' if state[key] else ' '}] {text}" + (f" ({notes[key]})" if notes.get(key) else "")
+        for key, text in CHECKLIST
+    ]
 
 
 def render(series, results, results_dir: str, check: CheckState) -> str:
     """The whole PR description (Markdown)."""
-    from report.render import environment_line
-
     series_id = verify_results_match(series, results)
     fix, *rest = series.patches
     fix_sections = message_sections(fix.body)
     motivation = [text for heading, text in fix_sections if heading.lower() == "motivation"]
     out = ["## Motivation", "", *(motivation or [fix.subject]), "", "## Modifications", ""]
     for patch in series.patches:
-        out.append(f"**{patch.subject}**")
-        out.append("")
+        out += [f"**{patch.subject}**", ""]
         for heading, text in message_sections(patch.body):
             if heading.lower() == "modifications" or (
                 heading and heading.lower() not in _OWN and patch is fix
@@ -207,9 +189,6 @@ def render(series, results, results_dir: str, check: CheckState) -> str:
     out += [
         f"Series {series_id[:12]} on sglang=={series.base.version}, results from `{results_dir}`.",
         "",
-    ]
-    tests = [text for heading, text in fix_sections if heading.lower() == "tests"]
-    out += [
         "To reproduce:",
         "",
         "```bash",
@@ -218,9 +197,11 @@ def render(series, results, results_dir: str, check: CheckState) -> str:
         "```",
         "",
     ]
+    tests = [text for heading, text in fix_sections if heading.lower() == "tests"]
     out += [*tests, ""] if tests else []
-    out += ["## Speed Tests and Profiling", ""]
     out += [
+        "## Speed Tests and Profiling",
+        "",
         "The reuse path (a request that fits the current rows and dtype) is unchanged. "
         "Wall time of each registered file in this run:",
         "",
@@ -235,4 +216,4 @@ def load_results(results_dir: str):
     try:
         return evidence.load(results_dir)
     except evidence.EvidenceError as err:
-        raise SeriesError(f"cannot read the results: {err}", 2) from None
+        raise usage(f"cannot read the results: {err}") from None

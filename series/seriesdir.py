@@ -1,44 +1,243 @@
-"""Load the ``patches/`` directory: the series order, the BASE pin, each parsed patch and
-the cover letter, if there is one.
-
-The one place that knows the directory's layout. Not for applying anything.
+"""Read ``patches/`` (the ``series`` order, the ``BASE`` pin, each patch, the cover letter) and
+render ``series`` and ``BASE`` back: the one place that knows the directory's formats. Mail
+headers are read with ``email``; the files a patch touches come from ``git apply --numstat
+--summary``, which also calls a truncated or mangled diff corrupt before ``git am`` sees it.
+The series' id (sha256 of the base release and each patch's diff section, in order) ties a
+``ci run`` results folder to the series: rewording a message, the cover letter or a date keeps
+it. Not for applying anything.
 """
 
+import email
+import email.policy
+import hashlib
+import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from series.cover import COVER_NAME, CoverError, parse_cover
-from series.errors import SeriesError
-from series.patchfile import PatchFormatError, parse_patch
-from series.pins import parse_base, parse_series
+from series import SeriesError, gitcmd, usage
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PATCHES_DIR = REPO_ROOT / "patches"
-# Files the series adds under this prefix must equal the project's copy byte for byte.
-MIRRORED_PREFIX = "test/registered/"
+COVER_NAME = "0000-cover-letter.patch"
+NEW = "new"  # BASE's digest for a file the series adds
+ID_SCHEME = "sglang-series-id/1"
+_NAME_RE = re.compile(r"^[0-9]{4}-[A-Za-z0-9._-]+\.patch$")
+_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*(\.post[0-9]+|rc[0-9]+)?$")
+_SUBJECT_TAG_RE = re.compile(r"^\[PATCH[^\]]*\]\s*")
+_COVER_SUBJECT_RE = re.compile(r"^\[PATCH 0/(\d+)\]\s*(.+)$")
+_SHORTLOG_RE = re.compile(r"^\S.* \(\d+\):$")  # git's "Author Name (2):" after a blank line
+_PLACEHOLDER = "*** "
+
+
+def parse_series(text: str, where: str = "patches/series") -> list:
+    names = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, *options = line.split()
+        if options and options != ["-p1"]:
+            raise SeriesError(f"{where}:{number}: only '-p1' is supported, got {options}")
+        if not _NAME_RE.match(name):
+            raise SeriesError(f"{where}:{number}: {name!r} is not a NNNN-name.patch file name")
+        if name == COVER_NAME:
+            raise SeriesError(
+                f"{where}:{number}: {name} is the cover letter, not a patch; "
+                "git am must not apply it, so the series does not list it"
+            )
+        if name in names:
+            raise SeriesError(f"{where}:{number}: {name} is listed twice")
+        names.append(name)
+    return names
+
+
+def render_series(names) -> str:
+    header = "# Apply in this order (quilt series). Regenerate with: python -m series refresh\n"
+    return header + "".join(f"{name}\n" for name in names)
+
+
+def check_version(version: str) -> str:
+    if not _VERSION_RE.match(version):
+        raise usage(f"{version!r} is not a release version like 0.5.23")
+    return version
+
+
+@dataclass(frozen=True)
+class Base:
+    version: str
+    files: tuple  # (upstream path, sha256 hex or NEW)
+
+
+def parse_base(text: str, where: str = "patches/BASE") -> Base:
+    version, files = None, []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        key, _, value = (part.strip() for part in line.partition(":"))
+        if key == "release":
+            package, _, version = value.partition("==")
+            if package != "sglang" or not version:
+                raise SeriesError(f"{where}:{number}: expected 'release: sglang==X.Y.Z'")
+            check_version(version)
+        elif key == "file":
+            path, _, digest = value.partition(" ")
+            digest = digest.strip().removeprefix("sha256=")
+            if digest != NEW and not re.fullmatch(r"[0-9a-f]{64}", digest):
+                raise SeriesError(f"{where}:{number}: {path} needs sha256=<64 hex> or 'new'")
+            files.append((path, digest))
+        elif key not in ("source", "layout"):
+            raise SeriesError(f"{where}:{number}: unknown key {key!r}")
+    if version is None:
+        raise SeriesError(f"{where}: no 'release: sglang==X.Y.Z' line")
+    return Base(version, tuple(files))
+
+
+def render_base(base: Base) -> str:
+    lines = [
+        "# The base this series is cut against. Regenerate with: python -m series refresh",
+        f"release: sglang=={base.version}",
+        f"source: the sglang=={base.version} wheel, as pip download finds it on the index pip "
+        "is configured for",
+        "layout: upstream; python/sglang/ holds the wheel's sglang/ minus compiled extensions",
+    ]
+    for path, digest in base.files:
+        lines.append(f"file: {path} {NEW if digest == NEW else 'sha256=' + digest}")
+    return "\n".join(lines) + "\n"
+
+
+def _mail(data: bytes):
+    """(mbox 'From ' line or None, Subject or None, the message text) of a format-patch file."""
+    mail = email.message_from_bytes(data, policy=email.policy.default)
+    subject = mail["subject"]
+    text = mail.get_payload(decode=True).decode("utf-8", "replace")
+    return mail.get_unixfrom(), None if subject is None else str(subject), text
+
+
+class CoverError(ValueError):
+    """The cover letter is not what format-patch writes; the message names the problem."""
+
+
+@dataclass(frozen=True)
+class Cover:
+    """``0000-cover-letter.patch``: a hand-written subject and blurb above git's shortlog and
+    diffstat (which ``refresh`` rewrites). Not a patch: ``series`` never lists it."""
+
+    subject: str  # without the [PATCH 0/N] tag
+    blurb: str
+    count: int  # N in [PATCH 0/N]
+
+    def description(self) -> str:
+        """The branch description that makes format-patch write this subject and blurb."""
+        return f"{self.subject}\n\n{self.blurb}\n"
+
+
+def parse_cover(data: bytes, name: str = COVER_NAME) -> Cover:
+    unixfrom, subject, text = _mail(data)
+    if unixfrom is None:
+        raise CoverError(f"{name}:1: not a format-patch cover letter (no 'From ' line)")
+    match = _COVER_SUBJECT_RE.match(subject or "")
+    if not match:
+        raise CoverError(f"{name}: the subject must start with '[PATCH 0/N]'")
+    lines = text.splitlines()
+    shortlog = [i for i, line in enumerate(lines) if i and _SHORTLOG_RE.match(line)]
+    shortlog = [i for i in shortlog if not lines[i - 1].strip()]
+    if not shortlog:
+        raise CoverError(f"{name}: no shortlog ('Author (N):') below the blurb")
+    blurb = "\n".join(lines[: shortlog[-1]]).strip()
+    subject = match.group(2).strip()
+    if not blurb or subject.startswith(_PLACEHOLDER) or blurb.startswith(_PLACEHOLDER):
+        raise CoverError(f"{name}: the subject and blurb are still git's placeholders")
+    return Cover(subject=subject, blurb=blurb, count=int(match.group(1)))
+
+
+def pin_date(data: bytes, date: str) -> bytes:
+    """Replace the cover letter's Date header (format-patch writes the current time)."""
+    head, sep, body = data.partition(b"\n\n")
+    lines = [
+        b"Date: " + date.encode() if line.startswith(b"Date: ") else line
+        for line in head.split(b"\n")
+    ]
+    return b"\n".join(lines) + sep + body
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    subject: str  # without the [PATCH n/m] tag; other tags such as [DSV4] stay
+    body: str  # the message above the '---' line
+    data: bytes
+    files: tuple  # (upstream path, added by this patch), in the order of the diff
+
+
+def parse_patch(data: bytes, name: str = "<patch>") -> Patch:
+    unixfrom, subject, text = _mail(data)
+    if unixfrom is None:
+        raise SeriesError(f"corrupt patch: {name}:1: not a git format-patch file (no 'From ' line)")
+    if subject is None:
+        raise SeriesError(f"corrupt patch: {name}: no Subject header")
+    scratch = tempfile.gettempdir()  # outside any checkout: git apply filters by the cwd
+    proc = gitcmd.run(
+        ["apply", "--numstat", "--summary"], scratch, check=False, stdin=data, ceiling=scratch
+    )
+    stat = gitcmd.text(proc).strip()
+    if proc.returncode != 0:
+        raise SeriesError(f"corrupt patch: {name}: {stat.replace('error: ', '')}")
+    lines = stat.splitlines()
+    created = {line.split()[-1] for line in lines if line.split()[:2] == ["create", "mode"]}
+    paths = [line.split("\t")[2] for line in lines if line.count("\t") == 2]
+    body = text.split("\n---\n", 1)[0].strip()  # the diffstat follows the '---' line
+    files = tuple((path, path in created) for path in paths)
+    return Patch(name, _SUBJECT_TAG_RE.sub("", subject), body, data, files)
+
+
+def diff_section(data: bytes) -> bytes:
+    """The diff part of one ``git format-patch`` file: from its first ``diff --git`` line to
+    the end, without a format-patch signature. Empty for a file with no diff."""
+    start = data.find(b"\ndiff --git ")
+    if start < 0:
+        return b""
+    diff = data[start + 1 :]
+    end = diff.rfind(b"\n-- \n")
+    return diff[: end + 1] if end >= 0 else diff
+
+
+def series_id(release: str, patch_bytes) -> str:
+    """sha256 of the scheme, the base release and each patch's diff section, in order."""
+    digest = hashlib.sha256(f"{ID_SCHEME}\nrelease: sglang=={release}\n".encode())
+    for data in patch_bytes:
+        section = diff_section(data)
+        digest.update(b"patch %d\n" % len(section))
+        digest.update(section)
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
 class SeriesDir:
     root: Path  # the patches/ directory
     names: tuple
-    base: object  # pins.Base
-    patches: tuple  # patchfile.Patch, in series order
-    cover: object = None  # cover.Cover, or None when there is no cover letter
+    base: Base
+    patches: tuple  # Patch, in series order
+    cover: Cover | None = None
 
     @property
     def project_root(self) -> Path:
         return self.root.parent
 
+    @property
+    def id(self) -> str:
+        return series_id(self.base.version, (patch.data for patch in self.patches))
+
     def paths(self):
         return [self.root / name for name in self.names]
 
-    def touched_files(self):
-        """Every upstream path the series touches, first-touch order, with 'added' flags."""
+    def touched_files(self) -> dict:
+        """Every upstream path the series touches, first-touch order -> added by the series."""
         seen = {}
         for patch in self.patches:
-            for diff in patch.files:
-                seen.setdefault(diff.path, diff.new_file)
+            for path, added in patch.files:
+                seen.setdefault(path, added)
         return seen
 
 
@@ -47,7 +246,7 @@ def load(root=PATCHES_DIR) -> SeriesDir:
     series_file, base_file = root / "series", root / "BASE"
     for required in (series_file, base_file):
         if not required.is_file():
-            raise SeriesError(f"{required} is missing; run 'python -m series refresh'", 2)
+            raise usage(f"{required} is missing; run 'python -m series refresh'")
     names = parse_series(series_file.read_text(), str(series_file))
     if not names:
         raise SeriesError(f"{series_file} lists no patches")
@@ -57,16 +256,13 @@ def load(root=PATCHES_DIR) -> SeriesDir:
         path = root / name
         if not path.is_file():
             raise SeriesError(f"{series_file} lists {name}, but {path} does not exist")
-        try:
-            patches.append(parse_patch(path.read_bytes(), name))
-        except PatchFormatError as err:
-            raise SeriesError(f"corrupt patch: {err}") from None
+        patches.append(parse_patch(path.read_bytes(), name))
     cover_file = root / COVER_NAME
     letter = None
     if cover_file.is_file():
         try:
             letter = parse_cover(cover_file.read_bytes(), COVER_NAME)
-        except (CoverError, UnicodeDecodeError) as err:
+        except CoverError as err:
             raise SeriesError(f"corrupt cover letter: {err}") from None
         if letter.count != len(names):
             raise SeriesError(
@@ -74,3 +270,14 @@ def load(root=PATCHES_DIR) -> SeriesDir:
                 f"{len(names)}; run 'python -m series refresh'"
             )
     return SeriesDir(root, tuple(names), base, tuple(patches), letter)
+
+
+def describe(patches_dir) -> dict:
+    """What a ``ci run`` results folder records: the id, the base release and the patch names."""
+    series = load(patches_dir)
+    return {
+        "id": series.id,
+        "scheme": ID_SCHEME,
+        "release": series.base.version,
+        "patches": list(series.names),
+    }

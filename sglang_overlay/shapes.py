@@ -221,8 +221,8 @@ def releases_first(method_node: ast.FunctionDef) -> bool:
 
 
 def _address_keyed_validity(module) -> "str | None":
-    # Upstream main keeps a per-forward gather cache whose validity key includes the
-    # workspace's allocation address. Released first, a replacement may get the old address
+    # An unreleased upstream design (seen in a stored branch copy, in no release) keeps a
+    # per-forward gather cache whose validity key includes the workspace's allocation address. Released first, a replacement may get the old address
     # back and a stale key would match, so that code needs the upstream change, not this one.
     gather = getattr(module, "CompressedGather", None)
     fields = getattr(gather, "__dataclass_fields__", {})

@@ -4,8 +4,11 @@ against its head as two source trees (sglang 0.5.23 from PyPI, with and without 
 """
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -173,3 +176,92 @@ def test_a_run_whose_base_already_has_the_change_is_void_and_exits_1(series_tree
         f"{json.loads((out / 'results.json').read_text())['sides']['unmodified']['commit'][:12]} "
         "(test_replacement_allocates_after_releasing_the_old_scratch); is the change already in it?"
     )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def _until(condition, within_s=120.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_ctrl_c_stops_every_test_process_and_prints_one_line(tmp_path):
+    sleepers = tmp_path / "pids"
+    sleepers.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ci", "run", "--out", str(tmp_path / "out"), "--backend", "cpu"]
+        + ["--tests", "tests/fixtures/slow"],
+        cwd=REPO,
+        env=clean_env(SLEEPERS=str(sleepers)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert _until(lambda: len(list(sleepers.iterdir())) == 2), "both modes started"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        pids = [int(p.name) for p in sleepers.iterdir()]
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err and err.strip().splitlines()[-1] == (
+            "interrupted: every test process this run started is stopped"
+        )
+        assert _until(lambda: not any(_alive(pid) for pid in pids)), "a test process survived"
+    finally:
+        proc.kill()
+        for path in sleepers.iterdir():
+            if _alive(int(path.name)):
+                os.kill(int(path.name), signal.SIGKILL)
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["report", "--results", "/nonexistent"], "error: --results /nonexistent: no such folder"),
+        (
+            ["report", "--results", ".", "--summary", "/nonexistent/x.md"],
+            "error: --summary /nonexistent/x.md: its folder does not exist",
+        ),
+        (["run", "--out", "/dev/null", "--tests", PYTEST_STYLE], "error: --out /dev/null: not a"),
+        (["run", "--out", "x", "--jobs", "0"], "error: --jobs 0: at least 1"),
+        (["run", "--out", "x", "--tests", "no/such/dir"], "error: --tests no/such/dir: no such"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, line):
+    proc = subprocess.run(
+        [sys.executable, "-m", "ci", *args], cwd=REPO, env=clean_env(), capture_output=True,
+        text=True, timeout=120,
+    )
+    assert proc.returncode == 2 and proc.stderr.strip().startswith(line), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_ci_run_and_the_watch_check_start_where_no_github3_is_installed(tmp_path):
+    # The GPU test job and the release watch's check job install no github3 (only the report
+    # jobs do): their commands must not import it.
+    blocked = "import runpy, sys; sys.modules['github3'] = None; sys.argv = sys.argv[1:]; "
+    blocked += "runpy.run_module('ci', run_name='__main__', alter_sys=True)"
+    for args in (
+        ["run", "--out", str(tmp_path / "out"), "--tests", f"{FIXTURES}/test_exits_early.py"],
+        ["watch", "--help"],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-c", blocked, "ci", *args],
+            cwd=REPO,
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "github3" not in proc.stderr, proc.stderr
+        assert proc.returncode in (0, 1), proc.stderr

@@ -5,11 +5,9 @@ import shutil
 
 import pytest
 
-from series import base, check, gitcmd, pins, seriesdir
+from series import SeriesError, base, check, gitcmd, seriesdir
 from series.__main__ import main
-from series.cover import COVER_NAME, CoverError, parse_cover, pin_date
-from series.errors import SeriesError
-from series.seriesdir import PATCHES_DIR, REPO_ROOT
+from series.seriesdir import COVER_NAME, PATCHES_DIR, REPO_ROOT, CoverError, parse_cover, pin_date
 
 TEST = "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
 
@@ -45,7 +43,7 @@ def test_the_cover_letter_quotes_the_projects_own_hazard_figures():
 
 def test_series_may_not_list_the_cover_letter():
     with pytest.raises(SeriesError, match="cover letter, not a patch"):
-        pins.parse_series(f"{COVER_NAME}\n0001-a.patch\n", "series")
+        seriesdir.parse_series(f"{COVER_NAME}\n0001-a.patch\n", "series")
 
 
 def test_a_cover_letter_for_another_number_of_patches_is_refused(capsys, tmp_path):

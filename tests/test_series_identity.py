@@ -3,7 +3,7 @@
 import shutil
 
 from abtest import run
-from series import identity, seriesdir
+from series import seriesdir
 from series.seriesdir import PATCHES_DIR
 
 
@@ -14,33 +14,33 @@ def _copy(tmp_path):
 
 def test_rewording_a_message_or_the_cover_letter_keeps_the_id(tmp_path):
     patches = _copy(tmp_path)
-    before = identity.of_series(seriesdir.load(patches))
+    before = seriesdir.load(patches).id
     fix = next(patches.glob("0001-*.patch"))
     fix.write_bytes(fix.read_bytes().replace(b"Motivation", b"Why", 1))
     cover = patches / "0000-cover-letter.patch"
     cover.write_bytes(cover.read_bytes().replace(b"Releases:", b"Versions:", 1))
-    assert identity.of_series(seriesdir.load(patches)) == before
+    assert seriesdir.load(patches).id == before
 
 
 def test_changing_a_line_of_code_or_the_base_release_changes_the_id(tmp_path):
     patches = _copy(tmp_path)
     series = seriesdir.load(patches)
-    before = identity.of_series(series)
+    before = series.id
     fix = next(patches.glob("0001-*.patch"))
     fix.write_bytes(
         fix.read_bytes().replace(
             b"+            self._buffer = None", b"+            self._buffer = 0", 1
         )
     )
-    assert identity.of_series(seriesdir.load(patches)) != before
+    assert seriesdir.load(patches).id != before
     datas = [p.read_bytes() for p in series.paths()]
-    assert identity.series_id("0.5.22", datas) != identity.series_id("0.5.23", datas)
+    assert seriesdir.series_id("0.5.22", datas) != seriesdir.series_id("0.5.23", datas)
 
 
 def test_a_ci_run_records_the_series_id_it_was_made_with(tmp_path):
     root = tmp_path
     _copy(root)
     recorded = run._series(str(root))
-    assert recorded.id == identity.of_series(seriesdir.load(root / "patches"))
+    assert recorded.id == seriesdir.load(root / "patches").id
     assert recorded.release == "0.5.23" and len(recorded.patches) == 2
     assert run._series(str(tmp_path / "elsewhere")) is None  # an upstream checkout has none

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from evidence.model import load
-from series import identity, pr_description, seriesdir
+from series import pr_description, seriesdir
 from series.__main__ import main
 from series.seriesdir import REPO_ROOT
 
@@ -27,7 +27,7 @@ def _results(tmp_path, edit=None):
     folder = tmp_path / "results"
     shutil.copytree(H200_RESULTS, folder)
     data = json.loads((folder / "results.json").read_text())
-    described = identity.describe(seriesdir.PATCHES_DIR)
+    described = seriesdir.describe(seriesdir.PATCHES_DIR)
     data["series"] = {k: described[k] for k in ("id", "release", "patches")}
     if edit:
         edit(data)

@@ -1,16 +1,16 @@
-"""The pure parts of tools/: patch parsing, path mapping, pins, failure messages, rendering.
+"""The small parts of series/: reading patches, path mapping, pins, failure messages, rendering.
 
-No git, no pip, no sglang: every test here runs in milliseconds.
+No pip, no sglang, git only to read a patch: every test here runs in well under a second.
 """
+
+import zipfile
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from series import failures, layout, matrix, pins
-from series.errors import SeriesError
-from series.patchfile import PatchFormatError, added_file_bytes, hunk_at, parse_patch
-from series.seriesdir import PATCHES_DIR, REPO_ROOT, load
+from series import SeriesError, apply, base, check, gitcmd, matrix, seriesdir
+from series.seriesdir import PATCHES_DIR, REPO_ROOT, load, parse_patch
 
 FIX = "python/sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py"
 TEST = "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
@@ -23,85 +23,82 @@ def _fix_patch_bytes():
 
 def test_fix_patch_parses_to_one_file_one_hunk_releasing_before_allocating():
     patch = parse_patch(_fix_patch_bytes(), "0001")
-    assert [d.path for d in patch.files] == [FIX]
-    (hunk,) = patch.file(FIX).hunks
-    added = [line for line in hunk.lines if line.startswith(b"+")]
-    assert b"+            self._buffer = None" in added
-    assert b"+            self._head_source = None" in added
+    assert patch.files == ((FIX, False),)
+    diff = seriesdir.diff_section(patch.data)
+    assert diff.count(b"\n@@ ") == 1
+    assert b"\n+            self._buffer = None\n" in diff
+    assert b"\n+            self._head_source = None\n" in diff
     assert patch.subject.startswith("[DSV4] ")
     for section in ("Motivation", "Modifications", "Tests"):
         assert f"\n{section}\n" in f"\n{patch.body}\n"
 
 
-def test_series_adds_the_projects_registered_test_byte_for_byte():
+def test_series_adds_the_projects_registered_test_byte_for_byte(tmp_path):
     series = load()
-    diff = series.patches[1].file(TEST)
-    assert diff.new_file
-    assert added_file_bytes(diff) == (REPO_ROOT / TEST).read_bytes()
+    assert series.patches[1].files == ((TEST, True),)
+    gitcmd.run(["apply", str(series.paths()[1])], tmp_path, ceiling=tmp_path.parent)
+    assert (tmp_path / TEST).read_bytes() == (REPO_ROOT / TEST).read_bytes()
 
 
 def test_hunk_at_finds_the_hunk_git_names_by_its_old_start_line():
-    diff = parse_patch(_fix_patch_bytes(), "0001").file(FIX)
-    assert hunk_at(diff, diff.hunks[0].old_start).index == 1
-    assert "hunk #1 @@ -113,12 @@" in diff.hunks[0].describe()
+    data = _fix_patch_bytes()
+    hunk = "hunk #1 @@ -113,12 @@ (class SparsePrefillKVBuffer:)"
+    assert gitcmd.hunk_at(data, FIX, 113) == hunk
+    assert gitcmd.hunk_at(data, FIX, 120) == hunk  # git searched at an offset
+    assert gitcmd.hunk_at(data, TEST, 113) is None
 
 
-def test_truncated_hunk_is_a_corrupt_patch_naming_file_and_line():
+def test_truncated_hunk_is_a_corrupt_patch_naming_the_line():
     data = _fix_patch_bytes()
     cut = data[: data.index(b"+            self._buffer = None")]
-    with pytest.raises(PatchFormatError, match=r"0001:\d+: hunk #1 is truncated"):
+    with pytest.raises(SeriesError, match=r"corrupt patch: 0001: corrupt patch at line \d+"):
         parse_patch(cut, "0001")
 
 
 def test_stray_line_inside_a_hunk_is_a_corrupt_patch():
     data = _fix_patch_bytes().replace(b"\n+            self._buffer = None", b"\n*garbage", 1)
-    with pytest.raises(PatchFormatError, match=r"0001:\d+: hunk #1 has a line that is not"):
+    with pytest.raises(SeriesError, match=r"corrupt patch: 0001: corrupt patch at line \d+"):
         parse_patch(data, "0001")
 
 
 def test_text_without_from_line_is_not_a_format_patch():
-    with pytest.raises(PatchFormatError, match="not a git format-patch"):
+    with pytest.raises(SeriesError, match="not a git format-patch"):
         parse_patch(b"diff --git a/x b/x\n", "x.patch")
 
 
-@pytest.mark.parametrize(
-    "upstream, installed",
-    [
-        (FIX, "sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py"),
-        (TEST, None),
-        ("python/pyproject.toml", None),
-        ("python/sglang/", None),
-    ],
-)
-def test_installed_path_maps_python_sglang_to_sglang_and_drops_the_rest(upstream, installed):
-    assert layout.installed_path(upstream) == installed
+def test_installed_package_gets_python_sglang_files_and_skips_the_rest():
+    (_, fix, fix_skipped), (_, test, test_skipped) = apply._package_plan(load())
+    assert (fix, fix_skipped) == (["srt/layers/attention/dsv4/sparse_prefill_utils.py"], [])
+    assert (test, test_skipped) == ([], [TEST])
 
 
-def test_wheel_members_map_to_upstream_without_dist_info_or_compiled_extensions():
-    assert layout.wheel_member_to_upstream("sglang/srt/x.py") == "python/sglang/srt/x.py"
-    assert layout.wheel_member_to_upstream("sglang-0.5.23.dist-info/RECORD") is None
-    assert layout.wheel_member_to_upstream("sglang/srt/_server.cpython-311-x86_64.so") is None
+def test_wheel_members_map_to_upstream_without_dist_info_or_compiled_extensions(tmp_path):
+    wheel = tmp_path / "sglang-0.5.23-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for member in ("sglang/srt/x.py", "sglang-0.5.23.dist-info/RECORD", "sglang/srt/_s.so"):
+            archive.writestr(member, b"x")
+    assert [path for path, _, _ in base.upstream_files(wheel)] == ["python/sglang/srt/x.py"]
 
 
 @given(st.lists(st.from_regex(r"[0-9]{4}-[a-z0-9-]{1,20}\.patch", fullmatch=True), unique=True))
 def test_series_file_round_trips(names):
-    assert pins.parse_series(pins.render_series(names)) == names
+    assert seriesdir.parse_series(seriesdir.render_series(names)) == names
 
 
 def test_series_file_errors_name_the_line():
     with pytest.raises(SeriesError, match=r"series:2: .* listed twice"):
-        pins.parse_series("0001-a.patch\n0001-a.patch\n", "series")
+        seriesdir.parse_series("0001-a.patch\n0001-a.patch\n", "series")
     with pytest.raises(SeriesError, match=r"series:1: 'fix.diff' is not"):
-        pins.parse_series("fix.diff\n", "series")
+        seriesdir.parse_series("fix.diff\n", "series")
 
 
 def test_base_pin_round_trips_and_rejects_a_bad_digest():
-    base = pins.Base("0.5.23", ((FIX, "a" * 64), (TEST, pins.NEW)))
-    assert pins.parse_base(pins.render_base(base)) == base
+    pin = seriesdir.Base("0.5.23", ((FIX, "a" * 64), (TEST, seriesdir.NEW)))
+    assert seriesdir.parse_base(seriesdir.render_base(pin)) == pin
     with pytest.raises(SeriesError, match="BASE:2: .* needs sha256"):
-        pins.parse_base("release: sglang==0.5.23\nfile: x.py sha256=nothex\n", "BASE")
+        seriesdir.parse_base("release: sglang==0.5.23\nfile: x.py sha256=nothex\n", "BASE")
     with pytest.raises(SeriesError, match="not a release version"):
-        pins.parse_base("release: sglang==latest\n", "BASE")
+        seriesdir.parse_base("release: sglang==latest\n", "BASE")
 
 
 def test_am_failure_is_explained_as_patch_file_and_hunk():
@@ -111,27 +108,26 @@ def test_am_failure_is_explained_as_patch_file_and_hunk():
         f"error: patch failed: {FIX}:113\nerror: {FIX}: patch does not apply\n"
         "Patch failed at 0001 [DSV4] Free sparse-prefill KV scratch\n"
     )
-    assert failures.failing_patch_index(output) == 0
-    (problem,) = failures.explain(output, patch)
+    (problem,) = gitcmd.explain(output, patch)
     assert problem.startswith(f"0001-x.patch: {FIX}: hunk #1 @@ -113,12 @@")
 
 
 def test_package_relative_paths_from_git_apply_are_mapped_back_to_upstream():
     patch = parse_patch(_fix_patch_bytes(), "0001")
     output = "error: patch failed: srt/layers/attention/dsv4/sparse_prefill_utils.py:113\n"
-    (problem,) = failures.explain(output, patch, prefix=layout.UPSTREAM_PACKAGE)
+    (problem,) = gitcmd.explain(output, patch, prefix=apply.UPSTREAM_PACKAGE)
     assert f"{FIX}: hunk #1" in problem
 
 
 def test_missing_file_is_reported_as_missing_in_the_target():
     patch = parse_patch(_fix_patch_bytes(), "0001")
-    (problem,) = failures.explain(f"error: {FIX}: does not exist in index\n", patch)
+    (problem,) = gitcmd.explain(f"error: {FIX}: does not exist in index\n", patch)
     assert "does not exist in the target" in problem
 
 
 def test_first_difference_names_the_line():
-    assert failures.first_difference(b"a\nb\nc\n", b"a\nB\nc\n") == "line 2"
-    assert "longer" in failures.first_difference(b"a\n", b"a\nb\n")
+    assert check.first_difference(b"a\nb\nc\n", b"a\nB\nc\n") == "line 2"
+    assert "longer" in check.first_difference(b"a\n", b"a\nb\n")
 
 
 def test_classify_separates_clean_offset_fuzz_and_fails():
