@@ -87,3 +87,14 @@ def make_env(
     if not pth:
         (site / "sglang_overlay.pth").unlink()
     return OverlayEnv(version, python, site)
+
+
+def clone_env(env: OverlayEnv, root: Path) -> OverlayEnv:
+    """A copy of ``env`` (a venv made by ``make_env``) at ``root``: the same interpreter link
+    and the same files pip installed, for a test that damages its install. A copy takes
+    milliseconds where a pip install takes seconds."""
+    source = Path(env.python).parent.parent
+    shutil.copytree(source, root, symlinks=True)
+    return OverlayEnv(
+        env.version, root / "bin" / "python", root / env.site_packages.relative_to(source)
+    )

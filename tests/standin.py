@@ -88,6 +88,9 @@ def write(root: Path, *, edit=None, version="0.5.23") -> Path:
         package.mkdir(parents=True, exist_ok=True)
         (package / "__init__.py").write_text("")
     (root / "sglang" / "version.py").write_text(f'__version__ = "{version}"\n')
+    # As sglang's own __init__ does: a process that imported sglang has its version loaded,
+    # and the overlay reads it there instead of from the package metadata.
+    (root / "sglang" / "__init__.py").write_text("from sglang.version import __version__\n")
     header = textwrap.dedent('''\
         """Stand-in for sglang's DSV4 sparse-prefill utilities (test fixture)."""
         from typing import Optional, Tuple

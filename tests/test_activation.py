@@ -1,23 +1,67 @@
-"""The overlay reaches every process that imports the workspace module, with no user code."""
+"""The overlay reaches every process that imports the workspace module, with no user code.
 
-from conftest import WORKSPACE_MODULE, run_json
+The start-up state, the plain first import and the second activation path are observations of
+the shared default process (``overlay_runs``). The spawn child and each order of sglang's plugin
+loader and the first import are first imports of their own: each gets a fresh process, started
+early and side by side with the rest.
+"""
+
+import overlay_runs
+from conftest import WORKSPACE_MODULE
 
 from sglang_overlay import PATCH_ID
 
-PATCHED_MARK = f"""
-import json, sys
-import {WORKSPACE_MODULE} as m
-method = vars(m.SparsePrefillKVBuffer)["_reserve"]
-print(json.dumps(getattr(method, "__sglang_overlay_patch__", None)))
-"""
+default_process = overlay_runs.fixture("default_process")
+
+START_MODULES = overlay_runs.observe(
+    "default_process",
+    "start_modules",
+    """
+    return sorted(m for m in sys.modules if m.startswith(("sglang", "torch", "wrapt")))
+    """,
+)
+
+# The program's first statement that touches sglang: nothing of the user's imported the overlay.
+FIRST_IMPORT = overlay_runs.observe(
+    "default_process",
+    "first_import",
+    """
+    import {WORKSPACE_MODULE} as m
+    return getattr(vars(m.SparsePrefillKVBuffer)["_reserve"], "__sglang_overlay_patch__", None)
+    """,
+)
+
+SECOND_ACTIVATION = overlay_runs.observe(
+    "default_process",
+    "second_activation",
+    """
+    import {WORKSPACE_MODULE} as m
+    from sglang.srt.plugins import load_plugins
+    first = vars(m.SparsePrefillKVBuffer)["_reserve"]
+    load_plugins()
+    import sglang_overlay
+    sglang_overlay.apply()
+    return [vars(m.SparsePrefillKVBuffer)["_reserve"] is first,
+            first.__wrapped__.__name__, sglang_overlay.status()[0]["state"]]
+    """,
+)
 
 
-def test_plain_python_c_that_never_imports_the_overlay_gets_the_fix():
-    assert run_json(PATCHED_MARK) == PATCH_ID
+def test_plain_python_c_that_never_imports_the_overlay_gets_the_fix(default_process):
+    assert default_process.value(FIRST_IMPORT) == PATCH_ID
 
 
-def test_multiprocessing_spawn_child_gets_the_fix():
-    code = f"""
+def test_interpreter_start_loads_only_the_hook_and_nothing_it_would_need_later(default_process):
+    assert default_process.value(START_MODULES) == ["sglang_overlay", "sglang_overlay.import_hook"]
+
+
+def test_second_activation_path_is_a_no_op(default_process):
+    assert default_process.value(SECOND_ACTIVATION) == [True, "_reserve", "applied"]
+
+
+# ----------------------------------------------------------- processes of their own (jobs)
+
+SPAWN = f"""
 import json, multiprocessing as mp
 
 def child(q):
@@ -28,28 +72,26 @@ if __name__ == "__main__":
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     p = ctx.Process(target=child, args=(q,))
-    p.start(); mark = q.get(timeout=240); p.join()
+    p.start(); mark = q.get(timeout=240); p.join(timeout=240)
     print(json.dumps(mark))
 """
-    import tempfile
-    from pathlib import Path
 
+
+@overlay_runs.job("spawn_child_run")
+def _spawn_child(directory):
     # spawn re-imports __main__ from a file, so the program must be one.
-    with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp) / "spawn_child.py"
-        script.write_text(code)
-        assert (
-            run_json(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
-            == PATCH_ID
-        )
-
-
-def test_interpreter_start_loads_only_the_hook_and_nothing_it_would_need_later():
-    loaded = run_json(
-        "import json, sys; print(json.dumps(sorted(m for m in sys.modules if m.startswith("
-        "('sglang', 'torch', 'wrapt')))))"
+    script = directory / "spawn_child.py"
+    script.write_text(SPAWN)
+    return overlay_runs.python(
+        f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')"
     )
-    assert loaded == ["sglang_overlay", "sglang_overlay.import_hook"]
+
+
+spawn_child_run = overlay_runs.fixture("spawn_child_run")
+
+
+def test_multiprocessing_spawn_child_gets_the_fix(spawn_child_run):
+    assert overlay_runs.last_json(spawn_child_run) == PATCH_ID
 
 
 PLUGIN_LOADER_ONLY = """
@@ -62,27 +104,35 @@ print(json.dumps([getattr(vars(m.SparsePrefillKVBuffer)["_reserve"], "__sglang_o
                           None), hook.installed()]))
 """
 
+# Two orders, two first imports: each needs a fresh process. The second is the first
+# observation of a shared process (another vendor's hook is checked in it after).
+overlay_runs.job("plugin_loader_before_run")(
+    lambda directory: overlay_runs.python(
+        PLUGIN_LOADER_ONLY.format(body=f"import {WORKSPACE_MODULE} as m\nload_plugins()")
+    )
+)
+plugin_loader_before_run = overlay_runs.fixture("plugin_loader_before_run")
+plugin_loader_after_process = overlay_runs.fixture("plugin_loader_after_process")
+PLUGIN_LOADER_AFTER = overlay_runs.observe(
+    "plugin_loader_after_process",
+    "plugin_loader_after",
+    """
+    import sglang_overlay.import_hook as hook
+    sys.meta_path.remove(hook.HOOK)  # only sglang's own plugin loader can activate us now
+    from sglang.srt.plugins import load_plugins
+    load_plugins()
+    import {WORKSPACE_MODULE} as m
+    return [getattr(vars(m.SparsePrefillKVBuffer)["_reserve"], "__sglang_overlay_patch__", None),
+            hook.installed()]
+    """,
+)
 
-def test_sglang_plugin_loader_alone_patches_a_module_imported_before_it():
-    body = f"import {WORKSPACE_MODULE} as m\nload_plugins()"
-    assert run_json(PLUGIN_LOADER_ONLY.format(body=body)) == [PATCH_ID, True]
+
+def test_sglang_plugin_loader_alone_patches_a_module_imported_before_it(plugin_loader_before_run):
+    assert overlay_runs.last_json(plugin_loader_before_run) == [PATCH_ID, True]
 
 
-def test_sglang_plugin_loader_alone_patches_a_module_imported_after_it():
-    body = f"load_plugins()\nimport {WORKSPACE_MODULE} as m"
-    assert run_json(PLUGIN_LOADER_ONLY.format(body=body)) == [PATCH_ID, True]
-
-
-def test_second_activation_path_is_a_no_op():
-    result = run_json(f"""
-import json
-import {WORKSPACE_MODULE} as m
-from sglang.srt.plugins import load_plugins
-first = vars(m.SparsePrefillKVBuffer)["_reserve"]
-load_plugins()
-import sglang_overlay
-sglang_overlay.apply()
-print(json.dumps([vars(m.SparsePrefillKVBuffer)["_reserve"] is first,
-                  first.__wrapped__.__name__, sglang_overlay.status()[0]["state"]]))
-""")
-    assert result == [True, "_reserve", "applied"]
+def test_sglang_plugin_loader_alone_patches_a_module_imported_after_it(
+    plugin_loader_after_process,
+):
+    assert plugin_loader_after_process.value(PLUGIN_LOADER_AFTER) == [PATCH_ID, True]

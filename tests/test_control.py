@@ -1,122 +1,165 @@
-"""Switches, refusals and bookkeeping: disable, strict, unknown shapes, apply/remove, status."""
+"""Switches, refusals and bookkeeping: disable, strict, unknown shapes, apply/remove, status.
+
+Observations on the real sglang class share one process per environment (``overlay_runs``):
+the default one (unknown shape, upstream-fixed, apply/remove) and the disabled one; strict
+mode, which must raise out of the process, has its own. What is only the overlay's logic
+(a disable list, the CLI's fresh-process report) runs against the stand-in (``standin.py``).
+"""
 
 import json
 import subprocess
 import sys
 
-from conftest import WORKSPACE_MODULE, clean_env, run_json, run_python
+import overlay_runs
+import pytest
+from conftest import WORKSPACE_MODULE, clean_env, run_json
 
 from sglang_overlay import PATCH_ID
 
 STATUS_KEYS = {"patch", "target", "sglang_version", "state", "reason"}
 
-# Loads a real copy of the installed workspace module whose allocating method was edited by
-# EDIT (old, new), then runs the overlay on it. The class is sglang's, only its text differs.
-VARIANT = f"""
-import importlib.util, json, sys
-import {WORKSPACE_MODULE} as real
-old, new = json.loads(sys.argv[1])
-source = open(real.__file__).read()
-assert source.count(old) == 1, "edit anchor not found exactly once"
-path = "/tmp/sglang_overlay_variant_%d.py" % __import__("os").getpid()
-open(path, "w").write(source.replace(old, new))
-spec = importlib.util.spec_from_file_location("workspace_variant", path)
-variant = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(variant)
-from sglang_overlay import overlay
-for _ in range(2):
-    overlay.apply_to_module(variant)
-marked = getattr(vars(variant.SparsePrefillKVBuffer)["_reserve"], "__sglang_overlay_patch__", None)
-print(json.dumps({{"status": overlay.status()[0], "patched": marked}}))
+default_process = overlay_runs.fixture("default_process")
+disabled_process = overlay_runs.fixture("disabled_process")
+
+
+@pytest.fixture(scope="module")
+def known(tmp_path_factory):
+    return overlay_runs.standin_root(tmp_path_factory)
+
+
+# Loads a real copy of the installed workspace module whose allocating method was edited
+# (old -> new), under a name of its own, then runs the overlay on it twice. The class is
+# sglang's, only its text differs.
+LOAD_VARIANT = f"""
+def load_variant(old, new, name):
+    import importlib.util, os, tempfile
+    import {WORKSPACE_MODULE} as real
+    from sglang_overlay import overlay
+    source = open(real.__file__).read()
+    assert source.count(old) == 1, "edit anchor not found exactly once"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, name + ".py")
+        with open(path, "w") as file:
+            file.write(source.replace(old, new))
+        spec = importlib.util.spec_from_file_location(name, path)
+        variant = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(variant)
+        for _ in range(2):  # while its source file exists: the overlay reads it
+            overlay.apply_to_module(variant)
+    method = vars(variant.SparsePrefillKVBuffer)["_reserve"]
+    return {{"status": overlay.status()[0],
+             "patched": getattr(method, "__sglang_overlay_patch__", None)}}
 """
 
 ALLOCATION = (
     "            self._buffer = torch.empty(\n                (num_tokens, 1, WORKSPACE_DIM),"
 )
+UNKNOWN = (
+    "        assert num_tokens > 0\n        current_capacity",
+    "        assert num_tokens >= 1\n        current_capacity",
+)
+RELEASED = (
+    ALLOCATION,
+    "            self._buffer = None\n            self._head_source = None\n" + ALLOCATION,
+)
 
 
-def _variant(old, new, **env):
-    """The run, its last JSON line, and the overlay's WARNING lines (last-resort handler)."""
-    proc = run_python(VARIANT, json.dumps([old, new]), **env)
-    lines = proc.stdout.splitlines()
-    out = json.loads(lines[-1]) if proc.returncode == 0 else None
-    warnings = [line for line in proc.stderr.splitlines() if line.startswith("sglang-overlay:")]
-    return proc, out, warnings
+def _variant(name, edit) -> str:
+    return LOAD_VARIANT + f"return load_variant({edit[0]!r}, {edit[1]!r}, {name!r})\n"
 
 
-def test_unknown_shape_is_left_untouched_with_one_warning_naming_version_and_reason():
-    proc, out, warnings = _variant(
-        "        assert num_tokens > 0\n        current_capacity",
-        "        assert num_tokens >= 1\n        current_capacity",
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+VARIANT_UNKNOWN = overlay_runs.observe(
+    "default_process", "variant_unknown", _variant("workspace_variant_unknown", UNKNOWN)
+)
+VARIANT_FIXED = overlay_runs.observe(
+    "default_process", "variant_fixed", _variant("workspace_variant_fixed", RELEASED)
+)
+
+
+def test_unknown_shape_is_left_untouched_with_one_warning_naming_version_and_reason(
+    default_process,
+):
+    out = default_process.value(VARIANT_UNKNOWN)
     assert out["patched"] is None
     assert out["status"]["state"] == "unsupported"
     assert "unknown source of SparsePrefillKVBuffer._reserve" in out["status"]["reason"]
+    warnings = default_process.overlay_warnings(VARIANT_UNKNOWN)
     assert len(warnings) == 1
     assert "sglang 0.5.23" in warnings[0] and "untouched" in warnings[0]
 
 
-def test_strict_mode_raises_instead_of_warning_on_an_unknown_shape():
-    proc, _, _ = _variant(
-        "        assert num_tokens > 0\n        current_capacity",
-        "        assert num_tokens >= 1\n        current_capacity",
+# Strict mode raises out of the import: a process of its own, which must fail.
+overlay_runs.job("strict_variant_run")(
+    lambda directory: overlay_runs.python(
+        LOAD_VARIANT + f"\nload_variant({UNKNOWN[0]!r}, {UNKNOWN[1]!r}, 'workspace_variant')\n",
         SGLANG_OVERLAY_STRICT="1",
     )
+)
+strict_variant_run = overlay_runs.fixture("strict_variant_run")
+
+
+def test_strict_mode_raises_instead_of_warning_on_an_unknown_shape(strict_variant_run):
+    proc = strict_variant_run
     assert proc.returncode != 0
     assert "UnsupportedShapeError" in proc.stderr and "sglang 0.5.23" in proc.stderr
 
 
-def test_source_that_already_releases_first_is_reported_upstream_fixed():
-    released = (
-        "            self._buffer = None\n            self._head_source = None\n" + ALLOCATION
-    )
-    _, out, warnings = _variant(ALLOCATION, released)
+def test_source_that_already_releases_first_is_reported_upstream_fixed(default_process):
+    out = default_process.value(VARIANT_FIXED)
     assert out["patched"] is None
     assert out["status"]["state"] == "upstream-fixed"
-    assert warnings == []
+    assert default_process.overlay_warnings(VARIANT_FIXED) == []
 
 
-def test_disable_all_leaves_the_original_and_reports_disabled():
-    out = run_json(
-        f"""
-import json
-import {WORKSPACE_MODULE} as m
-import sglang_overlay
-print(json.dumps([getattr(vars(m.SparsePrefillKVBuffer)["_reserve"], "__sglang_overlay_patch__", None),
-                  sglang_overlay.status()]))
-""",
-        SGLANG_OVERLAY_DISABLE="1",
-    )
-    marked, records = out
+DISABLE_ALL = overlay_runs.observe(
+    "disabled_process",
+    "disable_all",
+    """
+    import {WORKSPACE_MODULE} as m
+    import sglang_overlay
+    return [getattr(vars(m.SparsePrefillKVBuffer)["_reserve"], "__sglang_overlay_patch__", None),
+            sglang_overlay.status()]
+    """,
+)
+
+
+def test_disable_all_leaves_the_original_and_reports_disabled(disabled_process):
+    marked, records = disabled_process.value(DISABLE_ALL)
     assert marked is None
     assert [r["state"] for r in records] == ["disabled"]
     assert set(records[0]) == STATUS_KEYS
 
 
-def test_disable_list_naming_this_patch_turns_it_off():
+def test_disable_list_naming_this_patch_turns_it_off(known):
     code = "import json, sglang_overlay; print(json.dumps(sglang_overlay.apply()[0]['state']))"
-    assert run_json(code, SGLANG_OVERLAY_DISABLE=f" {PATCH_ID} ") == "disabled"
+    prelude = overlay_runs.standin_prelude(known)
+    assert run_json(prelude + code, SGLANG_OVERLAY_DISABLE=f" {PATCH_ID} ") == "disabled"
 
 
-def test_apply_twice_is_a_no_op_and_remove_restores_the_exact_original():
-    out = run_json(f"""
-import json, hashlib, inspect
-import {WORKSPACE_MODULE} as m
-import sglang_overlay
-cls = m.SparsePrefillKVBuffer
-patched = vars(cls)["_reserve"]
-original = patched.__wrapped__
-sglang_overlay.apply(); sglang_overlay.apply()
-same_after_apply = vars(cls)["_reserve"] is patched
-removed = sglang_overlay.remove()[0]["state"]
-restored = vars(cls)["_reserve"] is original
-text = hashlib.sha256(inspect.getsource(vars(cls)["_reserve"]).encode()).hexdigest()
-reapplied = sglang_overlay.apply()[0]["state"]
-print(json.dumps([same_after_apply, removed, restored, reapplied,
-                  getattr(vars(cls)["_reserve"], "__sglang_overlay_patch__", None)]))
-""")
-    assert out == [True, "pending", True, "applied", PATCH_ID]
+APPLY_REMOVE = overlay_runs.observe(
+    "default_process",
+    "apply_remove",
+    """
+    import hashlib, inspect
+    import {WORKSPACE_MODULE} as m
+    import sglang_overlay
+    cls = m.SparsePrefillKVBuffer
+    patched = vars(cls)["_reserve"]
+    original = patched.__wrapped__
+    sglang_overlay.apply(); sglang_overlay.apply()
+    same_after_apply = vars(cls)["_reserve"] is patched
+    removed = sglang_overlay.remove()[0]["state"]
+    restored = vars(cls)["_reserve"] is original
+    text = hashlib.sha256(inspect.getsource(vars(cls)["_reserve"]).encode()).hexdigest()
+    reapplied = sglang_overlay.apply()[0]["state"]
+    return [same_after_apply, removed, restored, reapplied,
+            getattr(vars(cls)["_reserve"], "__sglang_overlay_patch__", None)]
+    """,
+)
+
+
+def test_apply_twice_is_a_no_op_and_remove_restores_the_exact_original(default_process):
+    assert default_process.value(APPLY_REMOVE) == [True, "pending", True, "applied", PATCH_ID]
 
 
 def test_status_before_the_workspace_module_is_imported_is_pending():
@@ -124,10 +167,11 @@ def test_status_before_the_workspace_module_is_imported_is_pending():
     assert records[0]["state"] == "pending" and set(records[0]) == STATUS_KEYS
 
 
-def test_cli_status_json_reports_applied_and_exits_zero():
+def test_cli_status_json_reports_applied_and_exits_zero(known):
+    # The CLI's fresh process imports the stand-in (first on PYTHONPATH), as it would sglang.
     proc = subprocess.run(
         [sys.executable, "-m", "sglang_overlay", "status", "--json"],
-        env=clean_env(),
+        env=clean_env(PYTHONPATH=str(known)),
         cwd="/",
         capture_output=True,
         text=True,
@@ -146,6 +190,7 @@ def test_cli_bad_usage_exits_two():
         cwd="/",
         capture_output=True,
         text=True,
+        timeout=60,
     )
     assert proc.returncode == 2
 

@@ -12,17 +12,20 @@ import json
 import os
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import standin
-from overlay_envs import VERSIONS, build_wheel, find_interpreter, make_env
+from overlay_envs import VERSIONS, build_wheel, clone_env, find_interpreter, make_env
 
 PATCH_ID = "0001-dsv4-sparse-prefill-release-first"
 WORKSPACE_MODULE = standin.WORKSPACE_MODULE
 UNKNOWN_EDIT = ("        assert num_tokens > 0\n", "        assert num_tokens >= 1\n")
 RACE_RUNS = 20
-TIMEOUT_S = 20
+# A bound against a hang (a deadlocked first import never finishes), not a measurement: wide
+# enough for a loaded 2-core machine, where each of these processes takes a fraction of it.
+TIMEOUT_S = 120
 
 
 OTHER_WHEEL = os.environ.get("SGLANG_OVERLAY_TEST_WHEEL")
@@ -33,13 +36,27 @@ def overlay_wheel(tmp_path_factory) -> Path:
     return Path(OTHER_WHEEL) if OTHER_WHEEL else build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
+@pytest.fixture(scope="session")
+def overlay_envs(overlay_wheel, tmp_path_factory) -> dict:
+    """The environment of each declared Python this machine has, built once per session, all
+    at once (each is mostly a pip install waiting on its own interpreter)."""
+    interpreters = {v: find_interpreter(v) for v in VERSIONS}
+    roots = {v: tmp_path_factory.mktemp(f"venv{v}") for v, found in interpreters.items() if found}
+    with ThreadPoolExecutor(max_workers=len(VERSIONS)) as pool:
+        building = {
+            v: pool.submit(
+                make_env, interpreters[v], v, overlay_wheel, root, deps=bool(OTHER_WHEEL)
+            )
+            for v, root in roots.items()
+        }
+        return {v: future.result(timeout=600) for v, future in building.items()}
+
+
 @pytest.fixture(scope="session", params=VERSIONS, ids=[f"py{v}" for v in VERSIONS])
-def overlay_env(request, overlay_wheel, tmp_path_factory):
-    interpreter = find_interpreter(request.param)
-    if interpreter is None:
+def overlay_env(request, overlay_envs):
+    if request.param not in overlay_envs:
         pytest.skip(f"no Python {request.param} on this machine (pyenv or python{request.param})")
-    root = tmp_path_factory.mktemp(f"venv{request.param}")
-    return make_env(interpreter, request.param, overlay_wheel, root, deps=bool(OTHER_WHEEL))
+    return overlay_envs[request.param]
 
 
 @pytest.fixture(scope="session")
@@ -414,12 +431,9 @@ def test_cli_status_is_what_a_fresh_process_gets(overlay_env, known, unknown):
     assert refused.returncode == 1 and json.loads(refused.stdout)[0]["state"] == "unsupported"
 
 
-def test_cli_status_says_so_when_the_start_up_hook_is_missing(
-    overlay_env, overlay_wheel, known, tmp_path
-):
-    broken = make_env(
-        Path(overlay_env.python).resolve(), overlay_env.version, overlay_wheel, tmp_path, pth=False
-    )
+def test_cli_status_says_so_when_the_start_up_hook_is_missing(overlay_env, known, tmp_path):
+    broken = clone_env(overlay_env, tmp_path / "venv")
+    (broken.site_packages / "sglang_overlay.pth").unlink()  # a broken or partial install
     proc = cli(broken, [known])
     (record,) = json.loads(proc.stdout)
     assert proc.returncode == 1 and record["state"] == "pending"
@@ -585,12 +599,13 @@ print("{{}}")
 # Found by issue 19 (operators): a stale install, bytecode-only deployments, Ctrl-C, settings.
 
 
-def test_a_stale_pth_whose_package_is_gone_is_silent(overlay_env, overlay_wheel, tmp_path):
+def test_a_stale_pth_whose_package_is_gone_is_silent(overlay_env, tmp_path):
     # An interrupted uninstall leaves sglang_overlay.pth behind; every Python start (pip
     # included) must not print a traceback for it.
     import shutil
 
-    env = make_env(Path(overlay_env.python).resolve(), overlay_env.version, overlay_wheel, tmp_path)
+    env = clone_env(overlay_env, tmp_path / "venv")
+    assert (env.site_packages / "sglang_overlay.pth").exists()
     shutil.rmtree(env.site_packages / "sglang_overlay")
     proc = run(env, "print('ok')", flags=["-W", "error"])
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "ok\n", "")

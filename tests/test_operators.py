@@ -2,22 +2,32 @@
 (``sglang-overlay status --processes``), the Prometheus gauges, another vendor's hook over the
 method (sglang's real ``HookRegistry``), ``torch.compile`` through the patched method, and the
 CLI's answer to bad usage. Real sglang 0.5.23 class, real prometheus_client, real processes.
+
+The real class's processes are shared per environment (``overlay_runs``): the default process
+(which also serves as a server stand-in with its records, driven through one scenario), the
+same disabled, and one activated by sglang's plugin loader alone. What is only the overlay's
+bookkeeping (the gauges, prometheus_client missing) runs against the stand-in sglang.
 """
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
-import time
 
+import overlay_runs
 import pytest
-from conftest import WORKSPACE_MODULE, clean_env, run_json
+from conftest import clean_env, run_json
 
 from sglang_overlay import PATCH_ID, __version__
 
 ROW_BYTES = 512 * 2  # one bf16 row of the workspace
 BOUND_S = 120
+
+default_process = overlay_runs.fixture("default_process")
+plugin_loader_after_process = overlay_runs.fixture("plugin_loader_after_process")
+disabled_process = overlay_runs.fixture("disabled_process")
 
 
 @pytest.fixture
@@ -27,115 +37,113 @@ def runtime_dir(tmp_path):
     return path
 
 
+@pytest.fixture(scope="module")
+def known(tmp_path_factory):
+    return overlay_runs.standin_root(tmp_path_factory)
+
+
 # A server stand-in: the real workspace module in a process that keeps running. It grows the
 # workspace to ROWS rows, prints "ready", then does what each stdin line asks.
-SERVER = f"""
+SERVER = """
 import sys, torch
 import {WORKSPACE_MODULE} as m
 buffer = m.SparsePrefillKVBuffer(torch.device("cpu"))
-buffer.get(int(sys.argv[1]))
+buffer.get(ROWS)
 print("ready", flush=True)
 for line in sys.stdin:
     buffer.get(int(line))
     print("done", flush=True)
+return "served"
 """
-
-
-def start_server(rows, runtime_dir, **env):
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SERVER, str(rows)],
-        env=clean_env(SGLANG_OVERLAY_RUNTIME_DIR=str(runtime_dir), **env),
-        cwd="/",
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout.readline().strip() == "ready"
-    return proc
-
-
-def ask(proc, rows):
-    proc.stdin.write(f"{rows}\n")
-    proc.stdin.flush()
-    assert proc.stdout.readline().strip() == "done"
+overlay_runs.observe("default_process", "serve", SERVER.replace("ROWS", "2048"))
+overlay_runs.observe("disabled_process", "serve", SERVER.replace("ROWS", "64"))
 
 
 def processes(runtime_dir):
-    proc = subprocess.run(
+    proc = overlay_runs.POOL.run(
         [sys.executable, "-m", "sglang_overlay", "status", "--processes", "--json"],
         env=clean_env(SGLANG_OVERLAY_RUNTIME_DIR=str(runtime_dir)),
         cwd="/",
-        capture_output=True,
-        text=True,
         timeout=BOUND_S,
     )
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     return proc.returncode, {row["pid"]: row for row in json.loads(proc.stdout)}
 
 
-def stop(proc):
-    proc.stdin.close()
-    proc.wait(timeout=BOUND_S)
+@overlay_runs.drive("default_process")
+def _records_scenario(server, runtime_dir):
+    """A 2048-row server: its row; grown to 4096; its record's mode; the record deleted and
+    three requests that reuse the buffer; one past the high-water mark; then stopped."""
+    seen = {"pid": server.pid}
+    overlay_runs.serve_until_ready(server)
+    seen["code"], rows = processes(runtime_dir)
+    seen["row"] = rows.get(server.pid)
+    overlay_runs.ask(server, 4096)
+    seen["row_after_growth"] = processes(runtime_dir)[1].get(server.pid)
+    record = runtime_dir / f"{server.pid}.json"
+    seen["record_mode"] = oct(record.stat().st_mode & 0o777) if record.exists() else None
+    record.unlink(missing_ok=True)
+    for rows in (16, 4096, 1024):  # reuse: no write
+        overlay_runs.ask(server, rows)
+    seen["record_after_reuse"] = record.exists()
+    overlay_runs.ask(server, 8192)  # a replacement past the high-water mark: written again
+    seen["record_after_replacement"] = json.loads(record.read_text()) if record.exists() else None
+    seen["files_after_replacement"] = sorted(p.name for p in runtime_dir.iterdir())
+    overlay_runs.stop(server)
+    seen["listed_after_exit"] = sorted(processes(runtime_dir)[1])
+    seen["files_after_exit"] = sorted(p.name for p in runtime_dir.iterdir())
+    return seen
 
 
-def test_a_running_process_reports_its_state_build_and_high_water_mark(runtime_dir):
-    server = start_server(2048, runtime_dir)
-    try:
-        code, rows = processes(runtime_dir)
-        row = rows[server.pid]
-        assert (row["state"], row["patch"], row["overlay_version"]) == (
-            "applied",
-            PATCH_ID,
-            __version__,
-        )
-        assert row["high_water_bytes"] == 2048 * ROW_BYTES and row["workspace_imported"] is True
-        ask(server, 4096)
-        assert processes(runtime_dir)[1][server.pid]["high_water_bytes"] == 4096 * ROW_BYTES
-        assert code == 0
-    finally:
-        stop(server)
-    assert server.pid not in processes(runtime_dir)[1]
-    assert list(runtime_dir.iterdir()) == []  # the dead process's record was pruned
+@overlay_runs.drive("disabled_process")
+def _disabled_scenario(server, runtime_dir):
+    overlay_runs.serve_until_ready(server)
+    code, rows = processes(runtime_dir)
+    return {"code": code, "row": rows.get(server.pid)}
 
 
-def test_the_record_is_rewritten_on_a_replacement_never_on_reuse(runtime_dir):
-    server = start_server(4096, runtime_dir)
-    try:
-        record = runtime_dir / f"{server.pid}.json"
-        assert oct(record.stat().st_mode & 0o777) == "0o600"
-        record.unlink()
-        for rows in (16, 4096, 1024):  # reuse: no write
-            ask(server, rows)
-        assert not record.exists()
-        ask(server, 8192)  # a replacement past the high-water mark: written again
-        assert json.loads(record.read_text())["high_water_bytes"] == 8192 * ROW_BYTES
-        assert [p.name for p in runtime_dir.iterdir()] == [record.name]  # no temporary left
-    finally:
-        stop(server)
+def test_a_running_process_reports_its_state_build_and_high_water_mark(default_process):
+    seen = default_process.driven
+    row = seen["row"]
+    assert row is not None, "the running server is not listed"
+    assert (row["state"], row["patch"], row["overlay_version"]) == (
+        "applied",
+        PATCH_ID,
+        __version__,
+    )
+    assert row["high_water_bytes"] == 2048 * ROW_BYTES and row["workspace_imported"] is True
+    assert seen["row_after_growth"]["high_water_bytes"] == 4096 * ROW_BYTES
+    assert seen["code"] == 0
+    assert seen["pid"] not in seen["listed_after_exit"]
+    assert seen["files_after_exit"] == []  # the dead process's record was pruned
 
 
-def test_a_disabled_process_is_listed_as_such_and_passes(runtime_dir):
-    server = start_server(64, runtime_dir, SGLANG_OVERLAY_DISABLE="1")
-    try:
-        code, rows = processes(runtime_dir)
-        assert rows[server.pid]["state"] == "disabled" and code == 0
-        assert rows[server.pid]["high_water_bytes"] == 0
-    finally:
-        stop(server)
+def test_the_record_is_rewritten_on_a_replacement_never_on_reuse(default_process):
+    seen = default_process.driven
+    assert seen["record_mode"] == "0o600"
+    assert seen["record_after_reuse"] is False
+    assert seen["record_after_replacement"] is not None, "no record after the replacement"
+    assert seen["record_after_replacement"]["high_water_bytes"] == 8192 * ROW_BYTES
+    # no temporary left
+    assert seen["files_after_replacement"] == [f"{seen['pid']}.json"]
 
 
-def test_a_live_sglang_process_without_a_record_is_unpatched_even_if_its_pid_had_one(runtime_dir):
+def test_a_disabled_process_is_listed_as_such_and_passes(disabled_process):
+    seen = disabled_process.driven
+    assert seen["row"]["state"] == "disabled" and seen["code"] == 0
+    assert seen["row"]["high_water_bytes"] == 0
+
+
+def test_a_live_sglang_process_without_a_record_is_unpatched_even_if_its_pid_had_one(
+    runtime_dir, default_process, disabled_process
+):
     # sglang renames its processes (sglang::scheduler_TP0); this one started "before the
     # install": no record. A record left by an earlier process with the same pid has another
-    # start time and must not be taken for this one's.
-    sleeper = subprocess.Popen(["bash", "-c", "exec -a sglang::scheduler_TP0 sleep 300"])
+    # start time and must not be taken for this one's. (After the shared servers: their own
+    # `status --processes` would list this process too.)
+    # Popen returns once the program runs, under the name given as its argv[0].
+    sleeper = subprocess.Popen(["sglang::scheduler_TP0", "300"], executable=shutil.which("sleep"))
     try:
-        deadline = time.monotonic() + BOUND_S
-        while time.monotonic() < deadline:
-            cmdline = open(f"/proc/{sleeper.pid}/cmdline", "rb").read()
-            if cmdline.startswith(b"sglang::"):
-                break
-            time.sleep(0.01)
         forged = {"patches": [{"patch": PATCH_ID, "state": "applied", "reason": "x"}]}
         (runtime_dir / f"{sleeper.pid}.json").write_text(
             json.dumps({**forged, "pid": sleeper.pid, "start_time": "1"})
@@ -154,32 +162,42 @@ def test_a_live_sglang_process_without_a_record_is_unpatched_even_if_its_pid_had
 
 # ------------------------------------------------------------------------- Prometheus gauges
 
-REPLACE_AND_EXIT = f"""
+REPLACE_AND_EXIT = """
 import sys, torch
-import {WORKSPACE_MODULE} as m
+import sglang.srt.layers.attention.dsv4.sparse_prefill_utils as m
 m.SparsePrefillKVBuffer(torch.device("cpu")).get(int(sys.argv[1]))
 print(__import__("os").getpid())
 """
 
 
-def test_gauges_per_process_in_prometheus_multiprocess_mode(tmp_path):
+def test_gauges_per_process_in_prometheus_multiprocess_mode(tmp_path, known):
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.multiprocess import MultiProcessCollector
 
     metrics_dir = tmp_path / "prometheus"
     metrics_dir.mkdir()
-    pids = {}
-    for rows in (1024, 3072):
-        proc = subprocess.run(
-            [sys.executable, "-c", REPLACE_AND_EXIT, str(rows)],
+    started = {
+        rows: subprocess.Popen(
+            [sys.executable, "-c", overlay_runs.standin_prelude(known) + REPLACE_AND_EXIT]
+            + [str(rows)],
             env=clean_env(PROMETHEUS_MULTIPROC_DIR=str(metrics_dir)),
             cwd="/",
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=BOUND_S,
         )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        pids[int(proc.stdout.split()[-1])] = rows
+        for rows in (1024, 3072)  # two processes side by side
+    }
+    pids = {}
+    try:
+        for rows, proc in started.items():
+            out, err = proc.communicate(timeout=BOUND_S)
+            assert proc.returncode == 0, err[-2000:]
+            pids[int(out.split()[-1])] = rows
+    finally:
+        for proc in started.values():
+            proc.kill()  # only one still running after a failure: nothing left behind
+            proc.communicate()
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=str(metrics_dir))
     samples = gauge_samples(generate_latest(registry).decode())
@@ -214,39 +232,49 @@ def gauge_samples(text: str) -> dict:
     }
 
 
-def test_gauges_in_one_process_mode_where_the_host_loaded_prometheus_client():
-    out = run_json(f"""
+def test_gauges_in_one_process_mode_where_the_host_loaded_prometheus_client(known):
+    out = run_json(
+        overlay_runs.standin_prelude(known)
+        + """
 import json, torch, prometheus_client
-import {WORKSPACE_MODULE} as m
+import sglang.srt.layers.attention.dsv4.sparse_prefill_utils as m
 m.SparsePrefillKVBuffer(torch.device("cpu")).get(512)
 text = prometheus_client.generate_latest().decode()
 print(json.dumps([l for l in text.splitlines() if l.startswith("sglang_overlay") and not l.endswith(" 0.0")]))
-""")
+"""
+    )
     assert out == [
         f'sglang_overlay_patch_state{{overlay_version="{__version__}",patch="{PATCH_ID}",state="applied"}} 1.0',
         f'sglang_overlay_workspace_high_water_bytes{{patch="{PATCH_ID}"}} {float(512 * ROW_BYTES)}',
     ]
 
 
-def test_the_overlay_never_imports_prometheus_client_first():
-    # prometheus_client picks its mode when first imported; sglang sets
-    # PROMETHEUS_MULTIPROC_DIR before it imports it. Importing it earlier would break that.
-    out = run_json(f"""
-import json, sys, torch
-import {WORKSPACE_MODULE} as m
-m.SparsePrefillKVBuffer(torch.device("cpu")).get(512)
-import sglang_overlay
-print(json.dumps(["prometheus_client" in sys.modules, sglang_overlay.status()[0]["state"]]))
-""")
-    assert out == [False, "applied"]
+# prometheus_client picks its mode when first imported; sglang sets PROMETHEUS_MULTIPROC_DIR
+# before it imports it. Importing it earlier would break that.
+PROMETHEUS_NOT_FIRST = overlay_runs.observe(
+    "default_process",
+    "prometheus_not_first",
+    """
+    import torch
+    import {WORKSPACE_MODULE} as m
+    m.SparsePrefillKVBuffer(torch.device("cpu")).get(512)
+    import sglang_overlay
+    return ["prometheus_client" in sys.modules, sglang_overlay.status()[0]["state"]]
+    """,
+)
 
 
-def test_without_prometheus_client_the_overlay_still_applies(tmp_path):
+def test_the_overlay_never_imports_prometheus_client_first(default_process):
+    assert default_process.value(PROMETHEUS_NOT_FIRST) == [False, "applied"]
+
+
+def test_without_prometheus_client_the_overlay_still_applies(tmp_path, known):
     out = run_json(
-        f"""
+        overlay_runs.standin_prelude(known)
+        + """
 import json, sys, torch
 sys.modules["prometheus_client"] = None  # not importable
-import {WORKSPACE_MODULE} as m
+import sglang.srt.layers.attention.dsv4.sparse_prefill_utils as m
 m.SparsePrefillKVBuffer(torch.device("cpu")).get(512)
 import sglang_overlay
 print(json.dumps(sglang_overlay.status()[0]["state"]))
@@ -258,39 +286,49 @@ print(json.dumps(sglang_overlay.status()[0]["state"]))
 
 # ----------------------------------------------------- another vendor's hook (HookRegistry)
 
-HOOKED = f"""
-import json, torch
+HOOKED = """
+import torch
 import {WORKSPACE_MODULE} as m
 import sglang_overlay
 from sglang_overlay import release_first
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 target = "{WORKSPACE_MODULE}.SparsePrefillKVBuffer._reserve"
-ours = vars(m.SparsePrefillKVBuffer)["_reserve"]
 def around(original, *args, **kwargs):
     return original(*args, **kwargs)
 def replace(self, num_tokens, dtype):
     self._buffer = torch.empty((num_tokens, 1, 512), dtype=dtype)
     return self._buffer
-HookRegistry.register(target, {{"AROUND": around, "REPLACE": replace}}[HOOK], HookType[HOOK])
+HookRegistry.register(target, {"AROUND": around, "REPLACE": replace}[HOOK], HookType[HOOK])
 HookRegistry.apply_hooks()
 hooked = vars(m.SparsePrefillKVBuffer)["_reserve"]
 steps = [sglang_overlay.status()[0]]
 steps.append(sglang_overlay.apply()[0])
 steps.append(vars(m.SparsePrefillKVBuffer)["_reserve"] is hooked)
 before = release_first.REPLACEMENTS.high_water_bytes
-m.SparsePrefillKVBuffer(torch.device("cpu")).get(4096)
+# Past the process's high-water mark (1 KiB a bf16 row): if release-first runs, the mark moves.
+m.SparsePrefillKVBuffer(torch.device("cpu")).get(before // 1024 + 4096)
 steps.append(release_first.REPLACEMENTS.high_water_bytes > before)  # did release-first run?
 steps.append(sglang_overlay.remove()[0])
 steps.append(vars(m.SparsePrefillKVBuffer)["_reserve"] is hooked)
-print(json.dumps(steps))
+return steps
 """
+# Each kind of hook in a process of its own: a hook stays on the class once applied.
+HOOKS = {
+    "AROUND": overlay_runs.observe("default_process", "hook_AROUND", 'HOOK = "AROUND"\n' + HOOKED),
+    "REPLACE": overlay_runs.observe(
+        "plugin_loader_after_process", "hook_REPLACE", 'HOOK = "REPLACE"\n' + HOOKED
+    ),
+}
 
 
 @pytest.mark.parametrize(
     "hook, state, runs", [("AROUND", "wrapped", True), ("REPLACE", "replaced", False)]
 )
-def test_another_hook_over_the_method_is_reported_by_status_apply_and_remove(hook, state, runs):
-    seen, applied, unchanged, ran, removed, still = run_json(f"HOOK = {hook!r}\n" + HOOKED)
+def test_another_hook_over_the_method_is_reported_by_status_apply_and_remove(
+    hook, state, runs, default_process, plugin_loader_after_process
+):
+    process = {"AROUND": default_process, "REPLACE": plugin_loader_after_process}[hook]
+    seen, applied, unchanged, ran, removed, still = process.value(HOOKS[hook])
     assert (seen["state"], applied["state"], removed["state"]) == (state, state, state)
     assert "hook_registry.py" in seen["reason"] and "remove() cannot" in removed["reason"]
     assert (unchanged, ran, still) == (True, runs, True)
@@ -298,22 +336,27 @@ def test_another_hook_over_the_method_is_reported_by_status_apply_and_remove(hoo
 
 # ---------------------------------------------------------------------------- torch.compile
 
+# dynamo traces get() -> _reserve -> the replacement: no logging, lock or clock call may be in
+# what it traces. The compiled call must still replace and reuse as eager does.
+TORCH_COMPILE = overlay_runs.observe(
+    "default_process",
+    "torch_compile",
+    """
+    import torch
+    import {WORKSPACE_MODULE} as m
+    import sglang_overlay
+    assert sglang_overlay.status()[0]["state"] == "applied"
+    buffer = m.SparsePrefillKVBuffer(torch.device("cpu"))
+    compiled = torch.compile(lambda n, dtype: buffer.get(n, dtype), fullgraph=True, backend="eager")
+    shapes = [tuple(compiled(n, dtype).shape) for n, dtype in
+              ((16, torch.bfloat16), (32, torch.bfloat16), (8, torch.bfloat16), (8, torch.float8_e4m3fn))]
+    return [shapes, tuple(buffer._buffer.shape), str(buffer._buffer.dtype)]
+    """,
+)
 
-def test_the_patched_method_compiles_with_fullgraph():
-    # dynamo traces get() -> _reserve -> the replacement: no logging, lock or clock call may
-    # be in what it traces. The compiled call must still replace and reuse as eager does.
-    out = run_json(f"""
-import json, torch
-import {WORKSPACE_MODULE} as m
-import sglang_overlay
-assert sglang_overlay.status()[0]["state"] == "applied"
-buffer = m.SparsePrefillKVBuffer(torch.device("cpu"))
-compiled = torch.compile(lambda n, dtype: buffer.get(n, dtype), fullgraph=True, backend="eager")
-shapes = [tuple(compiled(n, dtype).shape) for n, dtype in
-          ((16, torch.bfloat16), (32, torch.bfloat16), (8, torch.bfloat16), (8, torch.float8_e4m3fn))]
-print(json.dumps([shapes, tuple(buffer._buffer.shape), str(buffer._buffer.dtype)]))
-""")
-    assert out == [
+
+def test_the_patched_method_compiles_with_fullgraph(default_process):
+    assert default_process.value(TORCH_COMPILE) == [
         [[16, 1, 512], [32, 1, 512], [8, 1, 512], [8, 1, 512]],
         [8, 1, 512],
         "torch.float8_e4m3fn",

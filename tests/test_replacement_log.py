@@ -2,9 +2,11 @@
 
 import logging
 
-from conftest import WORKSPACE_MODULE, run_json
+import overlay_runs
 
 from sglang_overlay.replacement_log import MIB, ReplacementLog
+
+default_process = overlay_runs.fixture("default_process")
 
 
 class Clock:
@@ -55,21 +57,33 @@ def test_a_steady_rate_below_the_threshold_never_warns(caplog):
     assert records_of(caplog, logging.WARNING) == []
 
 
-def test_alternating_dtypes_on_the_real_class_log_two_lines_not_a_thousand():
-    # 0.5.23 replaces the buffer on every dtype switch: a q8/bf16 mix at a steady size.
-    counts = run_json(f"""
-import collections, json, logging
-import torch
-import {WORKSPACE_MODULE} as m
-levels = collections.Counter()
-class Count(logging.Handler):
-    def emit(self, record):
-        levels[record.levelname] += 1
-logger = logging.getLogger("sglang_overlay")
-logger.addHandler(Count()); logger.setLevel(logging.DEBUG)
-workspace = m.SparsePrefillKVBuffer(torch.device("cpu"))
-for i in range(1000):
-    workspace.get(64, torch.bfloat16 if i % 2 == 0 else torch.float8_e4m3fn)
-print(json.dumps(levels))
-""")
+# 0.5.23 replaces the buffer on every dtype switch: a q8/bf16 mix at a steady size. An
+# observation of the shared default process, made while its workspace high-water mark is zero.
+ALTERNATING_DTYPES = overlay_runs.observe(
+    "default_process",
+    "replacement_log",
+    """
+    import collections, logging
+    import torch
+    import {WORKSPACE_MODULE} as m
+    levels = collections.Counter()
+    class Count(logging.Handler):
+        def emit(self, record):
+            levels[record.levelname] += 1
+    logger = logging.getLogger("sglang_overlay")
+    count = Count()
+    logger.addHandler(count); logger.setLevel(logging.DEBUG)
+    try:
+        workspace = m.SparsePrefillKVBuffer(torch.device("cpu"))
+        for i in range(1000):
+            workspace.get(64, torch.bfloat16 if i % 2 == 0 else torch.float8_e4m3fn)
+    finally:  # what the process observes next logs as it would without this
+        logger.removeHandler(count); logger.setLevel(logging.NOTSET)
+    return levels
+    """,
+)
+
+
+def test_alternating_dtypes_on_the_real_class_log_two_lines_not_a_thousand(default_process):
+    counts = default_process.value(ALTERNATING_DTYPES)
     assert counts == {"INFO": 1, "DEBUG": 999, "WARNING": 1}

@@ -5,8 +5,8 @@ the address then matches stale rows, one built from a per-workspace generation d
 """
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 
+import overlay_runs
 import torch
 
 from benchmark import hazard
@@ -30,12 +30,22 @@ def test_an_address_key_matches_replaced_rows_at_the_old_address_a_generation_ke
     assert not by_generation.still_valid(7, workspace, same_address)
 
 
-def test_each_order_runs_on_the_real_class_in_a_fresh_process():
-    transition = hazard.BY_NAME["grow bf16 43 -> 256 rows"]
-    with ThreadPoolExecutor(max_workers=2) as pool:  # two fresh processes, side by side
-        holding, release = pool.map(
-            lambda order: hazard.launch(transition, order, "cpu", timeout_s=120), hazard.ORDERS
-        )
+# Each order is a fresh process: both start early, side by side, from the shared pool.
+TRANSITION = hazard.BY_NAME["grow bf16 43 -> 256 rows"]
+overlay_runs.job("hazard_holding_first_run")(
+    lambda directory: hazard.launch(TRANSITION, "holding-first", "cpu", timeout_s=300)
+)
+overlay_runs.job("hazard_release_first_run")(
+    lambda directory: hazard.launch(TRANSITION, "release-first", "cpu", timeout_s=300)
+)
+hazard_holding_first_run = overlay_runs.fixture("hazard_holding_first_run")
+hazard_release_first_run = overlay_runs.fixture("hazard_release_first_run")
+
+
+def test_each_order_runs_on_the_real_class_in_a_fresh_process(
+    hazard_holding_first_run, hazard_release_first_run
+):
+    holding, release = hazard_holding_first_run, hazard_release_first_run
     assert holding["overlay"] == "disabled" and release["overlay"] == "applied"
     assert holding["replaced"] and release["replaced"]
     # Holding the old buffer while allocating can never return its address.

@@ -1,0 +1,368 @@
+"""Fresh processes of the project venv that several tests share, started concurrently.
+
+Importing sglang's workspace module costs a fresh interpreter 10 - 12 s on a 2-core machine
+(sglang imports transformers, torch, ...), so a test that starts one for a single observation
+is expensive. Here each distinct environment a test needs gets ONE process:
+
+- A shared process (``PROCESSES``) runs the observations that tests of several modules make in
+  the same environment (the same variables; the same program state before the first import of
+  the workspace module), in the fixed order listed below, each in its own ``try``, and writes
+  them as one JSON document; each test asserts on its own entry. The environments stay apart:
+  what differs between two processes is what the first import sees. A process may also serve
+  requests on stdin for a while (observation ``serve``), driven from here (``drive``).
+- A job (``job``) is a test's own process (or pair) that shares nothing, started early too.
+
+Every selected test's processes are submitted to a small pool when the first of them is asked
+for, in the order the tests run, so the cores stay busy while other tests run. Every wait is
+bounded: each process by its own timeout, each result by the bound of the jobs ahead of it.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import pytest
+import standin
+from conftest import WORKSPACE_MODULE, clean_env
+
+WORKERS = max(2, min(4, os.cpu_count() or 2))
+JOB_TIMEOUT_S = 300  # one process; a bound against hangs, never a measurement
+
+# Each observation runs in a function of its own; what it returns (JSON) is its result, what it
+# raises is reported as its error. Its stderr lies between its two markers. The document goes
+# to the file named by argv[1]: stdout is the serving protocol's.
+PRELUDE = """\
+import json, sys, traceback
+_observed, _document = {}, sys.argv.pop(1)
+def _observe(name, body):
+    print("<<< " + name, file=sys.stderr, flush=True)
+    try:
+        _observed[name] = {"value": body()}
+    except BaseException:
+        _observed[name] = {"error": traceback.format_exc()}
+    sys.stdout.flush()
+    print(">>> " + name, file=sys.stderr, flush=True)
+"""
+EPILOGUE = """\
+with open(_document, "w") as _file:
+    json.dump(_observed, _file)
+"""
+
+
+@dataclass(frozen=True)
+class Process:
+    """A shared environment: variables on top of ``clean_env()`` (``runtime_dir``: the process
+    keeps its record in a directory of its own) and the order of the observations in it."""
+
+    order: tuple
+    variables: dict = field(default_factory=dict)
+    runtime_dir: bool = False
+
+
+# Why this order: nothing before the first import looks at anything (the start-up state and
+# the plain first import come first); the replacement log needs a workspace high-water mark of
+# zero and the prometheus check a process that never loaded prometheus_client, so both come
+# before sglang's plugin loader and torch.compile load anything else. The server's record must
+# say "applied" and pass the 512 rows reached so far, and the edited copies of the module
+# replace the process's status record with their own, so the copies come after the server;
+# remove() (in apply/remove and the hook's check) turns the overlay off for any later copy, so
+# the observations that change the class come last.
+PROCESSES = {
+    # The environment a user's process gets: no overlay setting, the start-up hook installed;
+    # its record in a directory of its own. It serves as a server that keeps running, too.
+    "default_process": Process(
+        order=(
+            "start_modules",
+            "first_import",
+            "replacement_log",
+            "prometheus_not_first",
+            "second_activation",
+            "torch_compile",
+            "serve",
+            "variant_unknown",
+            "variant_fixed",
+            "apply_remove",
+            "hook_AROUND",
+        ),
+        runtime_dir=True,
+    ),
+    # The same with every patch turned off.
+    "disabled_process": Process(
+        order=("disable_all", "serve"),
+        variables={"SGLANG_OVERLAY_DISABLE": "1"},
+        runtime_dir=True,
+    ),
+    # No start-up hook at the first import: only sglang's plugin loader can activate us.
+    "plugin_loader_after_process": Process(order=("plugin_loader_after", "hook_REPLACE")),
+}
+
+_observations: "dict[str, dict[str, str]]" = {name: {} for name in PROCESSES}
+_drivers: dict = {}
+_jobs: dict = {}
+
+
+def observe(process: str, name: str, body: str) -> str:
+    """Register ``body`` (a function body that returns JSON) as observation ``name`` of the
+    shared ``process``; ``{WORKSPACE_MODULE}`` in it is filled in. Returns ``name``."""
+    assert name in PROCESSES[process].order, f"{name} has no place in {process}'s order"
+    _observations[process][name] = body.replace("{WORKSPACE_MODULE}", WORKSPACE_MODULE)
+    return name
+
+
+def drive(process: str):
+    """Register the function that drives ``process`` once its observations before ``serve``
+    are done: ``driver(proc, runtime_dir) -> JSON``, run while the process serves stdin."""
+
+    def register(fn):
+        _drivers[process] = fn
+        return fn
+
+    return register
+
+
+def job(name: str):
+    """Register ``fn(tmp_dir) -> result`` as job ``name``; the fixture ``name`` returns it."""
+
+    def register(fn):
+        _jobs[name] = fn
+        return fn
+
+    return register
+
+
+def fixture(name: str):
+    """The module-scoped fixture ``name``: the result of shared process or job ``name``."""
+
+    @pytest.fixture(scope="module", name=name)
+    def _result(request):
+        return POOL.result(name, request)
+
+    return _result
+
+
+def program(process: str) -> str:
+    """The shared process's program: its registered observations, in its order."""
+    parts = [PRELUDE]
+    for name in PROCESSES[process].order:
+        body = _observations[process].get(name)
+        if body is None:
+            continue
+        parts.append(f"def _body():\n{textwrap.indent(textwrap.dedent(body).strip(), '    ')}\n")
+        parts.append(f"_observe({name!r}, _body)\n")
+    parts.append(EPILOGUE)
+    return "".join(parts)
+
+
+class Observations:
+    """What one shared process observed, by observation name."""
+
+    def __init__(self, observed: dict, stderr: str, driven=None):
+        self.observed, self.stderr, self._driven = observed, stderr, driven
+
+    @property
+    def driven(self):
+        """What the process's driver saw while it served (``drive``)."""
+        assert self._driven is not None, "the process was not driven"
+        assert "error" not in self._driven, f"driving the process raised:\n{self._driven['error']}"
+        return self._driven["value"]
+
+    def value(self, name: str):
+        entry = self.observed.get(name)
+        assert entry is not None, f"{name} was not observed; stderr: {self.stderr[-3000:]}"
+        assert "error" not in entry, f"{name} raised in the process:\n{entry['error']}"
+        return entry["value"]
+
+    def stderr_of(self, name: str) -> str:
+        start, end = f"<<< {name}\n", f">>> {name}\n"
+        assert start in self.stderr and end in self.stderr, self.stderr[-3000:]
+        return self.stderr.split(start, 1)[1].split(end, 1)[0]
+
+    def overlay_warnings(self, name: str) -> list:
+        lines = self.stderr_of(name).splitlines()
+        return [line for line in lines if line.startswith("sglang-overlay:")]
+
+
+class Pool:
+    """The threads that start and wait for the shared processes and jobs, WORKERS at a time."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._executor = None
+        self._futures: dict = {}
+        self._live: set = set()
+        self._closed = False
+
+    # ------------------------------------------------------------------ the main thread
+
+    def result(self, name: str, request):
+        self._start(request)
+        future, position = self._futures[name]
+        # WORKERS jobs at a time, each bounded by its own timeout: a backstop, never reached
+        # unless a bound inside a job failed.
+        return future.result(timeout=JOB_TIMEOUT_S * (position // WORKERS + 2))
+
+    def _start(self, request):
+        """Submit every not yet submitted process or job that a selected test uses, in the
+        order the tests run."""
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(WORKERS, thread_name_prefix="overlay-run")
+                request.config.add_cleanup(self.close)
+            tmp = request.getfixturevalue("tmp_path_factory")
+            for item in request.session.items:
+                for name in item.fixturenames:
+                    if name in self._futures or (name not in PROCESSES and name not in _jobs):
+                        continue
+                    directory = tmp.mktemp(name)
+                    if name in PROCESSES:
+                        future = self._executor.submit(self._shared, name, directory)
+                    else:
+                        future = self._executor.submit(_jobs[name], directory)
+                    self._futures[name] = (future, len(self._futures))
+
+    def close(self):
+        with self._lock:
+            self._closed = True
+            for proc in list(self._live):
+                proc.kill()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+
+    # --------------------------------------------------------------------- pool threads
+
+    def popen(self, argv, **kwargs) -> subprocess.Popen:
+        """``subprocess.Popen`` whose process the pool kills if the session ends first."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the test session is over")
+            proc = subprocess.Popen(argv, **kwargs)
+            self._live.add(proc)
+        return proc
+
+    def run(self, argv, timeout=JOB_TIMEOUT_S, **kwargs) -> subprocess.CompletedProcess:
+        """``subprocess.run(argv, capture_output=True, text=True, timeout=timeout)``."""
+        proc = self.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+        finally:
+            self._forget(proc)
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+    def _forget(self, proc):
+        with self._lock:
+            self._live.discard(proc)
+
+    def _shared(self, name: str, directory) -> Observations:
+        spec = PROCESSES[name]
+        variables = dict(spec.variables)
+        runtime_dir = None
+        if spec.runtime_dir:
+            runtime_dir = directory / "records"
+            runtime_dir.mkdir(mode=0o700)
+            variables["SGLANG_OVERLAY_RUNTIME_DIR"] = str(runtime_dir)
+        driver = _drivers.get(name) if "serve" in _observations[name] else None
+        document = directory / "observations.json"
+        proc = self.popen(
+            [sys.executable, "-c", program(name), str(document)],
+            env=clean_env(**variables),
+            cwd="/",
+            stdin=subprocess.PIPE if driver else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        stderr = []
+        reader = threading.Thread(target=lambda: stderr.append(proc.stderr.read()), daemon=True)
+        reader.start()
+        # One bound for the whole life of the process: killed, its pipes end and reads return.
+        watchdog = threading.Timer(JOB_TIMEOUT_S, proc.kill)
+        watchdog.start()
+        try:
+            driven = None
+            if driver is not None:
+                try:
+                    driven = {"value": driver(proc, runtime_dir)}
+                except Exception:  # the tests that read it fail; the other observations stand
+                    driven = {"error": traceback.format_exc()}
+            if proc.stdin is not None and not proc.stdin.closed:
+                proc.stdin.close()
+            proc.stdout.read()  # to its end: the process exited or was killed
+            proc.wait(timeout=JOB_TIMEOUT_S)
+            reader.join(timeout=JOB_TIMEOUT_S)
+        finally:
+            watchdog.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=JOB_TIMEOUT_S)
+            self._forget(proc)
+        err = "".join(stderr)
+        assert proc.returncode == 0 and document.exists(), (
+            f"{name} exited {proc.returncode} without its observations: {err[-3000:]}"
+        )
+        return Observations(json.loads(document.read_text()), err, driven)
+
+
+POOL = Pool()
+
+
+def serve_until_ready(proc) -> None:
+    """Wait (bounded by the process's watchdog) for a serving process's ``ready`` line."""
+    for line in proc.stdout:
+        if line.strip() == "ready":
+            return
+    raise AssertionError(f"the process ended before it served (exit {proc.wait()})")
+
+
+def stop(proc) -> None:
+    """End a serving process's requests; it makes its remaining observations and exits."""
+    proc.stdin.close()
+    proc.stdout.read()  # to its end (bounded by the process's watchdog)
+    proc.wait(timeout=JOB_TIMEOUT_S)
+
+
+def ask(proc, rows: int) -> None:
+    """One request of ``rows`` rows to a serving process, answered before this returns."""
+    proc.stdin.write(f"{rows}\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline().strip() == "done"
+
+
+# ------------------------------------------------------------------------------ stand-in
+
+_standins: dict = {}
+
+
+def standin_root(tmp_path_factory, edit=None):
+    """The stand-in sglang and torch (``standin.py``), written once per session and edit: for
+    tests of the overlay's own logic, which a fresh interpreter imports in milliseconds."""
+    key = (id(tmp_path_factory), edit)
+    if key not in _standins:
+        _standins[key] = standin.write(tmp_path_factory.mktemp("standin"), edit=edit)
+    return _standins[key]
+
+
+def standin_prelude(root) -> str:
+    """Put the stand-in first on ``sys.path`` (its ``torch`` too) in a ``-c`` program."""
+    return f"import sys; sys.path[:0] = [{str(root)!r}]\n"
+
+
+def python(code: str, *args: str, **variables) -> subprocess.CompletedProcess:
+    """``python -c code`` in a fresh interpreter of this venv, run from a pool thread (cwd
+    outside the repo, so the installed package is what gets imported)."""
+    return POOL.run([sys.executable, "-c", code, *args], env=clean_env(**variables), cwd="/")
+
+
+def last_json(proc: subprocess.CompletedProcess):
+    """The JSON document on the last stdout line of a run that must have succeeded."""
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
