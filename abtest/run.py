@@ -49,11 +49,16 @@ class RunRequest:
     jobs: int = 2
 
 
+def resolve_backend(backend: str | None) -> str:
+    """The backend asked for, else cuda where nvidia-smi exists, else cpu."""
+    return backend or ("cuda" if shutil.which("nvidia-smi") else "cpu")
+
+
 def execute(request: RunRequest, log) -> Results:
     """Run the A/B that ``request`` describes and write its folder; ``log(line)`` hears about
     progress."""
     root = os.path.abspath(request.root)
-    backend = request.backend or ("cuda" if shutil.which("nvidia-smi") else "cpu")
+    backend = resolve_backend(request.backend)
     wanted = tuple(m.strip() for m in request.modes.split(",") if m.strip())
     if not wanted or any(m not in MODES for m in wanted) or len(set(wanted)) != len(wanted):
         raise RequestError(f"--modes {request.modes!r}: use a comma list of {', '.join(MODES)}")

@@ -205,6 +205,8 @@ def cmd_run(args) -> int:
     args.tests = tuple(args.tests)
     request = run.RunRequest(**_fields(run.RunRequest, args))
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    if run.resolve_backend(args.backend) == "cuda":
+        pictures.preload()  # pictures are drawn from CUDA peaks only
     try:
         results = run.execute(request, log)
     except run.RequestError as exc:

@@ -9,6 +9,7 @@ estimated or drawn from a cap. Without matplotlib it draws nothing.
 
 import os
 import re
+import threading
 
 from evidence.model import MODES, Results
 
@@ -17,6 +18,24 @@ FOLDER = "pictures"
 
 def file_name(test: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", test)[:120] + ".png"
+
+
+def preload() -> threading.Thread:
+    """Import matplotlib in a daemon thread while the test processes run (about a second that
+    would otherwise come after them); ``draw_all`` imports it as before, cached or not."""
+
+    def load():
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot  # noqa: F401
+        except Exception:  # optional: draw_all says what it can draw
+            pass
+
+    thread = threading.Thread(target=load, name="pictures-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 def draw_all(results: Results, out_dir: str) -> dict:
