@@ -11,6 +11,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
+import overlay_runs
 import pytest
 from conftest import CPU_PROOF, REPO, clean_env
 
@@ -32,11 +33,17 @@ def ci_run(out, *args, env=None):
     )
 
 
-@pytest.fixture(scope="session")
-def overlay_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ci-run")
-    proc = ci_run(out, "--tests", "proofs", env=clean_env(GITHUB_TOKEN="ghs_must_not_leak"))
+# The proof's A/B on installed sglang: started with the shared processes (``overlay_runs``),
+# so it runs while other tests do.
+@overlay_runs.job("overlay_run")
+def _overlay_run(out):
+    argv = [sys.executable, "-m", "ci", "run", "--out", str(out), "--backend", "cpu"]
+    env = clean_env(GITHUB_TOKEN="ghs_must_not_leak")
+    proc = overlay_runs.POOL.run([*argv, "--tests", "proofs"], timeout=900, cwd=REPO, env=env)
     return proc, out, json.loads((out / "results.json").read_text())
+
+
+overlay_run = overlay_runs.fixture("overlay_run")
 
 
 def test_the_cpu_proof_reproduces_the_bug_unmodified_and_passes_with_the_overlay(overlay_run):
@@ -107,10 +114,13 @@ def test_upstream_style_files_that_fail_outside_their_tests_are_reported_not_cra
     data = json.loads((tmp_path / "results.json").read_text())
     cases = {(c["file"].split("/")[-1], c["test"]): c["modes"]["change"] for c in data["cases"]}
     assert cases[("test_setup_class_fails.py", "TestNeedsAServer.setUpClass")]["outcome"] == "error"
-    assert "the server never came up" in cases[
-        ("test_setup_class_fails.py", "TestNeedsAServer.setUpClass")
-    ]["detail"]
-    assert "exited 3 after 0 test results" in cases[("test_exits_early.py", "(whole file)")]["detail"]
+    assert (
+        "the server never came up"
+        in cases[("test_setup_class_fails.py", "TestNeedsAServer.setUpClass")]["detail"]
+    )
+    assert (
+        "exited 3 after 0 test results" in cases[("test_exits_early.py", "(whole file)")]["detail"]
+    )
     assert "SyntaxError" in cases[("test_does_not_compile.py", "(whole file)")]["detail"]
     assert data["verdict"] == "failed" and "ci run: failed" in proc.stdout
 
@@ -121,7 +131,9 @@ def trees_run(pristine_tree, patched_tree, tmp_path_factory):
     series applied by git am (``series_fixtures``)."""
     out = tmp_path_factory.mktemp("trees-run")
     args = ["--tests", "proofs", PYTEST_STYLE]
-    proc = ci_run(out, *args, "--unmodified-src", str(pristine_tree), "--change-src", str(patched_tree))
+    proc = ci_run(
+        out, *args, "--unmodified-src", str(pristine_tree), "--change-src", str(patched_tree)
+    )
     return proc, json.loads((out / "results.json").read_text())
 
 
@@ -239,8 +251,12 @@ def test_ctrl_c_stops_every_test_process_and_prints_one_line(tmp_path):
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, line):
     proc = subprocess.run(
-        [sys.executable, "-m", "ci", *args], cwd=REPO, env=clean_env(), capture_output=True,
-        text=True, timeout=120,
+        [sys.executable, "-m", "ci", *args],
+        cwd=REPO,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2 and proc.stderr.strip().startswith(line), proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -3,12 +3,12 @@ sglang, and the one tracking issue against the fake GitHub through the real gith
 
 import json
 import os
-import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import overlay_runs
 import pytest
 import yaml
 from ci_fake_github import FakeGitHub
@@ -302,21 +302,17 @@ def test_a_row_of_the_wrong_shape_is_exit_2_with_one_line_and_posts_nothing(
 # --------------------------------------------------------- the whole check, on installed 0.5.23
 
 
-@pytest.fixture(scope="module")
-def checked_0_5_23(tmp_path_factory):
-    """`ci watch` on the sglang this venv has: overlay state, series matrix, CPU A/B (~1 min)."""
-    out = tmp_path_factory.mktemp("watch")
+# `ci watch` on the sglang this venv has: overlay state, series matrix, CPU A/B (~30 s),
+# started with the shared processes (``overlay_runs``), so it runs while other tests do.
+@overlay_runs.job("checked_0_5_23")
+def _check_0_5_23(out):
     env = {k: v for k, v in os.environ.items() if k != "SGLANG_OVERLAY_DISABLE"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "ci", "watch", "--versions", "0.5.23", "--installed"]
-        + ["--out", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    argv = [sys.executable, "-m", "ci", "watch", "--versions", "0.5.23", "--installed"]
+    proc = overlay_runs.POOL.run([*argv, "--out", str(out)], timeout=600, cwd=REPO, env=env)
     return proc, out
+
+
+checked_0_5_23 = overlay_runs.fixture("checked_0_5_23")
 
 
 def test_watch_reports_state_sha256_series_and_ab_verdict_for_a_release(checked_0_5_23):

@@ -9,9 +9,9 @@ the change) ran on the H200 (docs/evidence); here, without a GPU, it must skip w
 """
 
 import ast
-import subprocess
 import sys
 
+import overlay_runs
 from conftest import CPU_PROOF, REGISTERED_TEST, REPO, clean_env
 
 from abtest.collect import registry_reader
@@ -41,11 +41,15 @@ def test_the_registered_test_follows_upstreams_test_guide():
     tree = ast.parse(source)
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
     assert classes and all([ast.unparse(b) for b in c.bases] == ["CustomTestCase"] for c in classes)
-    imported = {alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names}
+    imported = {
+        alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names
+    }
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert "argparse" not in imported and "sglang.test.test_utils" in imported
     assert "sys.argv" not in source and "argv" not in source
-    calls = [n.value for n in tree.body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
+    calls = [
+        n.value for n in tree.body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+    ]
     registrations = [c for c in calls if ast.unparse(c.func).startswith("register_")]
     assert registrations and all(
         isinstance(k.value, ast.Constant) for c in registrations for k in c.keywords
@@ -61,16 +65,20 @@ def test_sglangs_reader_puts_it_in_the_lightest_gpu_suite_only():
     assert 1 <= registration.est_time <= 30  # measured on the H200: BENCHMARKS.md, proof
 
 
-def test_without_a_gpu_the_file_runs_as_upstreams_runner_starts_it_and_skips_with_a_reason():
-    proc = subprocess.run(
-        [sys.executable, str(REGISTERED_TEST), "-v"],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+# As upstream's runner starts it; with the shared processes (``overlay_runs``), so it runs while
+# other tests do.
+overlay_runs.job("registered_file_run")(
+    lambda _: overlay_runs.POOL.run([sys.executable, str(REGISTERED_TEST), "-v"], env=clean_env())
+)
+registered_file_run = overlay_runs.fixture("registered_file_run")
+
+
+def test_without_a_gpu_the_file_runs_as_upstreams_runner_starts_it_and_skips_with_a_reason(
+    registered_file_run,
+):
+    proc = registered_file_run
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stderr.count("skipped \"reads the CUDA allocator's peak\"") == 7
+    assert proc.stderr.count('skipped "reads the CUDA allocator\'s peak"') == 7
 
 
 def test_every_line_of_the_regression_list_names_a_test_of_a_proof():
