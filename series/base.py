@@ -7,6 +7,7 @@ clone hard-links the objects), so a ``check`` costs a checkout rather than hashi
 files. Not for applying patches.
 """
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -125,14 +126,20 @@ def cached_base(version: str) -> Path:
     tagged = ["rev-parse", "-q", "--verify", f"refs/tags/{BASE_TAG}"]
     if (cache / ".git").is_dir() and gitcmd.ok(tagged, cache):
         return cache
-    shutil.rmtree(cache, ignore_errors=True)
     cache.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=cache.parent))
-    try:
-        _build(version, staging)
-        os.replace(staging, cache)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    # One builder at a time: a second process (two series commands, a test beside the hook)
+    # waits and takes the first one's cache instead of removing it under the first one's clone.
+    with open(cache.parent / f".{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (cache / ".git").is_dir() and gitcmd.ok(tagged, cache):
+            return cache
+        shutil.rmtree(cache, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=cache.parent))
+        try:
+            _build(version, staging)
+            os.replace(staging, cache)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return cache
 
 

@@ -15,9 +15,6 @@ import overlay_runs
 import pytest
 from conftest import CPU_PROOF, REPO, clean_env
 
-# pristine_tree and patched_tree: sglang 0.5.23 materialised, and with the series applied.
-pytest_plugins = ["series_fixtures"]
-
 FIXTURES = "tests/fixtures/upstream_style"
 PYTEST_STYLE = f"{FIXTURES}/test_release_first_pytest.py"
 
@@ -125,22 +122,47 @@ def test_upstream_style_files_that_fail_outside_their_tests_are_reported_not_cra
     assert data["verdict"] == "failed" and "ci run: failed" in proc.stdout
 
 
-@pytest.fixture(scope="session")
-def trees_run(pristine_tree, patched_tree, tmp_path_factory):
-    """The CPU proof and an upstream-style pytest file, sglang 0.5.23 against 0.5.23 with the
-    series applied by git am (``series_fixtures``)."""
-    out = tmp_path_factory.mktemp("trees-run")
-    args = ["--tests", "proofs", PYTEST_STYLE]
-    proc = ci_run(
-        out, *args, "--unmodified-src", str(pristine_tree), "--change-src", str(patched_tree)
-    )
-    return proc, json.loads((out / "results.json").read_text())
+def _ci_run_in_pool(out, *args):
+    argv = [sys.executable, "-m", "ci", "run", "--out", str(out), "--backend", "cpu", *args]
+    return overlay_runs.POOL.run(argv, timeout=900, cwd=REPO, env=clean_env())
 
 
-def test_a_pull_requests_base_against_its_head_proves_its_tests(
-    trees_run, pristine_tree, patched_tree
-):
-    proc, data = trees_run
+# Started with the shared processes (``overlay_runs``), so it runs while other tests do: sglang
+# 0.5.23 materialised, and a second copy with the series applied by git am (as
+# ``series_fixtures`` makes them); the CPU proof and an upstream-style pytest file base against
+# head; then head against head, listing the pytest file's regression (a void proof).
+@overlay_runs.job("trees_runs")
+def _trees_runs(directory):
+    from series import base, check, gitcmd, seriesdir
+
+    series = seriesdir.load()
+    base_tree = base.materialize(series.base.version, directory / "base" / "sglang")
+    head = base.materialize(series.base.version, directory / "head" / "sglang")
+    check.am_series(series, head, env=gitcmd.TOOL_IDENTITY)
+    sides = ["--unmodified-src", str(base_tree), "--change-src", str(head)]
+    proc = _ci_run_in_pool(directory / "out", "--tests", "proofs", PYTEST_STYLE, *sides)
+    listed = directory / "regressions.txt"
+    listed.write_text(f"{PYTEST_STYLE}::test_replacement_allocates_*\n")
+    void_args = ["--tests", PYTEST_STYLE, "--regressions", str(listed)]
+    both_head = ["--unmodified-src", str(head), "--change-src", str(head)]
+    void = _ci_run_in_pool(directory / "void", *void_args, *both_head)
+    return {
+        "trees": (base_tree, head),
+        "run": (proc, json.loads((directory / "out" / "results.json").read_text())),
+        "void": (void, json.loads((directory / "void" / "results.json").read_text())),
+    }
+
+
+trees_runs = overlay_runs.fixture("trees_runs")
+
+
+@pytest.fixture(scope="module")
+def trees_run(trees_runs):
+    return trees_runs["run"]
+
+
+def test_a_pull_requests_base_against_its_head_proves_its_tests(trees_runs):
+    proc, data = trees_runs["run"]
     assert proc.returncode == 0, proc.stdout + proc.stderr
     kinds = {c["test"]: c["kind"] for c in data["cases"] if c["file"] == PYTEST_STYLE}
     assert kinds == {
@@ -152,7 +174,7 @@ def test_a_pull_requests_base_against_its_head_proves_its_tests(
     assert not sides["unmodified"]["overlay"] and not sides["change"]["overlay"]
     assert sides["unmodified"]["commit"] != sides["change"]["commit"]
     assert sides["change"]["label"] == f"sglang 0.5.23 @ {sides['change']['commit'][:12]}"
-    for mode, tree in (("unmodified", pristine_tree), ("change", patched_tree)):
+    for mode, tree in zip(("unmodified", "change"), trees_runs["trees"], strict=True):
         path = data["environment"]["modes"][mode]["sglang_path"]
         assert path.startswith(str(tree)), (mode, path)
 
@@ -170,22 +192,12 @@ def test_the_series_and_the_overlay_are_the_same_fix_by_the_same_proof(trees_run
     assert by_series == by_overlay and len(by_series) == 12
 
 
-@pytest.fixture(scope="session")
-def series_trees(pristine_tree, patched_tree):
-    return pristine_tree, patched_tree
-
-
-def test_a_run_whose_base_already_has_the_change_is_void_and_exits_1(series_trees, tmp_path):
-    _, head = series_trees
-    listed = tmp_path / "regressions.txt"
-    listed.write_text(f"{PYTEST_STYLE}::test_replacement_allocates_*\n")
-    out = tmp_path / "out"
-    args = ["--tests", PYTEST_STYLE, "--regressions", str(listed)]
-    proc = ci_run(out, *args, "--unmodified-src", str(head), "--change-src", str(head))
+def test_a_run_whose_base_already_has_the_change_is_void_and_exits_1(trees_runs):
+    proc, data = trees_runs["void"]
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[-1] == (
         "ci run: the bug did not reproduce: 1 listed regressions pass on sglang 0.5.23 @ "
-        f"{json.loads((out / 'results.json').read_text())['sides']['unmodified']['commit'][:12]} "
+        f"{data['sides']['unmodified']['commit'][:12]} "
         "(test_replacement_allocates_after_releasing_the_old_scratch); is the change already in it?"
     )
 

@@ -154,3 +154,30 @@ def test_table_has_one_row_per_release_and_short_failure_details():
     table = matrix.render_table(["0001-a.patch"], rows)
     assert "| 0.5.22 | fails (sparse_prefill_utils.py hunk #1) |" in table
     assert "| 0.5.23 | clean |" in table
+
+
+def test_the_base_cache_is_built_by_one_process_at_a_time_and_a_waiter_takes_it(
+    tmp_path, monkeypatch
+):
+    import fcntl
+
+    monkeypatch.setattr(base, "CACHE_DIR", tmp_path)
+    lock_path = tmp_path / "bases" / ".0.5.23.lock"
+    held, builds = [], []
+
+    def build(version, dest):  # a base repository with its tag, as _build leaves one
+        with open(lock_path) as probe:
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held.append(False)
+            except BlockingIOError:
+                held.append(True)
+        for args in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "base"]):
+            gitcmd.run(args, dest, env=gitcmd.TOOL_IDENTITY)
+        gitcmd.run(["tag", base.BASE_TAG], dest)
+        builds.append(version)
+
+    monkeypatch.setattr(base, "_build", build)
+    first = base.cached_base("0.5.23")
+    assert held == [True]  # another builder would have waited on the lock
+    assert base.cached_base("0.5.23") == first and builds == ["0.5.23"]
