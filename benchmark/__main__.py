@@ -48,9 +48,8 @@ def _plan(device: str, quick: bool) -> dict:
         "fit_repeats": 1,
         "hot": dict(rounds=5, number=2000) if quick else dict(rounds=21, number=20000),
         "startup_runs": 4 if quick else (10 if cuda else 20),
-        "proof_repeats": 1
-        if quick
-        else (5 if cuda else 3),  # the goals are ratios of medians: noise needs repeats
+        # The goals are ratios of medians: noise needs repeats.
+        "proof_repeats": 1 if quick else (5 if cuda else 3),
     }
 
 
@@ -70,7 +69,6 @@ def render_document(results_dir: Path, document: Path) -> None:
 
 
 def _draw(report: dict, name: str, results_dir: Path) -> None:
-
     drawn = report.setdefault("charts", {})
     if "peaks" in report:
         drawn["peaks"] = f"{name}-peaks.png"
@@ -87,7 +85,6 @@ def _draw(report: dict, name: str, results_dir: Path) -> None:
 
 
 def _run_part(part: str, device: str, plan: dict, scratch: Path, jobs: int):
-
     if part == "peaks":
         peaks = memory.peaks(device, plan["peak_repeats"], jobs, plan["quick"], scratch)
         out = {"peaks": peaks}

@@ -201,7 +201,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args) -> int:
-
     args.tests = tuple(args.tests)
     request = run.RunRequest(**_fields(run.RunRequest, args))
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
@@ -230,7 +229,6 @@ def cmd_run(args) -> int:
 
 
 def cmd_report(args) -> int:
-
     with tempfile.TemporaryDirectory(prefix="ci-report-") as folder:
         return _report(args, folder)
 
@@ -275,7 +273,6 @@ def _fields(record_type, args) -> dict:
 
 
 def cmd_gate(args) -> int:
-
     if not args.event:
         raise UsageError("--event PATH (or GITHUB_EVENT_PATH) is required")
     try:

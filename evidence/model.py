@@ -229,7 +229,6 @@ class Results:
 
 def load(path: str) -> Results:
     """results.json at ``path`` (a file, or the folder holding it), checked whole."""
-
     if os.path.isdir(path):
         path = os.path.join(path, "results.json")
     try:
@@ -254,7 +253,6 @@ def _integer(text: str, path: str) -> int:
 
 
 def save(results: Results, folder: str) -> str:
-
     path = os.path.join(folder, "results.json")
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(results.to_json(), handle, indent=2, sort_keys=True, ensure_ascii=True)

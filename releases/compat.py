@@ -104,7 +104,6 @@ def overlay_state(version: str, env: dict) -> dict:
 
 def series_status(version: str) -> dict:
     """How the series' first patch (the fix) applies to the release's wheel: {status, detail}."""
-
     try:
         series = seriesdir.load()
         row = matrix.release_row(series, version)
@@ -172,7 +171,6 @@ HEADER = (
 def _cell(text) -> str:
     """Release data as data: escaped like the sticky comment's text (a pipe or a line break
     cannot break the row; a mention, a reference, HTML, a link or our marker does nothing)."""
-
     return escape_inline(text)
 
 

@@ -235,7 +235,6 @@ def upsert_issue(gh, owner, repo, title, body, author, policy) -> tuple:
     """(outcome, number): edit the issue that starts with MARKER and was opened by ``author``,
     or open one. A closed one is reopened only when its text changes. Duplicates left by two
     racing runs are closed, keeping the oldest."""
-
     from report.publish import upsert_sticky  # needs github3: the posting job's alone
 
     def create():

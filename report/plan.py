@@ -106,7 +106,6 @@ def prepare(request: ReportRequest) -> ReportRequest:
 
 def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
     """What the report for ``request`` (already ``prepare``d) would send."""
-
     links = request.links
     state, invalid = request.state, request.invalid
     if invalid or request.untrusted:
@@ -163,7 +162,6 @@ STEP_SUMMARY_BYTES = 1024 * 1024  # GitHub drops a step's summary whole past 1 M
 def _step_summary(model, slot: str, links: dict) -> str:
     """The report for $GITHUB_STEP_SUMMARY, at most 1 MiB of UTF-8: names of many-byte
     characters would otherwise push a character-limited report over and lose all of it."""
-
     limit = STEP_SUMMARY_BYTES
     while True:
         text = render.comment(model, slot, **links, limit=limit)
@@ -209,8 +207,6 @@ def dry_run_text(report: ReportPlan, as_json: bool) -> str:
 def publish(request: ReportRequest, report: ReportPlan, say) -> bool:
     """Send ``report``; ``say(line)`` hears each step. False when publishing failed (the A/B
     verdict is ``ci run``'s; this only says whether publishing worked)."""
-    # Only publishing needs github3: a dry run works where it is not installed (a GPU runner).
-
     token = os.environ.get("GITHUB_TOKEN")
     if not token:
         raise RequestError("--post needs a token in GITHUB_TOKEN")
@@ -271,7 +267,6 @@ def _results_folder(path: str) -> str:
 def _from_workflow_run(request: ReportRequest) -> ReportRequest:
     """Fill repo, sha and run from a workflow_run payload (GitHub's, so trusted); the PR, its
     approval and the results come from GitHub in ``fork_request``."""
-
     try:
         run = events.finished_run(gate.load_event(request.workflow_run))
     except (OSError, ValueError) as exc:
@@ -299,7 +294,6 @@ def fork_request(request: ReportRequest, reader, folder: str):
     commit before the run started, whether the run's workflow file and the bot's code are the default
     branch's (and ``BOT_CODE``), the results artifact's size before it is downloaded into ``folder``. (None, why)
     when there is nothing to report: no such PR, or an approved run that ran no tests."""
-
     run = events.finished_run(gate.load_event(request.workflow_run))
     owner = (run.head_repo or "").split("/")[0]
     pulls = [
@@ -345,7 +339,6 @@ def fork_request(request: ReportRequest, reader, folder: str):
 
 def fork(request: ReportRequest, folder: str):
     """``fork_request`` with a reader from GITHUB_TOKEN; what GitHub refuses is PublishFailed."""
-
     read = reader(request)
     try:
         return fork_request(request, read, folder)
@@ -355,7 +348,6 @@ def fork(request: ReportRequest, folder: str):
 
 def reader(request: ReportRequest):
     """A ``publish.Reader`` of the request's repository with the token in GITHUB_TOKEN."""
-
     token = os.environ.get("GITHUB_TOKEN")
     if not token:
         raise RequestError("--workflow-run reads GitHub: it needs a token in GITHUB_TOKEN")
@@ -371,7 +363,6 @@ def _refusal(request: ReportRequest, invalid: str | None):
 
 
 def _check_run(request: ReportRequest, model, state: str, now: str, refused=None):
-
     if not request.check_run or state in _NO_CHECK_RUN:
         return None
     if model is None:

@@ -124,14 +124,18 @@ def cached_base(version: str) -> Path:
     gitcmd.require_git()
     cache = CACHE_DIR / "bases" / version
     tagged = ["rev-parse", "-q", "--verify", f"refs/tags/{BASE_TAG}"]
-    if (cache / ".git").is_dir() and gitcmd.ok(tagged, cache):
+
+    def ready() -> bool:
+        return (cache / ".git").is_dir() and gitcmd.ok(tagged, cache)
+
+    if ready():
         return cache
     cache.parent.mkdir(parents=True, exist_ok=True)
     # One builder at a time: a second process (two series commands, a test beside the hook)
     # waits and takes the first one's cache instead of removing it under the first one's clone.
     with open(cache.parent / f".{version}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (cache / ".git").is_dir() and gitcmd.ok(tagged, cache):
+        if ready():
             return cache
         shutil.rmtree(cache, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=cache.parent))

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,3 +49,23 @@ def run_json(code: str, **env):
 
 # Files that ``ci run`` runs in the tests, as any pull request's tests: not the project's own.
 collect_ignore = ["fixtures"]
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie or a reaped process does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def until(condition, within_s: float = 120.0) -> bool:
+    """Whether ``condition()`` holds within ``within_s``, polled: a signal is delivered and a
+    process reaped asynchronously, so what a test reads right after may not show it yet."""
+    deadline = time.monotonic() + within_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -31,7 +31,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import unicodedata
 import xml.etree.ElementTree as ET
 from dataclasses import replace
@@ -39,7 +38,7 @@ from dataclasses import replace
 import pytest
 from ci_fake_github import FakeGitHub
 from ci_samples import file_run, model, refused, workspace_runs
-from conftest import REPO, clean_env
+from conftest import REPO, alive, clean_env, until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -566,25 +565,6 @@ def _run_file(tmp_path, source, **env):
     return launch.run_file("test_hostile.py", "change", env, str(tmp_path), timeout_s=60)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] not in ("Z", "X")
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
-def _dies(pid: int, within_s: float = 60.0) -> bool:
-    """Whether ``pid`` is gone (or a zombie) within ``within_s``: SIGKILL is delivered
-    asynchronously, so a process killed a moment ago may still show as running."""
-    deadline = time.monotonic() + within_s
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def test_json_nested_past_the_parser_on_either_pipe_is_an_error_not_a_crash(tmp_path):
     deep = "[" * 5000  # a few KB: far under every size cap
     # Parses (the parser allows ~1000 levels), then breaks asdict and json.dump in ci run.
@@ -621,9 +601,9 @@ def test_a_process_the_file_leaves_behind_dies_with_it_and_holds_nothing_up(tmp_
     try:
         assert (run.returncode, run.timed_out) == (0, False)
         assert "still held" not in run.output  # the pipes closed with the group
-        assert _dies(pid)
+        assert until(lambda: not alive(pid), within_s=60.0)  # SIGKILL lands asynchronously
     finally:
-        if _alive(pid):
+        if alive(pid):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -636,7 +616,7 @@ def test_a_process_that_leaves_the_files_session_costs_one_drain_wait_at_most(
     try:
         assert run.returncode == 0
         assert "still held" in run.output  # the log says why reading stopped
-        assert _alive(pid)  # ci run went on without waiting for it to end
+        assert alive(pid)  # ci run went on without waiting for it to end
     finally:
         os.kill(pid, signal.SIGKILL)  # out of reach of a process group: ours to end
 

@@ -8,12 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 
 import overlay_runs
 import pytest
-from conftest import CPU_PROOF, REPO, clean_env
+from conftest import CPU_PROOF, REPO, alive, clean_env, until
 
 FIXTURES = "tests/fixtures/upstream_style"
 PYTEST_STYLE = f"{FIXTURES}/test_release_first_pytest.py"
@@ -202,23 +201,6 @@ def test_a_run_whose_base_already_has_the_change_is_void_and_exits_1(trees_runs)
     )
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] not in ("Z", "X")
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
-def _until(condition, within_s=120.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def test_ctrl_c_stops_every_test_process_and_prints_one_line(tmp_path):
     sleepers = tmp_path / "pids"
     sleepers.mkdir()
@@ -232,7 +214,7 @@ def test_ctrl_c_stops_every_test_process_and_prints_one_line(tmp_path):
         text=True,
     )
     try:
-        assert _until(lambda: len(list(sleepers.iterdir())) == 2), "both modes started"
+        assert until(lambda: len(list(sleepers.iterdir())) == 2), "both modes started"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
         pids = [int(p.name) for p in sleepers.iterdir()]
@@ -240,11 +222,11 @@ def test_ctrl_c_stops_every_test_process_and_prints_one_line(tmp_path):
         assert "Traceback" not in err and err.strip().splitlines()[-1] == (
             "interrupted: every test process this run started is stopped"
         )
-        assert _until(lambda: not any(_alive(pid) for pid in pids)), "a test process survived"
+        assert until(lambda: not any(alive(pid) for pid in pids)), "a test process survived"
     finally:
         proc.kill()
         for path in sleepers.iterdir():
-            if _alive(int(path.name)):
+            if alive(int(path.name)):
                 os.kill(int(path.name), signal.SIGKILL)
 
 
