@@ -3,7 +3,8 @@
 Each test runs fresh interpreters of a venv with the overlay installed from its wheel (see
 ``overlay_envs.py``) against the stand-in sglang (``standin.py``): threads racing the first
 import, ``-W error``, ``-I``, junk settings, strict mode twice, reload, a neighbour finder,
-availability checks, spawn/forkserver children and the CLI. ``SGLANG_OVERLAY_TEST_WHEEL=PATH``
+availability checks, spawn/forkserver children and the CLI. How each setting's value is
+read is checked on one of them (``settings_env``). ``SGLANG_OVERLAY_TEST_WHEEL=PATH``
 runs them against another build of the overlay (for example the last release, to see which
 of these it fails).
 """
@@ -11,6 +12,7 @@ of these it fails).
 import json
 import os
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -57,6 +59,17 @@ def overlay_env(request, overlay_envs):
     if request.param not in overlay_envs:
         pytest.skip(f"no Python {request.param} on this machine (pyenv or python{request.param})")
     return overlay_envs[request.param]
+
+
+@pytest.fixture(scope="session")
+def settings_env(overlay_envs):
+    """One declared Python, for the tests of how a setting's value is read: that is string
+    handling in the overlay's own code, the same on every CPython, so one interpreter checks it
+    (the import-system behaviour around it runs on all of them above and below)."""
+    if not overlay_envs:
+        pytest.skip("no declared Python on this machine (pyenv or python3.1x)")
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    return overlay_envs.get(here) or next(iter(overlay_envs.values()))
 
 
 @pytest.fixture(scope="session")
@@ -254,9 +267,9 @@ print(json.dumps(errors))
     "value", ["banana", "2", "disable", "9999-other", f"{PATCH_ID},typo", " ALL ", ",", " , ,"]
 )
 def test_an_unrecognised_disable_value_turns_every_patch_off_with_one_warning(
-    overlay_env, known, value
+    settings_env, known, value
 ):
-    proc = run(overlay_env, REPORT, [known], SGLANG_OVERLAY_DISABLE=value)
+    proc = run(settings_env, REPORT, [known], SGLANG_OVERLAY_DISABLE=value)
     out = last_json(proc)
     assert out["patched"] is None and out["status"]["state"] == "disabled"
     warnings = overlay_warnings(proc)
@@ -268,15 +281,15 @@ def test_an_unrecognised_disable_value_turns_every_patch_off_with_one_warning(
 
 
 @pytest.mark.parametrize("value", [PATCH_ID.upper(), f" {PATCH_ID} ", "TRUE", "1"])
-def test_accepted_disable_forms_turn_the_patch_off_quietly(overlay_env, known, value):
-    proc = run(overlay_env, REPORT, [known], SGLANG_OVERLAY_DISABLE=value)
+def test_accepted_disable_forms_turn_the_patch_off_quietly(settings_env, known, value):
+    proc = run(settings_env, REPORT, [known], SGLANG_OVERLAY_DISABLE=value)
     assert last_json(proc)["status"]["state"] == "disabled"
     assert overlay_warnings(proc) == []
 
 
 @pytest.mark.parametrize("value", ["0", "off", "", " False "])
-def test_disable_values_that_mean_off_keep_the_patch(overlay_env, known, value):
-    proc = run(overlay_env, REPORT, [known], SGLANG_OVERLAY_DISABLE=value)
+def test_disable_values_that_mean_off_keep_the_patch(settings_env, known, value):
+    proc = run(settings_env, REPORT, [known], SGLANG_OVERLAY_DISABLE=value)
     assert last_json(proc)["status"]["state"] == "applied" and overlay_warnings(proc) == []
 
 
@@ -670,8 +683,8 @@ print(json.dumps([first, getattr(m.SparsePrefillKVBuffer._reserve, "__sglang_ove
 
 
 @pytest.mark.parametrize("value", ["0001", "0001-dsv4", " 0001 ,0001-dsv4-sparse-prefill"])
-def test_a_leading_part_of_the_patch_id_turns_it_off_quietly(overlay_env, known, value):
-    proc = run(overlay_env, REPORT, [known], SGLANG_OVERLAY_DISABLE=value)
+def test_a_leading_part_of_the_patch_id_turns_it_off_quietly(settings_env, known, value):
+    proc = run(settings_env, REPORT, [known], SGLANG_OVERLAY_DISABLE=value)
     assert last_json(proc)["status"]["state"] == "disabled" and overlay_warnings(proc) == []
 
 
@@ -679,9 +692,9 @@ def test_a_leading_part_of_the_patch_id_turns_it_off_quietly(overlay_env, known,
     "plugins, state",
     [("other_plugin", "disabled"), (" other , sglang_overlay ", "applied"), ("", "applied")],
 )
-def test_the_start_up_hook_honours_sglangs_plugin_allow_list(overlay_env, known, plugins, state):
+def test_the_start_up_hook_honours_sglangs_plugin_allow_list(settings_env, known, plugins, state):
     # sglang's loader skips a plugin SGLANG_PLUGINS does not name; the .pth path must too.
-    out = last_json(run(overlay_env, REPORT, [known], SGLANG_PLUGINS=plugins))
+    out = last_json(run(settings_env, REPORT, [known], SGLANG_PLUGINS=plugins))
     assert out["status"]["state"] == state
     if state == "disabled":
         assert (
@@ -701,9 +714,9 @@ def test_the_start_up_hook_honours_sglangs_plugin_allow_list(overlay_env, known,
     ],
 )
 def test_cli_status_fails_and_names_a_setting_it_does_not_recognise(
-    overlay_env, known, variables, named
+    settings_env, known, variables, named
 ):
-    proc = cli(overlay_env, [known], **variables)
+    proc = cli(settings_env, [known], **variables)
     (record,) = json.loads(proc.stdout)
     assert proc.returncode == 1
     assert [p for p in record["misconfigured"] if p.startswith(named)], record
