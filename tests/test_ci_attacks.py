@@ -35,6 +35,7 @@ import unicodedata
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 
+import overlay_runs
 import pytest
 from ci_fake_github import FakeGitHub
 from ci_samples import file_run, model, refused, workspace_runs
@@ -684,15 +685,37 @@ def test_an_sglang_whose_ci_register_raises_is_a_usage_error_not_a_traceback(tmp
     assert "ci_register.py: RuntimeError: the PR broke the reader" in proc.stderr
 
 
-@pytest.mark.parametrize("layout", ["namespace", "twice", "after-the-real-import"])
+def _reader_program(code: str) -> str:
+    return f"import sys\nfrom abtest import collect\n{code}\n"
+
+
+# After sglang itself was imported the reader must still be sglang's: that import costs a fresh
+# interpreter seconds, so it starts with the shared processes (``overlay_runs``).
+@overlay_runs.job("reader_after_the_real_import")
+def _reader_after_the_real_import(directory):
+    code = (
+        "import sglang.test.ci.ci_register as real; "
+        "print(collect.registry_reader().collect_tests is not None)"
+    )
+    argv = [sys.executable, "-c", _reader_program(code), str(directory)]
+    return overlay_runs.POOL.run(argv, timeout=120, cwd=REPO, env=clean_env())
+
+
+reader_after_the_real_import = overlay_runs.fixture("reader_after_the_real_import")
+
+
+def test_the_registry_reader_is_sglangs_after_sglang_itself_was_imported(
+    reader_after_the_real_import,
+):
+    proc = reader_after_the_real_import
+    assert proc.stdout.strip() == "True", proc.stderr
+
+
+@pytest.mark.parametrize("layout", ["namespace", "twice"])
 def test_the_registry_reader_is_sglangs_whichever_way_sglang_is_found(tmp_path, layout):
     code = {
         "namespace": "r = collect.registry_reader(); print(r.__file__.startswith(sys.argv[1]))",
         "twice": "print(collect.registry_reader() is collect.registry_reader())",
-        "after-the-real-import": (
-            "import sglang.test.ci.ci_register as real; "
-            "print(collect.registry_reader().collect_tests is not None)"
-        ),
     }[layout]
     env = clean_env()
     if layout == "namespace":  # no __init__.py anywhere, and no installed sglang to win
@@ -702,10 +725,14 @@ def test_the_registry_reader_is_sglangs_whichever_way_sglang_is_found(tmp_path, 
         real = os.path.join(installed, "test", "ci", "ci_register.py")
         (reader / "ci_register.py").write_text(open(real).read())
         env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
-    program = f"import sys\nfrom abtest import collect\n{code}\n"
-    command = [sys.executable, *(["-S"] if layout == "namespace" else []), "-c", program]
+    command = [sys.executable, *(["-S"] if layout == "namespace" else []), "-c"]
     proc = subprocess.run(
-        [*command, str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        [*command, _reader_program(code), str(tmp_path)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.stdout.strip() == "True", proc.stderr
 
