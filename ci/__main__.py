@@ -1,15 +1,8 @@
-"""``python -m ci``: run registered tests A/B, report it on the PR, gate fork PRs.
+"""``python -m ci``: run registered tests A/B, report it on the PR, gate fork PRs, watch releases.
 
 The command line only: it parses arguments, hands them to the orchestration (``abtest.run``,
-``report``, ``gate``, ``watch``) and maps outcomes to exit codes (0 ok, 1 failed checks or a
-void proof, 2 bad usage or bad input).
-
-  python -m ci run --out DIR [--tests PATH ...] [--backend cuda|cpu] [--suite S | --stage S]
-                   [--shard I/N] [--modes unmodified,change] [--unmodified-src DIR]
-                   [--change-src DIR] [--regressions FILE] [--timeout S] [--jobs N]
-  python -m ci report --results DIR --repo OWNER/NAME --pr N [--sha SHA] [--post] ...
-  python -m ci gate [--event PATH]
-  python -m ci watch [--versions V ...] [--out DIR] [--rows FILE] [--repo OWNER/NAME --post]
+``report.plan``, ``report.gate``, ``releases.watch``) and maps outcomes to exit codes (0 ok, 1
+failed checks or a void proof, 2 bad usage or bad input, 130 interrupted).
 """
 
 import argparse
@@ -229,11 +222,6 @@ def cmd_run(args) -> int:
 
 
 def cmd_report(args) -> int:
-    with tempfile.TemporaryDirectory(prefix="ci-report-") as folder:
-        return _report(args, folder)
-
-
-def _report(args, folder: str) -> int:
     # Here, not at the top: the test job that runs `ci run` installs no github3 (the report
     # side's client), only the report jobs do.
     from report import plan as reporting
@@ -242,12 +230,13 @@ def _report(args, folder: str) -> int:
         request = reporting.prepare(
             reporting.ReportRequest(**_fields(reporting.ReportRequest, args))
         )
-        if request.workflow_run:
-            request, why = reporting.fork(request, folder)
-            if request is None:
-                print(one_line(why))
-                return EXIT_OK
-        plan = reporting.plan(request)
+        with tempfile.TemporaryDirectory(prefix="ci-report-") as folder:
+            if request.workflow_run:
+                request, why = reporting.fork(request, folder)
+                if request is None:
+                    print(one_line(why))
+                    return EXIT_OK
+            plan = reporting.plan(request)
         reporting.write_summary(request, plan)
         if plan.invalid:
             print(f"error: {reporting.INVALID_NOTE}: {one_line(plan.invalid)}", file=sys.stderr)
@@ -284,10 +273,15 @@ def cmd_gate(args) -> int:
         decision = gate.Gate(run=True, fork=False, reason="not a pull_request event")
     else:
         if facts.fork:
+            # Here, not at the top: only the jobs that talk to GitHub install github3.
+            from report import plan as reporting
+
             try:
-                facts = _fork_facts(args, event, facts)
-            except GateFailed as exc:
-                print(f"error: {one_line(str(exc))}", file=sys.stderr)
+                facts = reporting.fork_facts(event, facts.pr, args.api_url)
+            except reporting.RequestError as exc:
+                raise UsageError(str(exc)) from None
+            except reporting.PublishFailed as exc:
+                print(f"error: reading PR #{facts.pr}: {one_line(str(exc))}", file=sys.stderr)
                 return EXIT_FAILED
         decision = gate.decide(facts, args.label)
     lines = [
@@ -305,33 +299,6 @@ def cmd_gate(args) -> int:
         print("\n".join(lines))
         print(f"reason: {one_line(decision.reason)}", file=sys.stderr)
     return EXIT_OK
-
-
-class GateFailed(RuntimeError):
-    pass
-
-
-def _fork_facts(args, event, facts):
-    """A fork's head, labels and approvals as GitHub has them now (the payload's are a snapshot
-    of the moment it was sent)."""
-    # Here, not at the top: only the jobs that talk to GitHub install github3.
-    import github3.exceptions
-
-    from report.publish import Reader, connect, pull_facts
-    from report.retry import GaveUp, RetryPolicy
-
-    token = os.environ.get("GITHUB_TOKEN")
-    repo = (event.get("repository") or {}).get("full_name")
-    if not token or not isinstance(repo, str) or repo.count("/") != 1 or facts.pr is None:
-        raise UsageError("a fork PR's approvals are read from GitHub: GITHUB_TOKEN, the payload's "
-                         "repository and PR number are needed")  # fmt: skip
-    owner, name = repo.split("/")
-    reader = Reader(connect(token, args.api_url), owner, name, RetryPolicy())
-    trigger = (event.get("sender") or {}).get("login")
-    try:
-        return pull_facts(reader, facts.pr, trigger=trigger)
-    except (GaveUp, github3.exceptions.GitHubException, RuntimeError) as exc:
-        raise GateFailed(f"reading PR #{facts.pr}: {str(exc).replace(token, '***')}") from None
 
 
 if __name__ == "__main__":

@@ -353,8 +353,7 @@ def _rows(args) -> tuple:
 def _post(args, body) -> int:
     import github3.exceptions
 
-    from report.publish import connect
-    from report.retry import GaveUp, RetryPolicy
+    from report.publish import GaveUp, RetryPolicy, connect
 
     token = os.environ["GITHUB_TOKEN"]
     owner, name = args.repo.split("/")

@@ -1,14 +1,12 @@
 """Intake of the test job's artifact: untrusted input, checked before the bot renders it.
 
-For intake only. The artifact was written by a job that ran PR code (for a fork, even the
-workflow file is the fork's), so the job that holds a write token reads it like any upload
-from a stranger: results.json is extracted alone and bounded (``extract_results``), loaded
-through the evidence model, which checks every shape and bound once (``evidence.model``), and
-judged again: the kinds, flags and verdict it claims are not read, ``evidence.judge.rejudge``
-recomputes them from the raw outcomes with this checkout's rules and regression list. Every
-artifact value quoted in an error message is ``repr``'d, so no line of the report's log can
-start a workflow command. Nothing here is executed, imported or used as a path outside the
-artifact folder.
+The artifact was written by a job that ran PR code, so it is read like any upload from a
+stranger: results.json is extracted alone and bounded, loaded through the evidence model (which
+checks every shape and bound once) and judged again: the kinds, flags and verdict it claims are
+not read, ``evidence.judge.rejudge`` recomputes them from the raw outcomes with this checkout's
+rules and regression list. Every artifact value quoted in an error message is ``repr``'d, so no
+line of the report's log can start a workflow command. Nothing here is executed, imported or
+used as a path outside the artifact folder.
 """
 
 import os
@@ -18,15 +16,19 @@ import zlib
 from evidence import judge
 from evidence import model as evidence
 
+# What zipfile raises for a damaged, truncated, encrypted or exotic archive.
+_UNREADABLE = (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError)
+
 
 class ArtifactError(ValueError):
     """The artifact is not what the test job writes; the message names the file and field."""
 
 
-def load_results(folder: str) -> evidence.Results:
-    """The artifact's results.json, judged again here; ArtifactError otherwise."""
+def load_results(path: str) -> evidence.Results:
+    """results.json (a file, or the folder holding it), judged again here; ArtifactError
+    otherwise."""
     try:
-        model = evidence.load(os.path.join(folder, "results.json"))
+        model = evidence.load(path)
     except evidence.EvidenceError as exc:
         raise ArtifactError(str(exc)) from None
     return judge.rejudge(model, judge.load_patterns(judge.REGRESSIONS))
@@ -45,14 +47,7 @@ def extract_results(zip_path: str, folder: str) -> None:
                 data = member.read(limit + 1)
     except KeyError:
         raise ArtifactError("the artifact has no results.json at its top") from None
-    except (
-        zipfile.BadZipFile,
-        zlib.error,
-        EOFError,
-        OSError,
-        NotImplementedError,
-        RuntimeError,
-    ) as exc:
+    except _UNREADABLE as exc:
         raise ArtifactError(f"the artifact is not a readable zip ({type(exc).__name__})") from None
     if len(data) > limit:
         raise ArtifactError(f"results.json: more than {limit} bytes")

@@ -1,22 +1,17 @@
-"""Decide whether a PR's head commit may run CI on our runners: a fork's needs a maintainer who
-saw exactly that commit.
+"""Whether a PR's head commit may run CI on our runners, and the trusted facts of the events.
 
-For the decision only, and pure: ``decide`` reads ``PullFacts`` (what GitHub says now: the PR's
-head, its labels, and the approvals of people with write permission) and never calls the API;
-``publish.pull_facts`` gathers them. A branch of the base repository always runs. A fork PR's
-head runs when a person with write permission
-- submitted an approving review of that commit (the review's ``commit_id``),
-- wrote a comment line ``/run-ci SHA`` naming it, or
-- triggered the run (added the ``run-ci`` label, or re-ran) after their last review, which was of
-  that commit: the label approves what its adder reviewed, not whatever the head is when it is
-  clicked. A push between the review and the label (the head the label event carries) is
-  approved by nobody, and any later push needs a new approval.
+``decide`` is pure: it reads ``PullFacts`` (what GitHub says now: the PR's head, its labels and
+the approvals of people with write permission; ``publish.pull_facts`` gathers them) and never
+calls the API. A branch of the base repository always runs; a fork's head runs only when
+someone with write permission saw exactly that commit (the README says how). A
+``workflow_run`` payload is GitHub's own account of a finished run (``finished_run``); nothing
+inside that run's artifacts is trusted.
 """
 
 import datetime
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 RUN_LABEL = "run-ci"
 COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")  # a full commit id, as GitHub sends it
@@ -55,14 +50,9 @@ class Gate:
     sha: str | None = None  # the head commit this decision is about (the one approved)
 
     def to_json(self) -> dict:
-        return {
-            "run": self.run,
-            "fork": self.fork,
-            "reason": self.reason,
-            "state": self.state,
-            "pr": self.pr,
-            "head_sha": self.sha,
-        }
+        data = asdict(self)
+        data["head_sha"] = data.pop("sha")
+        return data
 
 
 _HOW = {
@@ -130,6 +120,70 @@ def approvals(reviews, comments, trigger: str | None = None, before: str | None 
         if login and isinstance(body, str) and at is not None and not (limit and at > limit):
             found += [Approval(login, sha, "comment") for sha in RUN_COMMENT.findall(body)]
     return tuple(found)
+
+
+CONCLUSIONS = (  # of a finished run
+    "success failure cancelled timed_out skipped neutral action_required stale startup_failure"
+).split()
+WORKFLOW_PATH = re.compile(r"^\.github/workflows/[A-Za-z0-9_.-]{1,100}\.ya?ml$")
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    run_id: int
+    head_sha: str
+    conclusion: str
+    html_url: str
+    head_repo: str | None
+    repo: str
+    path: str  # the workflow file that ran
+    head_branch: str
+    actor: str | None  # who triggered it: the labeler, a pusher, a re-runner
+    created_at: str
+    default_branch: str
+
+
+def finished_run(event: dict) -> FinishedRun:
+    """The run a ``workflow_run`` event is about; ValueError names what is missing or odd."""
+    run = event.get("workflow_run")
+    if not isinstance(run, dict):
+        raise ValueError("not a workflow_run event (no workflow_run object)")
+    if run.get("event") != "pull_request":
+        raise ValueError(f"workflow_run.event is {run.get('event')!r}, not 'pull_request'")
+    run_id, sha = run.get("id"), run.get("head_sha")
+    if not isinstance(run_id, int) or isinstance(run_id, bool):
+        raise ValueError("workflow_run.id is not an integer")
+    if not _is_sha(sha):
+        raise ValueError("workflow_run.head_sha is not a 40-hex commit")
+    conclusion = run.get("conclusion")
+    if conclusion not in CONCLUSIONS:
+        raise ValueError(f"workflow_run.conclusion {conclusion!r} is not a finished run's")
+    repo = (event.get("repository") or {}).get("full_name")
+    if not isinstance(repo, str):
+        raise ValueError("repository.full_name is missing")
+    head_repo = (run.get("head_repository") or {}).get("full_name")
+    path, branch = run.get("path"), run.get("head_branch")
+    if not isinstance(path, str) or not WORKFLOW_PATH.match(path):
+        raise ValueError(f"workflow_run.path {str(path)[:80]!r} is not a workflow file")
+    if not isinstance(branch, str) or not branch:
+        raise ValueError("workflow_run.head_branch is missing")
+    actor = (run.get("triggering_actor") or run.get("actor") or {}).get("login")
+    if not isinstance(run.get("created_at"), str):
+        raise ValueError("workflow_run.created_at is missing")
+    default = (event.get("repository") or {}).get("default_branch")
+    return FinishedRun(
+        run_id=run_id,
+        head_sha=sha,
+        conclusion=conclusion,
+        html_url=str(run.get("html_url") or ""),
+        head_repo=head_repo if isinstance(head_repo, str) else None,
+        repo=repo,
+        path=path,
+        head_branch=branch,
+        actor=actor if isinstance(actor, str) else None,
+        created_at=run["created_at"],
+        default_branch=default if isinstance(default, str) and default else "main",
+    )
 
 
 def load_event(path: str) -> dict:

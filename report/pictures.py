@@ -1,10 +1,8 @@
 """One PNG per regression case: the peak of CUDA memory each side allocated during the test.
 
-For drawing only, at the end of ``ci run``: it reads the peaks the runner measured for each
-test (``peak_mib``, from the CUDA allocator's statistics in the test's own process) and draws
-the two sides as bars with matplotlib's Agg backend. A case without a measured peak on both
-sides (every case on CPU, where the allocator keeps no statistics) gets no picture: nothing is
-estimated or drawn from a cap. Without matplotlib it draws nothing.
+Drawn at the end of ``ci run`` with matplotlib's Agg backend from the peaks the runner measured
+(``peak_mib``); a case without a measured peak on both sides (every case on CPU) gets no
+picture: nothing is estimated. Without matplotlib it draws nothing.
 """
 
 import os
@@ -16,24 +14,22 @@ from evidence.model import MODES, Results
 FOLDER = "pictures"
 
 
-def file_name(test: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", test)[:120] + ".png"
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend, or None: pictures are optional."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:  # not installed, or it cannot start here (a font cache it cannot write)
+        return None
+    return plt
 
 
 def preload() -> threading.Thread:
     """Import matplotlib in a daemon thread while the test processes run (about a second that
     would otherwise come after them); ``draw_all`` imports it as before, cached or not."""
-
-    def load():
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot  # noqa: F401
-        except Exception:  # optional: draw_all says what it can draw
-            pass
-
-    thread = threading.Thread(target=load, name="pictures-preload", daemon=True)
+    thread = threading.Thread(target=_pyplot, name="pictures-preload", daemon=True)
     thread.start()
     return thread
 
@@ -45,18 +41,12 @@ def draw_all(results: Results, out_dir: str) -> dict:
         for c in results.cases
         if c.kind == "regression" and all(c.modes[m].peak_mib is not None for m in MODES)
     ]
-    if not cases:
-        return {}
-    try:  # here, not at the top: optional, and a second to import where nothing is drawn
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = _pyplot() if cases else None
+    if plt is None:
         return {}
     drawn = {}
     for case in cases:
-        rel = f"{FOLDER}/{file_name(case.test)}"
+        rel = f"{FOLDER}/{re.sub(r'[^A-Za-z0-9_.-]+', '_', case.test)[:120]}.png"
         os.makedirs(os.path.join(out_dir, FOLDER), exist_ok=True)
         try:
             _draw(plt, results, case, os.path.join(out_dir, rel))
@@ -68,16 +58,15 @@ def draw_all(results: Results, out_dir: str) -> dict:
 
 
 def _draw(plt, results, case, path) -> None:
-    modes = MODES
-    peaks = [case.modes[m].peak_mib for m in modes]
+    peaks = [case.modes[m].peak_mib for m in MODES]
     fig, ax = plt.subplots(figsize=(5.5, 3), dpi=90)
-    for x, (mode, peak) in enumerate(zip(modes, peaks, strict=True)):
+    for x, (mode, peak) in enumerate(zip(MODES, peaks, strict=True)):
         color = "#c44e52" if mode == "unmodified" else "#4c72b0"
         ax.bar(x, peak, 0.5, color=color)
         word = case.modes[mode].outcome.value
         ax.annotate(f"{word}, peak {peak:.1f} MiB", (x, peak), ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(modes)))
-    ax.set_xticklabels([results.label(m).replace("$", "") for m in modes], fontsize=7)
+    ax.set_xticks(range(len(MODES)))
+    ax.set_xticklabels([results.label(m).replace("$", "") for m in MODES], fontsize=7)
     ax.set_ylabel("CUDA memory allocated at the peak (MiB)", fontsize=7)
     ax.set_ylim(0, max(peaks) * 1.3 + 1)
     ax.set_title(case.test.split(".")[-1].replace("_", " ").replace("$", ""), fontsize=8)

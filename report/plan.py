@@ -1,12 +1,10 @@
-"""``ci report``'s orchestration: from a results folder (or the test job's state) to a frozen
+"""``ci report`` (and the fork half of ``ci gate``): a frozen ``ReportRequest`` -> a frozen
 ``ReportPlan`` (the PR-body slot line, the sticky comment, the statuses, the check run), which
-the dry run prints and ``--post`` sends.
-
-For wiring only: ``artifact`` loads untrusted results, ``render``, ``checks`` and ``pr_body``
-write the texts, ``publish`` is the only part that talks to GitHub. Arguments arrive as a frozen
-``ReportRequest``; bad ones raise ``RequestError`` (the command line's exit code 2).
+the dry run prints and ``--post`` sends. Bad arguments raise ``RequestError`` (exit 2); what
+GitHub refuses raises ``PublishFailed`` (exit 1), the token redacted.
 """
 
+import contextlib
 import datetime
 import json
 import os
@@ -15,17 +13,24 @@ from dataclasses import asdict, dataclass, replace
 
 import github3.exceptions
 
-from report import artifact, check_run, events, gate, pr_states, render
+from report import artifact, gate, pr_states, render
 from report.pr_states import DEFAULT_LABEL, DEFAULT_SLOT
-from report.publish import Publisher, Reader, TooLarge, connect, pull_facts
-from report.retry import GaveUp, RetryPolicy
+from report.publish import Publisher, Reader, RetryPolicy, TooLarge, connect, pull_facts
 
-_NO_CHECK_RUN = ("pending", "missing-label", "stale-label")
 INVALID_NOTE = "invalid artifact"
+STEP_SUMMARY_BYTES = 1024 * 1024  # GitHub drops a step's summary whole past 1 MiB
+RESULTS_ARTIFACT = "dsv4-results"
+MAX_ARTIFACT_BYTES = 256 * 1024 * 1024  # the zip: results.json, report.md, JUnit, logs, pictures
+# The folders whose code ran the A/B and wrote results.json: the runner and its evidence model.
+BOT_CODE = ("ci", "abtest", "evidence")
 
 
 class RequestError(ValueError):
     """Arguments or inputs that cannot make a report; the message says which."""
+
+
+class PublishFailed(RuntimeError):
+    """GitHub refused or never answered; the message has the token redacted."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,20 @@ class ReportPlan:
 def prepare(request: ReportRequest) -> ReportRequest:
     """The request with what a workflow_run payload says filled in, checked."""
     if request.workflow_run:
-        request = _from_workflow_run(request)
+        try:
+            run = gate.finished_run(gate.load_event(request.workflow_run))
+        except (OSError, ValueError) as exc:
+            raise RequestError(f"workflow_run report: {exc}") from None
+        # GitHub's payload, so trusted; the PR, its approval and the results come in ``fork``.
+        request = replace(
+            request,
+            repo=run.repo,
+            sha=run.head_sha,
+            run_id=str(run.run_id),
+            run_url=run.html_url or None,
+            require_head=True,
+            check_run=True,
+        )
     elif request.post and (not request.repo or request.pr is None):
         raise RequestError("--post needs --repo OWNER/NAME and --pr N")
     if request.repo and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", request.repo):
@@ -95,16 +113,14 @@ def prepare(request: ReportRequest) -> ReportRequest:
         raise RequestError(f"--results {request.results}: no such folder or file")
     if request.summary and not os.path.isdir(os.path.dirname(os.path.abspath(request.summary))):
         raise RequestError(f"--summary {request.summary}: its folder does not exist")
-
     try:
-        pr_states.markers(request.slot)
         pr_states.slot_line(request.slot, request.slot_label, "")
     except ValueError as exc:
         raise RequestError(str(exc)) from None
     return request
 
 
-def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
+def plan(request: ReportRequest) -> ReportPlan:
     """What the report for ``request`` (already ``prepare``d) would send."""
     links = request.links
     state, invalid = request.state, request.invalid
@@ -118,7 +134,7 @@ def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
         if not request.results:
             raise RequestError("--results DIR is required with --state results")
         try:
-            model = artifact.load_results(_results_folder(request.results))
+            model = artifact.load_results(request.results)
         except artifact.ArtifactError as exc:
             # Refused whole, and said so: a slot left pending would read as "still running".
             state, invalid = "failure", str(exc)
@@ -138,8 +154,7 @@ def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
     texts = (render.slot_text(state, **links, note=note), render.slot_text(state, note=note))
     summary = None
     if request.summary:
-        full = _step_summary(model, request.slot, links) if model else None
-        summary = full or f"{texts[0]}\n"
+        summary = _step_summary(model, request.slot, links) if model else f"{texts[0]}\n"
     return ReportPlan(
         repo=request.repo,
         pr=request.pr,
@@ -148,15 +163,12 @@ def plan(request: ReportRequest, now: str | None = None) -> ReportPlan:
         comment=comment,
         statuses=tuple(statuses) if request.sha else (),
         sha=request.sha,
-        check_run=_check_run(request, model, state, now or _now(), _refusal(request, invalid)),
+        check_run=_check_run(request, model, state, invalid),
         texts=texts,
         statuses_skipped=bool(statuses and not request.sha),
         summary=summary,
         invalid=invalid,
     )
-
-
-STEP_SUMMARY_BYTES = 1024 * 1024  # GitHub drops a step's summary whole past 1 MiB
 
 
 def _step_summary(model, slot: str, links: dict) -> str:
@@ -169,6 +181,21 @@ def _step_summary(model, slot: str, links: dict) -> str:
         if size <= STEP_SUMMARY_BYTES:
             return text
         limit = min(limit - 1, limit * STEP_SUMMARY_BYTES // size)
+
+
+def _check_run(request: ReportRequest, model, state: str, invalid: str | None):
+    if not request.check_run or state in ("pending", "missing-label", "stale-label"):
+        return None
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if model is None:
+        refused = ("Invalid artifact", invalid) if invalid else ("Not reported", request.untrusted)
+        refused = refused if refused[1] else None
+        create = render.check_run_without_results(state, request.sha, now, request.run_url, refused)
+        return {"create": create}
+    summary = render.comment(model, request.slot, limit=render.CHECK_SUMMARY_LIMIT, **request.links)
+    summary = summary.split("\n", 1)[1]  # the marker line is for the sticky comment only
+    create, updates = render.check_run(model, request.sha, summary, now, request.run_url)
+    return {"create": create, "updates": updates}
 
 
 def write_summary(request: ReportRequest, report: ReportPlan) -> None:
@@ -193,10 +220,9 @@ def dry_run_text(report: ReportPlan, as_json: bool) -> str:
         out.append("(none: pass --sha to set one per suite)\n")
     if report.check_run:
         create = report.check_run["create"]
-        notes = create.get("output", {}).get("annotations", [])
         more = sum(len(u["annotations"]) for u in report.check_run.get("updates", []))
         out.append(f"\n## check run on {report.sha}: {create['conclusion']}\n\n")
-        for note in notes:
+        for note in create.get("output", {}).get("annotations", []):
             level, path, line = note["annotation_level"], note["path"], note["start_line"]
             out.append(f"{level} {path}:{line} {note['message']}\n")
         if more:
@@ -204,14 +230,28 @@ def dry_run_text(report: ReportPlan, as_json: bool) -> str:
     return "".join(out)
 
 
-def publish(request: ReportRequest, report: ReportPlan, say) -> bool:
-    """Send ``report``; ``say(line)`` hears each step. False when publishing failed (the A/B
-    verdict is ``ci run``'s; this only says whether publishing worked)."""
+def _github(api_url: str | None, why: str):
+    """(a github3 client with the token in GITHUB_TOKEN, the token)."""
     token = os.environ.get("GITHUB_TOKEN")
     if not token:
-        raise RequestError("--post needs a token in GITHUB_TOKEN")
+        raise RequestError(f"{why} needs a token in GITHUB_TOKEN")
+    return connect(token, api_url), token
+
+
+@contextlib.contextmanager
+def _refused(token: str):
+    """What GitHub refuses (or never answers) as PublishFailed, the token redacted."""
+    try:
+        yield
+    except (github3.exceptions.GitHubException, RuntimeError, ValueError, OSError) as exc:
+        raise PublishFailed(str(exc).replace(token, "***")) from None
+
+
+def publish(request: ReportRequest, report: ReportPlan, say) -> None:
+    """Send ``report``; ``say(line)`` hears each step."""
+    gh, token = _github(request.api_url, "--post")
     owner, name = request.repo.split("/")
-    publisher = Publisher(connect(token, request.api_url), owner, name, request.pr, RetryPolicy())
+    publisher = Publisher(gh, owner, name, request.pr, RetryPolicy())
 
     def superseded(what: str) -> bool:
         """With --require-head, whether a push has moved the PR on; asked before each PR-level
@@ -228,9 +268,9 @@ def publish(request: ReportRequest, report: ReportPlan, say) -> bool:
         )
         return True
 
-    try:
+    with _refused(token):
         if superseded("nothing posted"):
-            return True
+            return
         outcome = publisher.update_slot(request.slot, request.slot_label, list(report.texts))
         say(f"PR body slot {request.slot}: {outcome}")
         moved = superseded("our slot write is undone and the comment skipped")
@@ -251,135 +291,70 @@ def publish(request: ReportRequest, report: ReportPlan, say) -> bool:
             check = report.check_run
             run_id = publisher.create_check_run(check["create"], check.get("updates", []))
             say(f"check run {run_id}: {check['create']['conclusion']}")
-    except (GaveUp, github3.exceptions.GitHubException, ValueError, RuntimeError) as exc:
-        raise PublishFailed(_redact(str(exc), token)) from None
-    return True
-
-
-class PublishFailed(RuntimeError):
-    """GitHub refused or never answered; the message has the token redacted."""
-
-
-def _results_folder(path: str) -> str:
-    return path if os.path.isdir(path) else os.path.dirname(path) or "."
-
-
-def _from_workflow_run(request: ReportRequest) -> ReportRequest:
-    """Fill repo, sha and run from a workflow_run payload (GitHub's, so trusted); the PR, its
-    approval and the results come from GitHub in ``fork_request``."""
-    try:
-        run = events.finished_run(gate.load_event(request.workflow_run))
-    except (OSError, ValueError) as exc:
-        raise RequestError(f"workflow_run report: {exc}") from None
-    return replace(
-        request,
-        repo=run.repo,
-        sha=run.head_sha,
-        run_id=str(run.run_id),
-        run_url=run.html_url or None,
-        require_head=True,
-        check_run=True,
-    )
-
-
-RESULTS_ARTIFACT = "dsv4-results"
-MAX_ARTIFACT_BYTES = 256 * 1024 * 1024  # the zip: results.json, report.md, JUnit, logs, pictures
-# The folders whose code ran the A/B and wrote results.json: the runner and its evidence model.
-BOT_CODE = ("ci", "abtest", "evidence")
-
-
-def fork_request(request: ReportRequest, reader, folder: str):
-    """(request, None) for a fork run, with everything but the raw outcomes asked of GitHub: the
-    open PR whose head is the run's head, whether someone with write permission approved that
-    commit before the run started, whether the run's workflow file and the bot's code are the default
-    branch's (and ``BOT_CODE``), the results artifact's size before it is downloaded into ``folder``. (None, why)
-    when there is nothing to report: no such PR, or an approved run that ran no tests."""
-    run = events.finished_run(gate.load_event(request.workflow_run))
-    owner = (run.head_repo or "").split("/")[0]
-    pulls = [
-        pull
-        for pull in reader.open_pulls(owner, run.head_branch)
-        if (pull.get("head") or {}).get("sha") == run.head_sha
-        and ((pull.get("head") or {}).get("repo") or {}).get("full_name") == run.head_repo
-    ]
-    if len(pulls) != 1:
-        return None, f"{len(pulls)} open PRs have head {run.head_sha[:12]}: nothing posted"
-    request = replace(request, pr=pulls[0]["number"])
-    facts = pull_facts(reader, request.pr, trigger=run.actor, before=run.created_at)
-    decision = gate.decide(facts)
-    if decision.sha != run.head_sha:
-        return None, f"PR #{request.pr} moved on from {run.head_sha[:12]}: nothing posted"
-    if not decision.run:
-        return replace(request, state=decision.state), None
-    found = reader.artifact(run.run_id, RESULTS_ARTIFACT)
-    if found is None:
-        if run.conclusion in ("success", "skipped"):
-            return None, f"run {run.run_id} left no {RESULTS_ARTIFACT}: it ran no tests"
-        return replace(request, test_result=events.slot_state(run.conclusion)), None
-    default = run.default_branch
-    changed = [
-        path
-        for path in (run.path, *BOT_CODE)
-        if reader.sha_of(path, run.head_sha) != reader.sha_of(path, default)
-    ]
-    if changed:
-        return replace(request, untrusted=f"{' and '.join(changed)} differ from {default}"), None
-    size = found.get("size_in_bytes")
-    if not isinstance(size, int) or not 0 < size <= MAX_ARTIFACT_BYTES:
-        invalid = f"{RESULTS_ARTIFACT}: {size!r} bytes; at most {MAX_ARTIFACT_BYTES}"
-        return replace(request, invalid=invalid), None
-    zipped = os.path.join(folder, "artifact.zip")
-    try:
-        reader.download(found["id"], zipped, MAX_ARTIFACT_BYTES)
-        artifact.extract_results(zipped, folder)
-    except (TooLarge, artifact.ArtifactError) as exc:
-        return replace(request, invalid=str(exc)), None
-    return replace(request, results=folder, test_result=None), None
 
 
 def fork(request: ReportRequest, folder: str):
-    """``fork_request`` with a reader from GITHUB_TOKEN; what GitHub refuses is PublishFailed."""
-    read = reader(request)
-    try:
-        return fork_request(request, read, folder)
-    except (GaveUp, github3.exceptions.GitHubException, RuntimeError, OSError) as exc:
-        raise PublishFailed(_redact(str(exc), os.environ.get("GITHUB_TOKEN"))) from None
+    """(request, None) for a fork run, with everything but the raw outcomes asked of GitHub: the
+    open PR whose head is the run's head, whether someone with write permission approved that
+    commit before the run started, whether the run's workflow file and ``BOT_CODE`` are the
+    default branch's, the results artifact's size before it is downloaded into ``folder``.
+    (None, why) when there is nothing to report: no such PR, or an approved run that ran no
+    tests."""
+    gh, token = _github(request.api_url, "--workflow-run (it reads GitHub)")
+    reader = Reader(gh, *request.repo.split("/"), RetryPolicy())
+    run = gate.finished_run(gate.load_event(request.workflow_run))
+    with _refused(token):
+        owner = (run.head_repo or "").split("/")[0]
+        pulls = [
+            pull
+            for pull in reader.open_pulls(owner, run.head_branch)
+            if (pull.get("head") or {}).get("sha") == run.head_sha
+            and ((pull.get("head") or {}).get("repo") or {}).get("full_name") == run.head_repo
+        ]
+        if len(pulls) != 1:
+            return None, f"{len(pulls)} open PRs have head {run.head_sha[:12]}: nothing posted"
+        request = replace(request, pr=pulls[0]["number"])
+        decision = gate.decide(pull_facts(reader, request.pr, run.actor, run.created_at))
+        if decision.sha != run.head_sha:
+            return None, f"PR #{request.pr} moved on from {run.head_sha[:12]}: nothing posted"
+        if not decision.run:
+            return replace(request, state=decision.state), None
+        found = reader.artifact(run.run_id, RESULTS_ARTIFACT)
+        if found is None:
+            if run.conclusion in ("success", "skipped"):
+                return None, f"run {run.run_id} left no {RESULTS_ARTIFACT}: it ran no tests"
+            return replace(request, test_result=run.conclusion), None
+        default = run.default_branch
+        changed = [
+            path
+            for path in (run.path, *BOT_CODE)
+            if reader.sha_of(path, run.head_sha) != reader.sha_of(path, default)
+        ]
+        if changed:
+            return replace(
+                request, untrusted=f"{' and '.join(changed)} differ from {default}"
+            ), None
+        size = found.get("size_in_bytes")
+        if not isinstance(size, int) or not 0 < size <= MAX_ARTIFACT_BYTES:
+            invalid = f"{RESULTS_ARTIFACT}: {size!r} bytes; at most {MAX_ARTIFACT_BYTES}"
+            return replace(request, invalid=invalid), None
+        zipped = os.path.join(folder, "artifact.zip")
+        try:
+            reader.download(found["id"], zipped, MAX_ARTIFACT_BYTES)
+            artifact.extract_results(zipped, folder)
+        except (TooLarge, artifact.ArtifactError) as exc:
+            return replace(request, invalid=str(exc)), None
+        return replace(request, results=folder, test_result=None), None
 
 
-def reader(request: ReportRequest):
-    """A ``publish.Reader`` of the request's repository with the token in GITHUB_TOKEN."""
-    token = os.environ.get("GITHUB_TOKEN")
-    if not token:
-        raise RequestError("--workflow-run reads GitHub: it needs a token in GITHUB_TOKEN")
-    owner, name = request.repo.split("/")
-    return Reader(connect(token, request.api_url), owner, name, RetryPolicy())
-
-
-def _refusal(request: ReportRequest, invalid: str | None):
-    """(check-run title, why) when the run's results are refused, else None."""
-    if invalid:
-        return "Invalid artifact", invalid
-    return ("Not reported", request.untrusted) if request.untrusted else None
-
-
-def _check_run(request: ReportRequest, model, state: str, now: str, refused=None):
-    if not request.check_run or state in _NO_CHECK_RUN:
-        return None
-    if model is None:
-        create = check_run.no_results_request(state, request.sha, now, request.run_url)
-        if refused:
-            summary = f"The test job's results were refused: {render.escape_inline(refused[1])}"
-            create["output"] = {"title": refused[0], "summary": summary[:2000]}
-        return {"create": create}
-    summary = render.comment(model, request.slot, limit=check_run.SUMMARY_LIMIT, **request.links)
-    summary = summary.split("\n", 1)[1]  # the marker line is for the sticky comment only
-    create, updates = check_run.requests(model, request.sha, summary, now, request.run_url)
-    return {"create": create, "updates": updates}
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _redact(text: str, token: str | None) -> str:
-    return text.replace(token, "***") if token else text
+def fork_facts(event: dict, pr: int | None, api_url: str | None) -> gate.PullFacts:
+    """A fork PR's head, labels and approvals as GitHub has them now (the payload's are a
+    snapshot of the moment it was sent)."""
+    repo = (event.get("repository") or {}).get("full_name")
+    if not isinstance(repo, str) or repo.count("/") != 1 or pr is None:
+        raise RequestError("a fork PR's approvals are read from GitHub: the payload's repository "
+                           "and PR number are needed")  # fmt: skip
+    gh, token = _github(api_url, "reading a fork PR's approvals")
+    with _refused(token):
+        reader = Reader(gh, *repo.split("/"), RetryPolicy())
+        return pull_facts(reader, pr, trigger=(event.get("sender") or {}).get("login"))

@@ -3,9 +3,8 @@
 For editing text only: given a PR body, put our slot's text in, touching nothing else. The
 block has upstream's shape (``<!-- pr-states:start -->``, a rule, ``### CI States``, one
 ``Label: <!-- slot:NAME:start -->TEXT<!-- slot:NAME:end -->`` line per writer,
-``<!-- pr-states:end -->``). Every byte outside our slot's text is kept; the block is added at
-the end of the body when missing, and our line before the block's end when the block lacks it.
-It does not talk to GitHub and does not escape: callers pass text that is already one safe line.
+``<!-- pr-states:end -->``). Every byte outside our slot's text is kept. It does not talk to
+GitHub and does not escape: callers pass text that is already one safe line.
 """
 
 import re
@@ -29,8 +28,11 @@ def markers(slot: str) -> tuple[str, str]:
 
 
 def slot_line(slot: str, label: str, text: str) -> str:
-    _check_one_line(label, "label")
-    _check_one_line(text, "slot text")
+    for what, value in (("label", label), ("slot text", text)):
+        if "\n" in value or "\r" in value or "<!--" in value or "-->" in value:
+            raise ValueError(
+                f"{what} must be one line without HTML comment markers: {value[:80]!r}"
+            )
     start, end = markers(slot)
     return f"{label}: {start}{text}{end}"
 
@@ -43,15 +45,13 @@ def get_slot(body: str | None, slot: str) -> str | None:
 
 def set_slot(body: str | None, slot: str, label: str, text: str) -> str:
     """The body with our slot holding ``text``; everything else byte for byte the same."""
-    _check_one_line(label, "label")
-    _check_one_line(text, "slot text")
+    line = slot_line(slot, label, text)  # checks that label and text are one safe line each
     body = body or ""  # GitHub sends null for an empty PR description
     found = _find_slot(body, slot)
     if found is not None:
         return body[: found[0]] + text + body[found[1] :]
     # GitHub keeps the author's line endings; new lines follow them.
     newline = "\r\n" if "\r\n" in body else "\n"
-    line = slot_line(slot, label, text)
     block = _find_block(body)
     if block is not None:
         end = block[1]
@@ -91,10 +91,11 @@ def _fences(body: str) -> list[tuple[int, int]]:
         else:
             fence = opened[1]
             close = text.lstrip(" ")
+            run = close.rstrip(" \t")
             if (
                 len(text) - len(close) <= 3
-                and close.rstrip(" \t") == fence[0] * len(close.rstrip(" \t"))
-                and len(close.rstrip(" \t")) >= len(fence)
+                and run == fence[0] * len(run)
+                and len(run) >= len(fence)
             ):
                 spans.append((opened[0], offset + len(line)))
                 opened = None
@@ -134,8 +135,3 @@ def _find_slot(body: str, slot: str) -> tuple[int, int] | None:
             return first, last
         start = _find_outside(body, start_marker, first, block[1], fences)
     return None
-
-
-def _check_one_line(text: str, what: str) -> None:
-    if "\n" in text or "\r" in text or "<!--" in text or "-->" in text:
-        raise ValueError(f"{what} must be one line without HTML comment markers: {text[:80]!r}")

@@ -1,49 +1,94 @@
-"""The only part of the bot that talks to GitHub: PR-body slot, sticky comment, statuses, checks,
-and the reads the decisions rest on (``Reader``: a PR, its reviews and comments, permissions,
-file and tree SHAs, a run's artifact).
+"""The only part of the bot that talks to GitHub (github3.py): the PR-body slot, the sticky
+comment, statuses, check runs, and the reads the decisions rest on (``Reader``: a PR, its
+reviews and comments, permissions, file and tree SHAs, a run's artifact).
 
-For side effects and reads only; every text it sends comes from ``render`` and ``pr_body``, every
-decision is made by pure code (``gate.decide``) from what ``Reader`` returns. Each call goes
-through ``retry.RetryPolicy``. Writes are idempotent, so a rerun edits what an earlier run
-wrote instead of adding to it. The token is handed in by the caller (which reads it from
-GITHUB_TOKEN) and is never logged. The sticky comment is found by its marker *and* its author:
-the bot's own identity, never the marker alone, so a comment anyone can write is never adopted.
+Every call goes through ``RetryPolicy``. Writes are idempotent, so a rerun edits what an earlier
+run wrote. The sticky comment is found by its marker *and* its author, the bot's own login:
+anyone can write a marker, so the marker alone never adopts a comment.
 """
 
 import datetime
-from dataclasses import dataclass
+import random
+import time
+from dataclasses import dataclass, replace
 
 import github3
 import github3.exceptions as gh_errors
 
 from report import gate, pr_states
-from report.retry import RetryPolicy
 
-STATUS_STATES = ("error", "failure", "pending", "success")
 # Who writes with the Actions GITHUB_TOKEN; that token cannot call GET /user to say so itself.
 ACTIONS_BOT = "github-actions[bot]"
-# GitHub App installation tokens (the Actions GITHUB_TOKEN is one) start with this.
-INSTALLATION_PREFIX = "ghs_"
-
-
 MAX_PAGES = 10  # of 100: a PR's reviews and comments beyond 1,000 are not read
 MAX_APPROVERS = 10  # permission reads per decision: anyone can review or comment on a PR
+MAX_WAIT_S = 300.0
 
 
-class ConflictError(RuntimeError):
-    """Other writers kept changing the PR body under us."""
+class GaveUp(RuntimeError):
+    """The call kept failing in a retryable way; the last error is chained."""
 
 
 class TooLarge(ValueError):
     """A download went past its limit: refused, whatever the listing said its size was."""
 
 
+@dataclass
+class RetryPolicy:
+    """Retries 5xx, 429, 403 secondary rate limits and dropped connections: waits Retry-After
+    when GitHub sends it (or a primary limit's reset), backs off exponentially otherwise."""
+
+    attempts: int = 5
+    base_s: float = 1.0
+    cap_s: float = 60.0
+    sleep: object = None  # None: time.sleep, looked up at call time so tests can stub it
+
+    def pause(self, seconds: float) -> None:
+        (self.sleep or time.sleep)(seconds)
+
+    def call(self, what: str, fn, *args, **kwargs):
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:
+                wait = self._wait(exc, attempt)
+                if wait is None:
+                    raise
+                if attempt == self.attempts:
+                    raise GaveUp(f"{what}: gave up after {attempt} attempts: {exc}") from exc
+                self.pause(wait)
+
+    def _wait(self, exc: Exception, attempt: int) -> float | None:
+        """Seconds to wait before the next try, or None when the error is not worth retrying."""
+        backoff = min(self.cap_s, self.base_s * 2 ** (attempt - 1)) * (1 + random.random() * 0.25)
+        if isinstance(exc, gh_errors.ConnectionError):
+            return backoff
+        if not isinstance(exc, gh_errors.GitHubError):
+            return None
+        headers = getattr(exc.response, "headers", None) or {}
+        limited = (
+            "Retry-After" in headers
+            or headers.get("X-RateLimit-Remaining") == "0"
+            or "rate limit" in str(exc.msg or exc).lower()
+        )
+        if not (exc.code == 429 or 500 <= exc.code < 600 or (exc.code == 403 and limited)):
+            return None
+        try:
+            if "Retry-After" in headers:
+                return min(MAX_WAIT_S, max(0.0, float(headers["Retry-After"])))
+            if headers.get("X-RateLimit-Remaining") == "0" and headers.get("X-RateLimit-Reset"):
+                reset = float(headers["X-RateLimit-Reset"]) - time.time()
+                return min(MAX_WAIT_S, max(0.0, reset))
+        except ValueError:
+            pass
+        return max(backoff, 60.0) if exc.code == 403 else backoff
+
+
 def connect(token: str, api_url: str | None = None):
     """A github3 client; ``api_url`` points it at GitHub Enterprise (or a test server)."""
     gh = github3.GitHubEnterprise(api_url, token=token) if api_url else github3.GitHub(token=token)
-    if token.startswith(INSTALLATION_PREFIX):
+    if token.startswith("ghs_"):
         # github3 allows the Checks API only with installation auth, and that is what this token
-        # is. It lives at most 24 hours (the Actions one ends with its job before that).
+        # (the Actions GITHUB_TOKEN is one) is. It lives at most 24 hours.
         expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=24)
         gh.session.app_installation_token_auth(
             {"token": token, "expires_at": expires.strftime("%Y-%m-%dT%H:%M:%SZ")}
@@ -68,6 +113,9 @@ class Publisher:
         return self.policy.call(
             f"read PR #{self.number}", self.gh.issue, self.owner, self.repo, self.number
         )
+
+    def _repository(self):
+        return self.policy.call("read repository", self.gh.repository, self.owner, self.repo)
 
     def update_slot(self, slot: str, label: str, texts: list[str]) -> str:
         """Put the first of ``texts`` that fits into our slot: read, merge, write, verify.
@@ -104,7 +152,7 @@ class Publisher:
                 if pr_states.get_slot(issue.body, slot) == text:
                     return "updated"
             self.log("PR body: another writer replaced it after our write; re-applying our slot")
-        raise ConflictError(f"PR #{self.number}: body kept changing; gave up after {self.rounds}")
+        raise RuntimeError(f"PR #{self.number}: body kept changing; gave up after {self.rounds}")
 
     def put_back_slot(self, slot: str, label: str) -> str:
         """Undo our last slot write, only while the slot still holds what it wrote (a newer run
@@ -119,11 +167,8 @@ class Publisher:
         return "put back"
 
     def identity(self, login: str | None = None) -> str:
-        """The login our comments carry: ``login`` if given, else GET /user, else the Actions bot.
-
-        An installation token (the Actions GITHUB_TOKEN) gets 403 from GET /user; it writes as
-        ``github-actions[bot]``.
-        """
+        """The login our comments carry: ``login`` if given, else GET /user, else the Actions bot
+        (an installation token, which the Actions GITHUB_TOKEN is, gets 403 from GET /user)."""
         if login:
             return login
         try:
@@ -140,12 +185,11 @@ class Publisher:
         return str(((pull or {}).get("head") or {}).get("sha") or "")
 
     def create_check_run(self, create: dict, updates: list) -> int:
-        """One check run from ``check_run.requests``; the updates append further annotations."""
-        repository = self.policy.call("read repository", self.gh.repository, self.owner, self.repo)
+        """One check run from ``render.check_run``; the updates append further annotations."""
         body = dict(create)
         run = self.policy.call(
             f"check run {body['name']}",
-            repository.create_check_run,
+            self._repository().create_check_run,
             body.pop("name"),
             body.pop("head_sha"),
             **body,
@@ -160,8 +204,6 @@ class Publisher:
         """The one comment by ``author`` that starts with ``marker``: edited, or created."""
         if not author:
             raise ValueError("upsert_comment needs the bot's login; a marker alone proves nothing")
-        if len(body) > pr_states.BODY_LIMIT:
-            raise ValueError(f"comment is {len(body)} characters; render must shrink it first")
 
         def once():
             issue = self._issue()
@@ -180,14 +222,9 @@ class Publisher:
         return self.policy.call("sticky comment", once)
 
     def set_status(self, sha: str, context: str, state: str, description: str, target_url=None):
-        if state not in STATUS_STATES:
-            raise ValueError(f"status state {state!r} is not one of {STATUS_STATES}")
-        if len(description) > 140:
-            raise ValueError(f"status description is {len(description)} > 140 characters")
-        repository = self.policy.call("read repository", self.gh.repository, self.owner, self.repo)
         self.policy.call(
             f"status {context}",
-            repository.create_status,
+            self._repository().create_status,
             sha,
             state,
             target_url=target_url,
@@ -320,18 +357,13 @@ def pull_facts(reader: Reader, number: int, trigger=None, before=None) -> gate.P
     pull = reader.pull(number)
     if not isinstance(pull, dict):
         raise RuntimeError(f"PR #{number}: not found")
-    head_sha = (pull.get("head") or {}).get("sha")
-    head = ((pull.get("head") or {}).get("repo") or {}).get("full_name")
-    base = ((pull.get("base") or {}).get("repo") or {}).get("full_name")
     labels = frozenset(item.get("name") for item in pull.get("labels") or [])
-    facts = gate.PullFacts(fork=head is None or head != base, pr=number, head=head_sha,
-                           labels=labels)  # fmt: skip
+    facts = replace(gate.event_facts({"pull_request": pull}), pr=number, labels=labels)
     if not facts.fork:
         return facts
     reviews = reader.pages(f"reviews of PR #{number}", "pulls", number, "reviews")
     comments = reader.pages(f"comments of PR #{number}", "issues", number, "comments")
     found = gate.approvals(reviews, comments, trigger, before)
-    logins = sorted({a.login for a in found if a.sha == head_sha})[:MAX_APPROVERS]
+    logins = sorted({a.login for a in found if a.sha == facts.head})[:MAX_APPROVERS]
     writers = {login for login in logins if reader.can_write(login)}
-    approved = tuple(a for a in found if a.login in writers)
-    return gate.PullFacts(facts.fork, number, head_sha, labels, approved)
+    return replace(facts, approvals=tuple(a for a in found if a.login in writers))

@@ -1,18 +1,18 @@
-"""Pure rendering: the evidence in, markdown and short strings out.
+"""Pure rendering: the evidence in, markdown and the check run's request bodies out.
 
-For text only: no I/O, no GitHub, no clock. It renders the evidence comment (each case on the
-two sides the run compared, named by what each ran: "sglang 0.5.23" and "sglang 0.5.23 + this
-change", or two commits), the PR-body slot text, and one commit-status description per suite.
+No GitHub, no clock: the sticky comment (each case on the two sides the run compared, named by
+what each ran), the PR-body slot text, one commit-status description per suite, the check run.
 It is also the one place that escapes untrusted text (test names, log excerpts) so that nothing
 from a test can break the markdown, a table, or the hidden markers the publisher searches for.
 """
 
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass
 
-from evidence.model import FILE_CASE, Case, Results
-from report.pr_states import BODY_LIMIT, MISSING_LABEL
+from evidence.model import FILE_CASE, MODES, Case, Results
+from report.pr_states import BODY_LIMIT, DEFAULT_SLOT, MISSING_LABEL
 
 STATUS_LIMIT = 140
 STATES = {
@@ -100,25 +100,17 @@ def slot_text(state: str, run_id=None, run_url=None, artifacts_url=None, note=No
     return " ".join(parts)
 
 
-def short_summary(results: Results) -> str:
-    counts = results.counts()
-    words = [f"{n} {kind}" for kind, n in counts.items() if n]
-    return ", ".join(words) or "no cases"
-
-
 def status_descriptions(results: Results) -> dict:
     """suite -> (state, description <= 140 chars) for one commit status per suite."""
     statuses = {}
     for suite, cases in results.suites().items():
         broken = [c for c in cases if c.kind == "broken"]
         state = "failure" if broken or results.verdict == "failed" else "success"
-        counts: dict = {}
-        for case in cases:
-            counts[case.kind] = counts.get(case.kind, 0) + 1
+        counts = Counter(case.kind for case in cases)
         text = ", ".join(f"{n} {k}" for k, n in counts.items()) or "no cases ran"
         if broken:
             text = f"{len(broken)} failing with the change; " + text
-        if any(c.kind == "not-reproduced" for c in cases):
+        if counts["not-reproduced"]:
             text += "; does not reproduce the bug"
         statuses[suite] = (state, clip(f"A/B {results.backend}: {text}", STATUS_LIMIT))
     return statuses
@@ -185,14 +177,34 @@ def comment(
     piece is a line or a fenced block, so a cut never lands inside an entity, a row or a fence.
     """
     parts = _parts(results, slot, run_id, run_url, artifacts_url)
-    text = _assemble(parts, parts.flags, parts.rows, parts.excerpts, note=None)
+    text = _assemble(parts, parts.flags, parts.rows, _excerpts(results, _EXCERPT_CHARS))
     if len(text) <= limit:
         return text
-    # Shortened: shorter excerpts, so that more of them fit after every row has.
-    text = _fill(parts, _excerpts(results, 300), limit)
-    if text is None:
+    # Room for the longest note (the real one is shorter) and the two "more" lines.
+    fixed = len(_assemble(parts, [], [], [], "x" * 200)) + len(parts.where) + 2 * _MORE_LINE
+    if fixed > limit:
         raise ValueError(f"the comment's fixed part alone exceeds {limit} characters")
-    return text
+    flags, room = _take(parts.flags, limit - fixed)
+    rows, room = _take(parts.rows, room)
+    wrapper = len("\n<details><summary>Log excerpts</summary>\n\n</details>") + 2
+    # Shortened: shorter excerpts, so that more of them fit after every row has.
+    excerpts, _ = _take(_excerpts(results, 300), room - wrapper)
+    more_flags, more_rows = len(parts.flags) - len(flags), len(parts.rows) - len(rows)
+    dropped = (("flagged-file lines", more_flags), ("table rows", more_rows))
+    left_out = ", ".join(f"{n} {what}" for what, n in dropped if n)
+    what = f"{left_out} and log excerpts" if left_out else "log excerpts"
+    note = (
+        f"_Shortened to fit GitHub's comment limit ({what} left out); the full report is "
+        f"report.md in {parts.where}._"
+    )
+    if more_flags:
+        flags.append(f"\u2026 {more_flags} more flagged files")
+    if more_rows:
+        rows.append(f"| \u2026 {more_rows} more cases | | | |")
+    return _assemble(parts, flags, rows, excerpts, note)
+
+
+_MORE_LINE = 60
 
 
 @dataclass
@@ -202,15 +214,13 @@ class _Parts:
     table_header: list
     rows: list
     tail: list
-    excerpts: list
-    where: str
+    where: str  # where the full report is, for the note of a shortened comment
 
 
-def _parts(results, slot, run_id, run_url, artifacts_url) -> "_Parts":
-    state = overall_state(results)
+def _parts(results, slot, run_id, run_url, artifacts_url) -> _Parts:
     head = [
         comment_marker(slot),
-        f"### {STATES[state]} A/B of the registered tests on "
+        f"### {STATES[overall_state(results)]} A/B of the registered tests on "
         + safe_clip(escape_inline(results.backend), 40),
         "",
         _summary_sentence(results),
@@ -245,79 +255,27 @@ def _parts(results, slot, run_id, run_url, artifacts_url) -> "_Parts":
             f"Memory pictures (unmodified vs this change, per regression case) in {where}: "
             + safe_clip(names, 1500)
         )
-    where = (
-        f"[the artifacts]({_url(artifacts_url or run_url)})"
-        if (artifacts_url or run_url)
-        else "the run's artifacts"
-    )
-    return _Parts(
-        head,
-        flags,
-        [
-            f"| Case | Kind | {_side(results, 'unmodified')} | {_side(results, 'change')} |",
-            "| --- | --- | --- | --- |",
-        ],
-        rows,
-        tail,
-        _excerpts(results, _EXCERPT_CHARS),
-        where,
-    )
+    header = [
+        f"| Case | Kind | {_side(results, 'unmodified')} | {_side(results, 'change')} |",
+        "| --- | --- | --- | --- |",
+    ]
+    where = artifacts_url or run_url
+    where = f"[the artifacts]({_url(where)})" if where else "the run's artifacts"
+    return _Parts(head, flags, header, rows, tail, where)
 
 
-def _fill(parts: "_Parts", excerpts: list, limit: int):
-    """Greedy: the fixed part with the note, then whole flag lines, rows and excerpt blocks."""
-    note = "x" * 200  # room for the longest note; the real one is shorter
-    fixed = len(_assemble(parts, [], [], [], note)) + len(parts.where) + 2 * _MORE_LINE
-    if fixed > limit:
-        return None
-    room = limit - fixed
-    chosen = {"flags": [], "rows": [], "excerpts": []}
-    for key, pieces in (("flags", parts.flags), ("rows", parts.rows)):
-        for piece in pieces:
-            if len(piece) + 1 > room:
-                break
-            chosen[key].append(piece)
-            room -= len(piece) + 1
-    wrapper = len("\n<details><summary>Log excerpts</summary>\n\n</details>") + 2
-    if excerpts and room > wrapper:
-        room -= wrapper
-        for block in excerpts:
-            if len(block) + 1 > room:
-                break
-            chosen["excerpts"].append(block)
-            room -= len(block) + 1
-    dropped = {
-        "flagged-file lines": len(parts.flags) - len(chosen["flags"]),
-        "table rows": len(parts.rows) - len(chosen["rows"]),
-    }
-    left_out = ", ".join(f"{n} {what}" for what, n in dropped.items() if n)
-    what = f"{left_out} and log excerpts" if left_out else "log excerpts"
-    note = (
-        f"_Shortened to fit GitHub's comment limit ({what} left out); the full report is "
-        f"report.md in {parts.where}._"
-    )
-    parts_more = _Parts(
-        parts.head,
-        chosen["flags"] + _more(dropped["flagged-file lines"], "flagged files", table=False),
-        parts.table_header,
-        chosen["rows"] + _more(dropped["table rows"], "cases", table=True),
-        parts.tail,
-        [],
-        parts.where,
-    )
-    return _assemble(parts_more, parts_more.flags, parts_more.rows, chosen["excerpts"], note)
+def _take(pieces: list, room: int) -> tuple[list, int]:
+    """The leading pieces that fit in ``room`` characters (a newline each), and the room left."""
+    taken = []
+    for piece in pieces:
+        if len(piece) + 1 > room:
+            break
+        taken.append(piece)
+        room -= len(piece) + 1
+    return taken, room
 
 
-_MORE_LINE = 60
-
-
-def _more(count: int, what: str, table: bool) -> list:
-    if not count:
-        return []
-    return [f"| \u2026 {count} more {what} | | | |" if table else f"\u2026 {count} more {what}"]
-
-
-def _assemble(parts: "_Parts", flags, rows, excerpts, note) -> str:
+def _assemble(parts: _Parts, flags, rows, excerpts, note=None) -> str:
     lines = list(parts.head)
     if flags:
         lines += [*flags, ""]
@@ -389,15 +347,104 @@ def _excerpts(results: Results, chars: int) -> list[str]:
     return out
 
 
-FULL_REPORT = "report.md"  # the untruncated report, in the results folder (the artifact)
-
-
-def write_full_report(results: Results, out: str, slot: str = "dsv4-workspace") -> None:
+def write_full_report(results: Results, out: str) -> None:
     """report.md: the whole report, never shortened, for the artifact."""
-    with open(os.path.join(out, FULL_REPORT), "w", encoding="utf-8", errors="replace") as handle:
-        handle.write(comment(results, slot, limit=10**9))
+    with open(os.path.join(out, "report.md"), "w", encoding="utf-8", errors="replace") as handle:
+        handle.write(comment(results, DEFAULT_SLOT, limit=10**9))
 
 
 def _url(url) -> str:
     # A URL goes inside (...) : spaces and parentheses would end it.
     return str(url).replace(" ", "%20").replace("(", "%28").replace(")", "%29").replace("<", "%3C")
+
+
+# -------------------------------------------------------------------------------- check run
+
+CHECK_NAME = "DSV4 workspace A/B"
+CHECK_SUMMARY_LIMIT = 65535
+ANNOTATIONS_PER_REQUEST = 50
+# Each 50 more annotations cost one more request: a results.json with 10,000 regression cases
+# must not spend the repository's API rate limit. The summary still has every case.
+MAX_ANNOTATIONS = 500
+NO_RESULTS = {
+    "failure": "The test job failed before it wrote results; see the run's log.",
+    "cancelled": "The test job was cancelled (a newer push, or a timeout) before it wrote results.",
+}
+
+
+def check_run(results: Results, head_sha: str, summary: str, now: str, details_url=None):
+    """(the Checks API's create body, the outputs of the updates that carry annotations 51 and
+    on; GitHub appends them). Each regression case gets a ``notice`` at its test's ``def`` line,
+    each broken case a ``failure``."""
+    labels = {mode: results.label(mode) for mode in MODES}
+    notes = [a for a in (_annotation(c, labels) for c in results.cases) if a is not None]
+    counts = ", ".join(f"{n} {kind}" for kind, n in results.counts().items() if n)
+    title = f"A/B on {results.backend}: {counts or 'no cases'}"
+    if len(notes) > MAX_ANNOTATIONS:
+        title += f" (annotations on the first {MAX_ANNOTATIONS} of {len(notes)})"
+        notes = notes[:MAX_ANNOTATIONS]
+    output = {"title": clip(title, 255), "summary": clip(summary, CHECK_SUMMARY_LIMIT)}
+    step = ANNOTATIONS_PER_REQUEST
+    batches = [notes[i : i + step] for i in range(0, len(notes), step)] or [[]]
+    conclusion = {"ok": "success", "void": "neutral"}.get(results.verdict, "failure")
+    create = _check_create(head_sha, conclusion, now, details_url)
+    create["output"] = {**output, "annotations": batches[0]}
+    return create, [{**output, "annotations": batch} for batch in batches[1:]]
+
+
+def check_run_without_results(state: str, head_sha: str, now: str, details_url, refused=None):
+    """The check run of a test job that left no results (``state`` is failure or cancelled), or
+    whose results were refused: ``refused`` is (title, why)."""
+    create = _check_create(head_sha, state, now, details_url)
+    if refused:
+        summary = f"The test job's results were refused: {escape_inline(refused[1])}"
+        create["output"] = {"title": refused[0], "summary": summary[:2000]}
+    else:
+        create["output"] = {"title": f"No results: {state}", "summary": NO_RESULTS[state]}
+    return create
+
+
+def _annotation(case: Case, labels: dict) -> dict | None:
+    def peak(mode):
+        result = case.modes.get(mode)
+        return (
+            f" (peak {result.peak_mib:.1f} MiB)" if result and result.peak_mib is not None else ""
+        )
+
+    if case.kind == "regression":
+        base = case.modes.get("unmodified")
+        word = base.outcome if base is not None else "fail"
+        level = "notice"
+        message = (
+            f"{word} on {labels['unmodified']}{peak('unmodified')}; "
+            f"passes on {labels['change']}{peak('change')}"
+        )
+    elif case.kind == "broken":
+        change = case.modes.get("change")
+        detail = f": {change.detail[-1500:]}" if change is not None and change.detail else ""
+        outcome = change.outcome if change is not None else "missing"
+        level, message = "failure", f"fails on {labels['change']} ({outcome}){detail}"
+    else:
+        return None
+    line = case.line or 1
+    return {
+        "path": case.file,
+        "start_line": line,
+        "end_line": line,
+        "annotation_level": level,
+        "title": clip(visible(case.test), 255),
+        "message": clip(visible(message), 4000),
+    }
+
+
+def _check_create(head_sha: str, conclusion: str, now: str, details_url) -> dict:
+    body = {
+        "name": CHECK_NAME,
+        "head_sha": head_sha,
+        "status": "completed",
+        "conclusion": conclusion,
+        "completed_at": now,
+    }
+    if details_url:
+        body["details_url"] = details_url
+    return body

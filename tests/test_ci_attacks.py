@@ -49,8 +49,7 @@ from evidence import junit
 from evidence.model import Results, save
 from report import artifact, pictures, pr_states, render
 from report import plan as reporting
-from report.publish import Publisher, connect
-from report.retry import RetryPolicy
+from report.publish import Publisher, RetryPolicy, connect
 
 TOKEN = "ghs_actionsINSTALLATIONtoken"
 HEAD = "c0ffee" + "0" * 34
@@ -68,7 +67,7 @@ def fake():
 
 def _report(fake, monkeypatch, *args):
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    monkeypatch.setattr("report.retry.time.sleep", lambda _: None)
+    monkeypatch.setattr("report.publish.time.sleep", lambda _: None)
     return main(["report", "--api-url", fake.url, *args])
 
 
@@ -467,11 +466,9 @@ def test_ten_thousand_regression_cases_cost_at_most_ten_check_run_requests(
 
 
 def test_an_annotation_title_carries_no_bidi_or_invisible_characters():
-    from report import check_run
-
     data = _regressions(1, name=lambda i: "test_\u202egnp.exe\u200b\x1b[31m")
     m = Results.from_json(json.loads(json.dumps(data)))
-    create, _ = check_run.requests(m, HEAD, "summary", "2026-01-01T00:00:00Z")
+    create, _ = render.check_run(m, HEAD, "summary", "2026-01-01T00:00:00Z")
     (note,) = create["output"]["annotations"]
     assert note["title"] == "test_gnp.exe"
 

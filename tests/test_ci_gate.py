@@ -138,7 +138,7 @@ def run_gate(github, tmp_path, monkeypatch, payload):
     output.unlink(missing_ok=True)
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
     monkeypatch.setenv("GITHUB_OUTPUT", str(output))
-    monkeypatch.setattr("report.retry.time.sleep", lambda _: None)
+    monkeypatch.setattr("report.publish.time.sleep", lambda _: None)
     assert main(["gate", "--event", str(path), "--api-url", github.url]) == 0
     return dict(line.split("=", 1) for line in output.read_text().split())
 
@@ -206,7 +206,7 @@ def test_a_fork_without_a_token_or_when_github_fails_runs_nothing(
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
     assert main(["gate", "--event", str(path), "--api-url", github.url]) == 2
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    monkeypatch.setattr("report.retry.time.sleep", lambda _: None)
+    monkeypatch.setattr("report.publish.time.sleep", lambda _: None)
     for _ in range(5):
         github.fail_next("GET", r"/pulls/7$", 502)
     assert main(["gate", "--event", str(path), "--api-url", github.url]) == 1

@@ -17,9 +17,8 @@ from ci_samples import model
 from test_ci_trust import ACTIONS_TOKEN, HEAD, _fork_pr, _results_dir, _workflow_run
 
 from ci.__main__ import main
-from report import check_run
-from report.publish import Publisher, connect
-from report.retry import RetryPolicy
+from report import render
+from report.publish import Publisher, RetryPolicy, connect
 
 SPEC = os.environ.get("OCTOKIT_OPENAPI")
 pytestmark = pytest.mark.skipif(
@@ -45,7 +44,7 @@ def test_every_request_of_every_report_path_is_in_githubs_description(tmp_path, 
         ops = _operations(json.load(handle))
     fake = FakeGitHub(token=ACTIONS_TOKEN, bot="github-actions[bot]").start()
     monkeypatch.setenv("GITHUB_TOKEN", ACTIONS_TOKEN)
-    monkeypatch.setattr("report.retry.time.sleep", lambda _: None)
+    monkeypatch.setattr("report.publish.time.sleep", lambda _: None)
     try:
         fake.add_pr(7, "Author.\n", head_sha=HEAD)
         m = model()
@@ -67,7 +66,7 @@ def test_every_request_of_every_report_path_is_in_githubs_description(tmp_path, 
         # Annotations 51 and on go out as check-run updates (PATCH).
         many = model()
         many = replace(many, cases=[many.cases[0]] * 60)
-        create, updates = check_run.requests(many, HEAD, "summary", "2026-01-01T00:00:00Z")
+        create, updates = render.check_run(many, HEAD, "summary", "2026-01-01T00:00:00Z")
         policy = RetryPolicy(sleep=lambda _: None)
         Publisher(connect(ACTIONS_TOKEN, fake.url), "sgl", "sglang", 7, policy).create_check_run(
             create, updates

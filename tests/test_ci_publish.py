@@ -10,8 +10,7 @@ from ci_samples import model
 from ci.__main__ import main
 from evidence.model import save
 from report import pr_states, render
-from report.publish import Publisher, connect
-from report.retry import GaveUp, RetryPolicy
+from report.publish import GaveUp, Publisher, RetryPolicy, connect
 
 TOKEN = "ghs_s3cr3tTOKENvalue"
 AUTHOR = "## Motivation\r\nAuthor's words, with a | pipe and <!-- their own comment -->.\r\n"

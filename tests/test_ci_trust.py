@@ -21,10 +21,9 @@ from ci.__main__ import main
 from evidence import judge
 from evidence import model as evidence_model
 from evidence.model import FileResult, save
-from report import artifact, check_run, pr_states, render
+from report import artifact, pr_states, render
 from report import plan as reporting
-from report.publish import Publisher, connect
-from report.retry import RetryPolicy
+from report.publish import Publisher, RetryPolicy, connect
 
 ACTIONS_TOKEN = "ghs_actionsINSTALLATIONtoken"
 HEAD = "c0ffee" + "0" * 34
@@ -53,7 +52,7 @@ def _results_dir(tmp_path, m=None, name="ci-results"):
 
 def _report(fake, monkeypatch, *args):
     monkeypatch.setenv("GITHUB_TOKEN", ACTIONS_TOKEN)
-    monkeypatch.setattr("report.retry.time.sleep", lambda _: None)  # the 3 s settle after a write
+    monkeypatch.setattr("report.publish.time.sleep", lambda _: None)  # the 3 s settle after a write
     return main(["report", "--api-url", fake.url, *args])
 
 
@@ -313,7 +312,7 @@ def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
 def test_check_run_has_the_table_and_a_notice_at_the_regression_tests_line(fake):
     m = model()
     m = replace(m, cases=[replace(m.cases[0], line=123), *m.cases[1:]])
-    create, updates = check_run.requests(m, HEAD, render.comment(m, "s"), "2026-01-01T00:00:00Z")
+    create, updates = render.check_run(m, HEAD, render.comment(m, "s"), "2026-01-01T00:00:00Z")
     _publisher(fake).create_check_run(create, updates)
     (run,) = fake.check_runs.values()
     assert (
@@ -339,7 +338,7 @@ def test_120_annotations_go_out_50_per_request_and_broken_cases_are_failures(fak
         file_run("change", [(n, "pass") for n in names[:-1]] + [(names[-1], "fail", failing)]),
     ]
     m = model(runs, patterns=[], suite="s")
-    create, updates = check_run.requests(m, HEAD, "summary", "2026-01-01T00:00:00Z")
+    create, updates = render.check_run(m, HEAD, "summary", "2026-01-01T00:00:00Z")
     assert [len(u["annotations"]) for u in updates] == [50, 20]
     _publisher(fake).create_check_run(create, updates)
     (run,) = fake.check_runs.values()

@@ -15,8 +15,7 @@ from ci_fake_github import FakeGitHub
 
 from ci.__main__ import main
 from releases import compat, watch
-from report.publish import connect
-from report.retry import RetryPolicy
+from report.publish import RetryPolicy, connect
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "ghs_watchTOKEN"
