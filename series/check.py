@@ -1,11 +1,7 @@
 """``check``: the series applies with ``git am`` to a fresh base whose files still hash to
-``patches/BASE`` (aborted on failure, so nothing is left half-applied), every file it adds
-under ``test/registered/`` is the project's copy byte for byte, and upstream sglang's pinned
-hooks (``HOOKS``) pass on what it changes. pre-commit itself runs them, from a generated config
-whose environments it installs from PyPI once into ``.cache/upstream-hooks/<config hash>/`` and
-reuses offline after that, on scratch copies (a fixer never edits anything); a failure counts
-against the series only where it brought the problem in, not where the base release already
-has it. Not for applying to a user's tree (``apply``) or for the project's own lint.
+``patches/BASE``, every file it adds under ``test/registered/`` is the project's copy byte for
+byte, and upstream sglang's pinned hooks (``HOOKS``, run by pre-commit on scratch copies) pass
+where the series changed something (patches/README.md). Not for applying to a user's tree.
 """
 
 import hashlib
@@ -117,7 +113,7 @@ def verify_mirrored_files(series, repo: Path) -> list:
     for path in series.touched_files():
         if not path.startswith(MIRRORED_PREFIX):
             continue
-        ours = series.project_root / path
+        ours = series.root.parent / path
         if not ours.is_file():
             raise SeriesError(f"the series adds {path}, but the project has no such file")
         expected, actual = ours.read_bytes(), (repo / path).read_bytes()
@@ -133,14 +129,11 @@ def verify_mirrored_files(series, repo: Path) -> list:
 
 
 def first_difference(expected: bytes, actual: bytes) -> str:
-    """Where two files first differ, as 'line N' (or which one is shorter)."""
+    """Where two different files first differ, as 'line N'."""
     a_lines, b_lines = expected.splitlines(keepends=True), actual.splitlines(keepends=True)
-    for number, (a, b) in enumerate(zip(a_lines, b_lines, strict=False), 1):
-        if a != b:
-            return f"line {number}"
-    if len(a_lines) != len(b_lines):
-        return f"line {min(len(a_lines), len(b_lines)) + 1} (one file is longer)"
-    return "the final newline"
+    same = len(os.path.commonprefix([a_lines, b_lines]))
+    longer = " (one file is longer)" if same == min(len(a_lines), len(b_lines)) else ""
+    return f"line {same + 1}{longer}"
 
 
 def verify_hooks(series, repo: Path) -> list:
@@ -151,8 +144,7 @@ def verify_hooks(series, repo: Path) -> list:
         if not (repo / path).is_file():
             continue  # the series deletes it
         patched[path] = (repo / path).read_bytes()
-        blob = gitcmd.run(["cat-file", "blob", f"{base.BASE_TAG}:{path}"], repo, check=False)
-        before[path] = blob.stdout if blob.returncode == 0 else None
+        before[path] = base.blob(repo, path)
     report, failures = check_files(patched, before)
     if failures:
         raise SeriesError(
