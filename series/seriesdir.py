@@ -19,7 +19,7 @@ COVER_NAME = "0000-cover-letter.patch"
 NEW = "new"  # BASE's digest for a file the series adds
 ID_SCHEME = "sglang-series-id/1"
 _NAME_RE = re.compile(r"^[0-9]{4}-[A-Za-z0-9._-]+\.patch$")
-_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*(\.post[0-9]+|rc[0-9]+)?$")
+RELEASE = re.compile(r"[0-9]+(\.[0-9]+)*(\.post[0-9]+|rc[0-9]+)?")  # fullmatch: a release
 _SUBJECT_TAG_RE = re.compile(r"^\[PATCH[^\]]*\]\s*")
 _COVER_SUBJECT_RE = re.compile(r"^\[PATCH 0/(\d+)\]\s*(.+)$")
 _SHORTLOG_RE = re.compile(r"^\S.* \(\d+\):$")  # git's "Author Name (2):" after a blank line
@@ -59,7 +59,7 @@ def render_series(names) -> str:
 
 
 def check_version(version: str) -> str:
-    if not _VERSION_RE.match(version):
+    if not RELEASE.fullmatch(version):
         raise usage(f"{version!r} is not a release version like 0.5.23")
     return version
 
