@@ -6,6 +6,7 @@ from there, so a ``check`` costs a checkout rather than hashing 6,000 files.
 """
 
 import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 from series import SeriesError, gitcmd, usage
-from series.seriesdir import REPO_ROOT, check_version
+from series.seriesdir import NEW, REPO_ROOT, check_version
 
 CACHE_DIR = Path(os.environ.get("SGLANG_SERIES_CACHE", REPO_ROOT / ".cache"))
 BASE_TAG = "base"
@@ -151,6 +152,12 @@ def blob(repo, path: str):
     """The bytes of ``path`` in the base commit of ``repo``, or None when the base lacks it."""
     proc = gitcmd.run(["cat-file", "blob", f"{BASE_TAG}:{path}"], repo, check=False)
     return proc.stdout if proc.returncode == 0 else None
+
+
+def pins(repo, paths) -> dict:
+    """Each upstream path -> the sha256 of its bytes in the base commit, or NEW when absent."""
+    blobs = {path: blob(repo, path) for path in paths}
+    return {path: NEW if b is None else hashlib.sha256(b).hexdigest() for path, b in blobs.items()}
 
 
 def materialize(version: str, dest) -> Path:

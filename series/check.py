@@ -24,6 +24,7 @@ MIRRORED_PREFIX = "test/registered/"
 # (name, command, the PyPI pin that provides it, Python files only), in upstream's settings;
 # the tools with a check mode run in it, so their output is the diff to make.
 _BASIC = "pre-commit-hooks==5.0.0"
+_IGNORED = "ans,als,hel,boostrap,childs,te,vas,hsa,ment"  # upstream's codespell word list
 HOOKS = (
     ("check-ast", "check-ast", _BASIC, True),
     ("debug-statements", "debug-statement-hook", _BASIC, True),
@@ -39,12 +40,7 @@ HOOKS = (
         True,
     ),
     ("black 24.10.0", "black --check --diff --line-length 88", "black==24.10.0", True),
-    (
-        "codespell 2.4.1",
-        "codespell --ignore-words-list ans,als,hel,boostrap,childs,te,vas,hsa,ment",
-        "codespell==2.4.1",
-        False,
-    ),
+    ("codespell 2.4.1", f"codespell --ignore-words-list {_IGNORED}", "codespell==2.4.1", False),
 )
 CONFIG = ".pre-commit-config.yaml"
 _STATUS = re.compile(r"^(.+?)\.+(?:\(no files to check\))?(Passed|Failed|Skipped)$")
@@ -72,17 +68,17 @@ def run_check(series, version=None) -> list:
 
 
 def verify_base_hashes(series, repo: Path) -> None:
+    actual = base.pins(repo, [path for path, _ in series.base.files])
     for path, digest in series.base.files:
-        target = repo / path
-        if digest == NEW:
-            if target.exists():
-                raise SeriesError(f"patches/BASE says {path} is new, but the base has it")
+        if actual[path] == digest:
             continue
-        if not target.is_file():
+        if digest == NEW:
+            raise SeriesError(f"patches/BASE says {path} is new, but the base has it")
+        if actual[path] == NEW:
             raise SeriesError(f"patches/BASE pins {path}, but the base has no such file")
-        actual = hashlib.sha256(target.read_bytes()).hexdigest()
-        if actual != digest:
-            raise SeriesError(f"base drift: {path} has sha256 {actual}, patches/BASE pins {digest}")
+        raise SeriesError(
+            f"base drift: {path} has sha256 {actual[path]}, patches/BASE pins {digest}"
+        )
 
 
 def am_series(series, repo: Path, env=None) -> None:
@@ -155,12 +151,9 @@ def verify_hooks(series, repo: Path) -> list:
 
 
 def check_files(patched: dict, before: dict) -> tuple:
-    """Judge every hook on the series' files: (report lines, failure messages).
-
-    ``patched`` maps upstream path -> bytes after the series; ``before`` the same paths ->
-    bytes in the base release (None for files the series adds). All files go through one
-    pre-commit run; a hook that fails there is judged file by file (``_judge``).
-    """
+    """(report lines, failures) of every hook on ``patched`` (upstream path -> bytes after the
+    series), with ``before`` the bytes in the base (None: added); one pre-commit run for all
+    files, then a hook that fails there is judged file by file (``_judge``)."""
     home = ensure_env()
     together = _run_hooks(home, patched)
     report, failures = [], []

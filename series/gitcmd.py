@@ -22,11 +22,8 @@ TOOL_IDENTITY = {
 
 def run(args, cwd, env=None, check=True, stdin=None, ceiling=None):
     """Run ``git *args`` in ``cwd``; raise SeriesError with git's own words on failure.
-
-    ``ceiling`` stops git from discovering a repository above that directory, so that
-    ``git apply`` in a plain directory (an installed package) is not captured by an enclosing
-    checkout that happens to contain it.
-    """
+    ``ceiling`` stops git from finding a repository above it: ``git apply`` in a plain directory
+    (an installed package) must not be captured by a checkout that happens to contain it."""
     git = shutil.which("git")
     if git is None:
         raise usage("git was not found on PATH; the series tools need git (>= 2.25)")

@@ -102,21 +102,15 @@ def verify_results_match(series, results) -> str:
     return expected
 
 
-def _case_label(case) -> str:
-    group, _, test = case.test.rpartition(".")
-    device = next((d for d in ("CUDA", "CPU") if group.endswith(d)), "")
-    name = f"`{test}`" if re.fullmatch(r"\w+", test) else escape_inline(test)
-    return f"{name} ({device})" if device else name
-
-
 def ab_table(results) -> list:
     labels = [escape_inline(results.label(m)) for m in ("unmodified", "change")]
     lines = [f"| case | kind | {labels[0]} | {labels[1]} |", "| --- | --- | --- | --- |"]
     for case in results.cases:
-        lines.append(
-            f"| {_case_label(case)} | {case.kind} | {cell(case, 'unmodified')} "
-            f"| {cell(case, 'change')} |"
-        )
+        group, _, test = case.test.rpartition(".")
+        device = next((f" ({d})" for d in ("CUDA", "CPU") if group.endswith(d)), "")
+        name = f"`{test}`" if re.fullmatch(r"\w+", test) else escape_inline(test)
+        cells = (f"{name}{device}", case.kind, cell(case, "unmodified"), cell(case, "change"))
+        lines.append(f"| {' | '.join(cells)} |")
     return lines
 
 

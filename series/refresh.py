@@ -3,7 +3,6 @@ repository made by ``materialize`` (patch N keeps its file name, ``BASE`` is re-
 cover letter keeps its subject and blurb), independent of the user's git configuration.
 """
 
-import hashlib
 import tempfile
 from pathlib import Path
 
@@ -63,11 +62,8 @@ def refresh(patches_dir, source) -> list:
         (patches_dir / stale).unlink(missing_ok=True)
         report.append(f"{stale}: removed (no matching commit)")
     series_file.write_text(seriesdir.render_series(names))
-    pins = {}
-    for path in dict.fromkeys(path for patch in patches for path, _ in patch.files):
-        data = base.blob(source, path)
-        pins[path] = seriesdir.NEW if data is None else hashlib.sha256(data).hexdigest()
-    pinned = seriesdir.Base(version, tuple(pins.items()))
+    touched = dict.fromkeys(path for patch in patches for path, _ in patch.files)
+    pinned = seriesdir.Base(version, tuple(base.pins(source, touched).items()))
     (patches_dir / "BASE").write_text(seriesdir.render_base(pinned))
     return report
 
@@ -79,11 +75,8 @@ def _write(target: Path, data: bytes) -> str:
 
 
 def _format_patch_command(source: Path, letter):
-    """format-patch, plus --cover-letter fed from ``letter`` through a branch description.
-
-    The cover letter's From is the committer's identity: use the first commit's author, so
-    the output does not depend on who runs refresh.
-    """
+    """format-patch, plus --cover-letter fed from ``letter`` through a branch description;
+    the letter's From (the committer) is the first commit's author, whoever runs refresh."""
     if letter is None:
         return FORMAT_PATCH, None
     branch = gitcmd.out(["symbolic-ref", "-q", "--short", "HEAD"], source, check=False)
