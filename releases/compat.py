@@ -1,14 +1,10 @@
 """``python -m releases.compat``: the overlay's A/B on every sglang release that imports here.
 
-For each release, installs that sglang wheel ``--no-deps`` into a cached folder that shadows the
-venv's sglang (``PYTHONPATH``), so it runs over the venv's pinned closure like a throwaway venv
-would; asks the overlay what it finds (``sglang-overlay status``: state and the allocating
-method's sha256), asks the series matrix whether 0001 applies to the release's wheel, and runs
-the registered tests in both modes through ``python -m ci run``. Prints one row per release (the
-README's compatibility table); exit 1 when a release the overlay should cover does not pass with
-the change or does not reproduce the bug without it. ``python -m ci watch`` runs the same check
-on releases newer than the project knows. Releases that need GPU-only packages to import are run
-on the H200 instead (README, "Compatibility").
+Each release is installed ``--no-deps`` into a cached folder that shadows the venv's sglang
+(``PYTHONPATH``), over the venv's pinned closure; then the overlay's state and the allocating
+method's sha256 (``sglang-overlay status``), whether patch 0001 applies to the wheel (the series
+matrix), and the proofs in both modes (``python -m ci run``). One row per release (the README's
+compatibility table); exit 1 when a release the overlay should cover fails.
 """
 
 import argparse
@@ -28,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "compat"
 DEFAULT_VERSIONS = ("0.5.21", "0.5.22", "0.5.23")
 SERIES_PATCH = "0001"  # the fix; 0002 (the test file) applies wherever the tree exists
+PROOFS = ("test/registered", "proofs")
 _SHA256 = re.compile(r"sha256 ([0-9a-f]{12})")
 
 
@@ -35,41 +32,23 @@ class CompatError(RuntimeError):
     """A release could not be checked (bad input or a missing prerequisite); nothing ran."""
 
 
+def _last_line(text: str) -> str:
+    return (text.strip().splitlines() or ["no output"])[-1]
+
+
 def install(version: str) -> Path:
     target = CACHE / f"sglang-{version}"
     if not (target / "sglang").is_dir():
+        pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
         proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--disable-pip-version-check",
-                "--no-deps",
-                "--target",
-                str(target),
-                f"sglang=={version}",
-            ],
+            [*pip, "--no-deps", "--target", str(target), f"sglang=={version}"],
             capture_output=True,
             text=True,
         )
         if proc.returncode != 0:
-            why = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            why = _last_line(proc.stderr)
             raise CompatError(f"sglang=={version}: pip could not install it: {why}")
     return target
-
-
-def release_env(version: str, installed: bool = False) -> dict:
-    """The environment for processes that should see ``sglang==version``: the cached
-    ``--no-deps`` install first on the path, or (``installed``) this venv's own sglang."""
-    env = dict(os.environ)
-    env.pop(modes.DISABLE_ENV, None)
-    if installed:
-        env.pop("PYTHONPATH", None)
-    else:
-        env["PYTHONPATH"] = str(install(version))
-    return env
 
 
 def overlay_state(version: str, env: dict) -> dict:
@@ -85,8 +64,7 @@ def overlay_state(version: str, env: dict) -> dict:
     try:
         record = json.loads(status.stdout)[0]
     except (ValueError, IndexError, KeyError):
-        tail = (status.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"state": "does not import", "reason": tail, "sha256": None}
+        return {"state": "does not import", "reason": _last_line(status.stderr), "sha256": None}
     if record.get("sglang_version") not in (version, "unknown", None):
         raise CompatError(f"asked for sglang {version}, found {record['sglang_version']}")
     found = _SHA256.search(record["reason"])
@@ -95,11 +73,7 @@ def overlay_state(version: str, env: dict) -> dict:
         # status's own child could not import the module: not testable here; keep the error
         state = "does not import"
         reason = reason.partition("failed to import ")[2].partition(": ")[2] or reason
-    return {
-        "state": state,
-        "reason": reason,
-        "sha256": found[1] if found else None,
-    }
+    return {"state": state, "reason": reason, "sha256": found[1] if found else None}
 
 
 def series_status(version: str) -> dict:
@@ -112,9 +86,6 @@ def series_status(version: str) -> dict:
     name = next(n for n in series.names if n.startswith(SERIES_PATCH))
     result = row["patches"][name]
     return {"status": result["status"], "detail": matrix.short_detail(result["detail"])}
-
-
-PROOFS = ("test/registered", "proofs")
 
 
 def ab(version: str, env: dict, out: Path) -> dict:
@@ -131,22 +102,23 @@ def ab(version: str, env: dict, out: Path) -> dict:
     try:
         model = evidence.load(str(out / version))
     except evidence.EvidenceError as exc:
-        tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"counts": {}, "change_ok": False, "error": f"{exc}: {tail}"}
+        return {"counts": {}, "change_ok": False, "error": f"{exc}: {_last_line(run.stderr)}"}
     row = {"counts": model.counts(), "change_ok": model.verdict == "ok" and run.returncode == 0}
     if run.returncode != 0:
-        tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
-        row["error"] = f"ci run exited {run.returncode}: {tail}"
+        row["error"] = f"ci run exited {run.returncode}: {_last_line(run.stderr)}"
     return row
 
 
-def check(version: str, out: Path, installed: bool = False, series: bool = True) -> dict:
+def check(version: str, out: Path, installed: bool = False) -> dict:
     """One release: overlay state and sha256, whether 0001 applies, and (when the overlay
     applies) the A/B. ``installed`` checks this venv's sglang instead of a fresh install."""
-    env = release_env(version, installed)
-    row = {"version": version, **overlay_state(version, env)}
-    if series:
-        row["series"] = series_status(version)
+    env = dict(os.environ)
+    env.pop(modes.DISABLE_ENV, None)
+    if installed:
+        env.pop("PYTHONPATH", None)
+    else:
+        env["PYTHONPATH"] = str(install(version))
+    row = {"version": version, **overlay_state(version, env), "series": series_status(version)}
     if row["state"] == "applied":
         row.update(ab(version, env, out))
     return row
@@ -168,13 +140,9 @@ HEADER = (
 )
 
 
-def _cell(text) -> str:
-    """Release data as data: escaped like the sticky comment's text (a pipe or a line break
-    cannot break the row; a mention, a reference, HTML, a link or our marker does nothing)."""
-    return escape_inline(text)
-
-
 def render(rows) -> str:
+    """The table; release data is escaped like the sticky comment's text (a pipe or a line
+    break cannot break the row; a mention, a reference, HTML, a link or our marker does nothing)."""
     lines = [HEADER, "|" + " --- |" * len(HEADER.split(" | "))]
     for row in rows:
         counts = row.get("counts", {})
@@ -190,7 +158,7 @@ def render(rows) -> str:
             counts.get("skipped", "-"),
             VERDICTS[verdict(row)],
         ]
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        lines.append("| " + " | ".join(escape_inline(c) for c in cells) + " |")
     return "\n".join(lines)
 
 

@@ -1,19 +1,8 @@
-"""``python -m ci watch``: sglang releases on PyPI that the project does not know yet, checked.
-
-Discovery reads sglang's versions from pip's simple index (the JSON form, PEP 691) and keeps
-the final releases newer than the newest one the project knows (the series matrix, the compat
-defaults and the overlay's ``KNOWN_SHAPES``). Each new release goes through ``releases.compat``:
-installed ``--no-deps`` over this venv's closure, the overlay's state with the allocating
-method's sha256, whether patch 0001 applies, and the CPU A/B. The rows render as the compat
-table of the README. With ``--post`` the table is kept in ONE tracking issue, found by a marker
-and its author, edited in place, never duplicated; posting can read rows a checking job wrote
-(``--rows``), so the job holding the token never runs a new release's code. Those rows are
-validated against their schema (a wrong shape is exit 2 and one line) and every field is
-escaped like the sticky comment's text.
-Not for judging a release beyond these checks, and not for installing anything into the venv.
-Two jobs run it in two environments (the checking one has no github3, the posting one only
-github3), so the module's top imports only the standard library and each path imports what it
-needs where it starts.
+"""``python -m ci watch``: sglang releases on PyPI that the project does not know yet, checked
+through ``releases.compat`` and kept in ONE tracking issue (ci/README.md). Rows another job
+wrote (``--rows``) are validated against ``ROW_SCHEMA`` before anything is posted. Two jobs run
+it in two environments (the checking one has no github3, the posting one only github3), so the
+top imports nothing from outside the project and the standard library; each path imports what it needs where it starts.
 """
 
 import json
@@ -23,6 +12,8 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from series.seriesdir import RELEASE  # not `packaging`: the posting job has only github3.py
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PROJECT = "sglang"
@@ -44,15 +35,10 @@ ROW_SCHEMA = {
 REQUIRED = ("version", "state", "reason")
 MAX_TEXT = 4000  # a reason is the last line of an import's stderr: one line, not a book
 _HEX = re.compile(r"[0-9a-f]{12,64}")
-# Posting runs where only github3.py is installed: no `packaging` on that path.
-_RELEASE = re.compile(r"[0-9]+(\.[0-9]+)*(\.post[0-9]+|rc[0-9]+)?")
 
 
 class WatchError(RuntimeError):
     """Discovery or input failed; nothing was checked or posted."""
-
-
-# ---------------------------------------------------------------------------- what we know
 
 
 def known_releases() -> list:
@@ -69,12 +55,10 @@ def known_releases() -> list:
     return sorted(names, key=Version)
 
 
-# ------------------------------------------------------------------------------- discovery
-
-
 def index_versions(payload: dict) -> list:
     """Versions with at least one file that is not yanked, from a PEP 691 project page."""
-    from packaging.version import Version
+    from packaging import utils
+    from packaging.version import InvalidVersion, Version
 
     if not isinstance(payload, dict) or not isinstance(payload.get("files"), list):
         raise WatchError("the index answer is not a PEP 691 project page (no 'files' list)")
@@ -84,43 +68,22 @@ def index_versions(payload: dict) -> list:
             continue
         if item.get("yanked") not in (None, False):
             continue
-        version = _file_version(item["filename"])
-        if version is not None:
-            live.add(version)
+        name = item["filename"]
+        parse = utils.parse_wheel_filename if name.endswith(".whl") else utils.parse_sdist_filename
+        try:
+            live.add(str(parse(name)[1]))
+        except (utils.InvalidWheelFilename, utils.InvalidSdistFilename, InvalidVersion):
+            continue
     return sorted(live, key=Version)
 
 
-def _file_version(filename: str) -> "str | None":
-    from packaging.utils import (
-        InvalidSdistFilename,
-        InvalidWheelFilename,
-        parse_sdist_filename,
-        parse_wheel_filename,
-    )
-    from packaging.version import InvalidVersion
-
-    try:
-        if filename.endswith(".whl"):
-            return str(parse_wheel_filename(filename)[1])
-        return str(parse_sdist_filename(filename)[1])
-    except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
-        return None
-
-
 def newer_releases(available, known) -> list:
-    """Final releases (no pre- or dev-releases) newer than every known one, oldest first."""
-    from packaging.version import InvalidVersion, Version
+    """Final releases (a dev release is a pre-release too) newer than every known one."""
+    from packaging.version import Version
 
-    newest = max(Version(v) for v in known)
-    found = []
-    for text in available:
-        try:
-            version = Version(text)
-        except InvalidVersion:
-            continue
-        if version > newest and not version.is_prerelease and not version.is_devrelease:
-            found.append(str(version))
-    return sorted(found, key=Version)
+    newest = max(map(Version, known))
+    found = [v for v in map(Version, available) if v > newest and not v.is_prerelease]
+    return [str(version) for version in sorted(found)]
 
 
 def default_index() -> str:
@@ -148,12 +111,9 @@ def fetch_project_page(index_url: str, project: str = PROJECT, timeout: float = 
         raise WatchError(f"{url}: not JSON ({exc})") from None
 
 
-# ---------------------------------------------------------------------------------- rows
-
-
 def load_rows(path: Path) -> tuple:
-    """(rows, newest known) that another job wrote; validated, because whatever wrote them ran
-    a release's code."""
+    """(rows, newest known, requested) that another job wrote; validated, because whatever wrote
+    them ran a release's code."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
@@ -162,13 +122,13 @@ def load_rows(path: Path) -> tuple:
     if not isinstance(rows, list):
         raise WatchError(f"{path}: expected {{'newest_known': ..., 'rows': [...]}}")
     newest = data.get("newest_known")
-    if not isinstance(newest, str) or not _RELEASE.fullmatch(newest):
+    if not isinstance(newest, str) or not RELEASE.fullmatch(newest):
         raise WatchError(f"{path}: newest_known {newest!r} is not a release version")
     for number, row in enumerate(rows):
         problem = _row_problem(row)
         if problem:
             raise WatchError(f"{path}: row {number}: {problem}")
-    return rows, newest
+    return rows, newest, data.get("requested") is True
 
 
 def _row_problem(row) -> str | None:
@@ -186,7 +146,7 @@ def _row_problem(row) -> str | None:
             return f"{key}: {type(value).__name__} is not {'/'.join(k.__name__ for k in kinds)}"
         if isinstance(value, str) and len(value) > MAX_TEXT:
             return f"{key}: {len(value)} characters; at most {MAX_TEXT}"
-    if not _RELEASE.fullmatch(row["version"]):
+    if not RELEASE.fullmatch(row["version"]):
         return f"{row['version'][:40]!r} is not a release version"
     if row.get("sha256") is not None and not _HEX.fullmatch(row["sha256"]):
         return f"sha256 {row['sha256'][:80]!r} is not hex"
@@ -228,9 +188,6 @@ def issue_body(rows, newest_known: str, index_url: str, requested: bool = False)
     return "\n".join(lines) + "\n"
 
 
-# ------------------------------------------------------------------------- tracking issue
-
-
 def upsert_issue(gh, owner, repo, title, body, author, policy) -> tuple:
     """(outcome, number): edit the issue that starts with MARKER and was opened by ``author``,
     or open one. A closed one is reopened only when its text changes. Duplicates left by two
@@ -258,9 +215,6 @@ def upsert_issue(gh, owner, repo, title, body, author, policy) -> tuple:
 
     # The whole find-then-write repeats on a retry, so a retried create cannot duplicate.
     return policy.call("tracking issue", once)
-
-
-# ------------------------------------------------------------------------------------ CLI
 
 
 def add_parser(verbs) -> None:
@@ -292,25 +246,21 @@ def add_parser(verbs) -> None:
 def cmd_watch(args) -> int:
     try:
         _check_usage(args)
-        rows, newest = _rows(args)
+        rows, newest, requested = _rows(args)
     except WatchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     from releases import compat
 
-    requested = bool(args.versions) or (bool(args.rows) and _requested(args.rows))
     body = issue_body(rows, newest, args.index_url or "the package index", requested)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         record = {"newest_known": newest, "requested": requested, "rows": rows}
         (Path(args.out) / ROWS_FILE).write_text(json.dumps(record, indent=2) + "\n")
     sys.stdout.write(json.dumps(rows, indent=2) + "\n" if args.json else body)
-    failed = any(compat.verdict(row) is False for row in rows)
-    if args.post:
-        code = _post(args, body)
-        if code != EXIT_OK:
-            return code
-    return EXIT_FAILED if failed else EXIT_OK
+    if args.post and not _post(args, body):
+        return EXIT_FAILED
+    return EXIT_FAILED if any(compat.verdict(row) is False for row in rows) else EXIT_OK
 
 
 def _check_usage(args) -> None:
@@ -326,12 +276,8 @@ def _check_usage(args) -> None:
         raise WatchError("--post needs a token in GITHUB_TOKEN")
 
 
-def _requested(path) -> bool:
-    return json.loads(Path(path).read_text()).get("requested") is True
-
-
 def _rows(args) -> tuple:
-    """(rows, newest known release) from --rows, --versions or discovery."""
+    """(rows, newest known release, requested) from --rows, --versions or discovery."""
     if args.rows:
         return load_rows(Path(args.rows))
     from releases import compat
@@ -347,10 +293,10 @@ def _rows(args) -> tuple:
         rows = [compat.check(v, out, installed=args.installed) for v in versions]
     except compat.CompatError as exc:
         raise WatchError(str(exc)) from None
-    return rows, known[-1]
+    return rows, known[-1], bool(args.versions)
 
 
-def _post(args, body) -> int:
+def _post(args, body) -> bool:
     import github3.exceptions
 
     from report.publish import GaveUp, RetryPolicy, connect
@@ -363,6 +309,6 @@ def _post(args, body) -> int:
         )
     except (GaveUp, github3.exceptions.GitHubException, RuntimeError) as exc:
         print(f"error: tracking issue: {str(exc).replace(token, '***')}", file=sys.stderr)
-        return EXIT_FAILED
+        return False
     print(f"tracking issue #{number}: {outcome}", file=sys.stderr)
-    return EXIT_OK
+    return True

@@ -1,16 +1,5 @@
-"""Keep the upstream patch series in ``patches/`` healthy: ``python -m series VERB``.
-
-  materialize [--version V] DIR   a git repo of sglang==V in upstream layout, base committed
-  check [--version V]             applies to a fresh base, 0002's test is the project's,
-                                  upstream's pinned hooks pass on what it touches
-  apply --to PATH                 apply to an upstream checkout or an installed sglang package
-  refresh --from DIR              rewrite patches/ from the commits on top of base in DIR
-  matrix [--versions V ...]       how each patch applies to each release with the workspace
-  pr-body --results DIR           the upstream PR description from a 'ci run' results folder
-
-Exit codes: 0 ok, 1 a check failed or a target was refused (nothing changed), 2 bad usage or
-a missing prerequisite (git, a release that is not on PyPI). This module only parses
-arguments and prints; each verb lives in its own module.
+"""``python -m series VERB``: the command line of the series tools (patches/README.md). It only
+parses arguments and prints; each verb lives in its own module.
 """
 
 import argparse
@@ -32,10 +21,9 @@ def _version(text: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m series",
-        description=__doc__.split("\n\nExit codes", 1)[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Keep the upstream patch series in patches/ healthy.",
         epilog="Exit codes: 0 ok, 1 check failed or target refused (nothing changed), "
-        "2 bad usage or a missing prerequisite.",
+        "2 bad usage or a missing prerequisite (git, a release that is not on PyPI).",
     )
     parser.add_argument(
         "--patches",
@@ -43,13 +31,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="the series directory (default: %(default)s)",
     )
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    release = {"type": _version, "help": "sglang release (default: patches/BASE)"}
 
-    p = verbs.add_parser("materialize", help="make a git repo of a release in upstream layout")
-    p.add_argument("--version", type=_version, help="sglang release (default: patches/BASE)")
+    p = verbs.add_parser("materialize", help="a git repo of a release in upstream layout")
+    p.add_argument("--version", **release)
     p.add_argument("dir", help="new directory for the repository")
 
-    p = verbs.add_parser("check", help="git am the series onto a fresh base and verify it")
-    p.add_argument("--version", type=_version, help="sglang release (default: patches/BASE)")
+    p = verbs.add_parser(
+        "check",
+        help="git am the series onto a fresh base; 0002's test is the project's; "
+        "upstream's pinned hooks pass on what it touches",
+    )
+    p.add_argument("--version", **release)
 
     p = verbs.add_parser("apply", help="apply the series to a checkout or installed package")
     p.add_argument(
@@ -59,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="an upstream git checkout, site-packages/sglang, or site-packages",
     )
 
-    p = verbs.add_parser("refresh", help="regenerate patches/ from commits on top of base")
+    p = verbs.add_parser("refresh", help="rewrite patches/ from the commits on top of base")
     p.add_argument(
         "--from",
         dest="source",
@@ -68,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a repository made by materialize, with the edited commits",
     )
 
-    p = verbs.add_parser("matrix", help="which patch applies to which release")
+    p = verbs.add_parser("matrix", help="how each patch applies to each release")
     p.add_argument(
         "--versions",
         nargs="+",
@@ -95,16 +88,14 @@ def run(args) -> str:
     """What the verb prints on stdout."""
     if args.verb == "refresh":
         return _lines(refresh.refresh(args.patches, args.source))
-    if args.verb == "materialize" and args.version:
-        series, version = None, args.version  # materialize needs no series when told the release
-    else:
-        series = seriesdir.load(args.patches)
-        version = getattr(args, "version", None) or series.base.version
     if args.verb == "materialize":
+        # Told the release, materialize needs no series.
+        version = args.version or seriesdir.load(args.patches).base.version
         repo = base.materialize(version, args.dir)
         return (
             f"{repo}: sglang=={version} in upstream layout, base commit tagged '{base.BASE_TAG}'\n"
         )
+    series = seriesdir.load(args.patches)
     if args.verb == "check":
         return _lines([*check.run_check(series, args.version), "ok"])
     if args.verb == "apply":

@@ -1,14 +1,13 @@
 """``apply --to``: put the series into a user's upstream checkout (``git am``, each patch a
-commit) or an installed sglang package (``site-packages/sglang`` or the ``site-packages``
-holding it: ``git apply`` with ``python/sglang/`` stripped, files with no place there such as
-the registered test skipped with a message). The target is checked first: already applied,
-partly applied, dirty or not applying means a refusal and no change. Not for throwaway trees
-(``check`` does its own ``git am``).
+commit) or an installed sglang package (``git apply`` with ``python/sglang/`` stripped, files
+with no place there skipped with a message). Already or partly applied, dirty or not applying
+means a refusal and no change.
 """
 
 import base64
 import hashlib
 import os
+from importlib.metadata import PathDistribution
 from pathlib import Path
 
 from series import SeriesError, check, gitcmd, usage
@@ -88,13 +87,12 @@ def _git_apply(package: Path, patch_paths, files, extra=()):
 
 
 def _apply_package(series, package: Path) -> list:
-    report = []
-    work = []
-    for (name, mapped, skipped), patch_path, patch in zip(
-        _package_plan(series), series.paths(), series.patches, strict=True
-    ):
-        for path in skipped:
-            report.append(f"{name}: skipped {path} (no place for it in an installed package)")
+    report, work = [], []
+    plan = zip(_package_plan(series), series.paths(), series.patches, strict=True)
+    for (name, mapped, skipped), patch_path, patch in plan:
+        report += [
+            f"{name}: skipped {p} (no place for it in an installed package)" for p in skipped
+        ]
         if mapped:
             work.append((name, mapped, patch_path, patch))
         else:
@@ -106,17 +104,16 @@ def _apply_package(series, package: Path) -> list:
         for name, mapped, path, _ in work
     ]
     _refuse_if_applied(states, str(package))
-    modified = _modified_since_install(package, [f for _, mapped, _, _ in work for f in mapped])
+    files = [relative for _, mapped, _, _ in work for relative in mapped]
+    modified = _modified_since_install(package, files)
     if modified:
         raise SeriesError(
             f"{package} has files that differ from the installed distribution's RECORD "
             f"(edited by hand or by another patch); nothing changed:\n  " + "\n  ".join(modified)
         )
-    files = [relative for _, mapped, _, _ in work for relative in mapped]
     paths = [path for _, _, path, _ in work]
-    # One git apply over every patch: it checks all before writing any, so it is all or none.
-    proc = _git_apply(package, paths, files, ["--check"])
-    if proc.returncode != 0:
+    # git apply writes each patch file once it checks, so check them all first: all or none.
+    if _git_apply(package, paths, files, ["--check"]).returncode != 0:
         raise SeriesError(
             f"{package}: the series does not apply; nothing changed:\n  "
             + "\n  ".join(_locate(package, work))
@@ -124,12 +121,11 @@ def _apply_package(series, package: Path) -> list:
     proc = _git_apply(package, paths, files)
     if proc.returncode != 0:
         raise SeriesError(f"git apply failed after a clean check:\n{gitcmd.text(proc).strip()}")
-    report.extend(
+    return report + [
         f"{name}: patched {package / relative}"
         for name, mapped, _, _ in work
         for relative in mapped
-    )
-    return report
+    ]
 
 
 def _locate(package: Path, work) -> list:
@@ -143,18 +139,14 @@ def _locate(package: Path, work) -> list:
 
 def _modified_since_install(package: Path, relatives) -> list:
     """Files whose bytes differ from the dist-info RECORD next to the package (if any)."""
-    records = sorted(package.parent.glob("sglang-*.dist-info/RECORD"))
-    if not records or package.name != "sglang":
+    dist_infos = sorted(package.parent.glob("sglang-*.dist-info"))
+    if not dist_infos or package.name != "sglang":
         return []
-    recorded = {}
-    for line in records[0].read_text().splitlines():
-        parts = line.rsplit(",", 2)
-        if len(parts) == 3 and parts[1].startswith("sha256="):
-            recorded[parts[0]] = parts[1][len("sha256=") :]
+    files = PathDistribution(dist_infos[0]).files or []
+    recorded = {str(f): f.hash.value for f in files if f.hash and f.hash.mode == "sha256"}
     modified = []
     for relative in relatives:
-        expected = recorded.get(f"sglang/{relative}")
-        target = package / relative
+        expected, target = recorded.get(f"sglang/{relative}"), package / relative
         if expected is None or not target.is_file():
             continue
         digest = hashlib.sha256(target.read_bytes()).digest()

@@ -1,13 +1,12 @@
-"""A sglang release from PyPI: its wheel (``pip download --no-deps``, once per release, into
-``.cache/wheels/<version>/``, read with ``zipfile``, never installed or imported), and that
-wheel as a git repository in upstream's layout: ``python/sglang/...`` minus compiled extensions
-(upstream builds those, it does not commit them), one commit with a fixed identity and date,
-tagged ``base``, built once under ``.cache/bases/<version>`` and cloned from there (a local
-clone hard-links the objects), so a ``check`` costs a checkout rather than hashing 6,000
-files. Not for applying patches.
+"""A sglang release from PyPI: its wheel (downloaded once into ``.cache/wheels/<version>/``,
+read with ``zipfile``, never installed or imported), and that wheel as a git repository in
+upstream's layout (``python/sglang/...`` minus compiled extensions, one commit with a fixed
+identity and date, tagged ``base``), built once under ``.cache/bases/<version>`` and cloned
+from there, so a ``check`` costs a checkout rather than hashing 6,000 files.
 """
 
 import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
@@ -17,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 from series import SeriesError, gitcmd, usage
-from series.seriesdir import REPO_ROOT, check_version
+from series.seriesdir import NEW, REPO_ROOT, check_version
 
 CACHE_DIR = Path(os.environ.get("SGLANG_SERIES_CACHE", REPO_ROOT / ".cache"))
 BASE_TAG = "base"
@@ -121,12 +120,10 @@ def _build(version: str, dest: Path) -> None:
 
 def cached_base(version: str) -> Path:
     """The cached base repository of ``version``, built on first use."""
-    gitcmd.require_git()
     cache = CACHE_DIR / "bases" / version
-    tagged = ["rev-parse", "-q", "--verify", f"refs/tags/{BASE_TAG}"]
 
     def ready() -> bool:
-        return (cache / ".git").is_dir() and gitcmd.ok(tagged, cache)
+        return (cache / ".git").is_dir() and has_base_tag(cache)
 
     if ready():
         return cache
@@ -147,6 +144,22 @@ def cached_base(version: str) -> Path:
     return cache
 
 
+def has_base_tag(repo) -> bool:
+    return gitcmd.ok(["rev-parse", "-q", "--verify", f"refs/tags/{BASE_TAG}"], repo)
+
+
+def blob(repo, path: str):
+    """The bytes of ``path`` in the base commit of ``repo``, or None when the base lacks it."""
+    proc = gitcmd.run(["cat-file", "blob", f"{BASE_TAG}:{path}"], repo, check=False)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def pins(repo, paths) -> dict:
+    """Each upstream path -> the sha256 of its bytes in the base commit, or NEW when absent."""
+    blobs = {path: blob(repo, path) for path in paths}
+    return {path: NEW if b is None else hashlib.sha256(b).hexdigest() for path, b in blobs.items()}
+
+
 def materialize(version: str, dest) -> Path:
     """A fresh repository at ``dest`` whose HEAD (tag ``base``) is the release's base commit."""
     dest = Path(dest)
@@ -158,12 +171,3 @@ def materialize(version: str, dest) -> Path:
     gitcmd.run(["remote", "remove", "origin"], dest)
     gitcmd.run(["config", VERSION_KEY, version], dest)
     return dest
-
-
-def base_version(repo) -> str:
-    """The release a materialised repository was built from."""
-    proc = gitcmd.run(["config", VERSION_KEY], repo, check=False)
-    version = gitcmd.text(proc).strip()
-    if proc.returncode != 0 or not version:
-        raise usage(f"{repo} was not made by 'materialize' (no {VERSION_KEY} in its git config)")
-    return version

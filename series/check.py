@@ -1,11 +1,7 @@
 """``check``: the series applies with ``git am`` to a fresh base whose files still hash to
-``patches/BASE`` (aborted on failure, so nothing is left half-applied), every file it adds
-under ``test/registered/`` is the project's copy byte for byte, and upstream sglang's pinned
-hooks (``HOOKS``) pass on what it changes. pre-commit itself runs them, from a generated config
-whose environments it installs from PyPI once into ``.cache/upstream-hooks/<config hash>/`` and
-reuses offline after that, on scratch copies (a fixer never edits anything); a failure counts
-against the series only where it brought the problem in, not where the base release already
-has it. Not for applying to a user's tree (``apply``) or for the project's own lint.
+``patches/BASE``, every file it adds under ``test/registered/`` is the project's copy byte for
+byte, and upstream sglang's pinned hooks (``HOOKS``, run by pre-commit on scratch copies) pass
+where the series changed something (patches/README.md). Not for applying to a user's tree.
 """
 
 import hashlib
@@ -28,6 +24,7 @@ MIRRORED_PREFIX = "test/registered/"
 # (name, command, the PyPI pin that provides it, Python files only), in upstream's settings;
 # the tools with a check mode run in it, so their output is the diff to make.
 _BASIC = "pre-commit-hooks==5.0.0"
+_IGNORED = "ans,als,hel,boostrap,childs,te,vas,hsa,ment"  # upstream's codespell word list
 HOOKS = (
     ("check-ast", "check-ast", _BASIC, True),
     ("debug-statements", "debug-statement-hook", _BASIC, True),
@@ -43,12 +40,7 @@ HOOKS = (
         True,
     ),
     ("black 24.10.0", "black --check --diff --line-length 88", "black==24.10.0", True),
-    (
-        "codespell 2.4.1",
-        "codespell --ignore-words-list ans,als,hel,boostrap,childs,te,vas,hsa,ment",
-        "codespell==2.4.1",
-        False,
-    ),
+    ("codespell 2.4.1", f"codespell --ignore-words-list {_IGNORED}", "codespell==2.4.1", False),
 )
 CONFIG = ".pre-commit-config.yaml"
 _STATUS = re.compile(r"^(.+?)\.+(?:\(no files to check\))?(Passed|Failed|Skipped)$")
@@ -76,17 +68,17 @@ def run_check(series, version=None) -> list:
 
 
 def verify_base_hashes(series, repo: Path) -> None:
+    actual = base.pins(repo, [path for path, _ in series.base.files])
     for path, digest in series.base.files:
-        target = repo / path
-        if digest == NEW:
-            if target.exists():
-                raise SeriesError(f"patches/BASE says {path} is new, but the base has it")
+        if actual[path] == digest:
             continue
-        if not target.is_file():
+        if digest == NEW:
+            raise SeriesError(f"patches/BASE says {path} is new, but the base has it")
+        if actual[path] == NEW:
             raise SeriesError(f"patches/BASE pins {path}, but the base has no such file")
-        actual = hashlib.sha256(target.read_bytes()).hexdigest()
-        if actual != digest:
-            raise SeriesError(f"base drift: {path} has sha256 {actual}, patches/BASE pins {digest}")
+        raise SeriesError(
+            f"base drift: {path} has sha256 {actual[path]}, patches/BASE pins {digest}"
+        )
 
 
 def am_series(series, repo: Path, env=None) -> None:
@@ -117,7 +109,7 @@ def verify_mirrored_files(series, repo: Path) -> list:
     for path in series.touched_files():
         if not path.startswith(MIRRORED_PREFIX):
             continue
-        ours = series.project_root / path
+        ours = series.root.parent / path
         if not ours.is_file():
             raise SeriesError(f"the series adds {path}, but the project has no such file")
         expected, actual = ours.read_bytes(), (repo / path).read_bytes()
@@ -133,14 +125,11 @@ def verify_mirrored_files(series, repo: Path) -> list:
 
 
 def first_difference(expected: bytes, actual: bytes) -> str:
-    """Where two files first differ, as 'line N' (or which one is shorter)."""
+    """Where two different files first differ, as 'line N'."""
     a_lines, b_lines = expected.splitlines(keepends=True), actual.splitlines(keepends=True)
-    for number, (a, b) in enumerate(zip(a_lines, b_lines, strict=False), 1):
-        if a != b:
-            return f"line {number}"
-    if len(a_lines) != len(b_lines):
-        return f"line {min(len(a_lines), len(b_lines)) + 1} (one file is longer)"
-    return "the final newline"
+    same = len(os.path.commonprefix([a_lines, b_lines]))
+    longer = " (one file is longer)" if same == min(len(a_lines), len(b_lines)) else ""
+    return f"line {same + 1}{longer}"
 
 
 def verify_hooks(series, repo: Path) -> list:
@@ -151,8 +140,7 @@ def verify_hooks(series, repo: Path) -> list:
         if not (repo / path).is_file():
             continue  # the series deletes it
         patched[path] = (repo / path).read_bytes()
-        blob = gitcmd.run(["cat-file", "blob", f"{base.BASE_TAG}:{path}"], repo, check=False)
-        before[path] = blob.stdout if blob.returncode == 0 else None
+        before[path] = base.blob(repo, path)
     report, failures = check_files(patched, before)
     if failures:
         raise SeriesError(
@@ -163,12 +151,9 @@ def verify_hooks(series, repo: Path) -> list:
 
 
 def check_files(patched: dict, before: dict) -> tuple:
-    """Judge every hook on the series' files: (report lines, failure messages).
-
-    ``patched`` maps upstream path -> bytes after the series; ``before`` the same paths ->
-    bytes in the base release (None for files the series adds). All files go through one
-    pre-commit run; a hook that fails there is judged file by file (``_judge``).
-    """
+    """(report lines, failures) of every hook on ``patched`` (upstream path -> bytes after the
+    series), with ``before`` the bytes in the base (None: added); one pre-commit run for all
+    files, then a hook that fails there is judged file by file (``_judge``)."""
     home = ensure_env()
     together = _run_hooks(home, patched)
     report, failures = [], []

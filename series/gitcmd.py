@@ -1,7 +1,5 @@
-"""The thin edge to the git executable: everything here that starts git goes through ``run``
-(pre-commit starts its own), and git's complaints about a patch that does not apply become
-"patch, file, hunk" messages (``explain``). Not for deciding what a failure means for the
-series: the verbs do that.
+"""The edge to the git executable: every git the series tools start goes through ``run``, and
+``explain`` turns git's complaints about a patch into "patch, file, hunk" messages.
 """
 
 import os
@@ -22,20 +20,13 @@ TOOL_IDENTITY = {
 }
 
 
-def require_git() -> str:
-    path = shutil.which("git")
-    if path is None:
-        raise usage("git was not found on PATH; the series tools need git (>= 2.25)")
-    return path
-
-
 def run(args, cwd, env=None, check=True, stdin=None, ceiling=None):
     """Run ``git *args`` in ``cwd``; raise SeriesError with git's own words on failure.
-
-    ``ceiling`` stops git from discovering a repository above that directory, so that
-    ``git apply`` in a plain directory (an installed package) is not captured by an enclosing
-    checkout that happens to contain it.
-    """
+    ``ceiling`` stops git from finding a repository above it: ``git apply`` in a plain directory
+    (an installed package) must not be captured by a checkout that happens to contain it."""
+    git = shutil.which("git")
+    if git is None:
+        raise usage("git was not found on PATH; the series tools need git (>= 2.25)")
     # A user's global hooks or line-ending rewriting must not change what we apply or compare,
     # and in a git hook (check runs as one) GIT_DIR and friends name the caller's repository.
     full_env = {k: v for k, v in os.environ.items() if k not in _CALLERS_REPO}
@@ -43,33 +34,32 @@ def run(args, cwd, env=None, check=True, stdin=None, ceiling=None):
     if ceiling is not None:
         full_env["GIT_CEILING_DIRECTORIES"] = str(ceiling)
     proc = subprocess.run(
-        [require_git(), "-c", "core.autocrlf=false", "-c", "core.hooksPath=/dev/null", *args],
+        [git, "-c", "core.autocrlf=false", "-c", "core.hooksPath=/dev/null", *args],
         cwd=cwd,
         env=full_env,
         capture_output=True,
         input=stdin,
     )
     if check and proc.returncode != 0:
-        raise SeriesError(f"git {' '.join(args)} failed in {cwd}:\n{_text(proc.stderr).strip()}")
+        raise SeriesError(f"git {' '.join(args)} failed in {cwd}:\n{_decode(proc.stderr).strip()}")
     return proc
 
 
 def ok(args, cwd, **kwargs) -> bool:
-    """Whether ``git *args`` succeeds."""
     return run(args, cwd, check=False, **kwargs).returncode == 0
 
 
 def out(args, cwd, **kwargs) -> str:
-    return _text(run(args, cwd, **kwargs).stdout).strip()
+    return _decode(run(args, cwd, **kwargs).stdout).strip()
 
 
-def _text(data: bytes) -> str:
+def _decode(data: bytes) -> str:
     return data.decode("utf-8", "replace")
 
 
 def text(proc) -> str:
     """stdout and stderr of a finished git run, as one string (for parsing git's messages)."""
-    return _text(proc.stdout) + _text(proc.stderr)
+    return _decode(proc.stdout + proc.stderr)
 
 
 def is_work_tree(path) -> bool:
@@ -77,13 +67,13 @@ def is_work_tree(path) -> bool:
         return False
     ceiling = os.path.dirname(os.path.abspath(path))
     proc = run(["rev-parse", "--show-toplevel"], path, check=False, ceiling=ceiling)
-    return proc.returncode == 0 and os.path.samefile(_text(proc.stdout).strip(), path)
+    return proc.returncode == 0 and os.path.samefile(os.fsdecode(proc.stdout.strip()), path)
 
 
 def dirty_paths(repo) -> list:
     """Tracked changes and untracked files; an operation in progress counts as dirty too."""
     # Not out(): stripping would eat the leading blank of the first ' M path' entry.
-    listing = _text(run(["status", "--porcelain", "--untracked-files=normal"], repo).stdout)
+    listing = _decode(run(["status", "--porcelain", "--untracked-files=normal"], repo).stdout)
     paths = [line[3:] for line in listing.splitlines() if line.strip()]
     git_dir = os.path.join(repo, out(["rev-parse", "--git-dir"], repo))
     for marker in ("rebase-apply", "rebase-merge", "MERGE_HEAD", "CHERRY_PICK_HEAD"):
@@ -93,8 +83,10 @@ def dirty_paths(repo) -> list:
 
 
 _FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
-_MISSING = re.compile(r"^error: (.+?): (does not exist in index|No such file or directory)$", re.M)
-_EXISTS = re.compile(r"^error: (.+?): already exists in (index|working directory)$", re.M)
+_MISSING = re.compile(
+    r"^error: (.+?): (?:does not exist in index|No such file or directory)$", re.M
+)
+_EXISTS = re.compile(r"^error: (.+?): already exists in (?:index|working directory)$", re.M)
 _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+\S+ @@(.*)$", re.M)
 
 
@@ -112,19 +104,16 @@ def hunk_at(data: bytes, path: str, line: int):
 
 
 def explain(output: str, patch, prefix: str = "") -> list:
-    """One line per problem git reported for ``patch`` (a ``seriesdir.Patch``).
-
-    ``prefix`` turns the paths git printed back into upstream paths when git ran with the
-    upstream prefix stripped (``python/sglang/`` for an installed package).
+    """One line per problem git reported for ``patch`` (a ``seriesdir.Patch``); ``prefix`` maps
+    the paths git printed back to upstream paths (``python/sglang/`` for an installed package).
     """
     problems = []
     for path, line in _FAILED_AT.findall(output):
-        path = prefix + path
-        where = hunk_at(patch.data, path, int(line)) or f"the hunk at line {line}"
-        problems.append(f"{patch.name}: {path}: {where} does not apply")
-    for path, _ in _MISSING.findall(output):
+        where = hunk_at(patch.data, prefix + path, int(line)) or f"the hunk at line {line}"
+        problems.append(f"{patch.name}: {prefix + path}: {where} does not apply")
+    for path in _MISSING.findall(output):
         problems.append(f"{patch.name}: {prefix + path}: the file does not exist in the target")
-    for path, _ in _EXISTS.findall(output):
+    for path in _EXISTS.findall(output):
         problems.append(
             f"{patch.name}: {prefix + path}: the file it adds already exists in the target"
         )

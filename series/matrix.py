@@ -1,8 +1,6 @@
-"""``matrix``: how each patch applies to each sglang release with the DSV4 workspace. The files
-the series touches are taken out of each cached wheel into a scratch tree and the patches tried
-in order with ``git apply``: ``clean`` (exact context, perhaps at an offset), ``fuzz`` (only with
-one line of context, the nearest git has to patch(1)'s fuzz) or ``fails``; a patch that applies
-is kept, so later patches see earlier ones. Not for deciding what to do about a failure.
+"""``matrix``: how each patch applies to each sglang release with the DSV4 workspace: the files
+the series touches, out of each cached wheel, get the patches in order with ``git apply``
+(``clean``, ``fuzz``: only with one line of context, or ``fails``); one that applies is kept.
 """
 
 import re

@@ -1,8 +1,6 @@
-"""The upstream pull request's description in sglang's template (Motivation, Modifications,
-Accuracy Tests, Speed Tests and Profiling, Checklist): prose from the patches' own messages,
-every figure from a ``ci run`` results folder or the series itself, so it cannot drift from
-what the bot measured. Results made for another series are refused (``environment.series.id``
-must equal ``SeriesDir.id``). Pure apart from ``load_results``; not for running the A/B.
+"""The upstream pull request's description in sglang's template: prose from the patches' own
+messages, every figure from a ``ci run`` results folder made for this very series (its
+``environment.series.id`` must equal ``SeriesDir.id``). Pure apart from ``load_results``.
 """
 
 import re
@@ -104,21 +102,15 @@ def verify_results_match(series, results) -> str:
     return expected
 
 
-def _case_label(case) -> str:
-    group, _, test = case.test.rpartition(".")
-    device = next((d for d in ("CUDA", "CPU") if group.endswith(d)), "")
-    name = f"`{test}`" if re.fullmatch(r"\w+", test) else escape_inline(test)
-    return f"{name} ({device})" if device else name
-
-
 def ab_table(results) -> list:
     labels = [escape_inline(results.label(m)) for m in ("unmodified", "change")]
     lines = [f"| case | kind | {labels[0]} | {labels[1]} |", "| --- | --- | --- | --- |"]
     for case in results.cases:
-        lines.append(
-            f"| {_case_label(case)} | {case.kind} | {cell(case, 'unmodified')} "
-            f"| {cell(case, 'change')} |"
-        )
+        group, _, test = case.test.rpartition(".")
+        device = next((f" ({d})" for d in ("CUDA", "CPU") if group.endswith(d)), "")
+        name = f"`{test}`" if re.fullmatch(r"\w+", test) else escape_inline(test)
+        cells = (f"{name}{device}", case.kind, cell(case, "unmodified"), cell(case, "change"))
+        lines.append(f"| {' | '.join(cells)} |")
     return lines
 
 
@@ -171,19 +163,18 @@ def checklist(series, results, check: CheckState) -> list:
 def render(series, results, results_dir: str, check: CheckState) -> str:
     """The whole PR description (Markdown)."""
     series_id = verify_results_match(series, results)
-    fix, *rest = series.patches
+    fix = series.patches[0]
     fix_sections = message_sections(fix.body)
-    motivation = [text for heading, text in fix_sections if heading.lower() == "motivation"]
-    out = ["## Motivation", "", *(motivation or [fix.subject]), "", "## Modifications", ""]
+    out = ["## Motivation", ""]
+    out += _paragraphs([t for h, t in fix_sections if h.lower() == "motivation"] or [fix.subject])
+    out += ["## Modifications", ""]
     for patch in series.patches:
         out += [f"**{patch.subject}**", ""]
         for heading, text in message_sections(patch.body):
-            if heading.lower() == "modifications" or (
-                heading and heading.lower() not in _OWN and patch is fix
-            ):
-                if heading.lower() != "modifications":
-                    out += [f"*{heading}.*", ""]
+            if heading.lower() == "modifications":
                 out += [text, ""]
+            elif heading and heading.lower() not in _OWN and patch is fix:
+                out += [f"*{heading}.*", "", text, ""]
     out += ["## Accuracy Tests", "", _counts_sentence(results), "", *ab_table(results), ""]
     out += [f"Environment: {environment_line(results.environment)}", ""]
     out += [
@@ -197,11 +188,9 @@ def render(series, results, results_dir: str, check: CheckState) -> str:
         "```",
         "",
     ]
-    tests = [text for heading, text in fix_sections if heading.lower() == "tests"]
-    out += [*tests, ""] if tests else []
+    out += _paragraphs([text for heading, text in fix_sections if heading.lower() == "tests"])
+    out += ["## Speed Tests and Profiling", ""]
     out += [
-        "## Speed Tests and Profiling",
-        "",
         "The reuse path (a request that fits the current rows and dtype) is unchanged. "
         "Wall time of each registered file in this run:",
         "",
@@ -210,6 +199,10 @@ def render(series, results, results_dir: str, check: CheckState) -> str:
     ]
     out += ["## Checklist", "", *checklist(series, results, check), ""]
     return "\n".join(out)
+
+
+def _paragraphs(texts) -> list:
+    return [*texts, ""] if texts else []
 
 
 def load_results(results_dir: str):

@@ -1,10 +1,6 @@
-"""Read ``patches/`` (the ``series`` order, the ``BASE`` pin, each patch, the cover letter) and
-render ``series`` and ``BASE`` back: the one place that knows the directory's formats. Mail
-headers are read with ``email``; the files a patch touches come from ``git apply --numstat
---summary``, which also calls a truncated or mangled diff corrupt before ``git am`` sees it.
-The series' id (sha256 of the base release and each patch's diff section, in order) ties a
-``ci run`` results folder to the series: rewording a message, the cover letter or a date keeps
-it. Not for applying anything.
+"""Read ``patches/`` (``series``, ``BASE``, each patch, the cover letter) and render ``series``
+and ``BASE`` back: the one place that knows the directory's formats. The series' id (sha256 of
+the base release and each patch's diff section) ties a ``ci run`` results folder to the series.
 """
 
 import email
@@ -23,19 +19,24 @@ COVER_NAME = "0000-cover-letter.patch"
 NEW = "new"  # BASE's digest for a file the series adds
 ID_SCHEME = "sglang-series-id/1"
 _NAME_RE = re.compile(r"^[0-9]{4}-[A-Za-z0-9._-]+\.patch$")
-_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*(\.post[0-9]+|rc[0-9]+)?$")
+RELEASE = re.compile(r"[0-9]+(\.[0-9]+)*(\.post[0-9]+|rc[0-9]+)?")  # fullmatch: a release
 _SUBJECT_TAG_RE = re.compile(r"^\[PATCH[^\]]*\]\s*")
 _COVER_SUBJECT_RE = re.compile(r"^\[PATCH 0/(\d+)\]\s*(.+)$")
 _SHORTLOG_RE = re.compile(r"^\S.* \(\d+\):$")  # git's "Author Name (2):" after a blank line
 _PLACEHOLDER = "*** "
 
 
-def parse_series(text: str, where: str = "patches/series") -> list:
-    names = []
+def _lines(text: str):
+    """(number, line) of each line that is not blank once its ``#`` comment is cut."""
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
+        if line:
+            yield number, line
+
+
+def parse_series(text: str, where: str = "patches/series") -> list:
+    names = []
+    for number, line in _lines(text):
         name, *options = line.split()
         if options and options != ["-p1"]:
             raise SeriesError(f"{where}:{number}: only '-p1' is supported, got {options}")
@@ -58,7 +59,7 @@ def render_series(names) -> str:
 
 
 def check_version(version: str) -> str:
-    if not _VERSION_RE.match(version):
+    if not RELEASE.fullmatch(version):
         raise usage(f"{version!r} is not a release version like 0.5.23")
     return version
 
@@ -71,10 +72,7 @@ class Base:
 
 def parse_base(text: str, where: str = "patches/BASE") -> Base:
     version, files = None, []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
+    for number, line in _lines(text):
         key, _, value = (part.strip() for part in line.partition(":"))
         if key == "release":
             package, _, version = value.partition("==")
@@ -128,27 +126,23 @@ class Cover:
     blurb: str
     count: int  # N in [PATCH 0/N]
 
-    def description(self) -> str:
-        """The branch description that makes format-patch write this subject and blurb."""
-        return f"{self.subject}\n\n{self.blurb}\n"
 
-
-def parse_cover(data: bytes, name: str = COVER_NAME) -> Cover:
+def parse_cover(data: bytes) -> Cover:
     unixfrom, subject, text = _mail(data)
     if unixfrom is None:
-        raise CoverError(f"{name}:1: not a format-patch cover letter (no 'From ' line)")
+        raise CoverError(f"{COVER_NAME}:1: not a format-patch cover letter (no 'From ' line)")
     match = _COVER_SUBJECT_RE.match(subject or "")
     if not match:
-        raise CoverError(f"{name}: the subject must start with '[PATCH 0/N]'")
+        raise CoverError(f"{COVER_NAME}: the subject must start with '[PATCH 0/N]'")
     lines = text.splitlines()
     shortlog = [i for i, line in enumerate(lines) if i and _SHORTLOG_RE.match(line)]
     shortlog = [i for i in shortlog if not lines[i - 1].strip()]
     if not shortlog:
-        raise CoverError(f"{name}: no shortlog ('Author (N):') below the blurb")
+        raise CoverError(f"{COVER_NAME}: no shortlog ('Author (N):') below the blurb")
     blurb = "\n".join(lines[: shortlog[-1]]).strip()
     subject = match.group(2).strip()
     if not blurb or subject.startswith(_PLACEHOLDER) or blurb.startswith(_PLACEHOLDER):
-        raise CoverError(f"{name}: the subject and blurb are still git's placeholders")
+        raise CoverError(f"{COVER_NAME}: the subject and blurb are still git's placeholders")
     return Cover(subject=subject, blurb=blurb, count=int(match.group(1)))
 
 
@@ -222,10 +216,6 @@ class SeriesDir:
     cover: Cover | None = None
 
     @property
-    def project_root(self) -> Path:
-        return self.root.parent
-
-    @property
     def id(self) -> str:
         return series_id(self.base.version, (patch.data for patch in self.patches))
 
@@ -261,7 +251,7 @@ def load(root=PATCHES_DIR) -> SeriesDir:
     letter = None
     if cover_file.is_file():
         try:
-            letter = parse_cover(cover_file.read_bytes(), COVER_NAME)
+            letter = parse_cover(cover_file.read_bytes())
         except CoverError as err:
             raise SeriesError(f"corrupt cover letter: {err}") from None
         if letter.count != len(names):
