@@ -1,10 +1,7 @@
-"""Which registered test files a CI run executes, decided by sglang's own registry parser.
-
-For selecting files only: it reads ``register_*_ci(...)`` calls through
-``sglang.test.ci.ci_register.collect_tests`` (the same AST reader upstream's runner uses), so a
-file registered here is registered the same way upstream. It never imports or runs a test file,
-and never imports the sglang package: the reader is loaded on its own, from the first of the
-given source trees that has it, else from the installed sglang.
+"""Which registered test files a CI run executes, decided by sglang's own registry reader
+(``ci_register.collect_tests``, the AST reader upstream's runner uses), loaded on its own from the
+first given source tree that has it, else the installed sglang. It never imports or runs a test
+file, nor the sglang package.
 """
 
 import ast
@@ -14,10 +11,11 @@ import os
 import sys
 from dataclasses import dataclass
 
+from abtest import RequestError
+from evidence.model import BACKENDS
+
 # The reader's own name in sys.modules when it is loaded without its package.
 READER_MODULE = "_sglang_ci_register_reader"
-
-BACKENDS = ("cuda", "cpu")
 REGISTERED_ROOT = "test/registered"
 
 
@@ -27,12 +25,6 @@ class Selected:
 
     path: str  # relative to the repository root
     suite: str | None
-    stage: str | None
-    est_time: float
-
-
-class SelectionError(ValueError):
-    """Bad filter or shard arguments; the CLI turns it into exit code 2."""
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -42,9 +34,9 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     try:
         index, size = (int(part) for part in text.split("/"))
     except ValueError:
-        raise SelectionError(f"--shard {text!r}: expected I/N, e.g. 0/2") from None
+        raise RequestError(f"--shard {text!r}: expected I/N, e.g. 0/2") from None
     if size < 1 or not 0 <= index < size:
-        raise SelectionError(f"--shard {text!r}: need 0 <= I < N")
+        raise RequestError(f"--shard {text!r}: need 0 <= I < N")
     return index, size
 
 
@@ -60,11 +52,11 @@ def test_files(root: str, tests=()) -> list[str]:
             pattern = os.path.join(path, "**", "test_*.py")
             found.update(os.path.abspath(p) for p in glob.glob(pattern, recursive=True))
         else:
-            raise SelectionError(f"--tests {entry}: no such file or folder under {root}")
+            raise RequestError(f"--tests {entry}: no such file or folder under {root}")
     top = os.path.realpath(root)
     outside = [p for p in found if os.path.commonpath([top, os.path.realpath(p)]) != top]
     if outside:
-        raise SelectionError(f"--tests: {outside[0]} is outside --root {root}")
+        raise RequestError(f"--tests: {outside[0]} is outside --root {root}")
     return sorted(found)
 
 
@@ -80,10 +72,10 @@ def select(
 ) -> list[Selected]:
     """Registered files among ``tests`` for one backend, filtered and sharded."""
     if backend not in BACKENDS:
-        raise SelectionError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+        raise RequestError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     files, unparsable = [], []
     for path in test_files(root, tests):
-        (files if _parses(path) else unparsable).append(path)
+        (files if _parsed(path) else unparsable).append(path)
     reader = registry_reader(trees)
     wanted = reader.HWBackend[backend.upper()]
     registries = [
@@ -101,39 +93,29 @@ def select(
     for r in registries:
         # A file registered twice for one backend still runs once.
         chosen.setdefault(r.filename, r)
-    selected = [
-        Selected(
-            path=os.path.relpath(r.filename, root),
-            suite=r.effective_suite,
-            stage=r.stage,
-            est_time=r.est_time,
-        )
-        for r in sorted(chosen.values(), key=lambda r: r.filename)
-    ]
+    registries = sorted(chosen.values(), key=lambda r: r.filename)
+    selected = [Selected(os.path.relpath(r.filename, root), r.effective_suite) for r in registries]
     # A file that does not parse has no registration anyone can read: it runs anyway (in the
     # first shard), and its own process says why it fails, as a case of the report.
     if shard is None or shard[0] == 0:
-        selected += [Selected(os.path.relpath(p, root), None, None, 0.0) for p in unparsable]
+        selected += [Selected(os.path.relpath(p, root), None) for p in unparsable]
     return selected
 
 
-def _parses(path: str) -> bool:
+def _parsed(path: str) -> ast.Module | None:
     try:
         with open(path, "rb") as handle:
-            ast.parse(handle.read())
+            return ast.parse(handle.read())
     except (SyntaxError, ValueError, OSError):
-        return False
-    return True
+        return None
 
 
 def registry_reader(trees=()):
-    """sglang's ``ci_register`` module, without importing the sglang package: from the first
-    of ``trees`` (folders holding ``python/sglang``) that has one, else the installed sglang.
+    """sglang's ``ci_register`` module from the first of ``trees`` (folders holding
+    ``python/sglang``) that has one, else the installed sglang; ImportError when none loads.
 
-    The reader needs only the standard library, while ``import sglang`` imports torch and
-    transformers: seconds, and CUDA state in the CI process, before any test could start.
-    Raises ImportError when no reader is found or it does not load (it is the PR's code on a
-    PR's runner: it may raise anything).
+    Not through the sglang package: the reader needs only the standard library, while ``import
+    sglang`` costs seconds and puts CUDA state in the CI process before any test could start.
     """
     loaded = sys.modules.get(READER_MODULE)
     if loaded is not None:
@@ -162,13 +144,9 @@ def registry_reader(trees=()):
 
 def test_lines(root: str, path: str) -> dict:
     """``Class.test_name`` (or a pytest function's name) -> the line of its ``def`` in a test
-    file, for annotations. Methods a class inherits from another class of the same file
-    point at the base's ``def``.
-    """
-    try:
-        with open(os.path.join(root, path)) as handle:
-            tree = ast.parse(handle.read())
-    except (OSError, SyntaxError, ValueError):
+    file, for annotations; a method inherited from a class of the same file has the base's."""
+    tree = _parsed(os.path.join(root, path))
+    if tree is None:
         return {}
     classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
 

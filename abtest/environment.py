@@ -1,12 +1,7 @@
-"""Describe the machine and software a CI run used, for the results and the report.
-
-For describing only. The software facts (torch, CUDA, sglang, the overlay's status) come from
-the test processes themselves (``abtest/file_process.py`` writes them as each file's process
-ends), one record per mode, so they are what the tests ran with and no extra process imports
-sglang; this module keeps those records to known keys and plain values and adds the machine's
-facts (GPUs, git). Importing torch or sglang here would put their state (and CUDA) into the CI
-process itself, so it never does. Every part degrades to "unknown" rather than failing the
-run: a missing nvidia-smi is a fact about the machine, not an error.
+"""What a CI run ran on, for the results and the report: each mode's record, which its own test
+processes wrote (``abtest/file_process.py``), kept to known keys and plain values, and the
+machine's facts (GPUs, git). It never imports torch or sglang (that would put their state, and
+CUDA, into the CI process), and a fact it cannot read is unknown, not an error.
 """
 
 import json
@@ -16,15 +11,7 @@ import subprocess
 
 RECORD_CHARS = 64 * 1024  # a test process's record is PR code's output: bounded, then checked
 TEXT_KEYS = (
-    "python",
-    "torch",
-    "cuda",
-    "gpu",
-    "sglang",
-    "sglang_path",
-    "sglang_error",
-    "torch_error",
-    "overlay_error",
+    "python torch cuda gpu sglang sglang_path sglang_error torch_error overlay_error".split()
 )
 OVERLAY_KEYS = ("patch", "state", "target", "sglang_version", "reason")
 FIELD_CHARS = 500
@@ -42,11 +29,8 @@ def process_record(text: str) -> dict | None:
     record = {k: _text(raw[k]) for k in TEXT_KEYS if k in raw}
     overlay = raw.get("overlay")
     if isinstance(overlay, list):
-        record["overlay"] = [
-            {k: _text(item.get(k)) for k in OVERLAY_KEYS}
-            for item in overlay[:10]
-            if isinstance(item, dict)
-        ]
+        items = [item for item in overlay[:10] if isinstance(item, dict)]
+        record["overlay"] = [{k: _text(item.get(k)) for k in OVERLAY_KEYS} for item in items]
     elif "overlay" in raw:
         record["overlay"] = None
     return record
@@ -82,12 +66,8 @@ def nvidia_smi() -> list[dict]:
         ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
-    gpus = []
-    for line in out.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 2:
-            gpus.append({"name": parts[0], "driver": parts[1], "memory": ",".join(parts[2:])})
-    return gpus
+    rows = [[part.strip() for part in line.split(",")] for line in out.splitlines()]
+    return [{"name": r[0], "driver": r[1], "memory": ",".join(r[2:])} for r in rows if len(r) >= 2]
 
 
 def git_commit(cwd: str | None) -> dict:
@@ -109,8 +89,3 @@ def git_commit(cwd: str | None) -> dict:
         return {"commit": None, "dirty": None}
     dirty = git("status", "--porcelain", "--untracked-files=no")
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(dirty) if dirty is not None else None}
-
-
-def describe_machine(cwd: str) -> dict:
-    """The machine's part of the record: GPUs and the project's git commit (no test needed)."""
-    return {"gpus": nvidia_smi(), "git": git_commit(cwd)}

@@ -1,25 +1,12 @@
-"""The process one test file runs in under ``ci run``: ``python FILE ARGS...``, plus a result
-channel the runner owns, so the file itself stays exactly as upstream writes it.
+"""The process one test file runs in under ``ci run``: ``python FILE ARGS...`` plus a result
+channel the runner owns, so the file stays exactly as upstream writes it.
 
-Run by path as ``python abtest/file_process.py --results-fd N --environment-fd M FILE ARGS...``.
-It runs FILE as ``__main__`` the way ``python FILE ARGS...`` does (the same ``sys.argv``,
-``sys.path[0]`` (the file's real directory), absolute ``__file__``, loader, exit code; the file
-stays ``__main__`` for its threads and atexit handlers), and reports each finished test as one
-JSON line on fd N, through hooks installed from outside:
-
-- unittest (``unittest.main()``, ``CustomTestCase``): every result object's ``add*`` calls,
-  whatever runner the file picks; class and module fixtures that fail count too;
-- pytest (``sys.exit(pytest.main([__file__]))``): a plugin handed to ``pytest.main`` the moment
-  the file imports pytest, reading each test's setup, call and teardown reports.
-
-Where the test process holds a CUDA context, each result also carries the peak of CUDA memory
-allocated during that test (``torch.cuda`` peak statistics, reset as the test starts): a
-measurement any file gets without asking for it. When the file's body ends, this process (never
-a child it forked) writes one JSON object about itself to fd M: torch, CUDA, GPU, the sglang it
-imported (version and path), the overlay's status; it imports neither torch nor sglang for that.
-
-It imports nothing of this project: it is the PR's process, and the unmodified mode runs with
-the overlay off.
+``python abtest/file_process.py --results-fd N --environment-fd M FILE ARGS...`` runs FILE as
+``__main__`` the way ``python FILE ARGS...`` does, reports each finished test as one JSON line on
+fd N through hooks installed from outside (unittest's result class; a plugin handed to
+``pytest.main``), with the CUDA peak where the process holds a CUDA context, and writes one
+record about the process to fd M at the end (ci/README.md says what each holds). It imports
+nothing of this project, nor torch or sglang: it is the PR's process.
 """
 
 import builtins
@@ -44,12 +31,7 @@ class Channel:
 
     def start(self, test_id: str) -> None:
         self.started[test_id] = time.monotonic()
-        torch = _cuda_torch()
-        if torch is not None:
-            try:
-                torch.cuda.reset_peak_memory_stats()
-            except Exception:
-                pass
+        _cuda("reset_peak_memory_stats")
 
     def send(self, test_id: str, outcome: str, detail: str = "") -> None:
         if os.getpid() != self.pid:
@@ -61,24 +43,27 @@ class Channel:
             "duration_s": None if started is None else round(time.monotonic() - started, 3),
             "detail": str(detail)[-DETAIL_CHARS:],
         }
-        torch = _cuda_torch()
-        if torch is not None and started is not None:
-            try:
-                record["peak_mib"] = round(torch.cuda.max_memory_allocated() / MIB, 2)
-            except Exception:
-                pass
-        data = (json.dumps(record) + "\n").encode()
-        while data:
-            data = data[os.write(self.fd, data) :]
+        peak = _cuda("max_memory_allocated") if started is not None else None
+        if peak is not None:
+            record["peak_mib"] = round(peak / MIB, 2)
+        _write_all(self.fd, (json.dumps(record) + "\n").encode())
 
 
-def _cuda_torch():
-    """torch, when the file imported it and this process holds a CUDA context (never made here)."""
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def _cuda(call: str):
+    """``torch.cuda.<call>()`` where the file imported torch and this process holds a CUDA
+    context (never made here); None otherwise, or where it fails."""
     torch = sys.modules.get("torch")
     try:
-        return torch if torch is not None and torch.cuda.is_initialized() else None
+        if torch is not None and torch.cuda.is_initialized():
+            return getattr(torch.cuda, call)()
     except Exception:
-        return None
+        pass
+    return None
 
 
 # ---- unittest: hooks on the base result class, which every runner's result calls ----
@@ -99,24 +84,10 @@ _CLASS_FIXTURES = ("setUpClass", "tearDownClass")
 
 def hook_unittest(channel: Channel) -> None:
     result = unittest.result.TestResult
-    original = {
-        name: getattr(result, name)
-        for name in (
-            "startTest",
-            "stopTest",
-            "addSuccess",
-            "addFailure",
-            "addError",
-            "addSkip",
-            "addExpectedFailure",
-            "addUnexpectedSuccess",
-            "addSubTest",
-        )
-    }
     # test id -> (outcome, detail) so far; sent at stopTest, or at once for a fixture.
     ended: dict = {}
 
-    def record(self, test, outcome, detail=""):
+    def record(test, outcome, detail=""):
         test_id = unittest_id(test)
         if not hasattr(test, "_testMethodName"):  # a class or module fixture: no stopTest
             channel.send(test_id, outcome, detail)
@@ -129,45 +100,40 @@ def hook_unittest(channel: Channel) -> None:
         except Exception as exc:
             return f"{err[0].__name__ if err else 'error'} ({type(exc).__name__} formatting it)"
 
-    def start_test(self, test):
-        channel.start(unittest_id(test))
-        return original["startTest"](self, test)
-
     def stop_test(self, test):
         test_id = unittest_id(test)
-        outcome, detail = ended.pop(test_id, ("error", "the test ended without a result"))
-        channel.send(test_id, outcome, detail)
-        return original["stopTest"](self, test)
-
-    def add(name, outcome, with_err=True):
-        def hook(self, test, *args):
-            if name == "addSkip":
-                record(self, test, "skip", args[0])
-            elif name == "addUnexpectedSuccess":
-                record(self, test, "fail", "unexpected success")
-            elif with_err:
-                record(self, test, outcome, err_text(self, args[0], test))
-            else:
-                record(self, test, outcome)
-            return original[name](self, test, *args)
-
-        return hook
+        channel.send(test_id, *ended.pop(test_id, ("error", "the test ended without a result")))
 
     def add_sub_test(self, test, subtest, err):
         if err is not None:
             failed = issubclass(err[0], test.failureException)
             detail = f"{subtest}\n{err_text(self, err, subtest)}"
-            record(self, test, "fail" if failed else "error", detail)
-        return original["addSubTest"](self, test, subtest, err)
+            record(test, "fail" if failed else "error", detail)
 
-    result.startTest, result.stopTest = start_test, stop_test
-    result.addSuccess = add("addSuccess", "pass", with_err=False)
-    result.addExpectedFailure = add("addExpectedFailure", "pass")
-    result.addFailure = add("addFailure", "fail")
-    result.addError = add("addError", "error")
-    result.addSkip = add("addSkip", "skip")
-    result.addUnexpectedSuccess = add("addUnexpectedSuccess", "fail")
-    result.addSubTest = add_sub_test
+    def failed(outcome):
+        return lambda self, test, err: record(test, outcome, err_text(self, err, test))
+
+    hooks = {
+        "startTest": lambda self, test: channel.start(unittest_id(test)),
+        "stopTest": stop_test,
+        "addSuccess": lambda self, test: record(test, "pass"),
+        "addExpectedFailure": failed("pass"),
+        "addFailure": failed("fail"),
+        "addError": failed("error"),
+        "addSkip": lambda self, test, reason: record(test, "skip", reason),
+        "addUnexpectedSuccess": lambda self, test: record(test, "fail", "unexpected success"),
+        "addSubTest": add_sub_test,
+    }
+    for name, hook in hooks.items():
+        setattr(result, name, _then_original(hook, getattr(result, name)))
+
+
+def _then_original(hook, original):
+    def hooked(self, *args):
+        hook(self, *args)
+        return original(self, *args)
+
+    return hooked
 
 
 # ---- pytest: a plugin handed to pytest.main ----
@@ -317,13 +283,6 @@ def describe_process() -> dict:
     return info
 
 
-def write_record(fd: int, record: dict) -> None:
-    data = json.dumps(record, default=str).encode()
-    with os.fdopen(fd, "wb", buffering=0) as channel:
-        while data:
-            data = data[channel.write(data) :]
-
-
 def run_as_main(path: str) -> None:
     """Run ``path`` as ``python FILE`` does: compiled under its absolute name, in a fresh
     ``__main__`` module that stays in ``sys.modules`` after the body ends."""
@@ -383,7 +342,8 @@ def main(argv: list[str]) -> None:
         # the starting process's alone. Nothing raised here may replace the file's outcome.
         if os.getpid() == started:
             try:
-                write_record(record_fd, describe_process())
+                _write_all(record_fd, json.dumps(describe_process(), default=str).encode())
+                os.close(record_fd)
             except BaseException as exc:
                 print(f"file_process: no environment record: {exc!r}", file=sys.stderr)
 

@@ -1,15 +1,10 @@
-"""Launch one test file in one mode as its own process and collect what it leaves.
-
-Each file runs as ``python abtest/file_process.py --results-fd N --environment-fd M FILE -v``
-(``python FILE -v`` with a result channel the runner owns), in a new session, with the mode's
-environment. For launching and timing processes only: it enforces the per-file timeout, keeps
-the raw output for the logs and what the process wrote on its two channels (read by
-``evidence.model.read_channel`` and ``abtest.environment``); the output is never parsed. A test
-process is PR code: what is kept of each pipe is bounded, and when the file's process ends (or
-times out) its process group goes with it, so nothing it left running can hold ``ci run`` up
-or outlive it.
+"""Launch one test file in one mode as its own process (``abtest/file_process.py``) and keep
+what it leaves: its output for the log, never parsed, and its two channels. A test process is PR
+code: each pipe is kept up to a bound, and its process group dies with it or at its timeout, so
+nothing it left running can hold ``ci run`` up or outlive it.
 """
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -53,16 +48,8 @@ def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> Fil
     started dies with it, at its end or its timeout."""
     channel_read, channel_write = os.pipe()
     record_read, record_write = os.pipe()
-    command = [
-        sys.executable,
-        FILE_PROCESS,
-        "--results-fd",
-        str(channel_write),
-        "--environment-fd",
-        str(record_write),
-        path,
-        "-v",
-    ]
+    fds = ["--results-fd", str(channel_write), "--environment-fd", str(record_write)]
+    command = [sys.executable, FILE_PROCESS, *fds, path, "-v"]
     started = time.monotonic()
     try:
         if _STOPPING.is_set():
@@ -95,13 +82,12 @@ def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> Fil
     deadline = time.monotonic() + DRAIN_S
     for drain in (output, channel, record):
         drain.join(max(0.0, deadline - time.monotonic()))
-    raw = output.data()
-    if output.dropped:
-        raw += f"\n[ci run: {output.dropped} more bytes of output dropped]\n".encode()
+    text = output.text()
+    if output.size > output.limit:
+        text += f"\n[ci run: {output.size - output.limit} more bytes of output dropped]\n"
     if any(drain.is_alive() for drain in (output, channel, record)):
         held = f"still held by a process that left the file's session after {DRAIN_S:g} s"
-        raw += f"\n[ci run: stopped reading a pipe {held}]\n".encode()
-    text = raw.decode("utf-8", errors="replace")
+        text += f"\n[ci run: stopped reading a pipe {held}]\n"
     return FileRun(
         path=path,
         mode=mode,
@@ -109,8 +95,8 @@ def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> Fil
         duration_s=round(time.monotonic() - started, 3),
         timed_out=timed_out,
         output=text,
-        channel=channel.data().decode("utf-8", errors="replace"),
-        environment=record.data().decode("utf-8", errors="replace"),
+        channel=channel.text(),
+        environment=record.text(),
     )
 
 
@@ -134,12 +120,8 @@ class _Drain(threading.Thread):
                     self.chunks.append(kept)
                 self.size += len(chunk)
 
-    def data(self) -> bytes:
-        return b"".join(self.chunks)
-
-    @property
-    def dropped(self) -> int:
-        return max(0, self.size - self.limit)
+    def text(self) -> str:
+        return b"".join(self.chunks).decode("utf-8", errors="replace")
 
 
 def _ended(proc: subprocess.Popen, timeout_s: float) -> bool:
@@ -157,49 +139,38 @@ def _ended(proc: subprocess.Popen, timeout_s: float) -> bool:
 
 
 def run_all(
-    paths: list[str], envs: dict, cwd: str, timeout_s: float, jobs: int, progress=None
+    paths: list[str], envs: dict, cwd: str, timeout_s: float, jobs: int, progress
 ) -> list[FileRun]:
     """Every (file, mode) pair, ``jobs`` at a time, each mode with its environment from
     ``envs``; ``progress(line)`` is told as each ends."""
-    pairs = [(path, mode) for path in paths for mode in envs]
-    runs = []
     # Threads are enough: each one only waits on its child process.
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
-        futures = {
-            pool.submit(run_file, path, mode, envs[mode], cwd, timeout_s): (path, mode)
-            for path, mode in pairs
-        }
+        futures = [
+            pool.submit(run_file, path, mode, envs[mode], cwd, timeout_s)
+            for path in paths
+            for mode in envs
+        ]
         for done, future in enumerate(as_completed(futures), 1):
             run = future.result()
-            runs.append(run)
-            if progress:
-                state = "timeout" if run.timed_out else f"exit {run.returncode}"
-                progress(
-                    f"[{done}/{len(pairs)}] {run.mode:<10} {run.path}: {state} "
-                    f"in {run.duration_s:.1f}s"
-                )
+            state = "timeout" if run.timed_out else f"exit {run.returncode}"
+            progress(
+                f"[{done}/{len(futures)}] {run.mode:<10} {run.path}: {state} "
+                f"in {run.duration_s:.1f}s"
+            )
     except KeyboardInterrupt:
-        stop_all()
+        # Start no more test processes and kill the groups of those running.
+        _STOPPING.set()
+        with _LIVE_LOCK:
+            live = list(_LIVE)
+        for proc in live:
+            _kill_group(proc)
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-    order = {pair: i for i, pair in enumerate(pairs)}
-    return sorted(runs, key=lambda r: order[(r.path, r.mode)])
-
-
-def stop_all() -> int:
-    """Start no more test processes and kill the groups of those running; how many."""
-    _STOPPING.set()
-    with _LIVE_LOCK:
-        live = list(_LIVE)
-    for proc in live:
-        _kill_group(proc)
-    return len(live)
+    return [future.result() for future in futures]
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

@@ -1,28 +1,19 @@
-"""The two sides of the A/B: which sglang each mode runs, under which environment, and the
-label that names it in every report.
-
-By default both modes run the installed sglang, with this project's runtime overlay turned
-off (``unmodified``) and on (``change``). Given source trees (``--unmodified-src`` and
-``--change-src``: each a folder holding ``python/sglang``, such as a pull request's base and
-head checkouts, or a release that ``series.series materialize`` wrote, with and without
-``series.series apply``), a mode with a tree puts its ``python/`` first on ``PYTHONPATH``, a
-mode without one runs the installed sglang, and the overlay is off in both: the trees are
-what is compared. For describing and preparing modes only; launching is ``launch``'s.
+"""The two sides of the A/B: which sglang each mode runs, under which environment, and the label
+that names it in every report. By default both run the installed sglang, overlay off
+(``unmodified``) and on (``change``); given source trees, a side puts its tree's ``python/``
+first on ``PYTHONPATH`` and the overlay is off on both (ci/README.md, "Run the A/B").
 """
 
 import os
 import re
 from dataclasses import dataclass
 
+from abtest import RequestError
 from evidence.model import MODES, Side
 
 DISABLE_ENV = "SGLANG_OVERLAY_DISABLE"
 # Anything that looks like a credential stays out of the test processes: they run PR code.
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE_KEY|API_KEY", re.I)
-
-
-class ModeError(ValueError):
-    """A tree that cannot be one side of the A/B; the message names the argument."""
 
 
 @dataclass(frozen=True)
@@ -34,13 +25,12 @@ class ModeSetup:
     overlay: bool = False
 
 
-def setups(modes=MODES, unmodified_src=None, change_src=None) -> dict:
+def setups(modes, unmodified_src=None, change_src=None) -> dict:
     """mode -> ModeSetup for each of ``modes``."""
-    trees = {"unmodified": unmodified_src, "change": change_src}
+    trees = dict(zip(MODES, (unmodified_src, change_src), strict=True))
     for mode, tree in trees.items():
-        flag = f"--{mode}-src"
         if tree and not os.path.isdir(os.path.join(tree, "python", "sglang")):
-            raise ModeError(f"{flag} {tree}: no python/sglang inside")
+            raise RequestError(f"--{mode}-src {tree}: no python/sglang inside")
     overlay_is_the_change = not any(trees.values())
     return {
         mode: ModeSetup(
@@ -52,14 +42,10 @@ def setups(modes=MODES, unmodified_src=None, change_src=None) -> dict:
     }
 
 
-def scrubbed(base: dict | None = None) -> dict:
-    env = dict(os.environ if base is None else base)
-    return {name: value for name, value in env.items() if not _SECRET_NAME.search(name)}
-
-
 def environment(setup: ModeSetup, base: dict | None = None) -> dict:
-    """The environment one mode's test processes start with."""
-    env = scrubbed(base)
+    """The environment one mode's test processes start with (``base``: os.environ)."""
+    base = os.environ if base is None else base
+    env = {name: value for name, value in base.items() if not _SECRET_NAME.search(name)}
     env.pop(DISABLE_ENV, None)
     env["PYTHONUNBUFFERED"] = "1"
     if not setup.overlay:
@@ -84,11 +70,10 @@ def side(setup: ModeSetup, record: dict, commit: str | None = None) -> Side:
 def imported_elsewhere(setup: ModeSetup, record: dict) -> str | None:
     """Why a mode's processes did not run the sglang it was meant to, or None."""
     path = record.get("sglang_path")
-    if not path:
-        return None  # no process imported sglang: the tests say so themselves
-    where = os.path.realpath(path)
-    if setup.tree:
-        src = os.path.realpath(os.path.join(setup.tree, "python"))
-        if os.path.commonpath([src, where]) != src:
-            return f"{setup.mode} imported sglang from {path}, not from {setup.tree}"
+    # No process imported sglang (the tests say so themselves), or any installed one will do.
+    if not (path and setup.tree):
+        return None
+    src = os.path.realpath(os.path.join(setup.tree, "python"))
+    if os.path.commonpath([src, os.path.realpath(path)]) != src:
+        return f"{setup.mode} imported sglang from {path}, not from {setup.tree}"
     return None

@@ -1,10 +1,6 @@
-"""``ci run``: select registered test files, run each in both modes, judge, write the folder.
-
-For wiring the A/B together only: ``collect`` selects, ``modes`` prepares the two sides,
-``launch`` runs the processes, ``evidence.judge`` judges, ``evidence.junit`` and this module
-write results.json, JUnit and the logs. Arguments arrive as a frozen ``RunRequest``; bad ones
-raise ``RequestError`` (exit 2), a registration that sglang's reader rejects raises
-``RegistrationError`` (exit 1). Rendering the report is the report side's, never done here.
+"""``ci run``: a frozen ``RunRequest`` -> select, run each file in both modes, judge, and write
+the results folder (results.json, JUnit, logs). Bad arguments raise ``RequestError`` (exit 2), a
+registration sglang's reader rejects ``RegistrationError`` (exit 1); rendering is report/'s.
 """
 
 import os
@@ -13,7 +9,7 @@ import shutil
 import threading
 from dataclasses import dataclass, replace
 
-from abtest import collect, environment, launch, modes
+from abtest import RequestError, collect, environment, launch, modes
 from evidence import judge, junit
 from evidence.model import MODES, ProcessEnd, Results, SeriesId, read_channel, save
 from series import seriesdir
@@ -21,10 +17,6 @@ from series import seriesdir
 # What a results folder holds: a reused --out is cleared of these, and only of these.
 OUTPUTS = ("results.json", "report.md", "junit-unmodified.xml", "junit-change.xml")
 OUTPUT_DIRS = ("logs", "pictures")
-
-
-class RequestError(ValueError):
-    """Arguments that cannot describe a run; the message names the argument."""
 
 
 class RegistrationError(ValueError):
@@ -66,16 +58,15 @@ def execute(request: RunRequest, log) -> Results:
         raise RequestError(f"--jobs {request.jobs}: at least 1")
     if not request.timeout > 0:
         raise RequestError(f"--timeout {request.timeout}: more than 0 seconds")
-    try:
-        setups = modes.setups(wanted, request.unmodified_src, request.change_src)
-    except modes.ModeError as exc:
-        raise RequestError(str(exc)) from None
+    setups = modes.setups(wanted, request.unmodified_src, request.change_src)
     patterns = _patterns(request.regressions)
     machine = {}
+
+    def describe_machine():
+        machine.update(gpus=environment.nvidia_smi(), git=environment.git_commit(root))
+
     # git and nvidia-smi take a moment: beside the tests, not before them.
-    describing = threading.Thread(
-        target=lambda: machine.update(environment.describe_machine(root)), daemon=True
-    )
+    describing = threading.Thread(target=describe_machine, daemon=True)
     describing.start()
     trees = [s.tree for s in setups.values() if s.tree]
     selected = _select(request, root, backend, trees)
@@ -168,8 +159,8 @@ def _prepare_out(out: str) -> str:
 
 
 def _select(request: RunRequest, root: str, backend: str, trees) -> list:
+    shard = collect.parse_shard(request.shard)
     try:
-        shard = collect.parse_shard(request.shard)
         selected = collect.select(
             root,
             backend,
@@ -180,8 +171,8 @@ def _select(request: RunRequest, root: str, backend: str, trees) -> list:
             request.tests,
             trees,
         )
-    except collect.SelectionError as exc:
-        raise RequestError(str(exc)) from None
+    except RequestError:
+        raise
     except ImportError as exc:  # collect uses sglang's own registry reader
         raise RequestError(f"cannot load sglang's ci_register ({exc})") from None
     except ValueError as exc:  # a registration collect_tests rejects names its file

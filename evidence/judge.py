@@ -1,10 +1,6 @@
-"""Judging: what each test's outcomes in the two modes prove, and whether the run proves anything.
-
-Pure functions over the evidence model, no I/O. ``judge`` turns each file's per-mode reports
-into files and cases; ``kind_of`` is the truth table for one case; ``verdict`` says whether the
-run is ok, failed (something fails with the change) or void (the bug did not show on the
-unmodified side, so the run proves nothing); ``rejudge`` does it all again from the stored
-outcomes alone, for a report that must not trust the kinds a results folder claims.
+"""Judging, pure and without I/O: what each test's outcomes in the two modes prove (``kind_of``,
+the truth table), and whether the run is ok, failed (something fails with the change) or void
+(the bug did not show on the unmodified side); ``rejudge`` does it again from stored outcomes.
 """
 
 import fnmatch
@@ -114,8 +110,8 @@ def file_flags(ends: dict, cases) -> tuple[str, ...]:
     return tuple(flags)
 
 
-def verdict(results: Results) -> tuple[str, tuple[str, ...]]:
-    """("ok" | "failed" | "void", one line per reason)."""
+def with_verdict(results: Results) -> Results:
+    """``results`` with its verdict ("ok", "failed" or "void") and one line per reason."""
     modes, cases = results.modes, results.cases
     failed, void = [], []
     if not cases:
@@ -124,7 +120,9 @@ def verdict(results: Results) -> tuple[str, tuple[str, ...]]:
         broken = [c for c in cases if c.kind == Kind.BROKEN]
         if broken:
             failed.append(f"{len(broken)} fail with {results.label('change')}: {_names(broken)}")
-        late = [f.path for f in results.files if f.modes.get("change", _NONE).timed_out]
+        late = [
+            f.path for f in results.files if "change" in f.modes and f.modes["change"].timed_out
+        ]
         if late:
             failed.append(f"timed out with {results.label('change')}: {', '.join(late)}")
     if "unmodified" in modes and cases:
@@ -140,17 +138,15 @@ def verdict(results: Results) -> tuple[str, tuple[str, ...]]:
         if not verdicts:
             void.append(f"the unmodified side ({base}) gave no verdict: no test ran there")
     if failed:
-        return "failed", tuple(failed + void)
-    return ("void", tuple(void)) if void else ("ok", ())
+        return replace(results, verdict="failed", reasons=(*failed, *void))
+    return replace(results, verdict="void" if void else "ok", reasons=tuple(void))
 
 
 def build(reports, backend: str, sides: dict, suites: dict, patterns=(), **fields) -> Results:
     """The judged run: files and cases from ``reports``, the modes ``sides`` names, the verdict;
     ``fields`` are the rest of ``Results`` (selection, environment, series)."""
     files, cases = judge(reports, suites, tuple(sides), patterns)
-    results = Results(backend, tuple(sides), sides, files, cases, **fields)
-    state, reasons = verdict(results)
-    return replace(results, verdict=state, reasons=reasons)
+    return with_verdict(Results(backend, tuple(sides), sides, files, cases, **fields))
 
 
 def rejudge(results: Results, patterns) -> Results:
@@ -167,17 +163,12 @@ def rejudge(results: Results, patterns) -> Results:
         replace(f, flags=file_flags(f.modes, [c for c in cases if c.file == f.path]))
         for f in results.files
     )
-    judged = replace(results, cases=cases, files=files)
-    state, reasons = verdict(judged)
-    return replace(judged, verdict=state, reasons=reasons)
+    return with_verdict(replace(results, cases=cases, files=files))
 
 
 def tail(text: str, limit: int = EXCERPT_CHARS) -> str:
     text = (text or "").strip()
     return text if len(text) <= limit else "[...]\n" + text[-limit:]
-
-
-_NONE = ProcessEnd(returncode=None, duration_s=0.0)
 
 
 def _names(cases, shown: int = 3) -> str:
@@ -193,11 +184,6 @@ def _mode_results(report: ModeReport) -> tuple[dict, TestResult | None]:
     if end.timed_out or report.errors or not results or (end.returncode != 0 and not explained):
         why = "timed out" if end.timed_out else f"exited {end.returncode}"
         detail = [f"{report.path} {why} after {len(results)} test results", *report.errors]
-        failure = TestResult(
-            FILE_CASE,
-            Outcome.ERROR,
-            duration_s=end.duration_s,
-            detail=tail("\n".join(detail) + "\n" + report.output_tail),
-        )
-        return results, failure
+        detail = tail("\n".join(detail) + "\n" + report.output_tail)
+        return results, TestResult(FILE_CASE, Outcome.ERROR, end.duration_s, detail=detail)
     return results, None

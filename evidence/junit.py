@@ -1,12 +1,10 @@
-"""Write one JUnit XML file per mode from the evidence, for CI systems that read JUnit.
-
-For serialising only; the verdicts come from ``evidence.judge``. Each test file is a testsuite
-and each test a testcase, so the unmodified file shows the reproduced failures and the change
-file shows them fixed.
+"""One JUnit XML file per mode from the evidence (serialising only; the verdicts are
+``evidence.judge``'s): each test file a testsuite, each test a testcase.
 """
 
 import os
 import xml.etree.ElementTree as ET
+from collections import Counter
 
 from evidence.model import Results
 
@@ -36,9 +34,7 @@ def _mode_tree(results: Results, mode: str) -> ET.Element:
     root = ET.Element("testsuites", name=_clean(f"{results.label(mode)} ({results.backend})"))
     for file in results.files:
         cases = [c for c in results.cases if c.file == file.path and mode in c.modes]
-        counts = {"fail": 0, "error": 0, "skip": 0, "missing": 0}
-        for case in cases:
-            counts[case.modes[mode].outcome] = counts.get(case.modes[mode].outcome, 0) + 1
+        counts = Counter(case.modes[mode].outcome for case in cases)
         end = file.modes.get(mode)
         suite = ET.SubElement(
             root,

@@ -1,12 +1,8 @@
 """The evidence model: one test in one process, up to a whole A/B run, as every stage reads it.
 
-A test's result is born in the test's own process (``abtest/file_process.py`` writes one JSON
-line per finished test on a channel the runner owns), is judged once (``evidence.judge``) and
-is stored as results.json; every later stage (the report, the series' PR description, the
-benchmarks) only loads that file back through ``Results.from_json``. A results folder is
-untrusted input in the fork path, so loading is the one place that checks every shape and
-bound: sizes, names, paths, numbers. Loading raises ``EvidenceError`` naming the field; it
-never runs, judges or renders anything.
+A results folder is untrusted input in the fork path, so loading it is the one place that checks
+every shape and bound (each field through the check its metadata names); it raises
+``EvidenceError`` naming the field, and never runs, judges or renders anything.
 """
 
 import enum
@@ -14,26 +10,161 @@ import json
 import math
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 
 SCHEMA = 2
 MODES = ("unmodified", "change")
 BACKENDS = ("cuda", "cpu")
+VERDICTS = ("ok", "failed", "void")
 FILE_CASE = "(whole file)"  # stands for a file whose process failed outside any test
 MAX_RESULTS_BYTES = 32 * 1024 * 1024
 MAX_FILES, MAX_CASES, MAX_SUITES = 1000, 10000, 50
 MAX_NAME_CHARS, MAX_TEXT_CHARS = 500, 20000
 MAX_LINE = 10**6  # a test's def line, for its annotation
 MAX_MIB = 10**7  # a peak beyond 10 TiB is not a measurement
+MAX_S = 10**7
 MAX_NESTING = 16
 _SUITE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _TEST_PATH = re.compile(r"^(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_./-]{1,300}\.py$")
 _PICTURE = re.compile(r"^pictures/[A-Za-z0-9_.-]{1,130}\.png$")
+_LOG = re.compile(r"^logs/[\w.-]+$")
 _HEX = re.compile(r"^[0-9a-f]{7,64}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class EvidenceError(ValueError):
     """Evidence that is not what the runner writes; the message names the field."""
+
+
+# ---- checks: (value, where, *args) -> the value as the model holds it ----
+
+
+def _checked(check, *args, nullable=False, required=None, **kwargs):
+    """A dataclass field that loading passes through ``check(value, where, *args)``; required
+    unless it has a default, and None passes unchecked where ``nullable`` or the default."""
+    if required is None:
+        required = "default" not in kwargs and "default_factory" not in kwargs
+    nullable = nullable or kwargs.get("default", MISSING) is None
+    metadata = {"check": (check, args), "nullable": nullable, "required": required}
+    return field(metadata=metadata, **kwargs)
+
+
+def _text(value, where, limit) -> str:
+    if not isinstance(value, str):
+        raise EvidenceError(f"{where}: expected text, got {type(value).__name__}")
+    if len(value) > limit:
+        raise EvidenceError(f"{where}: {len(value)} characters; at most {limit}")
+    return value
+
+
+def _matching(value, where, pattern, what) -> str:
+    if not (isinstance(value, str) and pattern.match(value)):
+        raise EvidenceError(f"{where}: {str(value)[:80]!r} is not {what}")
+    return value
+
+
+def _one_of(value, where, choices):
+    """The one of ``choices`` (strings, or a str enum's members) ``value`` is."""
+    for choice in choices:
+        if value == choice:
+            return choice
+    raise EvidenceError(f"{where}: {str(value)[:40]!r} is not one of {', '.join(choices)}")
+
+
+def _schema(value, where) -> int:
+    if value != SCHEMA:
+        raise EvidenceError(f"{where}: {value!r:.40} is not the supported {SCHEMA}")
+    return SCHEMA
+
+
+def _integer_in(value, where, low, high) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise EvidenceError(f"{where}: expected an integer from {low} to {high}")
+    return value
+
+
+def _number(value, where, limit) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or not 0 <= value <= limit:
+        raise EvidenceError(f"{where}: expected a number from 0 to {limit}")
+    return float(value)
+
+
+def _flag(value, where) -> bool:
+    if not isinstance(value, bool):
+        raise EvidenceError(f"{where}: expected true or false")
+    return value
+
+
+def _list_of(value, where, limit, check, *args) -> tuple:
+    if not isinstance(value, list):
+        raise EvidenceError(f"{where}: expected a list, got {type(value).__name__}")
+    if len(value) > limit:
+        raise EvidenceError(f"{where}: {len(value)} items; at most {limit}")
+    return tuple(check(item, f"{where}[{i}]", *args) for i, item in enumerate(value))
+
+
+def _per_mode(value, where, cls) -> dict:
+    """mode -> ``cls``; ``Results`` then checks the modes are the run's."""
+    if not isinstance(value, dict):
+        raise EvidenceError(f"{where}: expected an object of modes")
+    for mode in value:
+        if mode not in MODES:
+            raise EvidenceError(f"{where}: {str(mode)[:40]!r} is not one of the run's modes")
+    return {mode: _load(item, f"{where}.{mode}", cls) for mode, item in value.items()}
+
+
+def _run_modes(value, where) -> tuple:
+    modes = _list_of(value, where, len(MODES), _one_of, MODES)
+    if not modes or len(set(modes)) != len(modes):
+        raise EvidenceError(f"{where}: expected some of {MODES}")
+    return modes
+
+
+def _object(value, where) -> dict:
+    if not isinstance(value, dict) or nesting(value) > MAX_NESTING:
+        raise EvidenceError(f"{where}: expected an object nested at most {MAX_NESTING}")
+    return value
+
+
+def _pictures(value, where) -> dict:
+    value = value or {}
+    if (
+        not isinstance(value, dict)
+        or len(value) > MAX_CASES
+        or not all(
+            isinstance(k, str) and isinstance(v, str) and _PICTURE.match(v)
+            for k, v in value.items()
+        )
+    ):
+        raise EvidenceError(f"{where}: expected case -> pictures/NAME.png")
+    return value
+
+
+def _load(data, where: str, cls):
+    """A ``cls`` from JSON ``data``, every field checked; any other key is refused."""
+    if not isinstance(data, dict):
+        raise EvidenceError(f"{where}: expected an object, got {type(data).__name__}")
+    checked = [f for f in fields(cls) if "check" in f.metadata]
+    missing = [f.name for f in checked if f.metadata["required"] and f.name not in data]
+    if missing:
+        raise EvidenceError(f"{where}: missing field {missing[0]!r}")
+    unknown = sorted(set(data) - {f.name for f in checked})
+    if unknown:
+        raise EvidenceError(f"{where}: unknown field {str(unknown[0])[:40]!r}")
+    values = {}
+    for f in checked:
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        if value is not None or not f.metadata["nullable"]:
+            check, args = f.metadata["check"]
+            value = check(value, f"{where}.{f.name}", *args)
+        values[f.name] = value
+    return cls(**values)
+
+
+# ---- the model ----
 
 
 class Outcome(enum.StrEnum):
@@ -63,107 +194,61 @@ class TestResult:
 
     __test__ = False  # not a pytest test class
 
-    test: str  # "Class.test_name", "test_function[param]", or "Class.setUpClass"
-    outcome: Outcome
-    duration_s: float | None = None
-    peak_mib: float | None = None  # CUDA memory allocated at the test's peak (the runner's)
-    detail: str = ""  # the skip reason, or the end of the failure's traceback
-
-    @classmethod
-    def from_json(cls, data, where: str) -> "TestResult":
-        _keys(data, where, {"test", "outcome"}, {"duration_s", "peak_mib", "detail"})
-        return cls(
-            test=_text(data, "test", where, MAX_NAME_CHARS),
-            outcome=_member(Outcome, data["outcome"], f"{where}.outcome"),
-            duration_s=_number(data, "duration_s", where, 10**7),
-            peak_mib=_number(data, "peak_mib", where, MAX_MIB),
-            detail=_text(data, "detail", where, MAX_TEXT_CHARS, default=""),
-        )
+    # "Class.test_name", "test_function[param]", or "Class.setUpClass"
+    test: str = _checked(_text, MAX_NAME_CHARS)
+    outcome: Outcome = _checked(_one_of, Outcome)
+    duration_s: float | None = _checked(_number, MAX_S, default=None)
+    # CUDA memory allocated at the test's peak (the runner's)
+    peak_mib: float | None = _checked(_number, MAX_MIB, default=None)
+    # the skip reason, or the end of the failure's traceback
+    detail: str = _checked(_text, MAX_TEXT_CHARS, default="")
 
 
 @dataclass(frozen=True)
 class ProcessEnd:
     """How one file's process ended in one mode."""
 
-    returncode: int | None  # None when it was killed at its timeout
-    duration_s: float
-    timed_out: bool = False
-    tests: int = 0  # results it reported
-    log: str | None = None  # the log's path inside the results folder
-
-    @classmethod
-    def from_json(cls, data, where: str) -> "ProcessEnd":
-        _keys(data, where, {"returncode", "duration_s"}, {"timed_out", "tests", "log"})
-        code = data["returncode"]
-        if code is not None and not _is_int(code, -(2**31), 2**31):
-            raise EvidenceError(f"{where}.returncode: expected an exit status, got {code!r}")
-        log = data.get("log")
-        if log is not None and not (isinstance(log, str) and re.fullmatch(r"logs/[\w.-]+", log)):
-            raise EvidenceError(f"{where}.log: expected logs/NAME")
-        return cls(
-            returncode=code,
-            duration_s=_number(data, "duration_s", where, 10**7, required=True),
-            timed_out=_flag(data, "timed_out", where),
-            tests=_count(data, "tests", where, MAX_CASES),
-            log=log,
-        )
+    # None when it was killed at its timeout
+    returncode: int | None = _checked(_integer_in, -(2**31), 2**31 - 1, nullable=True)
+    duration_s: float = _checked(_number, MAX_S)
+    timed_out: bool = _checked(_flag, default=False)
+    tests: int = _checked(_integer_in, 0, MAX_CASES, default=0)  # results it reported
+    log: str | None = _checked(_matching, _LOG, "logs/NAME", default=None)
 
 
 @dataclass(frozen=True)
 class Side:
     """What one mode ran: the sglang it imported and whether this change was applied."""
 
-    label: str  # "sglang 0.5.23", "sglang 0.5.23 + this change", "sglang 0.5.23 @ 1a2b3c4d5e6f"
-    sglang: str | None = None  # the version the test process imported
-    tree: str | None = None  # a source tree first on PYTHONPATH, or None: the installed one
-    commit: str | None = None  # that tree's git commit, read by ci run itself
-    overlay: bool = False  # the runtime overlay on in this mode
-
-    @classmethod
-    def from_json(cls, data, where: str) -> "Side":
-        _keys(data, where, {"label"}, {"sglang", "tree", "commit", "overlay"})
-        commit = data.get("commit")
-        if commit is not None and not (isinstance(commit, str) and _HEX.match(commit)):
-            raise EvidenceError(f"{where}.commit: expected a hex commit id")
-        return cls(
-            label=_text(data, "label", where, 200),
-            sglang=_text(data, "sglang", where, 100, default=None),
-            tree=_text(data, "tree", where, 1000, default=None),
-            commit=commit,
-            overlay=_flag(data, "overlay", where),
-        )
+    # "sglang 0.5.23", "sglang 0.5.23 + this change", "sglang 0.5.23 @ 1a2b3c4d5e6f"
+    label: str = _checked(_text, 200)
+    sglang: str | None = _checked(_text, 100, default=None)  # what the test process imported
+    # a source tree first on PYTHONPATH, or None: the installed one
+    tree: str | None = _checked(_text, 1000, default=None)
+    # that tree's git commit, read by ci run itself
+    commit: str | None = _checked(_matching, _HEX, "a hex commit id", default=None)
+    overlay: bool = _checked(_flag, default=False)  # the runtime overlay on in this mode
 
 
 @dataclass(frozen=True)
 class SeriesId:
     """The patch series the evidence was made with (``series.seriesdir``): pr-body checks it."""
 
-    id: str
-    release: str
-    patches: tuple[str, ...] = ()
-
-    @classmethod
-    def from_json(cls, data, where: str) -> "SeriesId":
-        _keys(data, where, {"id", "release"}, {"patches"})
-        if not (isinstance(data["id"], str) and re.fullmatch(r"[0-9a-f]{64}", data["id"])):
-            raise EvidenceError(f"{where}.id: expected a sha256")
-        patches = _list(data.get("patches", []), f"{where}.patches", 100)
-        return cls(
-            id=data["id"],
-            release=_text(data, "release", where, 100),
-            patches=tuple(_plain_text(p, f"{where}.patches", 200) for p in patches),
-        )
+    id: str = _checked(_matching, _SHA256, "a sha256")
+    release: str = _checked(_text, 100)
+    patches: tuple[str, ...] = _checked(_list_of, 100, _text, 200, default=())
 
 
 @dataclass(frozen=True)
 class Case:
     """One test across the modes, judged."""
 
-    file: str
-    test: str
-    kind: Kind
-    modes: dict  # mode -> TestResult
-    line: int | None = None  # its ``def`` in ``file``, for check-run annotations
+    file: str = _checked(_matching, _TEST_PATH, "a relative test-file path")
+    test: str = _checked(_text, MAX_NAME_CHARS)
+    kind: Kind = _checked(_one_of, Kind)
+    modes: dict = _checked(_per_mode, TestResult)  # mode -> TestResult
+    # its ``def`` in ``file``, for check-run annotations
+    line: int | None = _checked(_integer_in, 1, MAX_LINE, default=None)
 
     @property
     def key(self) -> str:
@@ -174,28 +259,30 @@ class Case:
 class FileResult:
     """One test file across the modes."""
 
-    path: str
-    suite: str | None
-    modes: dict  # mode -> ProcessEnd
-    flags: tuple[str, ...] = ()
+    path: str = _checked(_matching, _TEST_PATH, "a relative test-file path")
+    suite: str | None = _checked(_matching, _SUITE, "a suite name", nullable=True)
+    modes: dict = _checked(_per_mode, ProcessEnd)  # mode -> ProcessEnd
+    flags: tuple[str, ...] = _checked(_list_of, 20, _text, 300, default=())
 
 
 @dataclass(frozen=True)
 class Results:
     """One A/B run, judged: every stage after the judge reads it and changes it by ``replace``."""
 
-    backend: str
-    modes: tuple[str, ...]
-    sides: dict  # mode -> Side
-    files: tuple[FileResult, ...]
-    cases: tuple[Case, ...]
-    verdict: str = "ok"  # "ok", "failed" or "void" (``evidence.judge.verdict``)
-    reasons: tuple[str, ...] = ()  # one line each: why the verdict is not ok
-    selection: dict = field(default_factory=dict)  # what was asked for, as typed
-    environment: dict = field(default_factory=dict)  # machine and per-mode process records
-    series: SeriesId | None = None
-    pictures: dict = field(default_factory=dict)  # case key -> pictures/NAME.png
-    schema: int = SCHEMA
+    backend: str = _checked(_one_of, BACKENDS)
+    modes: tuple[str, ...] = _checked(_run_modes)
+    sides: dict = _checked(_per_mode, Side)  # mode -> Side
+    files: tuple[FileResult, ...] = _checked(_list_of, MAX_FILES, _load, FileResult)
+    cases: tuple[Case, ...] = _checked(_list_of, MAX_CASES, _load, Case)
+    # ``evidence.judge.verdict``, with one line per reason it is not ok
+    verdict: str = _checked(_one_of, VERDICTS, default="ok")
+    reasons: tuple[str, ...] = _checked(_list_of, 20, _text, 500, default=())
+    # what was asked for, as typed; the machine and per-mode process records
+    selection: dict = _checked(_object, default_factory=dict)
+    environment: dict = _checked(_object, default_factory=dict)
+    series: SeriesId | None = _checked(_load, SeriesId, default=None)
+    pictures: dict = _checked(_pictures, default_factory=dict)  # case key -> pictures/NAME.png
+    schema: int = _checked(_schema, default=SCHEMA, required=True)
 
     def __post_init__(self):
         for name in ("modes", "files", "cases", "reasons"):
@@ -224,7 +311,17 @@ class Results:
 
     @classmethod
     def from_json(cls, data, where: str = "results.json") -> "Results":
-        return _load(data, where)
+        results = _load(data, where, cls)
+        maps = [("sides", results.sides)]
+        maps += [(f"files[{i}].modes", f.modes) for i, f in enumerate(results.files)]
+        maps += [(f"cases[{i}].modes", c.modes) for i, c in enumerate(results.cases)]
+        for at, per_mode in maps:
+            extra = sorted(set(per_mode) - set(results.modes))
+            if extra:
+                raise EvidenceError(f"{where}.{at}: {extra[0]!r} is not one of the run's modes")
+        if len({f.suite for f in results.files}) > MAX_SUITES:
+            raise EvidenceError(f"{where}.files: more than {MAX_SUITES} suites")
+        return results
 
 
 def load(path: str) -> Results:
@@ -242,7 +339,7 @@ def load(path: str) -> Results:
         raise EvidenceError(f"{path}: not readable: {type(exc).__name__}") from None
     except json.JSONDecodeError as exc:
         raise EvidenceError(f"{path}: not JSON: {exc}") from None
-    return _load(data, path)
+    return Results.from_json(data, path)
 
 
 def _integer(text: str, path: str) -> int:
@@ -272,7 +369,7 @@ def read_channel(text: str) -> tuple[tuple[TestResult, ...], tuple[str, ...]]:
             data = json.loads(line)
             if nesting(data) > MAX_NESTING:
                 raise EvidenceError(f"{where}: nested deeper than {MAX_NESTING} levels")
-            results.append(TestResult.from_json(data, where))
+            results.append(_load(data, where, TestResult))
         except ValueError as exc:  # JSONDecodeError and EvidenceError both are
             errors.append(f"{where}: {exc}"[:300])
         except RecursionError:
@@ -291,188 +388,3 @@ def nesting(value) -> int:
             deepest = max(deepest, depth)
             stack.extend((child, depth + 1) for child in value)
     return deepest
-
-
-# ---- loading: every shape and bound, once ----
-
-
-def _load(data, where: str) -> Results:
-    _keys(
-        data,
-        where,
-        {"schema", "backend", "modes", "sides", "files", "cases"},
-        {"verdict", "reasons", "selection", "environment", "series", "pictures"},
-    )
-    if data["schema"] != SCHEMA:
-        raise EvidenceError(f"{where}.schema: {data['schema']!r} is not the supported {SCHEMA}")
-    if data["backend"] not in BACKENDS:
-        raise EvidenceError(
-            f"{where}.backend: {str(data['backend'])[:40]!r} is not one of {BACKENDS}"
-        )
-    modes = tuple(_list(data["modes"], f"{where}.modes", len(MODES)))
-    if not modes or any(m not in MODES for m in modes) or len(set(modes)) != len(modes):
-        raise EvidenceError(f"{where}.modes: expected some of {MODES}")
-    sides = {
-        mode: Side.from_json(value, f"{where}.sides.{mode}")
-        for mode, value in _mode_map(data["sides"], f"{where}.sides", modes).items()
-    }
-    files = []
-    for i, f in enumerate(_list(data["files"], f"{where}.files", MAX_FILES)):
-        at = f"{where}.files[{i}]"
-        _keys(f, at, {"path", "suite", "modes"}, {"flags"})
-        suite = f["suite"]
-        if suite is not None and not (isinstance(suite, str) and _SUITE.match(suite)):
-            raise EvidenceError(f"{at}.suite: {str(suite)[:80]!r} is not a suite name")
-        ends = {
-            m: ProcessEnd.from_json(v, f"{at}.modes.{m}")
-            for m, v in _mode_map(f["modes"], f"{at}.modes", modes).items()
-        }
-        flags = _list(f.get("flags", []), f"{at}.flags", 20)
-        files.append(
-            FileResult(
-                _path(f["path"], f"{at}.path"),
-                suite,
-                ends,
-                tuple(_plain_text(x, f"{at}.flags", 300) for x in flags),
-            )
-        )
-    if len({f.suite for f in files}) > MAX_SUITES:
-        raise EvidenceError(f"{where}.files: more than {MAX_SUITES} suites")
-    cases = []
-    for i, c in enumerate(_list(data["cases"], f"{where}.cases", MAX_CASES)):
-        at = f"{where}.cases[{i}]"
-        _keys(c, at, {"file", "test", "kind", "modes"}, {"line"})
-        line = c.get("line")
-        if line is not None and not _is_int(line, 1, MAX_LINE + 1):
-            raise EvidenceError(f"{at}.line: expected a line number up to {MAX_LINE}")
-        results = {
-            m: TestResult.from_json(v, f"{at}.modes.{m}")
-            for m, v in _mode_map(c["modes"], f"{at}.modes", modes).items()
-        }
-        cases.append(
-            Case(
-                _path(c["file"], f"{at}.file"),
-                _plain_text(c["test"], f"{at}.test", MAX_NAME_CHARS),
-                _member(Kind, c["kind"], f"{at}.kind"),
-                results,
-                line,
-            )
-        )
-    verdict = data.get("verdict", "ok")
-    if verdict not in ("ok", "failed", "void"):
-        raise EvidenceError(f"{where}.verdict: expected ok, failed or void")
-    reasons = _list(data.get("reasons", []), f"{where}.reasons", 20)
-    pictures = data.get("pictures") or {}
-    if (
-        not isinstance(pictures, dict)
-        or len(pictures) > MAX_CASES
-        or not all(
-            isinstance(k, str) and isinstance(v, str) and _PICTURE.match(v)
-            for k, v in pictures.items()
-        )
-    ):
-        raise EvidenceError(f"{where}.pictures: expected case -> pictures/NAME.png")
-    series = data.get("series")
-    for name in ("selection", "environment"):
-        value = data.get(name, {})
-        if not isinstance(value, dict) or nesting(value) > MAX_NESTING:
-            raise EvidenceError(f"{where}.{name}: expected an object nested at most {MAX_NESTING}")
-    return Results(
-        backend=data["backend"],
-        modes=modes,
-        sides=sides,
-        files=tuple(files),
-        cases=tuple(cases),
-        verdict=verdict,
-        reasons=tuple(_plain_text(r, f"{where}.reasons", 500) for r in reasons),
-        selection=data.get("selection", {}),
-        environment=data.get("environment", {}),
-        series=None if series is None else SeriesId.from_json(series, f"{where}.series"),
-        pictures=pictures,
-    )
-
-
-def _keys(data, where, required, optional) -> None:
-    if not isinstance(data, dict):
-        raise EvidenceError(f"{where}: expected an object, got {type(data).__name__}")
-    missing = sorted(required - data.keys())
-    if missing:
-        raise EvidenceError(f"{where}: missing field {missing[0]!r}")
-    unknown = sorted(k for k in data if k not in required and k not in optional)
-    if unknown:
-        raise EvidenceError(f"{where}: unknown field {str(unknown[0])[:40]!r}")
-
-
-def _mode_map(value, where, modes) -> dict:
-    if not isinstance(value, dict):
-        raise EvidenceError(f"{where}: expected an object of modes")
-    for key in value:
-        if key not in modes:
-            raise EvidenceError(f"{where}: {str(key)[:40]!r} is not one of the run's modes")
-    return value
-
-
-def _list(value, where, limit) -> list:
-    if not isinstance(value, list):
-        raise EvidenceError(f"{where}: expected a list, got {type(value).__name__}")
-    if len(value) > limit:
-        raise EvidenceError(f"{where}: {len(value)} items; at most {limit}")
-    return value
-
-
-def _member(enum_type, value, where):
-    try:
-        return enum_type(value)
-    except (ValueError, TypeError):
-        choices = ", ".join(m.value for m in enum_type)
-        raise EvidenceError(f"{where}: {str(value)[:40]!r} is not one of {choices}") from None
-
-
-def _plain_text(value, where, limit) -> str:
-    if not isinstance(value, str):
-        raise EvidenceError(f"{where}: expected text, got {type(value).__name__}")
-    if len(value) > limit:
-        raise EvidenceError(f"{where}: {len(value)} characters; at most {limit}")
-    return value
-
-
-def _text(data, key, where, limit, default=...):
-    if key not in data or (data[key] is None and default is None):
-        if default is ...:
-            raise EvidenceError(f"{where}: missing field {key!r}")
-        return default
-    return _plain_text(data[key], f"{where}.{key}", limit)
-
-
-def _is_int(value, low, high) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value < high
-
-
-def _number(data, key, where, limit, required=False):
-    value = data.get(key)
-    if value is None and not required:
-        return None
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or not 0 <= value <= limit:
-        raise EvidenceError(f"{where}.{key}: expected a number from 0 to {limit}")
-    return float(value)
-
-
-def _count(data, key, where, limit) -> int:
-    value = data.get(key, 0)
-    if not _is_int(value, 0, limit + 1):
-        raise EvidenceError(f"{where}.{key}: expected a count up to {limit}")
-    return value
-
-
-def _flag(data, key, where) -> bool:
-    value = data.get(key, False)
-    if not isinstance(value, bool):
-        raise EvidenceError(f"{where}.{key}: expected true or false")
-    return value
-
-
-def _path(value, where) -> str:
-    if not (isinstance(value, str) and _TEST_PATH.match(value)):
-        raise EvidenceError(f"{where}: {str(value)[:80]!r} is not a relative test-file path")
-    return value
