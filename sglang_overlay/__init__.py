@@ -1,9 +1,7 @@
 """Release-first replacement of sglang's DSV4 sparse-prefill scratch workspace.
 
-Installing this package makes every Python process that imports sglang's DSV4 sparse-prefill
-module drop the workspace's old tensor before allocating a replacement, so a replacement
-needs max(old, new) memory instead of old + new. This module is the public surface only; it is
-imported at interpreter start-up by the .pth hook and therefore imports nothing itself.
+The public surface only (README.md, "Using the overlay"): the .pth start-up hook imports this
+module in every interpreter, so it imports nothing itself.
 """
 
 __all__ = ["apply", "remove", "status", "PATCH_ID", "WORKSPACE_MODULE", "__version__"]
@@ -24,18 +22,14 @@ def apply():
 
 
 def remove():
-    """Restore every patched method to the exact original function object and keep the
-    overlay off in this process (a reload stays unpatched) until ``apply()``."""
+    """Put back the original method and keep the overlay off here until ``apply()``."""
     from sglang_overlay import overlay
 
     return overlay.remove()
 
 
 def status():
-    """This process's records, one per patch: patch, target, sglang_version, state, reason.
-
-    Checked against the live class, so a reload or a foreign replacement is reported, never
-    hidden. ``sglang-overlay status`` asks a fresh process of the environment instead."""
+    """This process's records, one per patch, checked against the live class."""
     from sglang_overlay import overlay
 
     return overlay.status()

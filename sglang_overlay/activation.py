@@ -1,17 +1,7 @@
-"""The two activation paths, funnelled into ``on_workspace_import``.
-
-The start-up hook (``import_hook``) calls ``on_workspace_import`` right after the workspace
-module runs, in every process of the environment; sglang's general-plugin loader calls
-``activate`` (entry point group ``sglang.srt.plugins``) in the processes sglang starts, which
-patches a module that is already imported and otherwise makes sure the start-up hook is in
-place (for an interpreter started without site processing, for example). Applying is
-idempotent, so whichever path comes second changes nothing. Both paths honour sglang's
-``SGLANG_PLUGINS`` allow-list (``config``): a list without ``sglang_overlay`` leaves the
-method alone, and the process reports ``disabled`` with that reason.
-
-A failed activation never breaks the user's import: this process runs unmodified sglang,
-``status()`` says ``failed`` and why, one WARNING is logged, and the next import, reload or
-``activate()`` tries again. Under ``SGLANG_OVERLAY_STRICT=1`` every attempt raises instead.
+"""The two activation paths, funnelled into ``on_workspace_import``: the start-up hook calls
+it right after the workspace module runs; sglang's plugin loader calls ``activate``. Applying
+is idempotent, so whichever path comes second changes nothing. A failed activation never
+breaks the user's import unless ``SGLANG_OVERLAY_STRICT=1``; the next attempt tries again.
 """
 
 import sys

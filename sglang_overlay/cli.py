@@ -1,16 +1,7 @@
-"""``sglang-overlay``: what a new sglang process of this environment gets, and what the
-running ones got.
-
-``status`` never patches in its own process: that would report what the CLI did, not what a
-user's process gets. It starts a fresh interpreter of the same Python and environment, which
-imports the workspace module the way any sglang process does and prints its status records,
-and names each overlay setting in this environment that the overlay does not recognise.
-``status --processes`` reads instead what each live sglang process of the machine recorded
-(``records``), touching none of them. Exit codes: 0 when every process in question runs the
-fixed code or is unfixed on purpose (``applied``, ``wrapped``, ``upstream-fixed``,
-``not-present``, ``disabled``, or has not imported the workspace module yet); 1 when one
-would run or runs unmodified sglang (including a start-up hook that never ran, and a live
-process with no record), or a setting is not recognised; 2 for bad usage, in one line.
+"""``sglang-overlay``: what a new sglang process of this environment gets (``status``, asked of
+a fresh interpreter, never patching in this one), and what the running ones got
+(``status --processes``). Exit 0 when all run the fixed code or are unfixed on purpose, 1
+otherwise or on an unrecognised setting, 2 for bad usage (README.md, "Control and visibility").
 """
 
 import argparse
@@ -150,13 +141,11 @@ def fresh_process_status() -> dict:
             timeout=PROBE_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:
-        return {"records": [_failed(f"a fresh process did not finish within {PROBE_TIMEOUT_S} s")]}
+        return _failed(f"a fresh process did not finish within {PROBE_TIMEOUT_S} s")
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return {
-            "records": [_failed(f"a fresh process failed to import {WORKSPACE_MODULE}: {tail}")]
-        }
+        return _failed(f"a fresh process failed to import {WORKSPACE_MODULE}: {tail}")
     report = json.loads(lines[-1][len(MARK) :])
     if not report["hook_ran"]:
         for r in report["records"]:
@@ -169,15 +158,11 @@ def fresh_process_status() -> dict:
 
 
 def _failed(reason: str) -> dict:
+    """A report of one ``failed`` record, when the fresh process gave none."""
     from sglang_overlay.overlay import sglang_version
 
-    return {
-        "patch": PATCH_ID,
-        "target": WORKSPACE_MODULE,
-        "sglang_version": sglang_version(),
-        "state": "failed",
-        "reason": reason,
-    }
+    record = {"patch": PATCH_ID, "target": WORKSPACE_MODULE, "sglang_version": sglang_version()}
+    return {"records": [{**record, "state": "failed", "reason": reason}]}
 
 
 if __name__ == "__main__":

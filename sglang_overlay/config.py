@@ -1,23 +1,7 @@
-"""Environment switches read by the overlay, validated; nothing here patches or imports sglang.
-
-Accepted forms (case and surrounding spaces ignored):
-
-- ``SGLANG_OVERLAY_DISABLE``: unset, empty, ``0``, ``false``, ``no``, ``off``: every patch on.
-  ``1``, ``true``, ``yes``, ``on``, ``all``: every patch off. A comma list of patch ids: those
-  patches off. An id may be shortened to any part of it that ends at a ``-``
-  (``0001``, ``0001-dsv4``) as long as it names exactly one patch.
-- ``SGLANG_OVERLAY_STRICT``: unset, empty, ``0``, ``false``, ``no``, ``off``: an unknown shape is
-  left untouched with one WARNING. ``1``, ``true``, ``yes``, ``on``: it raises
-  ``UnsupportedShapeError`` on every import attempt.
-- ``SGLANG_PLUGINS`` (sglang's own allow-list of general plugins, parsed as sglang parses it):
-  when it is set and does not name ``sglang_overlay``, every patch is off in both activation
-  paths, as sglang's loader skips the plugin.
-
-Anything else (a ``DISABLE`` of only commas and spaces included) fails safe, with one WARNING
-naming the value and these forms: the user asked to turn something off (or on), so an
-unrecognised ``DISABLE`` value or patch id turns every patch off, and an unrecognised
-``STRICT`` value means strict. ``problems()`` names such values, so that ``sglang-overlay
-status`` can fail on them instead of passing a health check.
+"""The environment switches (README.md, the table of ``SGLANG_OVERLAY_DISABLE``,
+``SGLANG_OVERLAY_STRICT`` and ``SGLANG_PLUGINS``), validated. A value it does not recognise
+fails safe (every patch off, or strict) with one WARNING; ``problems()`` names it so that
+``sglang-overlay status`` fails on it. Nothing here patches or imports sglang.
 """
 
 import os
@@ -74,22 +58,13 @@ def strict_setting(raw: "str | None") -> "tuple[bool, str | None]":
     return True, f"{STRICT_ENV}={raw!r} not recognised"
 
 
-def plugin_allowed(raw: "str | None") -> bool:
-    """sglang's reading of ``SGLANG_PLUGINS`` (``load_plugins_by_group``): unset or empty
-    allows every plugin; otherwise only the comma-separated names, spaces stripped."""
-    if not raw:
-        return True
-    return PLUGIN_NAME in {x.strip() for x in raw.split(",") if x.strip()}
-
-
-def problems(environ=None) -> "list[str]":
+def problems() -> "list[str]":
     """Each setting that the overlay does not recognise, with the forms it accepts."""
-    environ = os.environ if environ is None else environ
     found = []
-    _, disable = disabled_patches(environ.get(DISABLE_ENV))
+    _, disable = disabled_patches(os.environ.get(DISABLE_ENV))
     if disable:
         found.append(f"{disable}; every patch is off (fail safe); accepted: {DISABLE_FORMS}")
-    _, strict_problem = strict_setting(environ.get(STRICT_ENV))
+    _, strict_problem = strict_setting(os.environ.get(STRICT_ENV))
     if strict_problem:
         found.append(f"{strict_problem}; treated as strict; accepted: {STRICT_FORMS}")
     return found
@@ -98,7 +73,8 @@ def problems(environ=None) -> "list[str]":
 def disabled_reason(patch_id: str) -> "str | None":
     """Why ``patch_id`` is turned off, or None when it is on."""
     plugins = os.environ.get(PLUGINS_ENV)
-    if not plugin_allowed(plugins):
+    # sglang's reading (load_plugins_by_group): unset or empty allows every plugin
+    if plugins and PLUGIN_NAME not in {x.strip() for x in plugins.split(",")}:
         return (
             f"{PLUGINS_ENV}={plugins!r} does not name {PLUGIN_NAME}, so sglang skips the plugin "
             "and the start-up hook leaves the method alone too"

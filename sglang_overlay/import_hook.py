@@ -1,16 +1,9 @@
 """The start-up hook: a meta-path finder that patches the workspace module right after it runs.
 
-``sglang_overlay.pth`` imports this module in every interpreter of the environment and calls
-``install()``. The finder answers one question per import, ``fullname == WORKSPACE_MODULE``,
-and for that one module hands back the real spec with its loader wrapped; the wrapper runs
-the module, then activation. importlib holds its global lock while a finder's ``find_spec``
-runs, so ``find_spec`` imports nothing and never touches ``sys.meta_path``: all the work
-(reading the method's source, patching, logging) happens in ``exec_module``, after the lock
-is released, exactly where a module's own imports run. A finder that only finds a spec
-(``importlib.util.find_spec``) activates nothing. The finder stays installed for the life of
-the process, so a reload or a retried import after a failure is patched (or refused) again.
-
-This module imports only ``sys`` and ``_thread`` (both already loaded by the interpreter).
+``sglang_overlay.pth`` calls ``install()`` in every interpreter. importlib holds its global
+lock while ``find_spec`` runs, so ``find_spec`` imports nothing and never touches
+``sys.meta_path``; it only wraps the real loader, and all the work happens in ``exec_module``,
+after the lock is released. This module imports only ``sys`` and ``_thread``.
 """
 
 import _thread
@@ -81,23 +74,19 @@ class ActivatingLoader:
         if spec is not None and spec.loader is self:
             spec.loader = self.loader
         self.loader.exec_module(module)
-        _after_workspace_import(module)
+        # Outside importlib's global lock: importing here is as safe as the module's own imports.
+        try:
+            from sglang_overlay import activation
+        except Exception as exc:  # a broken install must not break the user's import
+            import logging
 
-
-def _after_workspace_import(module):
-    # Outside importlib's global lock: importing here is as safe as the module's own imports.
-    try:
-        from sglang_overlay import activation
-    except Exception as exc:  # a broken install must not break the user's import
-        import logging
-
-        logging.getLogger("sglang_overlay").warning(
-            "sglang-overlay: cannot load its activation (%r); %s left unpatched",
-            exc,
-            WORKSPACE_MODULE,
-        )
-        return
-    activation.on_workspace_import(module, via="start-up hook")
+            logging.getLogger("sglang_overlay").warning(
+                "sglang-overlay: cannot load its activation (%r); %s left unpatched",
+                exc,
+                WORKSPACE_MODULE,
+            )
+            return
+        activation.on_workspace_import(module, via="start-up hook")
 
 
 HOOK = WorkspaceImportHook()

@@ -1,9 +1,6 @@
-"""What the overlay tells operators: records on the ``sglang_overlay`` logger, never warnings.
+"""What the overlay tells operators: records on the ``sglang_overlay`` logger, once per cause.
 
-The overlay runs inside other people's imports. ``warnings.warn`` becomes an exception under
-``-W error`` or ``PYTHONWARNINGS=error``, so a fallback message could break the very import it
-was protecting; a log record cannot. Without logging configured, Python's last-resort handler
-still prints WARNING records to stderr. Each cause is said once per process.
+Never ``warnings.warn``: under ``-W error`` it would raise inside the import it protects.
 """
 
 import logging

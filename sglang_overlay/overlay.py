@@ -1,13 +1,8 @@
 """Apply, remove and report the overlay's patch in this process.
 
-A patch is a record with an id, a target and a reason; applying twice is a no-op and removing
-puts back the exact original function object. Every outcome is kept as a status record, and
-``status()`` checks it against the live class by identity before reporting it: the method is
-the overlay's only if it is the very function object installed here. A reload shows up as
-``pending``; another vendor's hook over ours (sglang's ``HookRegistry`` copies our attributes
-through ``functools.wraps``) as ``wrapped`` when it calls ours, ``replaced`` when it does not.
-A shape the overlay does not recognise is left untouched with one WARNING (or
-``UnsupportedShapeError`` under ``SGLANG_OVERLAY_STRICT=1``, on every attempt). Each change
+Applying twice is a no-op; removing puts back the exact original function object. ``status()``
+checks the kept record against the live class by identity: the method is the overlay's only if
+it is the very function object installed here (README.md, "Control and visibility"). Each change
 of state is published for operators (``publish``: the per-process record and the gauges).
 """
 
@@ -169,21 +164,15 @@ def apply_to_module(module) -> None:
             return
         from sglang_overlay import release_first  # imports torch: only once sglang has
 
-        original = vars(found.cls)[found.shape.method]
+        method = found.shape.method
+        original = vars(found.cls)[method]
         patched = functools.update_wrapper(release_first.build(found.shape, module), original)
         patched.__sglang_overlay_patch__ = PATCH_ID  # for people reading it; never trusted
-        setattr(found.cls, found.shape.method, patched)
-        _applied.append(
-            _Applied(
-                module.__name__,
-                found.cls,
-                found.shape.method,
-                original,
-                patched,
-                found.target,
-                found.reason,
-            )
+        setattr(found.cls, method, patched)
+        done = _Applied(
+            module.__name__, found.cls, method, original, patched, found.target, found.reason
         )
+        _applied.append(done)
         _record("applied", found.target, found.reason)
         logger.info("sglang-overlay: %s applied to %s (%s)", PATCH_ID, found.target, found.reason)
 

@@ -1,17 +1,6 @@
-"""Per-process records of what the overlay did, for ``sglang-overlay status --processes``.
-
-A process that activates the overlay (or refuses, or is disabled) writes one small JSON file
-named after its pid into a per-user runtime directory, atomically (a temporary file, then
-``os.replace``), stamped with the pid's start time from ``/proc`` so that a record left by a
-dead process is never read as the state of a new process that got its pid. It writes when its
-state changes and when its workspace passes its high-water mark, never on the reuse path.
-
-The reader lists every live process on the machine that runs sglang (by its command line, which
-sglang's own processes set to ``sglang::scheduler...`` and the like) or has a record, with what
-the record says, and ``unpatched`` where there is none: such a process started before the
-install, or the overlay never loaded in it. It reads ``/proc`` and the record files only; it
-never signals or attaches to a process. Not for: anything inside the serving process beyond
-``write``, which never raises.
+"""Per-process records of what the overlay did, for ``sglang-overlay status --processes``
+(README.md, "Running processes"). ``write`` runs in the serving process and never raises; the
+readers look only at ``/proc`` and the record files, never signalling or attaching to a process.
 """
 
 import json
@@ -51,10 +40,15 @@ def write(fields: dict) -> "Path | None":
     pid, uid = os.getpid(), os.getuid()
     data = json.dumps({**fields, "pid": pid, "start_time": start_time(pid)}).encode()
     for directory in record_dirs(uid):
-        if not _own_directory(directory, uid):
-            continue
         temporary, path = directory / f".{pid}.tmp", directory / f"{pid}.json"
         try:
+            # Shared /tmp: use the directory only if it is a real directory of this user (mode
+            # 0700 when we make it), so nobody else can plant or read records there. Parents
+            # are never made: /run/user/UID exists only while the user has a session.
+            directory.mkdir(mode=0o700, exist_ok=True)
+            info = os.lstat(directory)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
+                continue
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
@@ -63,18 +57,6 @@ def write(fields: dict) -> "Path | None":
         except OSError:
             continue
     return None
-
-
-def _own_directory(directory: Path, uid: int) -> bool:
-    # Shared /tmp: use the directory only if it is a real directory of this user (mode 0700
-    # when we make it), so nobody else can plant or read records there. Parents are never
-    # made: /run/user/UID exists only while the user has a session.
-    try:
-        directory.mkdir(mode=0o700, exist_ok=True)
-        info = os.lstat(directory)
-    except OSError:
-        return False
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == uid
 
 
 def runs_sglang(argv: "list[str]") -> bool:
@@ -105,11 +87,8 @@ def processes() -> "list[dict]":
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            argv = [
-                a
-                for a in (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-                if a
-            ]
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+            argv = [a for a in cmdline.split("\0") if a]
             uid = entry.stat().st_uid
         except OSError:  # gone meanwhile, or not ours to read
             continue

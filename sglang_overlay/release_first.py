@@ -1,9 +1,7 @@
 """The fix itself: workspace methods that release the old tensor before allocating anew.
 
-One builder per published shape (see ``shapes.KNOWN_SHAPES``). Each keeps the original's
-signature and its reuse rule (a request that fits the current rows and dtype gets a view of
-the same storage); only the replacement path differs. The reuse path does no more work than
-the original; ``benchmark/`` measures that side by side.
+One builder per shape in ``shapes.KNOWN_SHAPES``, each with the original's signature and reuse
+rule (a request that fits the current rows and dtype gets a view of the same storage).
 """
 
 import torch

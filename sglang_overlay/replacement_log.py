@@ -1,10 +1,6 @@
-"""How the workspace's replacements reach the log without flooding it.
-
-Operators want the workspace's high-water mark (its size is unbounded for a batch of long
-histories), not one line per replacement: 0.5.23 replaces on every dtype switch, so a mix of
-fp8 and bf16 requests at a steady size replaces on every call. INFO only when a replacement
-passes the largest size seen in this process; DEBUG for the others; and at most one WARNING
-per minute while replacements thrash. Pure bookkeeping with an injectable clock; no torch.
+"""How the workspace's replacements reach the log without flooding it: INFO when one passes
+the high-water mark, DEBUG for the others, at most one WARNING a minute while they thrash
+(0.5.23 replaces on every dtype switch). Pure bookkeeping with an injectable clock; no torch.
 """
 
 import logging

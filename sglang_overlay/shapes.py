@@ -1,12 +1,8 @@
 """Recognise which DSV4 sparse-prefill workspace shape a loaded sglang module has.
 
 The one place that knows where the workspace class lives and what each published release's
-allocating method looks like. A shape is recognised by the sha256 of the method's exact source
-text, so the overlay replaces only code it has read; anything else is reported, not patched.
-Where the source is not there (a bytecode-only deployment: ``compileall -b``, sources removed)
-the method's code object is compared instead, with the sha256 of what each supported CPython
-compiles from that same text (``code_sha256``: bytecode, names, constants; not line numbers).
-This module reads source files and never changes anything.
+allocating method looks like, by the sha256 of its exact source text, or, where only bytecode
+is deployed, of its code object (``code_sha256``). Reads source files; never changes anything.
 """
 
 import ast
@@ -29,8 +25,6 @@ class WorkspaceShape:
     method: str
     source_sha256: str  # first 12 hex digits of the def's exact source text
     releases: str
-    takes_dtype: bool
-    tracks_head: bool
     # code_sha256 of the method as CPython 3.10, 3.11, 3.12, 3.13 compile that text (the same
     # for 3.11.2 and 3.11.7, 3.12.1 and 3.12.3: it changes with the minor version only)
     code_sha256: "tuple[str, ...]" = ()
@@ -43,8 +37,6 @@ KNOWN_SHAPES = (
         "get",
         "d521f0e4199e",
         "0.5.15-0.5.18",
-        takes_dtype=False,
-        tracks_head=False,
         code_sha256=("b64061b4e6d9", "5b9fade88fc2", "43bafab7deed", "147d4f608767"),
     ),
     WorkspaceShape(
@@ -53,8 +45,6 @@ KNOWN_SHAPES = (
         "get",
         "6e444f7823ac",
         "0.5.19-0.5.22",
-        takes_dtype=True,
-        tracks_head=False,
         code_sha256=("0912c84244b6", "3cb8b13f2108", "02a282a47edc", "3d94ba3a92c6"),
     ),
     WorkspaceShape(
@@ -63,8 +53,6 @@ KNOWN_SHAPES = (
         "_reserve",
         "08fa9779e685",
         "0.5.23",
-        takes_dtype=True,
-        tracks_head=True,
         code_sha256=("dae76ad0319a", "1b62c33967d7", "794386905f04", "473d06d0e8a5"),
     ),
 )
@@ -91,10 +79,6 @@ def workspace_class(module) -> "type | None":
 
 
 CODE_PYTHONS = ("3.10", "3.11", "3.12", "3.13")  # the order of WorkspaceShape.code_sha256
-
-
-def source_sha256(source: str) -> str:
-    return hashlib.sha256(source.encode()).hexdigest()[:12]
 
 
 def code_sha256(code) -> str:
@@ -148,17 +132,10 @@ def recognise(module) -> Recognition:
             "(something else already replaced it)",
             cls=cls,
         )
-    digest = source_sha256(ast.get_source_segment(module_source, node))
-    shape = next(
-        (
-            s
-            for s in KNOWN_SHAPES
-            if (s.class_name, s.method, s.source_sha256) == (cls.__name__, method, digest)
-        ),
-        None,
-    )
-    if shape is not None:
-        return _recognised(module, shape, cls, target, f"sha256 {digest}")
+    digest = hashlib.sha256(ast.get_source_segment(module_source, node).encode()).hexdigest()[:12]
+    for shape in KNOWN_SHAPES:
+        if (shape.class_name, shape.method, shape.source_sha256) == (cls.__name__, method, digest):
+            return _recognised(module, shape, cls, target, f"sha256 {digest}")
     if releases_first(node):
         return Recognition(
             "upstream-fixed",
@@ -178,14 +155,10 @@ def recognise(module) -> Recognition:
 def _recognise_bytecode(module, cls, method, func, target, why) -> Recognition:
     python = f"{sys.version_info[0]}.{sys.version_info[1]}"
     digest = code_sha256(func.__code__)
-    column = CODE_PYTHONS.index(python) if python in CODE_PYTHONS else None
-    for shape in KNOWN_SHAPES:
-        if (shape.class_name, shape.method) != (cls.__name__, method) or column is None:
-            continue
-        ours = (
-            func.__qualname__ == f"{cls.__name__}.{method}" and func.__module__ == module.__name__
-        )
-        if ours and shape.code_sha256[column] == digest:
+    ours = func.__qualname__ == f"{cls.__name__}.{method}" and func.__module__ == module.__name__
+    for shape in KNOWN_SHAPES if ours and python in CODE_PYTHONS else ():
+        same_method = (shape.class_name, shape.method) == (cls.__name__, method)
+        if same_method and shape.code_sha256[CODE_PYTHONS.index(python)] == digest:
             return _recognised(module, shape, cls, target, f"bytecode only, code sha256 {digest}")
     return Recognition(
         "unsupported",
@@ -221,8 +194,8 @@ def releases_first(method_node: ast.FunctionDef) -> bool:
 
 
 def _address_keyed_validity(module) -> "str | None":
-    # An unreleased upstream design (seen in a stored branch copy, in no release) keeps a
-    # per-forward gather cache whose validity key includes the workspace's allocation address. Released first, a replacement may get the old address
+    # An unreleased upstream design (in no release) keys a per-forward gather cache on the
+    # workspace's allocation address. Released first, a replacement may get the old address
     # back and a stale key would match, so that code needs the upstream change, not this one.
     gather = getattr(module, "CompressedGather", None)
     fields = getattr(gather, "__dataclass_fields__", {})
