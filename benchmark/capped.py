@@ -1,13 +1,11 @@
 """Replacement memory under a cap, unmodified vs change, each probe a fresh capped child.
 
-The child imports sglang's real workspace class, caps its own allocator (CPU: ``RLIMIT_AS`` =
-its address space + the budget, one thread; CUDA: ``set_per_process_memory_fraction``), makes
-a sequence of requests and prints one result: pass or OOM, the CUDA peak, phase timings and,
-on request, a CUDA memory snapshot. ``peaks``: the peak of a replacement over the new size
-(CUDA: the allocator's peak; CPU, with no counter that the cap obeys: the smallest budget that
-passes, searched). ``largest_fit``: the largest bf16 replacement under a cap C with X already
-held. Both modes' probes are queued A B A B, ``jobs`` at a time. For the benchmarks only: the
-proofs measure peaks without a cap. By hand, from the repository root:
+The child caps its own allocator (CPU: ``RLIMIT_AS`` = its address space + the budget, one
+thread; CUDA: ``set_per_process_memory_fraction``), makes the requests on sglang's real class
+and prints one result: pass or OOM, the CUDA peak, a memory snapshot on request. ``peaks``: a
+replacement's peak over the new size (CPU, with no counter that the cap obeys: the smallest
+budget that passes, searched). ``largest_fit``: the largest replacement under a cap C with X
+held. The proofs measure peaks without a cap. By hand, from the repository root:
 ``python -m benchmark.capped --steps 65536:bfloat16,98304:bfloat16 --device cpu --budget-mib 128``
 """
 
@@ -24,8 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from abtest import modes
-from benchmark import search
-from benchmark.stats import summary
+from benchmark import search, summary
 from evidence.model import MODES
 from sglang_overlay import WORKSPACE_MODULE
 from sglang_overlay.shapes import workspace_class
@@ -100,18 +97,15 @@ def cap_allocator(torch, device: str, budget_mib: int) -> None:
 
 def run_steps(steps, device: str, budget_mib: int, snapshot=None) -> dict:
     """The requests in this process, under the cap: the child's whole job."""
-    started = time.perf_counter()
     import torch
 
     cls = workspace_class(importlib.import_module(WORKSPACE_MODULE))
     if cls is None:
         raise LookupError(f"{WORKSPACE_MODULE} has no workspace class")
-    imported = time.perf_counter()
     takes_dtype = "dtype" in inspect.signature(cls.get).parameters
     if not takes_dtype and any(dtype != BF16 for _, dtype in steps):
         return {"outcome": "skip", "detail": f"{cls.__name__}.get has no dtype parameter"}
     cap_allocator(torch, device, budget_mib)
-    cuda_ready = time.perf_counter()
     if snapshot:
         # Python stacks only: symbolising C++ frames at dump time would cost seconds.
         torch.cuda.memory._record_memory_history(stacks="python", max_entries=100000)
@@ -127,17 +121,11 @@ def run_steps(steps, device: str, budget_mib: int, snapshot=None) -> dict:
         if not (oom or "can't allocate memory" in text or "out of memory" in text):
             raise
         result.update(outcome="oom", detail=f"{type(exc).__name__}: {text.splitlines()[0]}")
-    body_done = time.perf_counter()
     if device == "cuda":
         result["peak_allocated_mib"] = torch.cuda.max_memory_allocated() / MIB
     if snapshot:
         torch.cuda.memory._dump_snapshot(snapshot)
         result["snapshot"] = snapshot
-    result["timings_s"] = {
-        "import": imported - started,
-        "cuda_init": cuda_ready - imported,
-        "body": body_done - cuda_ready,
-    }
     return result
 
 
@@ -151,13 +139,9 @@ def run_child(args: list, mode: str, what: str, timeout_s: float, isolated: bool
     env = modes.environment(modes.ModeSetup(mode, overlay=mode == "change"))
     if isolated:
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="1")
+    command = [sys.executable, "-m", *args]
     proc = subprocess.run(
-        [sys.executable, "-m", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        cwd=REPO,
+        command, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO
     )
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_PREFIX):

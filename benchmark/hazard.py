@@ -1,13 +1,8 @@
 """The address-keyed design's hazard, measured: does a release-first replacement get the old
 address back?
 
-Each transition runs on the installed sglang's real ``SparsePrefillKVBuffer`` in a fresh
-process, holding-first (unmodified) and release-first (the overlay), and records whether the
-replacement's ``data_ptr`` is the old one and what a gather cache keyed on the address, and one
-keyed on a replacement generation, conclude afterwards (benchmark/README.md says why). Not a
-test: it reports what it saw on this machine.
-
-    python -m benchmark.hazard [--device cpu|cuda] [--jobs N] [--out FILE.json]
+Each transition runs on the real ``SparsePrefillKVBuffer`` in a fresh process, holding-first
+(unmodified) and release-first (the overlay); benchmark/README.md says why and what is recorded.
 """
 
 import argparse
@@ -30,7 +25,7 @@ ORDERS = ("holding-first", "release-first")
 class Transition(NamedTuple):
     name: str
     steps: tuple  # (rows, dtype name) before and after the replacement
-    freed_block_mib: int = 0  # a block allocated and freed first, as a busy allocator would have
+    freed_block_mib: int = 0  # a block allocated and freed first
 
 
 TRANSITIONS = (
@@ -73,15 +68,11 @@ def run_transition(transition: Transition, order: str, device: str) -> dict:
     import torch
 
     module = importlib.import_module(WORKSPACE_MODULE)
-    overlay = "not-installed"
-    try:
-        import sglang_overlay
+    import sglang_overlay  # the child runs in the repository root: always importable
 
-        if order == "release-first":
-            sglang_overlay.apply()
-        overlay = ",".join(sorted({r["state"] for r in sglang_overlay.status()}))
-    except ImportError:
-        pass
+    if order == "release-first":
+        sglang_overlay.apply()
+    overlay = ",".join(sorted({r["state"] for r in sglang_overlay.status()}))
     cls = getattr(module, "SparsePrefillKVBuffer", None)
     if cls is None or not hasattr(cls, "_reserve"):
         raise SystemExit("this sglang has no SparsePrefillKVBuffer._reserve (sglang 0.5.23 has)")
@@ -104,10 +95,8 @@ def run_transition(transition: Transition, order: str, device: str) -> dict:
             return rows
 
     dev = torch.device(device)
-    if transition.freed_block_mib:
-        torch.empty(
-            transition.freed_block_mib * MIB, dtype=torch.uint8, device=dev
-        )  # freed at once
+    if transition.freed_block_mib:  # allocated and freed at once, as a busy allocator would
+        torch.empty(transition.freed_block_mib * MIB, dtype=torch.uint8, device=dev)
     workspace = GenerationCounted(dev)
     by_address, by_generation = AddressKeyedGather(), GenerationKeyedGather()
     source_id = 7  # one unchanged source identity throughout, as in upstream's own test

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 from abtest import modes
-from benchmark.stats import summary
+from benchmark import summary
+from sglang_overlay import WORKSPACE_MODULE
 
-WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
 PROOF_FILES = {
     "cuda": "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py",
     "cpu": "proofs/cpu/test_dsv4_workspace_cpu_peak.py",
@@ -25,20 +25,13 @@ PROOF_FILES = {
 GOALS = {"file": 1.5, "ab": 1.5}  # over one bare import, on CUDA (issue: the H200 figures)
 
 
-def _timed(command, root: Path) -> tuple[float, int]:
-    env = modes.environment(modes.ModeSetup("change", overlay=True))
-    started = time.perf_counter()
-    proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
-    return time.perf_counter() - started, proc.returncode
-
-
 def measure(device: str, repeats: int, root: Path) -> dict:
     proof_file = PROOF_FILES[device]
+    env = modes.environment(modes.ModeSetup("change", overlay=True))
     walls: dict = {"import": [], "file": [], "ab": []}
     codes: dict = {"file": [], "ab": []}
     for r in range(repeats):
-        order = ("import", "file", "ab") if r % 2 == 0 else ("ab", "file", "import")
-        for kind in order:
+        for kind in ("import", "file", "ab") if r % 2 == 0 else ("ab", "file", "import"):
             with tempfile.TemporaryDirectory() as out:
                 command = {
                     "import": [sys.executable, "-c", f"import {WORKSPACE_MODULE}"],
@@ -46,12 +39,13 @@ def measure(device: str, repeats: int, root: Path) -> dict:
                     "ab": [sys.executable, "-m", "ci", "run", "--out", out, "--backend", device]
                     + ["--tests", proof_file, "--jobs", "2", "--json"],
                 }[kind]
-                wall, code = _timed(command, root)
-            if code != 0:  # a figure of a command that failed measures nothing
-                raise RuntimeError(f"{kind} exited {code}: {' '.join(command)}")
-            walls[kind].append(wall)
+                started = time.perf_counter()
+                proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
+                walls[kind].append(time.perf_counter() - started)
+            if proc.returncode != 0:  # a figure of a command that failed measures nothing
+                raise RuntimeError(f"{kind} exited {proc.returncode}: {' '.join(command)}")
             if kind in codes:
-                codes[kind].append(code)
+                codes[kind].append(proc.returncode)
     bare = summary(walls["import"])["median"]
     ratios = {kind: summary(walls[kind])["median"] / bare for kind in ("file", "ab")}
     return {
@@ -60,5 +54,5 @@ def measure(device: str, repeats: int, root: Path) -> dict:
         "seconds": {kind: summary(values) for kind, values in walls.items()},
         "returncodes": codes,
         "over_bare_import": {kind: round(value, 2) for kind, value in ratios.items()},
-        "goals": {kind: GOALS[kind] for kind in ratios} if device == "cuda" else {},
+        "goals": dict(GOALS) if device == "cuda" else {},
     }
