@@ -120,8 +120,8 @@ def main(argv=None) -> int:
         torch=torch.__version__,
         python=platform.python_version(),
         generated=datetime.date.today().isoformat(),
-        command="python -m benchmark" + (" --quick" if args.quick else ""),
-        quick=args.quick,
+        command="python -m benchmark" + (" --quick" if quick else ""),
+        quick=quick,
     )
     errors = report.setdefault("errors", {})
     with tempfile.TemporaryDirectory() as scratch:
