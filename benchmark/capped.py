@@ -2,10 +2,9 @@
 
 The child caps its own allocator (CPU: ``RLIMIT_AS`` = its address space + the budget, one
 thread; CUDA: ``set_per_process_memory_fraction``), makes the requests on sglang's real class
-and prints one result: pass or OOM, the CUDA peak, a memory snapshot on request. ``peaks``: a
-replacement's peak over the new size (CPU, with no counter that the cap obeys: the smallest
-budget that passes, searched). ``largest_fit``: the largest replacement under a cap C with X
-held. The proofs measure peaks without a cap. By hand, from the repository root:
+and prints one result: pass or OOM, the CUDA peak, a memory snapshot on request. ``peaks``:
+a replacement's peak over the new size (CPU: the smallest budget that passes, searched);
+``largest_fit``: the largest replacement under a cap C with X held. By hand, from the root:
 ``python -m benchmark.capped --steps 65536:bfloat16,98304:bfloat16 --device cpu --budget-mib 128``
 """
 

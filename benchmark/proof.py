@@ -1,11 +1,8 @@
-"""Wall time of the proof, side by side with one bare import of the workspace module.
-
-Three commands, alternated in each repeat so a busy machine slows them alike: ``python -c
-"import <workspace module>"`` (the unit: every proof pays it once), ``python FILE -v`` of the
-proof file as upstream's runner starts it, and ``python -m ci run`` of that file in both modes
-(``--jobs 2``: the two modes at once). On CUDA the file is the registered upstream test; on CPU,
-where that test skips, the project's capped CPU proof (``proofs/cpu``). The goals are ratios of
-medians measured here. Not a test of the verdicts: exit codes are recorded, nothing more.
+"""Wall time of the proof over one bare import of the workspace module (every proof pays that
+once): ``python FILE -v`` as upstream's runner starts it and ``python -m ci run`` of it in both
+modes (``--jobs 2``), alternated with the import in each repeat so a busy machine slows them
+alike. FILE is the registered test on CUDA, ``proofs/cpu`` on CPU (where that test skips).
+Exit codes are recorded, not judged; the goals are ratios of medians.
 """
 
 import subprocess

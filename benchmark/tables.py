@@ -1,8 +1,6 @@
-"""BENCHMARKS.md from the result files: pure rendering, no measuring and no I/O but ``update``.
-
-Only the text between the two markers is rewritten, so prose above and below survives. Each
-table names the command that reproduces it and says whether its goal is met; a missed goal
-is stated with its figure and the reason. Absolute times appear only for CUDA machines.
+"""BENCHMARKS.md from the result files, pure rendering: only the text between the two markers
+is rewritten. Each table names the command that reproduces it and says whether its goal is met
+(a missed goal with its figure and the reason); absolute times only for CUDA machines.
 """
 
 from benchmark import hazard
