@@ -247,8 +247,8 @@ def machine_section(name: str, report: dict) -> list:
     for key, render in RENDERERS.items():
         if key in report:
             lines += render(report)
-        if key == "peaks" and key in report and charts.get("peaks"):
-            lines += [f"![peak ratios on {name}](benchmark/results/{charts['peaks']})", ""]
+            if key == "peaks" and charts.get("peaks"):
+                lines += [f"![peak ratios on {name}](benchmark/results/{charts['peaks']})", ""]
     if charts.get("timeline"):
         lines += [
             "#### Memory timeline of one replacement (64 -> 96 MiB bf16), from PyTorch snapshots",
