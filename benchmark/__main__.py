@@ -19,13 +19,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
-from benchmark import charts, hazard, hot_path, memory, proof, startup, tables
+from benchmark import capped, charts, hazard, hot_path, proof, startup, tables
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 DOCUMENT = ROOT / "BENCHMARKS.md"
-PARTS = ("peaks", "fit", "hot", "startup", "proof", "hazard")
 
 
 def machine_name() -> str:
@@ -39,78 +39,34 @@ def machine_name() -> str:
     return f"cpu-{platform.machine()}-{socket.gethostname()[:12]}"
 
 
-def _plan(device: str, quick: bool) -> dict:
-    """How many repeats each part gets: CPU probes cost ~4 s, CUDA ones ~15 s but run wide."""
-    cuda = device == "cuda"
-    return {
-        "peak_repeats": (1 if quick else 3) if cuda else 1,
-        "fit_caps": [128, 1024] if cuda else [128],
-        "fit_repeats": 1,
-        "hot": dict(rounds=5, number=2000) if quick else dict(rounds=21, number=20000),
-        "startup_runs": 4 if quick else (10 if cuda else 20),
-        # The goals are ratios of medians: noise needs repeats.
-        "proof_repeats": 1 if quick else (5 if cuda else 3),
-    }
-
-
-def load_reports(results_dir: Path) -> dict:
+def render_document(results_dir: Path, document: Path) -> None:
     reports = {}
     for path in sorted(results_dir.glob("*.json")):
         try:
             reports[path.stem] = json.loads(path.read_text())
         except ValueError as exc:
             print(f"warning: {path}: {exc}", file=sys.stderr)
-    return reports
-
-
-def render_document(results_dir: Path, document: Path) -> None:
     current = document.read_text() if document.exists() else ""
-    document.write_text(tables.update(current, load_reports(results_dir)))
+    document.write_text(tables.update(current, reports))
 
 
-def _draw(report: dict, name: str, results_dir: Path) -> None:
-    drawn = report.setdefault("charts", {})
-    if "peaks" in report:
-        drawn["peaks"] = f"{name}-peaks.png"
-        charts.peak_bars(
-            report["peaks"], f"replacement peak / new size ({name})", results_dir / drawn["peaks"]
-        )
-    if report.get("timeline"):
-        drawn["timeline"] = f"{name}-timeline.png"
-        charts.memory_timeline(
-            report["timeline"],
-            f"64 -> 96 MiB bf16 replacement ({name})",
-            results_dir / drawn["timeline"],
-        )
+def _peaks(plan) -> dict:
+    peaks = capped.peaks(plan.device, plan.peak_repeats, plan.jobs, plan.quick, plan.scratch)
+    row = peaks["transitions"].get(capped.SNAPSHOT_TRANSITION, {})
+    if row.get("change", {}).get("snapshot"):
+        return {"peaks": peaks, "timeline": charts.timeline(row)}
+    return {"peaks": peaks}
 
 
-def _run_part(part: str, device: str, plan: dict, scratch: Path, jobs: int):
-    if part == "peaks":
-        peaks = memory.peaks(device, plan["peak_repeats"], jobs, plan["quick"], scratch)
-        out = {"peaks": peaks}
-        row = peaks["transitions"].get(memory.SNAPSHOT_TRANSITION, {})
-        if row.get("change", {}).get("snapshot"):
-            out["timeline"] = {"new_mib": row["new_mib"]}
-            for mode in memory.MODES:
-                snapshot = row[mode].pop("snapshot", None)
-                try:
-                    out["timeline"][mode] = charts.timeline_points(snapshot) if snapshot else []
-                except Exception as exc:  # the picture is optional, the peaks are not
-                    out["timeline"][f"{mode}_error"] = f"{type(exc).__name__}: {exc}"[:300]
-        return out
-    if part == "fit":
-        return {
-            "largest_fit": memory.largest_fit(device, plan["fit_caps"], plan["fit_repeats"], jobs)
-        }
-    if part == "hot":
-        return {"hot_path": hot_path.measure(device, **plan["hot"])}
-    if part == "startup":
-        return {"startup": startup.measure(runs=plan["startup_runs"])}
-    if part == "hazard":
-        return {"hazard": hazard.report(device, jobs)}
-    if part == "proof":
-        return {"proof": proof.measure(device, plan["proof_repeats"], ROOT)}
-    raise ValueError(part)
+# Each part: the plan -> the keys it sets in the report.
+PARTS = {
+    "peaks": _peaks,
+    "fit": lambda p: {"largest_fit": capped.largest_fit(p.device, p.fit_caps, 1, p.jobs)},
+    "hot": lambda p: {"hot_path": hot_path.measure(p.device, **p.hot)},
+    "startup": lambda p: {"startup": startup.measure(runs=p.startup_runs)},
+    "proof": lambda p: {"proof": proof.measure(p.device, p.proof_repeats, ROOT)},
+    "hazard": lambda p: {"hazard": hazard.report(p.device, p.jobs)},
+}
 
 
 def main(argv=None) -> int:
@@ -142,8 +98,19 @@ def main(argv=None) -> int:
 
     started = time.monotonic()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    jobs = args.jobs or min(12, os.cpu_count() or 1)
-    plan = dict(_plan(device, args.quick), quick=args.quick)
+    cuda, quick = device == "cuda", args.quick
+    # How many repeats each part gets: CPU probes cost ~4 s, CUDA ones ~15 s but run wide.
+    plan = SimpleNamespace(
+        device=device,
+        jobs=args.jobs or min(12, os.cpu_count() or 1),
+        quick=quick,
+        peak_repeats=(1 if quick else 3) if cuda else 1,
+        fit_caps=[128, 1024] if cuda else [128],
+        hot=dict(rounds=5, number=2000) if quick else dict(rounds=21, number=20000),
+        startup_runs=4 if quick else (10 if cuda else 20),
+        # The goals are ratios of medians: noise needs repeats.
+        proof_repeats=1 if quick else (5 if cuda else 3),
+    )
     name = machine_name()
     path = args.results_dir / f"{name}.json"
     report = json.loads(path.read_text()) if path.exists() else {}
@@ -153,16 +120,17 @@ def main(argv=None) -> int:
         torch=torch.__version__,
         python=platform.python_version(),
         generated=datetime.date.today().isoformat(),
-        command="python -m benchmark" + (" --quick" if args.quick else ""),
-        quick=args.quick,
+        command="python -m benchmark" + (" --quick" if quick else ""),
+        quick=quick,
     )
     errors = report.setdefault("errors", {})
     with tempfile.TemporaryDirectory() as scratch:
+        plan.scratch = Path(scratch)
         for part in parts:
             part_started = time.monotonic()
             print(f"benchmark: {part} ...", file=sys.stderr, flush=True)
             try:
-                report.update(_run_part(part, device, plan, Path(scratch), jobs))
+                report.update(PARTS[part](plan))
                 errors.pop(part, None)
             except Exception as exc:  # one failing part must not lose the others
                 message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
@@ -176,7 +144,7 @@ def main(argv=None) -> int:
     report["elapsed_s"] = round(time.monotonic() - started, 1)
     args.results_dir.mkdir(parents=True, exist_ok=True)
     try:
-        _draw(report, name, args.results_dir)
+        charts.draw(report, name, args.results_dir)
     except Exception as exc:
         errors["charts"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
     path.write_text(json.dumps(report, indent=2) + "\n")

@@ -1,46 +1,60 @@
-"""One capped replacement scenario in a fresh process: the child, and its launcher.
+"""Replacement memory under a cap, unmodified vs change, each probe a fresh capped child.
 
-The child imports sglang's real workspace class, caps its own allocator (CPU: ``RLIMIT_AS`` =
-its address space + the budget, one thread; CUDA: a CUDA context, then
-``set_per_process_memory_fraction``), makes a sequence of requests and reports one result:
-pass or OOM, the peak where the device measures one (CUDA), phase timings, and on request a
-CUDA memory snapshot. ``launch`` starts it as a fresh interpreter with the overlay on
-(``change``) or off (``unmodified``). For the benchmarks' fit limits only: the proofs measure
-peaks without a cap (``test/registered``: the CUDA allocator's statistics; ``proofs/cpu``:
-torch's profiler).
-
-Run by hand, from the repository root: ``python -m benchmark.capped --steps
-65536:bfloat16,98304:bfloat16 --device cpu --budget-mib 128``
+The child caps its own allocator (CPU: ``RLIMIT_AS`` = its address space + the budget, one
+thread; CUDA: ``set_per_process_memory_fraction``), makes the requests on sglang's real class
+and prints one result: pass or OOM, the CUDA peak, a memory snapshot on request. ``peaks``:
+a replacement's peak over the new size (CPU: the smallest budget that passes, searched);
+``largest_fit``: the largest replacement under a cap C with X held. By hand, from the root:
+``python -m benchmark.capped --steps 65536:bfloat16,98304:bfloat16 --device cpu --budget-mib 128``
 """
 
 import argparse
 import importlib
 import inspect
 import json
+import math
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import MappingProxyType
 
 from abtest import modes
+from benchmark import search, summary
+from evidence.model import MODES
+from sglang_overlay import WORKSPACE_MODULE
+from sglang_overlay.shapes import workspace_class
 
 REPO = Path(__file__).resolve().parent.parent
-WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
-WORKSPACE_CLASSES = ("SparsePrefillKVBuffer", "SparsePrefillWorkspace")  # 0.5.23, 0.5.15-0.5.22
 RESULT_PREFIX = "DSV4_CAPPED_RESULT "
 MIB = 1 << 20
+BF16, FP8 = "bfloat16", "float8_e4m3fn"
+DTYPE_BYTES = {BF16: 2, "float16": 2, "float32": 4, FP8: 1}
 ROWS_PER_MIB_BF16 = 1024  # rows are (num_tokens, 1, 512): 1 KiB per token in bf16
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1}
-# The seed's three transitions, each a sequence of (rows, dtype) requests, the last the
-# replacement: 64 -> 96 MiB bf16, 48 MiB fp8 -> 96 MiB bf16, 96 MiB bf16 -> 48 MiB fp8.
+# Each a sequence of (rows, dtype) requests, the last the replacement. The regression test's
+# three (all that ``--quick`` runs), then the sweep's, then the sweep's that need a GPU.
 TRANSITIONS = MappingProxyType(
     {
-        "grow_bf16_64_to_96_mib": ((65536, "bfloat16"), (98304, "bfloat16")),
-        "replace_fp8_48_with_bf16_96_mib": ((98304, "float8_e4m3fn"), (98304, "bfloat16")),
-        "shrink_by_dtype_bf16_96_to_fp8_48_mib": ((98304, "bfloat16"), (98304, "float8_e4m3fn")),
+        "grow_bf16_64_to_96_mib": ((65536, BF16), (98304, BF16)),
+        "replace_fp8_48_with_bf16_96_mib": ((98304, FP8), (98304, BF16)),
+        "shrink_by_dtype_bf16_96_to_fp8_48_mib": ((98304, BF16), (98304, FP8)),
     }
 )
+SWEEP = {
+    "grow_bf16_16_to_96_mib": ((16384, BF16), (98304, BF16)),
+    "replace_bf16_32_with_fp8_64_mib": ((32768, BF16), (131072, FP8)),
+}
+SWEEP_CUDA_ONLY = {
+    "grow_bf16_96_to_128_mib": ((98304, BF16), (131072, BF16)),
+    "grow_bf16_512_to_768_mib": ((524288, BF16), (786432, BF16)),
+    "replace_fp8_256_with_bf16_512_mib": ((524288, FP8), (524288, BF16)),
+}
+SNAPSHOT_TRANSITION = "grow_bf16_64_to_96_mib"
+FILL_FRACTIONS = (0.25, 0.50, 0.75)
+# Allocation granularity: CUDA's caching allocator rounds large blocks to 2 MiB; CPU's mmap
+# works in 4 KiB pages, below the searches' 1 MiB resolution.
+GRANULARITY_MIB = {"cuda": 2.0, "cpu": 4 / 1024}
 
 
 def parse_steps(text: str) -> list:
@@ -63,27 +77,6 @@ def step_mib(step) -> float:
     return rows * 512 * DTYPE_BYTES[dtype] / MIB
 
 
-# --------------------------------------------------------------------------------------------
-# Child side
-# --------------------------------------------------------------------------------------------
-
-
-def workspace_class(module):
-    for name in WORKSPACE_CLASSES:
-        cls = getattr(module, name, None)
-        if isinstance(cls, type):
-            return cls
-    raise LookupError(f"{WORKSPACE_MODULE} has none of {WORKSPACE_CLASSES}")
-
-
-def _address_space_bytes() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmSize in /proc/self/status")
-
-
 def cap_allocator(torch, device: str, budget_mib: int) -> None:
     if device == "cuda":
         torch.cuda.init()
@@ -95,32 +88,23 @@ def cap_allocator(torch, device: str, budget_mib: int) -> None:
 
     torch.set_num_threads(1)
     torch.empty(1).add_(1)  # let torch map whatever it maps on first use before the cap
-    limit = _address_space_bytes() + budget_mib * MIB
+    with open("/proc/self/status") as status:
+        vm_kib = next(int(line.split()[1]) for line in status if line.startswith("VmSize:"))
+    limit = vm_kib * 1024 + budget_mib * MIB
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    text = str(exc)
-    return (
-        isinstance(exc, MemoryError)
-        or type(exc).__name__ == "OutOfMemoryError"
-        or "can't allocate memory" in text
-        or "out of memory" in text
-    )
 
 
 def run_steps(steps, device: str, budget_mib: int, snapshot=None) -> dict:
     """The requests in this process, under the cap: the child's whole job."""
-    started = time.perf_counter()
     import torch
 
     cls = workspace_class(importlib.import_module(WORKSPACE_MODULE))
-    imported = time.perf_counter()
+    if cls is None:
+        raise LookupError(f"{WORKSPACE_MODULE} has no workspace class")
     takes_dtype = "dtype" in inspect.signature(cls.get).parameters
-    if not takes_dtype and any(dtype != "bfloat16" for _, dtype in steps):
+    if not takes_dtype and any(dtype != BF16 for _, dtype in steps):
         return {"outcome": "skip", "detail": f"{cls.__name__}.get has no dtype parameter"}
     cap_allocator(torch, device, budget_mib)
-    cuda_ready = time.perf_counter()
     if snapshot:
         # Python stacks only: symbolising C++ frames at dump time would cost seconds.
         torch.cuda.memory._record_memory_history(stacks="python", max_entries=100000)
@@ -128,81 +112,175 @@ def run_steps(steps, device: str, budget_mib: int, snapshot=None) -> dict:
     workspace = cls(torch.device(device))
     try:
         for rows, dtype in steps:
-            if takes_dtype:
-                view = workspace.get(rows, getattr(torch, dtype))
-            else:
-                view = workspace.get(rows)
-            del view
+            request = (rows, getattr(torch, dtype)) if takes_dtype else (rows,)
+            workspace.get(*request)  # the view is dropped: a held one keeps its storage alive
     except Exception as exc:
-        if not is_out_of_memory(exc):
+        text = str(exc)
+        oom = isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
+        if not (oom or "can't allocate memory" in text or "out of memory" in text):
             raise
-        result.update(outcome="oom", detail=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
-    body_done = time.perf_counter()
+        result.update(outcome="oom", detail=f"{type(exc).__name__}: {text.splitlines()[0]}")
     if device == "cuda":
         result["peak_allocated_mib"] = torch.cuda.max_memory_allocated() / MIB
     if snapshot:
         torch.cuda.memory._dump_snapshot(snapshot)
         result["snapshot"] = snapshot
-    result["timings_s"] = {
-        "import": imported - started,
-        "cuda_init": cuda_ready - imported,
-        "body": body_done - cuda_ready,
-    }
     return result
-
-
-# --------------------------------------------------------------------------------------------
-# Parent side
-# --------------------------------------------------------------------------------------------
 
 
 class ChildFailed(RuntimeError):
     """The child ended without a result line (a crash, not an OOM: an OOM is a result)."""
 
 
-def child_env(mode: str) -> dict:
-    """The mode's environment (overlay on or off), isolated: one thread, one malloc arena."""
-    setup = modes.ModeSetup(mode, overlay=mode == "change")
-    env = modes.environment(setup)
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="1")
-    return env
-
-
-def parse_result(stdout: str):
-    """The result line a child printed, as a dict, or None."""
-    for line in stdout.splitlines():
+def run_child(args: list, mode: str, what: str, timeout_s: float, isolated: bool = True) -> dict:
+    """``python -m <args>`` in a fresh process under ``mode`` (overlay on for ``change``); the
+    result line it printed. ``isolated``: one thread, one malloc arena."""
+    env = modes.environment(modes.ModeSetup(mode, overlay=mode == "change"))
+    if isolated:
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="1")
+    command = [sys.executable, "-m", *args]
+    proc = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO
+    )
+    for line in proc.stdout.splitlines():
         if line.startswith(RESULT_PREFIX):
             return json.loads(line[len(RESULT_PREFIX) :])
-    return None
+    raise ChildFailed(
+        f"{what} exited {proc.returncode} without a result\n{proc.stderr.strip()[-3000:]}"
+    )
 
 
 def launch(steps, device: str, budget_mib: int, mode: str, snapshot=None, timeout_s=300) -> dict:
     """Run ``steps`` in a fresh capped child under ``mode``; adds the wall time seen from here."""
-    command = [
-        sys.executable,
-        "-m",
-        "benchmark.capped",
-        "--steps",
-        format_steps(steps),
-        "--device",
-        device,
-        "--budget-mib",
-        str(budget_mib),
-    ]
-    if snapshot:
-        command += ["--snapshot", str(snapshot)]
+    args = ["benchmark.capped", "--steps", format_steps(steps), "--device", device]
+    args += ["--budget-mib", str(budget_mib)] + (["--snapshot", str(snapshot)] if snapshot else [])
+    what = f"{mode} {format_steps(steps)} on {device} under {budget_mib} MiB"
     started = time.perf_counter()
-    proc = subprocess.run(
-        command, env=child_env(mode), capture_output=True, text=True, timeout=timeout_s, cwd=REPO
+    result = run_child(args, mode, what, timeout_s)
+    return {**result, "wall_s": time.perf_counter() - started, "mode": mode}
+
+
+def _passes(result: dict) -> bool:
+    if result["outcome"] not in ("pass", "oom"):
+        raise ChildFailed(f"unexpected outcome {result['outcome']}: {result}")
+    return result["outcome"] == "pass"
+
+
+def _alternating(keys, repeats: int, work, jobs: int) -> dict:
+    """``work(key, mode, repeat)`` for each, queued A B A B with the pair's order flipping
+    every repeat, ``jobs`` at a time: ``{(key, mode): [result of each repeat]}``."""
+    tasks = [
+        (key, mode, r)
+        for r in range(repeats)
+        for key in keys
+        for mode in (MODES if r % 2 == 0 else MODES[::-1])
+    ]
+    results = {}
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [(key, mode, pool.submit(work, key, mode, r)) for key, mode, r in tasks]
+        for key, mode, future in futures:
+            results.setdefault((key, mode), []).append(future.result())
+    return results
+
+
+def peaks(device: str, repeats: int, jobs: int, quick: bool = False, snapshot_dir=None) -> dict:
+    cases = dict(TRANSITIONS)
+    if not quick:
+        cases |= SWEEP | (SWEEP_CUDA_ONLY if device == "cuda" else {})
+
+    def work(name, mode, repeat):
+        steps = cases[name]
+        old, new = step_mib(steps[-2]), step_mib(steps[-1])
+        if device == "cuda":
+            snapshot = None
+            if snapshot_dir and repeat == 0 and name == SNAPSHOT_TRANSITION:
+                snapshot = str(snapshot_dir / f"snapshot-{mode}.pickle")
+            result = launch(steps, device, math.ceil(old + new) + 256, mode, snapshot)
+            if not _passes(result):
+                raise ChildFailed(f"{name} {mode} OOM under a generous cap: {result}")
+            snapshot = result.get("snapshot")
+            return {"peak_mib": result["peak_allocated_mib"], "probes": 1, "snapshot": snapshot}
+        found = search.smallest_passing(
+            lambda b: _passes(launch(steps, device, b, mode)),
+            math.ceil(old + new if mode == "unmodified" else max(old, new)),
+            floor=math.floor(max(old, new) / 2),
+            ceiling=math.ceil(old + new) + 64,
+        )
+        if found.value is None:
+            raise ChildFailed(f"{name} {mode}: no budget up to old + new + 64 MiB passes")
+        return {"peak_mib": found.value, "probes": len(found.probes)}
+
+    raw = _alternating(list(cases), repeats, work, jobs)
+    out = {}
+    for name, steps in cases.items():
+        old, new = step_mib(steps[-2]), step_mib(steps[-1])
+        out[name] = row = {
+            "steps": format_steps(steps),
+            "old_mib": old,
+            "new_mib": new,
+            # What the replacement cannot go below: the new buffer, or the old one it replaces
+            # when that is larger (it is held before the request arrives).
+            "limit_ratio": max(old, new) / new,
+            "probes": sum(v["probes"] for mode in MODES for v in raw[name, mode]),
+        }
+        for mode in MODES:
+            values = [v["peak_mib"] for v in raw[name, mode]]
+            row[mode] = {"peak_mib": summary(values), "ratio": summary(v / new for v in values)}
+            snapshots = [v["snapshot"] for v in raw[name, mode] if v.get("snapshot")]
+            if snapshots:
+                row[mode]["snapshot"] = snapshots[0]
+    method = (
+        "torch.cuda.max_memory_allocated, one child per repeat"
+        if device == "cuda"
+        else "smallest RLIMIT_AS budget above the child's address space that passes "
+        "(1 MiB resolution, galloping search from the expected value, then bisection)"
     )
-    wall = time.perf_counter() - started
-    result = parse_result(proc.stdout)
-    if result is not None:
-        return {**result, "wall_s": wall, "mode": mode}
-    raise ChildFailed(
-        f"{mode} {format_steps(steps)} on {device} under {budget_mib} MiB exited "
-        f"{proc.returncode} without a result\n{proc.stderr[-3000:]}"
-    )
+    return {"device": device, "repeats": repeats, "method": method, "transitions": out}
+
+
+def fit_limit(cap_mib, granularity_mib) -> float:
+    """The largest replacement a cap can hold: the largest multiple of the allocator's
+    granularity within it. The one place this is computed; the tables read it from here."""
+    return math.floor(cap_mib / granularity_mib) * granularity_mib
+
+
+def largest_fit(device: str, caps_mib, repeats: int, jobs: int) -> dict:
+    granularity = GRANULARITY_MIB[device]
+    keys = [(cap, int(cap * f)) for cap in caps_mib for f in FILL_FRACTIONS]
+
+    def work(key, mode, repeat):
+        cap, held = key
+
+        def fits(size_mib):
+            steps = [(held * ROWS_PER_MIB_BF16, BF16), (size_mib * ROWS_PER_MIB_BF16, BF16)]
+            return _passes(launch(steps, device, cap, mode))
+
+        # CPU's cap is relative to the address space at capping time, which can shrink a
+        # little afterwards, so the search may find the cap itself: it is allowed to.
+        slack = math.ceil(granularity) if device == "cuda" else 0
+        guess = (cap if mode == "change" else cap - held) - slack
+        found = search.largest_passing(fits, guess, floor=held, ceiling=cap + 4)
+        return {"largest_mib": found.value, "probes": len(found.probes)}
+
+    raw = _alternating(keys, repeats, work, jobs)
+    rows = []
+    for cap, held in keys:
+        row = {"cap_mib": cap, "held_mib": held, "limit_mib": fit_limit(cap, granularity)}
+        for mode in MODES:
+            values = [v["largest_mib"] for v in raw[(cap, held), mode]]
+            # A value equal to what is held means no larger replacement fits at all.
+            row[mode] = summary(values) if None not in values else None
+        row["probes"] = sum(v["probes"] for mode in MODES for v in raw[(cap, held), mode])
+        rows.append(row)
+    return {
+        "device": device,
+        "repeats": repeats,
+        "granularity_mib": granularity,
+        "resolution_mib": 1,
+        "method": "bisection over the replacement size (whole MiB, bf16) under the cap, "
+        "workspace first filled to X",
+        "rows": rows,
+    }
 
 
 def main(argv=None) -> None:

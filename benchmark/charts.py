@@ -9,12 +9,11 @@ import pickle
 MIB = float(1 << 20)
 
 
-def timeline_points(snapshot_path: str, device_index: int = 0) -> list:
-    """Allocated bytes after each alloc / free event of a ``_dump_snapshot`` pickle."""
+def timeline_points(snapshot_path: str) -> list:
+    """Allocated bytes after each alloc / free event of a ``_dump_snapshot`` pickle (GPU 0)."""
     with open(snapshot_path, "rb") as handle:
         snapshot = pickle.load(handle)
-    traces = snapshot.get("device_traces") or [[]]
-    events = traces[device_index] if device_index < len(traces) else []
+    events = (snapshot.get("device_traces") or [[]])[0]
     allocated, points, start = 0, [], None
     for i, event in enumerate(events):
         action = event.get("action")
@@ -31,6 +30,18 @@ def timeline_points(snapshot_path: str, device_index: int = 0) -> list:
     return points
 
 
+def timeline(row: dict) -> dict:
+    """The snapshots of a peaks row (taken out of it) as the report's ``timeline``."""
+    curves = {"new_mib": row["new_mib"]}
+    for mode in ("unmodified", "change"):
+        snapshot = row[mode].pop("snapshot", None)
+        try:
+            curves[mode] = timeline_points(snapshot) if snapshot else []
+        except Exception as exc:  # the picture is optional, the peaks are not
+            curves[f"{mode}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    return curves
+
+
 def _pyplot():
     import matplotlib
 
@@ -41,16 +52,28 @@ def _pyplot():
 
 
 def peak_bars(peaks: dict, title: str, path) -> None:
-    _save(peak_figure(peaks, title), path)
+    fig = peak_figure(peaks, title)
+    fig.savefig(path)
+    _pyplot().close(fig)
 
 
 def memory_timeline(timeline: dict, title: str, path) -> None:
-    _save(timeline_figure(timeline, title), path)
-
-
-def _save(fig, path) -> None:
+    fig = timeline_figure(timeline, title)
     fig.savefig(path)
     _pyplot().close(fig)
+
+
+def draw(report: dict, name: str, results_dir) -> None:
+    """The report's pictures, into ``results_dir``; their file names go into ``charts``."""
+    drawn = report.setdefault("charts", {})
+    if "peaks" in report:
+        drawn["peaks"] = f"{name}-peaks.png"
+        title = f"replacement peak / new size ({name})"
+        peak_bars(report["peaks"], title, results_dir / drawn["peaks"])
+    if report.get("timeline"):
+        drawn["timeline"] = f"{name}-timeline.png"
+        title = f"64 -> 96 MiB bf16 replacement ({name})"
+        memory_timeline(report["timeline"], title, results_dir / drawn["timeline"])
 
 
 def peak_figure(peaks: dict, title: str):
@@ -80,28 +103,18 @@ def peak_figure(peaks: dict, title: str):
 def timeline_figure(timeline: dict, title: str):
     plt = _pyplot()
     modes = [m for m in ("unmodified", "change") if timeline.get(m)]
-    cap = timeline.get("cap_mib", 128)
+    cap, new = timeline.get("cap_mib", 128), timeline["new_mib"]
     fig, axes = plt.subplots(1, len(modes), figsize=(8, 3), dpi=90, sharey=True, squeeze=False)
     for ax, mode in zip(axes[0], modes, strict=True):
         ts = [p[0] for p in timeline[mode]]
         mib = [p[1] for p in timeline[mode]]
         color = "#c44e52" if mode == "unmodified" else "#4c72b0"
         ax.step(ts, mib, where="post", color=color, label=f"{mode}: allocated")
-        new = timeline["new_mib"]
-        ax.axhline(
-            new,
-            color="#999999",
-            linestyle="--",
-            linewidth=0.8,
-            label=f"target: {new:g} MiB, the new buffer alone",
-        )
-        ax.axhline(
-            cap,
-            color="black",
-            linestyle=":",
-            linewidth=0.8,
-            label=f"cap: {cap:g} MiB, the test's budget",
-        )
+        for y, color, style, label in (
+            (new, "#999999", "--", f"target: {new:g} MiB, the new buffer alone"),
+            (cap, "black", ":", f"cap: {cap:g} MiB, the test's budget"),
+        ):
+            ax.axhline(y, color=color, linestyle=style, linewidth=0.8, label=label)
         ax.set_title(f"{mode}: peak {max(mib, default=0):.0f} MiB", fontsize=9)
         ax.set_xlabel("ms since first allocation", fontsize=8)
         ax.set_ylim(0, max(cap, *mib) * 1.5)  # room above the lines for the legend

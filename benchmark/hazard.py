@@ -1,49 +1,31 @@
 """The address-keyed design's hazard, measured: does a release-first replacement get the old
 address back?
 
-A revision of sglang's workspace module that no release contains (by its wording, pull request
-#40421's design) keys a gather cache's validity partly on the workspace's allocation address
-(``CompressedGather.dequantized_source``). Releasing the old buffer before allocating lets the
-allocator hand the same address to the replacement, so an address-keyed validity check can
-match after the contents were replaced. This part runs a set of replacement transitions on
-the real ``SparsePrefillKVBuffer`` of the installed sglang, each in a fresh process, in both
-orders: ``holding-first`` (unmodified sglang: the old buffer is alive while the new one is
-allocated) and ``release-first`` (the overlay's fix). For each it records whether the
-replacement's ``data_ptr`` equals the old one, and what two toy consumers conclude after the
-replacement: one keyed on (source, address), one on (source, a generation counter that the
-workspace bumps on every replacement). A stale hit is a consumer calling its cached rows
-valid although the workspace replaced them.
-
-    python -m benchmark.hazard [--device cpu|cuda] [--jobs N] [--out FILE.json]
-
-Not a test: it asserts nothing about the allocator, it reports what it saw on this machine.
+Each transition runs on the real ``SparsePrefillKVBuffer`` in a fresh process, holding-first
+(unmodified) and release-first (the overlay); benchmark/README.md says why and what is recorded.
 """
 
 import argparse
+import importlib
 import json
 import os
 import platform
-import subprocess
 import sys
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
-from abtest import modes
+from benchmark.capped import BF16, FP8, MIB, RESULT_PREFIX, run_child
+from sglang_overlay import WORKSPACE_MODULE
 
-REPO = Path(__file__).resolve().parent.parent
-RESULT_PREFIX = "DSV4_HAZARD "
 ORDERS = ("holding-first", "release-first")
-MIB = 1 << 20
-BF16, FP8 = "bfloat16", "float8_e4m3fn"
 
 
-@dataclass(frozen=True)
-class Transition:
+class Transition(NamedTuple):
     name: str
     steps: tuple  # (rows, dtype name) before and after the replacement
-    freed_block_mib: int = 0  # a block allocated and freed first, as a busy allocator would have
+    freed_block_mib: int = 0  # a block allocated and freed first
 
 
 TRANSITIONS = (
@@ -61,16 +43,8 @@ TRANSITIONS = (
 BY_NAME = {t.name: t for t in TRANSITIONS}
 
 
-# --------------------------------------------------------------------------------------------
-# The toy consumers: the two ways to key "these rows still hold my source's dequantisation".
-# --------------------------------------------------------------------------------------------
-
-
 class AddressKeyedGather:
     """Validity keyed on (source, allocation address), as that design's gather cache is."""
-
-    def __init__(self):
-        self.key = None
 
     def filled(self, source_id, rows) -> None:
         self.key = (source_id, rows.data_ptr())
@@ -82,9 +56,6 @@ class AddressKeyedGather:
 class GenerationKeyedGather:
     """Validity keyed on (source, the workspace's replacement generation)."""
 
-    def __init__(self):
-        self.key = None
-
     def filled(self, source_id, workspace) -> None:
         self.key = (source_id, workspace.generation)
 
@@ -92,14 +63,28 @@ class GenerationKeyedGather:
         return self.key == (source_id, workspace.generation)
 
 
-def generation_counted(cls):
-    """The real workspace class plus a counter bumped on every replacement of its buffer.
+def run_transition(transition: Transition, order: str, device: str) -> dict:
+    """The child's job: one transition in one order, in this fresh process."""
+    import torch
 
-    A weak reference tells a replacement from a reuse without keeping the old buffer alive,
-    so the order of release and allocation is exactly the class's own.
-    """
+    module = importlib.import_module(WORKSPACE_MODULE)
+    import sglang_overlay  # the child runs in the repository root: always importable
+
+    if order == "release-first":
+        sglang_overlay.apply()
+    overlay = ",".join(sorted({r["state"] for r in sglang_overlay.status()}))
+    cls = getattr(module, "SparsePrefillKVBuffer", None)
+    if cls is None or not hasattr(cls, "_reserve"):
+        raise SystemExit("this sglang has no SparsePrefillKVBuffer._reserve (sglang 0.5.23 has)")
+    if order == "release-first" and overlay != "applied":
+        raise SystemExit(f"release-first needs the overlay applied, it is {overlay!r}")
+    if order == "holding-first" and overlay == "applied":
+        raise SystemExit("holding-first needs unmodified sglang: set SGLANG_OVERLAY_DISABLE=1")
 
     class GenerationCounted(cls):
+        """Bumps a counter on every replacement; the weak reference tells a replacement from a
+        reuse without keeping the old buffer alive, so the class's own order is measured."""
+
         generation = 0
 
         def _reserve(self, num_tokens, dtype):
@@ -109,46 +94,10 @@ def generation_counted(cls):
                 self.generation += 1
             return rows
 
-    return GenerationCounted
-
-
-# --------------------------------------------------------------------------------------------
-# Child side: one transition, one order, in this fresh process.
-# --------------------------------------------------------------------------------------------
-
-
-def _workspace_class(order: str):
-    import importlib
-
-    module = importlib.import_module("sglang.srt.layers.attention.dsv4.sparse_prefill_utils")
-    overlay = "not-installed"
-    try:
-        import sglang_overlay
-
-        if order == "release-first":
-            sglang_overlay.apply()
-        overlay = ",".join(sorted({r["state"] for r in sglang_overlay.status()}))
-    except ImportError:
-        pass
-    cls = getattr(module, "SparsePrefillKVBuffer", None)
-    if cls is None or not hasattr(cls, "_reserve"):
-        raise SystemExit("this sglang has no SparsePrefillKVBuffer._reserve (sglang 0.5.23 has)")
-    return cls, overlay
-
-
-def run_transition(transition: Transition, order: str, device: str) -> dict:
-    import torch
-
-    cls, overlay = _workspace_class(order)
-    if order == "release-first" and overlay != "applied":
-        raise SystemExit(f"release-first needs the overlay applied, it is {overlay!r}")
-    if order == "holding-first" and overlay == "applied":
-        raise SystemExit("holding-first needs unmodified sglang: set SGLANG_OVERLAY_DISABLE=1")
     dev = torch.device(device)
-    if transition.freed_block_mib:
-        block = torch.empty(transition.freed_block_mib * MIB, dtype=torch.uint8, device=dev)
-        del block
-    workspace = generation_counted(cls)(dev)
+    if transition.freed_block_mib:  # allocated and freed at once, as a busy allocator would
+        torch.empty(transition.freed_block_mib * MIB, dtype=torch.uint8, device=dev)
+    workspace = GenerationCounted(dev)
     by_address, by_generation = AddressKeyedGather(), GenerationKeyedGather()
     source_id = 7  # one unchanged source identity throughout, as in upstream's own test
 
@@ -174,40 +123,10 @@ def run_transition(transition: Transition, order: str, device: str) -> dict:
     }
 
 
-# --------------------------------------------------------------------------------------------
-# Parent side: every transition x order, each a fresh process; then the summary.
-# --------------------------------------------------------------------------------------------
-
-
-def child_env(order: str) -> dict:
-    mode = "unmodified" if order == "holding-first" else "change"
-    return modes.environment(modes.ModeSetup(mode, overlay=mode == "change"))
-
-
 def launch(transition: Transition, order: str, device: str, timeout_s: float = 300) -> dict:
-    command = [sys.executable, "-m", "benchmark.hazard", "--child", transition.name]
-    command += ["--order", order, "--device", device]
-    proc = subprocess.run(
-        command,
-        cwd=REPO,
-        env=child_env(order),
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX) :])
-    raise RuntimeError(
-        f"{transition.name} ({order}) exited {proc.returncode} without a result: "
-        f"{proc.stderr.strip()[-800:]}"
-    )
-
-
-def measure(device: str, jobs: int, transitions=TRANSITIONS) -> list:
-    pairs = [(t, order) for t in transitions for order in ORDERS]
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(lambda pair: launch(pair[0], pair[1], device), pairs))
+    args = ["benchmark.hazard", "--child", transition.name, "--order", order, "--device", device]
+    mode = "unmodified" if order == "holding-first" else "change"
+    return run_child(args, mode, f"{transition.name} ({order})", timeout_s, isolated=False)
 
 
 def summarize(rows: list) -> dict:
@@ -261,23 +180,23 @@ def render(report: dict) -> str:
 
 
 def report(device: str, jobs: int) -> dict:
-    """Measure every transition in both orders; the report ``render`` and BENCHMARKS.md read."""
-    rows = measure(device, jobs)
+    """Every transition in both orders, each in a fresh process; what ``render`` reads."""
+    import torch
+
+    pairs = [(t, order) for t in TRANSITIONS for order in ORDERS]
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        rows = list(pool.map(lambda pair: launch(pair[0], pair[1], device), pairs))
+    if device == "cuda":
+        where = f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+    else:
+        libc = " ".join(platform.libc_ver()) or "unknown libc"
+        where = f"CPU {platform.machine()}, {libc}, torch {torch.__version__}"
     return {
-        "where": _where(device),
+        "where": where,
         "command": "python -m benchmark.hazard --device " + device,
         "rows": rows,
         "summary": summarize(rows),
     }
-
-
-def _where(device: str) -> str:
-    import torch
-
-    if device == "cuda":
-        return f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
-    libc = " ".join(platform.libc_ver()) or "unknown libc"
-    return f"CPU {platform.machine()}, {libc}, torch {torch.__version__}"
 
 
 def main(argv=None) -> int:

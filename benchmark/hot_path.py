@@ -1,13 +1,12 @@
 """Reuse-path cost: calls per second of the workspace's ``get`` (and ``get_with_head``) with
-the original method and with the overlay's, interleaved A B A B in one process.
-
-The class attribute is swapped between rounds, so both variants run through the same bound
-call path the engine uses; each round's ratio is overlay / original calls per second.
+the original method and with the overlay's, interleaved A B A B in one process. The class
+attribute is swapped between rounds, so both run through the bound call path the engine uses.
 """
 
+import importlib
 import timeit
 
-from benchmark.stats import summary
+from benchmark import summary
 
 REUSE_ROWS = 4096  # requests that fit the buffer: the hot path
 
@@ -21,13 +20,10 @@ def measure(device: str = "cpu", rounds: int = 21, number: int = 20000) -> dict:
     records = sglang_overlay.apply()
     if records[0]["state"] != "applied":
         raise SystemExit(f"overlay not applied here: {records[0]}")
-    import importlib
-
-    module = importlib.import_module(shapes.WORKSPACE_MODULE)
-    cls = shapes.workspace_class(module)
+    cls = shapes.workspace_class(importlib.import_module(shapes.WORKSPACE_MODULE))
     method = "_reserve" if "_reserve" in vars(cls) else "get"
-    overlay_fn = vars(cls)[method]
-    original_fn = overlay_fn.__wrapped__
+    variants = {"overlay": vars(cls)[method]}
+    variants["original"] = variants["overlay"].__wrapped__
     workspace = cls(torch.device(device))
     workspace.get(2 * REUSE_ROWS)  # allocate once; every timed call reuses
 
@@ -35,22 +31,15 @@ def measure(device: str = "cpu", rounds: int = 21, number: int = 20000) -> dict:
     if hasattr(cls, "get_with_head"):
         key = ("cache", 1, "indices", 2)
         calls["get_with_head"] = lambda: workspace.get_with_head(REUSE_ROWS, key)
-
     results = {}
     try:
         for name, call in calls.items():
-            ratios, rates = [], {"original": [], "overlay": []}
+            rates = {"original": [], "overlay": []}
             for r in range(rounds):
-                order = [("original", original_fn), ("overlay", overlay_fn)]
-                if r % 2:
-                    order.reverse()
-                round_rate = {}
-                for label, fn in order:
-                    setattr(cls, method, fn)
-                    seconds = timeit.timeit(call, number=number)
-                    round_rate[label] = number / seconds
-                    rates[label].append(number / seconds)
-                ratios.append(round_rate["overlay"] / round_rate["original"])
+                for label in ("overlay", "original") if r % 2 else ("original", "overlay"):
+                    setattr(cls, method, variants[label])
+                    rates[label].append(number / timeit.timeit(call, number=number))
+            ratios = [o / a for o, a in zip(rates["overlay"], rates["original"], strict=True)]
             results[name] = {
                 "ratio_overlay_over_original": summary(ratios),
                 "original_calls_per_s": summary(rates["original"]),
@@ -58,7 +47,7 @@ def measure(device: str = "cpu", rounds: int = 21, number: int = 20000) -> dict:
                 "goal": ">= 0.98",
             }
     finally:
-        setattr(cls, method, overlay_fn)
+        setattr(cls, method, variants["overlay"])
     return {
         "device": device,
         "class": cls.__name__,

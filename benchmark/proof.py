@@ -1,11 +1,8 @@
-"""Wall time of the proof, side by side with one bare import of the workspace module.
-
-Three commands, alternated in each repeat so a busy machine slows them alike: ``python -c
-"import <workspace module>"`` (the unit: every proof pays it once), ``python FILE -v`` of the
-proof file as upstream's runner starts it, and ``python -m ci run`` of that file in both modes
-(``--jobs 2``: the two modes at once). On CUDA the file is the registered upstream test; on CPU,
-where that test skips, the project's capped CPU proof (``proofs/cpu``). The goals are ratios of
-medians measured here. Not a test of the verdicts: exit codes are recorded, nothing more.
+"""Wall time of the proof over one bare import of the workspace module (every proof pays that
+once): ``python FILE -v`` as upstream's runner starts it and ``python -m ci run`` of it in both
+modes (``--jobs 2``), alternated with the import in each repeat so a busy machine slows them
+alike. FILE is the registered test on CUDA, ``proofs/cpu`` on CPU (where that test skips).
+Exit codes are recorded, not judged; the goals are ratios of medians.
 """
 
 import subprocess
@@ -15,9 +12,9 @@ import time
 from pathlib import Path
 
 from abtest import modes
-from benchmark.stats import summary
+from benchmark import summary
+from sglang_overlay import WORKSPACE_MODULE
 
-WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
 PROOF_FILES = {
     "cuda": "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py",
     "cpu": "proofs/cpu/test_dsv4_workspace_cpu_peak.py",
@@ -25,20 +22,13 @@ PROOF_FILES = {
 GOALS = {"file": 1.5, "ab": 1.5}  # over one bare import, on CUDA (issue: the H200 figures)
 
 
-def _timed(command, root: Path) -> tuple[float, int]:
-    env = modes.environment(modes.ModeSetup("change", overlay=True))
-    started = time.perf_counter()
-    proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
-    return time.perf_counter() - started, proc.returncode
-
-
 def measure(device: str, repeats: int, root: Path) -> dict:
     proof_file = PROOF_FILES[device]
+    env = modes.environment(modes.ModeSetup("change", overlay=True))
     walls: dict = {"import": [], "file": [], "ab": []}
     codes: dict = {"file": [], "ab": []}
     for r in range(repeats):
-        order = ("import", "file", "ab") if r % 2 == 0 else ("ab", "file", "import")
-        for kind in order:
+        for kind in ("import", "file", "ab") if r % 2 == 0 else ("ab", "file", "import"):
             with tempfile.TemporaryDirectory() as out:
                 command = {
                     "import": [sys.executable, "-c", f"import {WORKSPACE_MODULE}"],
@@ -46,12 +36,13 @@ def measure(device: str, repeats: int, root: Path) -> dict:
                     "ab": [sys.executable, "-m", "ci", "run", "--out", out, "--backend", device]
                     + ["--tests", proof_file, "--jobs", "2", "--json"],
                 }[kind]
-                wall, code = _timed(command, root)
-            if code != 0:  # a figure of a command that failed measures nothing
-                raise RuntimeError(f"{kind} exited {code}: {' '.join(command)}")
-            walls[kind].append(wall)
+                started = time.perf_counter()
+                proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
+                walls[kind].append(time.perf_counter() - started)
+            if proc.returncode != 0:  # a figure of a command that failed measures nothing
+                raise RuntimeError(f"{kind} exited {proc.returncode}: {' '.join(command)}")
             if kind in codes:
-                codes[kind].append(code)
+                codes[kind].append(proc.returncode)
     bare = summary(walls["import"])["median"]
     ratios = {kind: summary(walls[kind])["median"] / bare for kind in ("file", "ab")}
     return {
@@ -60,5 +51,5 @@ def measure(device: str, repeats: int, root: Path) -> dict:
         "seconds": {kind: summary(values) for kind, values in walls.items()},
         "returncodes": codes,
         "over_bare_import": {kind: round(value, 2) for kind, value in ratios.items()},
-        "goals": {kind: GOALS[kind] for kind in ratios} if device == "cuda" else {},
+        "goals": dict(GOALS) if device == "cuda" else {},
     }

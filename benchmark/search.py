@@ -1,9 +1,6 @@
-"""Threshold searches over a monotone pass/fail probe, counted in whole units (MiB here).
-
-Each probe is a fresh capped process costing seconds, so a search starts at a guess (what the
-theory predicts), gallops outward until it brackets the threshold, then bisects. The answer
-never depends on the guess, only the number of probes does. Pure: the probe is a callable, so
-the logic is tested on synthetic predicates without launching anything.
+"""Threshold searches over a monotone pass/fail probe, in whole units (MiB here): start at a
+guess (what theory predicts), gallop outward until the threshold is bracketed, then bisect. The
+answer never depends on the guess, only the number of probes (each a fresh process) does.
 """
 
 from dataclasses import dataclass, field

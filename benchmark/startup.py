@@ -1,6 +1,5 @@
 """Start-up cost of the installed overlay: the same interpreter and packages with and without
 the overlay's .pth hook, interleaved A B A B, ``python -c pass`` and ``python -c "import torch"``.
-
 Two throw-away venvs see the project venv's site-packages as a plain path (so its .pth files,
 ours included, are not run); only the second also gets the overlay package and its .pth.
 """
@@ -14,34 +13,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmark.stats import summary
+from benchmark import summary
 
-PROGRAMS = {"pass": "pass", "import torch": "import torch"}
+PROGRAMS = ("pass", "import torch")
 PROBE = (
     "import json, sys; print(json.dumps({m: m in sys.modules for m in "
     "('sglang_overlay.import_hook', 'torch', 'sglang', 'sglang_overlay.overlay')}))"
 )
-
-
-def _make_venv(root: Path, with_overlay: bool) -> Path:
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
-    python = root / "bin" / "python"
-    site = Path(
-        subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    )
-    project_site = Path(sysconfig.get_paths()["purelib"])
-    (site / "project_site.pth").write_text(f"{project_site}\n")
-    if with_overlay:
-        shutil.copy(project_site / "sglang_overlay.pth", site / "sglang_overlay.pth")
-        shutil.copytree(project_site / "sglang_overlay", site / "sglang_overlay")
-    return python
-
-
 # Counts the start-up hook's calls during ``import torch`` and times one call: what the
 # installed hook adds to an interpreter that never imports sglang, free of the run-to-run
 # noise of a wall-clock difference between two ``import torch`` processes.
@@ -62,6 +40,24 @@ print(json.dumps({"calls": calls[0], "ns_per_call": per_call * 1e9, "ms": calls[
 """
 
 
+def _make_venv(root: Path, with_overlay: bool) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    python = root / "bin" / "python"
+    site = Path(_output(python, "import sysconfig; print(sysconfig.get_paths()['purelib'])"))
+    project_site = Path(sysconfig.get_paths()["purelib"])
+    (site / "project_site.pth").write_text(f"{project_site}\n")
+    if with_overlay:
+        shutil.copy(project_site / "sglang_overlay.pth", site / "sglang_overlay.pth")
+        shutil.copytree(project_site / "sglang_overlay", site / "sglang_overlay")
+    return python
+
+
+def _output(python: Path, program: str) -> str:
+    return subprocess.run(
+        [str(python), "-c", program], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
 def _time_once(python: Path, program: str) -> float:
     start = time.perf_counter()
     subprocess.run([str(python), "-c", program], check=True)
@@ -72,22 +68,19 @@ def measure(runs: int = 30) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         without = _make_venv(Path(tmp) / "without", with_overlay=False)
         with_ = _make_venv(Path(tmp) / "with", with_overlay=True)
-        probe = subprocess.run(
-            [str(with_), "-c", PROBE], check=True, capture_output=True, text=True
-        )
-        results = {"modules_after_start_with_overlay": probe.stdout.strip()}
-        cost = subprocess.run(
-            [str(with_), "-c", TRIGGER_COST], check=True, capture_output=True, text=True
-        )
-        results["trigger_cost_import_torch"] = json.loads(cost.stdout.strip().splitlines()[-1])
-        for label, program in PROGRAMS.items():
-            _time_once(without, program), _time_once(with_, program)  # warm the page cache
+        results = {
+            "modules_after_start_with_overlay": _output(with_, PROBE),
+            "trigger_cost_import_torch": json.loads(_output(with_, TRIGGER_COST).splitlines()[-1]),
+        }
+        for program in PROGRAMS:
+            for python in (without, with_):  # warm the page cache
+                _time_once(python, program)
             deltas = []
             for r in range(runs):
                 pair = [(False, without), (True, with_)]
                 if r % 2:
                     pair.reverse()
-                t = {flag: _time_once(py, program) for flag, py in pair}
+                t = {flag: _time_once(python, program) for flag, python in pair}
                 deltas.append((t[True] - t[False]) * 1000)
-            results[label] = {"overlay_minus_without_ms": summary(deltas), "goal": "<= 1 ms"}
+            results[program] = {"overlay_minus_without_ms": summary(deltas), "goal": "<= 1 ms"}
     return {"runs": runs, "results": results}

@@ -1,11 +1,10 @@
-"""BENCHMARKS.md from the result files: pure rendering, no measuring and no I/O but ``update``.
-
-Only the text between the two markers is rewritten, so prose above and below survives. Each
-table names the command that reproduces it and says whether its goal is met; a missed goal
-is stated with its figure and the reason. Absolute times appear only for CUDA machines.
+"""BENCHMARKS.md from the result files, pure rendering: only the text between the two markers
+is rewritten. Each table names the command that reproduces it and says whether its goal is met
+(a missed goal with its figure and the reason); absolute times only for CUDA machines.
 """
 
-from benchmark.memory import fit_limit
+from benchmark import hazard
+from benchmark.capped import fit_limit
 
 START = "<!-- benchmark:tables:start -->"
 END = "<!-- benchmark:tables:end -->"
@@ -28,25 +27,31 @@ def _range(s, fmt="{:.2f}") -> str:
     return f"{fmt.format(s['median'])} ({fmt.format(s['min'])}-{fmt.format(s['max'])})"
 
 
-def _absolute(report) -> bool:
-    return report.get("device") == "cuda"
-
-
 def _goal(met: bool, missed_text: str) -> str:
     return "goal met" if met else f"**goal missed**: {missed_text}"
 
 
+def _head(report, title: str, part: str, note: str, columns: str) -> list:
+    """A table's title, the command that reproduces it, and its header (``"a | b"``)."""
+    return [
+        f"#### {title}",
+        "",
+        f"Reproduce: `{report.get('command', 'python -m benchmark')} --parts {part}`. {note}",
+        "",
+        f"| {columns} |",
+        "|" + " --- |" * (columns.count("|") + 1),
+    ]
+
+
 def peaks_table(report) -> list:
     peaks = report["peaks"]
-    lines = [
-        "#### Replacement peak / new size",
-        "",
-        f"Reproduce: `{report.get('command', 'python -m benchmark')} --parts peaks`. "
+    lines = _head(
+        report,
+        "Replacement peak / new size",
+        "peaks",
         f"Measured by {peaks['method']}; {peaks['repeats']} repeat(s).",
-        "",
-        "| transition | old -> new MiB | unmodified | change | limit | probes |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
+        "transition | old -> new MiB | unmodified | change | limit | probes",
+    )
     missed = []
     for name, row in peaks["transitions"].items():
         change = row["change"]["ratio"]
@@ -58,7 +63,7 @@ def peaks_table(report) -> list:
         # One MiB is the CPU search's resolution; CUDA rounds blocks to 2 MiB.
         if change["median"] > row["limit_ratio"] + 2.0 / row["new_mib"]:
             missed.append(f"{name} {change['median']:.2f} > {row['limit_ratio']:.2f}")
-    lines += [
+    return lines + [
         "",
         "The limit is the larger of the new and the old buffer over the new size: 1.00 for a "
         "grow; a shrink cannot go below the old buffer, which is held before the request.",
@@ -66,32 +71,25 @@ def peaks_table(report) -> list:
         _goal(not missed, "; ".join(missed) + " (the change still pays for old + new)"),
         "",
     ]
-    return lines
 
 
 def fit_table(report) -> list:
     fit = report["largest_fit"]
-    lines = [
-        "#### Largest replacement that fits under a cap",
-        "",
-        f"Reproduce: `{report.get('command', 'python -m benchmark')} --parts fit`. "
+    lines = _head(
+        report,
+        "Largest replacement that fits under a cap",
+        "fit",
         f"{fit['method']}; resolution {fit['resolution_mib']} MiB; limit is the largest "
         f"multiple of the allocator's granularity ({fit['granularity_mib']:g} MiB) within the "
         "cap: with the old buffer released first, a replacement of the whole cap fits.",
-        "",
-        "| cap MiB | held MiB | unmodified largest MiB | change largest MiB | limit MiB | probes |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    missed = []
-    # Recomputed, not read from the row: results from older runs stored other formulas' limits.
-    rows = [
-        dict(row, limit_mib=fit_limit(row["cap_mib"], fit["granularity_mib"]))
-        for row in fit["rows"]
-    ]
-    for row in rows:
+        "cap MiB | held MiB | unmodified largest MiB | change largest MiB | limit MiB | probes",
+    )
+    missed, above = [], False
+    for row in fit["rows"]:
+        # Recomputed, not read from the row: results from older runs stored other formulas'.
+        limit = fit_limit(row["cap_mib"], fit["granularity_mib"])
         cells = []
-        for mode in ("unmodified", "change"):
-            s = row[mode]
+        for s in (row["unmodified"], row["change"]):
             if s is None:
                 cells.append("none")
             elif s["median"] <= row["held_mib"]:
@@ -100,43 +98,37 @@ def fit_table(report) -> list:
                 cells.append(_range(s, "{:g}"))
         lines.append(
             f"| {row['cap_mib']} | {row['held_mib']} | {cells[0]} | {cells[1]} "
-            f"| {row['limit_mib']:g} | {row['probes']} |"
+            f"| {limit:g} | {row['probes']} |"
         )
         change = row["change"]
-        if change is None or change["median"] < row["limit_mib"] - fit["resolution_mib"]:
+        if change is None or change["median"] < limit - fit["resolution_mib"]:
             got = "none" if change is None else f"{change['median']:g}"
             missed.append(f"cap {row['cap_mib']} held {row['held_mib']}: {got}")
-    note = ""
-    if any(r["change"] and r["change"]["median"] > r["limit_mib"] for r in rows):
-        note = (
+        above = above or bool(change and change["median"] > limit)
+    if above and fit.get("device", report.get("device")) == "cpu":
+        lines += [
+            "",
             "A figure above the limit on CPU: the cap is the child's address space at capping "
-            "time plus C, and the child releases a little of that space afterwards."
-            if fit.get("device", report.get("device")) == "cpu"
-            else "A figure above the limit: the allocator held more than its cap allows."
-        )
-    lines += ["", note] if note else []
-    lines += ["", _goal(not missed, "; ".join(missed)), ""]
-    return lines
+            "time plus C, and the child releases a little of that space afterwards.",
+        ]
+    elif above:
+        lines += ["", "A figure above the limit: the allocator held more than its cap allows."]
+    return lines + ["", _goal(not missed, "; ".join(missed)), ""]
 
 
 def hot_path_table(report) -> list:
     hot = report["hot_path"]
-    absolute = _absolute(report)
-    head = "| call | overlay / original calls per s |"
-    rule = "| --- | --- |"
-    if absolute:
-        head += " original calls/s | overlay calls/s |"
-        rule += " --- | --- |"
-    lines = [
-        "#### Hot path: reuse-path calls per second",
-        "",
-        f"Reproduce: `{report.get('command', 'python -m benchmark')} --parts hot`. "
+    absolute = report.get("device") == "cuda"
+    columns = "call | overlay / original calls per s"
+    columns += " | original calls/s | overlay calls/s" if absolute else ""
+    lines = _head(
+        report,
+        "Hot path: reuse-path calls per second",
+        "hot",
         f"{hot['rounds']} interleaved rounds of {hot['calls_per_round']} calls, class "
         f"`{hot['class']}` on {hot['device']}.",
-        "",
-        head + " goal |",
-        rule + " --- |",
-    ]
+        columns + " | goal",
+    )
     missed = []
     for name, r in hot["results"].items():
         ratio = r["ratio_overlay_over_original"]
@@ -147,21 +139,18 @@ def hot_path_table(report) -> list:
         lines.append(row + f" {r['goal']} |")
         if ratio["median"] < 0.98:
             missed.append(f"`{name}` {ratio['median']:.3f}")
-    lines += ["", _goal(not missed, "; ".join(missed)), ""]
-    return lines
+    return lines + ["", _goal(not missed, "; ".join(missed)), ""]
 
 
 def startup_table(report) -> list:
     st = report["startup"]
-    lines = [
-        "#### Start-up: interpreter with the overlay's .pth hook minus without",
-        "",
-        f"Reproduce: `{report.get('command', 'python -m benchmark')} --parts startup`. "
+    lines = _head(
+        report,
+        "Start-up: interpreter with the overlay's .pth hook minus without",
+        "startup",
         f"{st['runs']} interleaved pairs.",
-        "",
-        "| program | overlay - without, ms | goal |",
-        "| --- | --- | --- |",
-    ]
+        "program | overlay - without, ms | goal",
+    )
     missed, inconclusive = [], []
     cost = st["results"].get("trigger_cost_import_torch")
     for program, r in st["results"].items():
@@ -173,12 +162,11 @@ def startup_table(report) -> list:
             if cost["ms"] > 1:
                 missed.append(f"`import torch` direct cost {cost['ms']:.2f} ms")
         elif program == "import torch" and delta["max"] - delta["min"] > 50:
-            lines_note = (
+            inconclusive.append(
                 f"The `import torch` row cannot resolve 1 ms here: its pairs spread over "
                 f"{delta['max'] - delta['min']:.0f} ms, and this run predates the direct-cost "
                 "measurement (trigger calls x cost per call); the CPU table has it."
             )
-            inconclusive.append(lines_note)
         elif delta["median"] > 1:
             missed.append(f"`{program}` {delta['median']:.1f} ms")
     if cost:
@@ -195,42 +183,38 @@ def startup_table(report) -> list:
     verdict = _goal(not missed, "; ".join(missed))
     if inconclusive and not missed:
         verdict = "goal met where this run can resolve it (see the note above)"
-    lines += ["", verdict, ""]
-    return lines
+    return lines + ["", verdict, ""]
 
 
 def proof_table(report) -> list:
     proof = report["proof"]
     seconds, ratios = proof["seconds"], proof["over_bare_import"]
+    lines = _head(
+        report,
+        "Proof wall time, over one bare import of the workspace module",
+        "proof",
+        f"Medians of {proof['repeats']} alternating repeat(s); one bare import: "
+        f"{_range(seconds['import'], '{:.1f}')} s.",
+        "command | / bare import | wall s | exit codes | goal",
+    )
     names = {
         "file": f"`python {proof['file']} -v`",
         "ab": "`python -m ci run` of that file, both modes (`--jobs 2`)",
     }
-    lines = [
-        "#### Proof wall time, over one bare import of the workspace module",
-        "",
-        f"Reproduce: `{report.get('command', 'python -m benchmark')} --parts proof`. "
-        f"Medians of {proof['repeats']} alternating repeat(s); one bare import: "
-        f"{_range(seconds['import'], '{:.1f}')} s.",
-        "",
-        "| command | / bare import | wall s | exit codes | goal |",
-        "| --- | --- | --- | --- | --- |",
-    ]
     for kind, name in names.items():
         goal = proof["goals"].get(kind)
-        verdict = "" if goal is None else _goal(ratios[kind] <= goal, f"at most {goal:g}x")
-        verdict += f" (at most {goal:g}x)" if goal is not None and ratios[kind] <= goal else ""
+        verdict = ""
+        if goal is not None:
+            met = ratios[kind] <= goal
+            verdict = _goal(met, f"at most {goal:g}x") + (f" (at most {goal:g}x)" if met else "")
         lines.append(
             f"| {name} | {ratios[kind]:.2f}x | {_range(seconds[kind], '{:.1f}')} | "
             f"{proof['returncodes'][kind]} | {verdict} |"
         )
-    lines.append("")
-    return lines
+    return lines + [""]
 
 
 def hazard_table(report) -> list:
-    from benchmark import hazard
-
     return [
         "#### A validity key built from the address: does release-first get the old address back?",
         "",
@@ -239,7 +223,18 @@ def hazard_table(report) -> list:
     ]
 
 
+RENDERERS = {
+    "peaks": peaks_table,
+    "largest_fit": fit_table,
+    "hot_path": hot_path_table,
+    "startup": startup_table,
+    "proof": proof_table,
+    "hazard": hazard_table,
+}
+
+
 def machine_section(name: str, report: dict) -> list:
+    charts = report.get("charts", {})
     lines = [
         f"### {name}",
         "",
@@ -249,27 +244,16 @@ def machine_section(name: str, report: dict) -> list:
         + ".",
         "",
     ]
-    renderers = [
-        ("peaks", peaks_table),
-        ("largest_fit", fit_table),
-        ("hot_path", hot_path_table),
-        ("startup", startup_table),
-        ("proof", proof_table),
-        ("hazard", hazard_table),
-    ]
-    for key, render in renderers:
+    for key, render in RENDERERS.items():
         if key in report:
             lines += render(report)
-            if key == "peaks" and report.get("charts", {}).get("peaks"):
-                lines += [
-                    f"![peak ratios on {name}](benchmark/results/{report['charts']['peaks']})",
-                    "",
-                ]
-    if report.get("charts", {}).get("timeline"):
+            if key == "peaks" and charts.get("peaks"):
+                lines += [f"![peak ratios on {name}](benchmark/results/{charts['peaks']})", ""]
+    if charts.get("timeline"):
         lines += [
             "#### Memory timeline of one replacement (64 -> 96 MiB bf16), from PyTorch snapshots",
             "",
-            f"![memory timeline on {name}](benchmark/results/{report['charts']['timeline']})",
+            f"![memory timeline on {name}](benchmark/results/{charts['timeline']})",
             "",
         ]
     for part, error in sorted(report.get("errors", {}).items()):
@@ -279,12 +263,10 @@ def machine_section(name: str, report: dict) -> list:
 
 def render(reports: dict) -> str:
     """The generated block for ``{machine: report}``, CUDA machines first."""
-    order = sorted(reports, key=lambda m: (reports[m].get("device") != "cuda", m))
     lines = [START, ""]
-    for name in order:
+    for name in sorted(reports, key=lambda m: (reports[m].get("device") != "cuda", m)):
         lines += machine_section(name, reports[name])
-    lines.append(END)
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + [END]) + "\n"
 
 
 def update(document: str, reports: dict) -> str:
@@ -292,6 +274,5 @@ def update(document: str, reports: dict) -> str:
     block = render(reports)
     if START in document and END in document:
         head, _, rest = document.partition(START)
-        _, _, tail = rest.partition(END)
-        return head + block.rstrip("\n") + tail
+        return head + block.rstrip("\n") + rest.partition(END)[2]
     return HEADER + block

@@ -2,8 +2,7 @@
 
 import pickle
 
-from benchmark import charts, tables
-from benchmark.stats import summary
+from benchmark import charts, summary, tables
 
 
 def _peaks(change_ratio=1.0):

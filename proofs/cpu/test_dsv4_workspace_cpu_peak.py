@@ -1,13 +1,10 @@
 """The release-first fix on CPU, on sglang's real workspace class: this project's own proof.
 
-sglang's registered test (test/registered/...) reads the CUDA caching allocator's peak and
-skips without a GPU. The CPU allocator keeps no statistics, but torch's profiler, with
-``profile_memory=True``, records every allocation and release of CPU tensor memory in order;
-their running sum over a replacement is its peak of live bytes. So this file checks the same
-transitions in this process, with no allocator cap and no child process, from the first
-request (a block allocated before profiling starts is released without a size). It uses the
-profiler's per-event results (``kineto_results``), which are not a stable public API: that is
-why the file is the project's, run by ``ci run --tests proofs``, and upstream never sees it.
+sglang's registered test reads the CUDA allocator's peak and skips without a GPU. Here torch's
+profiler (``profile_memory=True``) records every CPU tensor allocation and release in order;
+their running sum over a replacement is its peak of live bytes. Its per-event results
+(``kineto_results``) are no stable public API, so the file is the project's (``ci run --tests
+proofs``), never upstream's.
 """
 
 import unittest
@@ -33,7 +30,8 @@ BUFFER = getattr(sparse_prefill_utils, "SparsePrefillKVBuffer", None) or sparse_
 
 
 def peak_mib(requests) -> float:
-    """The peak of live CPU tensor memory while a fresh buffer serves ``requests``."""
+    """The peak of live CPU tensor memory while a fresh buffer serves ``requests`` (fresh: a
+    block allocated before profiling starts would be released without a size)."""
     kv_buffer = BUFFER(torch.device("cpu"))
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         for request in requests:
