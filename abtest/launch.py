@@ -66,6 +66,8 @@ def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> Fil
         )
         with _LIVE_LOCK:
             _LIVE.add(proc)
+            if _STOPPING.is_set():  # Ctrl-C came after the check above: nobody else kills it
+                _kill_group(proc)
     finally:
         os.close(channel_write)  # the child holds the only write ends: EOF when it ends
         os.close(record_write)

@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import unicodedata
 import xml.etree.ElementTree as ET
 from dataclasses import replace
@@ -603,6 +604,27 @@ def test_a_process_the_file_leaves_behind_dies_with_it_and_holds_nothing_up(tmp_
     finally:
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_ctrl_c_between_starting_a_file_and_registering_it_still_stops_it(
+    tmp_path, monkeypatch
+):
+    # Ctrl-C kills the groups registered so far; a file started just before that and
+    # registered just after must not run on (here it would sleep until the run's timeout).
+    stopping = threading.Event()
+    monkeypatch.setattr(launch, "_STOPPING", stopping)
+    started = subprocess.Popen
+
+    def popen_then_ctrl_c(*args, **kwargs):
+        proc = started(*args, **kwargs)
+        stopping.set()  # ci run's Ctrl-C path ran here, before run_file registered proc
+        return proc
+
+    monkeypatch.setattr(launch.subprocess, "Popen", popen_then_ctrl_c)
+    (tmp_path / "test_sleeps.py").write_text("import time\ntime.sleep(600)\n")
+    env = modes.environment(modes.ModeSetup("change", overlay=True), base=clean_env())
+    run = launch.run_file("test_sleeps.py", "change", env, str(tmp_path), timeout_s=30)
+    assert (run.returncode, run.timed_out) == (-signal.SIGKILL, False), run.output
 
 
 def test_a_process_that_leaves_the_files_session_costs_one_drain_wait_at_most(
