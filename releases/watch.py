@@ -179,7 +179,7 @@ def issue_body(rows, newest_known: str, index_url: str, requested: bool = False)
         lines.append(
             "Each release installed `--no-deps` over the pinned CPU closure: the overlay's state "
             "and the allocating method's sha256, whether patch 0001 applies to the wheel "
-            "(`series.series matrix`), and the registered tests unmodified and with the change "
+            "(`python -m series matrix`), and the registered tests unmodified and with the change "
             "(`python -m ci run --backend cpu`). Any verdict but `ok` needs a new shape in "
             "`sglang_overlay/shapes.py` or a rebased series."
         )

@@ -1,4 +1,4 @@
-"""Upstream's pinned hooks in ``series.series check``: black 24.10.0 at 88, isort 5.13.2,
+"""Upstream's pinned hooks in ``python -m series check``: black 24.10.0 at 88, isort 5.13.2,
 codespell 2.4.1 with upstream's ignore list, and the basic pre-commit-hooks checks.
 
 The hooks are the real tools, run by pre-commit from the series cache (``series.check``); a

@@ -1,6 +1,6 @@
 """The series tools end to end: check, apply --to, refresh, materialize and their refusals.
 
-Each test drives ``series.series.main`` (the CLI) on throwaway copies: a materialised checkout,
+Each test drives ``series.__main__.main`` (the CLI) on throwaway copies: a materialised checkout,
 a copy of the installed sglang package, or a copy of patches/ that a test corrupts on purpose.
 """
 
