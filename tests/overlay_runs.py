@@ -72,7 +72,8 @@ class Process:
 # say "applied" and pass the 512 rows reached so far, and the edited copies of the module
 # replace the process's status record with their own, so the copies come after the server;
 # remove() (in apply/remove and the hook's check) turns the overlay off for any later copy, so
-# the observations that change the class come last.
+# the observations that change the class come last; then the registry reader's, which only needs
+# sglang imported.
 PROCESSES = {
     # The environment a user's process gets: no overlay setting, the start-up hook installed;
     # its record in a directory of its own. It serves as a server that keeps running, too.
@@ -89,6 +90,7 @@ PROCESSES = {
             "variant_fixed",
             "apply_remove",
             "hook_AROUND",
+            "reader_after_the_real_import",
         ),
         runtime_dir=True,
     ),

@@ -708,26 +708,23 @@ def _reader_program(code: str) -> str:
     return f"import sys\nfrom abtest import collect\n{code}\n"
 
 
-# After sglang itself was imported the reader must still be sglang's: that import costs a fresh
-# interpreter seconds, so it starts with the shared processes (``overlay_runs``).
-@overlay_runs.job("reader_after_the_real_import")
-def _reader_after_the_real_import(directory):
-    code = (
-        "import sglang.test.ci.ci_register as real; "
-        "print(collect.registry_reader().collect_tests is not None)"
-    )
-    argv = [sys.executable, "-c", _reader_program(code), str(directory)]
-    return overlay_runs.POOL.run(argv, timeout=120, cwd=REPO, env=clean_env())
+# After sglang itself was imported the reader must still be sglang's: the last observation of
+# the shared default process (``overlay_runs``), which imported sglang long before it.
+READER_AFTER_THE_REAL_IMPORT = overlay_runs.observe(
+    "default_process",
+    "reader_after_the_real_import",
+    f"""
+    sys.path.insert(0, {str(REPO)!r})
+    import sglang.test.ci.ci_register
+    from abtest import collect
+    return collect.registry_reader().collect_tests is not None
+    """,
+)
+default_process = overlay_runs.fixture("default_process")
 
 
-reader_after_the_real_import = overlay_runs.fixture("reader_after_the_real_import")
-
-
-def test_the_registry_reader_is_sglangs_after_sglang_itself_was_imported(
-    reader_after_the_real_import,
-):
-    proc = reader_after_the_real_import
-    assert proc.stdout.strip() == "True", proc.stderr
+def test_the_registry_reader_is_sglangs_after_sglang_itself_was_imported(default_process):
+    assert default_process.value(READER_AFTER_THE_REAL_IMPORT) is True
 
 
 @pytest.mark.parametrize("layout", ["namespace", "twice"])

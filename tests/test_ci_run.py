@@ -1,6 +1,7 @@
 """``python -m ci run`` for real: the project's CPU proof on installed sglang with the overlay
-off and on, upstream-style files the bot was not written for, and a pull request's base
-against its head as two source trees (sglang 0.5.23 from PyPI, with and without the series).
+off and on (the run the release check makes, ``release_check``), upstream-style files the bot
+was not written for, and a pull request's base against its head as two source trees (sglang
+0.5.23 from PyPI, with and without the series).
 """
 
 import json
@@ -12,10 +13,13 @@ import xml.etree.ElementTree as ET
 
 import overlay_runs
 import pytest
+import release_check
 from conftest import CPU_PROOF, REPO, alive, clean_env, until
+from release_check import TOKEN
 
 FIXTURES = "tests/fixtures/upstream_style"
 PYTEST_STYLE = f"{FIXTURES}/test_release_first_pytest.py"
+SOURCE_STYLE = f"{FIXTURES}/test_release_first_source.py"
 
 
 def ci_run(out, *args, env=None):
@@ -29,17 +33,14 @@ def ci_run(out, *args, env=None):
     )
 
 
-# The proof's A/B on installed sglang: started with the shared processes (``overlay_runs``),
-# so it runs while other tests do.
-@overlay_runs.job("overlay_run")
-def _overlay_run(out):
-    argv = [sys.executable, "-m", "ci", "run", "--out", str(out), "--backend", "cpu"]
-    env = clean_env(GITHUB_TOKEN="ghs_must_not_leak")
-    proc = overlay_runs.POOL.run([*argv, "--tests", "proofs"], timeout=900, cwd=REPO, env=env)
-    return proc, out, json.loads((out / "results.json").read_text())
+checked_0_5_23 = release_check.checked_0_5_23
 
 
-overlay_run = overlay_runs.fixture("overlay_run")
+@pytest.fixture(scope="module")
+def overlay_run(checked_0_5_23):
+    """The proof's A/B on installed sglang, overlay off and on: the release check's ``ci run``."""
+    proc, out = checked_0_5_23
+    return proc, out / "0.5.23", json.loads((out / "0.5.23" / "results.json").read_text())
 
 
 def test_the_cpu_proof_reproduces_the_bug_unmodified_and_passes_with_the_overlay(overlay_run):
@@ -48,7 +49,9 @@ def test_the_cpu_proof_reproduces_the_bug_unmodified_and_passes_with_the_overlay
     kinds = {c["test"].split(".")[-1]: c["kind"] for c in data["cases"]}
     assert sorted(kinds.values()).count("regression") == 4
     assert kinds["test_smaller_request_reuses_storage"] == "preservation"
-    assert data["verdict"] == "ok" and "ci run: ok: 4 regression, 2 preservation" in proc.stdout
+    assert data["verdict"] == "ok" and [f["path"] for f in data["files"]] == [
+        str(CPU_PROOF.relative_to(REPO))
+    ]
     grow = next(c for c in data["cases"] if "grow" in c["test"])
     assert "peaked at 160.0 MiB" in grow["modes"]["unmodified"]["detail"]
 
@@ -80,10 +83,10 @@ def test_junit_logs_and_def_lines_come_with_the_results(overlay_run):
 
 def test_the_token_never_reaches_output_or_artifacts(overlay_run):
     proc, out, _ = overlay_run
-    assert "ghs_must_not_leak" not in proc.stdout + proc.stderr
-    for path in out.rglob("*"):
+    assert TOKEN not in proc.stdout + proc.stderr
+    for path in out.parent.rglob("*"):
         if path.is_file():
-            assert "ghs_must_not_leak" not in path.read_text(errors="replace"), path
+            assert TOKEN not in path.read_text(errors="replace"), path
 
 
 def test_a_reused_out_folder_keeps_nothing_of_the_last_run_and_a_foreign_one_is_refused(tmp_path):
@@ -129,7 +132,8 @@ def _ci_run_in_pool(out, *args):
 # Started with the shared processes (``overlay_runs``), so it runs while other tests do: sglang
 # 0.5.23 materialised, and a second copy with the series applied by git am (as
 # ``series_fixtures`` makes them); the CPU proof and an upstream-style pytest file base against
-# head; then head against head, listing the pytest file's regression (a void proof).
+# head; then head against head, listing the regression of a file that reads the module's source
+# (a void proof, in processes that never import sglang).
 @overlay_runs.job("trees_runs")
 def _trees_runs(directory):
     from series import base, check, gitcmd, seriesdir
@@ -141,8 +145,8 @@ def _trees_runs(directory):
     sides = ["--unmodified-src", str(base_tree), "--change-src", str(head)]
     proc = _ci_run_in_pool(directory / "out", "--tests", "proofs", PYTEST_STYLE, *sides)
     listed = directory / "regressions.txt"
-    listed.write_text(f"{PYTEST_STYLE}::test_replacement_allocates_*\n")
-    void_args = ["--tests", PYTEST_STYLE, "--regressions", str(listed)]
+    listed.write_text(f"{SOURCE_STYLE}::*.test_replacement_releases_*\n")
+    void_args = ["--tests", SOURCE_STYLE, "--regressions", str(listed)]
     both_head = ["--unmodified-src", str(head), "--change-src", str(head)]
     void = _ci_run_in_pool(directory / "void", *void_args, *both_head)
     return {
@@ -163,6 +167,7 @@ def trees_run(trees_runs):
 def test_a_pull_requests_base_against_its_head_proves_its_tests(trees_runs):
     proc, data = trees_runs["run"]
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ci run: ok: 5 regression, 4 preservation" in proc.stdout
     kinds = {c["test"]: c["kind"] for c in data["cases"] if c["file"] == PYTEST_STYLE}
     assert kinds == {
         "test_replacement_allocates_after_releasing_the_old_scratch": "regression",
@@ -194,10 +199,13 @@ def test_the_series_and_the_overlay_are_the_same_fix_by_the_same_proof(trees_run
 def test_a_run_whose_base_already_has_the_change_is_void_and_exits_1(trees_runs):
     proc, data = trees_runs["void"]
     assert proc.returncode == 1, proc.stdout + proc.stderr
+    # The file reads sglang's source and never imports it, so its processes saw no version.
     assert proc.stdout.splitlines()[-1] == (
-        "ci run: the bug did not reproduce: 1 listed regressions pass on sglang 0.5.23 @ "
+        "ci run: the bug did not reproduce: 1 listed regressions pass on "
+        "sglang (version unknown) @ "
         f"{data['sides']['unmodified']['commit'][:12]} "
-        "(test_replacement_allocates_after_releasing_the_old_scratch); is the change already in it?"
+        "(TestReserveSource.test_replacement_releases_the_old_scratch_before_allocating); "
+        "is the change already in it?"
     )
 
 

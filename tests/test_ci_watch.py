@@ -2,14 +2,12 @@
 sglang, and the one tracking issue against the fake GitHub through the real github3.py client."""
 
 import json
-import os
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import overlay_runs
 import pytest
+import release_check
 import yaml
 from ci_fake_github import FakeGitHub
 
@@ -301,17 +299,8 @@ def test_a_row_of_the_wrong_shape_is_exit_2_with_one_line_and_posts_nothing(
 # --------------------------------------------------------- the whole check, on installed 0.5.23
 
 
-# `ci watch` on the sglang this venv has: overlay state, series matrix, CPU A/B (~30 s),
-# started with the shared processes (``overlay_runs``), so it runs while other tests do.
-@overlay_runs.job("checked_0_5_23")
-def _check_0_5_23(out):
-    env = {k: v for k, v in os.environ.items() if k != "SGLANG_OVERLAY_DISABLE"}
-    argv = [sys.executable, "-m", "ci", "watch", "--versions", "0.5.23", "--installed"]
-    proc = overlay_runs.POOL.run([*argv, "--out", str(out)], timeout=600, cwd=REPO, env=env)
-    return proc, out
-
-
-checked_0_5_23 = overlay_runs.fixture("checked_0_5_23")
+# `ci watch` on the sglang this venv has: overlay state, series matrix, CPU A/B (``release_check``).
+checked_0_5_23 = release_check.checked_0_5_23
 
 
 def test_watch_reports_state_sha256_series_and_ab_verdict_for_a_release(checked_0_5_23):
