@@ -166,15 +166,14 @@ def _passes(result: dict) -> bool:
 def _alternating(keys, repeats: int, work, jobs: int) -> dict:
     """``work(key, mode, repeat)`` for each, queued A B A B with the pair's order flipping
     every repeat, ``jobs`` at a time: ``{(key, mode): [result of each repeat]}``."""
-    tasks = [
-        (key, mode, r)
-        for r in range(repeats)
-        for key in keys
-        for mode in (MODES if r % 2 == 0 else MODES[::-1])
-    ]
     results = {}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [(key, mode, pool.submit(work, key, mode, r)) for key, mode, r in tasks]
+        futures = [
+            (key, mode, pool.submit(work, key, mode, r))
+            for r in range(repeats)
+            for key in keys
+            for mode in (MODES if r % 2 == 0 else MODES[::-1])
+        ]
         for key, mode, future in futures:
             results.setdefault((key, mode), []).append(future.result())
     return results

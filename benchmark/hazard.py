@@ -134,12 +134,9 @@ def summarize(rows: list) -> dict:
     summary = {}
     for order in ORDERS:
         mine = [r for r in rows if r["order"] == order and r["replaced"]]
-        summary[order] = {
-            "replacements": len(mine),
-            "same_address": sum(r["same_address"] for r in mine),
-            "address_key_stale": sum(r["address_key_stale"] for r in mine),
-            "generation_key_stale": sum(r["generation_key_stale"] for r in mine),
-        }
+        summary[order] = {"replacements": len(mine)}
+        for key in ("same_address", "address_key_stale", "generation_key_stale"):
+            summary[order][key] = sum(r[key] for r in mine)
     return summary
 
 
