@@ -6,9 +6,4 @@ import statistics
 def summary(values) -> dict:
     """Median, min and max of interleaved measurements: nothing else."""
     values = list(values)
-    return {
-        "median": statistics.median(values),
-        "min": min(values),
-        "max": max(values),
-        "n": len(values),
-    }
+    return dict(median=statistics.median(values), min=min(values), max=max(values), n=len(values))

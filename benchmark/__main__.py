@@ -28,17 +28,6 @@ RESULTS = Path(__file__).resolve().parent / "results"
 DOCUMENT = ROOT / "BENCHMARKS.md"
 
 
-def machine_name() -> str:
-    try:
-        import torch  # here, not at the top: --render-only needs neither torch nor a device
-
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_name(0).replace(" ", "-").lower()
-    except Exception:
-        pass
-    return f"cpu-{platform.machine()}-{socket.gethostname()[:12]}"
-
-
 def render_document(results_dir: Path, document: Path) -> None:
     reports = {}
     for path in sorted(results_dir.glob("*.json")):
@@ -76,15 +65,11 @@ def main(argv=None) -> int:
         "--parts", default=",".join(PARTS), help=f"comma list of {', '.join(PARTS)} (default: all)"
     )
     parser.add_argument("--device", help="workspace device (default: cuda if available)")
-    parser.add_argument(
-        "--jobs", type=int, help="capped children at once (default: CPUs, at most 12)"
-    )
+    parser.add_argument("--jobs", type=int, help="capped children at once (default: CPUs, max 12)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     parser.add_argument("--document", type=Path, default=DOCUMENT)
     parser.add_argument(
-        "--render-only",
-        action="store_true",
-        help="only regenerate BENCHMARKS.md from the results present",
+        "--render-only", action="store_true", help="only redraw BENCHMARKS.md from the results"
     )
     args = parser.parse_args(argv)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
@@ -94,7 +79,7 @@ def main(argv=None) -> int:
         render_document(args.results_dir, args.document)
         return 0
 
-    import torch  # not for --render-only
+    import torch  # here, not at the top: --render-only needs neither torch nor a device
 
     started = time.monotonic()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -111,7 +96,10 @@ def main(argv=None) -> int:
         # The goals are ratios of medians: noise needs repeats.
         proof_repeats=1 if quick else (5 if cuda else 3),
     )
-    name = machine_name()
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name(0).replace(" ", "-").lower()
+    else:
+        name = f"cpu-{platform.machine()}-{socket.gethostname()[:12]}"
     path = args.results_dir / f"{name}.json"
     report = json.loads(path.read_text()) if path.exists() else {}
     report.update(
@@ -136,11 +124,8 @@ def main(argv=None) -> int:
                 message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
                 errors[part] = message.replace("`", "'")
                 print(f"benchmark: {part} failed: {errors[part]}", file=sys.stderr)
-            print(
-                f"benchmark: {part} took {time.monotonic() - part_started:.0f} s",
-                file=sys.stderr,
-                flush=True,
-            )
+            took = time.monotonic() - part_started
+            print(f"benchmark: {part} took {took:.0f} s", file=sys.stderr, flush=True)
     report["elapsed_s"] = round(time.monotonic() - started, 1)
     args.results_dir.mkdir(parents=True, exist_ok=True)
     try:

@@ -18,7 +18,6 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import MappingProxyType
 
 from abtest import modes
 from benchmark import search, summary
@@ -34,13 +33,11 @@ DTYPE_BYTES = {BF16: 2, "float16": 2, "float32": 4, FP8: 1}
 ROWS_PER_MIB_BF16 = 1024  # rows are (num_tokens, 1, 512): 1 KiB per token in bf16
 # Each a sequence of (rows, dtype) requests, the last the replacement. The regression test's
 # three (all that ``--quick`` runs), then the sweep's, then the sweep's that need a GPU.
-TRANSITIONS = MappingProxyType(
-    {
-        "grow_bf16_64_to_96_mib": ((65536, BF16), (98304, BF16)),
-        "replace_fp8_48_with_bf16_96_mib": ((98304, FP8), (98304, BF16)),
-        "shrink_by_dtype_bf16_96_to_fp8_48_mib": ((98304, BF16), (98304, FP8)),
-    }
-)
+TRANSITIONS = {
+    "grow_bf16_64_to_96_mib": ((65536, BF16), (98304, BF16)),
+    "replace_fp8_48_with_bf16_96_mib": ((98304, FP8), (98304, BF16)),
+    "shrink_by_dtype_bf16_96_to_fp8_48_mib": ((98304, BF16), (98304, FP8)),
+}
 SWEEP = {
     "grow_bf16_16_to_96_mib": ((16384, BF16), (98304, BF16)),
     "replace_bf16_32_with_fp8_64_mib": ((32768, BF16), (131072, FP8)),
@@ -169,15 +166,14 @@ def _passes(result: dict) -> bool:
 def _alternating(keys, repeats: int, work, jobs: int) -> dict:
     """``work(key, mode, repeat)`` for each, queued A B A B with the pair's order flipping
     every repeat, ``jobs`` at a time: ``{(key, mode): [result of each repeat]}``."""
-    tasks = [
-        (key, mode, r)
-        for r in range(repeats)
-        for key in keys
-        for mode in (MODES if r % 2 == 0 else MODES[::-1])
-    ]
     results = {}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [(key, mode, pool.submit(work, key, mode, r)) for key, mode, r in tasks]
+        futures = [
+            (key, mode, pool.submit(work, key, mode, r))
+            for r in range(repeats)
+            for key in keys
+            for mode in (MODES if r % 2 == 0 else MODES[::-1])
+        ]
         for key, mode, future in futures:
             results.setdefault((key, mode), []).append(future.result())
     return results
@@ -198,7 +194,6 @@ def peaks(device: str, repeats: int, jobs: int, quick: bool = False, snapshot_di
             result = launch(steps, device, math.ceil(old + new) + 256, mode, snapshot)
             if not _passes(result):
                 raise ChildFailed(f"{name} {mode} OOM under a generous cap: {result}")
-            snapshot = result.get("snapshot")
             return {"peak_mib": result["peak_allocated_mib"], "probes": 1, "snapshot": snapshot}
         found = search.smallest_passing(
             lambda b: _passes(launch(steps, device, b, mode)),
@@ -226,9 +221,8 @@ def peaks(device: str, repeats: int, jobs: int, quick: bool = False, snapshot_di
         for mode in MODES:
             values = [v["peak_mib"] for v in raw[name, mode]]
             row[mode] = {"peak_mib": summary(values), "ratio": summary(v / new for v in values)}
-            snapshots = [v["snapshot"] for v in raw[name, mode] if v.get("snapshot")]
-            if snapshots:
-                row[mode]["snapshot"] = snapshots[0]
+            if snapshot := raw[name, mode][0].get("snapshot"):  # repeat 0 takes the snapshot
+                row[mode]["snapshot"] = snapshot
     method = (
         "torch.cuda.max_memory_allocated, one child per repeat"
         if device == "cuda"
@@ -236,12 +230,6 @@ def peaks(device: str, repeats: int, jobs: int, quick: bool = False, snapshot_di
         "(1 MiB resolution, galloping search from the expected value, then bisection)"
     )
     return {"device": device, "repeats": repeats, "method": method, "transitions": out}
-
-
-def fit_limit(cap_mib, granularity_mib) -> float:
-    """The largest replacement a cap can hold: the largest multiple of the allocator's
-    granularity within it. The one place this is computed; the tables read it from here."""
-    return math.floor(cap_mib / granularity_mib) * granularity_mib
 
 
 def largest_fit(device: str, caps_mib, repeats: int, jobs: int) -> dict:
@@ -265,7 +253,7 @@ def largest_fit(device: str, caps_mib, repeats: int, jobs: int) -> dict:
     raw = _alternating(keys, repeats, work, jobs)
     rows = []
     for cap, held in keys:
-        row = {"cap_mib": cap, "held_mib": held, "limit_mib": fit_limit(cap, granularity)}
+        row = {"cap_mib": cap, "held_mib": held}
         for mode in MODES:
             values = [v["largest_mib"] for v in raw[(cap, held), mode]]
             # A value equal to what is held means no larger replacement fits at all.

@@ -43,7 +43,7 @@ print(json.dumps({"calls": calls[0], "ns_per_call": per_call * 1e9, "ms": calls[
 def _make_venv(root: Path, with_overlay: bool) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
     python = root / "bin" / "python"
-    site = Path(_output(python, "import sysconfig; print(sysconfig.get_paths()['purelib'])"))
+    site = Path(_run(python, "import sysconfig; print(sysconfig.get_paths()['purelib'])")[0])
     project_site = Path(sysconfig.get_paths()["purelib"])
     (site / "project_site.pth").write_text(f"{project_site}\n")
     if with_overlay:
@@ -52,16 +52,13 @@ def _make_venv(root: Path, with_overlay: bool) -> Path:
     return python
 
 
-def _output(python: Path, program: str) -> str:
-    return subprocess.run(
-        [str(python), "-c", program], check=True, capture_output=True, text=True
-    ).stdout.strip()
-
-
-def _time_once(python: Path, program: str) -> float:
+def _run(python: Path, program: str) -> tuple:
+    """``python -c program``: (its stdout, its wall time in seconds)."""
     start = time.perf_counter()
-    subprocess.run([str(python), "-c", program], check=True)
-    return time.perf_counter() - start
+    proc = subprocess.run(
+        [str(python), "-c", program], check=True, stdout=subprocess.PIPE, text=True
+    )
+    return proc.stdout.strip(), time.perf_counter() - start
 
 
 def measure(runs: int = 30) -> dict:
@@ -69,18 +66,18 @@ def measure(runs: int = 30) -> dict:
         without = _make_venv(Path(tmp) / "without", with_overlay=False)
         with_ = _make_venv(Path(tmp) / "with", with_overlay=True)
         results = {
-            "modules_after_start_with_overlay": _output(with_, PROBE),
-            "trigger_cost_import_torch": json.loads(_output(with_, TRIGGER_COST).splitlines()[-1]),
+            "modules_after_start_with_overlay": _run(with_, PROBE)[0],
+            "trigger_cost_import_torch": json.loads(_run(with_, TRIGGER_COST)[0].splitlines()[-1]),
         }
         for program in PROGRAMS:
             for python in (without, with_):  # warm the page cache
-                _time_once(python, program)
+                _run(python, program)
             deltas = []
             for r in range(runs):
                 pair = [(False, without), (True, with_)]
                 if r % 2:
                     pair.reverse()
-                t = {flag: _time_once(python, program) for flag, python in pair}
+                t = {flag: _run(python, program)[1] for flag, python in pair}
                 deltas.append((t[True] - t[False]) * 1000)
             results[program] = {"overlay_minus_without_ms": summary(deltas), "goal": "<= 1 ms"}
     return {"runs": runs, "results": results}

@@ -3,8 +3,9 @@ is rewritten. Each table names the command that reproduces it and says whether i
 (a missed goal with its figure and the reason); absolute times only for CUDA machines.
 """
 
-from benchmark import hazard
-from benchmark.capped import fit_limit
+import math
+
+from benchmark import hazard, startup
 
 START = "<!-- benchmark:tables:start -->"
 END = "<!-- benchmark:tables:end -->"
@@ -20,8 +21,6 @@ Absolute times come only from the H200. The tables below are regenerated from
 
 
 def _range(s, fmt="{:.2f}") -> str:
-    if s is None:
-        return "-"
     if s["n"] == 1 or s["min"] == s["max"]:
         return fmt.format(s["median"])
     return f"{fmt.format(s['median'])} ({fmt.format(s['min'])}-{fmt.format(s['max'])})"
@@ -36,7 +35,7 @@ def _head(report, title: str, part: str, note: str, columns: str) -> list:
     return [
         f"#### {title}",
         "",
-        f"Reproduce: `{report.get('command', 'python -m benchmark')} --parts {part}`. {note}",
+        f"Reproduce: `{report['command']} --parts {part}`. {note}",
         "",
         f"| {columns} |",
         "|" + " --- |" * (columns.count("|") + 1),
@@ -86,8 +85,7 @@ def fit_table(report) -> list:
     )
     missed, above = [], False
     for row in fit["rows"]:
-        # Recomputed, not read from the row: results from older runs stored other formulas'.
-        limit = fit_limit(row["cap_mib"], fit["granularity_mib"])
+        limit = math.floor(row["cap_mib"] / fit["granularity_mib"]) * fit["granularity_mib"]
         cells = []
         for s in (row["unmodified"], row["change"]):
             if s is None:
@@ -105,7 +103,7 @@ def fit_table(report) -> list:
             got = "none" if change is None else f"{change['median']:g}"
             missed.append(f"cap {row['cap_mib']} held {row['held_mib']}: {got}")
         above = above or bool(change and change["median"] > limit)
-    if above and fit.get("device", report.get("device")) == "cpu":
+    if above and fit["device"] == "cpu":
         lines += [
             "",
             "A figure above the limit on CPU: the cap is the child's address space at capping "
@@ -151,37 +149,34 @@ def startup_table(report) -> list:
         f"{st['runs']} interleaved pairs.",
         "program | overlay - without, ms | goal",
     )
-    missed, inconclusive = [], []
+    missed, notes = [], []
     cost = st["results"].get("trigger_cost_import_torch")
-    for program, r in st["results"].items():
-        if not isinstance(r, dict) or "overlay_minus_without_ms" not in r:
-            continue
+    for program in startup.PROGRAMS:
+        r = st["results"][program]
         delta = r["overlay_minus_without_ms"]
         lines.append(f'| `python -c "{program}"` | {_range(delta, "{:.1f}")} | {r["goal"]} |')
         if program == "import torch" and cost:
+            notes.append(
+                f"Direct cost during `import torch`: the start-up trigger is consulted "
+                f"{cost['calls']:,} times at {cost['ns_per_call']:.0f} ns each, "
+                f"{cost['ms']:.2f} ms in all. The wall-clock difference of two `import torch` "
+                "processes above is run-to-run noise of that import (see its min-max), far "
+                "wider than 1 ms, so the direct figure is the verdict for that row."
+            )
             if cost["ms"] > 1:
                 missed.append(f"`import torch` direct cost {cost['ms']:.2f} ms")
         elif program == "import torch" and delta["max"] - delta["min"] > 50:
-            inconclusive.append(
+            notes.append(
                 f"The `import torch` row cannot resolve 1 ms here: its pairs spread over "
                 f"{delta['max'] - delta['min']:.0f} ms, and this run predates the direct-cost "
                 "measurement (trigger calls x cost per call); the CPU table has it."
             )
         elif delta["median"] > 1:
             missed.append(f"`{program}` {delta['median']:.1f} ms")
-    if cost:
-        lines += [
-            "",
-            f"Direct cost during `import torch`: the start-up trigger is consulted "
-            f"{cost['calls']:,} times at {cost['ns_per_call']:.0f} ns each, "
-            f"{cost['ms']:.2f} ms in all. The wall-clock difference of two `import torch` "
-            "processes above is run-to-run noise of that import (see its min-max), far wider "
-            "than 1 ms, so the direct figure is the verdict for that row.",
-        ]
-    for note in inconclusive:
+    for note in notes:
         lines += ["", note]
     verdict = _goal(not missed, "; ".join(missed))
-    if inconclusive and not missed:
+    if notes and not cost and not missed:  # the note is the one that says it cannot resolve
         verdict = "goal met where this run can resolve it (see the note above)"
     return lines + ["", verdict, ""]
 
@@ -214,22 +209,18 @@ def proof_table(report) -> list:
     return lines + [""]
 
 
-def hazard_table(report) -> list:
-    return [
-        "#### A validity key built from the address: does release-first get the old address back?",
-        "",
-        *hazard.render(report["hazard"]).splitlines(),
-        "",
-    ]
-
-
 RENDERERS = {
     "peaks": peaks_table,
     "largest_fit": fit_table,
     "hot_path": hot_path_table,
     "startup": startup_table,
     "proof": proof_table,
-    "hazard": hazard_table,
+    "hazard": lambda report: [
+        "#### A validity key built from the address: does release-first get the old address back?",
+        "",
+        *hazard.render(report["hazard"]).splitlines(),
+        "",
+    ],
 }
 
 

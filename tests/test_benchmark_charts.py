@@ -34,7 +34,6 @@ def test_every_reference_line_is_labelled_in_its_legend(draw, key):
     for ax, label in lines:
         assert not label.startswith("_"), f"unlabelled reference line ({label})"
         assert label in legends[ax]
-    charts._pyplot().close(fig)
 
 
 def test_the_timeline_names_its_cap_and_target_with_their_sizes():
@@ -46,4 +45,3 @@ def test_the_timeline_names_its_cap_and_target_with_their_sizes():
         f"target: {new:g} MiB, the new buffer alone",
         "cap: 128 MiB, the test's budget",
     } <= labels
-    charts._pyplot().close(fig)

@@ -120,9 +120,9 @@ def test_timeline_points_follow_allocs_and_completed_frees(tmp_path):
 
 
 def test_charts_are_written_as_png(tmp_path):
-    charts.peak_bars(_peaks(), "t", tmp_path / "p.png")
+    charts.peak_figure(_peaks(), "t").savefig(tmp_path / "p.png")
     timeline = {"new_mib": 96.0, "unmodified": [[0, 64], [1, 160]], "change": [[0, 64], [1, 96]]}
-    charts.memory_timeline(timeline, "t", tmp_path / "t.png")
+    charts.timeline_figure(timeline, "t").savefig(tmp_path / "t.png")
     for name in ("p.png", "t.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
