@@ -26,7 +26,10 @@ TOKENS_96_MIB = 96 * 1024
 BF16 = torch.bfloat16
 FP8 = torch.float8_e4m3fn
 # 0.5.23's name; 0.5.15 - 0.5.22 call it SparsePrefillWorkspace.
-BUFFER = getattr(sparse_prefill_utils, "SparsePrefillKVBuffer", None) or sparse_prefill_utils.SparsePrefillWorkspace
+BUFFER = (
+    getattr(sparse_prefill_utils, "SparsePrefillKVBuffer", None)
+    or sparse_prefill_utils.SparsePrefillWorkspace
+)
 
 
 def peak_mib(requests) -> float:
