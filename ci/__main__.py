@@ -153,9 +153,6 @@ def _flags(parser, flags) -> None:
         parser.add_argument(name, help=help_text, **(more[0] if more else {}))
 
 
-# ---------------------------------------------------------------------------------------- run
-
-
 def cmd_run(args) -> int:
     args.tests = tuple(args.tests or ())
     request = run.RunRequest(**_fields(run.RunRequest, args))
@@ -179,9 +176,6 @@ def cmd_run(args) -> int:
     else:
         print("\n".join(run.summary_lines(results)))
     return EXIT_OK if results.verdict == "ok" else EXIT_FAILED
-
-
-# ------------------------------------------------------------------------------------- report
 
 
 def cmd_report(args) -> int:
@@ -222,9 +216,6 @@ def _fields(record_type, args) -> dict:
     return {k: v for k, v in vars(args).items() if k in names and v is not None}
 
 
-# --------------------------------------------------------------------------------------- gate
-
-
 def cmd_gate(args) -> int:
     path = args.event or os.environ.get("GITHUB_EVENT_PATH")
     if not path:
@@ -234,20 +225,20 @@ def cmd_gate(args) -> int:
     except (OSError, ValueError) as exc:
         raise UsageError(f"event payload: {exc}") from None
     facts = gate.event_facts(event)
+    if facts is not None and facts.fork:
+        # Here, not at the top: only the jobs that talk to GitHub install github3.
+        from report import plan as reporting
+
+        try:
+            facts = reporting.fork_facts(event, facts.pr, args.api_url)
+        except reporting.RequestError as exc:
+            raise UsageError(str(exc)) from None
+        except reporting.PublishFailed as exc:
+            print(f"error: reading PR #{facts.pr}: {one_line(str(exc))}", file=sys.stderr)
+            return EXIT_FAILED
     if facts is None:
         decision = gate.Gate(run=True, fork=False, reason="not a pull_request event")
     else:
-        if facts.fork:
-            # Here, not at the top: only the jobs that talk to GitHub install github3.
-            from report import plan as reporting
-
-            try:
-                facts = reporting.fork_facts(event, facts.pr, args.api_url)
-            except reporting.RequestError as exc:
-                raise UsageError(str(exc)) from None
-            except reporting.PublishFailed as exc:
-                print(f"error: reading PR #{facts.pr}: {one_line(str(exc))}", file=sys.stderr)
-                return EXIT_FAILED
         decision = gate.decide(facts, args.label)
     lines = [
         f"run={'true' if decision.run else 'false'}",

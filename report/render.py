@@ -42,7 +42,13 @@ _LINE_BREAKS = re.compile("\r\n|[\n\r\u2028\u2029]")
 # are decoded; a word joiner (never in the input: it is a format character) breaks each one.
 _ACTS_ON_GITHUB = re.compile(r"(@|#|(?<![A-Za-z0-9])GH-|:(?=//)|(?<![A-Za-z0-9])www(?=\.))", re.I)
 _EXCERPT_CHARS = 1200
-_MORE_LINE = 60  # room for each "... N more" line of a shortened comment
+_MORE_LINE = 60
+# The side whose failure a case's log excerpt shows.
+_EXCERPT_SIDE = {
+    "broken": "change",
+    "regression": "unmodified",
+    "not-reproduced": "unmodified",
+}  # room for each "... N more" line of a shortened comment
 ENV_CHARS = 2000  # the environment line comes from the runner: bounded like any input
 
 
@@ -160,14 +166,7 @@ def _sequence(value) -> list:
     return value if isinstance(value, list) else []
 
 
-def comment(
-    results: Results,
-    slot: str,
-    run_id=None,
-    run_url=None,
-    artifacts_url=None,
-    limit: int = BODY_LIMIT,
-) -> str:
+def comment(results, slot, run_id=None, run_url=None, artifacts_url=None, limit=BODY_LIMIT) -> str:
     """The sticky evidence comment, at most ``limit`` characters, shortened only in whole pieces.
 
     Everything fits: the full report. Otherwise the heading, the summary, the table header, the
@@ -288,21 +287,15 @@ def _side(results: Results, mode: str) -> str:
 
 def _summary_sentence(results: Results) -> str:
     counts = results.counts()
-    parts = []
-    if counts["regression"]:
-        parts.append(
-            f"{_n(counts['regression'], 'regression case')} fail on "
-            f"{_side(results, 'unmodified')} and pass on {_side(results, 'change')}"
-        )
-    if counts["preservation"]:
-        parts.append(f"{_n(counts['preservation'], 'preservation case')} pass both ways")
-    if counts["not-reproduced"]:
-        parts.append(f"{_n(counts['not-reproduced'], 'regression case')} do not reproduce the bug")
-    if counts["broken"]:
-        parts.append(f"{_n(counts['broken'], 'case')} fail on {_side(results, 'change')}")
-    for kind in ("skipped", "no-baseline"):
-        if counts[kind]:
-            parts.append(f"{counts[kind]} {kind}")
+    unmodified, change = _side(results, "unmodified"), _side(results, "change")
+    phrases = (
+        ("regression", "regression case", f"fail on {unmodified} and pass on {change}"),
+        ("preservation", "preservation case", "pass both ways"),
+        ("not-reproduced", "regression case", "do not reproduce the bug"),
+        ("broken", "case", f"fail on {change}"),
+    )
+    parts = [f"{_n(counts[kind], noun)} {what}" for kind, noun, what in phrases if counts[kind]]
+    parts += [f"{counts[kind]} {kind}" for kind in ("skipped", "no-baseline") if counts[kind]]
     sentence = ("; ".join(parts) or "No cases ran") + "."
     reasons = [safe_clip(escape_inline(r), 300) for r in results.reasons]
     return " ".join([sentence, *(f"**{r}**" for r in reasons)])
@@ -316,9 +309,7 @@ def _excerpts(results: Results, chars: int) -> list[str]:
     """One whole block per case worth showing: a bold name line and a fenced excerpt."""
     out = []
     for case in results.cases:
-        mode = {"broken": "change", "regression": "unmodified", "not-reproduced": "unmodified"}.get(
-            case.kind
-        )
+        mode = _EXCERPT_SIDE.get(case.kind)
         outcome = case.modes.get(mode) if mode else None  # an artifact may leave a mode out
         if outcome is None or outcome.outcome not in ("fail", "error") or not outcome.detail:
             continue
