@@ -320,16 +320,14 @@ def fork(request: ReportRequest, folder: str):
             if run.conclusion in ("success", "skipped"):
                 return None, f"run {run.run_id} left no {RESULTS_ARTIFACT}: it ran no tests"
             return replace(request, test_result=run.conclusion), None
-        default = run.default_branch
         changed = [
             path
             for path in (run.path, *BOT_CODE)
-            if github.sha_of(path, run.head_sha) != github.sha_of(path, default)
+            if github.sha_of(path, run.head_sha) != github.sha_of(path, run.default_branch)
         ]
         if changed:
-            return replace(
-                request, untrusted=f"{' and '.join(changed)} differ from {default}"
-            ), None
+            untrusted = f"{' and '.join(changed)} differ from {run.default_branch}"
+            return replace(request, untrusted=untrusted), None
         size = found.get("size_in_bytes")
         if not isinstance(size, int) or not 0 < size <= MAX_ARTIFACT_BYTES:
             invalid = f"{RESULTS_ARTIFACT}: {size!r} bytes; at most {MAX_ARTIFACT_BYTES}"

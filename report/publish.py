@@ -190,13 +190,8 @@ class Publisher:
 
     def create_check_run(self, create: dict, updates: list) -> int:
         """One check run from ``render.check_run``; the updates append further annotations."""
-        body = dict(create)
         run = self.policy.call(
-            f"check run {body['name']}",
-            self._repository().create_check_run,
-            body.pop("name"),
-            body.pop("head_sha"),
-            **body,
+            f"check run {create['name']}", self._repository().create_check_run, **create
         )
         if run is None:
             raise RuntimeError("check run: GitHub answered without a check run")
@@ -226,15 +221,8 @@ class Publisher:
         return self.policy.call("sticky comment", once)
 
     def set_status(self, sha: str, context: str, state: str, description: str, target_url=None):
-        self.policy.call(
-            f"status {context}",
-            self._repository().create_status,
-            sha,
-            state,
-            target_url=target_url,
-            description=description,
-            context=context,
-        )
+        create = self._repository().create_status  # (sha, state, target_url, description, context)
+        self.policy.call(f"status {context}", create, sha, state, target_url, description, context)
 
     def _url(self, *parts) -> str:
         return self.gh.session.build_url("repos", self.owner, self.repo, *map(str, parts))
