@@ -131,14 +131,15 @@ class Publisher:
         issue = self._issue()
         for _ in range(self.rounds):
             base = issue.body or ""
-            bodies = ((pr_states.set_slot(base, slot, label, text), text) for text in texts)
-            new, text = next(((b, t) for b, t in bodies if len(b) <= pr_states.BODY_LIMIT), (0, 0))
-            if not new:
+            bodies = [(pr_states.set_slot(base, slot, label, text), text) for text in texts]
+            fits = [(new, text) for new, text in bodies if len(new) <= pr_states.BODY_LIMIT]
+            if not fits:
                 self.log(
                     f"PR body: left unchanged; the body plus our slot line would exceed "
                     f"{pr_states.BODY_LIMIT} characters and the author's text is not ours to cut"
                 )
                 return "too-long"
+            new, text = fits[0]
             if new == base:
                 return "unchanged"
             fresh = self._issue()
