@@ -53,6 +53,59 @@ def _version() -> str:
         return "(not installed)"
 
 
+# The command line as data: (flag, help) or (flag, help, add_argument's other keywords), in
+# --help order. The README says more about each flag.
+SWITCH = {"action": "store_true"}
+DIR, FILE = {"metavar": "DIR"}, {"metavar": "FILE"}
+TEST_RESULTS = ("success", "failure", "cancelled", "skipped")
+RUN_FLAGS = (
+    ("--out", "folder for results.json, JUnit, the report and logs", {"required": True}),
+    ("--tests", "tests under --root (default test/registered)", {"nargs": "+", "metavar": "PATH"}),
+    ("--backend", "default: cuda when nvidia-smi exists, else cpu", {"choices": ["cuda", "cpu"]}),
+    ("--shard", "I/N: run partition I (0-based) of N, split by est_time"),
+    ("--modes", "comma list (default both: unmodified,change)"),
+    ("--unmodified-src", "a tree holding python/sglang for this side; overlay off", DIR),
+    ("--change-src", "a tree holding python/sglang for this side; overlay off", DIR),
+    ("--regressions", "tests that must fail unmodified (default ci/regressions.txt)", FILE),
+    ("--timeout", "seconds per file and mode (default 1800)", {"type": float}),
+    ("--jobs", "processes at once (default 2)", {"type": int}),
+    ("--root", "repository root (default: current directory)"),
+    ("--nightly", "include nightly registrations", SWITCH),
+    ("--json", "print the summary as JSON", SWITCH),
+)
+SUITE_OR_STAGE = (
+    ("--suite", "only files registered for this effective suite"),
+    ("--stage", "only files registered for this stage"),
+)
+REPORT_FLAGS = (
+    ("--results", "the --out directory of `ci run` (or results.json)"),
+    ("--repo", "OWNER/NAME (required with --post)"),
+    ("--pr", "pull request number (required with --post)", {"type": int}),
+    ("--sha", "head commit for the statuses (none are set without it)"),
+    ("--api-url", "GitHub Enterprise base URL (client adds /api/v3)"),
+    ("--slot", f"slot name (default {DEFAULT_SLOT})", {"default": DEFAULT_SLOT}),
+    ("--slot-label", "text before the slot", {"default": DEFAULT_LABEL}),
+    ("--state", "what to report (only results reads results)", {"choices": REPORT_STATES}),
+    ("--test-result", "the test job's result (needs.test.result)", {"choices": TEST_RESULTS}),
+    ("--require-head", "post only while --sha is still the PR's head", SWITCH),
+    ("--check-run", "also create a check run on --sha (needs an installation token)", SWITCH),
+    ("--summary", "append the full report here ($GITHUB_STEP_SUMMARY)"),
+    ("--workflow-run", "fork PRs: the workflow_run event payload", {"metavar": "EVENT"}),
+    ("--run-id", "workflow run id, shown as Run #ID"),
+    ("--run-url", "workflow run URL"),
+    ("--artifacts-url", "where results.json, JUnit and logs are"),
+    ("--bot-login", "the login our comments carry (default: GET /user, else the Actions bot)"),
+    ("--post", "publish (default: dry run)", SWITCH),
+    ("--json", "print the plan as JSON", SWITCH),
+)
+GATE_FLAGS = (
+    ("--event", "event payload (default $GITHUB_EVENT_PATH)"),
+    ("--label", "the label that asks for a run (default run-ci)", {"default": "run-ci"}),
+    ("--api-url", "GitHub Enterprise base URL (client adds /api/v3)"),
+    ("--json", "print the decision as JSON", SWITCH),
+)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m ci",
@@ -61,57 +114,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     verbs = parser.add_subparsers(dest="verb", required=True)
-
     run = verbs.add_parser(
         "run",
         help="run registered test files on both sides; write results.json, JUnit and the report",
         description="Each selected file runs as its own `python FILE -v` process once per mode, "
-        "unchanged: the runner reports each test's result from outside (unittest and pytest). "
-        "Sides: the installed sglang with the overlay off and on, or two source trees. Exit 0 "
-        "when every test passes (or skips) on the change side and the listed regressions fail "
-        "on the unmodified side; 1, with one line saying why, otherwise.",
+        "unchanged. Sides: the installed sglang with the overlay off and on, or two source "
+        "trees. Exit 0 when every test passes (or skips) on the change side and the listed "
+        "regressions fail on the unmodified side; 1, with one line saying why, otherwise.",
     )
-    run.add_argument("--out", required=True, help="folder for results.json, JUnit and logs")
-    run.add_argument(
-        "--tests",
-        nargs="+",
-        default=(),
-        metavar="PATH",
-        help="registered-test folders or files under --root (default test/registered)",
-    )
-    run.add_argument(
-        "--backend",
-        choices=["cuda", "cpu"],
-        help="registrations to run (default: cuda when nvidia-smi exists, else cpu)",
-    )
-    which = run.add_mutually_exclusive_group()
-    which.add_argument("--suite", help="only files registered for this effective suite")
-    which.add_argument("--stage", help="only files registered for this stage")
-    run.add_argument("--shard", help="I/N: run partition I (0-based) of N, split by est_time")
-    run.add_argument("--modes", default="unmodified,change", help="comma list (default both)")
-    run.add_argument(
-        "--unmodified-src",
-        metavar="DIR",
-        help="a tree holding python/sglang (a PR's base) for the unmodified side; overlay off",
-    )
-    run.add_argument(
-        "--change-src",
-        metavar="DIR",
-        help="a tree holding python/sglang (a PR's head) for the change side; overlay off",
-    )
-    run.add_argument(
-        "--regressions",
-        metavar="FILE",
-        help="tests that must fail on the unmodified side, one FILE::Class.test pattern a line "
-        "(default ci/regressions.txt)",
-    )
-    run.add_argument("--timeout", type=float, default=1800, help="seconds per file and mode")
-    run.add_argument("--jobs", type=int, default=2, help="processes at once (default 2)")
-    run.add_argument("--root", default=".", help="repository root (default: current directory)")
-    run.add_argument("--nightly", action="store_true", help="include nightly registrations")
-    run.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _flags(run, RUN_FLAGS)
+    _flags(run.add_mutually_exclusive_group(), SUITE_OR_STAGE)
     run.set_defaults(func=cmd_run)
-
     report = verbs.add_parser(
         "report",
         help="render the A/B and (with --post) publish it on the PR",
@@ -119,82 +132,29 @@ def _parser() -> argparse.ArgumentParser:
         "with the token in GITHUB_TOKEN: the PR-body slot, one sticky comment, one commit "
         "status per suite.",
     )
-    report.add_argument("--results", help="the --out directory of `ci run` (or results.json)")
-    report.add_argument("--repo", help="OWNER/NAME (required with --post)")
-    report.add_argument("--pr", type=int, help="pull request number (required with --post)")
-    report.add_argument("--sha", help="head commit for the statuses (none are set without it)")
-    report.add_argument("--api-url", help="GitHub Enterprise base URL (client adds /api/v3)")
-    report.add_argument("--slot", default=DEFAULT_SLOT, help=f"slot name (default {DEFAULT_SLOT})")
-    report.add_argument("--slot-label", default=DEFAULT_LABEL, help="text before the slot")
-    report.add_argument(
-        "--state",
-        choices=list(REPORT_STATES),
-        default="results",
-        help="what to report (only `results` reads results)",
-    )
-    report.add_argument(
-        "--test-result",
-        choices=["success", "failure", "cancelled", "skipped"],
-        help="the test job's result (needs.test.result): without results.json the slot and "
-        "check run say failure or cancelled instead of staying pending",
-    )
-    report.add_argument(
-        "--require-head",
-        action="store_true",
-        help="post only while --sha is still the PR's head (a superseded run posts nothing)",
-    )
-    report.add_argument(
-        "--check-run",
-        action="store_true",
-        help="also create a check run on --sha (Checks API; needs an installation token)",
-    )
-    report.add_argument("--summary", help="append the full report here ($GITHUB_STEP_SUMMARY)")
-    report.add_argument(
-        "--workflow-run",
-        metavar="EVENT",
-        help="fork PRs: the workflow_run event payload; repo, sha and run come from it; the PR, "
-        "its approval, the bot's code at the head and the results artifact are read from GitHub",
-    )
-    report.add_argument("--run-id", help="workflow run id, shown as Run #ID")
-    report.add_argument("--run-url", help="workflow run URL")
-    report.add_argument("--artifacts-url", help="where results.json, JUnit and logs are")
-    report.add_argument(
-        "--bot-login",
-        help="the login our comments carry (default: GET /user, or github-actions[bot] for an "
-        "Actions token); only comments by it are edited",
-    )
-    report.add_argument("--post", action="store_true", help="publish (default: dry run)")
-    report.add_argument("--json", action="store_true", help="print the plan as JSON")
+    _flags(report, REPORT_FLAGS)
     report.set_defaults(func=cmd_report)
-
     gate = verbs.add_parser(
         "gate",
         help="decide from the event payload whether this PR may run CI",
         description="A fork PR's head runs only when someone with write permission approved that "
-        "commit (an approving review of it, a `/run-ci SHA` comment, or adding run-ci after "
-        "reviewing it), read from GitHub with GITHUB_TOKEN. Prints run=true|false (also appended "
-        "to $GITHUB_OUTPUT when set). Exit 0 either way (the decision is data), 1 when GitHub "
+        "commit, read from GitHub with GITHUB_TOKEN. Prints run=true|false (also appended to "
+        "$GITHUB_OUTPUT when set). Exit 0 either way (the decision is data), 1 when GitHub "
         "could not be read.",
     )
-    gate.add_argument(
-        "--event",
-        default=os.environ.get("GITHUB_EVENT_PATH"),
-        help="event payload (default $GITHUB_EVENT_PATH)",
-    )
-    gate.add_argument("--label", default="run-ci")
-    gate.add_argument("--api-url", help="GitHub Enterprise base URL (client adds /api/v3)")
-    gate.add_argument("--json", action="store_true")
+    _flags(gate, GATE_FLAGS)
     gate.set_defaults(func=cmd_gate)
-
     watch.add_parser(verbs)
     return parser
 
 
-# ---------------------------------------------------------------------------------------- run
+def _flags(parser, flags) -> None:
+    for name, help_text, *more in flags:
+        parser.add_argument(name, help=help_text, **(more[0] if more else {}))
 
 
 def cmd_run(args) -> int:
-    args.tests = tuple(args.tests)
+    args.tests = tuple(args.tests or ())
     request = run.RunRequest(**_fields(run.RunRequest, args))
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if run.resolve_backend(args.backend) == "cuda":
@@ -216,9 +176,6 @@ def cmd_run(args) -> int:
     else:
         print("\n".join(run.summary_lines(results)))
     return EXIT_OK if results.verdict == "ok" else EXIT_FAILED
-
-
-# ------------------------------------------------------------------------------------- report
 
 
 def cmd_report(args) -> int:
@@ -253,36 +210,35 @@ def cmd_report(args) -> int:
 
 
 def _fields(record_type, args) -> dict:
-    """The parsed arguments a request record has fields for."""
+    """The parsed arguments a request record has fields for; a flag not given takes the
+    record's default."""
     names = {f.name for f in dataclasses.fields(record_type)}
-    return {name: value for name, value in vars(args).items() if name in names}
-
-
-# --------------------------------------------------------------------------------------- gate
+    return {k: v for k, v in vars(args).items() if k in names and v is not None}
 
 
 def cmd_gate(args) -> int:
-    if not args.event:
+    path = args.event or os.environ.get("GITHUB_EVENT_PATH")
+    if not path:
         raise UsageError("--event PATH (or GITHUB_EVENT_PATH) is required")
     try:
-        event = gate.load_event(args.event)
+        event = gate.load_event(path)
     except (OSError, ValueError) as exc:
         raise UsageError(f"event payload: {exc}") from None
     facts = gate.event_facts(event)
+    if facts is not None and facts.fork:
+        # Here, not at the top: only the jobs that talk to GitHub install github3.
+        from report import plan as reporting
+
+        try:
+            facts = reporting.fork_facts(event, facts.pr, args.api_url)
+        except reporting.RequestError as exc:
+            raise UsageError(str(exc)) from None
+        except reporting.PublishFailed as exc:
+            print(f"error: reading PR #{facts.pr}: {one_line(str(exc))}", file=sys.stderr)
+            return EXIT_FAILED
     if facts is None:
         decision = gate.Gate(run=True, fork=False, reason="not a pull_request event")
     else:
-        if facts.fork:
-            # Here, not at the top: only the jobs that talk to GitHub install github3.
-            from report import plan as reporting
-
-            try:
-                facts = reporting.fork_facts(event, facts.pr, args.api_url)
-            except reporting.RequestError as exc:
-                raise UsageError(str(exc)) from None
-            except reporting.PublishFailed as exc:
-                print(f"error: reading PR #{facts.pr}: {one_line(str(exc))}", file=sys.stderr)
-                return EXIT_FAILED
         decision = gate.decide(facts, args.label)
     lines = [
         f"run={'true' if decision.run else 'false'}",

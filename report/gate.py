@@ -1,7 +1,7 @@
 """Whether a PR's head commit may run CI on our runners, and the trusted facts of the events.
 
 ``decide`` is pure: it reads ``PullFacts`` (what GitHub says now: the PR's head, its labels and
-the approvals of people with write permission; ``publish.pull_facts`` gathers them) and never
+the approvals of people with write permission; ``Publisher.pull_facts`` gathers them) and never
 calls the API. A branch of the base repository always runs; a fork's head runs only when
 someone with write permission saw exactly that commit (the README says how). A
 ``workflow_run`` payload is GitHub's own account of a finished run (``finished_run``); nothing
@@ -83,7 +83,7 @@ def decide(facts: PullFacts, label: str = RUN_LABEL) -> Gate:
 
 def event_facts(event: dict) -> PullFacts | None:
     """What a pull_request payload says (PR, head, fork or not); None for another event. A fork's
-    labels and approvals are not in it: they are read from GitHub (``publish.pull_facts``)."""
+    labels and approvals are not in it: they are read from GitHub (``Publisher.pull_facts``)."""
     pr = event.get("pull_request")
     if not isinstance(pr, dict):
         return None

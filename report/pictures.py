@@ -26,12 +26,10 @@ def _pyplot():
     return plt
 
 
-def preload() -> threading.Thread:
+def preload() -> None:
     """Import matplotlib in a daemon thread while the test processes run (about a second that
     would otherwise come after them); ``draw_all`` imports it as before, cached or not."""
-    thread = threading.Thread(target=_pyplot, name="pictures-preload", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=_pyplot, name="pictures-preload", daemon=True).start()
 
 
 def draw_all(results: Results, out_dir: str) -> dict:

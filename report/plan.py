@@ -15,7 +15,7 @@ import github3.exceptions
 
 from report import artifact, gate, pr_states, render
 from report.pr_states import DEFAULT_LABEL, DEFAULT_SLOT
-from report.publish import Publisher, Reader, RetryPolicy, TooLarge, connect, pull_facts
+from report.publish import Publisher, RetryPolicy, TooLarge, connect
 
 INVALID_NOTE = "invalid artifact"
 STEP_SUMMARY_BYTES = 1024 * 1024  # GitHub drops a step's summary whole past 1 MiB
@@ -230,29 +230,27 @@ def dry_run_text(report: ReportPlan, as_json: bool) -> str:
     return "".join(out)
 
 
-def _github(api_url: str | None, why: str):
-    """(a github3 client with the token in GITHUB_TOKEN, the token)."""
+@contextlib.contextmanager
+def _github(repo: str, pr: int | None, api_url: str | None, why: str):
+    """A ``Publisher`` for ``repo``'s PR ``pr``, with the token in GITHUB_TOKEN; what GitHub
+    refuses (or never answers) comes out as PublishFailed, the token redacted."""
     token = os.environ.get("GITHUB_TOKEN")
     if not token:
         raise RequestError(f"{why} needs a token in GITHUB_TOKEN")
-    return connect(token, api_url), token
-
-
-@contextlib.contextmanager
-def _refused(token: str):
-    """What GitHub refuses (or never answers) as PublishFailed, the token redacted."""
+    owner, name = repo.split("/")
     try:
-        yield
+        yield Publisher(connect(token, api_url), owner, name, pr, RetryPolicy())
     except (github3.exceptions.GitHubException, RuntimeError, ValueError, OSError) as exc:
         raise PublishFailed(str(exc).replace(token, "***")) from None
 
 
 def publish(request: ReportRequest, report: ReportPlan, say) -> None:
     """Send ``report``; ``say(line)`` hears each step."""
-    gh, token = _github(request.api_url, "--post")
-    owner, name = request.repo.split("/")
-    publisher = Publisher(gh, owner, name, request.pr, RetryPolicy())
+    with _github(request.repo, request.pr, request.api_url, "--post") as publisher:
+        _publish(request, report, publisher, say)
 
+
+def _publish(request: ReportRequest, report: ReportPlan, publisher: Publisher, say) -> None:
     def superseded(what: str) -> bool:
         """With --require-head, whether a push has moved the PR on; asked before each PR-level
         write (the slot, the comment). Statuses and the check run name their commit, so they
@@ -268,29 +266,28 @@ def publish(request: ReportRequest, report: ReportPlan, say) -> None:
         )
         return True
 
-    with _refused(token):
-        if superseded("nothing posted"):
-            return
-        outcome = publisher.update_slot(request.slot, request.slot_label, list(report.texts))
-        say(f"PR body slot {request.slot}: {outcome}")
-        moved = superseded("our slot write is undone and the comment skipped")
-        if moved and outcome == "updated":
-            back = publisher.put_back_slot(request.slot, request.slot_label)
-            say(f"PR body slot {request.slot}: {back}")
-        if report.comment is not None and not moved:
-            marker = render.comment_marker(request.slot)
-            login = publisher.identity(request.bot_login)
-            result = publisher.upsert_comment(marker, report.comment, login)
-            say(f"sticky comment ({login}): {result}")
-        for status in report.statuses:
-            publisher.set_status(request.sha, **status)
-            say(f"status {status['context']}: {status['state']}")
-        if report.comment is not None and not request.sha:
-            say("statuses: skipped (no --sha)")
-        if report.check_run is not None:
-            check = report.check_run
-            run_id = publisher.create_check_run(check["create"], check.get("updates", []))
-            say(f"check run {run_id}: {check['create']['conclusion']}")
+    if superseded("nothing posted"):
+        return
+    outcome = publisher.update_slot(request.slot, request.slot_label, list(report.texts))
+    say(f"PR body slot {request.slot}: {outcome}")
+    moved = superseded("our slot write is undone and the comment skipped")
+    if moved and outcome == "updated":
+        back = publisher.put_back_slot(request.slot, request.slot_label)
+        say(f"PR body slot {request.slot}: {back}")
+    if report.comment is not None and not moved:
+        marker = render.comment_marker(request.slot)
+        login = publisher.identity(request.bot_login)
+        result = publisher.upsert_comment(marker, report.comment, login)
+        say(f"sticky comment ({login}): {result}")
+    for status in report.statuses:
+        publisher.set_status(request.sha, **status)
+        say(f"status {status['context']}: {status['state']}")
+    if report.comment is not None and not request.sha:
+        say("statuses: skipped (no --sha)")
+    if report.check_run is not None:
+        check = report.check_run
+        run_id = publisher.create_check_run(check["create"], check.get("updates", []))
+        say(f"check run {run_id}: {check['create']['conclusion']}")
 
 
 def fork(request: ReportRequest, folder: str):
@@ -300,47 +297,44 @@ def fork(request: ReportRequest, folder: str):
     default branch's, the results artifact's size before it is downloaded into ``folder``.
     (None, why) when there is nothing to report: no such PR, or an approved run that ran no
     tests."""
-    gh, token = _github(request.api_url, "--workflow-run (it reads GitHub)")
-    reader = Reader(gh, *request.repo.split("/"), RetryPolicy())
     run = gate.finished_run(gate.load_event(request.workflow_run))
-    with _refused(token):
+    with _github(request.repo, None, request.api_url, "--workflow-run (it reads GitHub)") as github:
         owner = (run.head_repo or "").split("/")[0]
         pulls = [
             pull
-            for pull in reader.open_pulls(owner, run.head_branch)
+            for pull in github.open_pulls(owner, run.head_branch)
             if (pull.get("head") or {}).get("sha") == run.head_sha
             and ((pull.get("head") or {}).get("repo") or {}).get("full_name") == run.head_repo
         ]
         if len(pulls) != 1:
             return None, f"{len(pulls)} open PRs have head {run.head_sha[:12]}: nothing posted"
         request = replace(request, pr=pulls[0]["number"])
-        decision = gate.decide(pull_facts(reader, request.pr, run.actor, run.created_at))
+        github.number = request.pr
+        decision = gate.decide(github.pull_facts(run.actor, run.created_at))
         if decision.sha != run.head_sha:
             return None, f"PR #{request.pr} moved on from {run.head_sha[:12]}: nothing posted"
         if not decision.run:
             return replace(request, state=decision.state), None
-        found = reader.artifact(run.run_id, RESULTS_ARTIFACT)
+        found = github.artifact(run.run_id, RESULTS_ARTIFACT)
         if found is None:
             if run.conclusion in ("success", "skipped"):
                 return None, f"run {run.run_id} left no {RESULTS_ARTIFACT}: it ran no tests"
             return replace(request, test_result=run.conclusion), None
-        default = run.default_branch
         changed = [
             path
             for path in (run.path, *BOT_CODE)
-            if reader.sha_of(path, run.head_sha) != reader.sha_of(path, default)
+            if github.sha_of(path, run.head_sha) != github.sha_of(path, run.default_branch)
         ]
         if changed:
-            return replace(
-                request, untrusted=f"{' and '.join(changed)} differ from {default}"
-            ), None
+            untrusted = f"{' and '.join(changed)} differ from {run.default_branch}"
+            return replace(request, untrusted=untrusted), None
         size = found.get("size_in_bytes")
         if not isinstance(size, int) or not 0 < size <= MAX_ARTIFACT_BYTES:
             invalid = f"{RESULTS_ARTIFACT}: {size!r} bytes; at most {MAX_ARTIFACT_BYTES}"
             return replace(request, invalid=invalid), None
         zipped = os.path.join(folder, "artifact.zip")
         try:
-            reader.download(found["id"], zipped, MAX_ARTIFACT_BYTES)
+            github.download(found["id"], zipped, MAX_ARTIFACT_BYTES)
             artifact.extract_results(zipped, folder)
         except (TooLarge, artifact.ArtifactError) as exc:
             return replace(request, invalid=str(exc)), None
@@ -354,7 +348,5 @@ def fork_facts(event: dict, pr: int | None, api_url: str | None) -> gate.PullFac
     if not isinstance(repo, str) or repo.count("/") != 1 or pr is None:
         raise RequestError("a fork PR's approvals are read from GitHub: the payload's repository "
                            "and PR number are needed")  # fmt: skip
-    gh, token = _github(api_url, "reading a fork PR's approvals")
-    with _refused(token):
-        reader = Reader(gh, *repo.split("/"), RetryPolicy())
-        return pull_facts(reader, pr, trigger=(event.get("sender") or {}).get("login"))
+    with _github(repo, pr, api_url, "reading a fork PR's approvals") as github:
+        return github.pull_facts(trigger=(event.get("sender") or {}).get("login"))

@@ -88,17 +88,10 @@ def _fences(body: str) -> list[tuple[int, int]]:
             match = _FENCE_OPEN.match(text)
             if match:
                 opened = (offset, match[1])
-        else:
-            fence = opened[1]
-            close = text.lstrip(" ")
-            run = close.rstrip(" \t")
-            if (
-                len(text) - len(close) <= 3
-                and run == fence[0] * len(run)
-                and len(run) >= len(fence)
-            ):
-                spans.append((opened[0], offset + len(line)))
-                opened = None
+        # The closing fence: up to 3 spaces, at least as long a run of the same character, blanks.
+        elif re.fullmatch(f" {{0,3}}{opened[1][0]}{{{len(opened[1])},}}[ \t]*", text):
+            spans.append((opened[0], offset + len(line)))
+            opened = None
         offset += len(line)
     # An unclosed fence is left out: it would run to the end of the body, over the block we
     # append there, and every later run would append another one.

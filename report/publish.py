@@ -1,6 +1,6 @@
 """The only part of the bot that talks to GitHub (github3.py): the PR-body slot, the sticky
-comment, statuses, check runs, and the reads the decisions rest on (``Reader``: a PR, its
-reviews and comments, permissions, file and tree SHAs, a run's artifact).
+comment, statuses, check runs, and the reads the decisions rest on (a PR, its reviews and
+comments, permissions, file and tree SHAs, a run's artifact).
 
 Every call goes through ``RetryPolicy``. Writes are idempotent, so a rerun edits what an earlier
 run wrote. The sticky comment is found by its marker *and* its author, the bot's own login:
@@ -98,10 +98,14 @@ def connect(token: str, api_url: str | None = None):
 
 @dataclass
 class Publisher:
+    """One repository and its PR ``number`` (None while a fork report looks for it). Reads go
+    through github3's session (its auth, retried by ``policy``) and answer the API's JSON, None
+    for a 404."""
+
     gh: object
     owner: str
     repo: str
-    number: int
+    number: int | None
     policy: RetryPolicy
     log: object = print
     rounds: int = 5
@@ -127,13 +131,15 @@ class Publisher:
         issue = self._issue()
         for _ in range(self.rounds):
             base = issue.body or ""
-            new, text = _first_fit(base, slot, label, texts)
-            if new is None:
+            bodies = [(pr_states.set_slot(base, slot, label, text), text) for text in texts]
+            fits = [(new, text) for new, text in bodies if len(new) <= pr_states.BODY_LIMIT]
+            if not fits:
                 self.log(
                     f"PR body: left unchanged; the body plus our slot line would exceed "
                     f"{pr_states.BODY_LIMIT} characters and the author's text is not ours to cut"
                 )
                 return "too-long"
+            new, text = fits[0]
             if new == base:
                 return "unchanged"
             fresh = self._issue()
@@ -181,18 +187,12 @@ class Publisher:
 
     def pr_head(self) -> str:
         """The PR's head commit as GitHub has it now."""
-        pull = Reader(self.gh, self.owner, self.repo, self.policy).pull(self.number)
-        return str(((pull or {}).get("head") or {}).get("sha") or "")
+        return str(((self.pull() or {}).get("head") or {}).get("sha") or "")
 
     def create_check_run(self, create: dict, updates: list) -> int:
         """One check run from ``render.check_run``; the updates append further annotations."""
-        body = dict(create)
         run = self.policy.call(
-            f"check run {body['name']}",
-            self._repository().create_check_run,
-            body.pop("name"),
-            body.pop("head_sha"),
-            **body,
+            f"check run {create['name']}", self._repository().create_check_run, **create
         )
         if run is None:
             raise RuntimeError("check run: GitHub answered without a check run")
@@ -222,57 +222,8 @@ class Publisher:
         return self.policy.call("sticky comment", once)
 
     def set_status(self, sha: str, context: str, state: str, description: str, target_url=None):
-        self.policy.call(
-            f"status {context}",
-            self._repository().create_status,
-            sha,
-            state,
-            target_url=target_url,
-            description=description,
-            context=context,
-        )
-
-
-def upsert_sticky(items, marker: str, author: str, create, unchanged, edit, retire) -> tuple:
-    """(outcome, item) for the one item (comment or issue, oldest first) by ``author`` whose
-    body starts with ``marker``: "created" by ``create()`` when there is none, else "unchanged"
-    or "edited"; further ones, left by two runs racing, are ``retire``d. A marker alone proves
-    nothing: anyone can write one, so the author must match too (``None``: the caller has no
-    login to match, and any author counts)."""
-    ours = [
-        item
-        for item in items
-        if (item.body or "").startswith(marker)
-        and (author is None or getattr(item.user, "login", None) == author)
-    ]
-    if not ours:
-        return "created", create()
-    keep, *extra = ours
-    for duplicate in extra:
-        retire(duplicate)
-    if unchanged(keep):
-        return "unchanged", keep
-    edit(keep)
-    return "edited", keep
-
-
-def _first_fit(base: str, slot: str, label: str, texts: list[str]):
-    for text in texts:
-        new = pr_states.set_slot(base, slot, label, text)
-        if len(new) <= pr_states.BODY_LIMIT:
-            return new, text
-    return None, None
-
-
-@dataclass
-class Reader:
-    """Reads of one repository through github3's session (its auth, its retries by ``policy``);
-    answers are the API's JSON, None for a 404."""
-
-    gh: object
-    owner: str
-    repo: str
-    policy: RetryPolicy
+        create = self._repository().create_status  # (sha, state, target_url, description, context)
+        self.policy.call(f"status {context}", create, sha, state, target_url, description, context)
 
     def _url(self, *parts) -> str:
         return self.gh.session.build_url("repos", self.owner, self.repo, *map(str, parts))
@@ -299,8 +250,8 @@ class Reader:
                 break
         return items
 
-    def pull(self, number: int):
-        return self.get(f"read PR #{number}", "pulls", number)
+    def pull(self):
+        return self.get(f"read PR #{self.number}", "pulls", self.number)
 
     def open_pulls(self, head_owner: str, branch: str) -> list:
         """Open PRs whose head is ``head_owner:branch`` (how GitHub filters by head)."""
@@ -331,6 +282,23 @@ class Reader:
         ]
         return live[0] if len(live) == 1 else None
 
+    def pull_facts(self, trigger=None, before=None) -> gate.PullFacts:
+        """What ``gate.decide`` needs about the PR, as GitHub has it now: head, fork or not, labels,
+        and the approvals of people the API says may write (those naming the head only)."""
+        number, pull = self.number, self.pull()
+        if not isinstance(pull, dict):
+            raise RuntimeError(f"PR #{number}: not found")
+        labels = frozenset(item.get("name") for item in pull.get("labels") or [])
+        facts = replace(gate.event_facts({"pull_request": pull}), pr=number, labels=labels)
+        if not facts.fork:
+            return facts
+        reviews = self.pages(f"reviews of PR #{number}", "pulls", number, "reviews")
+        comments = self.pages(f"comments of PR #{number}", "issues", number, "comments")
+        found = gate.approvals(reviews, comments, trigger, before)
+        logins = sorted({a.login for a in found if a.sha == facts.head})[:MAX_APPROVERS]
+        writers = {login for login in logins if self.can_write(login)}
+        return replace(facts, approvals=tuple(a for a in found if a.login in writers))
+
     def download(self, artifact_id: int, path: str, limit: int) -> None:
         """The artifact's zip into ``path``; TooLarge past ``limit`` bytes, whatever the
         listing said (the storage URL it redirects to gets no token: requests drops it)."""
@@ -351,19 +319,24 @@ class Reader:
         self.policy.call(f"download artifact {artifact_id}", fetch)
 
 
-def pull_facts(reader: Reader, number: int, trigger=None, before=None) -> gate.PullFacts:
-    """What ``gate.decide`` needs about PR ``number``, as GitHub has it now: head, fork or not,
-    labels, and the approvals of people the API says may write (those naming the head only)."""
-    pull = reader.pull(number)
-    if not isinstance(pull, dict):
-        raise RuntimeError(f"PR #{number}: not found")
-    labels = frozenset(item.get("name") for item in pull.get("labels") or [])
-    facts = replace(gate.event_facts({"pull_request": pull}), pr=number, labels=labels)
-    if not facts.fork:
-        return facts
-    reviews = reader.pages(f"reviews of PR #{number}", "pulls", number, "reviews")
-    comments = reader.pages(f"comments of PR #{number}", "issues", number, "comments")
-    found = gate.approvals(reviews, comments, trigger, before)
-    logins = sorted({a.login for a in found if a.sha == facts.head})[:MAX_APPROVERS]
-    writers = {login for login in logins if reader.can_write(login)}
-    return replace(facts, approvals=tuple(a for a in found if a.login in writers))
+def upsert_sticky(items, marker: str, author: str, create, unchanged, edit, retire) -> tuple:
+    """(outcome, item) for the one item (comment or issue, oldest first) by ``author`` whose
+    body starts with ``marker``: "created" by ``create()`` when there is none, else "unchanged"
+    or "edited"; further ones, left by two runs racing, are ``retire``d. A marker alone proves
+    nothing: anyone can write one, so the author must match too (``None``: the caller has no
+    login to match, and any author counts)."""
+    ours = [
+        item
+        for item in items
+        if (item.body or "").startswith(marker)
+        and (author is None or getattr(item.user, "login", None) == author)
+    ]
+    if not ours:
+        return "created", create()
+    keep, *extra = ours
+    for duplicate in extra:
+        retire(duplicate)
+    if unchanged(keep):
+        return "unchanged", keep
+    edit(keep)
+    return "edited", keep

@@ -9,7 +9,6 @@ from a test can break the markdown, a table, or the hidden markers the publisher
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass
 
 from evidence.model import FILE_CASE, MODES, Case, Results
 from report.pr_states import BODY_LIMIT, DEFAULT_SLOT, MISSING_LABEL
@@ -43,6 +42,13 @@ _LINE_BREAKS = re.compile("\r\n|[\n\r\u2028\u2029]")
 # are decoded; a word joiner (never in the input: it is a format character) breaks each one.
 _ACTS_ON_GITHUB = re.compile(r"(@|#|(?<![A-Za-z0-9])GH-|:(?=//)|(?<![A-Za-z0-9])www(?=\.))", re.I)
 _EXCERPT_CHARS = 1200
+_MORE_LINE = 60
+# The side whose failure a case's log excerpt shows.
+_EXCERPT_SIDE = {
+    "broken": "change",
+    "regression": "unmodified",
+    "not-reproduced": "unmodified",
+}  # room for each "... N more" line of a shortened comment
 ENV_CHARS = 2000  # the environment line comes from the runner: bounded like any input
 
 
@@ -67,8 +73,7 @@ def visible(text) -> str:
 
 def escape_block(text) -> str:
     """Log text for a fenced code block: markers defused, fence chosen longer than any run."""
-    text = _ANSI.sub("", str(text)).replace("\r\n", "\n").replace("\r", "\n")
-    text = _INVISIBLE.sub("", text.replace("\u2028", "\n").replace("\u2029", "\n"))
+    text = _INVISIBLE.sub("", _LINE_BREAKS.sub("\n", _ANSI.sub("", str(text))))
     # Inside a fence entities are not decoded, so a zero-width space defuses the markers.
     text = text.replace("<!--", "<\u200b!--").replace("-->", "--\u200b>")
     longest = max((len(run) for run in re.findall(r"`+|~+", text)), default=0)
@@ -161,14 +166,7 @@ def _sequence(value) -> list:
     return value if isinstance(value, list) else []
 
 
-def comment(
-    results: Results,
-    slot: str,
-    run_id=None,
-    run_url=None,
-    artifacts_url=None,
-    limit: int = BODY_LIMIT,
-) -> str:
+def comment(results, slot, run_id=None, run_url=None, artifacts_url=None, limit=BODY_LIMIT) -> str:
     """The sticky evidence comment, at most ``limit`` characters, shortened only in whole pieces.
 
     Everything fits: the full report. Otherwise the heading, the summary, the table header, the
@@ -176,48 +174,47 @@ def comment(
     lines, table rows and log excerpts are then added whole, in that order, while they fit. A
     piece is a line or a fenced block, so a cut never lands inside an entity, a row or a fence.
     """
-    parts = _parts(results, slot, run_id, run_url, artifacts_url)
-    text = _assemble(parts, parts.flags, parts.rows, _excerpts(results, _EXCERPT_CHARS))
+    head, all_flags, header, all_rows, tail = _parts(results, slot, run_id, run_url, artifacts_url)
+
+    def assemble(flags, rows, excerpts, note=None) -> str:
+        lines = [*head, *([*flags, ""] if flags else []), *header, *rows, *tail]
+        if note:
+            lines += ["", note]
+        if excerpts:
+            lines += ["", "<details><summary>Log excerpts</summary>", "", *excerpts, "</details>"]
+        return "\n".join(lines) + "\n"
+
+    text = assemble(all_flags, all_rows, _excerpts(results, _EXCERPT_CHARS))
     if len(text) <= limit:
         return text
+    where = artifacts_url or run_url
+    where = f"[the artifacts]({_url(where)})" if where else "the run's artifacts"
     # Room for the longest note (the real one is shorter) and the two "more" lines.
-    fixed = len(_assemble(parts, [], [], [], "x" * 200)) + len(parts.where) + 2 * _MORE_LINE
+    fixed = len(assemble([], [], [], "x" * 200)) + len(where) + 2 * _MORE_LINE
     if fixed > limit:
         raise ValueError(f"the comment's fixed part alone exceeds {limit} characters")
-    flags, room = _take(parts.flags, limit - fixed)
-    rows, room = _take(parts.rows, room)
+    flags, room = _take(all_flags, limit - fixed)
+    rows, room = _take(all_rows, room)
     wrapper = len("\n<details><summary>Log excerpts</summary>\n\n</details>") + 2
     # Shortened: shorter excerpts, so that more of them fit after every row has.
     excerpts, _ = _take(_excerpts(results, 300), room - wrapper)
-    more_flags, more_rows = len(parts.flags) - len(flags), len(parts.rows) - len(rows)
+    more_flags, more_rows = len(all_flags) - len(flags), len(all_rows) - len(rows)
     dropped = (("flagged-file lines", more_flags), ("table rows", more_rows))
     left_out = ", ".join(f"{n} {what}" for what, n in dropped if n)
     what = f"{left_out} and log excerpts" if left_out else "log excerpts"
     note = (
         f"_Shortened to fit GitHub's comment limit ({what} left out); the full report is "
-        f"report.md in {parts.where}._"
+        f"report.md in {where}._"
     )
     if more_flags:
         flags.append(f"\u2026 {more_flags} more flagged files")
     if more_rows:
         rows.append(f"| \u2026 {more_rows} more cases | | | |")
-    return _assemble(parts, flags, rows, excerpts, note)
+    return assemble(flags, rows, excerpts, note)
 
 
-_MORE_LINE = 60
-
-
-@dataclass
-class _Parts:
-    head: list
-    flags: list
-    table_header: list
-    rows: list
-    tail: list
-    where: str  # where the full report is, for the note of a shortened comment
-
-
-def _parts(results, slot, run_id, run_url, artifacts_url) -> _Parts:
+def _parts(results, slot, run_id, run_url, artifacts_url) -> tuple:
+    """(heading and summary, flagged-file lines, table header, table rows, the lines after)."""
     head = [
         comment_marker(slot),
         f"### {STATES[overall_state(results)]} A/B of the registered tests on "
@@ -259,9 +256,7 @@ def _parts(results, slot, run_id, run_url, artifacts_url) -> _Parts:
         f"| Case | Kind | {_side(results, 'unmodified')} | {_side(results, 'change')} |",
         "| --- | --- | --- | --- |",
     ]
-    where = artifacts_url or run_url
-    where = f"[the artifacts]({_url(where)})" if where else "the run's artifacts"
-    return _Parts(head, flags, header, rows, tail, where)
+    return head, flags, header, rows, tail
 
 
 def _take(pieces: list, room: int) -> tuple[list, int]:
@@ -273,18 +268,6 @@ def _take(pieces: list, room: int) -> tuple[list, int]:
         taken.append(piece)
         room -= len(piece) + 1
     return taken, room
-
-
-def _assemble(parts: _Parts, flags, rows, excerpts, note=None) -> str:
-    lines = list(parts.head)
-    if flags:
-        lines += [*flags, ""]
-    lines += [*parts.table_header, *rows, *parts.tail]
-    if note:
-        lines += ["", note]
-    if excerpts:
-        lines += ["", "<details><summary>Log excerpts</summary>", "", *excerpts, "</details>"]
-    return "\n".join(lines) + "\n"
 
 
 def safe_clip(escaped: str, limit: int) -> str:
@@ -304,21 +287,15 @@ def _side(results: Results, mode: str) -> str:
 
 def _summary_sentence(results: Results) -> str:
     counts = results.counts()
-    parts = []
-    if counts["regression"]:
-        parts.append(
-            f"{_n(counts['regression'], 'regression case')} fail on "
-            f"{_side(results, 'unmodified')} and pass on {_side(results, 'change')}"
-        )
-    if counts["preservation"]:
-        parts.append(f"{_n(counts['preservation'], 'preservation case')} pass both ways")
-    if counts["not-reproduced"]:
-        parts.append(f"{_n(counts['not-reproduced'], 'regression case')} do not reproduce the bug")
-    if counts["broken"]:
-        parts.append(f"{_n(counts['broken'], 'case')} fail on {_side(results, 'change')}")
-    for kind in ("skipped", "no-baseline"):
-        if counts[kind]:
-            parts.append(f"{counts[kind]} {kind}")
+    unmodified, change = _side(results, "unmodified"), _side(results, "change")
+    phrases = (
+        ("regression", "regression case", f"fail on {unmodified} and pass on {change}"),
+        ("preservation", "preservation case", "pass both ways"),
+        ("not-reproduced", "regression case", "do not reproduce the bug"),
+        ("broken", "case", f"fail on {change}"),
+    )
+    parts = [f"{_n(counts[kind], noun)} {what}" for kind, noun, what in phrases if counts[kind]]
+    parts += [f"{counts[kind]} {kind}" for kind in ("skipped", "no-baseline") if counts[kind]]
     sentence = ("; ".join(parts) or "No cases ran") + "."
     reasons = [safe_clip(escape_inline(r), 300) for r in results.reasons]
     return " ".join([sentence, *(f"**{r}**" for r in reasons)])
@@ -332,9 +309,7 @@ def _excerpts(results: Results, chars: int) -> list[str]:
     """One whole block per case worth showing: a bold name line and a fenced excerpt."""
     out = []
     for case in results.cases:
-        mode = {"broken": "change", "regression": "unmodified", "not-reproduced": "unmodified"}.get(
-            case.kind
-        )
+        mode = _EXCERPT_SIDE.get(case.kind)
         outcome = case.modes.get(mode) if mode else None  # an artifact may leave a mode out
         if outcome is None or outcome.outcome not in ("fail", "error") or not outcome.detail:
             continue
@@ -386,22 +361,20 @@ def check_run(results: Results, head_sha: str, summary: str, now: str, details_u
     output = {"title": clip(title, 255), "summary": clip(summary, CHECK_SUMMARY_LIMIT)}
     step = ANNOTATIONS_PER_REQUEST
     batches = [notes[i : i + step] for i in range(0, len(notes), step)] or [[]]
+    outputs = [{**output, "annotations": batch} for batch in batches]
     conclusion = {"ok": "success", "void": "neutral"}.get(results.verdict, "failure")
-    create = _check_create(head_sha, conclusion, now, details_url)
-    create["output"] = {**output, "annotations": batches[0]}
-    return create, [{**output, "annotations": batch} for batch in batches[1:]]
+    return _check_create(head_sha, conclusion, now, details_url, outputs[0]), outputs[1:]
 
 
 def check_run_without_results(state: str, head_sha: str, now: str, details_url, refused=None):
     """The check run of a test job that left no results (``state`` is failure or cancelled), or
     whose results were refused: ``refused`` is (title, why)."""
-    create = _check_create(head_sha, state, now, details_url)
     if refused:
         summary = f"The test job's results were refused: {escape_inline(refused[1])}"
-        create["output"] = {"title": refused[0], "summary": summary[:2000]}
+        output = {"title": refused[0], "summary": summary[:2000]}
     else:
-        create["output"] = {"title": f"No results: {state}", "summary": NO_RESULTS[state]}
-    return create
+        output = {"title": f"No results: {state}", "summary": NO_RESULTS[state]}
+    return _check_create(head_sha, state, now, details_url, output)
 
 
 def _annotation(case: Case, labels: dict) -> dict | None:
@@ -437,7 +410,7 @@ def _annotation(case: Case, labels: dict) -> dict | None:
     }
 
 
-def _check_create(head_sha: str, conclusion: str, now: str, details_url) -> dict:
+def _check_create(head_sha: str, conclusion: str, now: str, details_url, output: dict) -> dict:
     body = {
         "name": CHECK_NAME,
         "head_sha": head_sha,
@@ -447,4 +420,4 @@ def _check_create(head_sha: str, conclusion: str, now: str, details_url) -> dict
     }
     if details_url:
         body["details_url"] = details_url
-    return body
+    return {**body, "output": output}
