@@ -55,5 +55,8 @@ def extract_results(zip_path: str, folder: str) -> None:
         handle.write(data)
 
 
-def has_results(folder: str | None) -> bool:
-    return bool(folder) and os.path.isfile(os.path.join(folder, "results.json"))
+def has_results(path: str | None) -> bool:
+    """Whether ``path`` names results as ``load_results`` takes them: the file or its folder."""
+    return bool(path) and (
+        os.path.isfile(path) or os.path.isfile(os.path.join(path, "results.json"))
+    )

@@ -292,6 +292,21 @@ def test_same_repo_report_after_a_timed_out_test_job_says_failure(fake, tmp_path
     assert pr_states.get_slot(fake.bodies[7], "dsv4-workspace") == ":x:"
 
 
+@pytest.mark.parametrize("named", ["folder", "file"])
+def test_a_failed_test_job_that_left_results_is_reported_by_them_however_they_are_named(
+    fake, tmp_path, monkeypatch, named
+):
+    # A regression fails the test job on purpose; the results it wrote are the report.
+    folder = _results_dir(tmp_path)
+    results = folder if named == "folder" else folder / "results.json"
+    args = ["--results", str(results), "--test-result", "failure"]
+    args += ["--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD, "--require-head", "--post"]
+    assert _report(fake, monkeypatch, *args) == 0
+    assert pr_states.get_slot(fake.bodies[7], "dsv4-workspace") != ":x:"
+    (ours,) = [c for c in fake.comments.values() if c["login"] == "github-actions[bot]"]
+    assert ours["body"].startswith(render.comment_marker("dsv4-workspace"))
+
+
 def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
     fake, tmp_path, monkeypatch
 ):
