@@ -2,7 +2,7 @@
 through ``releases.compat`` and kept in ONE tracking issue (ci/README.md). Rows another job
 wrote (``--rows``) are validated against ``ROW_SCHEMA`` before anything is posted. Two jobs run
 it in two environments (the checking one has no github3, the posting one only github3), so the
-top imports nothing from outside the project and the standard library; each path imports what it needs where it starts.
+top imports only the project and the standard library; each path imports what it needs.
 """
 
 import json
@@ -64,11 +64,9 @@ def index_versions(payload: dict) -> list:
         raise WatchError("the index answer is not a PEP 691 project page (no 'files' list)")
     live = set()
     for item in payload["files"]:
-        if not isinstance(item, dict) or not isinstance(item.get("filename"), str):
+        if not isinstance(item, dict) or item.get("yanked") not in (None, False):
             continue
-        if item.get("yanked") not in (None, False):
-            continue
-        name = item["filename"]
+        name = str(item.get("filename"))  # no version parses from anything but a file name
         parse = utils.parse_wheel_filename if name.endswith(".whl") else utils.parse_sdist_filename
         try:
             live.add(str(parse(name)[1]))
@@ -84,13 +82,6 @@ def newer_releases(available, known) -> list:
     newest = max(map(Version, known))
     found = [v for v in map(Version, available) if v > newest and not v.is_prerelease]
     return [str(version) for version in sorted(found)]
-
-
-def default_index() -> str:
-    """pip's index: PIP_INDEX_URL when set, else the one pip itself defaults to."""
-    from pip._internal.models.index import PyPI
-
-    return os.environ.get("PIP_INDEX_URL") or PyPI.simple_url
 
 
 def fetch_project_page(index_url: str, project: str = PROJECT, timeout: float = 30) -> dict:
@@ -280,14 +271,14 @@ def _rows(args) -> tuple:
     """(rows, newest known release, requested) from --rows, --versions or discovery."""
     if args.rows:
         return load_rows(Path(args.rows))
+    from pip._internal.models.index import PyPI
+
     from releases import compat
 
     known = known_releases()
-    if args.versions:
-        versions = args.versions
-    else:
-        page = fetch_project_page(args.index_url or default_index())
-        versions = newer_releases(index_versions(page), known)
+    # pip's index: PIP_INDEX_URL when set, else the one pip itself defaults to.
+    index = args.index_url or os.environ.get("PIP_INDEX_URL") or PyPI.simple_url
+    versions = args.versions or newer_releases(index_versions(fetch_project_page(index)), known)
     out = Path(args.out or (compat.REPO / "out" / "watch"))
     try:
         rows = [compat.check(v, out, installed=args.installed) for v in versions]

@@ -84,16 +84,6 @@ def upstream_files(wheel: Path):
                 yield "python/" + name, archive.read(info), executable
 
 
-def read_upstream_file(wheel: Path, upstream_path: str):
-    """The bytes of one upstream file in the wheel, or None when the release lacks it."""
-    member = upstream_path.removeprefix("python/")
-    with zipfile.ZipFile(wheel) as archive:
-        try:
-            return archive.read(member)
-        except KeyError:
-            return None
-
-
 def _build(version: str, dest: Path) -> None:
     for path, data, executable in upstream_files(wheel_path(version)):
         target = dest / path
