@@ -155,19 +155,13 @@ def check_files(patched: dict, before: dict) -> tuple:
     together = _run_hooks(home, patched)
     report, failures = [], []
     for name, _, python_only in HOOKS:
-        files = {
-            path: data for path, data in patched.items() if path.endswith(".py") or not python_only
-        }
-        if not files:
-            continue
-        if together[name][0]:
+        files = {p: data for p, data in patched.items() if p.endswith(".py") or not python_only}
+        if files and together[name][0]:
             report.append(f"upstream hook {name}: ok on {len(files)} files")
-            continue
-        lines, problems = _judge(home, name, files, before)
-        report += lines
-        failures += problems
-        if not problems:
-            report.append(f"upstream hook {name}: ok on what the series changes")
+        elif files:
+            lines, problems = _judge(home, name, files, before)
+            ok = [] if problems else [f"upstream hook {name}: ok on what the series changes"]
+            report, failures = report + lines + ok, failures + problems
     return report, failures
 
 
@@ -189,34 +183,26 @@ def _judge(home: Path, name: str, patched: dict, before: dict) -> tuple:
                 "nothing the series changes adds to that"
             )
         elif not ok:
-            shown = "\n".join(added) or output
-            failures.append(f"{name} fails on {path}:\n{_excerpt(shown)}")
+            shown = ("\n".join(added) or output).splitlines()
+            shown[40:] = [f"... ({len(shown) - 40} more lines)"] if len(shown) > 40 else []
+            failures.append(f"{name} fails on {path}:\n" + "\n".join("    " + s for s in shown))
     return report, failures
 
 
 def problem_lines(output: str) -> set:
     """What a hook's output says is wrong, without positions: a diff's added and removed
     lines, or a report line with its ``:LINE:`` numbers taken out."""
-    problems = set()
-    for line in output.splitlines():
-        if line.startswith(("+++", "---", "@@")):
-            continue
-        if line.startswith(("+", "-")):
-            problems.add(line)
-        elif _POSITION.search(line):
-            problems.add(_POSITION.sub(":", line))
-    return problems
+    lines = [line for line in output.splitlines() if not line.startswith(("+++", "---", "@@"))]
+    return {
+        line if line.startswith(("+", "-")) else _POSITION.sub(":", line)
+        for line in lines
+        if line.startswith(("+", "-")) or _POSITION.search(line)
+    }
 
 
 def introduced(base_output: str, patched_output: str) -> list:
     """The problems a hook reports after the series that it did not report on the base."""
     return sorted(problem_lines(patched_output) - problem_lines(base_output))
-
-
-def _excerpt(output: str, limit: int = 40) -> str:
-    lines = output.splitlines()
-    more = [f"... ({len(lines) - limit} more lines)"] if len(lines) > limit else []
-    return "\n".join("    " + line for line in lines[:limit] + more)
 
 
 def hooks_config() -> str:
