@@ -111,18 +111,12 @@ def _build(version: str, dest: Path) -> None:
 def cached_base(version: str) -> Path:
     """The cached base repository of ``version``, built on first use."""
     cache = CACHE_DIR / "bases" / version
-
-    def ready() -> bool:
-        return (cache / ".git").is_dir() and has_base_tag(cache)
-
-    if ready():
-        return cache
     cache.parent.mkdir(parents=True, exist_ok=True)
     # One builder at a time: a second process (two series commands, a test beside the hook)
     # waits and takes the first one's cache instead of removing it under the first one's clone.
     with open(cache.parent / f".{version}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if ready():
+        if (cache / ".git").is_dir() and has_base_tag(cache):
             return cache
         shutil.rmtree(cache, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=cache.parent))
