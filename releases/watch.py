@@ -1,18 +1,24 @@
-"""``python -m ci watch``: sglang releases on PyPI that the project does not know yet, checked
-through ``releases.compat`` and kept in ONE tracking issue (ci/README.md). Rows another job
-wrote (``--rows``) are validated against ``ROW_SCHEMA`` before anything is posted. Two jobs run
-it in two environments (the checking one has no github3, the posting one only github3), so the
-top imports nothing from outside the project and the standard library; each path imports what it needs where it starts.
+"""``python -m ci watch``: sglang releases on PyPI that the project does not know yet, each
+checked (``check``, below; ``python -m releases.compat`` is the same check of named releases)
+and kept in ONE tracking issue (ci/README.md). Rows another job wrote (``--rows``) are validated
+against ``ROW_SCHEMA`` before anything is posted. Two jobs run it in two environments (the
+checking one has no github3, the posting one only github3), so the top imports only the project
+and the standard library; each path imports what it needs.
 """
 
 import json
 import os
 import re
+import subprocess
 import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from abtest import modes
+from evidence import model as evidence
+from report.render import escape_inline
+from series import SeriesError, matrix, seriesdir
 from series.seriesdir import RELEASE  # not `packaging`: the posting job has only github3.py
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -21,7 +27,7 @@ SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 MARKER = "<!-- sglang-overlay:release-watch -->"
 TITLE = "Release watch: sglang releases newer than the overlay knows"
 ROWS_FILE = "watch.json"
-# A row as ``compat.check`` writes it: key -> the types it may have (exactly; True is no count).
+# A row as ``check`` writes it: key -> the types it may have (exactly; True is no count).
 ROW_SCHEMA = {
     "version": (str,),
     "state": (str,),
@@ -35,21 +41,149 @@ ROW_SCHEMA = {
 REQUIRED = ("version", "state", "reason")
 MAX_TEXT = 4000  # a reason is the last line of an import's stderr: one line, not a book
 _HEX = re.compile(r"[0-9a-f]{12,64}")
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / ".cache" / "compat"
+DEFAULT_VERSIONS = ("0.5.21", "0.5.22", "0.5.23")
+SERIES_PATCH = "0001"  # the fix; 0002 (the test file) applies wherever the tree exists
+PROOFS = ("test/registered", "proofs")
+_SHA256 = re.compile(r"sha256 ([0-9a-f]{12})")
 
 
 class WatchError(RuntimeError):
-    """Discovery or input failed; nothing was checked or posted."""
+    """Discovery, input or a release's install failed; nothing more was checked or posted."""
+
+
+def _last_line(text: str) -> str:
+    return (text.strip().splitlines() or ["no output"])[-1]
+
+
+def install(version: str) -> Path:
+    target = CACHE / f"sglang-{version}"
+    if not (target / "sglang").is_dir():
+        pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        proc = subprocess.run(
+            [*pip, "--no-deps", "--target", str(target), f"sglang=={version}"],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            why = _last_line(proc.stderr)
+            raise WatchError(f"sglang=={version}: pip could not install it: {why}")
+    return target
+
+
+def overlay_state(version: str, env: dict) -> dict:
+    """{state, reason, sha256} from ``sglang-overlay status`` in a fresh process."""
+    status = subprocess.run(
+        [sys.executable, "-W", "ignore", "-m", "sglang_overlay", "status", "--json"],
+        env=env,
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    try:
+        record = json.loads(status.stdout)[0]
+    except (ValueError, IndexError, KeyError):
+        return {"state": "does not import", "reason": _last_line(status.stderr), "sha256": None}
+    if record.get("sglang_version") not in (version, "unknown", None):
+        raise WatchError(f"asked for sglang {version}, found {record['sglang_version']}")
+    found = _SHA256.search(record["reason"])
+    state, reason = record["state"], record["reason"]
+    if state == "failed" and "failed to import " in reason:
+        # status's own child could not import the module: not testable here; keep the error
+        state = "does not import"
+        reason = reason.partition("failed to import ")[2].partition(": ")[2] or reason
+    return {"state": state, "reason": reason, "sha256": found[1] if found else None}
+
+
+def series_status(version: str) -> dict:
+    """How the series' first patch (the fix) applies to the release's wheel: {status, detail}."""
+    try:
+        series = seriesdir.load()
+        row = matrix.release_row(series, version)
+    except SeriesError as err:
+        return {"status": "not checked", "detail": str(err).splitlines()[0]}
+    name = next(n for n in series.names if n.startswith(SERIES_PATCH))
+    result = row["patches"][name]
+    return {"status": result["status"], "detail": matrix.short_detail(result["detail"])}
+
+
+def ab(version: str, env: dict, out: Path) -> dict:
+    """The proofs in both modes on CPU: {counts, change_ok}."""
+    run = subprocess.run(
+        [sys.executable, "-m", "ci", "run", "--backend", "cpu", "--out", str(out / version)]
+        + ["--tests", *PROOFS],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    try:
+        model = evidence.load(str(out / version))
+    except evidence.EvidenceError as exc:
+        return {"counts": {}, "change_ok": False, "error": f"{exc}: {_last_line(run.stderr)}"}
+    row = {"counts": model.counts(), "change_ok": model.verdict == "ok" and run.returncode == 0}
+    if run.returncode != 0:
+        row["error"] = f"ci run exited {run.returncode}: {_last_line(run.stderr)}"
+    return row
+
+
+def check(version: str, out: Path, installed: bool = False) -> dict:
+    """One release: overlay state and sha256, whether 0001 applies, and (when the overlay
+    applies) the A/B. ``installed`` checks this venv's sglang instead of a fresh install."""
+    env = dict(os.environ)
+    env.pop(modes.DISABLE_ENV, None)
+    if installed:
+        env.pop("PYTHONPATH", None)
+    else:
+        env["PYTHONPATH"] = str(install(version))
+    row = {"version": version, **overlay_state(version, env), "series": series_status(version)}
+    if row["state"] == "applied":
+        row.update(ab(version, env, out))
+    return row
+
+
+def verdict(row: dict) -> "bool | None":
+    """True ok, False failed, None not testable here (the release does not import)."""
+    if row["state"] == "does not import":
+        return None
+    if row["state"] != "applied":
+        return row["state"] in ("not-present", "upstream-fixed")
+    return row["change_ok"] and row["counts"].get("regression", 0) > 0
+
+
+VERDICTS = {True: "ok", False: "FAILED", None: "not run here"}
+HEADER = (
+    "| sglang | overlay | method sha256 | 0001 applies | fail unmodified, pass with change "
+    "| pass both | skipped | verdict |"
+)
+
+
+def render(rows) -> str:
+    """The table; release data is escaped like the sticky comment's text (a pipe or a line
+    break cannot break the row; a mention, a reference, HTML, a link or our marker does nothing)."""
+    lines = [HEADER, "|" + " --- |" * len(HEADER.split(" | "))]
+    for row in rows:
+        counts = row.get("counts", {})
+        series = row.get("series") or {"status": "-", "detail": ""}
+        patch = series["status"] + (f" ({series['detail']})" if series.get("detail") else "")
+        overlay = f"{row['state']}: {row['reason']}"
+        cells = [row["version"], overlay, row.get("sha256") or "-", patch]
+        cells += [counts.get(kind, "-") for kind in ("regression", "preservation", "skipped")]
+        cells.append(VERDICTS[verdict(row)])
+        lines.append("| " + " | ".join(escape_inline(c) for c in cells) + " |")
+    return "\n".join(lines)
 
 
 def known_releases() -> list:
     """Every release the project names: series matrix, compat defaults, overlay shapes."""
     from packaging.version import Version
 
-    from releases.compat import DEFAULT_VERSIONS
-    from series.matrix import DSV4_RELEASES
     from sglang_overlay.shapes import KNOWN_SHAPES
 
-    names = set(DSV4_RELEASES) | set(DEFAULT_VERSIONS)
+    names = set(matrix.DSV4_RELEASES) | set(DEFAULT_VERSIONS)
     for shape in KNOWN_SHAPES:
         names.update(part.strip() for part in re.split(r"[-,]", shape.releases) if part.strip())
     return sorted(names, key=Version)
@@ -64,11 +198,9 @@ def index_versions(payload: dict) -> list:
         raise WatchError("the index answer is not a PEP 691 project page (no 'files' list)")
     live = set()
     for item in payload["files"]:
-        if not isinstance(item, dict) or not isinstance(item.get("filename"), str):
+        if not isinstance(item, dict) or item.get("yanked") not in (None, False):
             continue
-        if item.get("yanked") not in (None, False):
-            continue
-        name = item["filename"]
+        name = str(item.get("filename"))  # no version parses from anything but a file name
         parse = utils.parse_wheel_filename if name.endswith(".whl") else utils.parse_sdist_filename
         try:
             live.add(str(parse(name)[1]))
@@ -84,13 +216,6 @@ def newer_releases(available, known) -> list:
     newest = max(map(Version, known))
     found = [v for v in map(Version, available) if v > newest and not v.is_prerelease]
     return [str(version) for version in sorted(found)]
-
-
-def default_index() -> str:
-    """pip's index: PIP_INDEX_URL when set, else the one pip itself defaults to."""
-    from pip._internal.models.index import PyPI
-
-    return os.environ.get("PIP_INDEX_URL") or PyPI.simple_url
 
 
 def fetch_project_page(index_url: str, project: str = PROJECT, timeout: float = 30) -> dict:
@@ -166,8 +291,6 @@ def issue_body(rows, newest_known: str, index_url: str, requested: bool = False)
     """The tracking issue's text: the marker, then the compat table of the new releases (or of
     the ``requested`` ones). No timestamps, so a run that finds nothing new leaves the issue
     untouched."""
-    from releases import compat
-
     known = f"{newest_known} is the newest release the overlay and the patch series know"
     if requested:
         lead = f"sglang releases checked on request ({known})."
@@ -175,7 +298,7 @@ def issue_body(rows, newest_known: str, index_url: str, requested: bool = False)
         lead = f"sglang releases on {index_url} newer than {newest_known} ({known})."
     lines = [MARKER, "", lead, ""]
     if rows:
-        lines += [compat.render(rows), ""]
+        lines += [render(rows), ""]
         lines.append(
             "Each release installed `--no-deps` over the pinned CPU closure: the overlay's state "
             "and the allocating method's sha256, whether patch 0001 applies to the wheel "
@@ -250,8 +373,6 @@ def cmd_watch(args) -> int:
     except WatchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from releases import compat
-
     body = issue_body(rows, newest, args.index_url or "the package index", requested)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -260,7 +381,7 @@ def cmd_watch(args) -> int:
     sys.stdout.write(json.dumps(rows, indent=2) + "\n" if args.json else body)
     if args.post and not _post(args, body):
         return EXIT_FAILED
-    return EXIT_FAILED if any(compat.verdict(row) is False for row in rows) else EXIT_OK
+    return EXIT_FAILED if any(verdict(row) is False for row in rows) else EXIT_OK
 
 
 def _check_usage(args) -> None:
@@ -280,19 +401,14 @@ def _rows(args) -> tuple:
     """(rows, newest known release, requested) from --rows, --versions or discovery."""
     if args.rows:
         return load_rows(Path(args.rows))
-    from releases import compat
+    from pip._internal.models.index import PyPI
 
     known = known_releases()
-    if args.versions:
-        versions = args.versions
-    else:
-        page = fetch_project_page(args.index_url or default_index())
-        versions = newer_releases(index_versions(page), known)
-    out = Path(args.out or (compat.REPO / "out" / "watch"))
-    try:
-        rows = [compat.check(v, out, installed=args.installed) for v in versions]
-    except compat.CompatError as exc:
-        raise WatchError(str(exc)) from None
+    # pip's index: PIP_INDEX_URL when set, else the one pip itself defaults to.
+    index = args.index_url or os.environ.get("PIP_INDEX_URL") or PyPI.simple_url
+    versions = args.versions or newer_releases(index_versions(fetch_project_page(index)), known)
+    out = Path(args.out or (REPO / "out" / "watch"))
+    rows = [check(v, out, installed=args.installed) for v in versions]
     return rows, known[-1], bool(args.versions)
 
 

@@ -84,16 +84,6 @@ def upstream_files(wheel: Path):
                 yield "python/" + name, archive.read(info), executable
 
 
-def read_upstream_file(wheel: Path, upstream_path: str):
-    """The bytes of one upstream file in the wheel, or None when the release lacks it."""
-    member = upstream_path.removeprefix("python/")
-    with zipfile.ZipFile(wheel) as archive:
-        try:
-            return archive.read(member)
-        except KeyError:
-            return None
-
-
 def _build(version: str, dest: Path) -> None:
     for path, data, executable in upstream_files(wheel_path(version)):
         target = dest / path
@@ -121,18 +111,12 @@ def _build(version: str, dest: Path) -> None:
 def cached_base(version: str) -> Path:
     """The cached base repository of ``version``, built on first use."""
     cache = CACHE_DIR / "bases" / version
-
-    def ready() -> bool:
-        return (cache / ".git").is_dir() and has_base_tag(cache)
-
-    if ready():
-        return cache
     cache.parent.mkdir(parents=True, exist_ok=True)
     # One builder at a time: a second process (two series commands, a test beside the hook)
     # waits and takes the first one's cache instead of removing it under the first one's clone.
     with open(cache.parent / f".{version}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if ready():
+        if (cache / ".git").is_dir() and has_base_tag(cache):
             return cache
         shutil.rmtree(cache, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=cache.parent))

@@ -21,27 +21,24 @@ from series.seriesdir import COVER_NAME, NEW
 
 # Files the series adds under this prefix must equal the project's copy byte for byte.
 MIRRORED_PREFIX = "test/registered/"
-# (name, command, the PyPI pin that provides it, Python files only), in upstream's settings;
-# the tools with a check mode run in it, so their output is the diff to make.
-_BASIC = "pre-commit-hooks==5.0.0"
+# (name, command, Python files only), in upstream's settings; a name with a version is its pin,
+# the others come from pre-commit-hooks. The tools with a check mode run in it, so their output
+# is the diff to make.
 _IGNORED = "ans,als,hel,boostrap,childs,te,vas,hsa,ment"  # upstream's codespell word list
 HOOKS = (
-    ("check-ast", "check-ast", _BASIC, True),
-    ("debug-statements", "debug-statement-hook", _BASIC, True),
-    ("check-merge-conflict", "check-merge-conflict --assume-in-merge", _BASIC, False),
-    ("detect-private-key", "detect-private-key", _BASIC, False),
-    ("check-added-large-files", "check-added-large-files --enforce-all", _BASIC, False),
-    ("trailing-whitespace", "trailing-whitespace-fixer", _BASIC, False),
-    ("end-of-file-fixer", "end-of-file-fixer", _BASIC, False),
-    (
-        "isort 5.13.2",
-        "isort --check-only --diff --profile black --project sglang",
-        "isort==5.13.2",
-        True,
-    ),
-    ("black 24.10.0", "black --check --diff --line-length 88", "black==24.10.0", True),
-    ("codespell 2.4.1", f"codespell --ignore-words-list {_IGNORED}", "codespell==2.4.1", False),
+    ("check-ast", "check-ast", True),
+    ("debug-statements", "debug-statement-hook", True),
+    ("check-merge-conflict", "check-merge-conflict --assume-in-merge", False),
+    ("detect-private-key", "detect-private-key", False),
+    ("check-added-large-files", "check-added-large-files --enforce-all", False),
+    ("trailing-whitespace", "trailing-whitespace-fixer", False),
+    ("end-of-file-fixer", "end-of-file-fixer", False),
+    ("isort 5.13.2", "isort --check-only --diff --profile black --project sglang", True),
+    ("black 24.10.0", "black --check --diff --line-length 88", True),
+    ("codespell 2.4.1", f"codespell --ignore-words-list {_IGNORED}", False),
 )
+_BASIC = "pre-commit-hooks==5.0.0"
+PINS = {n: n.replace(" ", "==") if " " in n else _BASIC for n, *_ in HOOKS}
 CONFIG = ".pre-commit-config.yaml"
 _STATUS = re.compile(r"^(.+?)\.+(?:\(no files to check\))?(Passed|Failed|Skipped)$")
 _POSITION = re.compile(r":\d+(:\d+)?:")
@@ -157,20 +154,14 @@ def check_files(patched: dict, before: dict) -> tuple:
     home = ensure_env()
     together = _run_hooks(home, patched)
     report, failures = [], []
-    for name, _, _, python_only in HOOKS:
-        files = {
-            path: data for path, data in patched.items() if path.endswith(".py") or not python_only
-        }
-        if not files:
-            continue
-        if together[name][0]:
+    for name, _, python_only in HOOKS:
+        files = {p: data for p, data in patched.items() if p.endswith(".py") or not python_only}
+        if files and together[name][0]:
             report.append(f"upstream hook {name}: ok on {len(files)} files")
-            continue
-        lines, problems = _judge(home, name, files, before)
-        report += lines
-        failures += problems
-        if not problems:
-            report.append(f"upstream hook {name}: ok on what the series changes")
+        elif files:
+            lines, problems = _judge(home, name, files, before)
+            ok = [] if problems else [f"upstream hook {name}: ok on what the series changes"]
+            report, failures = report + lines + ok, failures + problems
     return report, failures
 
 
@@ -192,34 +183,26 @@ def _judge(home: Path, name: str, patched: dict, before: dict) -> tuple:
                 "nothing the series changes adds to that"
             )
         elif not ok:
-            shown = "\n".join(added) or output
-            failures.append(f"{name} fails on {path}:\n{_excerpt(shown)}")
+            shown = ("\n".join(added) or output).splitlines()
+            shown[40:] = [f"... ({len(shown) - 40} more lines)"] if len(shown) > 40 else []
+            failures.append(f"{name} fails on {path}:\n" + "\n".join("    " + s for s in shown))
     return report, failures
 
 
 def problem_lines(output: str) -> set:
     """What a hook's output says is wrong, without positions: a diff's added and removed
     lines, or a report line with its ``:LINE:`` numbers taken out."""
-    problems = set()
-    for line in output.splitlines():
-        if line.startswith(("+++", "---", "@@")):
-            continue
-        if line.startswith(("+", "-")):
-            problems.add(line)
-        elif _POSITION.search(line):
-            problems.add(_POSITION.sub(":", line))
-    return problems
+    lines = [line for line in output.splitlines() if not line.startswith(("+++", "---", "@@"))]
+    return {
+        line if line.startswith(("+", "-")) else _POSITION.sub(":", line)
+        for line in lines
+        if line.startswith(("+", "-")) or _POSITION.search(line)
+    }
 
 
 def introduced(base_output: str, patched_output: str) -> list:
     """The problems a hook reports after the series that it did not report on the base."""
     return sorted(problem_lines(patched_output) - problem_lines(base_output))
-
-
-def _excerpt(output: str, limit: int = 40) -> str:
-    lines = output.splitlines()
-    more = [f"... ({len(lines) - limit} more lines)"] if len(lines) > limit else []
-    return "\n".join("    " + line for line in lines[:limit] + more)
 
 
 def hooks_config() -> str:
@@ -231,10 +214,10 @@ def hooks_config() -> str:
             "name": name,
             "entry": entry,
             "language": "python",
-            "additional_dependencies": [pin],
+            "additional_dependencies": [PINS[name]],
             **({"files": r"\.py$"} if python_only else {}),
         }
-        for name, entry, pin, python_only in HOOKS
+        for name, entry, python_only in HOOKS
     ]
     header = "# Upstream sglang's pinned hooks, generated by series/check.py; do not edit.\n"
     return header + json.dumps({"repos": [{"repo": "local", "hooks": hooks}]}, indent=2) + "\n"
@@ -273,7 +256,7 @@ def ensure_env() -> Path:
         proc = _pre_commit(home, ["install-hooks"], scratch)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
-        pins = ", ".join(sorted({pin for _, _, pin, _ in HOOKS}))
+        pins = ", ".join(sorted(set(PINS.values())))
         raise usage(f"could not install upstream's hooks ({pins}) from PyPI:\n{tail}")
     (home / ".installed").touch()
     return home

@@ -5,6 +5,7 @@ the series touches, out of each cached wheel, get the patches in order with ``gi
 
 import re
 import tempfile
+import zipfile
 from pathlib import Path
 
 from series import base, gitcmd
@@ -28,14 +29,14 @@ def classify(exact_ok: bool, exact_output: str, fuzz_ok: bool):
 
 
 def release_row(series, version: str) -> dict:
-    wheel = base.wheel_path(version)
-    with tempfile.TemporaryDirectory(prefix="series-matrix-") as tmp:
+    wheel = zipfile.ZipFile(base.wheel_path(version))
+    with wheel, tempfile.TemporaryDirectory(prefix="series-matrix-") as tmp:
         tree = Path(tmp) / "tree"
         for path, added in series.touched_files().items():
-            data = None if added else base.read_upstream_file(wheel, path)
-            if data is not None:
+            member = path.removeprefix("python/")  # upstream's python/sglang/ is sglang/ there
+            if not added and member in wheel.namelist():
                 (tree / path).parent.mkdir(parents=True, exist_ok=True)
-                (tree / path).write_bytes(data)
+                (tree / path).write_bytes(wheel.read(member))
         tree.mkdir(exist_ok=True)
         results = {}
         for name, path, patch in zip(series.names, series.paths(), series.patches, strict=True):
@@ -63,10 +64,8 @@ def short_detail(detail: str) -> str:
     for part in detail.split("; "):
         path, _, rest = part.partition(": ")
         if rest:
-            rest = re.sub(r" @@ [^@]*@@.*? does not apply$", "", rest).replace(
-                " does not apply", ""
-            )
-            part = f"{path.rsplit('/', 1)[-1]} {rest}"
+            rest = re.sub(r" @@ [^@]*@@.*? does not apply$", "", rest)
+            part = f"{path.rsplit('/', 1)[-1]} {rest.replace(' does not apply', '')}"
         parts.append(part)
     return "; ".join(parts)
 

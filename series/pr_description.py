@@ -11,28 +11,15 @@ from report.render import cell, environment_line, escape_inline
 from series import SeriesError, usage
 
 DOCS = "https://docs.sglang.io/developer_guide/contribution_guide.html"
-CHECKLIST = (
-    (
-        "format",
-        f"Format your code according to the [Format code with pre-commit]({DOCS}"
-        "#format-code-with-pre-commit).",
-    ),
-    (
-        "tests",
-        f"Add unit tests according to the [Run and add unit tests]({DOCS}#run-and-add-unit-tests).",
-    ),
-    (
-        "docs",
-        f"Update documentation according to [Write documentations]({DOCS}#write-documentations).",
-    ),
-    (
-        "benchmarks",
-        "Provide accuracy and speed benchmark results according to "
-        f"[Test the accuracy]({DOCS}#test-the-accuracy) and "
-        f"[Benchmark the speed]({DOCS}#benchmark-the-speed).",
-    ),
-    ("style", f"Follow the SGLang code style [guidance]({DOCS}#code-style-guidance)."),
-)
+CHECKLIST = {  # each "(#anchor)" is a section of DOCS
+    "format": "Format your code according to the [Format code with pre-commit]"
+    "(#format-code-with-pre-commit).",
+    "tests": "Add unit tests according to the [Run and add unit tests](#run-and-add-unit-tests).",
+    "docs": "Update documentation according to [Write documentations](#write-documentations).",
+    "benchmarks": "Provide accuracy and speed benchmark results according to [Test the accuracy]"
+    "(#test-the-accuracy) and [Benchmark the speed](#benchmark-the-speed).",
+    "style": "Follow the SGLang code style [guidance](#code-style-guidance).",
+}
 # Message sections that have a template section of their own.
 _OWN = {"motivation", "modifications", "tests"}
 
@@ -155,8 +142,9 @@ def checklist(series, results, check: CheckState) -> list:
         "docs": "" if state["docs"] else "no documentation change in the series",
     }
     return [
-        f"- [{'x' if state[key] else ' '}] {text}" + (f" ({notes[key]})" if notes.get(key) else "")
-        for key, text in CHECKLIST
+        f"- [{'x' if state[key] else ' '}] {text.replace('](#', f']({DOCS}#')}"
+        + (f" ({notes[key]})" if notes.get(key) else "")
+        for key, text in CHECKLIST.items()
     ]
 
 
@@ -165,9 +153,8 @@ def render(series, results, results_dir: str, check: CheckState) -> str:
     series_id = verify_results_match(series, results)
     fix = series.patches[0]
     fix_sections = message_sections(fix.body)
-    out = ["## Motivation", ""]
-    out += _paragraphs([t for h, t in fix_sections if h.lower() == "motivation"] or [fix.subject])
-    out += ["## Modifications", ""]
+    motivation = [t for h, t in fix_sections if h.lower() == "motivation"] or [fix.subject]
+    out = ["## Motivation", "", *motivation, "", "## Modifications", ""]
     for patch in series.patches:
         out += [f"**{patch.subject}**", ""]
         for heading, text in message_sections(patch.body):
@@ -179,30 +166,21 @@ def render(series, results, results_dir: str, check: CheckState) -> str:
     out += [f"Environment: {environment_line(results.environment)}", ""]
     out += [
         f"Series {series_id[:12]} on sglang=={series.base.version}, results from `{results_dir}`.",
-        "",
-        "To reproduce:",
-        "",
-        "```bash",
+        "\nTo reproduce:\n\n```bash",
         f"python -m ci run --out {results_dir} --backend {results.backend}",
-        f"python -m series pr-body --results {results_dir}",
-        "```",
-        "",
+        f"python -m series pr-body --results {results_dir}\n```\n",
     ]
-    out += _paragraphs([text for heading, text in fix_sections if heading.lower() == "tests"])
+    tests = [text for heading, text in fix_sections if heading.lower() == "tests"]
+    out += [*tests, ""] if tests else []
     out += ["## Speed Tests and Profiling", ""]
     out += [
         "The reuse path (a request that fits the current rows and dtype) is unchanged. "
-        "Wall time of each registered file in this run:",
-        "",
+        "Wall time of each registered file in this run:\n",
         *_durations(results),
         "",
     ]
     out += ["## Checklist", "", *checklist(series, results, check), ""]
     return "\n".join(out)
-
-
-def _paragraphs(texts) -> list:
-    return [*texts, ""] if texts else []
 
 
 def load_results(results_dir: str):

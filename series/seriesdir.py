@@ -149,11 +149,7 @@ def parse_cover(data: bytes) -> Cover:
 def pin_date(data: bytes, date: str) -> bytes:
     """Replace the cover letter's Date header (format-patch writes the current time)."""
     head, sep, body = data.partition(b"\n\n")
-    lines = [
-        b"Date: " + date.encode() if line.startswith(b"Date: ") else line
-        for line in head.split(b"\n")
-    ]
-    return b"\n".join(lines) + sep + body
+    return re.sub(rb"(?m)^Date: .*$", lambda _: b"Date: " + date.encode(), head) + sep + body
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import yaml
 from ci_fake_github import FakeGitHub
 
 from ci.__main__ import main
-from releases import compat, watch
+from releases import watch
 from report.publish import RetryPolicy, connect
 
 REPO = Path(__file__).resolve().parents[1]
@@ -199,15 +199,15 @@ def test_a_server_error_is_retried_without_duplicating_the_issue(github):
 
 def test_a_reason_with_pipes_and_newlines_stays_one_table_row():
     row = {"version": "0.5.24", "state": "unsupported", "reason": "a | b\nc", "sha256": None}
-    table = compat.render([row]).splitlines()
-    assert len(table) == 3 and table[2].count(" | ") == len(compat.HEADER.split(" | ")) - 1
+    table = watch.render([row]).splitlines()
+    assert len(table) == 3 and table[2].count(" | ") == len(watch.HEADER.split(" | ")) - 1
     assert "a \\| b c" in table[2] and table[2].endswith("| FAILED |")
 
 
 def test_readme_compatibility_table_is_the_watch_table():
     readme = (REPO / "README.md").read_text()
     section = readme.split("## Compatibility", 1)[1].split("\n## ", 1)[0]
-    assert compat.HEADER in section
+    assert watch.HEADER in section
 
 
 @pytest.mark.parametrize(
@@ -266,7 +266,7 @@ def test_the_tracking_issue_renders_release_data_as_data(github, monkeypatch, ca
     assert "://" not in shown
     assert "www." not in shown  # joined, so no bare link either
     assert body.count(watch.MARKER) == 1 and "<!--" not in line
-    assert len(re.findall(r"(?<!\\)\|", line)) == len(compat.HEADER.split(" | ")) + 1
+    assert len(re.findall(r"(?<!\\)\|", line)) == len(watch.HEADER.split(" | ")) + 1
 
 
 @pytest.mark.parametrize(
@@ -310,7 +310,7 @@ def test_watch_reports_state_sha256_series_and_ab_verdict_for_a_release(checked_
     assert (row["state"], row["sha256"]) == ("applied", "08fa9779e685")
     assert row["series"]["status"] == "clean"
     assert row["counts"]["regression"] >= 4 and row["counts"]["broken"] == 0
-    assert row["change_ok"] and compat.verdict(row) is True
+    assert row["change_ok"] and watch.verdict(row) is True
     assert "| 0.5.23 | applied: kv-buffer-reserve (0.5.23), sha256 08fa9779e685 |" in proc.stdout
     assert (out / "0.5.23" / "results.json").is_file()
 
@@ -325,7 +325,7 @@ def test_report_job_posts_the_check_jobs_rows_and_reruns_edit_nothing(
     assert main(argv) == 0 and main(argv) == 0
     assert list(github.issue_meta) == [2] and github.count("PATCH", r"/issues/2$") == 0
     body = github.bodies[2]
-    assert compat.HEADER in body and "| 08fa9779e685 | clean | 4 |" in body
+    assert watch.HEADER in body and "| 08fa9779e685 | clean | 4 |" in body
     assert "checked on request" in body
 
 
