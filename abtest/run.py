@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from abtest import RequestError, collect, environment, launch, modes
 from evidence import judge, junit
-from evidence.model import MODES, ProcessEnd, Results, SeriesId, read_channel, save
+from evidence.model import MODES, Results, SeriesId, save
 from series import seriesdir
 
 # What a results folder holds: a reused --out is cleared of these, and only of these.
@@ -85,9 +85,9 @@ def execute(request: RunRequest, log) -> Results:
         mode: modes.side(setup, records[mode], environment.git_commit(setup.tree)["commit"])
         for mode, setup in setups.items()
     }
-    reports = [mode_report(run, _write_log(run, out)) for run in runs]
+    runs = [replace(run, log=_write_log(run, out)) for run in runs]
     results = judge.build(
-        reports,
+        runs,
         backend,
         sides,
         {s.path: s.suite for s in selected},
@@ -114,18 +114,11 @@ def execute(request: RunRequest, log) -> Results:
     return results
 
 
-def _write_log(run: launch.FileRun, out: str) -> str:
+def _write_log(run: judge.FileRun, out: str) -> str:
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", run.path) + f".{run.mode}.log"
     with open(os.path.join(out, "logs", name), "w", encoding="utf-8", errors="replace") as handle:
         handle.write(run.output)
     return f"logs/{name}"
-
-
-def mode_report(run: launch.FileRun, log: str | None = None) -> judge.ModeReport:
-    """What a finished process gave, as the judge reads it: its channel parsed, its end."""
-    tests, errors = read_channel(run.channel)
-    end = ProcessEnd(run.returncode, run.duration_s, run.timed_out, len(tests), log)
-    return judge.ModeReport(run.path, run.mode, end, tests, errors, run.output[-3000:])
 
 
 def _patterns(path: str | None) -> tuple[str, ...]:
