@@ -71,13 +71,11 @@ def execute(request: RunRequest, log) -> Results:
     trees = [s.tree for s in setups.values() if s.tree]
     selected = _select(request, root, backend, trees)
     out = _prepare_out(request.out)
-    log(
-        f"ci run: {len(selected)} files x {len(wanted)} modes on {backend}, {request.jobs} at a time"
-    )
+    jobs = request.jobs
+    log(f"ci run: {len(selected)} files x {len(wanted)} modes on {backend}, {jobs} at a time")
     envs = {mode: modes.environment(setup) for mode, setup in setups.items()}
-    runs = launch.run_all(
-        [s.path for s in selected], envs, root, request.timeout, request.jobs, log
-    )
+    paths = [s.path for s in selected]
+    runs = launch.run_all(paths, envs, root, request.timeout, jobs, log)
     describing.join()
 
     records = environment.records_by_mode(runs, wanted)
@@ -86,23 +84,17 @@ def execute(request: RunRequest, log) -> Results:
         for mode, setup in setups.items()
     }
     runs = [replace(run, log=_write_log(run, out)) for run in runs]
-    results = judge.build(
-        runs,
-        backend,
-        sides,
-        {s.path: s.suite for s in selected},
-        patterns,
-        selection={
-            "tests": list(request.tests) or [collect.REGISTERED_ROOT],
-            "suite": request.suite,
-            "stage": request.stage,
-            "shard": request.shard,
-            "files": [s.path for s in selected],
-            "regressions": list(patterns),
-        },
-        environment={**machine, "modes": records},
-        series=_series(root),
-    )
+    selection = {
+        "tests": list(request.tests) or [collect.REGISTERED_ROOT],
+        "suite": request.suite,
+        "stage": request.stage,
+        "shard": request.shard,
+        "files": paths,
+        "regressions": list(patterns),
+    }
+    suites = {s.path: s.suite for s in selected}
+    fields = {"environment": {**machine, "modes": records}, "series": _series(root)}
+    results = judge.build(runs, backend, sides, suites, patterns, selection=selection, **fields)
     lines = {path: collect.test_lines(root, path) for path in {c.file for c in results.cases}}
     cases = [replace(c, line=collect.line_of(lines[c.file], c.test)) for c in results.cases]
     results = replace(results, cases=cases)
@@ -153,17 +145,9 @@ def _prepare_out(out: str) -> str:
 
 def _select(request: RunRequest, root: str, backend: str, trees) -> list:
     shard = collect.parse_shard(request.shard)
+    filters = (request.suite, request.stage, shard, request.nightly, request.tests, trees)
     try:
-        selected = collect.select(
-            root,
-            backend,
-            request.suite,
-            request.stage,
-            shard,
-            request.nightly,
-            request.tests,
-            trees,
-        )
+        selected = collect.select(root, backend, *filters)
     except RequestError:
         raise
     except ImportError as exc:  # collect uses sglang's own registry reader
