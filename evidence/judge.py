@@ -124,9 +124,7 @@ def with_verdict(results: Results) -> Results:
         broken = [c for c in cases if c.kind == Kind.BROKEN]
         if broken:
             failed.append(f"{len(broken)} fail with {results.label('change')}: {_names(broken)}")
-        late = [
-            f.path for f in results.files if "change" in f.modes and f.modes["change"].timed_out
-        ]
+        late = [f.path for f in results.files if getattr(f.modes.get("change"), "timed_out", False)]
         if late:
             failed.append(f"timed out with {results.label('change')}: {', '.join(late)}")
     if "unmodified" in modes and cases:
