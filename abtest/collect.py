@@ -115,11 +115,9 @@ def registry_reader(trees=()):
     places = [os.path.join(tree, "python", "sglang") for tree in trees]
     package = importlib.util.find_spec("sglang")  # locates the package, runs none of it
     places += (package.submodule_search_locations or []) if package else []
-    for place in places:
-        path = os.path.join(place, "test", "ci", "ci_register.py")
-        if os.path.isfile(path):
-            break
-    else:
+    paths = (os.path.join(place, "test", "ci", "ci_register.py") for place in places)
+    path = next((path for path in paths if os.path.isfile(path)), None)
+    if path is None:
         raise ImportError("no sglang/test/ci/ci_register.py on the path (is sglang installed?)")
     spec = importlib.util.spec_from_file_location(READER_MODULE, path)
     module = importlib.util.module_from_spec(spec)
