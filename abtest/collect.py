@@ -60,17 +60,9 @@ def test_files(root: str, tests=()) -> list[str]:
     return sorted(found)
 
 
-def select(
-    root: str,
-    backend: str,
-    suite: str | None = None,
-    stage: str | None = None,
-    shard: tuple[int, int] | None = None,
-    include_nightly: bool = False,
-    tests=(),
-    trees=(),
-) -> list[Selected]:
-    """Registered files among ``tests`` for one backend, filtered and sharded."""
+def select(root, backend, suite=None, stage=None, shard=None, nightly=False, tests=(), trees=()):
+    """Registered files (``Selected``) among ``tests`` for one backend, filtered by suite, stage
+    and nightly, and sharded (``shard``: index, size)."""
     if backend not in BACKENDS:
         raise RequestError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     files, unparsable = [], []
@@ -83,7 +75,7 @@ def select(
         for r in reader.collect_tests(files, sanity_check=True)
         if r.backend == wanted
         and r.disabled is None
-        and (include_nightly or not r.nightly)
+        and (nightly or not r.nightly)
         and (suite is None or r.effective_suite == suite)
         and (stage is None or r.stage == stage)
     ]
@@ -123,11 +115,9 @@ def registry_reader(trees=()):
     places = [os.path.join(tree, "python", "sglang") for tree in trees]
     package = importlib.util.find_spec("sglang")  # locates the package, runs none of it
     places += (package.submodule_search_locations or []) if package else []
-    for place in places:
-        path = os.path.join(place, "test", "ci", "ci_register.py")
-        if os.path.isfile(path):
-            break
-    else:
+    paths = (os.path.join(place, "test", "ci", "ci_register.py") for place in places)
+    path = next((path for path in paths if os.path.isfile(path)), None)
+    if path is None:
         raise ImportError("no sglang/test/ci/ci_register.py on the path (is sglang installed?)")
     spec = importlib.util.spec_from_file_location(READER_MODULE, path)
     module = importlib.util.module_from_spec(spec)

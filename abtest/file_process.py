@@ -46,12 +46,8 @@ class Channel:
         peak = _cuda("max_memory_allocated") if started is not None else None
         if peak is not None:
             record["peak_mib"] = round(peak / MIB, 2)
-        _write_all(self.fd, (json.dumps(record) + "\n").encode())
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    while data:
-        data = data[os.write(fd, data) :]
+        with open(self.fd, "wb", closefd=False) as channel:  # flushed whole as it closes
+            channel.write((json.dumps(record) + "\n").encode())
 
 
 def _cuda(call: str):
@@ -76,10 +72,8 @@ def unittest_id(test) -> str:
         return f"{type(test).__name__}.{method}"
     fixture, _, where = str(test).partition(" (")
     where = where.rstrip(")")
-    return f"{where.split('.')[-1]}.{fixture}" if fixture in _CLASS_FIXTURES else str(test)
-
-
-_CLASS_FIXTURES = ("setUpClass", "tearDownClass")
+    class_fixture = fixture in ("setUpClass", "tearDownClass")
+    return f"{where.split('.')[-1]}.{fixture}" if class_fixture else str(test)
 
 
 def hook_unittest(channel: Channel) -> None:
@@ -262,15 +256,14 @@ def describe_process() -> dict:
         info["sglang_error"] = "this process did not import sglang"
     else:
         info["sglang_path"] = getattr(sglang, "__file__", None)
-        version = getattr(sglang, "__version__", None)
-        if version is None:
+        info["sglang"] = getattr(sglang, "__version__", None)
+        if info["sglang"] is None:
             try:
-                from importlib.metadata import version as dist_version
+                from importlib.metadata import version  # only here: the file imports the rest
 
-                version = dist_version("sglang")
+                info["sglang"] = version("sglang")
             except Exception:
-                version = None
-        info["sglang"] = version
+                pass
     overlay = sys.modules.get("sglang_overlay")
     try:
         if overlay is None:
@@ -342,8 +335,8 @@ def main(argv: list[str]) -> None:
         # the starting process's alone. Nothing raised here may replace the file's outcome.
         if os.getpid() == started:
             try:
-                _write_all(record_fd, json.dumps(describe_process(), default=str).encode())
-                os.close(record_fd)
+                with open(record_fd, "wb") as record:
+                    record.write(json.dumps(describe_process(), default=str).encode())
             except BaseException as exc:
                 print(f"file_process: no environment record: {exc!r}", file=sys.stderr)
 

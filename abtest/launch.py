@@ -12,7 +12,8 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+
+from evidence.judge import FileRun
 
 FILE_PROCESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "file_process.py")
 # What ci run keeps of each pipe; the rest is read and dropped, so the writer never blocks.
@@ -27,20 +28,6 @@ DRAIN_S = 10.0
 _LIVE: set = set()
 _LIVE_LOCK = threading.Lock()
 _STOPPING = threading.Event()
-
-
-@dataclass(frozen=True)
-class FileRun:
-    """The raw outcome of one file in one mode."""
-
-    path: str
-    mode: str
-    returncode: int | None
-    duration_s: float
-    timed_out: bool
-    output: str
-    channel: str = ""  # what the file wrote on its result channel: one JSON line per test
-    environment: str = ""  # what its process wrote about itself (file_process), raw
 
 
 def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> FileRun:
@@ -90,15 +77,10 @@ def run_file(path: str, mode: str, env: dict, cwd: str, timeout_s: float) -> Fil
     if any(drain.is_alive() for drain in (output, channel, record)):
         held = f"still held by a process that left the file's session after {DRAIN_S:g} s"
         text += f"\n[ci run: stopped reading a pipe {held}]\n"
+    returncode = None if timed_out else proc.returncode
+    duration_s = round(time.monotonic() - started, 3)
     return FileRun(
-        path=path,
-        mode=mode,
-        returncode=None if timed_out else proc.returncode,
-        duration_s=round(time.monotonic() - started, 3),
-        timed_out=timed_out,
-        output=text,
-        channel=channel.text(),
-        environment=record.text(),
+        path, mode, returncode, duration_s, timed_out, text, channel.text(), record.text()
     )
 
 

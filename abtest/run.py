@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from abtest import RequestError, collect, environment, launch, modes
 from evidence import judge, junit
-from evidence.model import MODES, ProcessEnd, Results, SeriesId, read_channel, save
+from evidence.model import MODES, Results, SeriesId, save
 from series import seriesdir
 
 # What a results folder holds: a reused --out is cleared of these, and only of these.
@@ -71,13 +71,11 @@ def execute(request: RunRequest, log) -> Results:
     trees = [s.tree for s in setups.values() if s.tree]
     selected = _select(request, root, backend, trees)
     out = _prepare_out(request.out)
-    log(
-        f"ci run: {len(selected)} files x {len(wanted)} modes on {backend}, {request.jobs} at a time"
-    )
+    jobs = request.jobs
+    log(f"ci run: {len(selected)} files x {len(wanted)} modes on {backend}, {jobs} at a time")
     envs = {mode: modes.environment(setup) for mode, setup in setups.items()}
-    runs = launch.run_all(
-        [s.path for s in selected], envs, root, request.timeout, request.jobs, log
-    )
+    paths = [s.path for s in selected]
+    runs = launch.run_all(paths, envs, root, request.timeout, jobs, log)
     describing.join()
 
     records = environment.records_by_mode(runs, wanted)
@@ -85,24 +83,18 @@ def execute(request: RunRequest, log) -> Results:
         mode: modes.side(setup, records[mode], environment.git_commit(setup.tree)["commit"])
         for mode, setup in setups.items()
     }
-    reports = [mode_report(run, _write_log(run, out)) for run in runs]
-    results = judge.build(
-        reports,
-        backend,
-        sides,
-        {s.path: s.suite for s in selected},
-        patterns,
-        selection={
-            "tests": list(request.tests) or [collect.REGISTERED_ROOT],
-            "suite": request.suite,
-            "stage": request.stage,
-            "shard": request.shard,
-            "files": [s.path for s in selected],
-            "regressions": list(patterns),
-        },
-        environment={**machine, "modes": records},
-        series=_series(root),
-    )
+    runs = [replace(run, log=_write_log(run, out)) for run in runs]
+    selection = {
+        "tests": list(request.tests) or [collect.REGISTERED_ROOT],
+        "suite": request.suite,
+        "stage": request.stage,
+        "shard": request.shard,
+        "files": paths,
+        "regressions": list(patterns),
+    }
+    suites = {s.path: s.suite for s in selected}
+    fields = {"environment": {**machine, "modes": records}, "series": _series(root)}
+    results = judge.build(runs, backend, sides, suites, patterns, selection=selection, **fields)
     lines = {path: collect.test_lines(root, path) for path in {c.file for c in results.cases}}
     cases = [replace(c, line=collect.line_of(lines[c.file], c.test)) for c in results.cases]
     results = replace(results, cases=cases)
@@ -114,18 +106,11 @@ def execute(request: RunRequest, log) -> Results:
     return results
 
 
-def _write_log(run: launch.FileRun, out: str) -> str:
+def _write_log(run: judge.FileRun, out: str) -> str:
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", run.path) + f".{run.mode}.log"
     with open(os.path.join(out, "logs", name), "w", encoding="utf-8", errors="replace") as handle:
         handle.write(run.output)
     return f"logs/{name}"
-
-
-def mode_report(run: launch.FileRun, log: str | None = None) -> judge.ModeReport:
-    """What a finished process gave, as the judge reads it: its channel parsed, its end."""
-    tests, errors = read_channel(run.channel)
-    end = ProcessEnd(run.returncode, run.duration_s, run.timed_out, len(tests), log)
-    return judge.ModeReport(run.path, run.mode, end, tests, errors, run.output[-3000:])
 
 
 def _patterns(path: str | None) -> tuple[str, ...]:
@@ -160,17 +145,9 @@ def _prepare_out(out: str) -> str:
 
 def _select(request: RunRequest, root: str, backend: str, trees) -> list:
     shard = collect.parse_shard(request.shard)
+    filters = (request.suite, request.stage, shard, request.nightly, request.tests, trees)
     try:
-        selected = collect.select(
-            root,
-            backend,
-            request.suite,
-            request.stage,
-            shard,
-            request.nightly,
-            request.tests,
-            trees,
-        )
+        selected = collect.select(root, backend, *filters)
     except RequestError:
         raise
     except ImportError as exc:  # collect uses sglang's own registry reader

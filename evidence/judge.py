@@ -16,6 +16,7 @@ from evidence.model import (
     ProcessEnd,
     Results,
     TestResult,
+    read_channel,
 )
 
 # The listed regressions of this checkout: ci run judges with them, and so does the report,
@@ -29,15 +30,18 @@ FAILED = (Outcome.FAIL, Outcome.ERROR)
 
 
 @dataclass(frozen=True)
-class ModeReport:
-    """What one file's process gave in one mode: how it ended and the results it reported."""
+class FileRun:
+    """One file's process in one mode as it ended (``abtest.launch``): what the judge reads."""
 
     path: str
     mode: str
-    end: ProcessEnd
-    tests: tuple[TestResult, ...] = ()
-    errors: tuple[str, ...] = ()  # channel lines that were not results
-    output_tail: str = ""
+    returncode: int | None
+    duration_s: float
+    timed_out: bool
+    output: str  # for the log, never parsed
+    channel: str = ""  # what the file wrote on its result channel: one JSON line per test
+    environment: str = ""  # what its process wrote about itself (file_process), raw
+    log: str | None = None  # logs/NAME, once written
 
 
 def load_patterns(path: str) -> tuple[str, ...]:
@@ -68,18 +72,18 @@ def kind_of(outcomes: dict, expected_regression: bool) -> Kind:
     return Kind.NOT_REPRODUCED if expected_regression else Kind.PRESERVATION
 
 
-def judge(reports, suites: dict, modes, patterns=()) -> tuple[list, list]:
-    """Files and cases from every (file, mode) report; ``suites``: path -> suite.
+def judge(runs, suites: dict, modes, patterns=()) -> tuple[list, list]:
+    """Files and cases from every (file, mode) run; ``suites``: path -> suite.
 
     A process that failed outside any test (an import error, a crash, a timeout, an exit no
     test explains, a bad channel line) fails every test it never reported; when it reported
     some, or no mode reported any test, it is also a case of its own (``FILE_CASE``)."""
     by_file: dict = {}
-    for report in reports:
-        by_file.setdefault(report.path, {})[report.mode] = report
+    for run in runs:
+        by_file.setdefault(run.path, {})[run.mode] = _mode_results(run)
     files, cases = [], []
     for path, per_mode in by_file.items():
-        ran = {m: _mode_results(per_mode[m]) for m in modes if m in per_mode}
+        ran = {m: per_mode[m][:2] for m in modes if m in per_mode}
         tests = list(dict.fromkeys(t for m in modes for t in ran.get(m, ({}, None))[0]))
         whole = any(failure and (results or not tests) for results, failure in ran.values())
         file_cases = []
@@ -87,7 +91,7 @@ def judge(reports, suites: dict, modes, patterns=()) -> tuple[list, list]:
             outcome = {m: _outcome(test, *ran.get(m, ({}, None))) for m in modes}
             expected = listed(patterns, path, test)
             file_cases.append(Case(path, test, kind_of(outcome, expected), outcome))
-        ends = {mode: report.end for mode, report in per_mode.items()}
+        ends = {mode: end for mode, (_, _, end) in per_mode.items()}
         files.append(FileResult(path, suites.get(path), ends, file_flags(ends, file_cases)))
         cases += file_cases
     return files, cases
@@ -116,15 +120,13 @@ def with_verdict(results: Results) -> Results:
     failed, void = [], []
     if not cases:
         failed.append("no test reported a result")
-    if "change" in modes:
-        broken = [c for c in cases if c.kind == Kind.BROKEN]
-        if broken:
-            failed.append(f"{len(broken)} fail with {results.label('change')}: {_names(broken)}")
-        late = [
-            f.path for f in results.files if "change" in f.modes and f.modes["change"].timed_out
-        ]
-        if late:
-            failed.append(f"timed out with {results.label('change')}: {', '.join(late)}")
+    # Only the change side breaks a case or times a file out against the run.
+    broken = [c for c in cases if c.kind == Kind.BROKEN]
+    if broken:
+        failed.append(f"{len(broken)} fail with {results.label('change')}: {_names(broken)}")
+    late = [f.path for f in results.files if getattr(f.modes.get("change"), "timed_out", False)]
+    if late:
+        failed.append(f"timed out with {results.label('change')}: {', '.join(late)}")
     if "unmodified" in modes and cases:
         base = results.label("unmodified")
         missed = [c for c in cases if c.kind == Kind.NOT_REPRODUCED]
@@ -142,10 +144,10 @@ def with_verdict(results: Results) -> Results:
     return replace(results, verdict="void" if void else "ok", reasons=tuple(void))
 
 
-def build(reports, backend: str, sides: dict, suites: dict, patterns=(), **fields) -> Results:
-    """The judged run: files and cases from ``reports``, the modes ``sides`` names, the verdict;
+def build(runs, backend: str, sides: dict, suites: dict, patterns=(), **fields) -> Results:
+    """The judged run: files and cases from ``runs``, the modes ``sides`` names, the verdict;
     ``fields`` are the rest of ``Results`` (selection, environment, series)."""
-    files, cases = judge(reports, suites, tuple(sides), patterns)
+    files, cases = judge(runs, suites, tuple(sides), patterns)
     return with_verdict(Results(backend, tuple(sides), sides, files, cases, **fields))
 
 
@@ -176,14 +178,17 @@ def _names(cases, shown: int = 3) -> str:
     return ", ".join(names) + (f" and {len(cases) - shown} more" if len(cases) > shown else "")
 
 
-def _mode_results(report: ModeReport) -> tuple[dict, TestResult | None]:
-    """test -> result for one file in one mode, and the process's own failure, if any."""
-    results = {t.test: replace(t, detail=tail(t.detail)) for t in report.tests}
-    end = report.end
+def _mode_results(run: FileRun) -> tuple[dict, TestResult | None, ProcessEnd]:
+    """test -> result for one file in one mode (its channel parsed), the process's own failure,
+    if any, and how it ended."""
+    tests, errors = read_channel(run.channel)
+    end = ProcessEnd(run.returncode, run.duration_s, run.timed_out, len(tests), run.log)
+    results = {t.test: replace(t, detail=tail(t.detail)) for t in tests}
     explained = any(t.outcome in FAILED for t in results.values())
-    if end.timed_out or report.errors or not results or (end.returncode != 0 and not explained):
+    if end.timed_out or errors or not results or (end.returncode != 0 and not explained):
         why = "timed out" if end.timed_out else f"exited {end.returncode}"
-        detail = [f"{report.path} {why} after {len(results)} test results", *report.errors]
-        detail = tail("\n".join(detail) + "\n" + report.output_tail)
-        return results, TestResult(FILE_CASE, Outcome.ERROR, end.duration_s, detail=detail)
-    return results, None
+        detail = [f"{run.path} {why} after {len(results)} test results", *errors]
+        detail = tail("\n".join(detail) + "\n" + run.output[-3000:])
+        failure = TestResult(FILE_CASE, Outcome.ERROR, end.duration_s, detail=detail)
+        return results, failure, end
+    return results, None, end

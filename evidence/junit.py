@@ -15,15 +15,15 @@ _XML_SAFE = dict.fromkeys(
 )
 
 
+# The element a test's outcome adds to its testcase (a skip's carries no text).
+_TAGS = {"fail": "failure", "error": "error", "missing": "error", "skip": "skipped"}
+
+
 def write(results: Results, out_dir: str) -> list[str]:
-    written = []
-    for mode in results.modes:
-        path = os.path.join(out_dir, f"junit-{mode}.xml")
-        ET.ElementTree(_mode_tree(results, mode)).write(
-            path, encoding="utf-8", xml_declaration=True
-        )
-        written.append(path)
-    return written
+    paths = [os.path.join(out_dir, f"junit-{mode}.xml") for mode in results.modes]
+    for mode, path in zip(results.modes, paths, strict=True):
+        ET.ElementTree(_mode_tree(results, mode)).write(path, "utf-8", xml_declaration=True)
+    return paths
 
 
 def _clean(text) -> str:
@@ -34,40 +34,30 @@ def _mode_tree(results: Results, mode: str) -> ET.Element:
     root = ET.Element("testsuites", name=_clean(f"{results.label(mode)} ({results.backend})"))
     for file in results.files:
         cases = [c for c in results.cases if c.file == file.path and mode in c.modes]
-        counts = Counter(case.modes[mode].outcome for case in cases)
+        tags = Counter(_TAGS.get(case.modes[mode].outcome) for case in cases)
         end = file.modes.get(mode)
-        suite = ET.SubElement(
-            root,
-            "testsuite",
-            name=_clean(file.path),
-            tests=str(len(cases)),
-            failures=str(counts["fail"]),
-            errors=str(counts["error"] + counts["missing"]),
-            skipped=str(counts["skip"]),
-            time=f"{end.duration_s if end else 0:.3f}",
-        )
+        suite = ET.SubElement(root, "testsuite", name=_clean(file.path), tests=str(len(cases)))
+        for attribute, tag in (
+            ("failures", "failure"),
+            ("errors", "error"),
+            ("skipped", "skipped"),
+        ):
+            suite.set(attribute, str(tags[tag]))
+        suite.set("time", f"{end.duration_s if end else 0:.3f}")
         for case in cases:
             outcome = case.modes[mode]
             classname, _, name = case.test.split("[", 1)[0].rpartition(".")
-            name = case.test[len(classname) + 1 :] if classname else case.test
-            element = ET.SubElement(
-                suite,
-                "testcase",
-                classname=_clean(f"{file.path}::{classname}" if classname else file.path),
-                name=_clean(name),
-                time=f"{outcome.duration_s or 0:.3f}",
-            )
+            name = _clean(case.test[len(classname) + 1 :] if classname else case.test)
+            where = _clean(f"{file.path}::{classname}" if classname else file.path)
+            time = f"{outcome.duration_s or 0:.3f}"
+            element = ET.SubElement(suite, "testcase", classname=where, name=name, time=time)
             detail = _clean(outcome.detail)
             message = (detail.strip().splitlines() or [outcome.outcome])[-1][:500]
-            if outcome.outcome == "fail":
-                ET.SubElement(element, "failure", message=message).text = detail
-            elif outcome.outcome in ("error", "missing"):
-                ET.SubElement(element, "error", message=message).text = detail
-            elif outcome.outcome == "skip":
-                ET.SubElement(element, "skipped", message=message)
+            tag = _TAGS.get(outcome.outcome)
+            if tag is not None:
+                failure = ET.SubElement(element, tag, message=message)
+                failure.text = None if tag == "skipped" else detail
             if outcome.peak_mib is not None:
-                props = ET.SubElement(element, "properties")
-                ET.SubElement(
-                    props, "property", name="peak_allocated_mib", value=str(outcome.peak_mib)
-                )
+                peak = {"name": "peak_allocated_mib", "value": str(outcome.peak_mib)}
+                ET.SubElement(ET.SubElement(element, "properties"), "property", peak)
     return root

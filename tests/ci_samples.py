@@ -3,9 +3,8 @@ without starting any process."""
 
 import json
 
-from abtest.launch import FileRun
-from abtest.run import mode_report
 from evidence import judge
+from evidence.judge import FileRun
 from evidence.model import Side
 
 FILE = "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
@@ -68,8 +67,7 @@ def model(runs=None, patterns=None, suite="base-b-test-1-gpu-small", **fields):
     runs = runs if runs is not None else workspace_runs()
     patterns = [f"{FILE}::*.test_grow_*"] if patterns is None else patterns
     fields.setdefault("environment", ENVIRONMENT)
-    reports = [mode_report(run) for run in runs]
-    return judge.build(reports, "cuda", sides(), {FILE: suite}, patterns, **fields)
+    return judge.build(runs, "cuda", sides(), {FILE: suite}, patterns, **fields)
 
 
 def refused(fake, pr=7, slot="dsv4-workspace"):

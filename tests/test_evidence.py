@@ -7,14 +7,13 @@ from dataclasses import FrozenInstanceError, replace
 import pytest
 from ci_samples import CLS, FILE, GROW, REUSE, channel_line, file_run, model, sides, workspace_runs
 
-from abtest.run import mode_report
 from evidence import judge
 from evidence.model import FILE_CASE, EvidenceError, Results, load, read_channel, save
 
 
 def _build(runs, patterns=(), modes=("unmodified", "change")):
     chosen = {m: s for m, s in sides().items() if m in modes}
-    return judge.build([mode_report(r) for r in runs], "cuda", chosen, {FILE: "s"}, patterns)
+    return judge.build(runs, "cuda", chosen, {FILE: "s"}, patterns)
 
 
 def test_each_result_comes_from_its_channel_line_and_nothing_from_the_log():
