@@ -360,7 +360,7 @@ def add_parser(verbs) -> None:
     watch.add_argument("--rows", help=f"post the rows of an earlier run ({ROWS_FILE}); no checks")
     watch.add_argument("--repo", help="OWNER/NAME of the tracking issue (required with --post)")
     watch.add_argument("--api-url", help="GitHub Enterprise base URL (client adds /api/v3)")
-    watch.add_argument("--bot-login", help="only adopt a tracking issue opened by this login")
+    watch.add_argument("--bot-login", help="our login (default: GET /user, else the Actions bot)")
     watch.add_argument("--post", action="store_true", help="update the tracking issue")
     watch.add_argument("--json", action="store_true", help="print the rows as JSON")
     watch.set_defaults(func=cmd_watch)
@@ -415,14 +415,15 @@ def _rows(args) -> tuple:
 def _post(args, body) -> bool:
     import github3.exceptions
 
-    from report.publish import GaveUp, RetryPolicy, connect
+    from report.publish import GaveUp, Publisher, RetryPolicy, connect
 
     token = os.environ["GITHUB_TOKEN"]
     owner, name = args.repo.split("/")
+    gh, policy = connect(token, args.api_url), RetryPolicy()
     try:
-        outcome, number = upsert_issue(
-            connect(token, args.api_url), owner, name, TITLE, body, args.bot_login, RetryPolicy()
-        )
+        # Our issue is the one by our login: --bot-login, else the token's user, as for comments.
+        author = Publisher(gh, owner, name, None, policy).identity(args.bot_login)
+        outcome, number = upsert_issue(gh, owner, name, TITLE, body, author, policy)
     except (GaveUp, github3.exceptions.GitHubException, RuntimeError) as exc:
         print(f"error: tracking issue: {str(exc).replace(token, '***')}", file=sys.stderr)
         return False

@@ -323,13 +323,11 @@ def upsert_sticky(items, marker: str, author: str, create, unchanged, edit, reti
     """(outcome, item) for the one item (comment or issue, oldest first) by ``author`` whose
     body starts with ``marker``: "created" by ``create()`` when there is none, else "unchanged"
     or "edited"; further ones, left by two runs racing, are ``retire``d. A marker alone proves
-    nothing: anyone can write one, so the author must match too (``None``: the caller has no
-    login to match, and any author counts)."""
+    nothing: anyone can write one, so the author must match too."""
     ours = [
         item
         for item in items
-        if (item.body or "").startswith(marker)
-        and (author is None or getattr(item.user, "login", None) == author)
+        if (item.body or "").startswith(marker) and getattr(item.user, "login", None) == author
     ]
     if not ours:
         return "created", create()

@@ -13,7 +13,7 @@ from ci_fake_github import FakeGitHub
 
 from ci.__main__ import main
 from releases import watch
-from report.publish import RetryPolicy, connect
+from report.publish import ACTIONS_BOT, RetryPolicy, connect
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "ghs_watchTOKEN"
@@ -158,10 +158,26 @@ def test_tracking_issue_is_created_once_then_edited_in_place(github):
     assert github.bodies[1].startswith(watch.MARKER)  # the PR quoting the marker: untouched
 
 
-def test_without_a_bot_login_any_author_counts_but_a_pull_request_never_does(github):
-    assert upsert(github, watch.MARKER + "\nours", author=None) == ("created", 2)
-    assert upsert(github, watch.MARKER + "\nours", author=None) == ("unchanged", 2)
-    assert github.bodies[1].startswith(watch.MARKER + "\na PR")
+def test_without_a_bot_login_the_issue_is_the_tokens_users_and_a_marker_alone_adopts_nothing(
+    monkeypatch, capsys, tmp_path
+):
+    # Before, no --bot-login meant any author: mallory's older marker issue was edited in place
+    # of ours. Now the author is the token's user (an Actions token: the Actions bot).
+    server = FakeGitHub(token=TOKEN, bot=ACTIONS_BOT).start()
+    try:
+        server.add_pr(1, watch.MARKER + "\na PR that quotes the marker")
+        server.add_issue(watch.TITLE, watch.MARKER + "\nmallory's copy", login="mallory")
+        monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+        rows = _rows_file(tmp_path, [])
+        argv = ["watch", "--rows", str(rows), "--repo", "sgl/sglang", "--api-url", server.url]
+        assert main(argv + ["--post"]) == 0 and main(argv + ["--post"]) == 0
+        assert "tracking issue #3: unchanged" in capsys.readouterr().err
+        assert server.bodies[2] == watch.MARKER + "\nmallory's copy"
+        assert server.issue_meta[2]["state"] == "open"
+        assert server.issue_meta[3]["login"] == ACTIONS_BOT
+        assert server.bodies[1].startswith(watch.MARKER + "\na PR")
+    finally:
+        server.stop()
 
 
 def test_a_marker_issue_opened_by_someone_else_is_not_adopted(github):
