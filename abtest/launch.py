@@ -6,12 +6,13 @@ nothing it left running can hold ``ci run`` up or outlive it.
 
 import contextlib
 import os
+import queue
 import signal
 import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 
 from evidence.judge import FileRun
 
@@ -135,8 +136,11 @@ def run_all(
             for path in paths
             for mode in envs
         ]
-        for done, future in enumerate(as_completed(futures), 1):
-            run = future.result()
+        finished: queue.SimpleQueue = queue.SimpleQueue()
+        for future in futures:
+            future.add_done_callback(finished.put)
+        for done in range(1, len(futures) + 1):
+            run = _next(finished).result()
             state = "timeout" if run.timed_out else f"exit {run.returncode}"
             progress(
                 f"[{done}/{len(futures)}] {run.mode:<10} {run.path}: {state} "
@@ -153,6 +157,15 @@ def run_all(
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     return [future.result() for future in futures]
+
+
+def _next(finished: queue.SimpleQueue):
+    """The next future to finish, waited for a quarter second at a time: the kernel may hand
+    Ctrl-C's signal to another thread, and then only this (main) thread running again raises
+    it; a wait without a timeout would last until a test process ended."""
+    while True:
+        with contextlib.suppress(queue.Empty):
+            return finished.get(timeout=0.25)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

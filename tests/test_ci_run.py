@@ -238,6 +238,51 @@ def test_ctrl_c_stops_every_test_process_and_prints_one_line(tmp_path):
                 os.kill(int(path.name), signal.SIGKILL)
 
 
+# The kernel hands a process's SIGINT to any thread that does not block it; Python raises it only
+# in the main thread, when that thread runs. Here a helper thread takes it.
+CTRL_C_TO_ANOTHER_THREAD = """
+import os, signal, sys, threading, time
+from abtest import launch, modes
+sleepers = sys.argv[1]
+def ctrl_c_to_this_thread():
+    while len(os.listdir(sleepers)) < 2:
+        time.sleep(0.05)
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+threading.Thread(target=ctrl_c_to_this_thread, daemon=True).start()
+env = dict(modes.environment(modes.ModeSetup("change", overlay=True)), SLEEPERS=sleepers)
+try:
+    launch.run_all(["tests/fixtures/slow/test_sleeps.py"], {"unmodified": env, "change": env},
+                   ".", 600, 2, print)
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def test_ctrl_c_that_the_kernel_hands_to_another_thread_still_stops_the_run(tmp_path):
+    # Before, the main thread waited for the next file without a timeout: it raised the
+    # KeyboardInterrupt only when a test process ended (here after 300 s).
+    sleepers = tmp_path / "pids"
+    sleepers.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CTRL_C_TO_ANOTHER_THREAD, str(sleepers)],
+        cwd=REPO,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=120)
+        pids = [int(p.name) for p in sleepers.iterdir()]
+        assert len(pids) == 2 and out.splitlines()[-1] == "interrupted", err
+        assert until(lambda: not any(alive(pid) for pid in pids)), "a test process survived"
+    finally:
+        proc.kill()
+        for path in sleepers.iterdir():
+            if alive(int(path.name)):
+                os.kill(int(path.name), signal.SIGKILL)
+
+
 @pytest.mark.parametrize(
     "args, line",
     [
