@@ -28,6 +28,20 @@ def clean_env(**overrides) -> dict:
     return env
 
 
+# A shell without job control starts a background command with SIGINT ignored, and Python keeps
+# an ignored SIGINT ignored: a test that sends SIGINT starts its process with the default action.
+_DEFAULT_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+
+
+def with_default_sigint(*args: str) -> list:
+    """The command line of this venv's ``python *args``, started with SIGINT's default action
+    whatever this process inherited."""
+    return [sys.executable, "-c", _DEFAULT_SIGINT, *args]
+
+
 def run_python(code: str, *args: str, cwd=None, **env) -> subprocess.CompletedProcess:
     """Run ``python -c code`` in a fresh interpreter of this venv (cwd outside the repo, so
     the installed package, not the source tree, is what gets imported)."""

@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 import overlay_runs
 import pytest
 import release_check
-from conftest import CPU_PROOF, REPO, alive, clean_env, until
+from conftest import CPU_PROOF, REPO, alive, clean_env, until, with_default_sigint
 from release_check import TOKEN
 
 FIXTURES = "tests/fixtures/upstream_style"
@@ -213,7 +213,7 @@ def test_ctrl_c_stops_every_test_process_and_prints_one_line(tmp_path):
     sleepers = tmp_path / "pids"
     sleepers.mkdir()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ci", "run", "--out", str(tmp_path / "out"), "--backend", "cpu"]
+        with_default_sigint("-m", "ci", "run", "--out", str(tmp_path / "out"), "--backend", "cpu")
         + ["--tests", "tests/fixtures/slow"],
         cwd=REPO,
         env=clean_env(SLEEPERS=str(sleepers)),
@@ -264,7 +264,7 @@ def test_ctrl_c_that_the_kernel_hands_to_another_thread_still_stops_the_run(tmp_
     sleepers = tmp_path / "pids"
     sleepers.mkdir()
     proc = subprocess.Popen(
-        [sys.executable, "-c", CTRL_C_TO_ANOTHER_THREAD, str(sleepers)],
+        with_default_sigint("-c", CTRL_C_TO_ANOTHER_THREAD, str(sleepers)),
         cwd=REPO,
         env=clean_env(),
         stdout=subprocess.PIPE,
