@@ -6,6 +6,7 @@ every shape and bound (each field through the check its metadata names); it rais
 """
 
 import enum
+import functools
 import json
 import math
 import os
@@ -141,15 +142,21 @@ def _pictures(value, where) -> dict:
     return value
 
 
+@functools.cache
+def _checked_fields(cls) -> tuple[tuple, frozenset]:
+    checked = tuple(f for f in fields(cls) if "check" in f.metadata)
+    return checked, frozenset(f.name for f in checked)
+
+
 def _load(data, where: str, cls):
     """A ``cls`` from JSON ``data``, every field checked; any other key is refused."""
     if not isinstance(data, dict):
         raise EvidenceError(f"{where}: expected an object, got {type(data).__name__}")
-    checked = [f for f in fields(cls) if "check" in f.metadata]
+    checked, names = _checked_fields(cls)
     missing = [f.name for f in checked if f.metadata["required"] and f.name not in data]
     if missing:
         raise EvidenceError(f"{where}: missing field {missing[0]!r}")
-    unknown = sorted(set(data) - {f.name for f in checked})
+    unknown = sorted(set(data) - names)
     if unknown:
         raise EvidenceError(f"{where}: unknown field {str(unknown[0])[:40]!r}")
     values = {}

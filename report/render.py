@@ -42,13 +42,16 @@ _LINE_BREAKS = re.compile("\r\n|[\n\r\u2028\u2029]")
 # are decoded; a word joiner (never in the input: it is a format character) breaks each one.
 _ACTS_ON_GITHUB = re.compile(r"(@|#|(?<![A-Za-z0-9])GH-|:(?=//)|(?<![A-Za-z0-9])www(?=\.))", re.I)
 _EXCERPT_CHARS = 1200
-_MORE_LINE = 60
+_MORE_LINE = 60  # room for each "... N more" line of a shortened comment
 # The side whose failure a case's log excerpt shows.
 _EXCERPT_SIDE = {
     "broken": "change",
     "regression": "unmodified",
     "not-reproduced": "unmodified",
-}  # room for each "... N more" line of a shortened comment
+}
+# The log excerpts' fold around them: the lines that open and close it, one newline each.
+_DETAILS = ("", "<details><summary>Log excerpts</summary>", "", "</details>")
+_DETAILS_CHARS = sum(len(line) + 1 for line in _DETAILS)
 ENV_CHARS = 2000  # the environment line comes from the runner: bounded like any input
 
 
@@ -181,12 +184,20 @@ def comment(results, slot, run_id=None, run_url=None, artifacts_url=None, limit=
         if note:
             lines += ["", note]
         if excerpts:
-            lines += ["", "<details><summary>Log excerpts</summary>", "", *excerpts, "</details>"]
+            lines += [*_DETAILS[:-1], *excerpts, _DETAILS[-1]]
         return "\n".join(lines) + "\n"
 
-    text = assemble(all_flags, all_rows, _excerpts(results, _EXCERPT_CHARS))
-    if len(text) <= limit:
-        return text
+    # The excerpts are built one by one, only while the whole report still fits.
+    excerpts, room = [], limit - len(assemble(all_flags, all_rows, [])) - _DETAILS_CHARS
+    for excerpt in _excerpts(results, _EXCERPT_CHARS):
+        room -= len(excerpt) + 1
+        if room < 0:
+            break
+        excerpts.append(excerpt)
+    else:
+        text = assemble(all_flags, all_rows, excerpts)
+        if len(text) <= limit:
+            return text
     where = artifacts_url or run_url
     where = f"[the artifacts]({_url(where)})" if where else "the run's artifacts"
     # Room for the longest note (the real one is shorter) and the two "more" lines.
@@ -195,9 +206,8 @@ def comment(results, slot, run_id=None, run_url=None, artifacts_url=None, limit=
         raise ValueError(f"the comment's fixed part alone exceeds {limit} characters")
     flags, room = _take(all_flags, limit - fixed)
     rows, room = _take(all_rows, room)
-    wrapper = len("\n<details><summary>Log excerpts</summary>\n\n</details>") + 2
     # Shortened: shorter excerpts, so that more of them fit after every row has.
-    excerpts, _ = _take(_excerpts(results, 300), room - wrapper)
+    excerpts, _ = _take(_excerpts(results, 300), room - _DETAILS_CHARS)
     more_flags, more_rows = len(all_flags) - len(flags), len(all_rows) - len(rows)
     dropped = (("flagged-file lines", more_flags), ("table rows", more_rows))
     left_out = ", ".join(f"{n} {what}" for what, n in dropped if n)
@@ -305,9 +315,10 @@ def _n(count: int, noun: str) -> str:
     return f"**{count}** {noun}{'' if count == 1 else 's'}"
 
 
-def _excerpts(results: Results, chars: int) -> list[str]:
-    """One whole block per case worth showing: a bold name line and a fenced excerpt."""
-    out = []
+def _excerpts(results: Results, chars: int):
+    """One whole block per case worth showing, a bold name line and a fenced excerpt, made as
+    the caller takes them (a results.json may hold 10,000 cases)."""
+    sides = {mode: _side(results, mode) for mode in set(_EXCERPT_SIDE.values())}
     for case in results.cases:
         mode = _EXCERPT_SIDE.get(case.kind)
         outcome = case.modes.get(mode) if mode else None  # an artifact may leave a mode out
@@ -317,9 +328,7 @@ def _excerpts(results: Results, chars: int) -> list[str]:
         if len(text) > chars:
             text = "[...]\n" + text[-chars:]
         name = safe_clip(escape_inline(case.test), 300)
-        side = _side(results, mode)
-        out.append(f"**{name}** ({side})\n\n{escape_block(text)}\n")
-    return out
+        yield f"**{name}** ({sides[mode]})\n\n{escape_block(text)}\n"
 
 
 def write_full_report(results: Results, out: str) -> None:

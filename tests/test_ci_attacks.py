@@ -466,6 +466,18 @@ def test_ten_thousand_regression_cases_cost_at_most_ten_check_run_requests(
     assert "first 500 of 10000" in run["output"]["title"]
 
 
+def test_a_comment_builds_only_the_log_excerpts_it_can_show(monkeypatch):
+    # 10,000 regression cases, each with a log: the comment fits some dozens of excerpts, and
+    # fencing each costs regular-expression passes over its text.
+    results = Results.from_json(_regressions(10_000))
+    assert all(case.modes["unmodified"].detail for case in results.cases)
+    fenced = []
+    monkeypatch.setattr(render, "escape_block", lambda text: fenced.append(text) or "```\n```")
+    text = render.comment(results, pr_states.DEFAULT_SLOT)
+    assert "Shortened to fit" in text
+    assert 0 < len(fenced) < 200  # not 20,000: two passes over every case
+
+
 def test_an_annotation_title_carries_no_bidi_or_invisible_characters():
     data = _regressions(1, name=lambda i: "test_\u202egnp.exe\u200b\x1b[31m")
     m = Results.from_json(json.loads(json.dumps(data)))
