@@ -3,8 +3,9 @@ channel the runner owns, so the file stays exactly as upstream writes it.
 
 ``python abtest/file_process.py --results-fd N --environment-fd M FILE ARGS...`` runs FILE as
 ``__main__`` the way ``python FILE ARGS...`` does, reports each finished test as one JSON line on
-fd N through hooks installed from outside (unittest's result class; a plugin handed to
-``pytest.main``), with the CUDA peak where the process holds a CUDA context, and writes one
+fd N through hooks installed from outside (unittest's result class, and each call of a test
+method, so a retry inside the test case is seen; a plugin handed to ``pytest.main``), with the
+CUDA peak where the process holds a CUDA context, and writes one
 record about the process to fd M at the end (ci/README.md says what each holds). It imports
 nothing of this project, nor torch or sglang: it is the PR's process.
 """
@@ -17,8 +18,10 @@ import time
 import types
 import unittest
 from importlib.machinery import SourceFileLoader
+from traceback import format_exception
 
 DETAIL_CHARS = 8000  # a traceback's end is where it says what failed
+MAX_ATTEMPTS = 20  # calls of one test method the channel reports (evidence.model's bound)
 MIB = float(1 << 20)
 
 
@@ -33,7 +36,7 @@ class Channel:
         self.started[test_id] = time.monotonic()
         _cuda("reset_peak_memory_stats")
 
-    def send(self, test_id: str, outcome: str, detail: str = "") -> None:
+    def send(self, test_id: str, outcome: str, detail: str = "", attempts=()) -> None:
         if os.getpid() != self.pid:
             return
         started = self.started.pop(test_id, None)
@@ -42,6 +45,7 @@ class Channel:
             "outcome": outcome,
             "duration_s": None if started is None else round(time.monotonic() - started, 3),
             "detail": str(detail)[-DETAIL_CHARS:],
+            "attempts": list(attempts)[:MAX_ATTEMPTS],
         }
         peak = _cuda("max_memory_allocated") if started is not None else None
         if peak is not None:
@@ -80,6 +84,23 @@ def hook_unittest(channel: Channel) -> None:
     result = unittest.result.TestResult
     # test id -> (outcome, detail) so far; sent at stopTest, or at once for a fixture.
     ended: dict = {}
+    # test id -> [(outcome, detail)] per call of its method: sglang's CustomTestCase retries a
+    # failed method in CI (SGLANG_IS_IN_CI) by calling TestCase._callTestMethod again.
+    attempts: dict = {}
+    call_test_method = unittest.case.TestCase._callTestMethod
+
+    def attempt(self, method):
+        calls = attempts.setdefault(unittest_id(self), [])
+        try:
+            value = call_test_method(self, method)
+        except unittest.SkipTest:
+            raise
+        except Exception as exc:
+            failed = isinstance(exc, self.failureException)
+            calls.append(("fail" if failed else "error", "".join(format_exception(exc))))
+            raise
+        calls.append(("pass", ""))
+        return value
 
     def record(test, outcome, detail=""):
         test_id = unittest_id(test)
@@ -96,7 +117,13 @@ def hook_unittest(channel: Channel) -> None:
 
     def stop_test(self, test):
         test_id = unittest_id(test)
-        channel.send(test_id, *ended.pop(test_id, ("error", "the test ended without a result")))
+        outcome, detail = ended.pop(test_id, ("error", "the test ended without a result"))
+        calls = attempts.pop(test_id, [])
+        failures = [(n, d) for n, (o, d) in enumerate(calls, 1) if o != "pass"]
+        if outcome == "pass" and failures:
+            number, first = failures[0]
+            detail = f"attempt {number} of {len(calls)} failed, the last passed:\n{first}"
+        channel.send(test_id, outcome, detail, [o for o, _ in calls])
 
     def add_sub_test(self, test, subtest, err):
         if err is not None:
@@ -120,6 +147,7 @@ def hook_unittest(channel: Channel) -> None:
     }
     for name, hook in hooks.items():
         setattr(result, name, _then_original(hook, getattr(result, name)))
+    unittest.case.TestCase._callTestMethod = attempt
 
 
 def _then_original(hook, original):

@@ -12,6 +12,12 @@ from abtest import RequestError
 from evidence.model import MODES, Side
 
 DISABLE_ENV = "SGLANG_OVERLAY_DISABLE"
+# What sglang's CI sets that changes how a test behaves (ci/README.md, "As upstream's CI runs
+# it", says where each was read): SGLANG_IS_IN_CI turns on CustomTestCase's retry and the
+# other CI-only paths; DeepGEMM's JIT warms up the fast way. SGLANG_TEST_MAX_RETRY is not set
+# there, so a caller's value would change the retry: it goes.
+UPSTREAM_CI_ENV = {"SGLANG_IS_IN_CI": "true", "SGLANG_JIT_DEEPGEMM_FAST_WARMUP": "true"}
+UPSTREAM_CI_UNSET = ("SGLANG_TEST_MAX_RETRY",)
 # Anything that looks like a credential stays out of the test processes: they run PR code.
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE_KEY|API_KEY", re.I)
 
@@ -42,11 +48,15 @@ def setups(modes, unmodified_src=None, change_src=None) -> dict:
     }
 
 
-def environment(setup: ModeSetup, base: dict | None = None) -> dict:
-    """The environment one mode's test processes start with (``base``: os.environ)."""
+def environment(setup: ModeSetup, base: dict | None = None, upstream_ci: bool = True) -> dict:
+    """The environment one mode's test processes start with (``base``: os.environ): as in
+    sglang's CI unless ``upstream_ci`` is False, then as on a developer's machine."""
     base = os.environ if base is None else base
     env = {name: value for name, value in base.items() if not _SECRET_NAME.search(name)}
-    env.pop(DISABLE_ENV, None)
+    for name in (DISABLE_ENV, *UPSTREAM_CI_ENV, *UPSTREAM_CI_UNSET):
+        env.pop(name, None)
+    if upstream_ci:
+        env.update(UPSTREAM_CI_ENV)
     env["PYTHONUNBUFFERED"] = "1"
     if not setup.overlay:
         env[DISABLE_ENV] = "1"

@@ -39,6 +39,7 @@ class RunRequest:
     regressions: str | None = None  # the listed regressions; default ci/regressions.txt
     timeout: float = 1800
     jobs: int = 2
+    outside_upstream_ci: bool = False  # True: without sglang CI's settings (modes.UPSTREAM_CI_ENV)
 
 
 def resolve_backend(backend: str | None) -> str:
@@ -73,7 +74,8 @@ def execute(request: RunRequest, log) -> Results:
     out = _prepare_out(request.out)
     jobs = request.jobs
     log(f"ci run: {len(selected)} files x {len(wanted)} modes on {backend}, {jobs} at a time")
-    envs = {mode: modes.environment(setup) for mode, setup in setups.items()}
+    upstream_ci = not request.outside_upstream_ci
+    envs = {mode: modes.environment(s, upstream_ci=upstream_ci) for mode, s in setups.items()}
     paths = [s.path for s in selected]
     runs = launch.run_all(paths, envs, root, request.timeout, jobs, log)
     describing.join()
@@ -93,7 +95,11 @@ def execute(request: RunRequest, log) -> Results:
         "regressions": list(patterns),
     }
     suites = {s.path: s.suite for s in selected}
-    fields = {"environment": {**machine, "modes": records}, "series": _series(root)}
+    ci_env = dict(modes.UPSTREAM_CI_ENV) if upstream_ci else None
+    fields = {
+        "environment": {**machine, "upstream_ci": ci_env, "modes": records},
+        "series": _series(root),
+    }
     results = judge.build(runs, backend, sides, suites, patterns, selection=selection, **fields)
     lines = {path: collect.test_lines(root, path) for path in {c.file for c in results.cases}}
     cases = [replace(c, line=collect.line_of(lines[c.file], c.test)) for c in results.cases]

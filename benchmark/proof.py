@@ -17,7 +17,7 @@ from benchmark import summary
 from sglang_overlay import WORKSPACE_MODULE
 
 PROOF_FILES = {
-    "cuda": "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py",
+    "cuda": "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py",
     "cpu": "proofs/cpu/test_dsv4_workspace_cpu_peak.py",
 }
 GOALS = {"file": 1.5, "ab": 1.5}  # over one bare import, on CUDA (issue: the H200 figures)

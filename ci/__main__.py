@@ -71,6 +71,12 @@ RUN_FLAGS = (
     ("--jobs", "processes at once (default 2)", {"type": int}),
     ("--root", "repository root (default: current directory)"),
     ("--nightly", "include nightly registrations", SWITCH),
+    (
+        "--outside-upstream-ci",
+        "run as on a developer's machine: without SGLANG_IS_IN_CI and sglang CI's other "
+        "settings (default: as sglang's CI runs each file, retries included)",
+        SWITCH,
+    ),
     ("--json", "print the summary as JSON", SWITCH),
 )
 SUITE_OR_STAGE = (
@@ -118,9 +124,11 @@ def _parser() -> argparse.ArgumentParser:
         "run",
         help="run registered test files on both sides; write results.json, JUnit and the report",
         description="Each selected file runs as its own `python FILE -v` process once per mode, "
-        "unchanged. Sides: the installed sglang with the overlay off and on, or two source "
-        "trees. Exit 0 when every test passes (or skips) on the change side and the listed "
-        "regressions fail on the unmodified side; 1, with one line saying why, otherwise.",
+        "unchanged, in the environment sglang's CI gives it (SGLANG_IS_IN_CI=true: "
+        "CustomTestCase retries a failed test once). Sides: the installed sglang with the "
+        "overlay off and on, or two source trees. Exit 0 when every test passes (or skips) on "
+        "the change side at its first attempt and the listed regressions fail on the "
+        "unmodified side, retry included; 1, with one line saying why, otherwise.",
     )
     _flags(run, RUN_FLAGS)
     _flags(run.add_mutually_exclusive_group(), SUITE_OR_STAGE)

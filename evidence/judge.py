@@ -65,8 +65,12 @@ def kind_of(outcomes: dict, expected_regression: bool) -> Kind:
             return Kind.BROKEN
         if change.outcome == Outcome.SKIP:
             return Kind.SKIPPED
+        if change.passed_on_retry:
+            return Kind.FLAKY
     if base is None or base.outcome in (Outcome.SKIP, Outcome.MISSING):
         return Kind.NO_BASELINE if change is not None else Kind.SKIPPED
+    if base.passed_on_retry:
+        return Kind.MASKED_BY_RETRY
     if base.outcome in FAILED:
         return Kind.REGRESSION
     return Kind.NOT_REPRODUCED if expected_regression else Kind.PRESERVATION
@@ -124,6 +128,19 @@ def with_verdict(results: Results) -> Results:
     broken = [c for c in cases if c.kind == Kind.BROKEN]
     if broken:
         failed.append(f"{len(broken)} fail with {results.label('change')}: {_names(broken)}")
+    flaky = [c for c in cases if c.kind == Kind.FLAKY]
+    if flaky:
+        failed.append(
+            f"{len(flaky)} flaky with {results.label('change')}: failed first and passed on "
+            f"a retry ({_names(flaky)})"
+        )
+    masked = [c for c in cases if c.kind == Kind.MASKED_BY_RETRY]
+    if masked:
+        failed.append(
+            f"{len(masked)} masked by retry on {results.label('unmodified')}: upstream's CI "
+            f"would pass them on the unmodified code, failing first and passing on the retry "
+            f"({_names(masked)})"
+        )
     late = [f.path for f in results.files if getattr(f.modes.get("change"), "timed_out", False)]
     if late:
         failed.append(f"timed out with {results.label('change')}: {', '.join(late)}")

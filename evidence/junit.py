@@ -17,6 +17,12 @@ _XML_SAFE = dict.fromkeys(
 
 # The element a test's outcome adds to its testcase (a skip's carries no text).
 _TAGS = {"fail": "failure", "error": "error", "missing": "error", "skip": "skipped"}
+# A test that failed, then passed when run again, in words: what upstream's CI made of it.
+_RETRIED = {
+    "unmodified": "masked by retry: failed at first, passed on the retry; upstream's CI would "
+    "pass this test on the unmodified code",
+    "change": "flaky: failed at first with the change, passed on the retry",
+}
 
 
 def write(results: Results, out_dir: str) -> list[str]:
@@ -57,7 +63,18 @@ def _mode_tree(results: Results, mode: str) -> ET.Element:
             if tag is not None:
                 failure = ET.SubElement(element, tag, message=message)
                 failure.text = None if tag == "skipped" else detail
+            if outcome.passed_on_retry:
+                # Surefire's element for a test that failed, then passed when run again; the
+                # message says in words what upstream's CI would have made of it.
+                retried = ET.SubElement(element, "flakyFailure", message=_RETRIED[mode])
+                retried.text = detail
+            properties = {}
             if outcome.peak_mib is not None:
-                peak = {"name": "peak_allocated_mib", "value": str(outcome.peak_mib)}
-                ET.SubElement(ET.SubElement(element, "properties"), "property", peak)
+                properties["peak_allocated_mib"] = str(outcome.peak_mib)
+            if len(outcome.attempts) > 1:
+                properties["attempts"] = ",".join(outcome.attempts)
+            if properties:
+                holder = ET.SubElement(element, "properties")
+                for key, value in properties.items():
+                    ET.SubElement(holder, "property", name=key, value=value)
     return root

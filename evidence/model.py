@@ -23,6 +23,7 @@ MAX_FILES, MAX_CASES, MAX_SUITES = 1000, 10000, 50
 MAX_NAME_CHARS, MAX_TEXT_CHARS = 500, 20000
 MAX_LINE = 10**6  # a test's def line, for its annotation
 MAX_MIB = 10**7  # a peak beyond 10 TiB is not a measurement
+MAX_ATTEMPTS = 20  # CustomTestCase retries once in CI; SGLANG_TEST_MAX_RETRY may ask for more
 MAX_S = 10**7
 MAX_NESTING = 16
 _SUITE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -193,6 +194,9 @@ class Kind(enum.StrEnum):
     BROKEN = "broken"  # fails, errors or is missing with the change
     SKIPPED = "skipped"
     NO_BASELINE = "no-baseline"  # passes with the change; unmodified gave no verdict
+    # failed first, passed on a retry: upstream's CI would pass it on the unmodified code
+    MASKED_BY_RETRY = "masked-by-retry"
+    FLAKY = "flaky"  # failed first with the change, passed on a retry
 
 
 @dataclass(frozen=True)
@@ -207,8 +211,17 @@ class TestResult:
     duration_s: float | None = _checked(_number, MAX_S, default=None)
     # CUDA memory allocated at the test's peak (the runner's)
     peak_mib: float | None = _checked(_number, MAX_MIB, default=None)
-    # the skip reason, or the end of the failure's traceback
+    # the skip reason, or the end of the failure's traceback (a retried pass: the first's)
     detail: str = _checked(_text, MAX_TEXT_CHARS, default="")
+    # each call of the test method in order, where the runner saw them; () where it did not
+    attempts: tuple[Outcome, ...] = _checked(
+        _list_of, MAX_ATTEMPTS, _one_of, (Outcome.PASS, Outcome.FAIL, Outcome.ERROR), default=()
+    )
+
+    @property
+    def passed_on_retry(self) -> bool:
+        """Passed in the end, after an attempt that failed: no pass at all to upstream."""
+        return self.outcome == Outcome.PASS and any(a != Outcome.PASS for a in self.attempts)
 
 
 @dataclass(frozen=True)

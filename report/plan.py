@@ -151,6 +151,8 @@ def plan(request: ReportRequest) -> ReportPlan:
             for suite, (s, d) in render.status_descriptions(model).items()
         ]
     note = INVALID_NOTE if invalid else request.untrusted
+    if note is None and model is not None:
+        note = render.retry_note(model.cases)
     texts = (render.slot_text(state, **links, note=note), render.slot_text(state, note=note))
     summary = None
     if request.summary:

@@ -46,8 +46,10 @@ _MORE_LINE = 60  # room for each "... N more" line of a shortened comment
 # The side whose failure a case's log excerpt shows.
 _EXCERPT_SIDE = {
     "broken": "change",
+    "flaky": "change",
     "regression": "unmodified",
     "not-reproduced": "unmodified",
+    "masked-by-retry": "unmodified",
 }
 # The log excerpts' fold around them: the lines that open and close it, one newline each.
 _DETAILS = ("", "<details><summary>Log excerpts</summary>", "", "</details>")
@@ -120,8 +122,25 @@ def status_descriptions(results: Results) -> dict:
             text = f"{len(broken)} failing with the change; " + text
         if counts["not-reproduced"]:
             text += "; does not reproduce the bug"
+        if counts["masked-by-retry"] or counts["flaky"]:
+            text = f"{retry_note(cases)}; " + text
         statuses[suite] = (state, clip(f"A/B {results.backend}: {text}", STATUS_LIMIT))
     return statuses
+
+
+def retry_note(cases) -> str | None:
+    """What the retries hid, in words (None when no test passed only on a retry): the CI
+    States slot, a status and the check run's title say it."""
+    counts = Counter(case.kind for case in cases)
+    parts = []
+    if counts["masked-by-retry"]:
+        parts.append(
+            f"{counts['masked-by-retry']} masked by retry (upstream's CI would pass "
+            f"{'it' if counts['masked-by-retry'] == 1 else 'them'} on the unmodified code)"
+        )
+    if counts["flaky"]:
+        parts.append(f"{counts['flaky']} flaky with the change (passed only on a retry)")
+    return "; ".join(parts) or None
 
 
 def cell(case: Case, mode: str) -> str:
@@ -129,6 +148,8 @@ def cell(case: Case, mode: str) -> str:
     if outcome is None or outcome.outcome == "missing":
         return "\u2014"
     word = {"pass": "Pass", "fail": "Fail", "error": "Error", "skip": "Skip"}[outcome.outcome]
+    if outcome.passed_on_retry:
+        word = f"Fail, then Pass on retry ({len(outcome.attempts)} attempts)"
     if outcome.peak_mib is not None and outcome.outcome != "skip":
         word += f" \u00b7 peak {outcome.peak_mib:.1f} MiB"
     return word
@@ -153,6 +174,12 @@ def environment_line(environment: dict) -> str:
         for record in _sequence(_mapping(info).get("overlay")):
             record = _mapping(record)
             parts.append(f"overlay {record.get('patch')} {record.get('state')} ({mode})")
+    ci_env = env.get("upstream_ci")
+    if isinstance(ci_env, dict):
+        settings = ", ".join(f"{k}={v}" for k, v in list(ci_env.items())[:8])
+        parts.append(f"as sglang's CI runs it ({settings})")
+    elif "upstream_ci" in env:
+        parts.append("outside sglang's CI (no SGLANG_IS_IN_CI: no retries)")
     git = _mapping(env.get("git"))
     if git.get("commit"):
         parts.append(f"commit {str(git['commit'])[:12]}" + (" (dirty)" if git.get("dirty") else ""))
@@ -303,6 +330,13 @@ def _summary_sentence(results: Results) -> str:
         ("preservation", "preservation case", "pass both ways"),
         ("not-reproduced", "regression case", "do not reproduce the bug"),
         ("broken", "case", f"fail on {change}"),
+        (
+            "masked-by-retry",
+            "case",
+            f"fail on {unmodified} at first and pass on the retry: masked by retry, upstream's "
+            f"CI would pass them there",
+        ),
+        ("flaky", "case", f"fail on {change} at first and pass on the retry: flaky"),
     )
     parts = [f"{_n(counts[kind], noun)} {what}" for kind, noun, what in phrases if counts[kind]]
     parts += [f"{counts[kind]} {kind}" for kind in ("skipped", "no-baseline") if counts[kind]]
@@ -322,7 +356,10 @@ def _excerpts(results: Results, chars: int):
     for case in results.cases:
         mode = _EXCERPT_SIDE.get(case.kind)
         outcome = case.modes.get(mode) if mode else None  # an artifact may leave a mode out
-        if outcome is None or outcome.outcome not in ("fail", "error") or not outcome.detail:
+        shown = outcome is not None and (
+            outcome.outcome in ("fail", "error") or outcome.passed_on_retry
+        )
+        if not shown or not outcome.detail:
             continue
         text = outcome.detail
         if len(text) > chars:
@@ -364,6 +401,9 @@ def check_run(results: Results, head_sha: str, summary: str, now: str, details_u
     notes = [a for a in (_annotation(c, labels) for c in results.cases) if a is not None]
     counts = ", ".join(f"{n} {kind}" for kind, n in results.counts().items() if n)
     title = f"A/B on {results.backend}: {counts or 'no cases'}"
+    retried = retry_note(results.cases)
+    if retried:
+        title += f" -- {retried}"
     if len(notes) > MAX_ANNOTATIONS:
         title += f" (annotations on the first {MAX_ANNOTATIONS} of {len(notes)})"
         notes = notes[:MAX_ANNOTATIONS]
@@ -401,6 +441,10 @@ def _annotation(case: Case, labels: dict) -> dict | None:
             f"{word} on {labels['unmodified']}{peak('unmodified')}; "
             f"passes on {labels['change']}{peak('change')}"
         )
+    elif case.kind in ("masked-by-retry", "flaky"):
+        mode = "unmodified" if case.kind == "masked-by-retry" else "change"
+        level = "failure"
+        message = f"{case.kind} on {labels[mode]}: failed at first, passed on the retry"
     elif case.kind == "broken":
         change = case.modes.get("change")
         detail = f": {change.detail[-1500:]}" if change is not None and change.detail else ""

@@ -102,7 +102,8 @@ def run(args) -> str:
         return _lines(apply.apply_to(series, args.to))
     if args.verb == "pr-body":
         results = pr_description.load_results(args.results)
-        pr_description.verify_results_match(series, results)  # refuse before the slow check
+        pr_description.verify_own_tests(series, results)  # refuse before the slow check
+        pr_description.verify_results_match(series, results)
         state = pr_description.CheckState(None, f"'{_CHECK}' not run")
         if not args.no_check:
             try:

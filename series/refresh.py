@@ -1,8 +1,11 @@
 """``refresh --from DIR``: rewrite ``patches/`` from the commits on top of ``base`` in a
 repository made by ``materialize`` (patch N keeps its file name, ``BASE`` is re-pinned, the
-cover letter keeps its subject and blurb), independent of the user's git configuration.
+cover letter keeps its subject and blurb), independent of the user's git configuration but for
+one thing: the patches' author is the git identity of whoever refreshes (``submitter``), each
+commit keeping its message and date.
 """
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -40,9 +43,11 @@ def refresh(patches_dir, source) -> list:
             letter = seriesdir.parse_cover((patches_dir / COVER_NAME).read_bytes())
         except seriesdir.CoverError as err:
             raise SeriesError(f"corrupt cover letter, fix it before refreshing: {err}") from None
-    command, env = _format_patch_command(source, letter)
+    author = submitter(patches_dir.resolve().parent)
     with tempfile.TemporaryDirectory(prefix="series-refresh-") as tmp:
-        gitcmd.run([*command, "-o", tmp, f"{base.BASE_TAG}..HEAD"], source, env=env)
+        authored = _authored(source, author, Path(tmp))
+        command, env = _format_patch_command(authored, letter)
+        gitcmd.run([*command, "-o", tmp, f"{base.BASE_TAG}..HEAD"], authored, env=env)
         generated = sorted(p for p in Path(tmp).glob("*.patch") if p.name != COVER_NAME)
         names = [*old_names[: len(generated)], *(p.name for p in generated[len(old_names) :])]
         patches_dir.mkdir(parents=True, exist_ok=True)
@@ -66,6 +71,55 @@ def refresh(patches_dir, source) -> list:
     pinned = seriesdir.Base(version, tuple(base.pins(source, touched).items()))
     (patches_dir / "BASE").write_text(seriesdir.render_base(pinned))
     return report
+
+
+_IDENT = re.compile(r"^(?P<name>.*) <(?P<email>[^<>]*)> \d+ [+-]\d{4}$")
+
+
+def submitter(project: Path) -> tuple[str, str]:
+    """(name, email) the patches are authored by: git's author identity in the project's
+    checkout (GIT_AUTHOR_NAME / GIT_AUTHOR_EMAIL, else user.name / user.email), never guessed."""
+    proc = gitcmd.run(
+        ["-c", "user.useConfigOnly=true", "var", "GIT_AUTHOR_IDENT"], project, check=False
+    )
+    match = _IDENT.match(gitcmd.text(proc).strip()) if proc.returncode == 0 else None
+    if match is None or not match["name"].strip() or "@" not in match["email"]:
+        raise usage(
+            "no git identity to author the patches: set user.name and user.email "
+            "(git config) or GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL, then refresh again"
+        )
+    return match["name"], match["email"]
+
+
+def _authored(source: Path, author: tuple, workdir: Path) -> Path:
+    """A bare clone of ``source`` whose checked-out branch holds ``base..HEAD`` again, each
+    commit with its tree, message and author date, authored and committed by ``author``."""
+    if gitcmd.out(["rev-list", "--count", "--merges", f"{base.BASE_TAG}..HEAD"], source) != "0":
+        raise SeriesError(f"{source} has merge commits on top of '{base.BASE_TAG}'; rebase them")
+    clone = workdir / "authored.git"
+    gitcmd.run(["clone", "-q", "--bare", "--shared", str(source), str(clone)], workdir)
+    branch = gitcmd.out(["symbolic-ref", "-q", "--short", "HEAD"], source, check=False)
+    parent = gitcmd.out(["rev-parse", f"{base.BASE_TAG}^{{commit}}"], source)
+    commits = gitcmd.out(["rev-list", "--reverse", f"{base.BASE_TAG}..HEAD"], source).split()
+    name, email = author
+    for commit in commits:
+        raw = gitcmd.run(["cat-file", "commit", commit], source).stdout
+        message = raw.split(b"\n\n", 1)[1] if b"\n\n" in raw else b""
+        date = gitcmd.out(["log", "-1", "--format=%ad", "--date=raw", commit], source)
+        who = {"NAME": name, "EMAIL": email, "DATE": date}
+        env = {
+            f"GIT_{role}_{key}": value
+            for role in ("AUTHOR", "COMMITTER")
+            for key, value in who.items()
+        }
+        tree = f"{commit}^{{tree}}"
+        parent = gitcmd.out(
+            ["commit-tree", tree, "-p", parent, "-F", "-"], clone, env=env, stdin=message
+        )
+    head = f"refs/heads/{branch or 'series'}"
+    gitcmd.run(["update-ref", head, parent], clone)
+    gitcmd.run(["symbolic-ref", "HEAD", head], clone)
+    return clone
 
 
 def _write(target: Path, data: bytes) -> str:

@@ -7,9 +7,9 @@ from evidence import judge
 from evidence.judge import FileRun
 from evidence.model import Side
 
-FILE = "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
+FILE = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py"
 CLS = "TestSparsePrefillKVBufferReplacement"
-GROW = "test_grow_64_to_96_mib_bf16_fits_128_mib_budget"
+GROW = "test_grow_64_to_96_mib_bf16_peaks_at_96_mib"
 REUSE = "test_smaller_request_reuses_storage"
 TRACEBACK = (
     "Traceback (most recent call last):\n  File ..., in test_grow\n"

@@ -9,8 +9,13 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-REGISTERED_TEST = REPO / "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
+REGISTERED_TEST = (
+    REPO / "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py"
+)
 CPU_PROOF = REPO / "proofs/cpu/test_dsv4_workspace_cpu_peak.py"
+CPU_COMPANION = (
+    REPO / "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_release_order.py"
+)
 WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
 OVERLAY_ENV = ("SGLANG_OVERLAY_DISABLE", "SGLANG_OVERLAY_STRICT")
 # The processes the tests start write their records here, not into the runtime directory
@@ -60,6 +65,7 @@ def run_json(code: str, **env):
     proc = run_python(code, **env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
 
 # Files that ``ci run`` runs in the tests, as any pull request's tests: not the project's own.
 collect_ignore = ["fixtures"]

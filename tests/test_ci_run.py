@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 import overlay_runs
 import pytest
 import release_check
-from conftest import CPU_PROOF, REPO, alive, clean_env, until, with_default_sigint
+from conftest import CPU_COMPANION, CPU_PROOF, REPO, alive, clean_env, until, with_default_sigint
 from release_check import TOKEN
 
 FIXTURES = "tests/fixtures/upstream_style"
@@ -43,17 +43,24 @@ def overlay_run(checked_0_5_23):
     return proc, out / "0.5.23", json.loads((out / "0.5.23" / "results.json").read_text())
 
 
-def test_the_cpu_proof_reproduces_the_bug_unmodified_and_passes_with_the_overlay(overlay_run):
+def test_the_cpu_tests_reproduce_the_bug_unmodified_and_pass_with_the_overlay(overlay_run):
     proc, _, data = overlay_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    kinds = {c["test"].split(".")[-1]: c["kind"] for c in data["cases"]}
-    assert sorted(kinds.values()).count("regression") == 4
-    assert kinds["test_smaller_request_reuses_storage"] == "preservation"
-    assert data["verdict"] == "ok" and [f["path"] for f in data["files"]] == [
-        str(CPU_PROOF.relative_to(REPO))
+    kinds = {(c["file"], c["test"].split(".")[-1]): c["kind"] for c in data["cases"]}
+    proof, companion = str(CPU_PROOF.relative_to(REPO)), str(CPU_COMPANION.relative_to(REPO))
+    assert sorted(kinds.values()).count("regression") == 4 + 3
+    assert kinds[(proof, "test_smaller_request_reuses_storage")] == "preservation"
+    assert {k for (f, _), k in kinds.items() if f == companion} == {"regression"}
+    assert data["verdict"] == "ok" and sorted(f["path"] for f in data["files"]) == [
+        proof,
+        companion,
     ]
-    grow = next(c for c in data["cases"] if "grow" in c["test"])
+    grow = next(c for c in data["cases"] if c["file"] == proof and "grow" in c["test"])
     assert "peaked at 160.0 MiB" in grow["modes"]["unmodified"]["detail"]
+    # As sglang's CI runs them: every regression failed its retry too.
+    for case in data["cases"]:
+        if case["kind"] == "regression":
+            assert case["modes"]["unmodified"]["attempts"] == ["fail", "fail"], case["test"]
 
 
 def test_the_sides_are_named_by_what_they_ran(overlay_run):
@@ -71,14 +78,21 @@ def test_junit_logs_and_def_lines_come_with_the_results(overlay_run):
     _, out, data = overlay_run
     unmodified = ET.parse(out / "junit-unmodified.xml").getroot()
     assert unmodified.get("name") == "sglang 0.5.23 (cpu)"
-    assert unmodified.find("testsuite").get("errors") == "4"
-    assert ET.parse(out / "junit-change.xml").getroot().find("testsuite").get("errors") == "0"
-    source = CPU_PROOF.read_text().splitlines()
+    errors = {s.get("name"): s.get("errors") for s in unmodified.findall("testsuite")}
+    assert errors == {
+        str(CPU_COMPANION.relative_to(REPO)): "3",
+        str(CPU_PROOF.relative_to(REPO)): "4",
+    }
+    changed = ET.parse(out / "junit-change.xml").getroot().findall("testsuite")
+    assert [s.get("errors") for s in changed] == ["0", "0"]
     for case in data["cases"]:
+        source = (REPO / case["file"]).read_text().splitlines()
         name = case["test"].split(".")[-1]
         assert source[case["line"] - 1].strip().startswith(f"def {name}("), name
-    log = out / data["files"][0]["modes"]["unmodified"]["log"]
-    assert "not less than or equal to 128" in log.read_text()
+    proof = next(f for f in data["files"] if f["path"] == str(CPU_PROOF.relative_to(REPO)))
+    assert (
+        "not less than or equal to 128" in (out / proof["modes"]["unmodified"]["log"]).read_text()
+    )
 
 
 def test_the_token_never_reaches_output_or_artifacts(overlay_run):
@@ -207,6 +221,81 @@ def test_a_run_whose_base_already_has_the_change_is_void_and_exits_1(trees_runs)
         "(TestReserveSource.test_replacement_releases_the_old_scratch_before_allocating); "
         "is the change already in it?"
     )
+
+
+RETRIED = f"{FIXTURES}/test_retried_in_ci.py"
+
+
+# sglang's own CustomTestCase under SGLANG_IS_IN_CI (the default): a test whose state lives in
+# setUp fails unmodified at first and passes on the retry, a plain regression beside it, and a
+# test that passes with the change only on its retry.
+@overlay_runs.job("retry_run")
+def _retry_run(directory):
+    listed = directory / "regressions.txt"
+    listed.write_text(f"{RETRIED}::*.test_state_built_*\n{RETRIED}::*.test_fails_every_*\n")
+    proc = _ci_run_in_pool(directory / "out", "--tests", RETRIED, "--regressions", str(listed))
+    return proc, directory / "out"
+
+
+retry_run = overlay_runs.fixture("retry_run")
+
+
+def test_a_regression_that_passes_on_upstreams_retry_is_masked_and_fails_the_run(retry_run):
+    proc, out = retry_run
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    kinds = {
+        c["test"].split(".")[-1]: c["kind"]
+        for c in json.loads((out / "results.json").read_text())["cases"]
+    }
+    assert kinds == {
+        "test_state_built_in_setup_passes_on_the_retry": "masked-by-retry",
+        "test_fails_every_attempt_unmodified": "regression",
+        "test_flaky_with_the_change": "flaky",
+    }
+    masked = [line for line in proc.stdout.splitlines() if "masked by retry" in line]
+    assert masked == [
+        "ci run: 1 masked by retry on sglang 0.5.23: upstream's CI would pass them on the "
+        "unmodified code, failing first and passing on the retry "
+        "(TestRetriedInCI.test_state_built_in_setup_passes_on_the_retry)"
+    ]
+    assert any(
+        line.startswith("ci run: 1 flaky with sglang 0.5.23 + this change")
+        for line in proc.stdout.splitlines()
+    )
+
+
+def test_every_attempt_is_recorded_and_said_in_words_everywhere(retry_run):
+    _, out = retry_run
+    data = json.loads((out / "results.json").read_text())
+    modes = {c["test"].split(".")[-1]: c["modes"] for c in data["cases"]}
+    masked = modes["test_state_built_in_setup_passes_on_the_retry"]["unmodified"]
+    assert masked["outcome"] == "pass" and masked["attempts"] == ["fail", "pass"]
+    assert masked["detail"].startswith("attempt 1 of 2 failed, the last passed:")
+    assert "the first attempt fails unmodified" in masked["detail"]
+    assert modes["test_fails_every_attempt_unmodified"]["unmodified"]["attempts"] == [
+        "fail",
+        "fail",
+    ]
+    assert modes["test_fails_every_attempt_unmodified"]["change"]["attempts"] == ["pass"]
+    assert data["environment"]["upstream_ci"]["SGLANG_IS_IN_CI"] == "true"
+    report = (out / "report.md").read_text()
+    assert "| masked-by-retry | Fail, then Pass on retry (2 attempts) | Pass |" in report
+    assert "upstream's CI would pass them there" in report
+    junit = ET.parse(out / "junit-unmodified.xml").getroot()
+    flaky = junit.findall(
+        ".//testcase[@name='test_state_built_in_setup_passes_on_the_retry']/flakyFailure"
+    )
+    assert [f.get("message").split(":")[0] for f in flaky] == ["masked by retry"]
+    plan = subprocess.run(
+        [sys.executable, "-m", "ci", "report", "--results", str(out), "--json"],
+        cwd=REPO,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    slot = json.loads(plan.stdout)["slot_line"]
+    assert ":x:" in slot and "1 masked by retry (upstream" in slot and "1 flaky" in slot
 
 
 def test_ctrl_c_stops_every_test_process_and_prints_one_line(tmp_path):

@@ -19,13 +19,20 @@ def _build(runs, patterns=(), modes=("unmodified", "change")):
 def test_each_result_comes_from_its_channel_line_and_nothing_from_the_log():
     run = file_run(
         "change",
-        [("test_grow", "fail", "Traceback ...\nAssertionError: 160.0", 160.0), ("test_keep", "pass")]
+        [
+            ("test_grow", "fail", "Traceback ...\nAssertionError: 160.0", 160.0),
+            ("test_keep", "pass"),
+        ]
         + [("setUpClass", "skip", "no CUDA device")],
     )
     run = replace(run, output="nothing here is read\n")
     m = _build([run], modes=("change",))
     grow, keep, skipped = (c.modes["change"] for c in m.cases)
-    assert [c.test for c in m.cases] == [f"{CLS}.test_grow", f"{CLS}.test_keep", f"{CLS}.setUpClass"]
+    assert [c.test for c in m.cases] == [
+        f"{CLS}.test_grow",
+        f"{CLS}.test_keep",
+        f"{CLS}.setUpClass",
+    ]
     assert (grow.outcome, grow.peak_mib, grow.duration_s) == ("fail", 160.0, 0.5)
     assert "AssertionError: 160.0" in grow.detail
     assert (keep.outcome, keep.detail, skipped.detail) == ("pass", "", "no CUDA device")
@@ -107,6 +114,58 @@ def test_a_timeout_on_the_change_side_fails_the_run_and_flags_the_file():
     assert "timed out (change)" in m.files[0].flags and m.verdict == "failed"
 
 
+def _retried(run, test, attempts):
+    """``run`` with ``test``'s channel line carrying ``attempts`` (a pass after a failure)."""
+    lines = [json.loads(line) for line in run.channel.splitlines()]
+    for line in lines:
+        if line["test"].endswith(test):
+            line.update(outcome="pass", attempts=attempts, detail="attempt 1 of 2 failed")
+    failed = any(line["outcome"] in ("fail", "error") for line in lines)
+    channel = "\n".join(json.dumps(line) for line in lines) + "\n"
+    return replace(run, channel=channel, returncode=int(failed))
+
+
+def test_a_listed_regression_that_passes_on_the_retry_is_masked_and_fails_the_run():
+    base, head = workspace_runs()
+    m = model([_retried(base, GROW, ["fail", "pass"]), head])
+    assert [c.kind for c in m.cases] == ["masked-by-retry", "preservation"]
+    assert m.cases[0].modes["unmodified"].attempts == ("fail", "pass")
+    assert m.verdict == "failed"
+    assert m.reasons == (
+        f"1 masked by retry on sglang 0.5.23: upstream's CI would pass them on the unmodified "
+        f"code, failing first and passing on the retry ({CLS}.{GROW})",
+    )
+
+
+def test_a_pass_on_the_retry_with_the_change_is_flaky_and_fails_the_run():
+    base, head = workspace_runs()
+    m = model([base, _retried(head, REUSE, ["error", "pass"])])
+    assert [c.kind for c in m.cases] == ["regression", "flaky"]
+    assert m.verdict == "failed" and m.reasons[0].startswith("1 flaky with sglang 0.5.23 + ")
+
+
+def test_every_attempt_failing_is_still_a_plain_regression():
+    base, head = workspace_runs()
+    base = _retried(base, GROW, ["fail", "fail"])
+    base = replace(base, channel=base.channel.replace('"outcome": "pass"', '"outcome": "error"', 1))
+    m = model([base, head])
+    assert [c.kind for c in m.cases] == ["regression", "preservation"] and m.verdict == "ok"
+
+
+def test_rejudging_sees_the_attempts_a_results_file_records():
+    base, head = workspace_runs()
+    honest = model([_retried(base, GROW, ["fail", "pass"]), head])
+    forged = replace(
+        honest,
+        verdict="ok",
+        reasons=(),
+        cases=[replace(c, kind="regression") for c in honest.cases],
+    )
+    again = judge.rejudge(forged, [f"{FILE}::*.test_grow_*"])
+    assert [c.kind for c in again.cases] == ["masked-by-retry", "preservation"]
+    assert again.verdict == "failed"
+
+
 def test_rejudging_ignores_the_kinds_and_verdict_a_results_file_claims():
     honest = model(workspace_runs(grow_unmodified="pass"))
     forged = replace(
@@ -143,7 +202,10 @@ def _mutated(tmp_path, mutate):
         (lambda d: d.pop("cases"), "missing field 'cases'"),
         (lambda d: d.update(schema=99), "schema: 99"),
         (lambda d: d.update(verdict="great"), "verdict"),
-        (lambda d: d["cases"][0]["modes"]["change"].update(outcome="great"), "modes.change.outcome"),
+        (
+            lambda d: d["cases"][0]["modes"]["change"].update(outcome="great"),
+            "modes.change.outcome",
+        ),
         (lambda d: d["cases"][1].update(kind="meh"), r"cases\[1\].kind"),
         (lambda d: d["cases"][0]["modes"]["change"].update(peak_mib="96"), "peak_mib"),
         (lambda d: d["cases"][0]["modes"]["change"].update(peak_mib=-1), "peak_mib"),
@@ -151,8 +213,14 @@ def _mutated(tmp_path, mutate):
         (lambda d: d["cases"][0].update(file="../../etc/passwd.py"), "relative test-file path"),
         (lambda d: d["cases"][0].update(line=10**7), "line"),
         (lambda d: d["cases"][0]["modes"].update({"x\n::error::forged": {}}), "not one of the run"),
-        (lambda d: d["files"][0]["modes"].update(change="broken"), "files.0.modes.change|expected an object"),
-        (lambda d: d["files"][0]["modes"]["change"].update(returncode=10**400), "integer of 401 digits"),
+        (
+            lambda d: d["files"][0]["modes"].update(change="broken"),
+            "files.0.modes.change|expected an object",
+        ),
+        (
+            lambda d: d["files"][0]["modes"]["change"].update(returncode=10**400),
+            "integer of 401 digits",
+        ),
         (lambda d: d["files"][0].update(suite="a b"), "suite"),
         (lambda d: d["sides"]["change"].update(label=7), "label"),
         (lambda d: d["sides"]["change"].update(commit="not hex"), "commit"),

@@ -9,7 +9,7 @@ from series import SeriesError, base, check, gitcmd, seriesdir
 from series.__main__ import main
 from series.seriesdir import COVER_NAME, PATCHES_DIR, REPO_ROOT, CoverError, parse_cover, pin_date
 
-TEST = "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
+TEST = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py"
 
 
 def _project_copy(tmp_path):

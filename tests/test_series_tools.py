@@ -6,6 +6,9 @@ a copy of the installed sglang package, or a copy of patches/ that a test corrup
 
 import hashlib
 import shutil
+from email import message_from_bytes
+from email.policy import default
+from email.utils import parseaddr
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,7 @@ from series.seriesdir import PATCHES_DIR, REPO_ROOT
 pytest_plugins = ["series_fixtures"]
 
 FIX = "python/sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py"
-TEST = "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
+TEST = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py"
 
 
 def _run(capsys, *argv):
@@ -32,8 +35,15 @@ def _project_copy(tmp_path) -> Path:
     root = tmp_path / "project"
     shutil.copytree(PATCHES_DIR, root / "patches")
     (root / TEST).parent.mkdir(parents=True)
-    shutil.copy2(REPO_ROOT / TEST, root / TEST)
+    for test in (REPO_ROOT / TEST).parent.glob("test_dsv4_*.py"):
+        shutil.copy2(test, root / TEST.rpartition("/")[0] / test.name)
     return root
+
+
+def _author_header(patches: Path) -> str:
+    """The From header of patch 0001, decoded."""
+    first = next(patches.glob("0001-*.patch")).read_bytes()
+    return str(message_from_bytes(first, policy=default)["From"])
 
 
 def _head(repo):
@@ -50,7 +60,7 @@ def test_check_applies_the_series_to_the_pinned_base(capsys):
 
 def test_check_fails_when_the_series_test_differs_from_the_projects_file(capsys, tmp_path):
     root = _project_copy(tmp_path)
-    text = (root / TEST).read_text().replace("BUDGET_MIB = 128", "BUDGET_MIB = 256")
+    text = (root / TEST).read_text().replace("MIB = 1 << 20", "MIB = 1 << 21")
     (root / TEST).write_text(text)
     code, _, err = _run(capsys, "--patches", root / "patches", "check")
     assert code == 1
@@ -189,12 +199,53 @@ def test_apply_to_installed_package_patches_source_and_skips_the_test(
 
 
 def test_refresh_from_the_applied_tree_reproduces_the_series_byte_for_byte(
-    capsys, tmp_path, patched_tree
+    capsys, tmp_path, patched_tree, monkeypatch
 ):
     root = _project_copy(tmp_path)
     before = {p.name: p.read_bytes() for p in (root / "patches").iterdir()}
+    # The patches are authored by whoever refreshes: here, whoever refreshed them last.
+    name, email = parseaddr(_author_header(root / "patches"))
+    monkeypatch.setenv("GIT_AUTHOR_NAME", name)
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", email)
     code, out, err = _run(capsys, "--patches", root / "patches", "refresh", "--from", patched_tree)
     assert code == 0, err
     after = {p.name: p.read_bytes() for p in (root / "patches").iterdir()}
     assert after == before
     assert out.count(": unchanged") == 3 and "0000-cover-letter.patch: unchanged" in out
+
+
+def test_refresh_authors_every_patch_and_the_cover_letter_by_the_refresher(
+    capsys, tmp_path, patched_tree, monkeypatch
+):
+    root = _project_copy(tmp_path)
+    dates = {
+        p.name: message_from_bytes(p.read_bytes())["Date"]
+        for p in (root / "patches").glob("*.patch")
+    }
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "Zoë Maintainer")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "zoe@example.org")
+    code, _, err = _run(capsys, "--patches", root / "patches", "refresh", "--from", patched_tree)
+    assert code == 0, err
+    for patch in (root / "patches").glob("*.patch"):
+        mail = message_from_bytes(patch.read_bytes(), policy=default)
+        assert parseaddr(str(mail["From"])) == ("Zoë Maintainer", "zoe@example.org"), patch.name
+        assert message_from_bytes(patch.read_bytes())["Date"] == dates[patch.name]  # kept
+    assert "\nZoë Maintainer (2):\n" in (root / "patches" / "0000-cover-letter.patch").read_text()
+    # git am takes the author back from the header, non-ASCII name included.
+    code, _, err = _run(capsys, "--patches", root / "patches", "check")
+    assert code == 0, err
+
+
+def test_refresh_without_a_git_identity_is_one_line_and_exit_2(
+    capsys, tmp_path, patched_tree, monkeypatch
+):
+    root = _project_copy(tmp_path)
+    before = {p.name: p.read_bytes() for p in (root / "patches").iterdir()}
+    for name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "EMAIL"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "gitconfig").write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
+    code, _, err = _run(capsys, "--patches", root / "patches", "refresh", "--from", patched_tree)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "no git identity to author the patches" in err
+    assert {p.name: p.read_bytes() for p in (root / "patches").iterdir()} == before

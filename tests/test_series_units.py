@@ -13,7 +13,8 @@ from series import SeriesError, apply, base, check, gitcmd, matrix, seriesdir
 from series.seriesdir import PATCHES_DIR, REPO_ROOT, load, parse_patch
 
 FIX = "python/sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py"
-TEST = "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
+TEST = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py"
+CPU_TEST = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_release_order.py"
 
 
 def _fix_patch_bytes():
@@ -35,9 +36,10 @@ def test_fix_patch_parses_to_one_file_one_hunk_releasing_before_allocating():
 
 def test_series_adds_the_projects_registered_test_byte_for_byte(tmp_path):
     series = load()
-    assert series.patches[1].files == ((TEST, True),)
+    assert series.patches[1].files == ((CPU_TEST, True), (TEST, True))
     gitcmd.run(["apply", str(series.paths()[1])], tmp_path, ceiling=tmp_path.parent)
-    assert (tmp_path / TEST).read_bytes() == (REPO_ROOT / TEST).read_bytes()
+    for test in (TEST, CPU_TEST):
+        assert (tmp_path / test).read_bytes() == (REPO_ROOT / test).read_bytes()
 
 
 def test_hunk_at_finds_the_hunk_git_names_by_its_old_start_line():
@@ -69,7 +71,7 @@ def test_text_without_from_line_is_not_a_format_patch():
 def test_installed_package_gets_python_sglang_files_and_skips_the_rest():
     (_, fix, fix_skipped), (_, test, test_skipped) = apply._package_plan(load())
     assert (fix, fix_skipped) == (["srt/layers/attention/dsv4/sparse_prefill_utils.py"], [])
-    assert (test, test_skipped) == ([], [TEST])
+    assert (test, test_skipped) == ([], [CPU_TEST, TEST])
 
 
 def test_wheel_members_map_to_upstream_without_dist_info_or_compiled_extensions(tmp_path):
