@@ -11,13 +11,18 @@ inside that run's artifacts is trusted.
 import datetime
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 RUN_LABEL = "run-ci"
 COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")  # a full commit id, as GitHub sends it
-RUN_COMMENT = re.compile(r"^/run-ci +([0-9a-f]{40}) *$", re.M)
+RUN_COMMENT = re.compile(r"/run-ci +([0-9a-f]{40})[ \t]*")  # the whole line, at its start
+_FENCE_OPEN = re.compile(r" {0,3}(`{3,}(?=[^`]*$)|~{3,})")
+_QUOTE = re.compile(r" {0,3}>")
 SUBMITTED = ("APPROVED", "COMMENTED", "CHANGES_REQUESTED")  # not PENDING, not DISMISSED
 WRITE = ("admin", "write")  # GitHub's ``permission`` field; maintain reads as write
+# GitHub's ``author_association``, most plausible writer first: whose permission is read first.
+# Not trusted on its own (a private org member can read as CONTRIBUTOR); it only orders.
+ASSOCIATIONS = ("OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR")
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,7 @@ class Approval:
     login: str
     sha: str
     via: str  # "review" | "comment" | "trigger"
+    association: str = field(default="", compare=False)  # GitHub's author_association
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,7 @@ class PullFacts:
     head: str | None
     labels: frozenset = frozenset()
     approvals: tuple = ()
+    unchecked: int = 0  # people naming the head whose permission was not read (the bound)
 
 
 @dataclass(frozen=True)
@@ -75,8 +82,10 @@ def decide(facts: PullFacts, label: str = RUN_LABEL) -> Gate:
         who = seen[0]
         reason = f"fork: {who.login} approved {facts.head[:12]} ({_HOW[who.via]})"
         return Gate(run=True, reason=reason, **where)
-    if label in facts.labels or facts.approvals:
+    if label in facts.labels or facts.approvals or facts.unchecked:
         reason = f"fork: no one with write permission approved {facts.head}, the head now"
+        if facts.unchecked:
+            reason += f" ({facts.unchecked} more naming it were not checked: the bound)"
         return Gate(run=False, state="stale-label", reason=reason, **where)
     return Gate(run=False, state="missing-label", reason=f"fork without {label!r}", **where)
 
@@ -108,18 +117,66 @@ def approvals(reviews, comments, trigger: str | None = None, before: str | None 
         if not login or not _is_sha(sha) or at is None or (limit and at > limit):
             continue
         if review.get("state") in SUBMITTED and (login not in last or at >= last[login][0]):
-            last[login] = (at, sha, review["state"])
-    for login, (_, sha, state) in sorted(last.items()):
+            last[login] = (at, sha, review["state"], _association(review))
+    for login, (_, sha, state, association) in sorted(last.items()):
         if state == "APPROVED":
-            found.append(Approval(login, sha, "review"))
+            found.append(Approval(login, sha, "review", association))
         if login == trigger:
-            found.append(Approval(login, sha, "trigger"))
+            found.append(Approval(login, sha, "trigger", association))
     for comment in _dicts(comments):
         login, body = _login(comment), comment.get("body")
         at = _time(comment.get("updated_at") or comment.get("created_at"))
         if login and isinstance(body, str) and at is not None and not (limit and at > limit):
-            found += [Approval(login, sha, "comment") for sha in RUN_COMMENT.findall(body)]
+            found += [
+                Approval(login, sha, "comment", _association(comment)) for sha in run_ci_shas(body)
+            ]
     return tuple(found)
+
+
+def run_ci_shas(body: str) -> list:
+    """The commits a comment approves: each line that is exactly ``/run-ci SHA``, written as the
+    commenter's own words. A line inside fenced code, indented, or in a ``>`` quote (a quote
+    goes on over the lines after it until a blank one: markdown's lazy continuation) only
+    shows the command, as in "I will NOT /run-ci this"."""
+    shas, fence, quoted = [], None, False
+    for line in body.splitlines():  # \r\n too: the web editor's line end
+        if fence is not None:
+            closing = re.fullmatch(f" {{0,3}}{fence[0]}{{{len(fence)},}}[ \t]*", line)
+            fence = None if closing else fence
+            continue
+        opened = _FENCE_OPEN.match(line)
+        if opened:
+            fence = opened[1]  # unclosed, it runs to the end of the comment
+            continue
+        if not line.strip():
+            quoted = False
+            continue
+        quoted = quoted or bool(_QUOTE.match(line))
+        match = RUN_COMMENT.fullmatch(line)
+        if match and not quoted:
+            shas.append(match[1])
+    return shas
+
+
+def candidates(found, head: str | None) -> list:
+    """The distinct logins naming ``head``, the most plausible writers first (by GitHub's
+    author_association, then login): the order in which their permission is read, so that
+    throwaway accounts cannot crowd out a maintainer before the bound."""
+    rank = {}
+    for approval in found:
+        if head and approval.sha == head:
+            where = _rank(approval.association)
+            rank[approval.login] = min(where, rank.get(approval.login, where))
+    return sorted(rank, key=lambda login: (rank[login], login))
+
+
+def _rank(association: str) -> int:
+    return ASSOCIATIONS.index(association) if association in ASSOCIATIONS else len(ASSOCIATIONS)
+
+
+def _association(item: dict) -> str:
+    value = item.get("author_association")
+    return value if isinstance(value, str) else ""
 
 
 CONCLUSIONS = (  # of a finished run

@@ -20,7 +20,10 @@ from report import gate, pr_states
 # Who writes with the Actions GITHUB_TOKEN; that token cannot call GET /user to say so itself.
 ACTIONS_BOT = "github-actions[bot]"
 MAX_PAGES = 10  # of 100: a PR's reviews and comments beyond 1,000 are not read
-MAX_APPROVERS = 10  # permission reads per decision: anyone can review or comment on a PR
+# Permission reads per decision: anyone can review or comment on a PR. Read in the order of
+# ``gate.candidates`` (most plausible writer first); past the bound the decision says how many
+# were left unread.
+MAX_APPROVERS = 25
 MAX_WAIT_S = 300.0
 
 
@@ -295,9 +298,11 @@ class Publisher:
         reviews = self.pages(f"reviews of PR #{number}", "pulls", number, "reviews")
         comments = self.pages(f"comments of PR #{number}", "issues", number, "comments")
         found = gate.approvals(reviews, comments, trigger, before)
-        logins = sorted({a.login for a in found if a.sha == facts.head})[:MAX_APPROVERS]
-        writers = {login for login in logins if self.can_write(login)}
-        return replace(facts, approvals=tuple(a for a in found if a.login in writers))
+        logins = gate.candidates(found, facts.head)
+        writer = next((login for login in logins[:MAX_APPROVERS] if self.can_write(login)), None)
+        approved = tuple(a for a in found if a.login == writer)
+        unchecked = 0 if writer else max(0, len(logins) - MAX_APPROVERS)
+        return replace(facts, approvals=approved, unchecked=unchecked)
 
     def download(self, artifact_id: int, path: str, limit: int) -> None:
         """The artifact's zip into ``path``; TooLarge past ``limit`` bytes, whatever the

@@ -64,6 +64,7 @@ class FakeGitHub:
         self.pr_meta: dict[int, dict] = {}  # PR -> {head_repo, branch, labels}
         self.reviews: dict[int, list] = {}  # PR -> [{login, commit_id, state, at}]
         self.permissions: dict[str, str] = {}  # login -> admin | write | read (default none)
+        self.associations: dict[str, str] = {}  # login -> author_association (default NONE)
         self.contents: dict[tuple, object] = {}  # (ref, path) -> blob sha, or [(name, type, sha)]
         self.artifacts: dict[int, list] = {}  # run id -> [{id, name, size_in_bytes, expired}]
         self.blobs: dict[int, bytes] = {}  # artifact id -> its zip
@@ -172,7 +173,7 @@ class FakeGitHub:
             "body": comment["body"],
             "body_html": comment["body"],
             "body_text": comment["body"],
-            "author_association": "NONE",
+            "author_association": self.associations.get(comment["login"], "NONE"),
             "created_at": comment.get("at", TS),
             "updated_at": comment.get("at", TS),
             "html_url": f"{self.url}/c/{comment['id']}",
@@ -413,6 +414,7 @@ class FakeGitHub:
                     "state": r["state"],
                     "submitted_at": r["at"],
                     "body": "",
+                    "author_association": self.associations.get(r["login"], "NONE"),
                 }
                 for i, r in enumerate(self.reviews.get(number, []))
             ]

@@ -197,6 +197,17 @@ def test_a_forged_green_artifact_of_an_unapproved_commit_gets_the_label_slot_onl
     assert bare.count("GET", r"/artifacts") == 0
 
 
+def test_a_writers_run_ci_quoted_in_a_fenced_block_posts_nothing_green_for_a_fork(
+    bare, tmp_path, monkeypatch
+):
+    _fork_pr(bare, approved=False)
+    bare.add_comment(7, f"I will NOT run this:\n```\n/run-ci {HEAD}\n```", "maint", REVIEWED)
+    assert _fork_report(bare, monkeypatch, tmp_path) == 0
+    assert "No approval of this commit" in pr_states.get_slot(bare.bodies[7], "dsv4-workspace")
+    assert [c["login"] for c in bare.comments.values()] == ["maint"]  # no sticky comment
+    assert not bare.statuses and not bare.check_runs
+
+
 def test_a_label_approval_made_after_the_run_started_does_not_count_for_it(
     bare, tmp_path, monkeypatch
 ):
