@@ -13,6 +13,8 @@ import os
 import re
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
+from evidence.inert import inert
+
 SCHEMA = 2
 MODES = ("unmodified", "change")
 BACKENDS = ("cuda", "cpu")
@@ -34,7 +36,11 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class EvidenceError(ValueError):
-    """Evidence that is not what the runner writes; the message names the field."""
+    """Evidence that is not what the runner writes; the message names the field (and quotes no
+    workflow command: ``inert``)."""
+
+    def __init__(self, message: str):
+        super().__init__(inert(message))
 
 
 # ---- checks: (value, where, *args) -> the value as the model holds it ----

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from abtest import modes
 from evidence import model as evidence
+from evidence.inert import inert
 from report.render import escape_inline
 from series import SeriesError, matrix, seriesdir
 from series.seriesdir import RELEASE  # not `packaging`: the posting job has only github3.py
@@ -50,7 +51,11 @@ _SHA256 = re.compile(r"sha256 ([0-9a-f]{12})")
 
 
 class WatchError(RuntimeError):
-    """Discovery, input or a release's install failed; nothing more was checked or posted."""
+    """Discovery, input or a release's install failed; nothing more was checked or posted. The
+    message may quote a release's output or a row: it carries no workflow command."""
+
+    def __init__(self, message: str):
+        super().__init__(inert(message))
 
 
 def _last_line(text: str) -> str:
@@ -378,7 +383,7 @@ def cmd_watch(args) -> int:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         record = {"newest_known": newest, "requested": requested, "rows": rows}
         (Path(args.out) / ROWS_FILE).write_text(json.dumps(record, indent=2) + "\n")
-    sys.stdout.write(json.dumps(rows, indent=2) + "\n" if args.json else body)
+    sys.stdout.write(inert(json.dumps(rows, indent=2) + "\n" if args.json else body))
     if args.post and not _post(args, body):
         return EXIT_FAILED
     return EXIT_FAILED if any(verdict(row) is False for row in rows) else EXIT_OK
@@ -425,7 +430,7 @@ def _post(args, body) -> bool:
         author = Publisher(gh, owner, name, None, policy).identity(args.bot_login)
         outcome, number = upsert_issue(gh, owner, name, TITLE, body, author, policy)
     except (GaveUp, github3.exceptions.GitHubException, RuntimeError) as exc:
-        print(f"error: tracking issue: {str(exc).replace(token, '***')}", file=sys.stderr)
+        print(f"error: tracking issue: {inert(str(exc).replace(token, '***'))}", file=sys.stderr)
         return False
     print(f"tracking issue #{number}: {outcome}", file=sys.stderr)
     return True

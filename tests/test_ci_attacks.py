@@ -212,7 +212,14 @@ def test_any_value_anywhere_in_results_json_is_refused_or_reported_never_a_trace
 
 WORKFLOW_COMMAND = (
     "x\n::error file=setup.py,line=1,title=Maintainer note::run curl | sh\r\n::warning::y"
+    " ##[error]z ##[add-mask]secret ##[stop-commands]t0k3n"
 )
+
+
+def _commands(text: str) -> list:
+    """The lines of ``text`` the Actions runner would take as a command: ``::`` at a line's
+    start (``##[`` anywhere); stricter here: ``::`` anywhere too."""
+    return [line for line in text.splitlines() if "::" in line or "##[" in line]
 
 
 @pytest.mark.parametrize(
@@ -238,7 +245,27 @@ def test_no_artifact_value_reaches_the_log_as_a_workflow_command(
     out = capsys.readouterr()
     lines = (out.out + out.err).splitlines()
     assert any("invalid artifact" in line for line in lines)
-    assert not [line for line in lines if line.lstrip().startswith("::")], lines
+    assert not _commands(out.out + out.err)
+
+
+@pytest.mark.parametrize("post", [False, True], ids=["dry-run", "post"])
+def test_no_log_text_or_name_from_a_valid_artifact_reaches_the_log_as_a_workflow_command(
+    fake, tmp_path, monkeypatch, capsys, post
+):
+    # A test's own log and name: the dry run prints the whole comment, excerpts included.
+    data = model().to_json()
+    grow = data["cases"][0]
+    grow["test"] = "TestW.test_x ##[add-mask]y"
+    grow["modes"]["unmodified"]["detail"] = "boom\n::error title=Pwned::x\n  ##[stop-commands]z"
+    folder = _results_json(tmp_path, json.dumps(data).encode())
+    summary = tmp_path / "summary.md"
+    args = ["--results", str(folder), "--summary", str(summary), "--check-run", "--sha", HEAD]
+    args += ["--repo", "sgl/sglang", "--pr", "7"] + (["--post"] if post else [])
+    assert _report(fake, monkeypatch, *args) == 0
+    out = capsys.readouterr()
+    assert not _commands(out.out + out.err) and not _commands(summary.read_text())
+    for method, _, body in fake.bodies_sent:
+        assert "##[" not in json.dumps(body, ensure_ascii=False), method
 
 
 def test_the_kinds_and_flags_an_artifact_claims_are_judged_again_from_its_outcomes(
@@ -306,14 +333,56 @@ def test_bidi_overrides_zero_width_and_c1_controls_never_reach_the_comment(fake,
     assert not [c for c in text if unicodedata.category(c) == "Cc" and c not in "\n"]
 
 
-def test_every_control_and_format_character_of_this_unicode_database_is_dropped():
+def test_every_control_and_format_character_of_this_unicode_database_is_shown_escaped():
     hostile = "".join(
         chr(i)
         for i in range(0x110000)
         if unicodedata.category(chr(i)) in ("Cc", "Cf") and chr(i) not in "\t\n\r"
     )
-    assert render.escape_inline("a" + hostile + "b") == "ab"
-    assert render.escape_block("a" + hostile + "b") == "```text\nab\n```"
+    shown = html.unescape(render.escape_inline("a" + hostile + "b"))
+    block = render.escape_block("a" + hostile + "b")
+    for text in (shown, block):
+        assert text.isascii() and not set(hostile) & set(text)
+    for ch in "\u202e\u200b\x85\U000e0041":
+        assert ascii(ch)[1:-1] in shown and ascii(ch)[1:-1] in block
+
+
+LOOK_ALIKES = [
+    "test_grow",
+    "test_grow\u3164",  # Hangul filler
+    "test_grow\u115f",  # Hangul choseong filler
+    "test_grow\u034f",  # combining grapheme joiner
+    "test_grow\ufe0f",  # variation selector
+    "test_grow\u200b",  # zero-width space
+    "test_grow\u2800",  # braille blank
+    "test_grow\u00a0",  # no-break space
+    "test_gr\u043ew",  # a Cyrillic o
+    "test_grow\\u3164",  # the escape itself, written out
+    "test_gro\u0301w",  # a combining accent
+    "test_gr\u00f3w",  # the same accent, precomposed
+]
+
+
+def test_two_different_case_names_never_render_alike():
+    m = model()
+    first = m.cases[0]
+    cases = [replace(first, test=f"{name}") for name in LOOK_ALIKES]
+    text = render.comment(replace(m, cases=cases), SLOT)
+    rows = [html.unescape(line) for line in text.splitlines() if line.startswith("| test")]
+    names = [row.split(" | ")[0] for row in rows]
+    assert len(set(names)) == len(LOOK_ALIKES)
+    assert all(name.isascii() for name in names)  # no letter of another script passes for ours
+    create, _ = render.check_run(replace(m, cases=cases), HEAD, "s", "2026-01-01T00:00:00Z")
+    titles = [note["title"] for note in create["output"]["annotations"]]
+    assert len(set(titles)) == len(LOOK_ALIKES) and all(t.isascii() for t in titles)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=8), st.text(max_size=8))
+def test_escape_name_is_one_to_one(a, b):
+    if a != b:
+        assert render.escape_name(a) != render.escape_name(b)
+        assert render.name_text(a) != render.name_text(b)
 
 
 @pytest.mark.parametrize(
@@ -483,7 +552,7 @@ def test_an_annotation_title_carries_no_bidi_or_invisible_characters():
     m = Results.from_json(json.loads(json.dumps(data)))
     create, _ = render.check_run(m, HEAD, "summary", "2026-01-01T00:00:00Z")
     (note,) = create["output"]["annotations"]
-    assert note["title"] == "test_gnp.exe"
+    assert note["title"] == "test_\\u202egnp.exe\\u200b\\x1b[31m"  # shown, not hidden
 
 
 def test_a_step_summary_of_many_byte_names_stays_under_githubs_1_mib(fake, tmp_path, monkeypatch):
@@ -538,7 +607,9 @@ def test_a_push_landing_during_the_slot_write_gets_the_slot_put_back(fake, tmp_p
 
 def test_a_newer_writers_slot_is_never_put_back_over(fake, tmp_path, monkeypatch):
     newer = "b" * 40
-    fake.bodies[7] = pr_states.set_slot("Author's text.\n", SLOT, "Label", ":hourglass_flowing_sand:")
+    fake.bodies[7] = pr_states.set_slot(
+        "Author's text.\n", SLOT, "Label", ":hourglass_flowing_sand:"
+    )
 
     def push_and_newer_report(server):
         server.heads[7] = newer
@@ -618,9 +689,7 @@ def test_a_process_the_file_leaves_behind_dies_with_it_and_holds_nothing_up(tmp_
             os.kill(pid, signal.SIGKILL)
 
 
-def test_ctrl_c_between_starting_a_file_and_registering_it_still_stops_it(
-    tmp_path, monkeypatch
-):
+def test_ctrl_c_between_starting_a_file_and_registering_it_still_stops_it(tmp_path, monkeypatch):
     # Ctrl-C kills the groups registered so far; a file started just before that and
     # registered just after must not run on (here it would sleep until the run's timeout).
     stopping = threading.Event()
@@ -695,7 +764,8 @@ def test_lone_surrogates_from_a_test_process_reach_neither_report_md_nor_the_rep
     assert _report(fake, monkeypatch, "--results", str(out), "--summary", str(summary)) == 0
     assert _post_results(fake, monkeypatch, out) == 0
     (comment,) = [c["body"] for c in fake.comments.values()]
-    assert "torch 2.0 " in comment and "test\\_x" in comment
+    # Shown as their escapes (ASCII), never raw.
+    assert "torch 2.0\\\\udfff" in comment and "test\\_\\\\ud800x" in comment
 
 
 def test_an_sglang_whose_ci_register_raises_is_a_usage_error_not_a_traceback(tmp_path):

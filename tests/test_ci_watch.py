@@ -297,6 +297,7 @@ def test_the_tracking_issue_renders_release_data_as_data(github, monkeypatch, ca
         ({"version": "0.5.24", "state": "a", "reason": "r", "sha256": "<b>"}, "not hex"),
         ({"version": "0.5.24", "state": "a", "reason": "r" * 5000}, "at most"),
         ({"version": "0.5.24", "state": "a", "reason": "r", "\n::error::x": 1}, "unknown key"),
+        ({"version": "0.5.24", "state": "a", "reason": "r", "##[add-mask]x": 1}, "unknown key"),
         ({"version": "0.5.24", "state": ["applied"], "reason": "r"}, "state: list"),
         ("0.5.24", "expected an object"),
     ],
@@ -309,7 +310,20 @@ def test_a_row_of_the_wrong_shape_is_exit_2_with_one_line_and_posts_nothing(
     assert main(argv + ["--api-url", github.url, "--post"]) == 2
     err = capsys.readouterr().err
     assert problem in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "##[" not in err and "::" not in err  # the runner parses "##[" anywhere in a line
     assert github.requests == []
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_a_release_rows_text_reaches_the_log_as_no_workflow_command(
+    monkeypatch, capsys, tmp_path, as_json
+):
+    reason = "##[error]x ##[add-mask]y ##[stop-commands]z\n::error::w"
+    row = {"version": "0.5.24", "state": "does not import", "reason": reason, "sha256": None}
+    argv = ["watch", "--rows", str(_rows_file(tmp_path, [row]))] + (["--json"] if as_json else [])
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert "##[" not in out.out + out.err and "::" not in out.out + out.err
 
 
 # --------------------------------------------------------- the whole check, on installed 0.5.23
