@@ -334,7 +334,18 @@ class Results:
                 raise EvidenceError(f"{where}.{at}: {extra[0]!r} is not one of the run's modes")
         if len({f.suite for f in results.files}) > MAX_SUITES:
             raise EvidenceError(f"{where}.files: more than {MAX_SUITES} suites")
+        _once_each(where, "files", [f.path for f in results.files])
+        _once_each(where, "cases", [c.key for c in results.cases])
         return results
+
+
+def _once_each(where: str, at: str, keys) -> None:
+    """A file or a case listed twice: which of two outcomes is the run's? Refused."""
+    seen = set()
+    for i, key in enumerate(keys):
+        if key in seen:
+            raise EvidenceError(f"{where}.{at}[{i}]: {key[:200]!r} is listed twice")
+        seen.add(key)
 
 
 def load(path: str) -> Results:

@@ -39,7 +39,7 @@ from dataclasses import replace
 import overlay_runs
 import pytest
 from ci_fake_github import FakeGitHub
-from ci_samples import file_run, model, refused, workspace_runs
+from ci_samples import file_run, model, posted, refused, workspace_runs
 from conftest import REPO, alive, clean_env, until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -100,10 +100,10 @@ def test_unparseable_results_are_a_usage_error_not_a_crash(fake, tmp_path, monke
     refused(fake)
 
 
-def _raw_results(tmp_path, edit, name="r"):
-    """results.json of the sample model after ``edit(data)``, written as JSON text; ``edit`` may
-    return replacement text for a raw number JSON cannot say (10**400)."""
-    data = model().to_json()
+def _raw_results(tmp_path, edit, name="r", base=model):
+    """results.json of the sample model (``base()``) after ``edit(data)``, written as JSON text;
+    ``edit`` may return replacement text for a raw number JSON cannot say (10**400)."""
+    data = base().to_json()
     text = edit(data)
     folder = tmp_path / name
     folder.mkdir()
@@ -288,6 +288,81 @@ def test_the_kinds_and_flags_an_artifact_claims_are_judged_again_from_its_outcom
     assert {s["state"] for s in fake.statuses} == {"failure"}
 
 
+def _crashed_change_side(data):
+    # The change side's process died (SIGSEGV) before any test; no whole-file case says so.
+    data["files"][0]["modes"]["change"].update(returncode=139, tests=0)
+
+
+def _only_the_change_side(data):
+    data["modes"] = ["change"]
+    del data["sides"]["unmodified"]
+    del data["files"][0]["modes"]["unmodified"]
+    for case in data["cases"]:
+        case["modes"].pop("unmodified")
+
+
+def _drop_case(name):
+    def edit(data):
+        data["cases"] = [c for c in data["cases"] if not c["test"].endswith(name)]
+
+    return edit
+
+
+def _set_file_mode(mode, **values):
+    def edit(data):
+        data["files"][0]["modes"][mode].update(values)
+
+    return edit
+
+
+MISMATCHED = {
+    "crashed-change-side": (_crashed_change_side, "exited 139 on sglang 0.5.23 + this change"),
+    "only-the-change-side": (_only_the_change_side, "no unmodified side"),
+    "listed-regression-left-out": (
+        _drop_case("test_replacement_peak_stays_below_100_mib"),
+        "test_replacement_peak_stays_below_100_mib is not among the cases",
+    ),
+    "timed-out-yet-all-pass": (
+        _set_file_mode("change", timed_out=True, returncode=None),
+        "timed out on sglang 0.5.23 + this change",
+    ),
+    "no-test-reported-yet-cases-pass": (_set_file_mode("change", tests=0), "reported no test"),
+    "fewer-tests-than-cases": (_set_file_mode("change", tests=2), "5 cases claim a result"),
+    "a-sides-process-left-out": (
+        lambda data: data["files"][0]["modes"].pop("unmodified"),
+        "no record of its process on sglang 0.5.23",
+    ),
+}
+
+
+@pytest.mark.parametrize("edit, reason", MISMATCHED.values(), ids=MISMATCHED.keys())
+def test_a_record_the_judge_would_not_write_is_a_failure_slot_with_the_reason(
+    fake, tmp_path, monkeypatch, edit, reason
+):
+    folder = _raw_results(tmp_path, edit, base=posted)
+    assert _post_results(fake, monkeypatch, folder) == 0
+    assert pr_states.get_slot(fake.bodies[7], SLOT).startswith(":x:")
+    (comment,) = [c["body"] for c in fake.comments.values()]
+    assert reason.replace("_", "\\_") in comment.replace("\u2060", "")
+    assert {s["state"] for s in fake.statuses} == {"failure"}
+
+
+def test_the_unmodified_record_as_posted_is_green(fake, tmp_path, monkeypatch):
+    # The guard for the mismatches above: the same artifact, untouched, is a success.
+    assert (
+        _post_results(fake, monkeypatch, _raw_results(tmp_path, lambda d: None, base=posted)) == 0
+    )
+    assert pr_states.get_slot(fake.bodies[7], SLOT).startswith(":white_check_mark:")
+
+
+@pytest.mark.parametrize("listed", ["cases", "files"])
+def test_a_case_or_file_listed_twice_is_refused(fake, tmp_path, monkeypatch, capsys, listed):
+    folder = _raw_results(tmp_path, lambda data: data[listed].append(data[listed][0]))
+    assert _post_results(fake, monkeypatch, folder) == 2
+    refused(fake)
+    assert "is listed twice" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "environment",
     [
@@ -456,8 +531,8 @@ def test_results_json_that_loads_is_the_one_the_test_job_wrote(tmp_path):
     # A guard for the attacks above: the sample model itself round-trips through intake.
     folder = tmp_path / "ok"
     folder.mkdir()
-    save(model(), str(folder))
-    assert artifact.load_results(str(folder)) == model()
+    save(posted(), str(folder))
+    assert artifact.load_results(str(folder)) == posted()
 
 
 # --- the head SHA: a push racing the report ---------------------------------------------------

@@ -4,7 +4,7 @@ import json
 from dataclasses import FrozenInstanceError
 
 import pytest
-from ci_samples import model
+from ci_samples import model, posted
 
 from ci.__main__ import main
 from evidence.model import save
@@ -21,7 +21,7 @@ def test_report_on_missing_or_broken_results_exits_2(tmp_path, capsys):
 
 def test_report_dry_run_prints_the_slot_comment_and_statuses(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("GITHUB_TOKEN", "ghs_never_printed")
-    save(model(), str(tmp_path))
+    save(posted(), str(tmp_path))
     code = main(
         ["report", "--results", str(tmp_path), "--repo", "o/r", "--pr", "1", "--sha", "abc1234"]
     )

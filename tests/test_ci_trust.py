@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 from ci_fake_github import FakeGitHub
-from ci_samples import FILE, file_run, model, refused
+from ci_samples import FILE, file_run, model, posted, refused
 
 from abtest import collect
 from ci.__main__ import main
@@ -46,7 +46,7 @@ def _publisher(fake, token=ACTIONS_TOKEN):
 def _results_dir(tmp_path, m=None, name="ci-results"):
     folder = tmp_path / name
     folder.mkdir()
-    save(m or model(), str(folder))
+    save(m or posted(), str(folder))
     return folder
 
 
@@ -154,7 +154,7 @@ def _fork_pr(fake, m=None, approved=True, size=None, blob=None):
         for folder in reporting.BOT_CODE:
             fake.contents[(ref, folder)] = [("run.py", "file", "1" * 40), ("sub", "dir", "2" * 40)]
     if m is not False:
-        data = json.dumps((m or model()).to_json())
+        data = json.dumps((m or posted()).to_json())
         blob = blob if blob is not None else _zip({"results.json": data, "report.md": "x"})
         fake.blobs[90] = blob
         sized = len(blob) if size is None else size
@@ -184,6 +184,26 @@ def test_workflow_run_posts_slot_comment_status_and_check_run_for_an_approved_fo
     (run,) = bare.check_runs.values()
     assert run["head_sha"] == HEAD and run["conclusion"] == "success"
     assert bare.blob_auth == [None]  # the storage host never saw the token
+
+
+def _one_sided():
+    data = posted().to_json()
+    data["modes"] = ["change"]
+    del data["sides"]["unmodified"]
+    del data["files"][0]["modes"]["unmodified"]
+    for case in data["cases"]:
+        case["modes"].pop("unmodified")
+    return evidence_model.Results.from_json(data)
+
+
+def test_a_fork_runs_results_with_only_the_change_side_are_a_failure_not_green(
+    bare, tmp_path, monkeypatch
+):
+    _fork_pr(bare, m=_one_sided())
+    assert _fork_report(bare, monkeypatch, tmp_path) == 0
+    assert pr_states.get_slot(bare.bodies[7], "dsv4-workspace").startswith(":x:")
+    (run,) = bare.check_runs.values()
+    assert run["conclusion"] == "failure" and "no unmodified side" in run["output"]["summary"]
 
 
 def test_a_forged_green_artifact_of_an_unapproved_commit_gets_the_label_slot_only(
