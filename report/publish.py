@@ -267,11 +267,8 @@ class Publisher:
         return isinstance(answer, dict) and answer.get("permission") in gate.WRITE
 
     def sha_of(self, path: str, ref: str):
-        """The blob SHA of a file at ``ref``, or (a folder) its entries' names, types and SHAs;
-        None where ``path`` is not there."""
+        """The blob SHA of a file at ``ref``; None where ``path`` is not a file there."""
         found = self.get(f"read {path} at {ref[:12]}", "contents", path, params={"ref": ref})
-        if isinstance(found, list):
-            return tuple(sorted((e.get("name"), e.get("type"), e.get("sha")) for e in found))
         return found.get("sha") if isinstance(found, dict) else None
 
     def artifact(self, run_id: int, name: str):

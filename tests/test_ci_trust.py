@@ -151,8 +151,7 @@ def _fork_pr(fake, m=None, approved=True, size=None, blob=None):
         fake.add_review(7, "maint", HEAD, "COMMENTED", at=REVIEWED)
     for ref in (HEAD, "main"):
         fake.contents[(ref, WORKFLOW)] = "f" * 40
-        for folder in reporting.BOT_CODE:
-            fake.contents[(ref, folder)] = [("run.py", "file", "1" * 40), ("sub", "dir", "2" * 40)]
+        fake.contents[(ref, "ci")] = [("run.py", "file", "1" * 40), ("sub", "dir", "2" * 40)]
     if m is not False:
         data = json.dumps((m or posted()).to_json())
         blob = blob if blob is not None else _zip({"results.json": data, "report.md": "x"})
@@ -247,20 +246,30 @@ def test_a_run_triggered_by_someone_without_write_permission_is_not_approved_by_
     assert not bare.comments and not bare.statuses
 
 
-@pytest.mark.parametrize("changed", [WORKFLOW, "ci", "abtest", "evidence"])
-def test_a_run_whose_workflow_or_bot_code_is_not_the_default_branchs_is_never_success(
-    bare, tmp_path, monkeypatch, changed
+def test_a_run_whose_workflow_is_not_the_default_branchs_is_never_success(
+    bare, tmp_path, monkeypatch
 ):
     _fork_pr(bare)
-    bare.contents[(HEAD, changed)] = (
-        "e" * 40 if changed == WORKFLOW else [("run.py", "file", "3" * 40)]
-    )
+    bare.contents[(HEAD, WORKFLOW)] = "e" * 40
     assert _fork_report(bare, monkeypatch, tmp_path) == 0
     slot = pr_states.get_slot(bare.bodies[7], "dsv4-workspace")
-    assert slot.startswith(":x:") and f"{changed} differ from main" in slot
+    assert slot.startswith(":x:") and f"{WORKFLOW} differs from main" in slot
     (run,) = bare.check_runs.values()
     assert run["conclusion"] == "failure" and run["output"]["title"] == "Not reported"
     assert not bare.comments and not bare.statuses and bare.count("GET", r"/zip$") == 0
+
+
+def test_the_approval_of_the_commit_is_the_anchor_not_a_list_of_bot_folders(
+    bare, tmp_path, monkeypatch
+):
+    # The approved commit changes ci/: its results are reported as the judge here finds them.
+    # No folder list could cover what runs in the test job (the PR's overlay starts inside
+    # `ci run` itself), so none is read (ci/README.md, the threat model).
+    _fork_pr(bare)
+    bare.contents[(HEAD, "ci")] = [("run.py", "file", "3" * 40)]
+    assert _fork_report(bare, monkeypatch, tmp_path) == 0
+    assert pr_states.get_slot(bare.bodies[7], "dsv4-workspace").startswith(":white_check_mark:")
+    assert bare.count("GET", r"/contents/") == 2  # the workflow file, at the head and on main
 
 
 def test_an_artifact_over_the_cap_is_refused_before_it_is_downloaded(bare, tmp_path, monkeypatch):
