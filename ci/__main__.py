@@ -223,9 +223,9 @@ def cmd_gate(args) -> int:
         raise UsageError("--event PATH (or GITHUB_EVENT_PATH) is required")
     try:
         event = gate.load_event(path)
+        facts = gate.event_facts(event)
     except (OSError, ValueError) as exc:
         raise UsageError(f"event payload: {exc}") from None
-    facts = gate.event_facts(event)
     if facts is not None and facts.fork:
         # Here, not at the top: only the jobs that talk to GitHub install github3.
         from report import plan as reporting

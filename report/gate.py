@@ -92,14 +92,16 @@ def decide(facts: PullFacts, label: str = RUN_LABEL) -> Gate:
 
 def event_facts(event: dict) -> PullFacts | None:
     """What a pull_request payload says (PR, head, fork or not); None for another event. A fork's
-    labels and approvals are not in it: they are read from GitHub (``Publisher.pull_facts``)."""
+    labels and approvals are not in it: they are read from GitHub (``Publisher.pull_facts``).
+    ValueError names a part of the payload that is not the shape GitHub sends."""
     pr = event.get("pull_request")
-    if not isinstance(pr, dict):
+    if pr is None:
         return None
+    pr = field_object(event, "pull_request", "pull_request")
     number = pr.get("number") if type(pr.get("number")) is int else None
-    sha = (pr.get("head") or {}).get("sha")
-    head = ((pr.get("head") or {}).get("repo") or {}).get("full_name")
-    base = ((pr.get("base") or {}).get("repo") or {}).get("full_name")
+    sha = field_object(pr, "head", "pull_request.head").get("sha")
+    head = _full_name(field_object(pr, "head", "pull_request.head"), "pull_request.head.repo")
+    base = _full_name(field_object(pr, "base", "pull_request.base"), "pull_request.base.repo")
     # A deleted fork has no head repo; treat it as untrusted like any fork.
     return PullFacts(
         fork=head is None or head != base, pr=number, head=sha if _is_sha(sha) else None
@@ -215,19 +217,23 @@ def finished_run(event: dict) -> FinishedRun:
     conclusion = run.get("conclusion")
     if conclusion not in CONCLUSIONS:
         raise ValueError(f"workflow_run.conclusion {conclusion!r} is not a finished run's")
-    repo = (event.get("repository") or {}).get("full_name")
+    repository = field_object(event, "repository", "repository")
+    repo = repository.get("full_name")
     if not isinstance(repo, str):
         raise ValueError("repository.full_name is missing")
-    head_repo = (run.get("head_repository") or {}).get("full_name")
+    head_repo = field_object(run, "head_repository", "workflow_run.head_repository").get(
+        "full_name"
+    )
     path, branch = run.get("path"), run.get("head_branch")
     if not isinstance(path, str) or not WORKFLOW_PATH.match(path):
         raise ValueError(f"workflow_run.path {str(path)[:80]!r} is not a workflow file")
     if not isinstance(branch, str) or not branch:
         raise ValueError("workflow_run.head_branch is missing")
-    actor = (run.get("triggering_actor") or run.get("actor") or {}).get("login")
+    actor = field_object(run, "triggering_actor", "workflow_run.triggering_actor").get("login")
+    actor = actor or field_object(run, "actor", "workflow_run.actor").get("login")
     if not isinstance(run.get("created_at"), str):
         raise ValueError("workflow_run.created_at is missing")
-    default = (event.get("repository") or {}).get("default_branch")
+    default = repository.get("default_branch")
     return FinishedRun(
         run_id=run_id,
         head_sha=sha,
@@ -244,11 +250,30 @@ def finished_run(event: dict) -> FinishedRun:
 
 
 def load_event(path: str) -> dict:
-    with open(path) as handle:
-        event = json.load(handle)
+    """The event payload at ``path``; ValueError (OSError) when it is not a JSON object."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            event = json.load(handle)
+    except RecursionError:
+        raise ValueError(f"{path}: nested deeper than the JSON parser allows") from None
     if not isinstance(event, dict):
         raise ValueError(f"{path}: event payload is not a JSON object")
     return event
+
+
+def field_object(parent: dict, key: str, where: str) -> dict:
+    """``parent[key]`` where the payload has an object (an empty one for absent or null);
+    ValueError naming ``where`` for anything else: a payload is checked before it is used."""
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} is {type(value).__name__}, not an object")
+    return value
+
+
+def _full_name(parent: dict, where: str):
+    return field_object(parent, "repo", where).get("full_name")
 
 
 def _dicts(items) -> list:

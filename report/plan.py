@@ -340,9 +340,13 @@ def fork(request: ReportRequest, folder: str):
 def fork_facts(event: dict, pr: int | None, api_url: str | None) -> gate.PullFacts:
     """A fork PR's head, labels and approvals as GitHub has them now (the payload's are a
     snapshot of the moment it was sent)."""
-    repo = (event.get("repository") or {}).get("full_name")
+    try:
+        repo = gate.field_object(event, "repository", "repository").get("full_name")
+        sender = gate.field_object(event, "sender", "sender").get("login")
+    except ValueError as exc:
+        raise RequestError(f"event payload: {exc}") from None
     if not isinstance(repo, str) or repo.count("/") != 1 or pr is None:
         raise RequestError("a fork PR's approvals are read from GitHub: the payload's repository "
                            "and PR number are needed")  # fmt: skip
     with _github(repo, pr, api_url, "reading a fork PR's approvals") as github:
-        return github.pull_facts(trigger=(event.get("sender") or {}).get("login"))
+        return github.pull_facts(trigger=sender if isinstance(sender, str) else None)

@@ -291,3 +291,43 @@ def test_candidates_put_plausible_writers_first():
         Approval("x", X, "review", "OWNER"),  # names another commit
     ]
     assert gate.candidates(found, Y) == ["o", "m", "c", "a", "b"]
+
+
+# --- malformed event payloads: one line, exit 2 (issue 27, attack 7) ---------------------------
+
+
+def _broken(edit):
+    payload = event()
+    edit(payload)
+    return payload
+
+
+MALFORMED_EVENTS = {
+    "pull-request-as-text": lambda p: p.update(pull_request="7"),
+    "head-as-text": lambda p: p["pull_request"].update(head=Y),
+    "head-repo-as-list": lambda p: p["pull_request"]["head"].update(repo=["someone/sglang"]),
+    "base-as-number": lambda p: p["pull_request"].update(base=5),
+    "repository-as-text": lambda p: p.update(repository="sgl/sglang"),
+    "sender-as-text": lambda p: p.update(sender="maint"),
+}
+
+
+@pytest.mark.parametrize("edit", MALFORMED_EVENTS.values(), ids=MALFORMED_EVENTS.keys())
+def test_a_malformed_pull_request_payload_is_one_line_and_exit_2(
+    github, tmp_path, monkeypatch, capsys, edit
+):
+    path = tmp_path / "event.json"
+    path.write_text(json.dumps(_broken(edit)))
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    assert main(["gate", "--event", str(path), "--api-url", github.url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert github.requests == []
+
+
+def test_an_event_nested_past_the_json_parser_is_one_line_and_exit_2(tmp_path, capsys):
+    path = tmp_path / "event.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    assert main(["gate", "--event", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "nested deeper" in err and len(err.strip().splitlines()) == 1

@@ -130,6 +130,16 @@ def _workflow_run(tmp_path, conclusion="success", sha=HEAD, event="pull_request"
     return str(path)
 
 
+def _repository_as_text(tmp_path):
+    path = _workflow_run(tmp_path)
+    with open(path) as handle:
+        payload = json.load(handle)
+    payload["repository"] = "sgl/sglang"
+    with open(path, "w") as handle:
+        json.dump(payload, handle)
+    return path
+
+
 def _zip(files: dict) -> bytes:
     import io
     import zipfile
@@ -348,7 +358,7 @@ def test_a_failed_test_job_that_left_results_is_reported_by_them_however_they_ar
 
 
 def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
-    fake, tmp_path, monkeypatch
+    fake, tmp_path, monkeypatch, capsys
 ):
     for event in (
         _workflow_run(tmp_path, event="push"),
@@ -356,8 +366,14 @@ def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
         _workflow_run(tmp_path, conclusion=None),
         _workflow_run(tmp_path, path="../../etc/passwd"),
         _workflow_run(tmp_path, created_at=None),
+        _workflow_run(tmp_path, head_repository="someone/sglang"),
+        _workflow_run(tmp_path, triggering_actor="maint"),
+        _workflow_run(tmp_path, triggering_actor=None, actor=["maint"]),
+        _repository_as_text(tmp_path),
     ):
         assert _report(fake, monkeypatch, "--workflow-run", event) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: workflow_run report: ") and len(err.splitlines()) == 1, err
     assert fake.requests == []
 
 
