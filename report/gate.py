@@ -14,7 +14,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 RUN_LABEL = "run-ci"
-COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")  # a full commit id, as GitHub sends it
+COMMIT_SHA = re.compile(r"[0-9a-f]{40}")  # a full commit id, as GitHub sends it
 RUN_COMMENT = re.compile(r"/run-ci +([0-9a-f]{40})[ \t]*")  # the whole line, at its start
 _FENCE_OPEN = re.compile(r" {0,3}(`{3,}(?=[^`]*$)|~{3,})")
 _QUOTE = re.compile(r" {0,3}>")
@@ -287,7 +287,7 @@ def _login(item: dict) -> str | None:
 
 
 def _is_sha(value) -> bool:
-    return isinstance(value, str) and bool(COMMIT_SHA.match(value))
+    return isinstance(value, str) and bool(COMMIT_SHA.fullmatch(value))
 
 
 def _time(value):

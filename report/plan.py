@@ -109,6 +109,8 @@ def prepare(request: ReportRequest) -> ReportRequest:
         raise RequestError(f"--repo {request.repo!r}: expected OWNER/NAME")
     if (request.require_head or request.check_run) and not request.sha:
         raise RequestError("--require-head and --check-run need --sha")
+    if request.sha is not None and not gate.COMMIT_SHA.fullmatch(request.sha):
+        raise RequestError(f"--sha {request.sha[:80]!r}: expected a full commit id (40 hex digits)")
     missing = request.results and not os.path.exists(request.results)
     if missing and not request.workflow_run and not request.test_result:
         raise RequestError(f"--results {request.results}: no such folder or file")

@@ -331,3 +331,8 @@ def test_an_event_nested_past_the_json_parser_is_one_line_and_exit_2(tmp_path, c
     assert main(["gate", "--event", str(path)]) == 2
     err = capsys.readouterr().err
     assert "nested deeper" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_head_sha_with_a_trailing_line_break_is_no_commit_id():
+    payload = event(head=Y + "\n")
+    assert gate.event_facts(payload).head is None

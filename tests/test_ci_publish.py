@@ -207,7 +207,7 @@ def test_cli_post_publishes_everything_and_never_prints_the_token(
         "--api-url",
         fake.url,
         "--sha",
-        "abc1234",
+        "abc1234" + "0" * 33,
         "--run-id",
         "5",
         "--run-url",
@@ -241,7 +241,7 @@ def test_cli_missing_label_state_sets_only_the_slot(fake, capsys, monkeypatch):
             "--api-url",
             fake.url,
             "--sha",
-            "abc1234",
+            "abc1234" + "0" * 33,
             "--post",
         ]
     )
