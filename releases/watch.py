@@ -319,8 +319,11 @@ def issue_body(rows, newest_known: str, index_url: str, requested: bool = False)
 def upsert_issue(gh, owner, repo, title, body, author, policy) -> tuple:
     """(outcome, number): edit the issue that starts with MARKER and was opened by ``author``,
     or open one. A closed one is reopened only when its text changes. Duplicates left by two
-    racing runs are closed, keeping the oldest."""
-    from report.publish import upsert_sticky  # needs github3: the posting job's alone
+    racing runs are closed, keeping the oldest. Only ``author``'s issues are listed (GitHub
+    filters by ``creator``), oldest first: never every issue of the repository."""
+    from github3.issues.issue import ShortIssue  # needs github3: the posting job's alone
+
+    from report.publish import Publisher, upsert_sticky
 
     def create():
         created = gh.create_issue(owner, repo, title, body)
@@ -328,10 +331,16 @@ def upsert_issue(gh, owner, repo, title, body, author, policy) -> tuple:
             raise RuntimeError(f"could not open an issue in {owner}/{repo}")
         return created
 
+    def authors_issues() -> list:
+        reader = Publisher(gh, owner, repo, None, policy)
+        wanted = {"creator": author, "state": "all", "sort": "created", "direction": "asc"}
+        found = reader.pages(f"issues opened by {author}", "issues", params=wanted)
+        issues = [item for item in found if isinstance(item, dict) and "pull_request" not in item]
+        return [ShortIssue(item, gh.session) for item in issues]
+
     def once():
-        issues = [i for i in gh.issues_on(owner, repo, state="all") if not i.pull_request_urls]
         outcome, issue = upsert_sticky(
-            sorted(issues, key=lambda issue: issue.number),
+            sorted(authors_issues(), key=lambda issue: issue.number),
             MARKER,
             author,
             create=create,

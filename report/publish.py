@@ -244,10 +244,11 @@ class Publisher:
 
         return self.policy.call(what, fetch)
 
-    def pages(self, what: str, *parts) -> list:
+    def pages(self, what: str, *parts, params=None) -> list:
+        """Up to ``MAX_PAGES`` pages of 100 of a list; ``params`` filter it on GitHub's side."""
         items = []
         for page in range(1, MAX_PAGES + 1):
-            batch = self.get(what, *parts, params={"per_page": 100, "page": page})
+            batch = self.get(what, *parts, params={**(params or {}), "per_page": 100, "page": page})
             items += batch if isinstance(batch, list) else []
             if not isinstance(batch, list) or len(batch) < 100:
                 break

@@ -180,6 +180,17 @@ def test_without_a_bot_login_the_issue_is_the_tokens_users_and_a_marker_alone_ad
         server.stop()
 
 
+def test_the_tracking_issue_is_found_behind_hundreds_of_newer_issues_without_listing_them(github):
+    ours = github.add_issue(watch.TITLE, watch.MARKER + "\nold table")
+    for i in range(300):
+        github.add_issue(f"issue {i}", "someone's bug", login=f"user{i % 7}")
+    assert upsert(github, watch.MARKER + "\nnew table") == ("edited", ours)
+    assert github.count("POST", r"/issues$") == 0
+    listed = [path for method, path in github.requests if method == "GET" and "/issues?" in path]
+    assert listed and all(f"creator={BOT}" in path for path in listed)
+    assert len(listed) == 1  # one page: the bot's issues only
+
+
 def test_a_marker_issue_opened_by_someone_else_is_not_adopted(github):
     github.add_issue(watch.TITLE, watch.MARKER + "\nmallory's copy", login="mallory")
     assert upsert(github, watch.MARKER + "\nours") == ("created", 3)
