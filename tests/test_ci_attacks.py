@@ -535,6 +535,67 @@ def test_results_json_that_loads_is_the_one_the_test_job_wrote(tmp_path):
     assert artifact.load_results(str(folder)) == posted()
 
 
+# --- the artifact's zip: refused on its central directory before any member is read --------
+
+
+def _zip_of(path, members: int, zip64=False):
+    import zipfile
+
+    limit = zipfile.ZIP_FILECOUNT_LIMIT
+    zipfile.ZIP_FILECOUNT_LIMIT = 1 if zip64 else limit  # zip64 end records, as past 65,535
+    try:
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("results.json", json.dumps(posted().to_json()))
+            for i in range(members - 1):
+                archive.writestr(f"logs/f{i}.log", "")
+    finally:
+        zipfile.ZIP_FILECOUNT_LIMIT = limit
+    return str(path)
+
+
+def _never_opened(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("zipfile read the central directory")
+
+    monkeypatch.setattr(artifact.zipfile, "ZipFile", refuse)
+
+
+@pytest.mark.parametrize("zip64", [False, True], ids=["zip", "zip64"])
+def test_a_zip_of_too_many_members_is_refused_before_its_directory_is_read(
+    tmp_path, monkeypatch, zip64
+):
+    monkeypatch.setattr(artifact, "MAX_MEMBERS", 100)
+    zipped = _zip_of(tmp_path / "a.zip", 101, zip64)
+    _never_opened(monkeypatch)
+    with pytest.raises(artifact.ArtifactError, match="lists 101 members"):
+        artifact.extract_results(zipped, str(tmp_path))
+
+
+def test_a_zip_whose_end_record_understates_its_directory_is_refused(tmp_path, monkeypatch):
+    zipped = _zip_of(tmp_path / "a.zip", 50)
+    data = bytearray(open(zipped, "rb").read())
+    end = data.rfind(b"PK\x05\x06")
+    data[end + 8 : end + 12] = (1).to_bytes(2, "little") * 2  # "1 member"
+    open(zipped, "wb").write(bytes(data))
+    monkeypatch.setattr(artifact, "MAX_DIRECTORY_BYTES", 1000)
+    _never_opened(monkeypatch)
+    with pytest.raises(artifact.ArtifactError, match="lists 1 members in"):
+        artifact.extract_results(zipped, str(tmp_path))
+
+
+def test_a_zip_within_the_bounds_gives_its_results_json(tmp_path):
+    zipped = _zip_of(tmp_path / "a.zip", 20, zip64=True)
+    artifact.extract_results(zipped, str(tmp_path))
+    assert artifact.load_results(str(tmp_path)) == posted()
+
+
+def test_a_file_without_a_zip_end_record_is_refused(tmp_path):
+    path = tmp_path / "a.zip"
+    path.write_bytes(b"PK\x03\x04" + bytes(100))
+    with pytest.raises(artifact.ArtifactError, match="not a readable zip"):
+        artifact.extract_results(str(path), str(tmp_path))
+
+
 # --- the head SHA: a push racing the report ---------------------------------------------------
 
 
