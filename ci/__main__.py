@@ -173,7 +173,7 @@ def cmd_run(args) -> int:
     render.write_full_report(results, out)
     if args.json:
         summary = {"verdict": results.verdict, "reasons": list(results.reasons)}
-        print(json.dumps({**summary, "counts": results.counts()}, indent=2))
+        print(inert(json.dumps({**summary, "counts": results.counts()}, indent=2)))
     else:
         print(inert("\n".join(run.summary_lines(results))))
     return EXIT_OK if results.verdict == "ok" else EXIT_FAILED
@@ -251,7 +251,7 @@ def cmd_gate(args) -> int:
         with open(os.environ["GITHUB_OUTPUT"], "a") as handle:
             handle.write("\n".join(lines) + "\n")
     if args.json:
-        print(json.dumps(decision.to_json()))
+        print(inert(json.dumps(decision.to_json())))
     else:
         print("\n".join(lines))
         print(f"reason: {one_line(decision.reason)}", file=sys.stderr)
