@@ -260,6 +260,12 @@ def test_the_self_hosted_finding_is_ignored_inline_with_its_reason():
     assert "what this runner must be" in reason and "top of this file" in reason
 
 
+def test_the_image_finding_is_ignored_inline_with_the_check_that_stands_for_it():
+    (line,) = [line for line in text(TEST_FLOW).splitlines() if line.startswith("    container:")]
+    reason = line.split("# zizmor: ignore[unpinned-images]", 1)[1]
+    assert "refuses an image not named by digest" in reason
+
+
 def test_no_python_the_test_job_starts_has_a_user_site():
     job = load(TEST_FLOW)["jobs"]["test"]
     assert job["env"]["PYTHONNOUSERSITE"] == "1"
