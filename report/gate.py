@@ -137,11 +137,14 @@ def approvals(reviews, comments, trigger: str | None = None, before: str | None 
 
 def run_ci_shas(body: str) -> list:
     """The commits a comment approves: each line that is exactly ``/run-ci SHA``, written as the
-    commenter's own words. A line inside fenced code, indented, or in a ``>`` quote (a quote
-    goes on over the lines after it until a blank one: markdown's lazy continuation) only
-    shows the command, as in "I will NOT /run-ci this"."""
-    shas, fence, quoted = [], None, False
+    commenter's own words. A line inside fenced code, indented, in a ``>`` quote (a quote goes
+    on over the lines after it until a blank one: markdown's lazy continuation) or in an HTML
+    comment only shows the command, as in "I will NOT /run-ci this", or hides it."""
+    shas, fence, quoted, hidden = [], None, False, False
     for line in body.splitlines():  # \r\n too: the web editor's line end
+        if hidden:
+            hidden = "-->" not in line
+            continue
         if fence is not None:
             closing = re.fullmatch(f" {{0,3}}{fence[0]}{{{len(fence)},}}[ \t]*", line)
             fence = None if closing else fence
@@ -157,6 +160,7 @@ def run_ci_shas(body: str) -> list:
         match = RUN_COMMENT.fullmatch(line)
         if match and not quoted:
             shas.append(match[1])
+        hidden = "<!--" in line and "-->" not in line.rsplit("<!--", 1)[1]
     return shas
 
 

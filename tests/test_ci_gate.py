@@ -223,6 +223,7 @@ QUOTED = {
     "lazy-quote": f"> someone asked for\n/run-ci {Y}\n",
     "indented": f"do not paste this:\n\n    /run-ci {Y}\n",
     "mid-line": f"please don't /run-ci {Y}\n",
+    "html-comment": f"Thanks! <!-- note to self:\n/run-ci {Y}\n-->\n",
 }
 
 
@@ -238,8 +239,9 @@ def test_a_run_ci_line_in_code_or_a_quote_is_no_approval(body):
         f"Reviewed it.\r\n/run-ci {Y}\r\n",  # the web editor's line ends
         f"```\ncode\n```\n/run-ci {Y}\n",
         f"> a quote\n\n/run-ci {Y}  \n",
+        f"<!-- a template note -->\n/run-ci {Y}\n",
     ],
-    ids=["alone", "crlf", "after-a-fence", "after-a-quote-and-a-blank-line"],
+    ids=["alone", "crlf", "after-a-fence", "after-a-quote-and-a-blank-line", "after-a-comment"],
 )
 def test_a_run_ci_line_of_its_own_is_an_approval(body):
     assert gate.approvals([], [comment("maint", body)]) == (Approval("maint", Y, "comment"),)
