@@ -337,9 +337,11 @@ MISMATCHED = {
 
 @pytest.mark.parametrize("edit, reason", MISMATCHED.values(), ids=MISMATCHED.keys())
 def test_a_record_the_judge_would_not_write_is_a_failure_slot_with_the_reason(
-    fake, tmp_path, monkeypatch, edit, reason
+    fake, tmp_path, monkeypatch, capsys, edit, reason
 ):
     folder = _raw_results(tmp_path, edit, base=posted)
+    assert _report(fake, monkeypatch, "--results", str(folder), "--json") == 0  # the dry run
+    assert not _commands(capsys.readouterr().out)  # a listed pattern has "::" in it
     assert _post_results(fake, monkeypatch, folder) == 0
     assert pr_states.get_slot(fake.bodies[7], SLOT).startswith(":x:")
     (comment,) = [c["body"] for c in fake.comments.values()]
