@@ -176,7 +176,8 @@ MAX_PROBLEMS = 5  # lines of them in the verdict's reasons; the rest are counted
 
 def record_problems(results: Results, patterns) -> list[str]:
     """Where a stored record is not one ``judge`` makes (the report's check of an artifact): both
-    sides present; each file's process on each side, as it ended, explained by its cases (an
+    sides present; a process record for every case's file; each file's process on each side, as
+    it ended, explained by its cases (an
     exit other than 0, a time-out or no test reported means some case of the file fails there;
     a clean process reports at least as many tests as its cases claim); every listed regression
     of a file that ran present as a case. One line each, a few at most."""
@@ -191,6 +192,9 @@ def record_problems(results: Results, patterns) -> list[str]:
             if problem:
                 problems.append(problem)
     ran = {f.path for f in results.files}
+    problems += [
+        f"{path}: cases without a record of its process" for path in by_file if path not in ran
+    ]
     keys = [c.key for c in results.cases]
     for pattern in patterns:
         path = pattern.split("::", 1)[0]
