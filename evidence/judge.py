@@ -177,10 +177,10 @@ MAX_PROBLEMS = 5  # lines of them in the verdict's reasons; the rest are counted
 def record_problems(results: Results, patterns) -> list[str]:
     """Where a stored record is not one ``judge`` makes (the report's check of an artifact): both
     sides present; a process record for every case's file; each file's process on each side, as
-    it ended, explained by its cases (an
-    exit other than 0, a time-out or no test reported means some case of the file fails there;
-    a clean process reports at least as many tests as its cases claim); every listed regression
-    of a file that ran present as a case. One line each, a few at most."""
+    it ended, explained by its cases (an exit other than 0, a time-out or no test reported means
+    some case of the file fails there; a clean process reports at least as many tests as its
+    cases claim); every listed regression of a file that ran present as a case. One line each,
+    a few at most."""
     problems = [f"no {mode} side: an A/B needs both" for mode in MODES if mode not in results.modes]
     by_file: dict = {}
     for case in results.cases:
