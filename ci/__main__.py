@@ -15,6 +15,7 @@ from importlib import metadata
 
 from abtest import run
 from evidence import model as evidence
+from evidence.inert import inert
 from releases import watch
 from report import gate, pictures, render
 from report.pr_states import DEFAULT_LABEL, DEFAULT_SLOT, REPORT_STATES
@@ -36,9 +37,9 @@ def main(argv=None) -> int:
 
 
 def one_line(text: str) -> str:
-    """``text`` with line breaks and other unprintable characters escaped: what the bot prints
-    can quote an artifact, and a line that starts with ``::`` would be a workflow command."""
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+    """``text`` with line breaks and other unprintable characters escaped and no workflow
+    command in it (``::``, ``##[``): what the bot prints can quote an artifact."""
+    return inert("".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text))
 
 
 class UsageError(Exception):
@@ -180,9 +181,9 @@ def cmd_run(args) -> int:
     render.write_full_report(results, out)
     if args.json:
         summary = {"verdict": results.verdict, "reasons": list(results.reasons)}
-        print(json.dumps({**summary, "counts": results.counts()}, indent=2))
+        print(inert(json.dumps({**summary, "counts": results.counts()}, indent=2)))
     else:
-        print("\n".join(run.summary_lines(results)))
+        print(inert("\n".join(run.summary_lines(results))))
     return EXIT_OK if results.verdict == "ok" else EXIT_FAILED
 
 
@@ -206,7 +207,7 @@ def cmd_report(args) -> int:
         if plan.invalid:
             print(f"error: {reporting.INVALID_NOTE}: {one_line(plan.invalid)}", file=sys.stderr)
         if not request.post:
-            print(reporting.dry_run_text(plan, args.json), end="")
+            print(inert(reporting.dry_run_text(plan, args.json)), end="")
         else:
             reporting.publish(request, plan, lambda line: print(one_line(line)))
     except reporting.RequestError as exc:
@@ -230,9 +231,9 @@ def cmd_gate(args) -> int:
         raise UsageError("--event PATH (or GITHUB_EVENT_PATH) is required")
     try:
         event = gate.load_event(path)
+        facts = gate.event_facts(event)
     except (OSError, ValueError) as exc:
         raise UsageError(f"event payload: {exc}") from None
-    facts = gate.event_facts(event)
     if facts is not None and facts.fork:
         # Here, not at the top: only the jobs that talk to GitHub install github3.
         from report import plan as reporting
@@ -258,7 +259,7 @@ def cmd_gate(args) -> int:
         with open(os.environ["GITHUB_OUTPUT"], "a") as handle:
             handle.write("\n".join(lines) + "\n")
     if args.json:
-        print(json.dumps(decision.to_json()))
+        print(inert(json.dumps(decision.to_json())))
     else:
         print("\n".join(lines))
         print(f"reason: {one_line(decision.reason)}", file=sys.stderr)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 from evidence.model import (
     FILE_CASE,
+    MODES,
     Case,
     FileResult,
     Kind,
@@ -118,10 +119,11 @@ def file_flags(ends: dict, cases) -> tuple[str, ...]:
     return tuple(flags)
 
 
-def with_verdict(results: Results) -> Results:
-    """``results`` with its verdict ("ok", "failed" or "void") and one line per reason."""
+def with_verdict(results: Results, problems=()) -> Results:
+    """``results`` with its verdict ("ok", "failed" or "void") and one line per reason;
+    ``problems`` (``record_problems``) fail it first."""
     modes, cases = results.modes, results.cases
-    failed, void = [], []
+    failed, void = list(problems), []
     if not cases:
         failed.append("no test reported a result")
     # Only the change side breaks a case or times a file out against the run.
@@ -182,7 +184,67 @@ def rejudge(results: Results, patterns) -> Results:
         replace(f, flags=file_flags(f.modes, [c for c in cases if c.file == f.path]))
         for f in results.files
     )
-    return with_verdict(replace(results, cases=cases, files=files))
+    problems = record_problems(results, patterns)
+    return with_verdict(replace(results, cases=cases, files=files), problems)
+
+
+MAX_PROBLEMS = 5  # lines of them in the verdict's reasons; the rest are counted
+
+
+def record_problems(results: Results, patterns) -> list[str]:
+    """Where a stored record is not one ``judge`` makes (the report's check of an artifact): both
+    sides present; a process record for every case's file; each file's process on each side, as
+    it ended, explained by its cases (an exit other than 0, a time-out or no test reported means
+    some case of the file fails there; a clean process reports at least as many tests as its
+    cases claim); every listed regression of a file that ran present as a case. One line each,
+    a few at most."""
+    problems = [f"no {mode} side: an A/B needs both" for mode in MODES if mode not in results.modes]
+    by_file: dict = {}
+    for case in results.cases:
+        by_file.setdefault(case.file, []).append(case)
+    for file in results.files:
+        cases = by_file.get(file.path, [])
+        for mode in results.modes:
+            problem = _process_problem(file, cases, mode, results.label(mode))
+            if problem:
+                problems.append(problem)
+    ran = {f.path for f in results.files}
+    problems += [
+        f"{path}: cases without a record of its process" for path in by_file if path not in ran
+    ]
+    keys = [c.key for c in results.cases]
+    for pattern in patterns:
+        path = pattern.split("::", 1)[0]
+        listed_file = any(fnmatch.fnmatchcase(p, path) for p in ran)
+        if listed_file and not any(fnmatch.fnmatchcase(key, pattern) for key in keys):
+            problems.append(f"the listed regression {pattern} is not among the cases")
+    if len(problems) > MAX_PROBLEMS:
+        more = len(problems) - MAX_PROBLEMS + 1
+        problems = [*problems[: MAX_PROBLEMS - 1], f"and {more} more mismatches in the record"]
+    return problems
+
+
+def _process_problem(file: FileResult, cases, mode: str, label: str) -> str | None:
+    end = file.modes.get(mode)
+    if end is None:
+        return f"{file.path}: no record of its process on {label}"
+    outcomes = {c.test: c.modes[mode].outcome for c in cases if mode in c.modes}
+    failing = [test for test, outcome in outcomes.items() if outcome in FAILED]
+    if end.timed_out or end.returncode != 0 or end.tests == 0:
+        why = (
+            "timed out" if end.timed_out
+            else f"exited {end.returncode}" if end.returncode != 0
+            else "reported no test"
+        )  # fmt: skip
+        if not failing:
+            return f"{file.path} {why} on {label}, yet no case of it fails there"
+        return None
+    claimed = [t for t, o in outcomes.items() if t != FILE_CASE and o != Outcome.MISSING]
+    if FILE_CASE not in failing and len(claimed) > end.tests:
+        return (
+            f"{file.path}: {len(claimed)} cases claim a result on {label}; it reported {end.tests}"
+        )
+    return None
 
 
 def tail(text: str, limit: int = EXCERPT_CHARS) -> str:

@@ -13,6 +13,8 @@ import os
 import re
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
+from evidence.inert import inert
+
 SCHEMA = 2
 MODES = ("unmodified", "change")
 BACKENDS = ("cuda", "cpu")
@@ -35,7 +37,11 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class EvidenceError(ValueError):
-    """Evidence that is not what the runner writes; the message names the field."""
+    """Evidence that is not what the runner writes; the message names the field (and quotes no
+    workflow command: ``inert``)."""
+
+    def __init__(self, message: str):
+        super().__init__(inert(message))
 
 
 # ---- checks: (value, where, *args) -> the value as the model holds it ----
@@ -341,7 +347,18 @@ class Results:
                 raise EvidenceError(f"{where}.{at}: {extra[0]!r} is not one of the run's modes")
         if len({f.suite for f in results.files}) > MAX_SUITES:
             raise EvidenceError(f"{where}.files: more than {MAX_SUITES} suites")
+        _once_each(where, "files", [f.path for f in results.files])
+        _once_each(where, "cases", [c.key for c in results.cases])
         return results
+
+
+def _once_each(where: str, at: str, keys) -> None:
+    """A file or a case listed twice: which of two outcomes is the run's? Refused."""
+    seen = set()
+    for i, key in enumerate(keys):
+        if key in seen:
+            raise EvidenceError(f"{where}.{at}[{i}]: {key[:200]!r} is listed twice")
+        seen.add(key)
 
 
 def load(path: str) -> Results:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from abtest import modes
 from evidence import model as evidence
+from evidence.inert import inert
 from report.render import escape_inline
 from series import SeriesError, matrix, seriesdir
 from series.seriesdir import RELEASE  # not `packaging`: the posting job has only github3.py
@@ -50,7 +51,11 @@ _SHA256 = re.compile(r"sha256 ([0-9a-f]{12})")
 
 
 class WatchError(RuntimeError):
-    """Discovery, input or a release's install failed; nothing more was checked or posted."""
+    """Discovery, input or a release's install failed; nothing more was checked or posted. The
+    message may quote a release's output or a row: it carries no workflow command."""
+
+    def __init__(self, message: str):
+        super().__init__(inert(message))
 
 
 def _last_line(text: str) -> str:
@@ -314,8 +319,11 @@ def issue_body(rows, newest_known: str, index_url: str, requested: bool = False)
 def upsert_issue(gh, owner, repo, title, body, author, policy) -> tuple:
     """(outcome, number): edit the issue that starts with MARKER and was opened by ``author``,
     or open one. A closed one is reopened only when its text changes. Duplicates left by two
-    racing runs are closed, keeping the oldest."""
-    from report.publish import upsert_sticky  # needs github3: the posting job's alone
+    racing runs are closed, keeping the oldest. Only ``author``'s issues are listed (GitHub
+    filters by ``creator``), oldest first: never every issue of the repository."""
+    from github3.issues.issue import ShortIssue  # needs github3: the posting job's alone
+
+    from report.publish import Publisher, upsert_sticky
 
     def create():
         created = gh.create_issue(owner, repo, title, body)
@@ -323,10 +331,16 @@ def upsert_issue(gh, owner, repo, title, body, author, policy) -> tuple:
             raise RuntimeError(f"could not open an issue in {owner}/{repo}")
         return created
 
+    def authors_issues() -> list:
+        reader = Publisher(gh, owner, repo, None, policy)
+        wanted = {"creator": author, "state": "all", "sort": "created", "direction": "asc"}
+        found = reader.pages(f"issues opened by {author}", "issues", params=wanted)
+        issues = [item for item in found if isinstance(item, dict) and "pull_request" not in item]
+        return [ShortIssue(item, gh.session) for item in issues]
+
     def once():
-        issues = [i for i in gh.issues_on(owner, repo, state="all") if not i.pull_request_urls]
         outcome, issue = upsert_sticky(
-            sorted(issues, key=lambda issue: issue.number),
+            sorted(authors_issues(), key=lambda issue: issue.number),
             MARKER,
             author,
             create=create,
@@ -378,7 +392,7 @@ def cmd_watch(args) -> int:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         record = {"newest_known": newest, "requested": requested, "rows": rows}
         (Path(args.out) / ROWS_FILE).write_text(json.dumps(record, indent=2) + "\n")
-    sys.stdout.write(json.dumps(rows, indent=2) + "\n" if args.json else body)
+    sys.stdout.write(inert(json.dumps(rows, indent=2) + "\n" if args.json else body))
     if args.post and not _post(args, body):
         return EXIT_FAILED
     return EXIT_FAILED if any(verdict(row) is False for row in rows) else EXIT_OK
@@ -425,7 +439,7 @@ def _post(args, body) -> bool:
         author = Publisher(gh, owner, name, None, policy).identity(args.bot_login)
         outcome, number = upsert_issue(gh, owner, name, TITLE, body, author, policy)
     except (GaveUp, github3.exceptions.GitHubException, RuntimeError) as exc:
-        print(f"error: tracking issue: {str(exc).replace(token, '***')}", file=sys.stderr)
+        print(f"error: tracking issue: {inert(str(exc).replace(token, '***'))}", file=sys.stderr)
         return False
     print(f"tracking issue #{number}: {outcome}", file=sys.stderr)
     return True

@@ -10,6 +10,7 @@ used as a path outside the artifact folder.
 """
 
 import os
+import struct
 import zipfile
 import zlib
 
@@ -18,6 +19,15 @@ from evidence import model as evidence
 
 # What zipfile raises for a damaged, truncated, encrypted or exotic archive.
 _UNREADABLE = (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError)
+# The test job's zip holds results.json, report.md, two JUnit files, a log per file and side
+# and a picture per regression case: far fewer members than this. zipfile reads the whole
+# central directory when it opens an archive (millions of entries: half a minute, gigabytes),
+# so its end record is read first and the archive refused on its size alone.
+MAX_MEMBERS = 25_000
+MAX_DIRECTORY_BYTES = MAX_MEMBERS * 300  # a lying count cannot hide a bigger directory
+_END = struct.Struct("<4s4H2LH")  # the end of central directory record
+_END64_LOCATOR = struct.Struct("<4sLQL")
+_END64 = struct.Struct("<4sQ2H2L4Q")
 
 
 class ArtifactError(ValueError):
@@ -39,6 +49,15 @@ def extract_results(zip_path: str, folder: str) -> None:
     MAX_RESULTS_BYTES of it whatever the zip's header says."""
     limit = evidence.MAX_RESULTS_BYTES
     try:
+        entries, size = central_directory(zip_path)
+    except (OSError, struct.error):
+        raise ArtifactError("the artifact is not a readable zip (no end record)") from None
+    if entries > MAX_MEMBERS or size > MAX_DIRECTORY_BYTES:
+        raise ArtifactError(
+            f"the artifact's zip lists {entries} members in {size} bytes; at most {MAX_MEMBERS} "
+            f"in {MAX_DIRECTORY_BYTES}"
+        )
+    try:
         with zipfile.ZipFile(zip_path) as archive:
             info = archive.getinfo("results.json")
             if info.file_size > limit:
@@ -53,6 +72,32 @@ def extract_results(zip_path: str, folder: str) -> None:
         raise ArtifactError(f"results.json: more than {limit} bytes")
     with open(os.path.join(folder, "results.json"), "wb") as handle:
         handle.write(data)
+
+
+def central_directory(zip_path: str) -> tuple[int, int]:
+    """(members, bytes) of a zip's central directory, from its end record (zip64's where the
+    classic one says so), without reading the directory itself; OSError when there is none."""
+    with open(zip_path, "rb") as handle:
+        total = handle.seek(0, os.SEEK_END)
+        tail_at = max(0, total - (_END.size + 0xFFFF + _END64_LOCATOR.size))
+        handle.seek(tail_at)
+        tail = handle.read()
+        at = tail.rfind(b"PK\x05\x06")
+        if at < 0 or len(tail) - at < _END.size:
+            raise OSError("no end of central directory record")
+        _, _, _, _, entries, size, offset, _ = _END.unpack_from(tail, at)
+        if entries != 0xFFFF and 0xFFFFFFFF not in (size, offset):
+            return entries, size
+        if at < _END64_LOCATOR.size:
+            raise OSError("no zip64 end record locator")
+        signature, _, where, _ = _END64_LOCATOR.unpack_from(tail, at - _END64_LOCATOR.size)
+        if signature != b"PK\x06\x07" or where > total - _END64.size:
+            raise OSError("no zip64 end record")
+        handle.seek(where)
+        record = _END64.unpack(handle.read(_END64.size))
+    if record[0] != b"PK\x06\x06":
+        raise OSError("no zip64 end record")
+    return record[7], record[8]
 
 
 def has_results(path: str | None) -> bool:

@@ -11,13 +11,18 @@ inside that run's artifacts is trusted.
 import datetime
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 RUN_LABEL = "run-ci"
-COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")  # a full commit id, as GitHub sends it
-RUN_COMMENT = re.compile(r"^/run-ci +([0-9a-f]{40}) *$", re.M)
+COMMIT_SHA = re.compile(r"[0-9a-f]{40}")  # a full commit id, as GitHub sends it
+RUN_COMMENT = re.compile(r"/run-ci +([0-9a-f]{40})[ \t]*")  # the whole line, at its start
+_FENCE_OPEN = re.compile(r" {0,3}(`{3,}(?=[^`]*$)|~{3,})")
+_QUOTE = re.compile(r" {0,3}>")
 SUBMITTED = ("APPROVED", "COMMENTED", "CHANGES_REQUESTED")  # not PENDING, not DISMISSED
 WRITE = ("admin", "write")  # GitHub's ``permission`` field; maintain reads as write
+# GitHub's ``author_association``, most plausible writer first: whose permission is read first.
+# Not trusted on its own (a private org member can read as CONTRIBUTOR); it only orders.
+ASSOCIATIONS = ("OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR")
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,7 @@ class Approval:
     login: str
     sha: str
     via: str  # "review" | "comment" | "trigger"
+    association: str = field(default="", compare=False)  # GitHub's author_association
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,7 @@ class PullFacts:
     head: str | None
     labels: frozenset = frozenset()
     approvals: tuple = ()
+    unchecked: int = 0  # people naming the head whose permission was not read (the bound)
 
 
 @dataclass(frozen=True)
@@ -75,22 +82,26 @@ def decide(facts: PullFacts, label: str = RUN_LABEL) -> Gate:
         who = seen[0]
         reason = f"fork: {who.login} approved {facts.head[:12]} ({_HOW[who.via]})"
         return Gate(run=True, reason=reason, **where)
-    if label in facts.labels or facts.approvals:
+    if label in facts.labels or facts.approvals or facts.unchecked:
         reason = f"fork: no one with write permission approved {facts.head}, the head now"
+        if facts.unchecked:
+            reason += f" ({facts.unchecked} more naming it were not checked: the bound)"
         return Gate(run=False, state="stale-label", reason=reason, **where)
     return Gate(run=False, state="missing-label", reason=f"fork without {label!r}", **where)
 
 
 def event_facts(event: dict) -> PullFacts | None:
     """What a pull_request payload says (PR, head, fork or not); None for another event. A fork's
-    labels and approvals are not in it: they are read from GitHub (``Publisher.pull_facts``)."""
+    labels and approvals are not in it: they are read from GitHub (``Publisher.pull_facts``).
+    ValueError names a part of the payload that is not the shape GitHub sends."""
     pr = event.get("pull_request")
-    if not isinstance(pr, dict):
+    if pr is None:
         return None
+    pr = field_object(event, "pull_request", "pull_request")
     number = pr.get("number") if type(pr.get("number")) is int else None
-    sha = (pr.get("head") or {}).get("sha")
-    head = ((pr.get("head") or {}).get("repo") or {}).get("full_name")
-    base = ((pr.get("base") or {}).get("repo") or {}).get("full_name")
+    sha = field_object(pr, "head", "pull_request.head").get("sha")
+    head = _full_name(field_object(pr, "head", "pull_request.head"), "pull_request.head.repo")
+    base = _full_name(field_object(pr, "base", "pull_request.base"), "pull_request.base.repo")
     # A deleted fork has no head repo; treat it as untrusted like any fork.
     return PullFacts(
         fork=head is None or head != base, pr=number, head=sha if _is_sha(sha) else None
@@ -108,18 +119,70 @@ def approvals(reviews, comments, trigger: str | None = None, before: str | None 
         if not login or not _is_sha(sha) or at is None or (limit and at > limit):
             continue
         if review.get("state") in SUBMITTED and (login not in last or at >= last[login][0]):
-            last[login] = (at, sha, review["state"])
-    for login, (_, sha, state) in sorted(last.items()):
+            last[login] = (at, sha, review["state"], _association(review))
+    for login, (_, sha, state, association) in sorted(last.items()):
         if state == "APPROVED":
-            found.append(Approval(login, sha, "review"))
+            found.append(Approval(login, sha, "review", association))
         if login == trigger:
-            found.append(Approval(login, sha, "trigger"))
+            found.append(Approval(login, sha, "trigger", association))
     for comment in _dicts(comments):
         login, body = _login(comment), comment.get("body")
         at = _time(comment.get("updated_at") or comment.get("created_at"))
         if login and isinstance(body, str) and at is not None and not (limit and at > limit):
-            found += [Approval(login, sha, "comment") for sha in RUN_COMMENT.findall(body)]
+            found += [
+                Approval(login, sha, "comment", _association(comment)) for sha in run_ci_shas(body)
+            ]
     return tuple(found)
+
+
+def run_ci_shas(body: str) -> list:
+    """The commits a comment approves: each line that is exactly ``/run-ci SHA``, written as the
+    commenter's own words. A line inside fenced code, indented, in a ``>`` quote (a quote goes
+    on over the lines after it until a blank one: markdown's lazy continuation) or in an HTML
+    comment only shows the command, as in "I will NOT /run-ci this", or hides it."""
+    shas, fence, quoted, hidden = [], None, False, False
+    for line in body.splitlines():  # \r\n too: the web editor's line end
+        if hidden:
+            hidden = "-->" not in line
+            continue
+        if fence is not None:
+            closing = re.fullmatch(f" {{0,3}}{fence[0]}{{{len(fence)},}}[ \t]*", line)
+            fence = None if closing else fence
+            continue
+        opened = _FENCE_OPEN.match(line)
+        if opened:
+            fence = opened[1]  # unclosed, it runs to the end of the comment
+            continue
+        if not line.strip():
+            quoted = False
+            continue
+        quoted = quoted or bool(_QUOTE.match(line))
+        match = RUN_COMMENT.fullmatch(line)
+        if match and not quoted:
+            shas.append(match[1])
+        hidden = "<!--" in line and "-->" not in line.rsplit("<!--", 1)[1]
+    return shas
+
+
+def candidates(found, head: str | None) -> list:
+    """The distinct logins naming ``head``, the most plausible writers first (by GitHub's
+    author_association, then login): the order in which their permission is read, so that
+    throwaway accounts cannot crowd out a maintainer before the bound."""
+    rank = {}
+    for approval in found:
+        if head and approval.sha == head:
+            where = _rank(approval.association)
+            rank[approval.login] = min(where, rank.get(approval.login, where))
+    return sorted(rank, key=lambda login: (rank[login], login))
+
+
+def _rank(association: str) -> int:
+    return ASSOCIATIONS.index(association) if association in ASSOCIATIONS else len(ASSOCIATIONS)
+
+
+def _association(item: dict) -> str:
+    value = item.get("author_association")
+    return value if isinstance(value, str) else ""
 
 
 CONCLUSIONS = (  # of a finished run
@@ -158,19 +221,23 @@ def finished_run(event: dict) -> FinishedRun:
     conclusion = run.get("conclusion")
     if conclusion not in CONCLUSIONS:
         raise ValueError(f"workflow_run.conclusion {conclusion!r} is not a finished run's")
-    repo = (event.get("repository") or {}).get("full_name")
+    repository = field_object(event, "repository", "repository")
+    repo = repository.get("full_name")
     if not isinstance(repo, str):
         raise ValueError("repository.full_name is missing")
-    head_repo = (run.get("head_repository") or {}).get("full_name")
+    head_repo = field_object(run, "head_repository", "workflow_run.head_repository").get(
+        "full_name"
+    )
     path, branch = run.get("path"), run.get("head_branch")
     if not isinstance(path, str) or not WORKFLOW_PATH.match(path):
         raise ValueError(f"workflow_run.path {str(path)[:80]!r} is not a workflow file")
     if not isinstance(branch, str) or not branch:
         raise ValueError("workflow_run.head_branch is missing")
-    actor = (run.get("triggering_actor") or run.get("actor") or {}).get("login")
+    actor = field_object(run, "triggering_actor", "workflow_run.triggering_actor").get("login")
+    actor = actor or field_object(run, "actor", "workflow_run.actor").get("login")
     if not isinstance(run.get("created_at"), str):
         raise ValueError("workflow_run.created_at is missing")
-    default = (event.get("repository") or {}).get("default_branch")
+    default = repository.get("default_branch")
     return FinishedRun(
         run_id=run_id,
         head_sha=sha,
@@ -187,11 +254,30 @@ def finished_run(event: dict) -> FinishedRun:
 
 
 def load_event(path: str) -> dict:
-    with open(path) as handle:
-        event = json.load(handle)
+    """The event payload at ``path``; ValueError (OSError) when it is not a JSON object."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            event = json.load(handle)
+    except RecursionError:
+        raise ValueError(f"{path}: nested deeper than the JSON parser allows") from None
     if not isinstance(event, dict):
         raise ValueError(f"{path}: event payload is not a JSON object")
     return event
+
+
+def field_object(parent: dict, key: str, where: str) -> dict:
+    """``parent[key]`` where the payload has an object (an empty one for absent or null);
+    ValueError naming ``where`` for anything else: a payload is checked before it is used."""
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} is {type(value).__name__}, not an object")
+    return value
+
+
+def _full_name(parent: dict, where: str):
+    return field_object(parent, "repo", where).get("full_name")
 
 
 def _dicts(items) -> list:
@@ -205,7 +291,7 @@ def _login(item: dict) -> str | None:
 
 
 def _is_sha(value) -> bool:
-    return isinstance(value, str) and bool(COMMIT_SHA.match(value))
+    return isinstance(value, str) and bool(COMMIT_SHA.fullmatch(value))
 
 
 def _time(value):

@@ -20,7 +20,10 @@ from report import gate, pr_states
 # Who writes with the Actions GITHUB_TOKEN; that token cannot call GET /user to say so itself.
 ACTIONS_BOT = "github-actions[bot]"
 MAX_PAGES = 10  # of 100: a PR's reviews and comments beyond 1,000 are not read
-MAX_APPROVERS = 10  # permission reads per decision: anyone can review or comment on a PR
+# Permission reads per decision: anyone can review or comment on a PR. Read in the order of
+# ``gate.candidates`` (most plausible writer first); past the bound the decision says how many
+# were left unread.
+MAX_APPROVERS = 25
 MAX_WAIT_S = 300.0
 
 
@@ -241,10 +244,11 @@ class Publisher:
 
         return self.policy.call(what, fetch)
 
-    def pages(self, what: str, *parts) -> list:
+    def pages(self, what: str, *parts, params=None) -> list:
+        """Up to ``MAX_PAGES`` pages of 100 of a list; ``params`` filter it on GitHub's side."""
         items = []
         for page in range(1, MAX_PAGES + 1):
-            batch = self.get(what, *parts, params={"per_page": 100, "page": page})
+            batch = self.get(what, *parts, params={**(params or {}), "per_page": 100, "page": page})
             items += batch if isinstance(batch, list) else []
             if not isinstance(batch, list) or len(batch) < 100:
                 break
@@ -264,11 +268,8 @@ class Publisher:
         return isinstance(answer, dict) and answer.get("permission") in gate.WRITE
 
     def sha_of(self, path: str, ref: str):
-        """The blob SHA of a file at ``ref``, or (a folder) its entries' names, types and SHAs;
-        None where ``path`` is not there."""
+        """The blob SHA of a file at ``ref``; None where ``path`` is not a file there."""
         found = self.get(f"read {path} at {ref[:12]}", "contents", path, params={"ref": ref})
-        if isinstance(found, list):
-            return tuple(sorted((e.get("name"), e.get("type"), e.get("sha")) for e in found))
         return found.get("sha") if isinstance(found, dict) else None
 
     def artifact(self, run_id: int, name: str):
@@ -295,9 +296,11 @@ class Publisher:
         reviews = self.pages(f"reviews of PR #{number}", "pulls", number, "reviews")
         comments = self.pages(f"comments of PR #{number}", "issues", number, "comments")
         found = gate.approvals(reviews, comments, trigger, before)
-        logins = sorted({a.login for a in found if a.sha == facts.head})[:MAX_APPROVERS]
-        writers = {login for login in logins if self.can_write(login)}
-        return replace(facts, approvals=tuple(a for a in found if a.login in writers))
+        logins = gate.candidates(found, facts.head)
+        writer = next((login for login in logins[:MAX_APPROVERS] if self.can_write(login)), None)
+        approved = tuple(a for a in found if a.login == writer)
+        unchecked = 0 if writer else max(0, len(logins) - MAX_APPROVERS)
+        return replace(facts, approvals=approved, unchecked=unchecked)
 
     def download(self, artifact_id: int, path: str, limit: int) -> None:
         """The artifact's zip into ``path``; TooLarge past ``limit`` bytes, whatever the

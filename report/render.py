@@ -2,15 +2,24 @@
 
 No GitHub, no clock: the sticky comment (each case on the two sides the run compared, named by
 what each ran), the PR-body slot text, one commit-status description per suite, the check run.
-It is also the one place that escapes untrusted text (test names, log excerpts) so that nothing
-from a test can break the markdown, a table, or the hidden markers the publisher searches for.
+Every piece of untrusted text (test names, log excerpts, reasons) goes through
+``report.escape`` on its way in, so that nothing from a test can break the markdown, a table, or
+the hidden markers the publisher searches for, hide itself, or pose as another name.
 """
 
 import os
-import re
 from collections import Counter
 
 from evidence.model import FILE_CASE, MODES, Case, Results
+from report.escape import (
+    clip,
+    escape_block,
+    escape_inline,
+    escape_name,
+    name_text,
+    safe_clip,
+    visible,
+)
 from report.pr_states import BODY_LIMIT, DEFAULT_SLOT, MISSING_LABEL
 
 STATUS_LIMIT = 140
@@ -24,23 +33,6 @@ STATES = {
 STALE_LABEL = (
     ":x: **No approval of this commit** -- a maintainer reviews it, then adds `run-ci` again."
 )
-# Only what can act mid-line: the text never starts a line, where '#', '-' or '+' would matter.
-_MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-# Control characters (C0 but tab and newline, DEL, C1) and every format character (Unicode Cf:
-# bidi overrides and isolates, zero-width spaces and joiners, BOM, tag characters): invisible
-# text that can reorder what a reader sees or split a marker the publisher searches for. And
-# lone surrogates (JSON's "\ud800" decodes to one), which no UTF-8 writer accepts.
-_INVISIBLE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891"
-    "\u08e2\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
-    "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
-    "\U000e0001\U000e0020-\U000e007f\ud800-\udfff]"
-)
-_LINE_BREAKS = re.compile("\r\n|[\n\r\u2028\u2029]")
-# GitHub finds mentions, issue references and bare links in the rendered text, after entities
-# are decoded; a word joiner (never in the input: it is a format character) breaks each one.
-_ACTS_ON_GITHUB = re.compile(r"(@|#|(?<![A-Za-z0-9])GH-|:(?=//)|(?<![A-Za-z0-9])www(?=\.))", re.I)
 _EXCERPT_CHARS = 1200
 _MORE_LINE = 60  # room for each "... N more" line of a shortened comment
 # The side whose failure a case's log excerpt shows.
@@ -60,34 +52,6 @@ ENV_CHARS = 2000  # the environment line comes from the runner: bounded like any
 def comment_marker(slot: str) -> str:
     """The hidden line that finds our sticky comment again on reruns."""
     return f"<!-- sglang-overlay-ci:{slot} -->"
-
-
-def escape_inline(text) -> str:
-    """One line of plain text, safe in a table cell, a heading or a link text."""
-    text = _INVISIBLE.sub("", _LINE_BREAKS.sub(" ", _ANSI.sub("", str(text))))
-    # Entities first, so '<!--' and '-->' can never reach GitHub as comment markers.
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    text = _MD_PUNCT.sub(r"\\\1", text)
-    return _ACTS_ON_GITHUB.sub("\\1\u2060", text)  # no mentions, references or links
-
-
-def visible(text) -> str:
-    """Plain text (a check-run annotation) without control or invisible format characters."""
-    return _INVISIBLE.sub("", _ANSI.sub("", str(text)).replace("\r\n", "\n"))
-
-
-def escape_block(text) -> str:
-    """Log text for a fenced code block: markers defused, fence chosen longer than any run."""
-    text = _INVISIBLE.sub("", _LINE_BREAKS.sub("\n", _ANSI.sub("", str(text))))
-    # Inside a fence entities are not decoded, so a zero-width space defuses the markers.
-    text = text.replace("<!--", "<\u200b!--").replace("-->", "--\u200b>")
-    longest = max((len(run) for run in re.findall(r"`+|~+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}text\n{text}\n{fence}"
-
-
-def clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
 def overall_state(results: Results) -> str:
@@ -261,7 +225,7 @@ def _parts(results, slot, run_id, run_url, artifacts_url) -> tuple:
         "",
     ]
     flags = [
-        f":warning: {safe_clip(escape_inline(file.path), 300)}: "
+        f":warning: {safe_clip(escape_name(file.path), 300)}: "
         f"**{safe_clip(escape_inline(flag), 200)}**"
         for file in results.files
         for flag in file.flags
@@ -270,7 +234,7 @@ def _parts(results, slot, run_id, run_url, artifacts_url) -> tuple:
     for case in results.cases:
         name = case.test if case.test != FILE_CASE else f"{case.file} {FILE_CASE}"
         rows.append(
-            f"| {safe_clip(escape_inline(name), 300)} | {case.kind} | "
+            f"| {safe_clip(escape_name(name), 300)} | {case.kind} | "
             f"{cell(case, 'unmodified')} | {cell(case, 'change')} |"
         )
     tail = ["", f"Environment: {safe_clip(environment_line(results.environment), ENV_CHARS)}"]
@@ -305,17 +269,6 @@ def _take(pieces: list, room: int) -> tuple[list, int]:
         taken.append(piece)
         room -= len(piece) + 1
     return taken, room
-
-
-def safe_clip(escaped: str, limit: int) -> str:
-    """Shorten already-escaped inline text without splitting an entity or an escape."""
-    if len(escaped) <= limit:
-        return escaped
-    cut = escaped[: max(0, limit - 1)]
-    cut = re.sub(r"&#?[A-Za-z0-9]*$", "", cut)  # a partial &amp; / &#64;
-    if (len(cut) - len(cut.rstrip("\\"))) % 2:  # a lone backslash would escape the ellipsis
-        cut = cut[:-1]
-    return cut + "\u2026"
 
 
 def _side(results: Results, mode: str) -> str:
@@ -364,7 +317,7 @@ def _excerpts(results: Results, chars: int):
         text = outcome.detail
         if len(text) > chars:
             text = "[...]\n" + text[-chars:]
-        name = safe_clip(escape_inline(case.test), 300)
+        name = safe_clip(escape_name(case.test), 300)
         yield f"**{name}** ({sides[mode]})\n\n{escape_block(text)}\n"
 
 
@@ -458,7 +411,7 @@ def _annotation(case: Case, labels: dict) -> dict | None:
         "start_line": line,
         "end_line": line,
         "annotation_level": level,
-        "title": clip(visible(case.test), 255),
+        "title": clip(name_text(case.test), 255),
         "message": clip(visible(message), 4000),
     }
 

@@ -64,6 +64,7 @@ class FakeGitHub:
         self.pr_meta: dict[int, dict] = {}  # PR -> {head_repo, branch, labels}
         self.reviews: dict[int, list] = {}  # PR -> [{login, commit_id, state, at}]
         self.permissions: dict[str, str] = {}  # login -> admin | write | read (default none)
+        self.associations: dict[str, str] = {}  # login -> author_association (default NONE)
         self.contents: dict[tuple, object] = {}  # (ref, path) -> blob sha, or [(name, type, sha)]
         self.artifacts: dict[int, list] = {}  # run id -> [{id, name, size_in_bytes, expired}]
         self.blobs: dict[int, bytes] = {}  # artifact id -> its zip
@@ -172,7 +173,7 @@ class FakeGitHub:
             "body": comment["body"],
             "body_html": comment["body"],
             "body_text": comment["body"],
-            "author_association": "NONE",
+            "author_association": self.associations.get(comment["login"], "NONE"),
             "created_at": comment.get("at", TS),
             "updated_at": comment.get("at", TS),
             "html_url": f"{self.url}/c/{comment['id']}",
@@ -413,6 +414,7 @@ class FakeGitHub:
                     "state": r["state"],
                     "submitted_at": r["at"],
                     "body": "",
+                    "author_association": self.associations.get(r["login"], "NONE"),
                 }
                 for i, r in enumerate(self.reviews.get(number, []))
             ]
@@ -471,15 +473,20 @@ class FakeGitHub:
         return data
 
     def _route_issues(self, method, rest, payload):
-        """The issue list (pull requests included, newest first, ``state`` open by default, as
+        """The issue list (pull requests included, newest first unless ``direction=asc``,
+        ``state`` open by default, ``creator`` filtering, 30 a page unless ``per_page``, as
         GitHub does), creating an issue, and reading or editing a plain issue."""
         if rest == "/issues" and method == "GET":
             state = (self._query.get("state") or ["open"])[0]
+            creator = (self._query.get("creator") or [None])[0]
+            oldest_first = (self._query.get("direction") or ["desc"])[0] == "asc"
             items = [
                 self._plain_issue_json(n) if n in self.issue_meta else self._issue_json(n)
-                for n in sorted(self.bodies, reverse=True)
+                for n in sorted(self.bodies, reverse=not oldest_first)
             ]
-            return 200, [i for i in items if state == "all" or i["state"] == state], {}
+            items = [i for i in items if state == "all" or i["state"] == state]
+            items = [i for i in items if creator in (None, i["user"]["login"])]
+            return 200, self._page(items), {}
         if rest == "/issues" and method == "POST":
             if not payload.get("title"):
                 errors = [{"field": "title", "code": "missing_field"}]

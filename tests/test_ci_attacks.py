@@ -39,7 +39,7 @@ from dataclasses import replace
 import overlay_runs
 import pytest
 from ci_fake_github import FakeGitHub
-from ci_samples import file_run, model, refused, workspace_runs
+from ci_samples import file_run, model, posted, refused, workspace_runs
 from conftest import REPO, alive, clean_env, until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -100,10 +100,10 @@ def test_unparseable_results_are_a_usage_error_not_a_crash(fake, tmp_path, monke
     refused(fake)
 
 
-def _raw_results(tmp_path, edit, name="r"):
-    """results.json of the sample model after ``edit(data)``, written as JSON text; ``edit`` may
-    return replacement text for a raw number JSON cannot say (10**400)."""
-    data = model().to_json()
+def _raw_results(tmp_path, edit, name="r", base=model):
+    """results.json of the sample model (``base()``) after ``edit(data)``, written as JSON text;
+    ``edit`` may return replacement text for a raw number JSON cannot say (10**400)."""
+    data = base().to_json()
     text = edit(data)
     folder = tmp_path / name
     folder.mkdir()
@@ -212,7 +212,14 @@ def test_any_value_anywhere_in_results_json_is_refused_or_reported_never_a_trace
 
 WORKFLOW_COMMAND = (
     "x\n::error file=setup.py,line=1,title=Maintainer note::run curl | sh\r\n::warning::y"
+    " ##[error]z ##[add-mask]secret ##[stop-commands]t0k3n"
 )
+
+
+def _commands(text: str) -> list:
+    """The lines of ``text`` the Actions runner would take as a command: ``::`` at a line's
+    start (``##[`` anywhere); stricter here: ``::`` anywhere too."""
+    return [line for line in text.splitlines() if "::" in line or "##[" in line]
 
 
 @pytest.mark.parametrize(
@@ -238,7 +245,27 @@ def test_no_artifact_value_reaches_the_log_as_a_workflow_command(
     out = capsys.readouterr()
     lines = (out.out + out.err).splitlines()
     assert any("invalid artifact" in line for line in lines)
-    assert not [line for line in lines if line.lstrip().startswith("::")], lines
+    assert not _commands(out.out + out.err)
+
+
+@pytest.mark.parametrize("post", [False, True], ids=["dry-run", "post"])
+def test_no_log_text_or_name_from_a_valid_artifact_reaches_the_log_as_a_workflow_command(
+    fake, tmp_path, monkeypatch, capsys, post
+):
+    # A test's own log and name: the dry run prints the whole comment, excerpts included.
+    data = model().to_json()
+    grow = data["cases"][0]
+    grow["test"] = "TestW.test_x ##[add-mask]y"
+    grow["modes"]["unmodified"]["detail"] = "boom\n::error title=Pwned::x\n  ##[stop-commands]z"
+    folder = _results_json(tmp_path, json.dumps(data).encode())
+    summary = tmp_path / "summary.md"
+    args = ["--results", str(folder), "--summary", str(summary), "--check-run", "--sha", HEAD]
+    args += ["--repo", "sgl/sglang", "--pr", "7"] + (["--post"] if post else [])
+    assert _report(fake, monkeypatch, *args) == 0
+    out = capsys.readouterr()
+    assert not _commands(out.out + out.err) and not _commands(summary.read_text())
+    for method, _, body in fake.bodies_sent:
+        assert "##[" not in json.dumps(body, ensure_ascii=False), method
 
 
 def test_the_kinds_and_flags_an_artifact_claims_are_judged_again_from_its_outcomes(
@@ -259,6 +286,87 @@ def test_the_kinds_and_flags_an_artifact_claims_are_judged_again_from_its_outcom
     assert "does not reproduce the bug" in comment
     assert pr_states.get_slot(fake.bodies[7], SLOT).startswith(":x:")
     assert {s["state"] for s in fake.statuses} == {"failure"}
+
+
+def _crashed_change_side(data):
+    # The change side's process died (SIGSEGV) before any test; no whole-file case says so.
+    data["files"][0]["modes"]["change"].update(returncode=139, tests=0)
+
+
+def _only_the_change_side(data):
+    data["modes"] = ["change"]
+    del data["sides"]["unmodified"]
+    del data["files"][0]["modes"]["unmodified"]
+    for case in data["cases"]:
+        case["modes"].pop("unmodified")
+
+
+def _drop_case(name):
+    def edit(data):
+        data["cases"] = [c for c in data["cases"] if not c["test"].endswith(name)]
+
+    return edit
+
+
+def _set_file_mode(mode, **values):
+    def edit(data):
+        data["files"][0]["modes"][mode].update(values)
+
+    return edit
+
+
+MISMATCHED = {
+    "crashed-change-side": (_crashed_change_side, "exited 139 on sglang 0.5.23 + this change"),
+    "only-the-change-side": (_only_the_change_side, "no unmodified side"),
+    "listed-regression-left-out": (
+        _drop_case("test_replacement_peak_stays_below_100_mib"),
+        "test_replacement_peak_stays_below_100_mib is not among the cases",
+    ),
+    "timed-out-yet-all-pass": (
+        _set_file_mode("change", timed_out=True, returncode=None),
+        "timed out on sglang 0.5.23 + this change",
+    ),
+    "no-test-reported-yet-cases-pass": (_set_file_mode("change", tests=0), "reported no test"),
+    "fewer-tests-than-cases": (_set_file_mode("change", tests=2), "5 cases claim a result"),
+    "a-files-record-left-out": (
+        lambda data: data.update(files=[]),
+        "cases without a record of its process",
+    ),
+    "a-sides-process-left-out": (
+        lambda data: data["files"][0]["modes"].pop("unmodified"),
+        "no record of its process on sglang 0.5.23",
+    ),
+}
+
+
+@pytest.mark.parametrize("edit, reason", MISMATCHED.values(), ids=MISMATCHED.keys())
+def test_a_record_the_judge_would_not_write_is_a_failure_slot_with_the_reason(
+    fake, tmp_path, monkeypatch, capsys, edit, reason
+):
+    folder = _raw_results(tmp_path, edit, base=posted)
+    assert _report(fake, monkeypatch, "--results", str(folder), "--json") == 0  # the dry run
+    assert not _commands(capsys.readouterr().out)  # a listed pattern has "::" in it
+    assert _post_results(fake, monkeypatch, folder) == 0
+    assert pr_states.get_slot(fake.bodies[7], SLOT).startswith(":x:")
+    (comment,) = [c["body"] for c in fake.comments.values()]
+    assert reason.replace("_", "\\_") in comment.replace("\u2060", "")
+    assert {s["state"] for s in fake.statuses} == {"failure"}
+
+
+def test_the_unmodified_record_as_posted_is_green(fake, tmp_path, monkeypatch):
+    # The guard for the mismatches above: the same artifact, untouched, is a success.
+    assert (
+        _post_results(fake, monkeypatch, _raw_results(tmp_path, lambda d: None, base=posted)) == 0
+    )
+    assert pr_states.get_slot(fake.bodies[7], SLOT).startswith(":white_check_mark:")
+
+
+@pytest.mark.parametrize("listed", ["cases", "files"])
+def test_a_case_or_file_listed_twice_is_refused(fake, tmp_path, monkeypatch, capsys, listed):
+    folder = _raw_results(tmp_path, lambda data: data[listed].append(data[listed][0]))
+    assert _post_results(fake, monkeypatch, folder) == 2
+    refused(fake)
+    assert "is listed twice" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -306,14 +414,56 @@ def test_bidi_overrides_zero_width_and_c1_controls_never_reach_the_comment(fake,
     assert not [c for c in text if unicodedata.category(c) == "Cc" and c not in "\n"]
 
 
-def test_every_control_and_format_character_of_this_unicode_database_is_dropped():
+def test_every_control_and_format_character_of_this_unicode_database_is_shown_escaped():
     hostile = "".join(
         chr(i)
         for i in range(0x110000)
         if unicodedata.category(chr(i)) in ("Cc", "Cf") and chr(i) not in "\t\n\r"
     )
-    assert render.escape_inline("a" + hostile + "b") == "ab"
-    assert render.escape_block("a" + hostile + "b") == "```text\nab\n```"
+    shown = html.unescape(render.escape_inline("a" + hostile + "b"))
+    block = render.escape_block("a" + hostile + "b")
+    for text in (shown, block):
+        assert text.isascii() and not set(hostile) & set(text)
+    for ch in "\u202e\u200b\x85\U000e0041":
+        assert ascii(ch)[1:-1] in shown and ascii(ch)[1:-1] in block
+
+
+LOOK_ALIKES = [
+    "test_grow",
+    "test_grow\u3164",  # Hangul filler
+    "test_grow\u115f",  # Hangul choseong filler
+    "test_grow\u034f",  # combining grapheme joiner
+    "test_grow\ufe0f",  # variation selector
+    "test_grow\u200b",  # zero-width space
+    "test_grow\u2800",  # braille blank
+    "test_grow\u00a0",  # no-break space
+    "test_gr\u043ew",  # a Cyrillic o
+    "test_grow\\u3164",  # the escape itself, written out
+    "test_gro\u0301w",  # a combining accent
+    "test_gr\u00f3w",  # the same accent, precomposed
+]
+
+
+def test_two_different_case_names_never_render_alike():
+    m = model()
+    first = m.cases[0]
+    cases = [replace(first, test=f"{name}") for name in LOOK_ALIKES]
+    text = render.comment(replace(m, cases=cases), SLOT)
+    rows = [html.unescape(line) for line in text.splitlines() if line.startswith("| test")]
+    names = [row.split(" | ")[0] for row in rows]
+    assert len(set(names)) == len(LOOK_ALIKES)
+    assert all(name.isascii() for name in names)  # no letter of another script passes for ours
+    create, _ = render.check_run(replace(m, cases=cases), HEAD, "s", "2026-01-01T00:00:00Z")
+    titles = [note["title"] for note in create["output"]["annotations"]]
+    assert len(set(titles)) == len(LOOK_ALIKES) and all(t.isascii() for t in titles)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=8), st.text(max_size=8))
+def test_escape_name_is_one_to_one(a, b):
+    if a != b:
+        assert render.escape_name(a) != render.escape_name(b)
+        assert render.name_text(a) != render.name_text(b)
 
 
 @pytest.mark.parametrize(
@@ -387,8 +537,69 @@ def test_results_json_that_loads_is_the_one_the_test_job_wrote(tmp_path):
     # A guard for the attacks above: the sample model itself round-trips through intake.
     folder = tmp_path / "ok"
     folder.mkdir()
-    save(model(), str(folder))
-    assert artifact.load_results(str(folder)) == model()
+    save(posted(), str(folder))
+    assert artifact.load_results(str(folder)) == posted()
+
+
+# --- the artifact's zip: refused on its central directory before any member is read --------
+
+
+def _zip_of(path, members: int, zip64=False):
+    import zipfile
+
+    limit = zipfile.ZIP_FILECOUNT_LIMIT
+    zipfile.ZIP_FILECOUNT_LIMIT = 1 if zip64 else limit  # zip64 end records, as past 65,535
+    try:
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("results.json", json.dumps(posted().to_json()))
+            for i in range(members - 1):
+                archive.writestr(f"logs/f{i}.log", "")
+    finally:
+        zipfile.ZIP_FILECOUNT_LIMIT = limit
+    return str(path)
+
+
+def _never_opened(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("zipfile read the central directory")
+
+    monkeypatch.setattr(artifact.zipfile, "ZipFile", refuse)
+
+
+@pytest.mark.parametrize("zip64", [False, True], ids=["zip", "zip64"])
+def test_a_zip_of_too_many_members_is_refused_before_its_directory_is_read(
+    tmp_path, monkeypatch, zip64
+):
+    monkeypatch.setattr(artifact, "MAX_MEMBERS", 100)
+    zipped = _zip_of(tmp_path / "a.zip", 101, zip64)
+    _never_opened(monkeypatch)
+    with pytest.raises(artifact.ArtifactError, match="lists 101 members"):
+        artifact.extract_results(zipped, str(tmp_path))
+
+
+def test_a_zip_whose_end_record_understates_its_directory_is_refused(tmp_path, monkeypatch):
+    zipped = _zip_of(tmp_path / "a.zip", 50)
+    data = bytearray(open(zipped, "rb").read())
+    end = data.rfind(b"PK\x05\x06")
+    data[end + 8 : end + 12] = (1).to_bytes(2, "little") * 2  # "1 member"
+    open(zipped, "wb").write(bytes(data))
+    monkeypatch.setattr(artifact, "MAX_DIRECTORY_BYTES", 1000)
+    _never_opened(monkeypatch)
+    with pytest.raises(artifact.ArtifactError, match="lists 1 members in"):
+        artifact.extract_results(zipped, str(tmp_path))
+
+
+def test_a_zip_within_the_bounds_gives_its_results_json(tmp_path):
+    zipped = _zip_of(tmp_path / "a.zip", 20, zip64=True)
+    artifact.extract_results(zipped, str(tmp_path))
+    assert artifact.load_results(str(tmp_path)) == posted()
+
+
+def test_a_file_without_a_zip_end_record_is_refused(tmp_path):
+    path = tmp_path / "a.zip"
+    path.write_bytes(b"PK\x03\x04" + bytes(100))
+    with pytest.raises(artifact.ArtifactError, match="not a readable zip"):
+        artifact.extract_results(str(path), str(tmp_path))
 
 
 # --- the head SHA: a push racing the report ---------------------------------------------------
@@ -483,7 +694,7 @@ def test_an_annotation_title_carries_no_bidi_or_invisible_characters():
     m = Results.from_json(json.loads(json.dumps(data)))
     create, _ = render.check_run(m, HEAD, "summary", "2026-01-01T00:00:00Z")
     (note,) = create["output"]["annotations"]
-    assert note["title"] == "test_gnp.exe"
+    assert note["title"] == "test_\\u202egnp.exe\\u200b\\x1b[31m"  # shown, not hidden
 
 
 def test_a_step_summary_of_many_byte_names_stays_under_githubs_1_mib(fake, tmp_path, monkeypatch):
@@ -695,7 +906,8 @@ def test_lone_surrogates_from_a_test_process_reach_neither_report_md_nor_the_rep
     assert _report(fake, monkeypatch, "--results", str(out), "--summary", str(summary)) == 0
     assert _post_results(fake, monkeypatch, out) == 0
     (comment,) = [c["body"] for c in fake.comments.values()]
-    assert "torch 2.0 " in comment and "test\\_x" in comment
+    # Shown as their escapes (ASCII), never raw.
+    assert "torch 2.0\\\\udfff" in comment and "test\\_\\\\ud800x" in comment
 
 
 def test_an_sglang_whose_ci_register_raises_is_a_usage_error_not_a_traceback(tmp_path):

@@ -211,3 +211,130 @@ def test_a_fork_without_a_token_or_when_github_fails_runs_nothing(
         github.fail_next("GET", r"/pulls/7$", 502)
     assert main(["gate", "--event", str(path), "--api-url", github.url]) == 1
     assert "gave up" in capsys.readouterr().err
+
+
+# --- approval means approval (issue 27: attacks 1 and 2) ---------------------------------------
+
+QUOTED = {
+    "fenced": f"I will NOT run this yet:\n```\n/run-ci {Y}\n```\n",
+    "tilde-fenced": f"~~~~text\n/run-ci {Y}\n~~~~\n",
+    "unclosed-fence": f"```\n/run-ci {Y}\n",
+    "quoted": f"> /run-ci {Y}\n",
+    "lazy-quote": f"> someone asked for\n/run-ci {Y}\n",
+    "indented": f"do not paste this:\n\n    /run-ci {Y}\n",
+    "mid-line": f"please don't /run-ci {Y}\n",
+    "html-comment": f"Thanks! <!-- note to self:\n/run-ci {Y}\n-->\n",
+}
+
+
+@pytest.mark.parametrize("body", QUOTED.values(), ids=QUOTED.keys())
+def test_a_run_ci_line_in_code_or_a_quote_is_no_approval(body):
+    assert gate.approvals([], [comment("maint", body)]) == ()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        f"/run-ci {Y}",
+        f"Reviewed it.\r\n/run-ci {Y}\r\n",  # the web editor's line ends
+        f"```\ncode\n```\n/run-ci {Y}\n",
+        f"> a quote\n\n/run-ci {Y}  \n",
+        f"<!-- a template note -->\n/run-ci {Y}\n",
+    ],
+    ids=["alone", "crlf", "after-a-fence", "after-a-quote-and-a-blank-line", "after-a-comment"],
+)
+def test_a_run_ci_line_of_its_own_is_an_approval(body):
+    assert gate.approvals([], [comment("maint", body)]) == (Approval("maint", Y, "comment"),)
+
+
+def test_a_writer_quoting_run_ci_in_a_fenced_block_does_not_open_the_gate(
+    github, tmp_path, monkeypatch
+):
+    github.add_comment(7, QUOTED["fenced"], login="maint")
+    github.pr_meta[7]["labels"] = []
+    decided = run_gate(github, tmp_path, monkeypatch, event("synchronize", "author"))
+    assert decided["run"] == "false"
+
+
+def test_ten_throwaway_commenters_sorting_first_cannot_crowd_out_a_writer(
+    github, tmp_path, monkeypatch
+):
+    for i in range(30):
+        github.add_comment(7, f"/run-ci {Y}", login=f"a{i:02d}")  # logins before "maint"
+    github.add_comment(7, f"/run-ci {Y}", login="zz-maint")
+    github.permissions["zz-maint"] = "write"
+    github.associations["zz-maint"] = "MEMBER"
+    decided = run_gate(github, tmp_path, monkeypatch, event("synchronize", "author"))
+    assert decided["run"] == "true"
+    assert github.count("GET", r"/collaborators/") == 1  # the plausible writer was read first
+
+
+def test_past_the_bound_the_decision_says_how_many_were_not_checked(
+    github, tmp_path, monkeypatch, capsys
+):
+    from report import publish
+
+    for i in range(publish.MAX_APPROVERS + 3):
+        github.add_comment(7, f"/run-ci {Y}", login=f"a{i:02d}")
+    github.pr_meta[7]["labels"] = []
+    decided = run_gate(github, tmp_path, monkeypatch, event("synchronize", "author"))
+    assert decided["run"] == "false"
+    assert github.count("GET", r"/collaborators/") == publish.MAX_APPROVERS
+    assert "3 more naming it were not checked" in capsys.readouterr().err
+
+
+def test_candidates_put_plausible_writers_first():
+    found = [
+        Approval("a", Y, "comment", "NONE"),
+        Approval("b", Y, "comment", "FIRST_TIME_CONTRIBUTOR"),
+        Approval("m", Y, "comment", "MEMBER"),
+        Approval("c", Y, "comment", "CONTRIBUTOR"),
+        Approval("o", Y, "review", "OWNER"),
+        Approval("x", X, "review", "OWNER"),  # names another commit
+    ]
+    assert gate.candidates(found, Y) == ["o", "m", "c", "a", "b"]
+
+
+# --- malformed event payloads: one line, exit 2 (issue 27, attack 7) ---------------------------
+
+
+def _broken(edit):
+    payload = event()
+    edit(payload)
+    return payload
+
+
+MALFORMED_EVENTS = {
+    "pull-request-as-text": lambda p: p.update(pull_request="7"),
+    "head-as-text": lambda p: p["pull_request"].update(head=Y),
+    "head-repo-as-list": lambda p: p["pull_request"]["head"].update(repo=["someone/sglang"]),
+    "base-as-number": lambda p: p["pull_request"].update(base=5),
+    "repository-as-text": lambda p: p.update(repository="sgl/sglang"),
+    "sender-as-text": lambda p: p.update(sender="maint"),
+}
+
+
+@pytest.mark.parametrize("edit", MALFORMED_EVENTS.values(), ids=MALFORMED_EVENTS.keys())
+def test_a_malformed_pull_request_payload_is_one_line_and_exit_2(
+    github, tmp_path, monkeypatch, capsys, edit
+):
+    path = tmp_path / "event.json"
+    path.write_text(json.dumps(_broken(edit)))
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    assert main(["gate", "--event", str(path), "--api-url", github.url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert github.requests == []
+
+
+def test_an_event_nested_past_the_json_parser_is_one_line_and_exit_2(tmp_path, capsys):
+    path = tmp_path / "event.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    assert main(["gate", "--event", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "nested deeper" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_head_sha_with_a_trailing_line_break_is_no_commit_id():
+    payload = event(head=Y + "\n")
+    assert gate.event_facts(payload).head is None

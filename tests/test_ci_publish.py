@@ -5,7 +5,7 @@ import threading
 import github3
 import pytest
 from ci_fake_github import FakeGitHub
-from ci_samples import model
+from ci_samples import model, posted
 
 from ci.__main__ import main
 from evidence.model import save
@@ -195,7 +195,7 @@ def test_a_body_near_the_limit_shrinks_our_slot_and_never_the_authors_text(fake)
 def test_cli_post_publishes_everything_and_never_prints_the_token(
     fake, tmp_path, capsys, monkeypatch
 ):
-    save(model(), str(tmp_path))
+    save(posted(), str(tmp_path))
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
     monkeypatch.setattr("time.sleep", lambda _: None)
     args = [
@@ -207,7 +207,7 @@ def test_cli_post_publishes_everything_and_never_prints_the_token(
         "--api-url",
         fake.url,
         "--sha",
-        "abc1234",
+        "abc1234" + "0" * 33,
         "--run-id",
         "5",
         "--run-url",
@@ -241,7 +241,7 @@ def test_cli_missing_label_state_sets_only_the_slot(fake, capsys, monkeypatch):
             "--api-url",
             fake.url,
             "--sha",
-            "abc1234",
+            "abc1234" + "0" * 33,
             "--post",
         ]
     )

@@ -4,7 +4,7 @@ import json
 from dataclasses import FrozenInstanceError
 
 import pytest
-from ci_samples import model
+from ci_samples import model, posted
 
 from ci.__main__ import main
 from evidence.model import save
@@ -21,9 +21,9 @@ def test_report_on_missing_or_broken_results_exits_2(tmp_path, capsys):
 
 def test_report_dry_run_prints_the_slot_comment_and_statuses(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("GITHUB_TOKEN", "ghs_never_printed")
-    save(model(), str(tmp_path))
+    save(posted(), str(tmp_path))
     code = main(
-        ["report", "--results", str(tmp_path), "--repo", "o/r", "--pr", "1", "--sha", "abc1234"]
+        ["report", "--results", str(tmp_path), "--repo", "o/r", "--pr", "1", "--sha", "a" * 40]
     )
     out = capsys.readouterr().out
     assert code == 0
@@ -45,3 +45,12 @@ def test_a_report_plan_is_frozen_and_is_exactly_what_the_dry_run_prints(tmp_path
     assert main(["report", "--results", str(tmp_path), "--repo", "o/r", "--pr", "3", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == plan.to_dict()
     assert plan.statuses == () and plan.statuses_skipped  # no --sha: nothing to set them on
+
+
+@pytest.mark.parametrize("sha", ["abc1234", "A" * 40, "a" * 41, "a" * 39 + "g", "a" * 40 + "\n"])
+def test_a_sha_that_is_not_a_full_commit_id_is_a_usage_error(tmp_path, capsys, sha):
+    save(posted(), str(tmp_path))
+    args = ["report", "--results", str(tmp_path), "--repo", "o/r", "--pr", "1", "--sha", sha]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "expected a full commit id" in err and len(err.strip().splitlines()) == 1

@@ -63,6 +63,14 @@ def test_the_cpu_tests_reproduce_the_bug_unmodified_and_pass_with_the_overlay(ov
             assert case["modes"]["unmodified"]["attempts"] == ["fail", "fail"], case["test"]
 
 
+def test_the_report_judges_the_real_run_as_ci_run_did(overlay_run):
+    from report import artifact
+
+    _, out, data = overlay_run
+    model = artifact.load_results(str(out))
+    assert (model.verdict, list(model.reasons)) == (data["verdict"], data["reasons"]) == ("ok", [])
+
+
 def test_the_sides_are_named_by_what_they_ran(overlay_run):
     proc, out, data = overlay_run
     labels = {mode: side["label"] for mode, side in data["sides"].items()}
@@ -136,6 +144,15 @@ def test_upstream_style_files_that_fail_outside_their_tests_are_reported_not_cra
     )
     assert "SyntaxError" in cases[("test_does_not_compile.py", "(whole file)")]["detail"]
     assert data["verdict"] == "failed" and "ci run: failed" in proc.stdout
+    # The report's check of a record finds nothing in one ci run wrote, crashes and all, but
+    # that it compares nothing: one side only.
+    from evidence import judge
+    from evidence.model import Results
+
+    record = Results.from_json(data)
+    assert judge.record_problems(record, judge.load_patterns(judge.REGRESSIONS)) == [
+        "no unmodified side: an A/B needs both"
+    ]
 
 
 def _ci_run_in_pool(out, *args):

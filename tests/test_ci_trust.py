@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 from ci_fake_github import FakeGitHub
-from ci_samples import FILE, file_run, model, refused
+from ci_samples import FILE, file_run, model, posted, refused
 
 from abtest import collect
 from ci.__main__ import main
@@ -46,7 +46,7 @@ def _publisher(fake, token=ACTIONS_TOKEN):
 def _results_dir(tmp_path, m=None, name="ci-results"):
     folder = tmp_path / name
     folder.mkdir()
-    save(m or model(), str(folder))
+    save(m or posted(), str(folder))
     return folder
 
 
@@ -130,6 +130,16 @@ def _workflow_run(tmp_path, conclusion="success", sha=HEAD, event="pull_request"
     return str(path)
 
 
+def _repository_as_text(tmp_path):
+    path = _workflow_run(tmp_path)
+    with open(path) as handle:
+        payload = json.load(handle)
+    payload["repository"] = "sgl/sglang"
+    with open(path, "w") as handle:
+        json.dump(payload, handle)
+    return path
+
+
 def _zip(files: dict) -> bytes:
     import io
     import zipfile
@@ -151,10 +161,9 @@ def _fork_pr(fake, m=None, approved=True, size=None, blob=None):
         fake.add_review(7, "maint", HEAD, "COMMENTED", at=REVIEWED)
     for ref in (HEAD, "main"):
         fake.contents[(ref, WORKFLOW)] = "f" * 40
-        for folder in reporting.BOT_CODE:
-            fake.contents[(ref, folder)] = [("run.py", "file", "1" * 40), ("sub", "dir", "2" * 40)]
+        fake.contents[(ref, "ci")] = [("run.py", "file", "1" * 40), ("sub", "dir", "2" * 40)]
     if m is not False:
-        data = json.dumps((m or model()).to_json())
+        data = json.dumps((m or posted()).to_json())
         blob = blob if blob is not None else _zip({"results.json": data, "report.md": "x"})
         fake.blobs[90] = blob
         sized = len(blob) if size is None else size
@@ -186,6 +195,26 @@ def test_workflow_run_posts_slot_comment_status_and_check_run_for_an_approved_fo
     assert bare.blob_auth == [None]  # the storage host never saw the token
 
 
+def _one_sided():
+    data = posted().to_json()
+    data["modes"] = ["change"]
+    del data["sides"]["unmodified"]
+    del data["files"][0]["modes"]["unmodified"]
+    for case in data["cases"]:
+        case["modes"].pop("unmodified")
+    return evidence_model.Results.from_json(data)
+
+
+def test_a_fork_runs_results_with_only_the_change_side_are_a_failure_not_green(
+    bare, tmp_path, monkeypatch
+):
+    _fork_pr(bare, m=_one_sided())
+    assert _fork_report(bare, monkeypatch, tmp_path) == 0
+    assert pr_states.get_slot(bare.bodies[7], "dsv4-workspace").startswith(":x:")
+    (run,) = bare.check_runs.values()
+    assert run["conclusion"] == "failure" and "no unmodified side" in run["output"]["summary"]
+
+
 def test_a_forged_green_artifact_of_an_unapproved_commit_gets_the_label_slot_only(
     bare, tmp_path, monkeypatch
 ):
@@ -195,6 +224,17 @@ def test_a_forged_green_artifact_of_an_unapproved_commit_gets_the_label_slot_onl
     assert "No approval of this commit" in pr_states.get_slot(bare.bodies[7], "dsv4-workspace")
     assert not bare.comments and not bare.statuses and not bare.check_runs
     assert bare.count("GET", r"/artifacts") == 0
+
+
+def test_a_writers_run_ci_quoted_in_a_fenced_block_posts_nothing_green_for_a_fork(
+    bare, tmp_path, monkeypatch
+):
+    _fork_pr(bare, approved=False)
+    bare.add_comment(7, f"I will NOT run this:\n```\n/run-ci {HEAD}\n```", "maint", REVIEWED)
+    assert _fork_report(bare, monkeypatch, tmp_path) == 0
+    assert "No approval of this commit" in pr_states.get_slot(bare.bodies[7], "dsv4-workspace")
+    assert [c["login"] for c in bare.comments.values()] == ["maint"]  # no sticky comment
+    assert not bare.statuses and not bare.check_runs
 
 
 def test_a_label_approval_made_after_the_run_started_does_not_count_for_it(
@@ -216,20 +256,30 @@ def test_a_run_triggered_by_someone_without_write_permission_is_not_approved_by_
     assert not bare.comments and not bare.statuses
 
 
-@pytest.mark.parametrize("changed", [WORKFLOW, "ci", "abtest", "evidence"])
-def test_a_run_whose_workflow_or_bot_code_is_not_the_default_branchs_is_never_success(
-    bare, tmp_path, monkeypatch, changed
+def test_a_run_whose_workflow_is_not_the_default_branchs_is_never_success(
+    bare, tmp_path, monkeypatch
 ):
     _fork_pr(bare)
-    bare.contents[(HEAD, changed)] = (
-        "e" * 40 if changed == WORKFLOW else [("run.py", "file", "3" * 40)]
-    )
+    bare.contents[(HEAD, WORKFLOW)] = "e" * 40
     assert _fork_report(bare, monkeypatch, tmp_path) == 0
     slot = pr_states.get_slot(bare.bodies[7], "dsv4-workspace")
-    assert slot.startswith(":x:") and f"{changed} differ from main" in slot
+    assert slot.startswith(":x:") and f"{WORKFLOW} differs from main" in slot
     (run,) = bare.check_runs.values()
     assert run["conclusion"] == "failure" and run["output"]["title"] == "Not reported"
     assert not bare.comments and not bare.statuses and bare.count("GET", r"/zip$") == 0
+
+
+def test_the_approval_of_the_commit_is_the_anchor_not_a_list_of_bot_folders(
+    bare, tmp_path, monkeypatch
+):
+    # The approved commit changes ci/: its results are reported as the judge here finds them.
+    # No folder list could cover what runs in the test job (the PR's overlay starts inside
+    # `ci run` itself), so none is read (ci/README.md, the threat model).
+    _fork_pr(bare)
+    bare.contents[(HEAD, "ci")] = [("run.py", "file", "3" * 40)]
+    assert _fork_report(bare, monkeypatch, tmp_path) == 0
+    assert pr_states.get_slot(bare.bodies[7], "dsv4-workspace").startswith(":white_check_mark:")
+    assert bare.count("GET", r"/contents/") == 2  # the workflow file, at the head and on main
 
 
 def test_an_artifact_over_the_cap_is_refused_before_it_is_downloaded(bare, tmp_path, monkeypatch):
@@ -308,7 +358,7 @@ def test_a_failed_test_job_that_left_results_is_reported_by_them_however_they_ar
 
 
 def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
-    fake, tmp_path, monkeypatch
+    fake, tmp_path, monkeypatch, capsys
 ):
     for event in (
         _workflow_run(tmp_path, event="push"),
@@ -316,8 +366,14 @@ def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
         _workflow_run(tmp_path, conclusion=None),
         _workflow_run(tmp_path, path="../../etc/passwd"),
         _workflow_run(tmp_path, created_at=None),
+        _workflow_run(tmp_path, head_repository="someone/sglang"),
+        _workflow_run(tmp_path, triggering_actor="maint"),
+        _workflow_run(tmp_path, triggering_actor=None, actor=["maint"]),
+        _repository_as_text(tmp_path),
     ):
         assert _report(fake, monkeypatch, "--workflow-run", event) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: workflow_run report: ") and len(err.splitlines()) == 1, err
     assert fake.requests == []
 
 

@@ -180,6 +180,17 @@ def test_without_a_bot_login_the_issue_is_the_tokens_users_and_a_marker_alone_ad
         server.stop()
 
 
+def test_the_tracking_issue_is_found_behind_hundreds_of_newer_issues_without_listing_them(github):
+    ours = github.add_issue(watch.TITLE, watch.MARKER + "\nold table")
+    for i in range(300):
+        github.add_issue(f"issue {i}", "someone's bug", login=f"user{i % 7}")
+    assert upsert(github, watch.MARKER + "\nnew table") == ("edited", ours)
+    assert github.count("POST", r"/issues$") == 0
+    listed = [path for method, path in github.requests if method == "GET" and "/issues?" in path]
+    assert listed and all(f"creator={BOT}" in path for path in listed)
+    assert len(listed) == 1  # one page: the bot's issues only
+
+
 def test_a_marker_issue_opened_by_someone_else_is_not_adopted(github):
     github.add_issue(watch.TITLE, watch.MARKER + "\nmallory's copy", login="mallory")
     assert upsert(github, watch.MARKER + "\nours") == ("created", 3)
@@ -297,6 +308,7 @@ def test_the_tracking_issue_renders_release_data_as_data(github, monkeypatch, ca
         ({"version": "0.5.24", "state": "a", "reason": "r", "sha256": "<b>"}, "not hex"),
         ({"version": "0.5.24", "state": "a", "reason": "r" * 5000}, "at most"),
         ({"version": "0.5.24", "state": "a", "reason": "r", "\n::error::x": 1}, "unknown key"),
+        ({"version": "0.5.24", "state": "a", "reason": "r", "##[add-mask]x": 1}, "unknown key"),
         ({"version": "0.5.24", "state": ["applied"], "reason": "r"}, "state: list"),
         ("0.5.24", "expected an object"),
     ],
@@ -309,7 +321,20 @@ def test_a_row_of_the_wrong_shape_is_exit_2_with_one_line_and_posts_nothing(
     assert main(argv + ["--api-url", github.url, "--post"]) == 2
     err = capsys.readouterr().err
     assert problem in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "##[" not in err and "::" not in err  # the runner parses "##[" anywhere in a line
     assert github.requests == []
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_a_release_rows_text_reaches_the_log_as_no_workflow_command(
+    monkeypatch, capsys, tmp_path, as_json
+):
+    reason = "##[error]x ##[add-mask]y ##[stop-commands]z\n::error::w"
+    row = {"version": "0.5.24", "state": "does not import", "reason": reason, "sha256": None}
+    argv = ["watch", "--rows", str(_rows_file(tmp_path, [row]))] + (["--json"] if as_json else [])
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert "##[" not in out.out + out.err and "::" not in out.out + out.err
 
 
 # --------------------------------------------------------- the whole check, on installed 0.5.23

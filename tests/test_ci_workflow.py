@@ -6,6 +6,7 @@ base (or default-branch) commit and never install or run the PR's package; every
 pinned by commit SHA; every job has a timeout; the results always reach the PR.
 """
 
+import json
 import os
 import re
 
@@ -189,17 +190,80 @@ PYTHONS = re.compile(
 def test_the_runner_contract_is_said_once_in_the_comment_block_at_the_top():
     lines = text(TEST_FLOW).splitlines()
     top = "\n".join(line for line in lines[: lines.index("name: PR Test (DSV4 workspace)")])
-    rest = "\n".join(lines[len(top.splitlines()) :])
+    rest = "\n".join(lines[len(top.splitlines()) :]).replace("'ephemeral-vm'", "")  # the switch
     for words in ("Ephemeral", "runner group for this repository only", "outside contributors"):
         assert words in top, words
         assert words.lower() not in rest.lower(), f"{words!r} said twice"
     assert all(line.startswith("#") or not line for line in top.splitlines())
 
 
+def _container_switch(runner: str, image: str):
+    """The test job's ``container:`` as the runner evaluates it for these repository variables:
+    the expression, read with the two values GitHub's expression language would give it."""
+    value = load(TEST_FLOW)["jobs"]["test"]["container"]
+    match = re.fullmatch(
+        r"\$\{\{ vars\.DSV4_CI_RUNNER != '([\w-]+)' && fromJSON\(format\('(.*)', "
+        r"vars\.DSV4_CI_IMAGE\)\) \|\| '' \}\}",
+        value,
+    )
+    assert match, value
+    if runner == match[1]:
+        return ""  # an empty container: the job runs on the machine itself
+    return json.loads(match[2].replace("{{", "{").replace("}}", "}").replace("{0}", image))
+
+
+def test_the_test_job_runs_in_a_fresh_gpu_container_unless_the_runner_is_an_ephemeral_vm():
+    image = "registry.example/sglang@sha256:" + "0" * 64
+    assert _container_switch("", image) == {"image": image, "options": "--gpus all"}
+    assert _container_switch("ephemeral-vm", image) == ""
+    job = load(TEST_FLOW)["jobs"]["test"]
+    assert job["defaults"]["run"]["shell"] == "bash"
+    assert job["env"]["CI_IMAGE"] == (
+        "${{ vars.DSV4_CI_RUNNER != 'ephemeral-vm' && vars.DSV4_CI_IMAGE || '' }}"
+    )
+
+
+@pytest.mark.parametrize(
+    "image, ok",
+    [
+        ("registry.example/sglang@sha256:" + "a" * 64, True),
+        ("", True),  # an ephemeral VM: no container
+        ("registry.example/sglang:v0.5.23", False),
+        ("registry.example/sglang@sha256:" + "a" * 63, False),
+        ("registry.example/sglang:latest@sha256:" + "A" * 64, False),
+    ],
+)
+def test_the_job_stops_before_the_checkout_unless_its_container_is_pinned_by_digest(
+    tmp_path, image, ok
+):
+    import subprocess
+
+    first = _test_steps()[0]["run"]
+    check = first.split("find ")[0]  # the image check, before the workspace is emptied
+    env = {"PATH": os.environ["PATH"], "CI_IMAGE": image}
+    proc = subprocess.run(["bash", "-c", check], env=env, capture_output=True, text=True)
+    assert (proc.returncode == 0) == ok, proc.stderr
+
+
+def test_no_process_the_tests_left_outlives_them_into_the_upload_step():
+    steps = _test_steps()
+    (stop,) = [i for i, s in enumerate(steps) if "kill -KILL -1" in str(s.get("run"))]
+    ab = next(i for i, s in enumerate(steps) if s.get("id") == "ab")
+    upload = next(i for i, s in enumerate(steps) if "upload-artifact" in str(s.get("uses")))
+    assert ab < stop < upload
+    assert steps[stop]["if"] == "always() && vars.DSV4_CI_RUNNER != 'ephemeral-vm'"
+
+
 def test_the_self_hosted_finding_is_ignored_inline_with_its_reason():
     (line,) = [line for line in text(TEST_FLOW).splitlines() if "self-hosted, linux" in line]
     reason = line.split("# zizmor: ignore[self-hosted-runner]", 1)[1]
     assert "what this runner must be" in reason and "top of this file" in reason
+
+
+def test_the_image_finding_is_ignored_inline_with_the_check_that_stands_for_it():
+    (line,) = [line for line in text(TEST_FLOW).splitlines() if line.startswith("    container:")]
+    reason = line.split("# zizmor: ignore[unpinned-images]", 1)[1]
+    assert "refuses an image not named by digest" in reason
 
 
 def test_no_python_the_test_job_starts_has_a_user_site():
