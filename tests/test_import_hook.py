@@ -229,10 +229,10 @@ import json
 sys.modules["sglang_overlay.release_first"] = None
 import {WORKSPACE_MODULE} as m
 import sglang_overlay
-from sglang_overlay import activation
+from sglang_overlay import plugin
 first = sglang_overlay.status()[0]["state"]
 del sys.modules["sglang_overlay.release_first"]
-activation.activate()  # what sglang's load_plugins() calls
+plugin.activate()  # what sglang's load_plugins() calls
 print(json.dumps([first, sglang_overlay.status()[0]["state"]]))
 """,
             [known],
@@ -531,8 +531,8 @@ inside.wait(10)
 pid = os.fork()
 if pid == 0:  # what sglang's load_plugins() does in a child, then a status report
     signal.alarm(5)
-    from sglang_overlay import activation, status
-    activation.activate()
+    from sglang_overlay import plugin, status
+    plugin.activate()
     print(json.dumps(status()[0]["state"]), flush=True)
     os._exit(0)
 forked.set()
