@@ -4,7 +4,6 @@ is idempotent, so whichever path comes second changes nothing. A failed activati
 breaks the user's import unless ``SGLANG_OVERLAY_STRICT=1``; the next attempt tries again.
 """
 
-
 from sglang_overlay import WORKSPACE_MODULE
 
 

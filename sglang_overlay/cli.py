@@ -30,7 +30,7 @@ MIB = float(1 << 20)
 
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not a usage block
-        self.exit(2, f"{self.prog}: {message} (see sglang-overlay --help)\n")
+        self.exit(2, f"sglang-overlay: {message} (see sglang-overlay --help)\n")
 
 
 def main(argv=None) -> int:

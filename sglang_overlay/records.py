@@ -240,11 +240,11 @@ def read(pid: int, uid: int) -> "tuple[dict | None, str | None]":
             continue
         if started is None or record.get("start_time") != started:
             continue
-        if not same_program(record.get("program"), running):
-            continue
         why = malformed(record)
         if why is not None:
             problems.append(f"{directory / name}: {why}")
+            continue
+        if not same_program(record["program"], running):
             continue
         return record, None
     return None, "; ".join(problems) or None
@@ -271,7 +271,9 @@ def prune(uid: int) -> int:
                     continue
                 pid = int(stem)
                 gone = record.get("start_time") != start_time(pid)
-                if gone or not same_program(record.get("program"), program(pid)):
+                recorded = record.get("program")
+                execed = isinstance(recorded, dict) and not same_program(recorded, program(pid))
+                if gone or execed:
                     try:
                         os.unlink(name, dir_fd=dir_fd)
                         removed += 1
