@@ -61,7 +61,6 @@ def run_json(code: str, **env):
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
-
 # Files that ``ci run`` runs in the tests, as any pull request's tests: not the project's own.
 collect_ignore = ["fixtures"]
 

@@ -25,10 +25,7 @@ def test_a_capped_child_runs_any_sequence_and_reports_the_oom_unmodified_only(
 
 
 def test_steps_are_parsed_strictly():
-    assert capped.parse_steps("16:bfloat16, 8:float8_e4m3fn") == [
-        (16, "bfloat16"),
-        (8, "float8_e4m3fn"),
-    ]
+    assert capped.parse_steps("16:bfloat16, 8:float8_e4m3fn") == [(16, "bfloat16"), (8, "float8_e4m3fn")]
     for bad in ("16", "0:bfloat16", "16:int8", "x:bfloat16"):
         try:
             capped.parse_steps(bad)

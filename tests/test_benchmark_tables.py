@@ -42,9 +42,7 @@ def _proof(file_s, ab_s, bare_s=12.0, device="cuda"):
     return {
         "file": "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py",
         "repeats": 1,
-        "seconds": {
-            k: summary([v]) for k, v in (("import", bare_s), ("file", file_s), ("ab", ab_s))
-        },
+        "seconds": {k: summary([v]) for k, v in (("import", bare_s), ("file", file_s), ("ab", ab_s))},
         "returncodes": {"file": [0], "ab": [0]},
         "over_bare_import": {"file": round(file_s / bare_s, 2), "ab": round(ab_s / bare_s, 2)},
         "goals": {"file": 1.5, "ab": 1.5} if device == "cuda" else {},

@@ -538,9 +538,7 @@ def test_a_push_landing_during_the_slot_write_gets_the_slot_put_back(fake, tmp_p
 
 def test_a_newer_writers_slot_is_never_put_back_over(fake, tmp_path, monkeypatch):
     newer = "b" * 40
-    fake.bodies[7] = pr_states.set_slot(
-        "Author's text.\n", SLOT, "Label", ":hourglass_flowing_sand:"
-    )
+    fake.bodies[7] = pr_states.set_slot("Author's text.\n", SLOT, "Label", ":hourglass_flowing_sand:")
 
     def push_and_newer_report(server):
         server.heads[7] = newer
@@ -620,7 +618,9 @@ def test_a_process_the_file_leaves_behind_dies_with_it_and_holds_nothing_up(tmp_
             os.kill(pid, signal.SIGKILL)
 
 
-def test_ctrl_c_between_starting_a_file_and_registering_it_still_stops_it(tmp_path, monkeypatch):
+def test_ctrl_c_between_starting_a_file_and_registering_it_still_stops_it(
+    tmp_path, monkeypatch
+):
     # Ctrl-C kills the groups registered so far; a file started just before that and
     # registered just after must not run on (here it would sleep until the run's timeout).
     stopping = threading.Event()

@@ -97,12 +97,8 @@ def test_a_missing_results_folder_is_a_usage_error(capsys, tmp_path):
 
 def test_format_and_style_are_ticked_only_when_check_passed(tmp_path):
     series, results = seriesdir.load(), load(str(_results(tmp_path)))
-    passed = pr_description.render(
-        series, results, "r", pr_description.CheckState(True, "hooks pass")
-    )
-    skipped = pr_description.render(
-        series, results, "r", pr_description.CheckState(None, "not run")
-    )
+    passed = pr_description.render(series, results, "r", pr_description.CheckState(True, "hooks pass"))
+    skipped = pr_description.render(series, results, "r", pr_description.CheckState(None, "not run"))
     assert passed.count("- [x]") == skipped.count("- [x]") + 2
     assert "- [x] Add unit tests" in passed and "- [ ] Update documentation" in passed
 
