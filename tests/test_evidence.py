@@ -19,20 +19,13 @@ def _build(runs, patterns=(), modes=("unmodified", "change")):
 def test_each_result_comes_from_its_channel_line_and_nothing_from_the_log():
     run = file_run(
         "change",
-        [
-            ("test_grow", "fail", "Traceback ...\nAssertionError: 160.0", 160.0),
-            ("test_keep", "pass"),
-        ]
+        [("test_grow", "fail", "Traceback ...\nAssertionError: 160.0", 160.0), ("test_keep", "pass")]
         + [("setUpClass", "skip", "no CUDA device")],
     )
     run = replace(run, output="nothing here is read\n")
     m = _build([run], modes=("change",))
     grow, keep, skipped = (c.modes["change"] for c in m.cases)
-    assert [c.test for c in m.cases] == [
-        f"{CLS}.test_grow",
-        f"{CLS}.test_keep",
-        f"{CLS}.setUpClass",
-    ]
+    assert [c.test for c in m.cases] == [f"{CLS}.test_grow", f"{CLS}.test_keep", f"{CLS}.setUpClass"]
     assert (grow.outcome, grow.peak_mib, grow.duration_s) == ("fail", 160.0, 0.5)
     assert "AssertionError: 160.0" in grow.detail
     assert (keep.outcome, keep.detail, skipped.detail) == ("pass", "", "no CUDA device")
@@ -158,10 +151,7 @@ def _mutated(tmp_path, mutate):
         (lambda d: d.pop("cases"), "missing field 'cases'"),
         (lambda d: d.update(schema=99), "schema: 99"),
         (lambda d: d.update(verdict="great"), "verdict"),
-        (
-            lambda d: d["cases"][0]["modes"]["change"].update(outcome="great"),
-            "modes.change.outcome",
-        ),
+        (lambda d: d["cases"][0]["modes"]["change"].update(outcome="great"), "modes.change.outcome"),
         (lambda d: d["cases"][1].update(kind="meh"), r"cases\[1\].kind"),
         (lambda d: d["cases"][0]["modes"]["change"].update(peak_mib="96"), "peak_mib"),
         (lambda d: d["cases"][0]["modes"]["change"].update(peak_mib=-1), "peak_mib"),
@@ -170,14 +160,8 @@ def _mutated(tmp_path, mutate):
         (lambda d: d["cases"][0].update(line=10**7), "line"),
         (lambda d: d["cases"][0].update(line=0), "line"),
         (lambda d: d["cases"][0]["modes"].update({"x\n::error::forged": {}}), "not one of the run"),
-        (
-            lambda d: d["files"][0]["modes"].update(change="broken"),
-            "files.0.modes.change|expected an object",
-        ),
-        (
-            lambda d: d["files"][0]["modes"]["change"].update(returncode=10**400),
-            "integer of 401 digits",
-        ),
+        (lambda d: d["files"][0]["modes"].update(change="broken"), "files.0.modes.change|expected an object"),
+        (lambda d: d["files"][0]["modes"]["change"].update(returncode=10**400), "integer of 401 digits"),
         (lambda d: d["files"][0].update(suite="a b"), "suite"),
         (lambda d: d["sides"]["change"].update(label=7), "label"),
         (lambda d: d["sides"]["change"].update(commit="not hex"), "commit"),
