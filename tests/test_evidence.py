@@ -2,6 +2,7 @@
 untrusted input (every shape and bound checked once, at load)."""
 
 import json
+import re
 from dataclasses import FrozenInstanceError, replace
 
 import pytest
@@ -192,3 +193,17 @@ def test_results_that_are_not_a_plain_small_utf8_file_are_refused(tmp_path):
 def test_the_loaded_model_is_exactly_what_was_judged():
     m = model()
     assert Results.from_json(json.loads(json.dumps(m.to_json()))) == m
+
+
+def test_every_command_in_the_committed_evidence_names_a_module_of_this_repository():
+    from conftest import REPO
+
+    commands = {
+        module
+        for path in (REPO / "docs").rglob("*.md")
+        for module in re.findall(r"python -m ([A-Za-z_][\w.]*)", path.read_text())
+    }
+    assert commands, "no command found: the pattern is wrong"
+    where = {m: REPO / m.replace(".", "/") for m in commands}
+    stale = [m for m, p in sorted(where.items()) if not (p.is_dir() or p.with_suffix(".py").exists())]
+    assert stale == []  # e.g. tools.series, renamed to series
