@@ -152,7 +152,7 @@ def malformed(record: dict) -> "str | None":
     if not isinstance(record.get("workspace_imported"), bool):
         return "no workspace_imported flag"
     if not isinstance(record.get("program"), dict):
-        return "no program identity (written by an overlay before 0.3.0: restart the process)"
+        return "no identity of the program that wrote it"
     misconfigured = record.get("misconfigured", [])
     if not isinstance(misconfigured, list) or not all(isinstance(m, str) for m in misconfigured):
         return "misconfigured is not a list of settings"
