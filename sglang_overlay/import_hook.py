@@ -13,7 +13,7 @@ from sglang_overlay import WORKSPACE_MODULE
 
 # The workspace module, patched right after it runs, and sglang itself: a process that imported
 # sglang records that it has the overlay, whether or not it ever imports the workspace module.
-WATCHED = (WORKSPACE_MODULE, "sglang")
+WATCHED = frozenset({WORKSPACE_MODULE, "sglang"})  # one hash lookup per import
 
 
 class WorkspaceImportHook:
