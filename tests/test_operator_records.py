@@ -248,13 +248,15 @@ def test_a_runtime_directory_of_another_user_is_not_believed(runtime_dir, sglang
 
 
 def test_a_record_that_is_a_link_or_too_large_is_not_believed(tmp_path, sglang_sleeper):
-    for kind in ("link", "large"):
+    for kind in ("link", "link-to-dev-zero", "large"):
         runtime_dir = tmp_path / kind
         runtime_dir.mkdir(mode=0o700)
         record = runtime_dir / f"{sglang_sleeper}.json"
         if kind == "link":
             plant(tmp_path / "elsewhere.json", claim_applied(sglang_sleeper))
             record.symlink_to(tmp_path / "elsewhere.json")
+        elif kind == "link-to-dev-zero":  # read through, it never ends
+            record.symlink_to("/dev/zero")
         else:  # valid JSON, padded past the cap
             record.write_text(json.dumps(claim_applied(sglang_sleeper)) + " " * (1 << 20))
         code, rows, _ = status(runtime_dir, sglang_sleeper)
@@ -306,6 +308,8 @@ def test_pruning_never_deletes_through_a_linked_runtime_directory(tmp_path):
     victim.write_text(json.dumps({"start_time": "1", "patches": []}))  # a "dead" process's
     link = tmp_path / "records"
     link.symlink_to(target)
+    if os.geteuid() == 0:  # as in the attack: another user's link
+        os.lchown(link, NOBODY, NOBODY)
     status(link, os.getpid())  # (about no process: status skips itself; pruning is the point)
     assert victim.exists()
 
