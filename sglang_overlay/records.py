@@ -99,11 +99,11 @@ def open_dir(directory: Path, uid: int) -> int:
     except FileNotFoundError:
         raise
     except OSError as exc:  # ELOOP: a symbolic link; ENOTDIR: a file
-        raise Untrusted(f"{directory} is not a plain directory ({exc.strerror})") from None
+        raise Untrusted(f"its directory is not a plain directory ({exc.strerror})") from None
     why = untrusted_dir(fd, uid)
     if why is not None:
         os.close(fd)
-        raise Untrusted(f"{directory}: {why}")
+        raise Untrusted(why)
     return fd
 
 
@@ -115,24 +115,24 @@ def load(dir_fd: int, name: str, uid: int) -> dict:
     except FileNotFoundError:
         raise
     except OSError as exc:
-        raise Untrusted(f"{name} cannot be opened as a file ({exc.strerror})") from None
+        raise Untrusted(f"cannot be opened as a file ({exc.strerror})") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise Untrusted(f"{name} is not a regular file ({stat.filemode(info.st_mode)})")
+            raise Untrusted(f"not a regular file ({stat.filemode(info.st_mode)})")
         if info.st_uid not in (uid, 0):
-            raise Untrusted(f"{name} belongs to uid {info.st_uid}, not {uid} or root")
+            raise Untrusted(f"the file belongs to uid {info.st_uid}, not {uid} or root")
         data = os.read(fd, MAX_RECORD_BYTES + 1)
     finally:
         os.close(fd)
     if len(data) > MAX_RECORD_BYTES:
-        raise Untrusted(f"{name} is larger than {MAX_RECORD_BYTES} bytes")
+        raise Untrusted(f"larger than {MAX_RECORD_BYTES} bytes")
     try:
         record = json.loads(data)
     except ValueError:
-        raise Untrusted(f"{name} is not JSON") from None
+        raise Untrusted("not JSON") from None
     if not isinstance(record, dict):
-        raise Untrusted(f"{name} is not a JSON object")
+        raise Untrusted("not a JSON object")
     return record
 
 
