@@ -99,7 +99,7 @@ def open_dir(directory: Path, uid: int) -> int:
     except FileNotFoundError:
         raise
     except OSError as exc:  # ELOOP: a symbolic link; ENOTDIR: a file
-        raise Untrusted(f"its directory is not a plain directory ({exc.strerror})") from None
+        raise Untrusted(f"its directory is a link or no directory ({exc.strerror})") from None
     why = untrusted_dir(fd, uid)
     if why is not None:
         os.close(fd)
