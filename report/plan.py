@@ -135,7 +135,7 @@ def plan(request: ReportRequest) -> ReportPlan:
     model, comment, statuses = None, None, []
     if state == "results":
         if not request.results:
-            raise RequestError("--results DIR is required with --state results")
+            raise RequestError("--results DIR is required: the folder `ci run --out` wrote")
         try:
             model = artifact.load_results(request.results)
         except artifact.ArtifactError as exc:

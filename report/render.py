@@ -119,19 +119,23 @@ def cell(case: Case, mode: str) -> str:
     return word
 
 
-def environment_line(environment: dict) -> str:
-    """The runner's environment in one line; a record of any other shape shows what it can."""
+def environment_line(environment: dict, backend: str = "cuda") -> str:
+    """The runner's environment in one line, naming the device the tests ran on: the GPUs and
+    CUDA of a CUDA run; "CPU" for a CPU run, whatever CUDA build torch carries or GPUs the
+    machine has (``ci run --backend cpu``). A record of any other shape shows what it can."""
     env = _mapping(environment)
-    parts = []
-    for gpu in _sequence(env.get("gpus")):
-        gpu = _mapping(gpu)
-        parts.append(f"{gpu.get('name')} (driver {gpu.get('driver')})")
     modes = _mapping(env.get("modes"))
     change = _mapping(modes.get("change"))
     probe = change or _mapping(next(iter(modes.values()), {}))
+    on_cuda = backend != "cpu"
+    parts = [] if on_cuda else ["CPU"]
+    for gpu in _sequence(env.get("gpus")) if on_cuda else ():
+        gpu = _mapping(gpu)
+        parts.append(f"{gpu.get('name')} (driver {gpu.get('driver')})")
     if probe.get("torch"):
         parts.append(f"torch {probe['torch']}")
-    parts.append(f"CUDA {probe['cuda']}" if probe.get("cuda") else "no CUDA")
+    if on_cuda:
+        parts.append(f"CUDA {probe['cuda']}" if probe.get("cuda") else "no CUDA")
     if probe.get("sglang"):
         parts.append(f"sglang {probe['sglang']}")
     for mode, info in modes.items():
@@ -150,6 +154,17 @@ def environment_line(environment: dict) -> str:
     if probe.get("python"):
         parts.append(f"Python {probe['python']}")
     return " \u00b7 ".join(escape_inline(p) for p in parts)
+
+
+def what_ran(results: Results) -> str:
+    """The heading's name for the files that ran: the registered tests, the one file, or how
+    many (a CPU demo runs only the project's CPU proof)."""
+    paths = [file.path for file in results.files]
+    if paths and all(p.startswith("test/registered/") for p in paths):
+        return "the registered tests"
+    if len(paths) == 1:
+        return safe_clip(escape_inline(paths[0]), 120)
+    return f"{len(paths)} test files"
 
 
 def _mapping(value) -> dict:
@@ -218,7 +233,7 @@ def _parts(results, slot, run_id, run_url, artifacts_url) -> tuple:
     """(heading and summary, flagged-file lines, table header, table rows, the lines after)."""
     head = [
         comment_marker(slot),
-        f"### {STATES[overall_state(results)]} A/B of the registered tests on "
+        f"### {STATES[overall_state(results)]} A/B of {what_ran(results)} on "
         + safe_clip(escape_inline(results.backend), 40),
         "",
         _summary_sentence(results),
@@ -237,7 +252,8 @@ def _parts(results, slot, run_id, run_url, artifacts_url) -> tuple:
             f"| {safe_clip(escape_name(name), 300)} | {case.kind} | "
             f"{cell(case, 'unmodified')} | {cell(case, 'change')} |"
         )
-    tail = ["", f"Environment: {safe_clip(environment_line(results.environment), ENV_CHARS)}"]
+    environment = environment_line(results.environment, results.backend)
+    tail = ["", f"Environment: {safe_clip(environment, ENV_CHARS)}"]
     links = []
     if run_url:
         label = f"Run #{safe_clip(escape_inline(run_id), 40)}" if run_id else "run"

@@ -1,24 +1,20 @@
 """The two activation paths, funnelled into ``on_workspace_import``: the start-up hook calls
-it right after the workspace module runs; sglang's plugin loader calls ``activate``. Applying
+it right after the workspace module runs; sglang's plugin loader calls ``plugin.activate``. Applying
 is idempotent, so whichever path comes second changes nothing. A failed activation never
 breaks the user's import unless ``SGLANG_OVERLAY_STRICT=1``; the next attempt tries again.
 """
 
-import sys
-
 from sglang_overlay import WORKSPACE_MODULE
 
 
-def activate() -> None:
-    """Entry point for sglang's plugin loader."""
-    from sglang_overlay import import_hook
-
-    import_hook.install()
-    module = sys.modules.get(WORKSPACE_MODULE)
-    if module is not None:
-        on_workspace_import(module, via="sglang plugin loader")
+def on_import(module, via: str) -> None:
+    """What the start-up hook calls right after ``module`` ran: patch the workspace module;
+    for sglang itself, record that this process has the overlay (and has not imported the
+    workspace module yet), so that ``status --processes`` can tell it from one without."""
+    if getattr(module, "__name__", None) == WORKSPACE_MODULE:
+        on_workspace_import(module, via)
         return
-    try:  # an sglang process that has not imported the module (yet): it says so too
+    try:
         from sglang_overlay import overlay
 
         overlay.publish()

@@ -30,7 +30,7 @@ MIB = float(1 << 20)
 
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not a usage block
-        self.exit(2, f"{self.prog}: {message} (see sglang-overlay --help)\n")
+        self.exit(2, f"sglang-overlay: {message} (see sglang-overlay --help)\n")
 
 
 def main(argv=None) -> int:
@@ -53,9 +53,20 @@ def main(argv=None) -> int:
         action="store_true",
         help="every live sglang process: its state, overlay build and workspace high-water mark",
     )
+    show.add_argument(
+        "--pid",
+        type=int,
+        action="append",
+        metavar="PID",
+        help="with --processes: only this process (repeatable)",
+    )
     args = parser.parse_args(argv)
+    if args.pid and not args.processes:
+        show.error("--pid needs --processes")
     try:
-        return processes_status(args.json) if args.processes else fresh_status(args.json)
+        if args.processes:
+            return processes_status(args.json, set(args.pid) if args.pid else None)
+        return fresh_status(args.json)
     except KeyboardInterrupt:
         print("sglang-overlay: interrupted", file=sys.stderr)
         return 130
@@ -82,38 +93,58 @@ def fresh_status(as_json: bool) -> int:
     return 0 if all(r["state"] in OK_STATES for r in records) and not problems else 1
 
 
-def processes_status(as_json: bool) -> int:
+def processes_status(as_json: bool, pids: "set[int] | None" = None) -> int:
     from sglang_overlay import records
-    from sglang_overlay.overlay import OK_STATES
 
     records.prune(os.getuid())
-    rows = [row for p in records.processes() for row in process_rows(p)]
+    rows = [row for p in records.processes(pids) for row in process_rows(p)]
     if as_json:
         print(json.dumps(rows, indent=2))
     elif not rows:
-        say("no live sglang process on this machine")
+        among = f" among pids {', '.join(map(str, sorted(pids)))}" if pids else ""
+        say(f"no live sglang process on this machine{among}")
     for r in rows if not as_json else ():
         say(
             f"pid {r['pid']}  {r['state']}  overlay {r['overlay_version']}  high-water "
             f"{r['high_water_bytes'] / MIB:.1f} MiB  sglang {r['sglang_version']}  {r['command']}"
         )
         say(f"    {r['reason']}")
-    ok = all(r["state"] in OK_STATES or r["workspace_imported"] is False for r in rows)
-    return 0 if ok else 1
+    return 0 if all(row_ok(r) for r in rows) else 1
+
+
+def row_ok(row: dict) -> bool:
+    """Whether a live process's row passes: it runs the fixed code, is unfixed on purpose, or
+    has not imported the workspace module; never a record not believed or a setting not
+    recognised."""
+    from sglang_overlay.overlay import OK_STATES
+
+    if row["state"] in ("invalid-record", "misconfigured"):
+        return False
+    return row["state"] in OK_STATES or row["workspace_imported"] is False
 
 
 def process_rows(process: dict) -> "list[dict]":
-    """One row per patch of a live process, from its record (``unpatched`` without one)."""
+    """One row per patch of a live process, from its record: ``unpatched`` without one,
+    ``invalid-record`` when the record found is not believed (records.py says why),
+    ``misconfigured`` when the process started with a setting the overlay does not recognise."""
     base = {"pid": process["pid"], "command": process["command"][:200]}
     record = process["record"]
     if record is None:
+        if process.get("problem"):
+            state = "invalid-record"
+            reason = f"its record is not believed: {process['problem']}"
+        else:
+            state = "unpatched"
+            reason = (
+                "no record: the process started before the overlay was installed, or the "
+                "overlay did not load in it; restart it to get the fix"
+            )
         return [
             {
                 **base,
                 "patch": PATCH_ID,
-                "state": "unpatched",
-                "reason": "no record: the process started before the overlay was installed, "
-                "or the overlay did not load in it; restart it to get the fix",
+                "state": state,
+                "reason": reason,
                 "sglang_version": None,
                 "overlay_version": None,
                 "high_water_bytes": 0,
@@ -121,7 +152,12 @@ def process_rows(process: dict) -> "list[dict]":
             }
         ]
     keep = ("high_water_bytes", "workspace_imported", "overlay_version", "overlay_path", "python")
-    return [{**base, **patch, **{k: record.get(k) for k in keep}} for patch in record["patches"]]
+    rows = [{**base, **patch, **{k: record.get(k) for k in keep}} for patch in record["patches"]]
+    problems = record.get("misconfigured") or []
+    for row in rows if problems else ():
+        row["reason"] = f"not recognised: {'; '.join(problems)}; so: {row['reason']}"
+        row.update(state="misconfigured", patch_state=row["state"])
+    return rows
 
 
 def say(line: str) -> None:
@@ -136,6 +172,7 @@ def fresh_process_status() -> dict:
     try:
         proc = subprocess.run(
             [sys.executable, "-c", PROBE],
+            env=probe_env(),
             capture_output=True,
             text=True,
             timeout=PROBE_TIMEOUT_S,
@@ -155,6 +192,13 @@ def fresh_process_status() -> dict:
                     "in site-packages, and site processing on?); " + r["reason"]
                 )
     return report
+
+
+def probe_env() -> dict:
+    """This environment for the fresh process, without prometheus_client's multiprocess
+    directory: the probe must add no series to the host's /metrics."""
+    multiprocess = ("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir")
+    return {k: v for k, v in os.environ.items() if k not in multiprocess}
 
 
 def _failed(reason: str) -> dict:

@@ -11,6 +11,10 @@ import sys
 
 from sglang_overlay import WORKSPACE_MODULE
 
+# The workspace module, patched right after it runs, and sglang itself: a process that imported
+# sglang records that it has the overlay, whether or not it ever imports the workspace module.
+WATCHED = frozenset({WORKSPACE_MODULE, "sglang"})  # one hash lookup per import
+
 
 class WorkspaceImportHook:
     """Meta-path finder for the workspace module; never finds anything itself."""
@@ -23,7 +27,7 @@ class WorkspaceImportHook:
         self._searching = set()
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != WORKSPACE_MODULE:
+        if fullname not in WATCHED:
             return None
         me = _thread.get_ident()
         if me in self._searching:
@@ -86,7 +90,7 @@ class ActivatingLoader:
                 WORKSPACE_MODULE,
             )
             return
-        activation.on_workspace_import(module, via="start-up hook")
+        activation.on_import(module, via="start-up hook")
 
 
 HOOK = WorkspaceImportHook()

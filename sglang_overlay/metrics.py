@@ -3,9 +3,12 @@
 
 prometheus_client picks single or multiprocess mode from ``PROMETHEUS_MULTIPROC_DIR`` when it
 is first imported, and sglang sets that variable before importing it: so the overlay imports
-it only where the host already has, or the variable is set, never first.
+it only where the host already has, or the variable is set, never first. In multiprocess mode
+the gauges' files end with the process: it marks itself dead at exit (``mark_process_dead``),
+so ``/metrics`` never goes on exporting a process that is gone.
 """
 
+import atexit
 import os
 import sys
 
@@ -19,9 +22,7 @@ def update(fields: dict, states) -> None:
     """Set this process's gauges from its published ``fields``, where there are gauges."""
     global _gauges
     if _gauges is None:
-        multiprocess = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get(
-            "prometheus_multiproc_dir"
-        )
+        multiprocess = multiprocess_dir()
         if "prometheus_client" not in sys.modules and not multiprocess:
             return
         try:
@@ -42,6 +43,8 @@ def update(fields: dict, states) -> None:
                 multiprocess_mode="liveall",
             ),
         )
+        if multiprocess:
+            atexit.register(_mark_dead, multiprocess)
     state_gauge, high_water_gauge = _gauges
     for record in fields["patches"]:
         for state in states:
@@ -49,3 +52,18 @@ def update(fields: dict, states) -> None:
                 1 if state == record["state"] else 0
             )
         high_water_gauge.labels(record["patch"]).set(fields["high_water_bytes"])
+
+
+def multiprocess_dir() -> "str | None":
+    """prometheus_client's multiprocess directory, as it reads it."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir")
+
+
+def _mark_dead(directory: str) -> None:
+    """At exit: remove this process's live gauges (ours and any other) from ``directory``."""
+    try:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(os.getpid(), directory)
+    except Exception:  # reporting must never break the process's exit
+        pass

@@ -13,7 +13,7 @@ import sys
 import threading
 from dataclasses import asdict, dataclass, replace
 
-from sglang_overlay import PATCH_ID, __version__, config, shapes
+from sglang_overlay import PATCH_ID, __version__, config, hook_watch, shapes
 from sglang_overlay.notices import logger, warn_once
 
 STATES = (
@@ -143,8 +143,9 @@ def apply_to_module(module) -> None:
         done = next((a for a in reversed(_applied) if a.cls is cls), None)
         if done is not None:
             live = vars(cls).get(done.method)
-            if live is done.patched:
-                return  # already applied; the other activation path got here first
+            if live is done.patched:  # already applied; the other activation path got here first
+                hook_watch.follow(publish)  # (sglang may have loaded its registry since)
+                return
             hook = _foreign_hook(live, done.patched)
             if hook is not None:  # never stack a second copy under another vendor's hook
                 _record(hook[0], done.target, hook[1])
@@ -166,13 +167,16 @@ def apply_to_module(module) -> None:
 
         method = found.shape.method
         original = vars(found.cls)[method]
-        patched = functools.update_wrapper(release_first.build(found.shape, module), original)
+        patched = functools.update_wrapper(
+            release_first.build(found.shape, module, publish), original
+        )
         patched.__sglang_overlay_patch__ = PATCH_ID  # for people reading it; never trusted
         setattr(found.cls, method, patched)
         done = _Applied(
             module.__name__, found.cls, method, original, patched, found.target, found.reason
         )
         _applied.append(done)
+        hook_watch.follow(publish)  # a hook applied over ours later is published too
         _record("applied", found.target, found.reason)
         logger.info("sglang-overlay: %s applied to %s (%s)", PATCH_ID, found.target, found.reason)
 
@@ -289,7 +293,8 @@ def publish() -> None:
             patches = status()
             replacements = sys.modules.get("sglang_overlay.release_first")
             high_water = replacements.REPLACEMENTS.high_water_bytes if replacements else 0
-            key = (tuple((r["state"], r["reason"]) for r in patches), high_water)
+            misconfigured = config.problems()
+            key = (tuple((r["state"], r["reason"]) for r in patches), high_water, *misconfigured)
             if key == _published:
                 return
             _published = key
@@ -297,6 +302,7 @@ def publish() -> None:
                 "patches": patches,
                 "high_water_bytes": high_water,
                 "workspace_imported": shapes.WORKSPACE_MODULE in sys.modules,
+                "misconfigured": misconfigured,
                 "overlay_version": __version__,
                 "overlay_path": os.path.dirname(os.path.abspath(__file__)),
                 "python": sys.executable,

@@ -3,8 +3,9 @@
 import re
 from dataclasses import replace
 
-from ci_samples import FILE, model, workspace_runs
+from ci_samples import FILE, file_run, model, sides, workspace_runs
 
+from evidence import judge
 from report import render
 from report.pr_states import BODY_LIMIT, MISSING_LABEL
 
@@ -24,6 +25,34 @@ def test_evidence_table_names_each_side_by_what_it_ran_and_shows_the_peaks():
     assert "| preservation | Pass · peak 96.0 MiB | Pass · peak 96.0 MiB |" in text
     assert "NVIDIA H200 (driver 580.65)" in text and "torch 2.11.0" in text
     assert "[Run #7](https://ci/7)" in text and "(https://ci/7#a)" in text
+
+
+PROOF = "proofs/cpu/test_dsv4_workspace_cpu_peak.py"
+# A CPU run of a CUDA build of torch on a machine with a GPU: only the CPU ran the tests.
+CPU_RUN = {
+    "gpus": [{"name": "NVIDIA H200", "driver": "580.65", "memory": "143771 MiB"}],
+    "modes": {
+        "change": {"torch": "2.11.0+cu130", "cuda": "13.0", "cuda_available": False},
+    },
+}
+
+
+def cpu_proof_model():
+    runs = [
+        file_run(mode, [("test_grow", "pass", "", None)], path=PROOF)
+        for mode in ("unmodified", "change")
+    ]
+    return judge.build(runs, "cpu", sides(), {PROOF: "base-a-test-cpu"}, [], environment=CPU_RUN)
+
+
+def test_the_heading_names_what_ran_and_the_environment_the_device_that_ran():
+    text = render.comment(cpu_proof_model(), "dsv4")
+    heading = next(line for line in text.splitlines() if line.startswith("### "))
+    assert heading.endswith(f"A/B of {render.escape_inline(PROOF)} on cpu")
+    environment = next(line for line in text.splitlines() if line.startswith("Environment:"))
+    assert environment.startswith("Environment: CPU") and "torch 2.11.0+cu130" in environment
+    assert "CUDA" not in environment and "H200" not in environment
+    assert "A/B of the registered tests on cuda" in render.comment(model(), "dsv4")
 
 
 def test_a_test_name_full_of_markdown_and_comment_markers_cannot_break_anything():

@@ -19,6 +19,13 @@ def test_report_on_missing_or_broken_results_exits_2(tmp_path, capsys):
     assert "not JSON" in capsys.readouterr().err
 
 
+def test_report_without_results_names_the_flag_that_is_missing_and_no_other(capsys):
+    assert main(["report", "--repo", "o/r", "--pr", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--results DIR is required" in err and "--state" not in err  # never given
+    assert len(err.splitlines()) == 1
+
+
 def test_report_dry_run_prints_the_slot_comment_and_statuses(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("GITHUB_TOKEN", "ghs_never_printed")
     save(posted(), str(tmp_path))

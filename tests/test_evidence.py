@@ -2,6 +2,7 @@
 untrusted input (every shape and bound checked once, at load)."""
 
 import json
+import re
 from dataclasses import FrozenInstanceError, replace
 
 import pytest
@@ -77,6 +78,14 @@ def test_a_listed_regression_that_passes_unmodified_makes_the_run_void_with_its_
         "is the change already in it?",
     )
     assert m.files[0].flags == (judge.FLAG_NOT_REPRODUCED,)
+
+
+def test_a_file_is_flagged_not_reproduced_only_when_every_test_passes_unmodified():
+    # One test fails unmodified (the bug shows), one passes (a preservation test): no flag.
+    assert model(workspace_runs(grow_unmodified="fail")).files[0].flags == ()
+    assert model(workspace_runs(grow_unmodified="pass")).files[0].flags == (
+        judge.FLAG_NOT_REPRODUCED,
+    )
 
 
 def test_an_unmodified_side_that_runs_nothing_makes_the_run_void():
@@ -212,6 +221,7 @@ def _mutated(tmp_path, mutate):
         (lambda d: d["cases"][0]["modes"]["change"].update(peak_mib=1e12), "peak_mib"),
         (lambda d: d["cases"][0].update(file="../../etc/passwd.py"), "relative test-file path"),
         (lambda d: d["cases"][0].update(line=10**7), "line"),
+        (lambda d: d["cases"][0].update(line=0), "line"),
         (lambda d: d["cases"][0]["modes"].update({"x\n::error::forged": {}}), "not one of the run"),
         (
             lambda d: d["files"][0]["modes"].update(change="broken"),
@@ -251,3 +261,17 @@ def test_results_that_are_not_a_plain_small_utf8_file_are_refused(tmp_path):
 def test_the_loaded_model_is_exactly_what_was_judged():
     m = model()
     assert Results.from_json(json.loads(json.dumps(m.to_json()))) == m
+
+
+def test_every_command_in_the_committed_evidence_names_a_module_of_this_repository():
+    from conftest import REPO
+
+    commands = {
+        module
+        for path in (REPO / "docs").rglob("*.md")
+        for module in re.findall(r"python -m ([A-Za-z_][\w.]*)", path.read_text())
+    }
+    assert commands, "no command found: the pattern is wrong"
+    where = {m: REPO / m.replace(".", "/") for m in commands}
+    stale = [m for m, p in sorted(where.items()) if not (p.is_dir() or p.with_suffix(".py").exists())]
+    assert stale == []  # e.g. tools.series, renamed to series

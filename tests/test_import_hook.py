@@ -179,8 +179,9 @@ def test_finding_a_spec_is_not_an_import_and_activates_nothing(overlay_env, know
             f"""
 import importlib.util, json
 specs = [importlib.util.find_spec(n) is not None for n in ("sglang", {WORKSPACE_MODULE!r})]
-loaded = [m for m in ("sglang_overlay.activation", "sglang_overlay.overlay",
-                      "sglang_overlay.shapes", {WORKSPACE_MODULE!r}) if m in sys.modules]
+# (find_spec of a submodule imports its parents: sglang, whose import the overlay records;
+# never the workspace module, never the fix)
+loaded = [m for m in ("sglang_overlay.release_first", {WORKSPACE_MODULE!r}) if m in sys.modules]
 print(json.dumps([specs, loaded]))
 """,
             [known],
@@ -229,10 +230,10 @@ import json
 sys.modules["sglang_overlay.release_first"] = None
 import {WORKSPACE_MODULE} as m
 import sglang_overlay
-from sglang_overlay import activation
+from sglang_overlay import plugin
 first = sglang_overlay.status()[0]["state"]
 del sys.modules["sglang_overlay.release_first"]
-activation.activate()  # what sglang's load_plugins() calls
+plugin.activate()  # what sglang's load_plugins() calls
 print(json.dumps([first, sglang_overlay.status()[0]["state"]]))
 """,
             [known],
@@ -531,8 +532,8 @@ inside.wait(10)
 pid = os.fork()
 if pid == 0:  # what sglang's load_plugins() does in a child, then a status report
     signal.alarm(5)
-    from sglang_overlay import activation, status
-    activation.activate()
+    from sglang_overlay import plugin, status
+    plugin.activate()
     print(json.dumps(status()[0]["state"]), flush=True)
     os._exit(0)
 forked.set()

@@ -59,9 +59,12 @@ overlay_runs.observe("default_process", "serve", SERVER.replace("ROWS", "2048"))
 overlay_runs.observe("disabled_process", "serve", SERVER.replace("ROWS", "64"))
 
 
-def processes(runtime_dir):
+def processes(runtime_dir, *pids):
+    """``status --processes`` about the processes the test started (``--pid``), never about
+    other processes of the machine: its exit code and its rows by pid."""
+    pid_options = [word for pid in pids for word in ("--pid", str(pid))]
     proc = overlay_runs.POOL.run(
-        [sys.executable, "-m", "sglang_overlay", "status", "--processes", "--json"],
+        [sys.executable, "-m", "sglang_overlay", "status", "--processes", "--json", *pid_options],
         env=clean_env(SGLANG_OVERLAY_RUNTIME_DIR=str(runtime_dir)),
         cwd="/",
         timeout=BOUND_S,
@@ -76,10 +79,10 @@ def _records_scenario(server, runtime_dir):
     three requests that reuse the buffer; one past the high-water mark; then stopped."""
     seen = {"pid": server.pid}
     overlay_runs.serve_until_ready(server)
-    seen["code"], rows = processes(runtime_dir)
+    seen["code"], rows = processes(runtime_dir, server.pid)
     seen["row"] = rows.get(server.pid)
     overlay_runs.ask(server, 4096)
-    seen["row_after_growth"] = processes(runtime_dir)[1].get(server.pid)
+    seen["row_after_growth"] = processes(runtime_dir, server.pid)[1].get(server.pid)
     record = runtime_dir / f"{server.pid}.json"
     seen["record_mode"] = oct(record.stat().st_mode & 0o777) if record.exists() else None
     record.unlink(missing_ok=True)
@@ -90,7 +93,7 @@ def _records_scenario(server, runtime_dir):
     seen["record_after_replacement"] = json.loads(record.read_text()) if record.exists() else None
     seen["files_after_replacement"] = sorted(p.name for p in runtime_dir.iterdir())
     overlay_runs.stop(server)
-    seen["listed_after_exit"] = sorted(processes(runtime_dir)[1])
+    seen["listed_after_exit"] = sorted(processes(runtime_dir, server.pid)[1])
     seen["files_after_exit"] = sorted(p.name for p in runtime_dir.iterdir())
     return seen
 
@@ -98,7 +101,7 @@ def _records_scenario(server, runtime_dir):
 @overlay_runs.drive("disabled_process")
 def _disabled_scenario(server, runtime_dir):
     overlay_runs.serve_until_ready(server)
-    code, rows = processes(runtime_dir)
+    code, rows = processes(runtime_dir, server.pid)
     return {"code": code, "row": rows.get(server.pid)}
 
 
@@ -135,12 +138,11 @@ def test_a_disabled_process_is_listed_as_such_and_passes(disabled_process):
 
 
 def test_a_live_sglang_process_without_a_record_is_unpatched_even_if_its_pid_had_one(
-    runtime_dir, default_process, disabled_process
+    runtime_dir,
 ):
     # sglang renames its processes (sglang::scheduler_TP0); this one started "before the
     # install": no record. A record left by an earlier process with the same pid has another
-    # start time and must not be taken for this one's. (After the shared servers: their own
-    # `status --processes` would list this process too.)
+    # start time and must not be taken for this one's.
     # Popen returns once the program runs, under the name given as its argv[0].
     sleeper = subprocess.Popen(["sglang::scheduler_TP0", "300"], executable=shutil.which("sleep"))
     try:
@@ -148,7 +150,7 @@ def test_a_live_sglang_process_without_a_record_is_unpatched_even_if_its_pid_had
         (runtime_dir / f"{sleeper.pid}.json").write_text(
             json.dumps({**forged, "pid": sleeper.pid, "start_time": "1"})
         )
-        code, rows = processes(runtime_dir)
+        code, rows = processes(runtime_dir, sleeper.pid)
         row = rows[sleeper.pid]
         assert (
             row["state"] == "unpatched"
@@ -162,26 +164,35 @@ def test_a_live_sglang_process_without_a_record_is_unpatched_even_if_its_pid_had
 
 # ------------------------------------------------------------------------- Prometheus gauges
 
-REPLACE_AND_EXIT = """
-import sys, torch
+# Replaces once, says its pid, and lives until its stdin closes.
+REPLACE_AND_WAIT = """
+import os, sys, torch
 import sglang.srt.layers.attention.dsv4.sparse_prefill_utils as m
 m.SparsePrefillKVBuffer(torch.device("cpu")).get(int(sys.argv[1]))
-print(__import__("os").getpid())
+print(os.getpid(), flush=True)
+sys.stdin.read()
 """
 
 
-def test_gauges_per_process_in_prometheus_multiprocess_mode(tmp_path, known):
+def multiprocess_samples(metrics_dir) -> dict:
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.multiprocess import MultiProcessCollector
 
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(metrics_dir))
+    return gauge_samples(generate_latest(registry).decode())
+
+
+def test_gauges_per_process_in_prometheus_multiprocess_mode_end_with_the_process(tmp_path, known):
     metrics_dir = tmp_path / "prometheus"
     metrics_dir.mkdir()
     started = {
         rows: subprocess.Popen(
-            [sys.executable, "-c", overlay_runs.standin_prelude(known) + REPLACE_AND_EXIT]
+            [sys.executable, "-c", overlay_runs.standin_prelude(known) + REPLACE_AND_WAIT]
             + [str(rows)],
             env=clean_env(PROMETHEUS_MULTIPROC_DIR=str(metrics_dir)),
             cwd="/",
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -191,35 +202,43 @@ def test_gauges_per_process_in_prometheus_multiprocess_mode(tmp_path, known):
     pids = {}
     try:
         for rows, proc in started.items():
-            out, err = proc.communicate(timeout=BOUND_S)
+            line = proc.stdout.readline()
+            assert line.strip().isdigit(), proc.stderr.read()[-2000:] if proc.poll() else line
+            pids[int(line)] = rows
+        live = multiprocess_samples(metrics_dir)
+        for proc in started.values():  # a clean exit
+            out, err = proc.communicate("", timeout=BOUND_S)
             assert proc.returncode == 0, err[-2000:]
-            pids[int(out.split()[-1])] = rows
     finally:
         for proc in started.values():
             proc.kill()  # only one still running after a failure: nothing left behind
             proc.communicate()
-    registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=str(metrics_dir))
-    samples = gauge_samples(generate_latest(registry).decode())
     for pid, rows in pids.items():
         labels = {"patch": PATCH_ID, "pid": str(pid), "overlay_version": __version__}
-        assert (
-            samples[
-                ("sglang_overlay_patch_state", frozenset({**labels, "state": "applied"}.items()))
-            ]
-            == 1
-        )
-        assert (
-            samples[
-                ("sglang_overlay_patch_state", frozenset({**labels, "state": "pending"}.items()))
-            ]
-            == 0
-        )
+        state = "sglang_overlay_patch_state"
+        assert live[(state, frozenset({**labels, "state": "applied"}.items()))] == 1
+        assert live[(state, frozenset({**labels, "state": "pending"}.items()))] == 0
         del labels["overlay_version"]
-        assert (
-            samples[("sglang_overlay_workspace_high_water_bytes", frozenset(labels.items()))]
-            == rows * ROW_BYTES
-        )
+        high_water = ("sglang_overlay_workspace_high_water_bytes", frozenset(labels.items()))
+        assert live[high_water] == rows * ROW_BYTES
+    # Gone with their processes: no series of theirs is exported any more.
+    after = multiprocess_samples(metrics_dir)
+    assert not [key for key in after if dict(key[1]).get("pid") in {str(p) for p in pids}]
+
+
+def test_status_adds_no_series_to_the_multiprocess_directory(tmp_path):
+    metrics_dir = tmp_path / "prometheus"
+    metrics_dir.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_overlay", "status", "--json"],
+        env=clean_env(PROMETHEUS_MULTIPROC_DIR=str(metrics_dir)),
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+    )
+    assert json.loads(proc.stdout)[0]["state"] == "applied", proc.stderr[-2000:]
+    assert sorted(p.name for p in metrics_dir.iterdir()) == []
 
 
 def gauge_samples(text: str) -> dict:
@@ -301,7 +320,10 @@ def replace(self, num_tokens, dtype):
 HookRegistry.register(target, {"AROUND": around, "REPLACE": replace}[HOOK], HookType[HOOK])
 HookRegistry.apply_hooks()
 hooked = vars(m.SparsePrefillKVBuffer)["_reserve"]
-steps = [sglang_overlay.status()[0]]
+from sglang_overlay import records
+record, problem = records.read(__import__("os").getpid(), __import__("os").getuid())
+steps = [record and record["patches"][0]["state"], problem]  # what status --processes reads
+steps.append(sglang_overlay.status()[0])
 steps.append(sglang_overlay.apply()[0])
 steps.append(vars(m.SparsePrefillKVBuffer)["_reserve"] is hooked)
 before = release_first.REPLACEMENTS.high_water_bytes
@@ -328,7 +350,8 @@ def test_another_hook_over_the_method_is_reported_by_status_apply_and_remove(
     hook, state, runs, default_process, plugin_loader_after_process
 ):
     process = {"AROUND": default_process, "REPLACE": plugin_loader_after_process}[hook]
-    seen, applied, unchanged, ran, removed, still = process.value(HOOKS[hook])
+    recorded, problem, seen, applied, unchanged, ran, removed, still = process.value(HOOKS[hook])
+    assert (recorded, problem) == (state, None)  # the record follows the hook at once
     assert (seen["state"], applied["state"], removed["state"]) == (state, state, state)
     assert "hook_registry.py" in seen["reason"] and "remove() cannot" in removed["reason"]
     assert (unchanged, ran, still) == (True, runs, True)
@@ -367,7 +390,15 @@ def test_the_patched_method_compiles_with_fullgraph(default_process):
 
 
 @pytest.mark.parametrize(
-    "argv", [[], ["frobnicate"], ["status", "--bogus"], ["status", "--json", "extra"]]
+    "argv",
+    [
+        [],
+        ["frobnicate"],
+        ["status", "--bogus"],
+        ["status", "--json", "extra"],
+        ["status", "--pid", "1"],
+        ["status", "--processes", "--pid", "one"],
+    ],
 )
 def test_bad_usage_is_one_line_and_exit_two(argv):
     proc = subprocess.run(

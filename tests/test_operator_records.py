@@ -1,0 +1,323 @@
+"""``sglang-overlay status --processes`` as a health check runs it (as root, on a shared machine):
+it believes only a record nobody else could have written, deletes nothing through a link, never
+hangs, crashes or hides a process on a bad record, finds every sglang command line, and follows
+the process's program and settings. Each test looks only at the processes it started
+(``--pid``), each in a runtime directory of its own.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import overlay_runs
+import pytest
+import standin
+from conftest import clean_env, until
+
+from sglang_overlay import PATCH_ID
+from sglang_overlay.command_lines import runs_sglang
+
+BOUND_S = 120
+NOBODY = 65534
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root can plant another user's file")
+
+
+@pytest.fixture
+def runtime_dir(tmp_path):
+    path = tmp_path / "records"
+    path.mkdir(mode=0o700)
+    return path
+
+
+@pytest.fixture(scope="module")
+def known(tmp_path_factory):
+    return overlay_runs.standin_root(tmp_path_factory)
+
+
+@pytest.fixture
+def sglang_sleeper():
+    """A live process with one of the names sglang gives its processes, and no record."""
+    sleeper = subprocess.Popen(["sglang::scheduler_TP0", "300"], executable=shutil.which("sleep"))
+    yield sleeper.pid
+    sleeper.send_signal(signal.SIGKILL)
+    sleeper.wait(timeout=BOUND_S)
+
+
+def status(runtime_dir, *pids, timeout=BOUND_S):
+    """``status --processes --json`` about ``pids`` only: (exit code, rows by pid, stderr)."""
+    options = [word for pid in pids for word in ("--pid", str(pid))]
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_overlay", "status", "--processes", "--json", *options],
+        env=clean_env(SGLANG_OVERLAY_RUNTIME_DIR=str(runtime_dir)),
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return proc.returncode, {row["pid"]: row for row in json.loads(proc.stdout)}, proc.stderr
+
+
+def claim_applied(pid: int) -> dict:
+    """A record of ``pid`` claiming ``applied``, right in every field a reader can check: its
+    start time and its program, read from /proc as the overlay writes them."""
+    fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+    exe = os.stat(f"/proc/{pid}/exe")
+    return {
+        "patches": [{"patch": PATCH_ID, "state": "applied", "reason": "forged"}],
+        "high_water_bytes": 0,
+        "workspace_imported": True,
+        "overlay_version": "0.3.0",
+        "pid": pid,
+        "start_time": fields[19],
+        "program": {"exe_dev": exe.st_dev, "exe_ino": exe.st_ino, "stack_start": int(fields[25])},
+    }
+
+
+# ------------------------------------------------------------------------- command lines
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        "python -W ignore -m sglang.launch_server",
+        "python3 -S -W ignore -m sglang.launch_server --port 1",
+        "python -X importtime -m sglang.launch_server",
+        "python -Xfrozen_modules=off -I -u -O -OO -m sglang.launch_server",
+        "python -SW ignore -m sglang.launch_server",
+        "python -SWignore -msglang.launch_server",
+        "python3.12 -Im sglang",
+        "python --check-hash-based-pycs never -m sglang.bench_serving",
+        "/venv/bin/python /venv/bin/sglang serve --model-path m",
+        "sglang serve --model-path m",
+        "sglang::scheduler_TP0",
+    ],
+)
+def test_every_sglang_command_line_is_found_whatever_options_precede_it(argv):
+    assert runs_sglang(argv.split())
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        "python -W ignore script.py",
+        "python -X importtime -c import sglang",
+        "python -m sglang_overlay status",
+        "/venv/bin/python /venv/bin/sglang-overlay status",
+        "python -W",
+        "python -",
+        "bash sglang",
+    ],
+)
+def test_other_command_lines_are_not_sglang(argv):
+    assert not runs_sglang(argv.split())
+
+
+FAKE_SERVER = "import sys\nprint('ready', flush=True)\nsys.stdin.read()\n"
+
+
+def test_an_unpatched_server_behind_interpreter_options_is_listed(tmp_path, runtime_dir):
+    # -S: no site, so no start-up hook and no record: the server runs unmodified sglang.
+    (tmp_path / "sglang").mkdir()
+    (tmp_path / "sglang" / "__init__.py").write_text("")
+    (tmp_path / "sglang" / "launch_server.py").write_text(FAKE_SERVER)
+    argv = [sys.executable, "-S", "-W", "ignore", "-m", "sglang.launch_server"]
+    with serving(argv, PYTHONPATH=str(tmp_path)) as server:
+        code, rows, _ = status(runtime_dir, server.pid)
+    assert rows[server.pid]["state"] == "unpatched" and code == 1
+
+
+def test_a_process_that_never_imported_the_workspace_module_passes(tmp_path, runtime_dir):
+    # A client (python -m sglang.bench_serving): the overlay loaded, sglang imported, the
+    # workspace module never.
+    root = standin.write(tmp_path / "standin")
+    (root / "sglang" / "bench_serving.py").write_text(FAKE_SERVER)
+    argv = [sys.executable, "-m", "sglang.bench_serving"]
+    environment = {"PYTHONPATH": str(root), "SGLANG_OVERLAY_RUNTIME_DIR": str(runtime_dir)}
+    with serving(argv, **environment) as client:
+        code, rows, _ = status(runtime_dir, client.pid)
+    row = rows[client.pid]
+    assert (row["state"], row["workspace_imported"], code) == ("pending", False, 0)
+
+
+class serving:
+    """A process started with ``argv`` that has said ``ready``; stopped (stdin closed, then
+    killed) on the way out."""
+
+    def __init__(self, argv, **variables):
+        self.proc = subprocess.Popen(
+            argv,
+            env=clean_env(**variables),
+            cwd="/",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.pid = self.proc.pid
+
+    def __enter__(self):
+        line = self.proc.stdout.readline()
+        if line.strip() != "ready":
+            self.__exit__()
+            raise AssertionError(f"not ready: {line!r} {self.proc.stderr.read()[-3000:]}")
+        return self
+
+    def __exit__(self, *_):
+        self.proc.kill()
+        self.proc.communicate(timeout=BOUND_S)
+
+
+# ----------------------------------------------------------------------- the record's truth
+
+PATCHED_THEN = """
+import os, sys, torch
+import sglang.srt.layers.attention.dsv4.sparse_prefill_utils as m
+m.SparsePrefillKVBuffer(torch.device("cpu")).get(64)
+print("ready", flush=True)
+"""
+THEN_EXEC = (
+    PATCHED_THEN
+    + """
+sys.stdin.readline()
+os.execv(sys.argv[1], ["sglang::scheduler_TP0", "300"])
+"""
+)
+
+
+def test_a_process_that_execs_another_program_is_judged_by_what_it_runs_now(known, runtime_dir):
+    argv = [sys.executable, "-c", overlay_runs.standin_prelude(known) + THEN_EXEC]
+    sleep = shutil.which("sleep")
+    with serving(argv + [sleep], SGLANG_OVERLAY_RUNTIME_DIR=str(runtime_dir)) as server:
+        code, rows, _ = status(runtime_dir, server.pid)
+        assert (rows[server.pid]["state"], code) == ("applied", 0)
+        server.proc.stdin.write("exec\n")
+        server.proc.stdin.flush()
+        exe = os.path.realpath(sleep)
+        assert until(lambda: os.path.realpath(f"/proc/{server.pid}/exe") == exe)
+        code, rows, _ = status(runtime_dir, server.pid)  # same pid, same start time
+    assert (rows[server.pid]["state"], code) == ("unpatched", 1)
+
+
+def test_a_live_process_started_with_a_junk_setting_is_misconfigured(known, runtime_dir):
+    argv = [sys.executable, "-c", overlay_runs.standin_prelude(known) + PATCHED_THEN + "input()"]
+    variables = {"SGLANG_OVERLAY_RUNTIME_DIR": str(runtime_dir), "SGLANG_OVERLAY_DISABLE": "none"}
+    with serving(argv, **variables) as server:
+        code, rows, _ = status(runtime_dir, server.pid)
+    row = rows[server.pid]
+    assert (row["state"], row["patch_state"], code) == ("misconfigured", "disabled", 1)
+    assert "SGLANG_OVERLAY_DISABLE='none' not recognised" in row["reason"]
+
+
+# ------------------------------------------------------------- records that are not believed
+
+
+def plant(path, record, mode=0o600):
+    path.write_text(json.dumps(record))
+    path.chmod(mode)
+
+
+def test_a_record_in_a_directory_others_may_write_is_not_believed(runtime_dir, sglang_sleeper):
+    runtime_dir.chmod(0o777)
+    plant(runtime_dir / f"{sglang_sleeper}.json", claim_applied(sglang_sleeper))
+    code, rows, _ = status(runtime_dir, sglang_sleeper)
+    row = rows[sglang_sleeper]
+    assert (row["state"], code) == ("invalid-record", 1)
+    assert "writable by others" in row["reason"]
+
+
+@as_root
+def test_a_record_another_user_wrote_is_not_believed(runtime_dir, sglang_sleeper):
+    record = runtime_dir / f"{sglang_sleeper}.json"
+    plant(record, claim_applied(sglang_sleeper))
+    os.chown(record, NOBODY, NOBODY)
+    code, rows, _ = status(runtime_dir, sglang_sleeper)
+    assert (rows[sglang_sleeper]["state"], code) == ("invalid-record", 1)
+    assert f"belongs to uid {NOBODY}" in rows[sglang_sleeper]["reason"]
+
+
+@as_root
+def test_a_runtime_directory_of_another_user_is_not_believed(runtime_dir, sglang_sleeper):
+    plant(runtime_dir / f"{sglang_sleeper}.json", claim_applied(sglang_sleeper))
+    os.chown(runtime_dir, NOBODY, NOBODY)
+    code, rows, _ = status(runtime_dir, sglang_sleeper)
+    assert (rows[sglang_sleeper]["state"], code) == ("invalid-record", 1)
+
+
+def test_a_record_that_is_a_link_or_too_large_is_not_believed(tmp_path, sglang_sleeper):
+    for kind in ("link", "link-to-dev-zero", "large"):
+        runtime_dir = tmp_path / kind
+        runtime_dir.mkdir(mode=0o700)
+        record = runtime_dir / f"{sglang_sleeper}.json"
+        if kind == "link":
+            plant(tmp_path / "elsewhere.json", claim_applied(sglang_sleeper))
+            record.symlink_to(tmp_path / "elsewhere.json")
+        elif kind == "link-to-dev-zero":  # read through, it never ends
+            record.symlink_to("/dev/zero")
+        else:  # valid JSON, padded past the cap
+            record.write_text(json.dumps(claim_applied(sglang_sleeper)) + " " * (1 << 20))
+        code, rows, _ = status(runtime_dir, sglang_sleeper)
+        assert (rows[sglang_sleeper]["state"], code) == ("invalid-record", 1), kind
+
+
+def test_a_fifo_record_is_reported_at_once(runtime_dir, sglang_sleeper):
+    os.mkfifo(runtime_dir / f"{sglang_sleeper}.json", 0o600)
+    # A bound, never a measurement: a reader that blocks on the FIFO waits forever.
+    code, rows, _ = status(runtime_dir, sglang_sleeper, timeout=60)
+    assert (rows[sglang_sleeper]["state"], code) == ("invalid-record", 1)
+    assert "not a regular file" in rows[sglang_sleeper]["reason"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda r: r.pop("patches"),
+        lambda r: r.update(patches=[]),
+        lambda r: r.update(patches=[{"patch": PATCH_ID}]),
+        lambda r: r.update(patches="applied"),
+        lambda r: r.update(high_water_bytes="lots"),
+        lambda r: r.pop("program"),
+    ],
+    ids=[
+        "no-patches",
+        "empty-patches",
+        "patch-without-state",
+        "patches-string",
+        "high-water",
+        "no-program",
+    ],
+)
+def test_a_malformed_record_never_hides_the_process(runtime_dir, sglang_sleeper, change):
+    record = claim_applied(sglang_sleeper)
+    change(record)
+    plant(runtime_dir / f"{sglang_sleeper}.json", record)
+    code, rows, _ = status(runtime_dir, sglang_sleeper)
+    assert (rows[sglang_sleeper]["state"], code) == ("invalid-record", 1)
+
+
+# ----------------------------------------------------------------------------------- pruning
+
+
+def test_pruning_never_deletes_through_a_linked_runtime_directory(tmp_path):
+    target = tmp_path / "someone-elses"
+    target.mkdir(mode=0o700)
+    victim = target / "12345.json"
+    victim.write_text(json.dumps({"start_time": "1", "patches": []}))  # a "dead" process's
+    link = tmp_path / "records"
+    link.symlink_to(target)
+    if os.geteuid() == 0:  # as in the attack: another user's link
+        os.lchown(link, NOBODY, NOBODY)
+    status(link, os.getpid())  # (about no process: status skips itself; pruning is the point)
+    assert victim.exists()
+
+
+def test_pruning_deletes_a_dead_process_record_of_this_user_only(runtime_dir):
+    dead = runtime_dir / "12345.json"
+    dead.write_text(json.dumps({"start_time": "1", "patches": []}))
+    kept = runtime_dir / "notes.txt"
+    kept.write_text("not a record")
+    status(runtime_dir, os.getpid())
+    assert (dead.exists(), kept.exists()) == (False, True)

@@ -1,0 +1,77 @@
+"""The release-first method as this working tree builds it (not the installed copy the other
+tests import): the old buffer is gone before the new one is allocated, and each built method
+has the parameters of the method it replaces. Run on the stand-in torch in milliseconds, so that
+an edit of ``sglang_overlay/`` shows here without a reinstall.
+"""
+
+import json
+
+import overlay_runs
+import pytest
+from conftest import REPO, run_python
+
+# The installed overlay came in through the .pth; this program forgets it and imports the
+# working tree's. The workspace's ``device`` is read right before the allocation (torch.empty's
+# argument): at that moment the owner must hold no buffer, the old buffer must be unreachable
+# (no local reference keeps it alive), and a reserve must have forgotten its cached head.
+PROGRAM = """
+import gc, inspect, json, sys, weakref
+for name in [m for m in sys.modules if m.split(".")[0] == "sglang_overlay"]:
+    del sys.modules[name]
+sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "is_sglang_overlay_hook", 0)]
+sys.path[:0] = [REPO, STANDIN]
+import torch
+import sglang.srt.layers.attention.dsv4.sparse_prefill_utils as module
+from sglang_overlay import release_first, shapes
+assert release_first.__file__.startswith(REPO), release_first.__file__
+
+seen = []
+
+class Workspace:
+    def __init__(self):
+        self._buffer, self._head_source, self.old = None, "head", None
+
+    @property
+    def device(self):
+        gc.collect()
+        seen.append({"owner_holds_none": self._buffer is None,
+                     "old_released": self.old is None or self.old() is None,
+                     "head_forgotten": self._head_source is None})
+        return "cpu"
+
+found = shapes.recognise(module)
+assert found.state == "recognised", found
+original = vars(found.cls)[found.shape.method]
+built = release_first.build(found.shape, module, publish=lambda: None)
+workspace = Workspace()
+built(workspace, 64, torch.bfloat16)  # the first: nothing to release
+workspace.old = weakref.ref(workspace._buffer)
+seen.clear()
+built(workspace, 128, torch.bfloat16)  # grows: the 64-row buffer must go first
+parameters = [
+    [[p.name, str(p.kind), repr(p.default)] for p in inspect.signature(f, follow_wrapped=False).parameters.values()]
+    for f in (built, original)
+]
+print(json.dumps({"seen": seen, "parameters": parameters}))
+"""
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = overlay_runs.standin_root(tmp_path_factory)
+    program = PROGRAM.replace("REPO", repr(str(REPO))).replace("STANDIN", repr(str(root)))
+    proc = run_python(program)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_old_buffer_is_released_before_the_new_one_is_allocated(built):
+    released = {"owner_holds_none": True, "old_released": True, "head_forgotten": True}
+    assert built["seen"] and all(read == released for read in built["seen"]), built["seen"]
+
+
+def test_the_built_method_has_the_parameters_of_the_method_it_replaces(built):
+    # follow_wrapped=False: the patched function's own parameters (inspect.signature would
+    # otherwise follow __wrapped__ to the original and compare it with itself).
+    ours, original = built["parameters"]
+    assert ours == original
