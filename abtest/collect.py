@@ -94,6 +94,21 @@ def select(root, backend, suite=None, stage=None, shard=None, nightly=False, tes
     return selected
 
 
+def not_here(root, backend, tests=(), trees=()) -> list:
+    """Files among ``tests`` registered for other backends only, each with why it did not run
+    on ``backend`` (the report says so: a CUDA test is not silently missing from a CPU run)."""
+    files = [p for p in test_files(root, tests) if _parsed(p)]
+    reader = registry_reader(trees)
+    backends: dict = {}
+    for r in reader.collect_tests(files, sanity_check=False):
+        backends.setdefault(r.filename, set()).add(r.backend.name.lower())
+    return [
+        {"file": os.path.relpath(path, root), "why": f"registered for {', '.join(sorted(on))} only"}
+        for path, on in sorted(backends.items())
+        if backend not in on
+    ]
+
+
 def _parsed(path: str) -> ast.Module | None:
     try:
         with open(path, "rb") as handle:

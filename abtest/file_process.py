@@ -50,6 +50,8 @@ class Channel:
         peak = _cuda("max_memory_allocated") if started is not None else None
         if peak is not None:
             record["peak_mib"] = round(peak / MIB, 2)
+        elif _published_peak(test_id) is not None:
+            record["peak_mib"] = _published_peak(test_id)
         with open(self.fd, "wb", closefd=False) as channel:  # flushed whole as it closes
             channel.write((json.dumps(record) + "\n").encode())
 
@@ -63,6 +65,17 @@ def _cuda(call: str):
             return getattr(torch.cuda, call)()
     except Exception:
         pass
+    return None
+
+
+def _published_peak(test_id: str):
+    """The peak in MiB the file measured itself, where it has no CUDA one: ``PEAKS_MIB`` on
+    ``__main__``, keyed by test method name (the project's CPU proof publishes its live-memory
+    peaks there); None when absent or not a number."""
+    peaks = getattr(sys.modules.get("__main__"), "PEAKS_MIB", None)
+    value = peaks.get(test_id.rpartition(".")[2]) if isinstance(peaks, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e7:
+        return round(float(value), 2)
     return None
 
 

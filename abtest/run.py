@@ -93,6 +93,7 @@ def execute(request: RunRequest, log) -> Results:
         "shard": request.shard,
         "files": paths,
         "regressions": list(patterns),
+        "not_run": collect.not_here(root, backend, request.tests, trees),
     }
     suites = {s.path: s.suite for s in selected}
     ci_env = dict(modes.UPSTREAM_CI_ENV) if upstream_ci else None

@@ -1,4 +1,5 @@
-"""One PNG per regression case: the peak of CUDA memory each side allocated during the test.
+"""One PNG per regression case: the peak of memory each side allocated during the test (CUDA
+memory on cuda, the live CPU memory the test measured itself on cpu).
 
 Drawn at the end of ``ci run`` with matplotlib's Agg backend from the peaks the runner measured
 (``peak_mib``); a case without a measured peak on both sides (every case on CPU) gets no
@@ -65,7 +66,8 @@ def _draw(plt, results, case, path) -> None:
         ax.annotate(f"{word}, peak {peak:.1f} MiB", (x, peak), ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(MODES)))
     ax.set_xticklabels([results.label(m).replace("$", "") for m in MODES], fontsize=7)
-    ax.set_ylabel("CUDA memory allocated at the peak (MiB)", fontsize=7)
+    memory = "CUDA memory allocated" if results.backend == "cuda" else "live CPU memory"
+    ax.set_ylabel(f"{memory} at the peak (MiB)", fontsize=7)
     ax.set_ylim(0, max(peaks) * 1.3 + 1)
     ax.set_title(case.test.split(".")[-1].replace("_", " ").replace("$", ""), fontsize=8)
     fig.tight_layout()

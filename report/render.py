@@ -229,6 +229,20 @@ def comment(results, slot, run_id=None, run_url=None, artifacts_url=None, limit=
     return assemble(flags, rows, excerpts, note)
 
 
+def not_run_lines(results, shown: int = 20) -> list:
+    """One line per selected file that did not run on this backend, and why (the runner's
+    ``selection.not_run``; an artifact's, so every value is checked and escaped)."""
+    entries = results.selection.get("not_run")
+    entries = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+    lines = [
+        f"Not run on {escape_inline(results.backend)}: {safe_clip(escape_name(e.get('file')), 300)} "
+        f"({safe_clip(escape_inline(e.get('why')), 100)})"
+        for e in entries[:shown]
+        if isinstance(e.get("file"), str) and isinstance(e.get("why"), str)
+    ]
+    return [*lines, ""] if lines else []
+
+
 def _parts(results, slot, run_id, run_url, artifacts_url) -> tuple:
     """(heading and summary, flagged-file lines, table header, table rows, the lines after)."""
     head = [
@@ -253,7 +267,7 @@ def _parts(results, slot, run_id, run_url, artifacts_url) -> tuple:
             f"{cell(case, 'unmodified')} | {cell(case, 'change')} |"
         )
     environment = environment_line(results.environment, results.backend)
-    tail = ["", f"Environment: {safe_clip(environment, ENV_CHARS)}"]
+    tail = ["", *not_run_lines(results), f"Environment: {safe_clip(environment, ENV_CHARS)}"]
     links = []
     if run_url:
         label = f"Run #{safe_clip(escape_inline(run_id), 40)}" if run_id else "run"

@@ -125,12 +125,15 @@ def ab_table(results) -> list:
 def _counts_sentence(results) -> str:
     counts = {k: v for k, v in results.counts().items() if v}
     parts = ", ".join(f"{n} {kind}" for kind, n in counts.items())
-    measured = (
-        " Peaks are the CUDA memory allocated during each test, from the caching allocator's "
-        "statistics in the test's own process."
-        if any(m.peak_mib is not None for c in results.cases for m in c.modes.values())
-        else ""
-    )
+    peaks = any(m.peak_mib is not None for c in results.cases for m in c.modes.values())
+    measured = ""
+    if peaks and results.backend == "cuda":
+        measured = (
+            " Peaks are the CUDA memory allocated during each test, from the caching allocator's "
+            "statistics in the test's own process."
+        )
+    elif peaks:
+        measured = " Peaks are the live CPU memory each test measured in its own process."
     return f"{len(results.cases)} tests on the {results.backend} backend: {parts}.{measured}"
 
 

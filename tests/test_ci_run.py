@@ -57,6 +57,15 @@ def test_the_cpu_tests_reproduce_the_bug_unmodified_and_pass_with_the_overlay(ov
     ]
     grow = next(c for c in data["cases"] if c["file"] == proof and "grow" in c["test"])
     assert "peaked at 160.0 MiB" in grow["modes"]["unmodified"]["detail"]
+    # The proof publishes the live CPU memory it measured: each side's peak, as on CUDA.
+    peaks = {m: grow["modes"][m]["peak_mib"] for m in ("unmodified", "change")}
+    assert peaks == {"unmodified": 160.0, "change": 96.0}
+    # The CUDA test under test/registered did not run here, and the report says why.
+    report = (overlay_run[1] / "report.md").read_text()
+    assert (
+        "Not run on cpu: test/registered/unit/layers/attention/"
+        "test\\_dsv4\\_sparse\\_prefill\\_workspace.py (registered for cuda only)" in report
+    )
     # As sglang's CI runs them: every regression failed its retry too.
     for case in data["cases"]:
         if case["kind"] == "regression":

@@ -32,6 +32,11 @@ BUFFER = (
 )
 
 
+# test method -> the peak it measured (MiB): ci run's file process reports it as the test's
+# peak, as it does the CUDA allocator's for a CUDA test.
+PEAKS_MIB = {}
+
+
 def peak_mib(requests) -> float:
     """The peak of live CPU tensor memory while a fresh buffer serves ``requests`` (fresh: a
     block allocated before profiling starts would be released without a size)."""
@@ -55,7 +60,7 @@ def peak_mib(requests) -> float:
 
 class TestSparsePrefillReplacementPeakOnCpu(CustomTestCase):
     def assert_fits_budget(self, old, new):
-        peak = peak_mib([old, new])
+        peak = PEAKS_MIB[self._testMethodName] = peak_mib([old, new])
         self.assertLessEqual(
             peak,
             BUDGET_MIB,
@@ -73,7 +78,9 @@ class TestSparsePrefillReplacementPeakOnCpu(CustomTestCase):
         self.assert_fits_budget((TOKENS_96_MIB, BF16), (TOKENS_96_MIB, FP8))
 
     def test_replacement_peak_stays_below_100_mib(self):
-        peak = peak_mib([(TOKENS_64_MIB, BF16), (TOKENS_96_MIB, BF16)])
+        peak = PEAKS_MIB[self._testMethodName] = peak_mib(
+            [(TOKENS_64_MIB, BF16), (TOKENS_96_MIB, BF16)]
+        )
         self.assertLess(peak, PEAK_LIMIT_MIB)
 
     def test_retained_view_keeps_its_storage_and_values(self):
