@@ -1,0 +1,524 @@
+"""Find every method that replaces a tensor it still references by allocating the new one first.
+
+``self.buf = torch.empty(...)`` evaluates the right-hand side while ``self.buf`` still owns the
+old tensor, so the replacement briefly needs old + new. This module reads Python source with
+``ast`` only (it never imports what it reads) and classifies each such site; it knows nothing
+about sglang's layout (``audit_tree`` does) and prints nothing. It is stdlib only on purpose:
+``grow_hook.py`` runs it as a plain file from a pre-commit hook.
+
+What counts as an allocation: ``torch.X(...)`` for X in ``TORCH_ALLOCATORS`` and ``t.new_X(...)``,
+also at the root of a method chain (``torch.zeros(n).to(dev)``), directly or through a local
+bound to one. Not counted: ``.to(...)``, ``.clone()``, ``torch.cat``/``stack`` of the old value:
+the new tensor is copied from the old one, so both must live during the copy whatever the order;
+and ``torch.tensor``/``as_tensor`` (built from host data, not sized by a request).
+"""
+
+import ast
+import re
+from dataclasses import asdict, dataclass, replace
+
+TORCH_ALLOCATORS = frozenset(
+    "empty zeros ones full empty_like zeros_like ones_like full_like empty_strided "
+    "rand randn randint arange".split()
+)
+NEW_METHODS = frozenset("new_empty new_zeros new_ones new_full new_empty_strided".split())
+VERDICTS = (
+    "grows-while-held",
+    "releases-first",
+    "keeps-old-on-purpose",
+    "views-escape",
+    "init-only",
+)
+MARKER = re.compile(r"#\s*grows-while-held:\s*keeps-old-on-purpose\b[ \t:,-]*(?P<reason>.*)")
+# Words of the size expression's names (split at "_") -> what the size grows with.
+GROWS_WITH_WORDS = {
+    "tokens": {"token", "tokens", "tok", "ntok", "ntokens", "row", "rows"},
+    "context": {"seq", "seqs", "seqlen", "seqlens", "context", "ctx", "prefix", "page", "pages"},
+    "batch": {"batch", "bs", "bsz", "req", "reqs", "request", "requests"},
+    "capacity": {"capacity", "cap"},
+}
+VIEW_METHODS = frozenset(
+    "view view_as reshape narrow select unflatten flatten as_strided permute transpose t "
+    "unsqueeze squeeze expand expand_as split chunk unbind detach contiguous".split()
+)
+INIT_METHODS = frozenset({"__init__", "__post_init__", "__new__"})
+
+
+@dataclass(frozen=True)
+class Site:
+    """One allocation that replaces a value reached from the method's ``self``."""
+
+    file: str
+    qualname: str
+    line: int
+    target: str  # normalised: the first parameter is always called "self"
+    allocator: str
+    verdict: str
+    grows_with: "tuple[str, ...]"
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "grows_with": list(self.grows_with)}
+
+
+def audit_source(source: str, file: str) -> "list[Site]":
+    """Every replacement-by-allocation site in one module's source (SyntaxError propagates)."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    sites = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            sites.extend(_ClassAudit(node, file, lines).sites())
+    return sorted(sites, key=lambda s: s.line)
+
+
+# -- expressions --------------------------------------------------------------------------------
+
+
+def _chain(node, roots: dict) -> "str | None":
+    """``self.a[k].b`` -> "self.a[k].b" when the chain starts at a root (self or an alias)."""
+    if isinstance(node, ast.Name):
+        return roots.get(node.id)
+    if isinstance(node, ast.Attribute):
+        base = _chain(node.value, roots)
+        return base and f"{base}.{node.attr}"
+    if isinstance(node, ast.Subscript):
+        base = _chain(node.value, roots)
+        return base and f"{base}[{_slice(node.slice)}]"
+    return None
+
+
+def _slice(node) -> str:
+    if isinstance(node, ast.Tuple):
+        return ", ".join(ast.unparse(e) for e in node.elts)
+    return ast.unparse(node)
+
+
+def _shape(key: str) -> str:
+    """A key with its subscripts blanked: ``self.ws[ratio]`` and ``self.ws[1]`` share a slot."""
+    return re.sub(r"\[[^\]]*\]", "[]", key)
+
+
+def _covers(released: str, key: str) -> bool:
+    return _shape(key) == _shape(released) or key.startswith((released + ".", released + "["))
+
+
+def _allocator(value) -> "ast.Call | None":
+    """The allocating call at the root of ``value``, if it is a fresh tensor."""
+    if isinstance(value, ast.IfExp):
+        return _allocator(value.body) or _allocator(value.orelse)
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        func = value.func
+        if func.attr in NEW_METHODS:
+            return value
+        if isinstance(func.value, ast.Name) and func.value.id == "torch":
+            return value if func.attr in TORCH_ALLOCATORS else None
+        value = func.value  # torch.empty(...).to(dev): look at the root of the chain
+    return None
+
+
+def _allocator_name(call: ast.Call) -> str:
+    func = call.func
+    return f"torch.{func.attr}" if func.attr not in NEW_METHODS else f".{func.attr}"
+
+
+def _names(node) -> "set[str]":
+    out = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            out.add(sub.id)
+        elif isinstance(sub, ast.Attribute):
+            out.add(sub.attr)
+    return out
+
+
+def _grows_with(call: ast.Call, local_values: dict) -> "tuple[str, ...]":
+    sized = list(call.args) + [k.value for k in call.keywords if k.arg == "size"]
+    names, todo, seen = set(), [n for a in sized for n in _names(a)], set()
+    while todo:  # follow the method's locals: new_capacity = max(1, total_ctx)
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        names.add(name)
+        for value in local_values.get(name, ()):
+            todo.extend(_names(value))
+    words = {w for n in names for w in n.lower().split("_")}
+    return tuple(kind for kind, vocab in GROWS_WITH_WORDS.items() if words & vocab)
+
+
+def _viewed(expr, roots: dict):
+    """Keys whose storage ``expr`` keeps alive: the value itself, a slice or view of it, or a
+    holder built from those (a tuple, a constructor call)."""
+    key = _chain(expr, roots)
+    if key:
+        yield key
+    elif isinstance(expr, ast.Subscript):
+        yield from _viewed(expr.value, roots)
+    elif isinstance(expr, (ast.Tuple, ast.List, ast.Set)):
+        for elt in expr.elts:
+            yield from _viewed(elt, roots)
+    elif isinstance(expr, ast.Starred):
+        yield from _viewed(expr.value, roots)
+    elif isinstance(expr, ast.IfExp):
+        yield from _viewed(expr.body, roots)
+        yield from _viewed(expr.orelse, roots)
+    elif isinstance(expr, ast.Call):
+        func = expr.func
+        if isinstance(func, ast.Attribute) and func.attr in VIEW_METHODS:
+            yield from _viewed(func.value, roots)
+        elif isinstance(func, ast.Name) and (func.id[:1].isupper() or func.id in {"tuple", "dict"}):
+            for arg in [*expr.args, *(k.value for k in expr.keywords)]:
+                yield from _viewed(arg, roots)
+
+
+def _once_test(test, roots: dict) -> "tuple[str, bool] | None":
+    """``self.x is None`` -> ("self.x", True); ``self.x is not None`` -> ("self.x", False);
+    likewise ``k (not) in self.d`` for the slot ``self.d[k]`` and ``(not) hasattr(self, "x")``."""
+    negated = False
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, negated = test.operand, True
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op, right = test.ops[0], test.comparators[0]
+        if isinstance(op, (ast.Is, ast.IsNot)) and _is_none(right):
+            key = _chain(test.left, roots)
+            return key and (key, isinstance(op, ast.Is) != negated)
+        if isinstance(op, (ast.In, ast.NotIn)):
+            base = _chain(right, roots)
+            slot = base and f"{base}[{_slice(test.left)}]"
+            return slot and (slot, isinstance(op, ast.NotIn) != negated)
+    if (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == "hasattr"
+        and len(test.args) == 2
+        and isinstance(test.args[1], ast.Constant)
+    ):
+        base = _chain(test.args[0], roots)
+        return base and (f"{base}.{test.args[1].value}", negated)
+    return None
+
+
+def _is_none(node) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _is_empty_holder(node) -> bool:
+    if isinstance(node, (ast.Dict, ast.List, ast.Tuple, ast.Set)):
+        return not getattr(node, "elts", getattr(node, "keys", None))
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in {"dict", "list", "set", "tuple"}
+        and not node.args
+    )
+
+
+def _terminates(body) -> bool:
+    return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break))
+
+
+# -- one class ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Path:
+    """What holds on the current path through a method, before the statement being read."""
+
+    released: "set[str]"
+    kept: "dict[str, str]"  # key -> where the old value was kept
+    once: "set[str]"  # keys only allocated while they hold nothing
+
+    def copy(self) -> "_Path":
+        return _Path(set(self.released), dict(self.kept), set(self.once))
+
+
+def _merge(a: _Path, b: _Path) -> _Path:
+    """After an if/else: released on both paths stays released; kept on one path and kept or
+    holding nothing on the other stays kept (``if self.buf is not None: keep(self.buf)``)."""
+    kept = {k: why for k, why in a.kept.items() if k in b.kept or k in b.released}
+    kept.update({k: why for k, why in b.kept.items() if k in a.released})
+    return _Path(a.released & b.released, kept, a.once & b.once)
+
+
+@dataclass
+class _Candidate:
+    key: str
+    call: ast.Call
+    stmt: ast.stmt
+    path: _Path
+    func: str
+
+
+class _ClassAudit:
+    def __init__(self, cls: ast.ClassDef, file: str, lines: "list[str]"):
+        self.cls, self.file, self.lines = cls, file, lines
+        self.methods = {
+            f.name: f
+            for f in cls.body
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and _self_name(f)
+        }
+        self.releases_by_method = {n: self._top_releases(f) for n, f in self.methods.items()}
+        self.init_only = self._init_only_methods()
+        self.escapes: "dict[str, list[str]]" = {}  # function -> key shapes stored as views
+
+    def sites(self) -> "list[Site]":
+        found = []
+        for name, func in self.methods.items():
+            found.extend(self._function(func, name))
+        sites = [self._classify(c) for c in found]
+        return [self._like_sized(site, cand, sites) for site, cand in zip(sites, found)]
+
+    def _like_sized(self, site: Site, cand: _Candidate, sites: "list[Site]") -> Site:
+        """``torch.empty_like(self._k)`` grows with whatever ``self._k`` grows with."""
+        if site.grows_with or not cand.call.args:
+            return site
+        like = _chain(cand.call.args[0], {_self_name(self.methods[cand.func]): "self"})
+        for other in sites:
+            if other.qualname == site.qualname and other.target == like and other.grows_with:
+                return replace(site, grows_with=other.grows_with)
+        return site
+
+    # reading one function --------------------------------------------------------------------
+
+    def _function(self, func, qual: str) -> "list[_Candidate]":
+        self.roots = {_self_name(func): "self"}
+        self.fresh: "dict[str, tuple[ast.Call, _Path]]" = {}
+        self.local_values: "dict[str, list]" = {}
+        self.old_locals: "dict[str, str]" = {}  # local name -> key whose old value it holds
+        self.found: "list[_Candidate]" = []
+        self.qual = qual
+        self.escapes[qual] = []
+        self._block(func.body, _Path(set(), {}, set()))
+        for cand in self.found:  # the old value copied into the new one after allocating
+            for name, key in self.old_locals.items():
+                if key == cand.key and self._used_after(func, name, cand.stmt):
+                    cand.path.kept.setdefault(key, f"copies the old value (local '{name}')")
+        return self.found
+
+    def _block(self, body, path: _Path) -> _Path:
+        for stmt in body:
+            path = self._stmt(stmt, path)
+        return path
+
+    def _stmt(self, stmt, path: _Path) -> _Path:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return path  # nested scopes run at another time
+        if isinstance(stmt, ast.If):
+            return self._if(stmt, path)
+        if isinstance(stmt, (ast.With, ast.AsyncWith)):
+            return self._block(stmt.body, path)
+        if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
+            self._block(stmt.body, path.copy())
+            self._block(stmt.orelse, path.copy())
+            return path
+        if isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+            self._block(stmt.body, path.copy())
+            for handler in stmt.handlers:
+                self._block(handler.body, path.copy())
+            self._block(stmt.orelse, path.copy())
+            return self._block(stmt.finalbody, path)
+        if type(stmt).__name__ == "Match":
+            for case in stmt.cases:
+                self._block(case.body, path.copy())
+            return path
+        path = path.copy()
+        if isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                self._assign(target, stmt.value, stmt, path)
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            self._assign(stmt.target, stmt.value, stmt, path)
+        elif isinstance(stmt, ast.Delete):
+            for target in stmt.targets:
+                key = _chain(target, self.roots)
+                if key:
+                    path.released.add(key)
+        elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            self._call(stmt.value, path)
+        return path
+
+    def _if(self, stmt: ast.If, path: _Path) -> _Path:
+        once = _once_test(stmt.test, self.roots)
+        body_path = path.copy()
+        else_path = path.copy()
+        if once:  # on one branch the target holds nothing: allocating there replaces nothing
+            key, absent = once
+            empty = body_path if absent else else_path
+            empty.once.add(key)
+            empty.released.add(key)
+        body_end = self._block(stmt.body, body_path)
+        else_end = self._block(stmt.orelse, else_path)
+        if _terminates(stmt.body) and not _terminates(stmt.orelse):
+            return else_end
+        if _terminates(stmt.orelse) and not _terminates(stmt.body):
+            return body_end
+        return _merge(body_end, else_end)
+
+    def _assign(self, target, value, stmt, path: _Path) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            values = value.elts if isinstance(value, (ast.Tuple, ast.List)) else None
+            for i, elt in enumerate(target.elts):
+                self._assign(elt, values[i] if values and i < len(values) else None, stmt, path)
+            return
+        key = _chain(target, self.roots)
+        if isinstance(target, ast.Name):
+            self._bind_local(target.id, value, path)
+            return
+        if key is None or value is None:
+            return
+        call = _allocator(value)
+        if isinstance(value, ast.Name) and value.id in self.fresh:
+            call, at_alloc = self.fresh[value.id]
+            self.found.append(_Candidate(key, call, stmt, at_alloc, self.qual))
+        elif call is not None:
+            self.found.append(_Candidate(key, call, stmt, path.copy(), self.qual))
+        elif _is_none(value) or _is_empty_holder(value):
+            path.released.add(key)
+        else:
+            for held in _viewed(value, self.roots):
+                if _shape(held) != _shape(key):
+                    path.kept[held] = f"kept in {key}"
+                    self.escapes[self.qual].append(_shape(held))
+
+    def _bind_local(self, name: str, value, path: _Path) -> None:
+        self.fresh.pop(name, None)
+        self.roots.pop(name, None)
+        if value is None:
+            return
+        self.local_values.setdefault(name, []).append(value)
+        call = _allocator(value)
+        key = _chain(value, self.roots)
+        if call is not None:
+            self.fresh[name] = (call, path.copy())
+        elif key is not None:
+            self.roots[name] = key  # an alias: ws = self._workspaces; ws[r] = torch.empty(...)
+            self.old_locals[name] = key
+
+    def _call(self, call: ast.Call, path: _Path) -> None:
+        func = call.func
+        if not isinstance(func, ast.Attribute):
+            return
+        receiver = _chain(func.value, self.roots)
+        if receiver and func.attr in {"append", "extend", "add", "insert", "appendleft"}:
+            for arg in call.args:
+                for held in _viewed(arg, self.roots):
+                    path.kept[held] = f"kept in {receiver}"
+                    self.escapes[self.qual].append(_shape(held))
+        elif receiver and func.attr == "clear":
+            path.released.add(receiver)
+        elif receiver and func.attr == "pop" and call.args:
+            path.released.add(f"{receiver}[{_slice(call.args[0])}]")
+        elif receiver == "self" and func.attr in self.releases_by_method:
+            path.released |= self.releases_by_method[func.attr]
+
+    def _used_after(self, func, name: str, stmt) -> bool:
+        after = stmt.end_lineno or stmt.lineno
+        return any(
+            isinstance(n, ast.Name)
+            and n.id == name
+            and isinstance(n.ctx, ast.Load)
+            and n.lineno > after
+            for n in ast.walk(func)
+        )
+
+    # the class as a whole --------------------------------------------------------------------
+
+    def _top_releases(self, func) -> "set[str]":
+        roots = {_self_name(func): "self"}
+        out = set()
+        for stmt in func.body:
+            if isinstance(stmt, ast.Assign) and (_is_none(stmt.value) or _is_empty_holder(stmt.value)):
+                out |= {k for k in (_chain(t, roots) for t in stmt.targets) if k}
+            elif isinstance(stmt, ast.Delete):
+                out |= {k for k in (_chain(t, roots) for t in stmt.targets) if k}
+        return out
+
+    def _init_only_methods(self) -> "set[str]":
+        callers: "dict[str, set[str]]" = {name: set() for name in self.methods}
+        for name, func in self.methods.items():
+            self_name = _self_name(func)
+            for node in ast.walk(func):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == self_name
+                    and node.attr in callers
+                    and node.attr != name
+                ):
+                    callers[node.attr].add(name)
+        init_only = set(INIT_METHODS) & set(self.methods)
+        changed = True
+        while changed:  # a private helper that only init-only methods call
+            changed = False
+            for name, by in callers.items():
+                private = name.startswith("_") and not name.startswith("__")
+                if name not in init_only and private and by and by <= init_only:
+                    init_only.add(name)
+                    changed = True
+        return init_only
+
+    def _classify(self, cand: _Candidate) -> Site:
+        verdict, reason = self._verdict(cand)
+        return Site(
+            self.file,
+            f"{self.cls.name}.{cand.func}",
+            cand.stmt.lineno,
+            cand.key,
+            _allocator_name(cand.call),
+            verdict,
+            _grows_with(cand.call, self._locals_of(cand.func)),
+            reason,
+        )
+
+    def _locals_of(self, qual: str) -> dict:
+        values: "dict[str, list]" = {}
+        for node in ast.walk(self.methods[qual]):
+            if isinstance(node, ast.Assign):
+                for t in node.targets:
+                    if isinstance(t, ast.Name):
+                        values.setdefault(t.id, []).append(node.value)
+        return values
+
+    def _verdict(self, cand: _Candidate) -> "tuple[str, str]":
+        stmt, key, path = cand.stmt, cand.key, cand.path
+        marker = self._marker(stmt)
+        if marker:
+            return "keeps-old-on-purpose", f"marked: {marker}"
+        if cand.func in INIT_METHODS:
+            return "init-only", f"in {cand.func}"
+        if cand.func in self.init_only:
+            return "init-only", f"{cand.func} is only called from construction"
+        if any(_covers(k, key) for k in path.once):
+            return "init-only", "built once: only while it holds nothing"
+        kept = [why for k, why in path.kept.items() if _covers(k, key)]
+        if kept:
+            return "keeps-old-on-purpose", kept[0]
+        holders = [q for q, shapes in self.escapes.items() if q != cand.func and _shape(key) in shapes]
+        if holders:
+            return "views-escape", f"{', '.join(sorted(holders))} keeps a view of it"
+        released = [k for k in path.released if _covers(k, key)]
+        if released:
+            return "releases-first", f"{released[0]} released before allocating"
+        return "grows-while-held", "the old value is referenced while the new one is allocated"
+
+    def _marker(self, stmt) -> "str | None":
+        first, last = stmt.lineno - 1, stmt.end_lineno or stmt.lineno
+        for line in self.lines[max(first - 1, 0) : last]:
+            match = MARKER.search(line)
+            if match and match.group("reason").strip():
+                return match.group("reason").strip()
+        return None
+
+
+def _self_name(func) -> "str | None":
+    decorators = {d.id for d in func.decorator_list if isinstance(d, ast.Name)}
+    if "staticmethod" in decorators:
+        return None
+    args = func.args.posonlyargs + func.args.args
+    return args[0].arg if args else None
+
+
+def marker_without_reason(line: str) -> bool:
+    """A keeps-old-on-purpose marker that does not say why (the hook refuses it)."""
+    match = MARKER.search(line)
+    return bool(match) and not match.group("reason").strip()
