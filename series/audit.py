@@ -17,11 +17,9 @@ import ast
 import re
 from dataclasses import asdict, dataclass, replace
 
-TORCH_ALLOCATORS = frozenset(
-    "empty zeros ones full empty_like zeros_like ones_like full_like empty_strided "
-    "rand randn randint arange".split()
-)
-NEW_METHODS = frozenset("new_empty new_zeros new_ones new_full new_empty_strided".split())
+from series import audit_expr as expr
+
+INIT_METHODS = frozenset({"__init__", "__post_init__", "__new__"})
 VERDICTS = (
     "grows-while-held",
     "releases-first",
@@ -30,18 +28,6 @@ VERDICTS = (
     "init-only",
 )
 MARKER = re.compile(r"#\s*grows-while-held:\s*keeps-old-on-purpose\b[ \t:,-]*(?P<reason>.*)")
-# Words of the size expression's names (split at "_") -> what the size grows with.
-GROWS_WITH_WORDS = {
-    "tokens": {"token", "tokens", "tok", "ntok", "ntokens", "row", "rows"},
-    "context": {"seq", "seqs", "seqlen", "seqlens", "context", "ctx", "prefix", "page", "pages"},
-    "batch": {"batch", "bs", "bsz", "req", "reqs", "request", "requests"},
-    "capacity": {"capacity", "cap"},
-}
-VIEW_METHODS = frozenset(
-    "view view_as reshape narrow select unflatten flatten as_strided permute transpose t "
-    "unsqueeze squeeze expand expand_as split chunk unbind detach contiguous".split()
-)
-INIT_METHODS = frozenset({"__init__", "__post_init__", "__new__"})
 
 
 @dataclass(frozen=True)
@@ -70,152 +56,6 @@ def audit_source(source: str, file: str) -> "list[Site]":
         if isinstance(node, ast.ClassDef):
             sites.extend(_ClassAudit(node, file, lines).sites())
     return sorted(sites, key=lambda s: s.line)
-
-
-# -- expressions --------------------------------------------------------------------------------
-
-
-def _chain(node, roots: dict) -> "str | None":
-    """``self.a[k].b`` -> "self.a[k].b" when the chain starts at a root (self or an alias)."""
-    if isinstance(node, ast.Name):
-        return roots.get(node.id)
-    if isinstance(node, ast.Attribute):
-        base = _chain(node.value, roots)
-        return base and f"{base}.{node.attr}"
-    if isinstance(node, ast.Subscript):
-        base = _chain(node.value, roots)
-        return base and f"{base}[{_slice(node.slice)}]"
-    return None
-
-
-def _slice(node) -> str:
-    if isinstance(node, ast.Tuple):
-        return ", ".join(ast.unparse(e) for e in node.elts)
-    return ast.unparse(node)
-
-
-def _shape(key: str) -> str:
-    """A key with its subscripts blanked: ``self.ws[ratio]`` and ``self.ws[1]`` share a slot."""
-    return re.sub(r"\[[^\]]*\]", "[]", key)
-
-
-def _covers(released: str, key: str) -> bool:
-    return _shape(key) == _shape(released) or key.startswith((released + ".", released + "["))
-
-
-def _allocator(value) -> "ast.Call | None":
-    """The allocating call at the root of ``value``, if it is a fresh tensor."""
-    if isinstance(value, ast.IfExp):
-        return _allocator(value.body) or _allocator(value.orelse)
-    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
-        func = value.func
-        if func.attr in NEW_METHODS:
-            return value
-        if isinstance(func.value, ast.Name) and func.value.id == "torch":
-            return value if func.attr in TORCH_ALLOCATORS else None
-        value = func.value  # torch.empty(...).to(dev): look at the root of the chain
-    return None
-
-
-def _allocator_name(call: ast.Call) -> str:
-    func = call.func
-    return f"torch.{func.attr}" if func.attr not in NEW_METHODS else f".{func.attr}"
-
-
-def _names(node) -> "set[str]":
-    out = set()
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Name):
-            out.add(sub.id)
-        elif isinstance(sub, ast.Attribute):
-            out.add(sub.attr)
-    return out
-
-
-def _grows_with(call: ast.Call, local_values: dict) -> "tuple[str, ...]":
-    sized = list(call.args) + [k.value for k in call.keywords if k.arg == "size"]
-    names, todo, seen = set(), [n for a in sized for n in _names(a)], set()
-    while todo:  # follow the method's locals: new_capacity = max(1, total_ctx)
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        names.add(name)
-        for value in local_values.get(name, ()):
-            todo.extend(_names(value))
-    words = {w for n in names for w in n.lower().split("_")}
-    return tuple(kind for kind, vocab in GROWS_WITH_WORDS.items() if words & vocab)
-
-
-def _viewed(expr, roots: dict):
-    """Keys whose storage ``expr`` keeps alive: the value itself, a slice or view of it, or a
-    holder built from those (a tuple, a constructor call)."""
-    key = _chain(expr, roots)
-    if key:
-        yield key
-    elif isinstance(expr, ast.Subscript):
-        yield from _viewed(expr.value, roots)
-    elif isinstance(expr, (ast.Tuple, ast.List, ast.Set)):
-        for elt in expr.elts:
-            yield from _viewed(elt, roots)
-    elif isinstance(expr, ast.Starred):
-        yield from _viewed(expr.value, roots)
-    elif isinstance(expr, ast.IfExp):
-        yield from _viewed(expr.body, roots)
-        yield from _viewed(expr.orelse, roots)
-    elif isinstance(expr, ast.Call):
-        func = expr.func
-        if isinstance(func, ast.Attribute) and func.attr in VIEW_METHODS:
-            yield from _viewed(func.value, roots)
-        elif isinstance(func, ast.Name) and (func.id[:1].isupper() or func.id in {"tuple", "dict"}):
-            for arg in [*expr.args, *(k.value for k in expr.keywords)]:
-                yield from _viewed(arg, roots)
-
-
-def _once_test(test, roots: dict) -> "tuple[str, bool] | None":
-    """``self.x is None`` -> ("self.x", True); ``self.x is not None`` -> ("self.x", False);
-    likewise ``k (not) in self.d`` for the slot ``self.d[k]`` and ``(not) hasattr(self, "x")``."""
-    negated = False
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        test, negated = test.operand, True
-    if isinstance(test, ast.Compare) and len(test.ops) == 1:
-        op, right = test.ops[0], test.comparators[0]
-        if isinstance(op, (ast.Is, ast.IsNot)) and _is_none(right):
-            key = _chain(test.left, roots)
-            return key and (key, isinstance(op, ast.Is) != negated)
-        if isinstance(op, (ast.In, ast.NotIn)):
-            base = _chain(right, roots)
-            slot = base and f"{base}[{_slice(test.left)}]"
-            return slot and (slot, isinstance(op, ast.NotIn) != negated)
-    if (
-        isinstance(test, ast.Call)
-        and isinstance(test.func, ast.Name)
-        and test.func.id == "hasattr"
-        and len(test.args) == 2
-        and isinstance(test.args[1], ast.Constant)
-    ):
-        base = _chain(test.args[0], roots)
-        return base and (f"{base}.{test.args[1].value}", negated)
-    return None
-
-
-def _is_none(node) -> bool:
-    return isinstance(node, ast.Constant) and node.value is None
-
-
-def _is_empty_holder(node) -> bool:
-    if isinstance(node, (ast.Dict, ast.List, ast.Tuple, ast.Set)):
-        return not getattr(node, "elts", getattr(node, "keys", None))
-    return (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in {"dict", "list", "set", "tuple"}
-        and not node.args
-    )
-
-
-def _terminates(body) -> bool:
-    return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break))
 
 
 # -- one class ----------------------------------------------------------------------------------
@@ -256,24 +96,26 @@ class _ClassAudit:
         self.methods = {
             f.name: f
             for f in cls.body
-            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and _self_name(f)
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and expr.self_name(f)
         }
         self.releases_by_method = {n: self._top_releases(f) for n, f in self.methods.items()}
         self.init_only = self._init_only_methods()
-        self.escapes: "dict[str, list[str]]" = {}  # function -> key shapes stored as views
+        self.escapes: dict[str, list[str]] = {}  # function -> key shapes stored as views
 
     def sites(self) -> "list[Site]":
         found = []
         for name, func in self.methods.items():
             found.extend(self._function(func, name))
         sites = [self._classify(c) for c in found]
-        return [self._like_sized(site, cand, sites) for site, cand in zip(sites, found)]
+        return [
+            self._like_sized(site, cand, sites) for site, cand in zip(sites, found, strict=True)
+        ]
 
     def _like_sized(self, site: Site, cand: _Candidate, sites: "list[Site]") -> Site:
         """``torch.empty_like(self._k)`` grows with whatever ``self._k`` grows with."""
         if site.grows_with or not cand.call.args:
             return site
-        like = _chain(cand.call.args[0], {_self_name(self.methods[cand.func]): "self"})
+        like = expr.chain(cand.call.args[0], {expr.self_name(self.methods[cand.func]): "self"})
         for other in sites:
             if other.qualname == site.qualname and other.target == like and other.grows_with:
                 return replace(site, grows_with=other.grows_with)
@@ -282,11 +124,10 @@ class _ClassAudit:
     # reading one function --------------------------------------------------------------------
 
     def _function(self, func, qual: str) -> "list[_Candidate]":
-        self.roots = {_self_name(func): "self"}
-        self.fresh: "dict[str, tuple[ast.Call, _Path]]" = {}
-        self.local_values: "dict[str, list]" = {}
-        self.old_locals: "dict[str, str]" = {}  # local name -> key whose old value it holds
-        self.found: "list[_Candidate]" = []
+        self.roots = {expr.self_name(func): "self"}
+        self.fresh: dict[str, tuple[ast.Call, _Path]] = {}
+        self.old_locals: dict[str, str] = {}  # local name -> key whose old value it holds
+        self.found: list[_Candidate] = []
         self.qual = qual
         self.escapes[qual] = []
         self._block(func.body, _Path(set(), {}, set()))
@@ -330,7 +171,7 @@ class _ClassAudit:
             self._assign(stmt.target, stmt.value, stmt, path)
         elif isinstance(stmt, ast.Delete):
             for target in stmt.targets:
-                key = _chain(target, self.roots)
+                key = expr.chain(target, self.roots)
                 if key:
                     path.released.add(key)
         elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
@@ -338,7 +179,7 @@ class _ClassAudit:
         return path
 
     def _if(self, stmt: ast.If, path: _Path) -> _Path:
-        once = _once_test(stmt.test, self.roots)
+        once = expr.once_test(stmt.test, self.roots)
         body_path = path.copy()
         else_path = path.copy()
         if once:  # on one branch the target holds nothing: allocating there replaces nothing
@@ -348,9 +189,9 @@ class _ClassAudit:
             empty.released.add(key)
         body_end = self._block(stmt.body, body_path)
         else_end = self._block(stmt.orelse, else_path)
-        if _terminates(stmt.body) and not _terminates(stmt.orelse):
+        if expr.terminates(stmt.body) and not expr.terminates(stmt.orelse):
             return else_end
-        if _terminates(stmt.orelse) and not _terminates(stmt.body):
+        if expr.terminates(stmt.orelse) and not expr.terminates(stmt.body):
             return body_end
         return _merge(body_end, else_end)
 
@@ -360,34 +201,34 @@ class _ClassAudit:
             for i, elt in enumerate(target.elts):
                 self._assign(elt, values[i] if values and i < len(values) else None, stmt, path)
             return
-        key = _chain(target, self.roots)
+        key = expr.chain(target, self.roots)
         if isinstance(target, ast.Name):
             self._bind_local(target.id, value, path)
             return
-        if key is None or value is None:
+        if key is None or value is None or expr.writes_into(target):
             return
-        call = _allocator(value)
+        call = expr.allocator(value)
         if isinstance(value, ast.Name) and value.id in self.fresh:
             call, at_alloc = self.fresh[value.id]
             self.found.append(_Candidate(key, call, stmt, at_alloc, self.qual))
         elif call is not None:
             self.found.append(_Candidate(key, call, stmt, path.copy(), self.qual))
-        elif _is_none(value) or _is_empty_holder(value):
+        elif expr.is_none(value) or expr.is_empty_holder(value):
             path.released.add(key)
         else:
-            for held in _viewed(value, self.roots):
-                if _shape(held) != _shape(key):
+            for held in expr.viewed(value, self.roots):
+                if expr.shape(held) != expr.shape(key):
                     path.kept[held] = f"kept in {key}"
-                    self.escapes[self.qual].append(_shape(held))
+                    self.escapes[self.qual].append(expr.shape(held))
 
     def _bind_local(self, name: str, value, path: _Path) -> None:
         self.fresh.pop(name, None)
         self.roots.pop(name, None)
+        self.old_locals.pop(name, None)  # from here on the name holds something else
         if value is None:
             return
-        self.local_values.setdefault(name, []).append(value)
-        call = _allocator(value)
-        key = _chain(value, self.roots)
+        call = expr.allocator(value)
+        key = expr.chain(value, self.roots)
         if call is not None:
             self.fresh[name] = (call, path.copy())
         elif key is not None:
@@ -398,16 +239,16 @@ class _ClassAudit:
         func = call.func
         if not isinstance(func, ast.Attribute):
             return
-        receiver = _chain(func.value, self.roots)
+        receiver = expr.chain(func.value, self.roots)
         if receiver and func.attr in {"append", "extend", "add", "insert", "appendleft"}:
             for arg in call.args:
-                for held in _viewed(arg, self.roots):
+                for held in expr.viewed(arg, self.roots):
                     path.kept[held] = f"kept in {receiver}"
-                    self.escapes[self.qual].append(_shape(held))
+                    self.escapes[self.qual].append(expr.shape(held))
         elif receiver and func.attr == "clear":
             path.released.add(receiver)
         elif receiver and func.attr == "pop" and call.args:
-            path.released.add(f"{receiver}[{_slice(call.args[0])}]")
+            path.released.add(f"{receiver}[{expr.slice_text(call.args[0])}]")
         elif receiver == "self" and func.attr in self.releases_by_method:
             path.released |= self.releases_by_method[func.attr]
 
@@ -424,19 +265,21 @@ class _ClassAudit:
     # the class as a whole --------------------------------------------------------------------
 
     def _top_releases(self, func) -> "set[str]":
-        roots = {_self_name(func): "self"}
+        roots = {expr.self_name(func): "self"}
         out = set()
         for stmt in func.body:
-            if isinstance(stmt, ast.Assign) and (_is_none(stmt.value) or _is_empty_holder(stmt.value)):
-                out |= {k for k in (_chain(t, roots) for t in stmt.targets) if k}
+            if isinstance(stmt, ast.Assign) and (
+                expr.is_none(stmt.value) or expr.is_empty_holder(stmt.value)
+            ):
+                out |= {k for k in (expr.chain(t, roots) for t in stmt.targets) if k}
             elif isinstance(stmt, ast.Delete):
-                out |= {k for k in (_chain(t, roots) for t in stmt.targets) if k}
+                out |= {k for k in (expr.chain(t, roots) for t in stmt.targets) if k}
         return out
 
     def _init_only_methods(self) -> "set[str]":
-        callers: "dict[str, set[str]]" = {name: set() for name in self.methods}
+        callers: dict[str, set[str]] = {name: set() for name in self.methods}
         for name, func in self.methods.items():
-            self_name = _self_name(func)
+            self_name = expr.self_name(func)
             for node in ast.walk(func):
                 if (
                     isinstance(node, ast.Attribute)
@@ -464,14 +307,14 @@ class _ClassAudit:
             f"{self.cls.name}.{cand.func}",
             cand.stmt.lineno,
             cand.key,
-            _allocator_name(cand.call),
+            expr.allocator_name(cand.call),
             verdict,
-            _grows_with(cand.call, self._locals_of(cand.func)),
+            expr.grows_with(cand.call, self._locals_of(cand.func)),
             reason,
         )
 
     def _locals_of(self, qual: str) -> dict:
-        values: "dict[str, list]" = {}
+        values: dict[str, list] = {}
         for node in ast.walk(self.methods[qual]):
             if isinstance(node, ast.Assign):
                 for t in node.targets:
@@ -488,15 +331,20 @@ class _ClassAudit:
             return "init-only", f"in {cand.func}"
         if cand.func in self.init_only:
             return "init-only", f"{cand.func} is only called from construction"
-        if any(_covers(k, key) for k in path.once):
+        if any(expr.covers(k, key) for k in path.once):
             return "init-only", "built once: only while it holds nothing"
-        kept = [why for k, why in path.kept.items() if _covers(k, key)]
+        kept = [why for k, why in path.kept.items() if expr.holds(k, key)]
         if kept:
             return "keeps-old-on-purpose", kept[0]
-        holders = [q for q, shapes in self.escapes.items() if q != cand.func and _shape(key) in shapes]
+        holders = [
+            q
+            for q, held in self.escapes.items()
+            if q != cand.func and any(expr.holds(h, key) for h in held)
+        ]
         if holders:
-            return "views-escape", f"{', '.join(sorted(holders))} keeps a view of it"
-        released = [k for k in path.released if _covers(k, key)]
+            named = ", ".join(f"{self.cls.name}.{q}" for q in sorted(holders))
+            return "views-escape", f"{named} keeps a view of it"
+        released = [k for k in path.released if expr.covers(k, key)]
         if released:
             return "releases-first", f"{released[0]} released before allocating"
         return "grows-while-held", "the old value is referenced while the new one is allocated"
@@ -508,14 +356,6 @@ class _ClassAudit:
             if match and match.group("reason").strip():
                 return match.group("reason").strip()
         return None
-
-
-def _self_name(func) -> "str | None":
-    decorators = {d.id for d in func.decorator_list if isinstance(d, ast.Name)}
-    if "staticmethod" in decorators:
-        return None
-    args = func.args.posonlyargs + func.args.args
-    return args[0].arg if args else None
 
 
 def marker_without_reason(line: str) -> bool:
