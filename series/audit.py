@@ -19,7 +19,9 @@ from dataclasses import asdict, dataclass, replace
 
 from series import audit_expr as expr
 
-INIT_METHODS = frozenset({"__init__", "__post_init__", "__new__"})
+# Construction, and unittest's per-test set-up (a fresh TestCase instance per test).
+INIT_METHODS = frozenset({"__init__", "__post_init__", "__new__", "setUp", "setup_method"})
+ALL = "*"  # in _Path.once: everything on this path is built once
 VERDICTS = (
     "grows-while-held",
     "releases-first",
@@ -125,6 +127,7 @@ class _ClassAudit:
 
     def _function(self, func, qual: str) -> "list[_Candidate]":
         self.roots = {expr.self_name(func): "self"}
+        self.flags = expr.flags_set_true(func, self.roots)
         self.fresh: dict[str, tuple[ast.Call, _Path]] = {}
         self.old_locals: dict[str, str] = {}  # local name -> key whose old value it holds
         self.found: list[_Candidate] = []
@@ -187,6 +190,13 @@ class _ClassAudit:
             empty = body_path if absent else else_path
             empty.once.add(key)
             empty.released.add(key)
+        flag = expr.flag_test(stmt.test, self.roots)
+        if flag and flag[0] in self.flags:  # if self.ready: return ... self.ready = True
+            ready = flag[1]
+            if not ready:
+                body_path.once.add(ALL)
+            elif expr.terminates(stmt.body):
+                else_path.once.add(ALL)
         body_end = self._block(stmt.body, body_path)
         else_end = self._block(stmt.orelse, else_path)
         if expr.terminates(stmt.body) and not expr.terminates(stmt.orelse):
@@ -331,6 +341,8 @@ class _ClassAudit:
             return "init-only", f"in {cand.func}"
         if cand.func in self.init_only:
             return "init-only", f"{cand.func} is only called from construction"
+        if ALL in path.once:
+            return "init-only", "built once: behind a flag the method sets"
         if any(expr.covers(k, key) for k in path.once):
             return "init-only", "built once: only while it holds nothing"
         kept = [why for k, why in path.kept.items() if expr.holds(k, key)]

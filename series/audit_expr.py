@@ -139,6 +139,42 @@ def viewed(expr, roots: dict):
                 yield from viewed(arg, roots)
 
 
+def flag_test(test, roots: dict) -> "tuple[str, bool] | None":
+    """``self.ready`` / ``getattr(self, "ready", False)`` -> ("self.ready", True); negated (also
+    as one operand of an ``and``) -> ("self.ready", False)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        found = [flag_test(v, roots) for v in test.values]
+        negated = [f for f in found if f and not f[1]]
+        return negated[0] if negated else None
+    negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+    node = test.operand if negated else test
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+    ):
+        base = chain(node.args[0], roots)
+        key = base and f"{base}.{node.args[1].value}"
+    else:
+        key = chain(node, roots) if isinstance(node, ast.Attribute) else None
+    return (key, not negated) if key else None
+
+
+def flags_set_true(func, roots: dict) -> "set[str]":
+    """Targets the function sets to ``True`` anywhere (a built-once flag)."""
+    return {
+        key
+        for node in ast.walk(func)
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Constant)
+        and node.value.value is True
+        for key in (chain(t, roots) for t in node.targets)
+        if key
+    }
+
+
 def once_test(test, roots: dict) -> "tuple[str, bool] | None":
     """``self.x is None`` -> ("self.x", True); ``self.x is not None`` -> ("self.x", False);
     likewise ``k (not) in self.d`` for the slot ``self.d[k]`` and ``(not) hasattr(self, "x")``."""

@@ -354,3 +354,28 @@ def test_real_0_5_23_reserve_releases_first_after_patch_0001(tmp_path, capsys):
     assert main(["audit", str(tmp_path), "--json"]) == 0
     found = {s["qualname"]: s["verdict"] for s in json.loads(capsys.readouterr().out)}
     assert found["SparsePrefillKVBuffer._reserve"] == "releases-first"
+
+
+@pytest.mark.parametrize(
+    "guard",
+    [
+        "if self._ready:\n        return\n    self._ready = True\n    self.buf = torch.empty(n)\n",
+        'if getattr(self, "_ready", False):\n        return\n    self.buf = torch.empty(n)\n'
+        "    self._ready = True\n",
+        "if not self._ready and n > 0:\n        self._ready = True\n"
+        "        self.buf = torch.empty(n)\n",
+    ],
+)
+def test_behind_a_flag_the_method_sets_is_init_only(guard):
+    assert _verdict(f"def ensure(self, n):\n    {guard}") == "init-only"
+
+
+def test_a_flag_the_method_never_sets_guards_nothing():
+    body = (
+        "def ensure(self, n):\n    if self._ready:\n        return\n    self.buf = torch.empty(n)\n"
+    )
+    assert _verdict(body) == "grows-while-held"
+
+
+def test_unittest_set_up_is_init_only():
+    assert _verdict("def setUp(self):\n    self.buf = torch.randn(4)\n") == "init-only"
