@@ -90,6 +90,7 @@ class _Candidate:
     stmt: ast.stmt
     path: _Path
     func: str
+    alloc_line: "int | None" = None  # where a local got the allocation, when not at stmt
 
 
 class _ClassAudit:
@@ -128,7 +129,7 @@ class _ClassAudit:
     def _function(self, func, qual: str) -> "list[_Candidate]":
         self.roots = {expr.self_name(func): "self"}
         self.flags = expr.flags_set_true(func, self.roots)
-        self.fresh: dict[str, tuple[ast.Call, _Path]] = {}
+        self.fresh: dict[str, tuple[ast.Call, _Path, int]] = {}
         self.old_locals: dict[str, str] = {}  # local name -> key whose old value it holds
         self.found: list[_Candidate] = []
         self.qual = qual
@@ -138,6 +139,8 @@ class _ClassAudit:
             for name, key in self.old_locals.items():
                 if key == cand.key and self._used_after(func, name, cand.stmt):
                     cand.path.kept.setdefault(key, f"copies the old value (local '{name}')")
+            if cand.alloc_line and self._read_between(func, cand):
+                cand.path.kept.setdefault(cand.key, "copies the old value into the new one")
         return self.found
 
     def _block(self, body, path: _Path) -> _Path:
@@ -146,6 +149,7 @@ class _ClassAudit:
         return path
 
     def _stmt(self, stmt, path: _Path) -> _Path:
+        self.line = stmt.lineno
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             return path  # nested scopes run at another time
         if isinstance(stmt, ast.If):
@@ -219,8 +223,8 @@ class _ClassAudit:
             return
         call = expr.allocator(value)
         if isinstance(value, ast.Name) and value.id in self.fresh:
-            call, at_alloc = self.fresh[value.id]
-            self.found.append(_Candidate(key, call, stmt, at_alloc, self.qual))
+            call, at_alloc, line = self.fresh[value.id]
+            self.found.append(_Candidate(key, call, stmt, at_alloc, self.qual, line))
         elif call is not None:
             self.found.append(_Candidate(key, call, stmt, path.copy(), self.qual))
         elif expr.is_none(value) or expr.is_empty_holder(value):
@@ -238,9 +242,9 @@ class _ClassAudit:
         if value is None:
             return
         call = expr.allocator(value)
-        key = expr.chain(value, self.roots)
+        key = expr.chain(value, self.roots) or expr.probe(value, self.roots)
         if call is not None:
-            self.fresh[name] = (call, path.copy())
+            self.fresh[name] = (call, path.copy(), self.line)
         elif key is not None:
             self.roots[name] = key  # an alias: ws = self._workspaces; ws[r] = torch.empty(...)
             self.old_locals[name] = key
@@ -261,6 +265,23 @@ class _ClassAudit:
             path.released.add(f"{receiver}[{expr.slice_text(call.args[0])}]")
         elif receiver == "self" and func.attr in self.releases_by_method:
             path.released |= self.releases_by_method[func.attr]
+
+    def _read_between(self, func, cand: _Candidate) -> bool:
+        """``new = torch.zeros(...); new[:n] = self.buf; self.buf = new``: the old value is
+        read after the allocation and before the replacement."""
+        roots = {expr.self_name(func): "self"}
+        metadata = set()  # self.buf.shape, self.buf.dtype: read about it, not from it
+        for n in ast.walk(func):
+            if isinstance(n, ast.Attribute) and n.attr not in expr.VIEW_METHODS:
+                metadata.add(id(n.value))
+        return any(
+            isinstance(n, (ast.Attribute, ast.Subscript))
+            and isinstance(n.ctx, ast.Load)
+            and id(n) not in metadata
+            and cand.alloc_line < n.lineno < cand.stmt.lineno
+            and expr.holds(expr.chain(n, roots) or "", cand.key)
+            for n in ast.walk(func)
+        )
 
     def _used_after(self, func, name: str, stmt) -> bool:
         after = stmt.end_lineno or stmt.lineno

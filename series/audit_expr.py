@@ -202,6 +202,26 @@ def once_test(test, roots: dict) -> "tuple[str, bool] | None":
     return None
 
 
+def probe(value, roots: dict) -> "str | None":
+    """``self.d.get(k)`` -> "self.d[k]", ``getattr(self, "x", None)`` -> "self.x": a local bound
+    to one holds that slot's current value."""
+    if not isinstance(value, ast.Call) or not value.args:
+        return None
+    func = value.func
+    if isinstance(func, ast.Attribute) and func.attr == "get" and len(value.args) <= 2:
+        base = chain(func.value, roots)
+        return base and f"{base}[{slice_text(value.args[0])}]"
+    if (
+        isinstance(func, ast.Name)
+        and func.id == "getattr"
+        and len(value.args) >= 2
+        and isinstance(value.args[1], ast.Constant)
+    ):
+        base = chain(value.args[0], roots)
+        return base and f"{base}.{value.args[1].value}"
+    return None
+
+
 def is_none(node) -> bool:
     return isinstance(node, ast.Constant) and node.value is None
 

@@ -379,3 +379,42 @@ def test_a_flag_the_method_never_sets_guards_nothing():
 
 def test_unittest_set_up_is_init_only():
     assert _verdict("def setUp(self):\n    self.buf = torch.randn(4)\n") == "init-only"
+
+
+def test_an_old_value_copied_before_the_replacement_is_kept_on_purpose():
+    site = _sites(
+        """
+        def grow(self, capacity):
+            new = self.k.new_zeros(capacity, self.k.shape[1])
+            new[: self.k.shape[0]] = self.k
+            self.k = new
+        """
+    )["self.k"]
+    assert (site.verdict, site.reason) == (
+        "keeps-old-on-purpose",
+        "copies the old value into the new one",
+    )
+
+
+def test_reading_only_the_old_values_shape_before_the_replacement_copies_nothing():
+    body = """
+    def grow(self, capacity):
+        new = torch.zeros(capacity)
+        rows = self.k.shape[0] + self.k.numel()
+        self.k = new
+    """
+    assert _verdict(body, "self.k") == "grows-while-held"
+
+
+@pytest.mark.parametrize("probe", ["self.bufs.get(vocab)", 'getattr(self, "buf", None)'])
+def test_a_slot_probed_into_a_local_and_built_when_none_is_init_only(probe):
+    target = "self.bufs[vocab]" if "get(" in probe else "self.buf"
+    body = f"""
+    def get(self, vocab, rows):
+        buf = {probe}
+        if buf is None:
+            buf = torch.zeros(4096, vocab)
+            {target} = buf
+        return buf[:rows]
+    """
+    assert _verdict(body, target) == "init-only"
