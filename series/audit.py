@@ -44,6 +44,7 @@ class Site:
     verdict: str
     grows_with: "tuple[str, ...]"
     reason: str
+    dtype: str = ""  # as the call names it; "" when inherited or the default
 
     def to_dict(self) -> dict:
         return {**asdict(self), "grows_with": list(self.grows_with)}
@@ -129,6 +130,7 @@ class _ClassAudit:
     def _function(self, func, qual: str) -> "list[_Candidate]":
         self.roots = {expr.self_name(func): "self"}
         self.flags = expr.flags_set_true(func, self.roots)
+        self.assigned = expr.assigned_keys(func, self.roots)
         self.fresh: dict[str, tuple[ast.Call, _Path, int]] = {}
         self.old_locals: dict[str, str] = {}  # local name -> key whose old value it holds
         self.found: list[_Candidate] = []
@@ -186,14 +188,16 @@ class _ClassAudit:
         return path
 
     def _if(self, stmt: ast.If, path: _Path) -> _Path:
-        once = expr.once_test(stmt.test, self.roots)
         body_path = path.copy()
         else_path = path.copy()
-        if once:  # on one branch the target holds nothing: allocating there replaces nothing
-            key, absent = once
-            empty = body_path if absent else else_path
+        for key, on_body in expr.absent_on(stmt.test, self.roots):
+            # On that branch the target holds nothing: allocating there replaces nothing, and
+            # where the method builds that target, whatever it builds beside it is built once.
+            empty = body_path if on_body else else_path
             empty.once.add(key)
             empty.released.add(key)
+            if key in self.assigned:
+                empty.once.add(ALL)
         flag = expr.flag_test(stmt.test, self.roots)
         if flag and flag[0] in self.flags:  # if self.ready: return ... self.ready = True
             ready = flag[1]
@@ -342,6 +346,7 @@ class _ClassAudit:
             verdict,
             expr.grows_with(cand.call, self._locals_of(cand.func)),
             reason,
+            expr.element_type(cand.call),
         )
 
     def _locals_of(self, qual: str) -> dict:
@@ -363,7 +368,7 @@ class _ClassAudit:
         if cand.func in self.init_only:
             return "init-only", f"{cand.func} is only called from construction"
         if ALL in path.once:
-            return "init-only", "built once: behind a flag the method sets"
+            return "init-only", "built once: behind a flag or a target the method sets"
         if any(expr.covers(k, key) for k in path.once):
             return "init-only", "built once: only while it holds nothing"
         kept = [why for k, why in path.kept.items() if expr.holds(k, key)]

@@ -89,6 +89,14 @@ def allocator_name(call: ast.Call) -> str:
     return f"torch.{func.attr}" if func.attr not in NEW_METHODS else f".{func.attr}"
 
 
+def element_type(call: ast.Call) -> str:
+    """The ``dtype=`` the call names ("" when it inherits one: ``*_like``, ``new_*``, default)."""
+    for keyword in call.keywords:
+        if keyword.arg == "dtype":
+            return ast.unparse(keyword.value)
+    return ""
+
+
 def names_in(node) -> "set[str]":
     out = set()
     for sub in ast.walk(node):
@@ -171,6 +179,29 @@ def flags_set_true(func, roots: dict) -> "set[str]":
         and isinstance(node.value, ast.Constant)
         and node.value.value is True
         for key in (chain(t, roots) for t in node.targets)
+        if key
+    }
+
+
+def absent_on(test, roots: dict) -> "list[tuple[str, bool]]":
+    """(key, on_body) for each target the test proves holds nothing on one branch: the body of
+    ``if self.x is None and ...``, the else of ``if self.x is not None or ...: return``."""
+    if isinstance(test, ast.BoolOp):
+        found = [once_test(v, roots) for v in test.values]
+        wanted = isinstance(test.op, ast.And)  # And: every operand holds in the body
+        return [(key, wanted) for key, absent in filter(None, found) if absent == wanted]
+    once = once_test(test, roots)
+    return [once] if once else []
+
+
+def assigned_keys(func, roots: dict) -> "set[str]":
+    """Every self-rooted target the function assigns."""
+    return {
+        key
+        for node in ast.walk(func)
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        for key in [chain(target, roots)]
         if key
     }
 

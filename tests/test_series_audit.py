@@ -267,7 +267,7 @@ WORKSPACE = """
 
     class Workspace:
         def get(self, num_tokens):
-            self.buf = torch.empty(num_tokens)
+            self.buf = torch.empty(num_tokens, dtype=torch.int32)
     """
 
 
@@ -286,6 +286,7 @@ def test_cli_json_names_files_from_the_package_down(tmp_path, capsys, layout):
             "verdict": "grows-while-held",
             "grows_with": ["tokens"],
             "reason": "the old value is referenced while the new one is allocated",
+            "dtype": "torch.int32",
         }
     ]
     assert "skipped sglang/srt/broken.py: SyntaxError" in err
@@ -418,3 +419,26 @@ def test_a_slot_probed_into_a_local_and_built_when_none_is_init_only(probe):
         return buf[:rows]
     """
     assert _verdict(body, target) == "init-only"
+
+
+@pytest.mark.parametrize(
+    "guard",
+    [
+        "if self.buf is None and n > 0:\n        self.buf = torch.empty(n)\n"
+        "        self.lens = torch.zeros(n)\n",
+        "if self.buf is not None or n == 0:\n        return\n    self.buf = torch.empty(n)\n"
+        "    self.lens = torch.zeros(n)\n",
+    ],
+)
+def test_what_is_built_beside_a_target_that_holds_nothing_is_init_only(guard):
+    sites = _sites(f"def ensure(self, n):\n    {guard}")
+    assert {t: s.verdict for t, s in sites.items()} == {
+        "self.buf": "init-only",
+        "self.lens": "init-only",
+    }
+
+
+def test_a_none_test_or_a_size_test_still_grows_while_held():
+    body = "def ensure(self, n):\n    if self.buf is None or self.buf.numel() < n:\n"
+    body += "        self.buf = torch.empty(n)\n"
+    assert _verdict(body) == "grows-while-held"
