@@ -195,11 +195,13 @@ def absent_on(test, roots: dict) -> "list[tuple[str, bool]]":
 
 
 def assigned_keys(func, roots: dict) -> "set[str]":
-    """Every self-rooted target the function assigns."""
+    """Every self-rooted target the function builds (sets to something other than None)."""
     return {
         key
         for node in ast.walk(func)
         if isinstance(node, (ast.Assign, ast.AnnAssign))
+        and node.value is not None
+        and not is_none(node.value)
         for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
         for key in [chain(target, roots)]
         if key

@@ -18,85 +18,215 @@ class Call:
     reason: str
 
 
-# (file, qualname) -> the call, for the sites read by hand in sglang 0.5.23.
-READ = {
-    (
-        "sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py",
+@dataclass(frozen=True)
+class Read:
+    """A site read by hand: the module under sglang/, the method, the target (None: every
+    target of that method), and the call."""
+
+    module: str
+    qualname: str
+    target: "str | None"
+    call: Call
+
+
+DSA = "srt/layers/attention/dsa_backend.py"
+DFLASH = "srt/speculative/dflash_worker_v2.py"
+# The sites read by hand in sglang 0.5.23.
+READ = (
+    Read(
+        "srt/layers/attention/dsv4/sparse_prefill_utils.py",
         "SparsePrefillKVBuffer._reserve",
-    ): Call(
-        "yes",
-        "DSV4 sparse-prefill workspace, (num_tokens, 1, 512) rows, 1 KiB each in bf16, sized by "
-        "the prefill batch's gathered history; 64 -> 96 MiB peaks at 160 MiB unmodified, 96 MiB "
-        "released first (H200, README). Fixed by patches/0001.",
+        None,
+        Call(
+            "yes",
+            "DSV4 sparse-prefill workspace, (num_tokens, 1, 512) rows, 1 KiB each in bf16, sized "
+            "by the prefill batch's gathered history; 64 -> 96 MiB peaks at 160 MiB unmodified, "
+            "96 MiB released first (H200, README). Fixed by patches/0001.",
+        ),
     ),
-    (
-        "sglang/kernels/ops/speculative/fused_kv_materialize.py",
+    Read(
+        "kernels/ops/speculative/fused_kv_materialize.py",
         "FusedKVMaterializeHelper._ensure_workspace",
-    ): Call(
-        "yes",
-        "DFlash fused KV materialisation: projection (capacity x layers x 2 kv_size), K and V "
-        "(layers x capacity x kv heads x head dim) workspaces; capacity at least doubles. "
-        "Measured on the real method (benchmark/fused_kv.py, CPU live bytes): C -> 2C peaks at "
-        "9 units, new total 8 (1 unit = K at C). An exception here is caught by DFlashWorkerV2, "
-        "which turns the fused path off for the rest of the process: a silent slowdown.",
+        None,
+        Call(
+            "yes",
+            "DFlash fused KV materialisation: projection (capacity x layers x 2 kv_size), K and "
+            "V (layers x capacity x kv heads x head dim) workspaces; capacity at least doubles. "
+            "Measured on the real method (benchmark/fused_kv.py, CPU live bytes): C -> 2C peaks "
+            "at 9 units, new total 8 (1 unit = K at C). An exception here is caught by "
+            "DFlashWorkerV2, which turns the fused path off for the rest of the process: a "
+            "silent slowdown.",
+        ),
     ),
-    (
-        "sglang/srt/layers/attention/dsa_backend.py",
+    Read(
+        DSA,
         "DeepseekSparseAttnBackend._forward_flashmla_sparse_q8kv8",
-    ): Call(
-        "next",
-        "fp8 scratch grown to the exact request size (no doubling), so every larger batch "
-        "replaces it: q pad (num_tokens x padded heads x head_dim) and KV rows "
-        "((num_kv_tokens + topk) x head_dim), 1 byte each; at 64 heads x 576 that is 36 KiB "
-        "per token: 8,192 tokens = 288 MiB, held twice during a grow.",
+        "self._q8kv8_qpad_buf",
+        Call(
+            "next",
+            "fp8 q pad (num_tokens x 64 x head_dim) grown to the exact token count: at head_dim "
+            "576 (512 + 64 rope) 36 KiB per token, 8,192 tokens = 288 MiB, held twice.",
+        ),
     ),
-    (
-        "sglang/srt/layers/attention/dsa_backend.py",
+    Read(
+        DSA,
+        "DeepseekSparseAttnBackend._forward_flashmla_sparse_q8kv8",
+        "self._q8kv8_kv_buf",
+        Call(
+            "next",
+            "fp8 KV rows ((num_kv_tokens + topk) x head_dim, 1 byte each) grown to the exact "
+            "request size (no doubling), so every larger batch replaces it: 576 B per KV token, "
+            "131,072 tokens = 72 MiB, held twice during a grow.",
+        ),
+    ),
+    Read(
+        DSA,
         "DeepseekSparseAttnBackend.q8kv8_acquire_born_q_buffer",
-    ): Call(
-        "next",
-        "fp8 (num_tokens x padded heads x head_dim), exact-size growth: the same shape and "
-        "size as the q pad above.",
+        None,
+        Call(
+            "next",
+            "fp8 q (num_tokens x padded heads x head_dim) grown to the exact size: at 64 heads "
+            "x 576 that is 36 KiB per token, 8,192 tokens = 288 MiB, held twice during a grow.",
+        ),
     ),
-    (
-        "sglang/srt/layers/attention/dsa_backend.py",
+    Read(
+        DSA,
         "DeepseekSparseAttnBackend.q8kv8_born_q_sentinel",
-    ): Call("next", "grown with the born-q buffer above, same size per token."),
-    (
-        "sglang/srt/layers/attention/deepseek_v4_backend.py",
+        None,
+        Call("next", "bf16, grown with the born-q buffer above, per token like it."),
+    ),
+    Read(
+        DSA,
+        "DeepseekSparseAttnBackend._pad_topk_width_buffered",
+        None,
+        Call("no", "top-k index padding (rows x padded width) in the indices' integer dtype."),
+    ),
+    Read(
+        "srt/layers/attention/deepseek_v4_backend.py",
         "DeepseekV4AttnBackend._prepare_q8kv8_q_and_sink",
-    ): Call(
-        "next",
-        "DSV4's q pad: fp8 (num_tokens x padded heads x head_dim), exact-size growth like "
-        "the DSA one (the sink pad and identity scale beside it are per-head, tiny).",
+        "self._q8kv8_qpad_buf",
+        Call(
+            "next",
+            "DSV4's fp8 q pad (num_tokens x padded heads x head_dim), exact-size growth like "
+            "the DSA born-q buffer.",
+        ),
     ),
-    ("sglang/kernels/ops/attention/verify_mla.py", "VerifyMLA._alloc"): Call(
-        "measure",
-        "split-KV partials (max_bs x h_q x 32 splits x l_pad x v_head_dim, bf16) regrown by "
-        "grow_buffers only when max_bs rises: large per row, but rare after warm-up.",
+    Read(
+        "srt/layers/attention/deepseek_v4_backend.py",
+        "DeepseekV4AttnBackend._prepare_q8kv8_q_and_sink",
+        None,
+        Call("no", "per-head float32 vectors (padded heads): tiny."),
     ),
-    ("sglang/kernels/ops/attention/verify_splitkv.py", "VerifySplitKV._alloc"): Call(
-        "measure",
-        "split-KV partials (max_bs x h_q x n_splits x l_pad x v_head_dim, fp32), regrown only "
-        "when max_bs rises, like VerifyMLA.",
+    Read(
+        DFLASH,
+        "DFlashWorkerV2._selector_sampling_accept",
+        None,
+        Call(
+            "next",
+            "dense float32 draft probabilities (cap x gamma x vocab), cap doubling with the "
+            "batch: gamma 15 and a 151,936-token vocabulary make 8.7 MiB per request, so growing "
+            "64 -> 128 requests needs 1.63 GiB at once where the new buffer alone is 1.09 GiB.",
+        ),
     ),
-    (
-        "sglang/srt/layers/attention/xpu_backend.py",
+    Read(
+        DFLASH,
+        "DFlashWorkerV2._greedy_sample_from_vocab_parallel_head",
+        None,
+        Call("no", "one scalar per rank and chunk row (tp_size x chunk_size): tiny."),
+    ),
+    Read(
+        "kernels/ops/attention/verify_mla.py",
+        "VerifyMLA._alloc",
+        None,
+        Call(
+            "measure",
+            "split-KV partials (max_bs x h_q x 32 splits x l_pad x v_head_dim, bf16) regrown "
+            "by grow_buffers only when max_bs rises: large per row, rare after warm-up.",
+        ),
+    ),
+    Read(
+        "kernels/ops/attention/verify_splitkv.py",
+        "VerifySplitKV._alloc",
+        None,
+        Call(
+            "measure",
+            "split-KV partials (max_bs x h_q x n_splits x l_pad x v_head_dim, fp32), regrown "
+            "only when max_bs rises, like VerifyMLA.",
+        ),
+    ),
+    Read(
+        "srt/layers/attention/xpu_backend.py",
         "XPUAttentionBackend.init_forward_metadata",
-    ): Call(
-        "measure",
-        "FlashMLA decode/prefill byte workspaces grown when a batch needs more "
-        "(flash_mla_*_get_workspace_size); the size is the kernel's, not visible here.",
+        None,
+        Call(
+            "measure",
+            "FlashMLA decode/prefill byte workspaces grown when a batch needs more "
+            "(flash_mla_*_get_workspace_size); the size is the kernel's, not visible here.",
+        ),
     ),
-    (
-        "sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py",
+    Read(
+        "srt/layers/attention/xpu_backend.py",
+        "XPUAttentionBackend.init_forward_metadata",
+        "self.strided_indices",
+        Call("no", "an int64 arange over the page-table width: small."),
+    ),
+    Read(
+        "srt/layers/attention/deepseek_v4_backend.py",
+        "DSV4AttnMetadata.init_flashmla_related",
+        None,
+        Call(
+            "no",
+            "per-batch metadata object, called once per object; int32 page indices "
+            "(and an empty_like of them).",
+        ),
+    ),
+    Read(
+        "srt/layers/attention/deepseek_v4_backend_hip_radix.py",
+        "DSV4AttnMetadata.init_flashmla_related",
+        None,
+        Call(
+            "no",
+            "per-batch metadata object, called once per object; copies (empty_like/full_like) "
+            "of int32 page indices.",
+        ),
+    ),
+    Read(
+        "srt/layers/attention/intel_amx_backend.py",
+        "IntelAMXAttnBackend._get_attn_logits_buffer",
+        None,
+        Call(
+            "measure",
+            "CPU backend, float32 (num_seqs x heads x kv splits x (v_head_dim + 1)), grown to "
+            "the exact number of sequences: host memory, modest per sequence.",
+        ),
+    ),
+    Read(
+        "srt/managers/overlap_utils.py",
+        "ConfidenceRelay._lazy_init",
+        None,
+        Call(
+            "no",
+            "built once: its one caller (scatter) calls it while 'initialized' is False, and it "
+            "sets that first; sized by the request pool.",
+        ),
+    ),
+    Read(
+        "srt/sampling/watermarking/core.py",
+        "WatermarkState._ensure_selection_buffers",
+        None,
+        Call("no", "batch x vocabulary-split float32 partial scores: small per request."),
+    ),
+    Read(
+        "srt/layers/attention/dsv4/sparse_prefill_utils.py",
         "SparsePrefillChunkCache.combine_compressed",
-    ): Call(
-        "no",
-        "a false positive: combined_lens is built in the same 'combined_indices is None' block "
-        "as combined_indices, so it holds nothing when replaced (int32 per token anyway).",
+        None,
+        Call(
+            "no",
+            "a false positive: combined_lens is built in the same 'combined_indices is None' "
+            "block as combined_indices, so it holds nothing when replaced (int32 anyway).",
+        ),
     ),
-}
+)
 
 # (name, test on a site, worth, reason): for every site not read by hand.
 RULES = (
@@ -125,9 +255,12 @@ RULES = (
     ),
     (
         "index metadata",
-        lambda s: bool(SMALL_TYPES.search(s.dtype)),
+        lambda s: (
+            bool(SMALL_TYPES.search(s.dtype)) or (s.allocator == "torch.arange" and not s.dtype)
+        ),
         "no",
-        "integer or bool metadata ({dtype}): at most 8 bytes per element, so old + new is small "
+        "integer or bool metadata ({dtype}; arange's default is int64): at most 8 bytes per "
+        "element, so old + new is small "
         "next to the activations of the same batch.",
     ),
     (
@@ -155,13 +288,15 @@ RULES = (
 
 def triage(site) -> "tuple[Call, str]":
     """The call on one grows-while-held site, and where it came from ("read" or a rule)."""
-    read = READ.get((site.file, site.qualname))
-    if read:
-        return read, "read"
+    for target in (site.target, None):  # a call on the target before one on the method
+        for read in READ:
+            same = (f"sglang/{read.module}", read.qualname) == (site.file, site.qualname)
+            if same and read.target == target:
+                return read.call, "read"
     for name, test, worth, reason in RULES:
         if test(site):
             method = site.qualname.rsplit(".", 1)[1]
-            return Call(worth, reason.format(dtype=site.dtype, method=method)), name
+            return Call(worth, reason.format(dtype=site.dtype or "-", method=method)), name
     return (
         Call(
             "measure",

@@ -442,3 +442,24 @@ def test_a_none_test_or_a_size_test_still_grows_while_held():
     body = "def ensure(self, n):\n    if self.buf is None or self.buf.numel() < n:\n"
     body += "        self.buf = torch.empty(n)\n"
     assert _verdict(body) == "grows-while-held"
+
+
+def test_a_target_the_method_only_clears_guards_nothing_beside_it():
+    body = """
+    def forward(self, n):
+        stash = self.stash
+        if stash is not None:
+            self.stash = None
+        else:
+            self.buf = torch.zeros(n)
+    """
+    assert _verdict(body) == "grows-while-held"
+
+
+def test_cli_triage_gives_each_grows_while_held_site_a_call(tmp_path, capsys):
+    assert (
+        main(["audit", str(_tree(tmp_path, "package", {"srt/ws.py": WORKSPACE})), "--triage"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert out.startswith("1 grows-while-held sites: 0 yes, 0 next, 0 measure, 1 no.")
+    assert "| no | sglang/srt/ws.py:6 | `Workspace.get` |" in out and "index metadata" in out
