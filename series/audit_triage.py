@@ -259,9 +259,9 @@ RULES = (
             bool(SMALL_TYPES.search(s.dtype)) or (s.allocator == "torch.arange" and not s.dtype)
         ),
         "no",
-        "integer or bool metadata ({dtype}; arange's default is int64): at most 8 bytes per "
-        "element, so old + new is small "
-        "next to the activations of the same batch.",
+        "integer or bool metadata ({dtype}): at most 8 bytes per element, index or length "
+        "tensors per request or token, small next to the KV and activations of the same batch "
+        "(by dtype, not read one by one).",
     ),
     (
         "no request dimension",
@@ -296,7 +296,9 @@ def triage(site) -> "tuple[Call, str]":
     for name, test, worth, reason in RULES:
         if test(site):
             method = site.qualname.rsplit(".", 1)[1]
-            return Call(worth, reason.format(dtype=site.dtype or "-", method=method)), name
+            arange = site.allocator == "torch.arange"
+            dtype = site.dtype or ("torch.int64, arange's default" if arange else "-")
+            return Call(worth, reason.format(dtype=dtype, method=method)), name
     return (
         Call(
             "measure",
