@@ -181,3 +181,28 @@ def test_pre_commit_refuses_a_staged_new_site_and_passes_it_once_marked(adopted)
     code, out = _pre_commit(repo, env)
     assert code == 0, out
     assert "no new grows-while-held allocation" in out and "Passed" in out
+
+
+def test_pre_commit_runs_the_vendored_hook_as_a_local_system_hook(tmp_path):
+    env = _env(tmp_path)
+    vendored = {f"scripts/{f}": (REPO_ROOT / f).read_text() for f in HOOK_FILES[1:]}
+    config = textwrap.dedent(
+        f"""\
+        repos:
+          - repo: local
+            hooks:
+              - id: grows-while-held
+                name: no new grows-while-held allocation
+                entry: {sys.executable} scripts/series/grow_hook.py
+                language: system
+                types: [python]
+                files: ^python/sglang/
+        """
+    )
+    files = {".pre-commit-config.yaml": config, "python/sglang/srt/ws.py": OLD, **vendored}
+    repo = _repo(tmp_path / "sglang", files, env)
+    (repo / "python/sglang/srt/ws.py").write_text(OLD + NEW_METHOD)
+    _git(repo, "add", "-A", env=env)
+    code, out = _pre_commit(repo, env)
+    assert code == 1, out
+    assert "python/sglang/srt/ws.py:10: Workspace.grow_kv allocates the new self.kv" in out
