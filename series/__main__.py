@@ -6,7 +6,19 @@ import argparse
 import json
 import sys
 
-from series import OK, SeriesError, apply, base, check, matrix, pr_description, refresh, seriesdir
+from series import (
+    OK,
+    SeriesError,
+    apply,
+    audit_tree,
+    audit_triage,
+    base,
+    check,
+    matrix,
+    pr_description,
+    refresh,
+    seriesdir,
+)
 
 _CHECK = "python -m series check"
 
@@ -81,11 +93,38 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not run 'check' (the format and style boxes stay unticked)",
     )
+
+    p = verbs.add_parser(
+        "audit",
+        help="find every method that allocates a tensor's replacement while still holding it "
+        "(reads the tree, never imports it; docs/grow-while-held-audit-0.5.23.md)",
+    )
+    p.add_argument("tree", metavar="TREE", help="an sglang checkout or installed package folder")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    shown.add_argument(
+        "--triage",
+        action="store_true",
+        help="print the grows-while-held sites only, each with whether it is worth fixing and why",
+    )
     return parser
+
+
+def _audit(args) -> str:
+    sites, skipped = audit_tree.audit_package(audit_tree.package_root(args.tree))
+    for line in skipped:
+        print(f"skipped {line}", file=sys.stderr)
+    if args.json:
+        return json.dumps([s.to_dict() for s in sites], indent=2) + "\n"
+    if args.triage:
+        return audit_triage.render(sites)
+    return audit_tree.render_table(sites) + "\n" + audit_tree.summary(sites) + "\n"
 
 
 def run(args) -> str:
     """What the verb prints on stdout."""
+    if args.verb == "audit":
+        return _audit(args)
     if args.verb == "refresh":
         return _lines(refresh.refresh(args.patches, args.source))
     if args.verb == "materialize":

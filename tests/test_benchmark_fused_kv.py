@@ -1,0 +1,25 @@
+"""``benchmark.fused_kv`` on sglang 0.5.23's real ``FusedKVMaterializeHelper._ensure_workspace``:
+growing its three workspaces from C to 2C peaks one K workspace above the new total while the
+old ones are held, and at the new total when they are released first (the measurement the
+triage in docs/grow-while-held-audit-0.5.23.md rests on)."""
+
+import pytest
+
+from benchmark import fused_kv
+
+pytest.importorskip("sglang.kernels.ops.speculative.fused_kv_materialize")
+
+
+def test_running_peak_is_the_highest_running_sum_in_time_order():
+    assert fused_kv.running_peak([(2, -4), (1, 4), (3, 8), (4, -2)]) == (8, 6)
+
+
+def test_unmodified_growth_peaks_at_9_units_where_the_new_total_is_8():
+    row = fused_kv.grow(64, "unmodified")
+    assert row["capacity"] == [64, 128]
+    assert (row["old_total_units"], row["new_total_units"], row["peak_units"]) == (4, 8, 9)
+
+
+def test_releasing_the_old_workspaces_first_peaks_at_the_new_total():
+    row = fused_kv.grow(64, "released-first")
+    assert (row["new_total_units"], row["peak_units"]) == (8, 8)

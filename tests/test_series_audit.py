@@ -1,0 +1,465 @@
+"""``python -m series audit``: each verdict and each target form on small source trees this file
+writes, the refusal of a folder that is no sglang tree, and the facts of the real sglang 0.5.23
+package (read as files, never imported): the two known grow-while-held sites, the MLA decode
+workspace that keeps its old buffers on purpose, and patch 0001 turning ``_reserve`` into
+release-first.
+"""
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from series import audit
+from series.__main__ import main
+from series.seriesdir import PATCHES_DIR
+
+DSV4 = "srt/layers/attention/dsv4/sparse_prefill_utils.py"
+FUSED_KV = "kernels/ops/speculative/fused_kv_materialize.py"
+MLA_DECODE = "kernels/ops/attention/dsv4/flydsl_v4nm/mla_v4_decode.py"
+
+
+def _sites(body: str) -> "dict[str, audit.Site]":
+    """The sites of one class ``W`` whose methods are ``body``, by target."""
+    source = "import torch\n\n\nclass W:\n" + textwrap.indent(textwrap.dedent(body), "    ")
+    return {s.target: s for s in audit.audit_source(source, "sglang/srt/w.py")}
+
+
+def _verdict(body: str, target: str = "self.buf") -> str:
+    return _sites(body)[target].verdict
+
+
+def test_attribute_replaced_by_a_fresh_allocation_grows_while_held():
+    site = _sites(
+        """
+        def get(self, num_tokens):
+            if self.buf is None or self.buf.shape[0] < num_tokens:
+                self.buf = torch.empty(num_tokens, 512)
+            return self.buf[:num_tokens]
+        """
+    )["self.buf"]
+    assert (site.verdict, site.qualname, site.line, site.allocator) == (
+        "grows-while-held",
+        "W.get",
+        8,
+        "torch.empty",
+    )
+    assert site.grows_with == ("tokens",)
+
+
+@pytest.mark.parametrize(
+    "statement, target",
+    [
+        ("self.bufs[ratio] = torch.zeros(n)", "self.bufs[ratio]"),
+        ("self.state.cache[layer] = x.new_empty(n)", "self.state.cache[layer]"),
+        ("bufs = self.bufs\n    bufs[ratio] = torch.full((n,), -1)", "self.bufs[ratio]"),
+        ("buf = torch.ones(n)\n    self.buf = buf", "self.buf"),
+        ("self.buf = torch.empty(n).to(device)", "self.buf"),
+        ("self.a, self.buf = None, torch.empty_like(x)", "self.buf"),
+        ("self.buf: torch.Tensor = torch.zeros_like(x)", "self.buf"),
+    ],
+)
+def test_each_target_form_is_a_replacement_site(statement, target):
+    body = f"def grow(self, x, n, ratio, layer, device):\n    {statement}\n"
+    assert _verdict(body, target) == "grows-while-held"
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "self.buf = self.buf.to(device)",  # a copy of the old value needs the old value
+        "self.buf = torch.cat([self.buf, x])",
+        "self.buf[:n] = torch.arange(n)",  # written into the existing tensor
+        "self.buf = torch.tensor(x)",
+        "local = torch.empty(n)",
+    ],
+)
+def test_copies_and_writes_into_an_existing_tensor_are_no_sites(statement):
+    assert _sites(f"def grow(self, x, n, device):\n    {statement}\n") == {}
+
+
+def test_setting_the_target_to_none_first_releases_first():
+    assert (
+        _verdict(
+            """
+            def get(self, n):
+                if self.buf.shape[0] < n:
+                    self.buf = None
+                    self.buf = torch.empty(n)
+                return self.buf
+            """
+        )
+        == "releases-first"
+    )
+
+
+@pytest.mark.parametrize(
+    "release", ["del self.buf", "self.bufs.clear()", "self.release()", "self.bufs = {}"]
+)
+def test_del_clear_and_a_releasing_helper_release_first(release):
+    body = f"""
+    def release(self):
+        self.buf = None
+
+    def get(self, n):
+        {release}
+        self.buf = torch.empty(n)
+        self.bufs[n] = torch.empty(n)
+    """
+    sites = _sites(body)
+    target = "self.bufs[n]" if "bufs" in release else "self.buf"
+    assert sites[target].verdict == "releases-first"
+
+
+def test_a_release_on_another_branch_does_not_count():
+    assert (
+        _verdict(
+            """
+            def get(self, n, drop):
+                if drop:
+                    self.buf = None
+                self.buf = torch.empty(n)
+            """
+        )
+        == "grows-while-held"
+    )
+
+
+def test_an_old_buffer_appended_elsewhere_first_is_kept_on_purpose():
+    # the shape of the MLA decode workspace: a captured graph may still use the old one
+    site = _sites(
+        """
+        def ensure(self, n):
+            if self.buf is None or self.buf.numel() < n:
+                if self.buf is not None:
+                    self._keep.append(self.buf)
+                self.buf = torch.empty(n)
+        """
+    )["self.buf"]
+    assert (site.verdict, site.reason) == ("keeps-old-on-purpose", "kept in self._keep")
+
+
+def test_an_old_value_copied_into_the_new_one_is_kept_on_purpose():
+    assert (
+        _verdict(
+            """
+            def grow(self, n):
+                old = self.buf
+                self.buf = torch.empty(n)
+                self.buf[: old.shape[0]].copy_(old)
+            """
+        )
+        == "keeps-old-on-purpose"
+    )
+
+
+def test_a_local_alias_of_the_old_value_does_not_keep_it_on_purpose():
+    assert (
+        _verdict(
+            """
+            def get(self, n):
+                buf = self.buf
+                if buf is None or buf.numel() < n:
+                    buf = torch.empty(n)
+                    self.buf = buf
+                return buf[:n]
+            """
+        )
+        == "grows-while-held"
+    )
+
+
+def test_the_inline_marker_with_a_reason_keeps_old_on_purpose():
+    sites = _sites(
+        """
+        def a(self, n):
+            # grows-while-held: keeps-old-on-purpose a captured graph reads the old one
+            self.buf = torch.empty(n)
+
+        def b(self, n):
+            self.other = torch.empty(n)  # grows-while-held: keeps-old-on-purpose
+        """
+    )
+    assert sites["self.buf"].verdict == "keeps-old-on-purpose"
+    assert sites["self.buf"].reason == "marked: a captured graph reads the old one"
+    assert sites["self.other"].verdict == "grows-while-held"  # a marker must say why
+    assert audit.marker_without_reason("x = 1  # grows-while-held: keeps-old-on-purpose")
+
+
+def test_a_view_kept_by_another_method_escapes():
+    site = _sites(
+        """
+        def grow(self, n):
+            self.buf = torch.zeros(n)
+
+        def plan(self, bs):
+            self.metadata = Metadata(indices=self.buf[:bs])
+        """
+    )["self.buf"]
+    assert (site.verdict, site.reason) == ("views-escape", "W.plan keeps a view of it")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "def __init__(self, n):\n    self.buf = torch.empty(n)\n",
+        "def __init__(self, n):\n    self._build(n)\n\ndef _build(self, n):\n"
+        "    self.buf = torch.empty(n)\n",
+        "def get(self, n):\n    if self.buf is None:\n        self.buf = torch.empty(n)\n",
+        "def get(self, n):\n    if self.buf is not None:\n        return self.buf\n"
+        "    self.buf = torch.empty(n)\n",
+        "def get(self, k, n):\n    if k not in self.bufs:\n        self.bufs[k] = torch.empty(n)\n",
+    ],
+)
+def test_construction_and_build_once_are_init_only(body):
+    (site,) = _sites(body).values()
+    assert site.verdict == "init-only"
+
+
+def test_a_private_helper_called_after_construction_too_is_not_init_only():
+    body = """
+    def __init__(self, n):
+        self._build(n)
+
+    def resize(self, n):
+        self._build(n)
+
+    def _build(self, n):
+        self.buf = torch.empty(n)
+    """
+    assert _verdict(body) == "grows-while-held"
+
+
+@pytest.mark.parametrize(
+    "size, grows_with",
+    [
+        ("(max_bs, 512)", ("batch",)),
+        ("(seq_len,)", ("context",)),
+        ("new_capacity", ("tokens", "capacity")),  # followed through the local
+        ("(4096, 64)", ()),
+    ],
+)
+def test_grows_with_comes_from_the_size_expressions_names(size, grows_with):
+    body = f"""
+    def grow(self, num_tokens, max_bs, seq_len):
+        new_capacity = max(num_tokens, self.capacity * 2)
+        self.buf = torch.empty({size})
+    """
+    assert _sites(body)["self.buf"].grows_with == grows_with
+
+
+def _tree(tmp_path: Path, layout: str, files: "dict[str, str]") -> Path:
+    root = tmp_path / ("python/sglang" if layout == "checkout" else "sglang")
+    (root / "srt").mkdir(parents=True)
+    (root / "__init__.py").write_text("raise RuntimeError('never imported')\n")
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(textwrap.dedent(text))
+    return tmp_path
+
+
+WORKSPACE = """
+    import torch
+
+    class Workspace:
+        def get(self, num_tokens):
+            self.buf = torch.empty(num_tokens, dtype=torch.int32)
+    """
+
+
+@pytest.mark.parametrize("layout", ["checkout", "package"])
+def test_cli_json_names_files_from_the_package_down(tmp_path, capsys, layout):
+    tree = _tree(tmp_path, layout, {"srt/ws.py": WORKSPACE, "srt/broken.py": "def (:\n"})
+    assert main(["audit", str(tree), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == [
+        {
+            "file": "sglang/srt/ws.py",
+            "qualname": "Workspace.get",
+            "line": 6,
+            "target": "self.buf",
+            "allocator": "torch.empty",
+            "verdict": "grows-while-held",
+            "grows_with": ["tokens"],
+            "reason": "the old value is referenced while the new one is allocated",
+            "dtype": "torch.int32",
+        }
+    ]
+    assert "skipped sglang/srt/broken.py: SyntaxError" in err
+
+
+def test_cli_table_is_readable(tmp_path, capsys):
+    assert main(["audit", str(_tree(tmp_path, "package", {"srt/ws.py": WORKSPACE}))]) == 0
+    out = capsys.readouterr().out
+    assert "| grows-while-held | sglang/srt/ws.py:6 | `Workspace.get` | `self.buf` |" in out
+    assert out.rstrip().endswith(
+        "1 sites: 1 grows-while-held, 0 releases-first, "
+        "0 keeps-old-on-purpose, 0 views-escape, 0 init-only"
+    )
+
+
+@pytest.mark.parametrize("what", ["empty", "no-srt", "missing"])
+def test_a_folder_that_is_no_sglang_tree_is_one_line_and_exit_2(tmp_path, capsys, what):
+    if what == "no-srt":
+        (tmp_path / "sglang").mkdir()
+        (tmp_path / "sglang" / "__init__.py").write_text("")
+    target = tmp_path / "nowhere" if what == "missing" else tmp_path
+    assert main(["audit", str(target)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and "not an sglang source tree" in err
+
+
+# -- the real sglang 0.5.23 package, read as files ------------------------------------------------
+
+
+def _installed() -> Path:
+    spec = importlib.util.find_spec("sglang")  # finds the folder; runs none of its code
+    if spec is None:
+        pytest.skip("sglang is not installed in this environment")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _real_sites(path: Path, name: str) -> "dict[str, audit.Site]":
+    sites = audit.audit_source(path.read_text(), name)
+    return {f"{s.qualname} {s.target}": s for s in sites}
+
+
+def test_real_0_5_23_dsv4_buffer_and_fused_kv_workspaces_grow_while_held():
+    root = _installed()
+    dsv4 = _real_sites(root / DSV4, DSV4)
+    assert dsv4["SparsePrefillKVBuffer._reserve self._buffer"].verdict == "grows-while-held"
+    fused = _real_sites(root / FUSED_KV, FUSED_KV)
+    for workspace in ("_proj_workspace", "_k_workspace", "_v_workspace"):
+        site = fused[f"FusedKVMaterializeHelper._ensure_workspace self.{workspace}"]
+        assert site.verdict == "grows-while-held"
+        assert "capacity" in site.grows_with
+
+
+def test_real_0_5_23_mla_decode_workspace_keeps_old_on_purpose():
+    sites = _real_sites(_installed() / MLA_DECODE, MLA_DECODE)
+    assert sites["_Workspace.ensure self.buf"].verdict == "keeps-old-on-purpose"
+    assert all(s.verdict != "grows-while-held" for s in sites.values())
+
+
+def test_real_0_5_23_reserve_releases_first_after_patch_0001(tmp_path, capsys):
+    upstream = tmp_path / "python/sglang"
+    (upstream / DSV4).parent.mkdir(parents=True)
+    (upstream / "__init__.py").write_text("")
+    shutil.copy2(_installed() / DSV4, upstream / DSV4)
+    (patch,) = PATCHES_DIR.glob("0001-*.patch")
+    subprocess.run(["git", "apply", str(patch)], cwd=tmp_path, check=True)
+    assert main(["audit", str(tmp_path), "--json"]) == 0
+    found = {s["qualname"]: s["verdict"] for s in json.loads(capsys.readouterr().out)}
+    assert found["SparsePrefillKVBuffer._reserve"] == "releases-first"
+
+
+@pytest.mark.parametrize(
+    "guard",
+    [
+        "if self._ready:\n        return\n    self._ready = True\n    self.buf = torch.empty(n)\n",
+        'if getattr(self, "_ready", False):\n        return\n    self.buf = torch.empty(n)\n'
+        "    self._ready = True\n",
+        "if not self._ready and n > 0:\n        self._ready = True\n"
+        "        self.buf = torch.empty(n)\n",
+    ],
+)
+def test_behind_a_flag_the_method_sets_is_init_only(guard):
+    assert _verdict(f"def ensure(self, n):\n    {guard}") == "init-only"
+
+
+def test_a_flag_the_method_never_sets_guards_nothing():
+    body = (
+        "def ensure(self, n):\n    if self._ready:\n        return\n    self.buf = torch.empty(n)\n"
+    )
+    assert _verdict(body) == "grows-while-held"
+
+
+def test_unittest_set_up_is_init_only():
+    assert _verdict("def setUp(self):\n    self.buf = torch.randn(4)\n") == "init-only"
+
+
+def test_an_old_value_copied_before_the_replacement_is_kept_on_purpose():
+    site = _sites(
+        """
+        def grow(self, capacity):
+            new = self.k.new_zeros(capacity, self.k.shape[1])
+            new[: self.k.shape[0]] = self.k
+            self.k = new
+        """
+    )["self.k"]
+    assert (site.verdict, site.reason) == (
+        "keeps-old-on-purpose",
+        "copies the old value into the new one",
+    )
+
+
+def test_reading_only_the_old_values_shape_before_the_replacement_copies_nothing():
+    body = """
+    def grow(self, capacity):
+        new = torch.zeros(capacity)
+        rows = self.k.shape[0] + self.k.numel()
+        self.k = new
+    """
+    assert _verdict(body, "self.k") == "grows-while-held"
+
+
+@pytest.mark.parametrize("probe", ["self.bufs.get(vocab)", 'getattr(self, "buf", None)'])
+def test_a_slot_probed_into_a_local_and_built_when_none_is_init_only(probe):
+    target = "self.bufs[vocab]" if "get(" in probe else "self.buf"
+    body = f"""
+    def get(self, vocab, rows):
+        buf = {probe}
+        if buf is None:
+            buf = torch.zeros(4096, vocab)
+            {target} = buf
+        return buf[:rows]
+    """
+    assert _verdict(body, target) == "init-only"
+
+
+@pytest.mark.parametrize(
+    "guard",
+    [
+        "if self.buf is None and n > 0:\n        self.buf = torch.empty(n)\n"
+        "        self.lens = torch.zeros(n)\n",
+        "if self.buf is not None or n == 0:\n        return\n    self.buf = torch.empty(n)\n"
+        "    self.lens = torch.zeros(n)\n",
+    ],
+)
+def test_what_is_built_beside_a_target_that_holds_nothing_is_init_only(guard):
+    sites = _sites(f"def ensure(self, n):\n    {guard}")
+    assert {t: s.verdict for t, s in sites.items()} == {
+        "self.buf": "init-only",
+        "self.lens": "init-only",
+    }
+
+
+def test_a_none_test_or_a_size_test_still_grows_while_held():
+    body = "def ensure(self, n):\n    if self.buf is None or self.buf.numel() < n:\n"
+    body += "        self.buf = torch.empty(n)\n"
+    assert _verdict(body) == "grows-while-held"
+
+
+def test_a_target_the_method_only_clears_guards_nothing_beside_it():
+    body = """
+    def forward(self, n):
+        stash = self.stash
+        if stash is not None:
+            self.stash = None
+        else:
+            self.buf = torch.zeros(n)
+    """
+    assert _verdict(body) == "grows-while-held"
+
+
+def test_cli_triage_gives_each_grows_while_held_site_a_call(tmp_path, capsys):
+    assert (
+        main(["audit", str(_tree(tmp_path, "package", {"srt/ws.py": WORKSPACE})), "--triage"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert out.startswith("1 grows-while-held sites: 0 yes, 0 next, 0 measure, 1 no.")
+    assert "| no | sglang/srt/ws.py:6 | `Workspace.get` |" in out and "index metadata" in out
