@@ -9,14 +9,14 @@ import shutil
 import threading
 from dataclasses import dataclass, replace
 
-from abtest import RequestError, collect, environment, launch, modes
+from abtest import RequestError, collect, environment, git_sides, launch, modes
 from evidence import judge, junit
 from evidence.model import MODES, Results, SeriesId, save
 from series import seriesdir
 
 # What a results folder holds: a reused --out is cleared of these, and only of these.
 OUTPUTS = ("results.json", "report.md", "junit-unmodified.xml", "junit-change.xml")
-OUTPUT_DIRS = ("logs", "pictures")
+OUTPUT_DIRS = ("logs", "pictures", git_sides.SIDES_DIR)
 
 
 class RegistrationError(ValueError):
@@ -37,6 +37,8 @@ class RunRequest:
     unmodified_src: str | None = None
     change_src: str | None = None
     regressions: str | None = None  # the listed regressions; default ci/regressions.txt
+    git_base: str | None = None  # both sides from git: commits of the checkout at root
+    git_head: str | None = None
     timeout: float = 1800
     jobs: int = 2
 
@@ -48,8 +50,40 @@ def resolve_backend(backend: str | None) -> str:
 
 def execute(request: RunRequest, log) -> Results:
     """Run the A/B that ``request`` describes and write its folder; ``log(line)`` hears about
-    progress."""
+    progress. With ``git_base``/``git_head`` both sides are written out of the checkout at
+    ``root`` under ``out``/sides/ and removed when the run ends."""
     root = os.path.abspath(request.root)
+    change = _change(request, root)
+    if change is None:
+        return _execute(request, root, log)
+    out = _prepare_out(request.out)
+    try:
+        base, head = git_sides.make_sides(root, change, out)
+        tests = request.tests or change.tests
+        if not tests:
+            raise RequestError(
+                f"--git-head {request.git_head}: adds or modifies no registered test file "
+                f"under {collect.REGISTERED_ROOT} since {change.merge_base[:12]}; name --tests"
+            )
+        sided = replace(request, root=head, tests=tests, unmodified_src=base, change_src=head)
+        return _execute(sided, head, log, change=change, checkout=root)
+    finally:
+        git_sides.remove(out)
+
+
+def _change(request: RunRequest, root: str) -> git_sides.Change | None:
+    if not (request.git_base or request.git_head):
+        return None
+    if not (request.git_base and request.git_head):
+        raise RequestError("--git-base and --git-head go together")
+    if request.unmodified_src or request.change_src:
+        raise RequestError(
+            "--git-base/--git-head make both sides: no --unmodified-src/--change-src"
+        )
+    return git_sides.read_change(root, request.git_base, request.git_head)
+
+
+def _execute(request: RunRequest, root: str, log, change=None, checkout=None) -> Results:
     backend = resolve_backend(request.backend)
     wanted = tuple(m.strip() for m in request.modes.split(",") if m.strip())
     if not wanted or any(m not in MODES for m in wanted) or len(set(wanted)) != len(wanted):
@@ -63,14 +97,14 @@ def execute(request: RunRequest, log) -> Results:
     machine = {}
 
     def describe_machine():
-        machine.update(gpus=environment.nvidia_smi(), git=environment.git_commit(root))
+        machine.update(gpus=environment.nvidia_smi(), git=environment.git_commit(checkout or root))
 
     # git and nvidia-smi take a moment: beside the tests, not before them.
     describing = threading.Thread(target=describe_machine, daemon=True)
     describing.start()
     trees = [s.tree for s in setups.values() if s.tree]
     selected = _select(request, root, backend, trees)
-    out = _prepare_out(request.out)
+    out = _prepare_out(request.out) if change is None else os.path.abspath(request.out)
     jobs = request.jobs
     log(f"ci run: {len(selected)} files x {len(wanted)} modes on {backend}, {jobs} at a time")
     envs = {mode: modes.environment(setup) for mode, setup in setups.items()}
@@ -79,8 +113,13 @@ def execute(request: RunRequest, log) -> Results:
     describing.join()
 
     records = environment.records_by_mode(runs, wanted)
+    commits = {"unmodified": change.base, "change": change.head} if change else {}
     sides = {
-        mode: modes.side(setup, records[mode], environment.git_commit(setup.tree)["commit"])
+        mode: modes.side(
+            setup,
+            records[mode],
+            commits.get(mode) or environment.git_commit(setup.tree)["commit"],
+        )
         for mode, setup in setups.items()
     }
     runs = [replace(run, log=_write_log(run, out)) for run in runs]
@@ -92,6 +131,8 @@ def execute(request: RunRequest, log) -> Results:
         "files": paths,
         "regressions": list(patterns),
     }
+    if change is not None:
+        selection["git"] = change.to_json()
     suites = {s.path: s.suite for s in selected}
     fields = {"environment": {**machine, "modes": records}, "series": _series(root)}
     results = judge.build(runs, backend, sides, suites, patterns, selection=selection, **fields)

@@ -56,7 +56,7 @@ def _version() -> str:
 # The command line as data: (flag, help) or (flag, help, add_argument's other keywords), in
 # --help order. The README says more about each flag.
 SWITCH = {"action": "store_true"}
-DIR, FILE = {"metavar": "DIR"}, {"metavar": "FILE"}
+DIR, FILE, REV = {"metavar": "DIR"}, {"metavar": "FILE"}, {"metavar": "REV"}
 TEST_RESULTS = ("success", "failure", "cancelled", "skipped")
 RUN_FLAGS = (
     ("--out", "folder for results.json, JUnit, the report and logs", {"required": True}),
@@ -66,6 +66,8 @@ RUN_FLAGS = (
     ("--modes", "comma list (default both: unmodified,change)"),
     ("--unmodified-src", "a tree holding python/sglang for this side; overlay off", DIR),
     ("--change-src", "a tree holding python/sglang for this side; overlay off", DIR),
+    ("--git-base", "both sides from git: the base commit of the checkout at --root", REV),
+    ("--git-head", "the head commit: its added/modified registered tests run on both", REV),
     ("--regressions", "tests that must fail unmodified (default ci/regressions.txt)", FILE),
     ("--timeout", "seconds per file and mode (default 1800)", {"type": float}),
     ("--jobs", "processes at once (default 2)", {"type": int}),
