@@ -103,6 +103,8 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None) ->
     describing = threading.Thread(target=describe_machine, daemon=True)
     describing.start()
     trees = [s.tree for s in setups.values() if s.tree]
+    if change is not None:
+        trees.reverse()  # the head's registry reader: the head's tests may use what it adds
     selected = _select(request, root, backend, trees)
     out = _prepare_out(request.out) if change is None else os.path.abspath(request.out)
     jobs = request.jobs
@@ -127,7 +129,7 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None) ->
         "tests": list(request.tests) or [collect.REGISTERED_ROOT],
         "suite": request.suite,
         "stage": request.stage,
-        "shard": request.shard,
+        "shard": collect.shard_text(request.shard),
         "files": paths,
         "regressions": list(patterns),
     }
@@ -142,6 +144,10 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None) ->
     elsewhere = [why for m, s in setups.items() if (why := modes.imported_elsewhere(s, records[m]))]
     if elsewhere:
         results = replace(results, verdict="failed", reasons=(*elsewhere, *results.reasons))
+    if not selected:
+        # One shard of a matrix: its report merges with the others' (report.shards).
+        why = f"shard {request.shard}: every selected file falls in another shard"
+        results = replace(results, verdict="ok", reasons=(why,))
     save(results, out)
     junit.write(results, out)
     return results
@@ -195,9 +201,12 @@ def _select(request: RunRequest, root: str, backend: str, trees) -> list:
         raise RequestError(f"cannot load sglang's ci_register ({exc})") from None
     except ValueError as exc:  # a registration collect_tests rejects names its file
         raise RegistrationError(str(exc)) from None
-    if not selected:
-        raise RequestError(f"no registered {backend} test files match the filters under {root}")
-    return selected
+    if selected:
+        return selected
+    unsharded = (request.suite, request.stage, None, *filters[3:])
+    if shard and collect.select(root, backend, *unsharded):
+        return selected  # every selected file falls in another shard
+    raise RequestError(f"no registered {backend} test files match the filters under {root}")
 
 
 def _series(root: str) -> SeriesId | None:

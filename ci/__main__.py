@@ -80,7 +80,11 @@ SUITE_OR_STAGE = (
     ("--stage", "only files registered for this stage"),
 )
 REPORT_FLAGS = (
-    ("--results", "the --out directory of `ci run` (or results.json)"),
+    (
+        "--results",
+        "the --out directory of `ci run` (or results.json); several: every shard of one run",
+        {"nargs": "+", "metavar": "DIR"},
+    ),
     ("--repo", "OWNER/NAME (required with --post)"),
     ("--pr", "pull request number (required with --post)", {"type": int}),
     ("--sha", "head commit for the statuses (none are set without it)"),
@@ -185,6 +189,8 @@ def cmd_report(args) -> int:
     # side's client), only the report jobs do.
     from report import plan as reporting
 
+    if args.results is not None:  # one folder, or the shards of one run
+        args.results = args.results[0] if len(args.results) == 1 else tuple(args.results)
     try:
         request = reporting.prepare(
             reporting.ReportRequest(**_fields(reporting.ReportRequest, args))
