@@ -23,6 +23,11 @@ class RegistrationError(ValueError):
     """A registration that sglang's own reader rejects; the message names its file."""
 
 
+class NothingToRun(Exception):
+    """Both sides from git, tests from the diff, and the head changes no registered test file
+    this run selects: nothing to prove (``ci run`` exits 0 and writes no results)."""
+
+
 @dataclass(frozen=True)
 class RunRequest:
     out: str
@@ -61,12 +66,12 @@ def execute(request: RunRequest, log) -> Results:
         base, head = git_sides.make_sides(root, change, out)
         tests = request.tests or change.tests
         if not tests:
-            raise RequestError(
-                f"--git-head {request.git_head}: adds or modifies no registered test file "
-                f"under {collect.REGISTERED_ROOT} since {change.merge_base[:12]}; name --tests"
+            raise NothingToRun(
+                f"{request.git_head} adds or modifies no registered test file under "
+                f"{collect.REGISTERED_ROOT} since the merge base {change.merge_base[:12]}"
             )
         sided = replace(request, root=head, tests=tests, unmodified_src=base, change_src=head)
-        return _execute(sided, head, log, change=change, checkout=root)
+        return _execute(sided, head, log, change=change, checkout=root, diff=not request.tests)
     finally:
         git_sides.remove(out)
 
@@ -83,7 +88,7 @@ def _change(request: RunRequest, root: str) -> git_sides.Change | None:
     return git_sides.read_change(root, request.git_base, request.git_head)
 
 
-def _execute(request: RunRequest, root: str, log, change=None, checkout=None) -> Results:
+def _execute(request: RunRequest, root: str, log, change=None, checkout=None, diff=False):
     backend = resolve_backend(request.backend)
     wanted = tuple(m.strip() for m in request.modes.split(",") if m.strip())
     if not wanted or any(m not in MODES for m in wanted) or len(set(wanted)) != len(wanted):
@@ -105,7 +110,7 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None) ->
     trees = [s.tree for s in setups.values() if s.tree]
     if change is not None:
         trees.reverse()  # the head's registry reader: the head's tests may use what it adds
-    selected = _select(request, root, backend, trees)
+    selected = _select(request, root, backend, trees, diff)
     out = _prepare_out(request.out) if change is None else os.path.abspath(request.out)
     jobs = request.jobs
     log(f"ci run: {len(selected)} files x {len(wanted)} modes on {backend}, {jobs} at a time")
@@ -190,7 +195,7 @@ def _prepare_out(out: str) -> str:
     return out
 
 
-def _select(request: RunRequest, root: str, backend: str, trees) -> list:
+def _select(request: RunRequest, root: str, backend: str, trees, diff: bool = False) -> list:
     shard = collect.parse_shard(request.shard)
     filters = (request.suite, request.stage, shard, request.nightly, request.tests, trees)
     try:
@@ -206,6 +211,11 @@ def _select(request: RunRequest, root: str, backend: str, trees) -> list:
     unsharded = (request.suite, request.stage, None, *filters[3:])
     if shard and collect.select(root, backend, *unsharded):
         return selected  # every selected file falls in another shard
+    if diff:
+        raise NothingToRun(
+            f"none of the registered test files {request.git_head} adds or modifies is a "
+            f"{backend} test the filters select"
+        )
     raise RequestError(f"no registered {backend} test files match the filters under {root}")
 
 

@@ -172,6 +172,9 @@ def cmd_run(args) -> int:
     except run.RegistrationError as exc:
         print(f"error: registration: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except run.NothingToRun as exc:
+        print(f"ci run: nothing to run: {one_line(str(exc))}")
+        return EXIT_OK
     out = os.path.abspath(args.out)
     results = dataclasses.replace(results, pictures=pictures.draw_all(results, out))
     evidence.save(results, out)

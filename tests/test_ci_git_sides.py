@@ -101,3 +101,20 @@ def test_a_folder_that_is_no_checkout_and_half_a_pair_are_refused(checkout, caps
     assert err == f"error: --root {tmp_path}: not the top of a git checkout"
     err = _refused(capsys, "--root", checkout, "--git-base", "main")
     assert err == "error: --git-base and --git-head go together"
+
+
+@pytest.mark.parametrize(
+    "head, more, said",
+    [
+        ("main", [], "main adds or modifies no registered test file under test/registered"),
+        ("fix", ["--suite", "base-c-test-cpu"], "none of the registered test files fix adds"),
+    ],
+)
+def test_a_head_that_changes_no_selected_test_has_nothing_to_run(
+    checkout, tmp_path, head, more, said
+):
+    out = tmp_path / "out"
+    proc = ci_run(checkout, out, "--git-base", "main", "--git-head", head, *more)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().startswith(f"ci run: nothing to run: {said}"), proc.stdout
+    assert not (out / "results.json").exists() and not (out / "sides").exists()
