@@ -99,8 +99,8 @@ class Rehearsal:
 
         return re.sub(r"\$\{\{(.*?)\}\}", answer, str(text))
 
-    def job(self, job_id, extra=None) -> tuple[str, dict]:
-        """Run one job; its result (success or failure) and its outputs."""
+    def job(self, job_id, extra=None) -> tuple[str, dict, str]:
+        """Run one job; its result (success or failure), its outputs and its step summary."""
         extra = dict(extra or {})
         job = self.flow["jobs"][job_id]
         folder = self.tmp / f"{job_id}-{extra.get('matrix.shard', '')}"
@@ -158,7 +158,7 @@ class Rehearsal:
         outputs = dict(
             line.split("=", 1) for line in files["output"].read_text().splitlines() if "=" in line
         )
-        return result, outputs
+        return result, outputs, files["summary"].read_text()
 
     def action(self, step, extra, workspace) -> bool:
         uses, given = step["uses"].split("@")[0], step.get("with", {})
@@ -195,17 +195,21 @@ def git(repo, *args):
 
 
 @pytest.fixture(scope="module")
-def rehearsed(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("rehearsal")
-    repo = sglang_layout.make_repo(tmp / "sglang")
-    base, head = git(repo, "rev-parse", "main"), git(repo, "rev-parse", "fix")
+def layout(tmp_path_factory):
+    return sglang_layout.make_repo(tmp_path_factory.mktemp("layout") / "sglang")
+
+
+def rehearse(tmp, repo, branch, fork=None):
+    """A PR from ``branch`` onto main (``fork``: OWNER/NAME of the fork it comes from, approved by
+    a maintainer's review of its head), played through gate, every shard and the report."""
+    base, head = git(repo, "rev-parse", "main"), git(repo, "rev-parse", branch)
     event = {
         "action": "opened",
         "sender": {"login": "contributor"},
         "repository": {"full_name": "sgl/sglang"},
         "pull_request": {
             "number": PR,
-            "head": {"sha": head, "repo": {"full_name": "sgl/sglang"}},
+            "head": {"sha": head, "repo": {"full_name": fork or "sgl/sglang"}},
             "base": {"sha": base, "repo": {"full_name": "sgl/sglang"}},
             "labels": [],
         },
@@ -213,9 +217,12 @@ def rehearsed(tmp_path_factory):
     (tmp / "event.json").write_text(json.dumps(event))
     fake = FakeGitHub(token=TOKEN, owner="sgl", repo="sglang").start()
     try:
-        fake.add_pr(PR, "Adds a regression test and the fix.", head_sha=head)
+        fake.add_pr(PR, "Adds a regression test.", head_sha=head, fork=fork)
+        if fork:
+            fake.permissions["maint"] = "write"
+            fake.add_review(PR, "maint", head)
         play = Rehearsal(tmp, fake, repo, base, head)
-        gate, outputs = play.job("gate")
+        gate, outputs, _ = play.job("gate")
         assert gate == "success", play.log
         needs = {f"needs.gate.outputs.{k}": v for k, v in outputs.items()}
         shards = [
@@ -223,17 +230,23 @@ def rehearsed(tmp_path_factory):
             for shard in play.flow["jobs"]["test"]["strategy"]["matrix"]["shard"]
         ]
         test_result = "success" if set(shards) == {"success"} else "failure"
-        report = play.job("report", {**needs, "needs.test.result": test_result})[0]
-        yield {
+        report, _, summary = play.job("report", {**needs, "needs.test.result": test_result})
+        return {
             "fake": fake,
             "gate": outputs,
             "shards": shards,
             "report": report,
+            "summary": summary,
             "head": head,
             "play": play,
         }
     finally:
         fake.stop()
+
+
+@pytest.fixture(scope="module")
+def rehearsed(layout, tmp_path_factory):
+    return rehearse(tmp_path_factory.mktemp("fix"), layout, "fix")
 
 
 def test_the_gate_lets_a_same_repo_head_run(rehearsed):
@@ -256,3 +269,32 @@ def test_every_shard_ran_and_the_pr_got_one_report_with_both_shards_cases(rehear
     ]
     (check,) = fake.check_runs.values()
     assert check["conclusion"] == "success"
+
+
+def test_a_head_that_fails_its_own_test_fails_its_shard_and_the_report_says_so(
+    layout, tmp_path_factory
+):
+    played = rehearse(tmp_path_factory.mktemp("no-fix"), layout, "tests-only")
+    fake, play = played["fake"], played["play"]
+    # The added test (est 1 s) is shard 1's; the modified one (2 s) shard 0's.
+    assert played["shards"] == ["success", "failure"], play.log
+    assert played["report"] == "success", play.log
+    assert pr_states.get_slot(fake.bodies[PR], "ab").startswith(":x:")
+    assert [(s["context"], s["state"]) for s in fake.statuses] == [
+        ("ab/base-a-test-cpu", "failure")
+    ]
+    (check,) = fake.check_runs.values()
+    assert check["conclusion"] == "failure"
+
+
+def test_an_approved_fork_runs_and_gets_its_report_in_the_job_summary_only(
+    layout, tmp_path_factory
+):
+    played = rehearse(tmp_path_factory.mktemp("fork"), layout, "fix", fork="someone/sglang")
+    fake, play = played["fake"], played["play"]
+    assert played["gate"]["fork"] == "true" and played["gate"]["run"] == "true", play.log
+    assert played["shards"] == ["success", "success"] and played["report"] == "success", play.log
+    assert "TestReserveSource.test\\_replacement" in played["summary"]
+    assert fake.bodies[PR] == "Adds a regression test." and not fake.comments
+    assert not fake.statuses and not fake.check_runs
+    assert not [m for m, _ in fake.requests if m != "GET"]
