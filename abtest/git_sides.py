@@ -48,7 +48,8 @@ class Change:
 def _git(repo: str, *args: str, data: bool = False):
     """``git *args`` in ``repo``: its stdout (bytes with ``data``), or None when git fails."""
     env = {k: v for k, v in os.environ.items() if k not in _CALLERS_REPO}
-    env.update(GIT_CONFIG_NOSYSTEM="1", LC_ALL="C")
+    # No optional lock: ``git status`` would otherwise refresh and rewrite the user's index.
+    env.update(GIT_CONFIG_NOSYSTEM="1", LC_ALL="C", GIT_OPTIONAL_LOCKS="0")
     try:
         proc = subprocess.run(
             ["git", "-c", "core.hooksPath=/dev/null", *args], cwd=repo, env=env, capture_output=True

@@ -71,7 +71,9 @@ def execute(request: RunRequest, log) -> Results:
                 f"{collect.REGISTERED_ROOT} since the merge base {change.merge_base[:12]}"
             )
         sided = replace(request, root=head, tests=tests, unmodified_src=base, change_src=head)
-        return _execute(sided, head, log, change=change, checkout=root, diff=not request.tests)
+        # The machine record names the bot's own commit: the sides name the two compared.
+        bot = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        return _execute(sided, head, log, change=change, checkout=bot, diff=not request.tests)
     finally:
         git_sides.remove(out)
 

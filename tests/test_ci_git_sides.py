@@ -4,6 +4,7 @@ without), the tests picked from the diff, the user's checkout left as it was, ba
 """
 
 import json
+import os
 import subprocess
 import sys
 
@@ -76,9 +77,13 @@ def _refused(capsys, *args):
     return err
 
 
-def test_an_unknown_ref_is_one_line_and_exit_2(checkout, capsys):
+def test_an_unknown_ref_is_one_line_and_exit_2_and_the_index_is_left_as_it_was(checkout, capsys):
+    # A file touched since the index last saw it: a plain ``git status`` would rewrite the index.
+    os.utime(checkout / MODIFIED, (10**9, 10**9))
+    index = (checkout / ".git" / "index").read_bytes()
     err = _refused(capsys, "--root", checkout, "--git-base", "main", "--git-head", "no-such-branch")
     assert err == f"error: --git-head 'no-such-branch': no such commit in {checkout}"
+    assert (checkout / ".git" / "index").read_bytes() == index
 
 
 def test_a_tree_not_in_sglangs_layout_is_one_line_and_exit_2(checkout, capsys):
