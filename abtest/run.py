@@ -44,6 +44,7 @@ class RunRequest:
     regressions: str | None = None  # the listed regressions; default ci/regressions.txt
     git_base: str | None = None  # both sides from git: commits of the checkout at root
     git_head: str | None = None
+    preload: str | None = None  # a comma list of modules each side imports once, then forks
     timeout: float = 1800
     jobs: int = 2
 
@@ -99,6 +100,9 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None, di
         raise RequestError(f"--jobs {request.jobs}: at least 1")
     if not request.timeout > 0:
         raise RequestError(f"--timeout {request.timeout}: more than 0 seconds")
+    preload = tuple(m.strip() for m in (request.preload or "").split(",") if m.strip())
+    if not all(re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", m) for m in preload):
+        raise RequestError(f"--preload {request.preload!r}: a comma list of module names")
     setups = modes.setups(wanted, request.unmodified_src, request.change_src)
     patterns = _patterns(request.regressions)
     machine = {}
@@ -118,7 +122,8 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None, di
     log(f"ci run: {len(selected)} files x {len(wanted)} modes on {backend}, {jobs} at a time")
     envs = {mode: modes.environment(setup) for mode, setup in setups.items()}
     paths = [s.path for s in selected]
-    runs = launch.run_all(paths, envs, root, request.timeout, jobs, log)
+    preloads = {}
+    runs = launch.run_all(paths, envs, root, request.timeout, jobs, log, preload, preloads)
     describing.join()
 
     records = environment.records_by_mode(runs, wanted)
@@ -143,6 +148,7 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None, di
     if change is not None:
         selection["git"] = change.to_json()
     suites = {s.path: s.suite for s in selected}
+    machine.update({"preload": preloads} if preloads else {})
     fields = {"environment": {**machine, "modes": records}, "series": _series(root)}
     results = judge.build(runs, backend, sides, suites, patterns, selection=selection, **fields)
     lines = {path: collect.test_lines(root, path) for path in {c.file for c in results.cases}}

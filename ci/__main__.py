@@ -72,6 +72,7 @@ RUN_FLAGS = (
     ("--timeout", "seconds per file and mode (default 1800)", {"type": float}),
     ("--jobs", "processes at once (default 2)", {"type": int}),
     ("--root", "repository root (default: current directory)"),
+    ("--preload", "MODULES: each side imports them once and forks a child per file", {}),
     ("--nightly", "include nightly registrations", SWITCH),
     ("--json", "print the summary as JSON", SWITCH),
 )
