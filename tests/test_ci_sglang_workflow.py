@@ -7,7 +7,9 @@ step is the workflow's own text run by bash with the environment the workflow gi
 test), ``GITHUB_ENV`` and ``GITHUB_OUTPUT`` carried as Actions carries them, and each ``uses:``
 step done by its local equivalent (a checkout is a clone at the ref, an artifact a copied
 folder). The repository is ``sglang_layout``'s (sglang 0.5.23, a PR branch with the fix), the
-GitHub is the fake on loopback. The one deviation: BACKEND is cpu (this machine has no GPU).
+GitHub is the fake on loopback. Two deviations: BACKEND is cpu (this machine has no GPU), and
+nothing is preloaded (the variable's answer: each side's torch and sglang would cost 10 s of
+CPU; tests/test_ci_preload.py covers --preload).
 """
 
 import json
@@ -85,6 +87,8 @@ class Rehearsal:
             "vars.SGLANG_OVERLAY_REPOSITORY": "sgl/sglang-overlay",
             "vars.SGLANG_OVERLAY_REF": bot_ref,
             "vars.SGLANG_OVERLAY_PYTHON || 'python3'": sys.executable,
+            # No preload here: importing torch and sglang costs each side 10 s of CPU.
+            "vars.SGLANG_OVERLAY_PRELOAD || 'torch,sglang'": "",
             "github.server_url != 'https://github.com' && github.server_url || ''": fake.url,
         }
         self.head = head
@@ -125,7 +129,7 @@ class Rehearsal:
         env.pop("GITHUB_TOKEN", None)
         for scope in (self.flow["env"], job.get("env", {})):
             env.update({k: self.value(v, extra) for k, v in scope.items()})
-        env["BACKEND"] = "cpu"  # the one deviation: no GPU here
+        env["BACKEND"] = "cpu"  # the first deviation: no GPU here
         outcomes, result = {}, "success"
         for step in job["steps"]:
             condition = step.get("if")
