@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from evidence.judge import FileRun
 
@@ -270,9 +270,14 @@ def run_all(
 
     def one(path, mode):
         preloader = preloaders.get(mode)
-        if preloader is not None and preloader.error is None:
+        if preloader is None or preloader.error is not None:
+            return run_file(path, mode, envs[mode], cwd, timeout_s)
+        try:
             return run_forked(preloader, path, mode, timeout_s)
-        return run_file(path, mode, envs[mode], cwd, timeout_s)
+        except (OSError, RuntimeError, ValueError) as exc:  # the preloading parent is gone
+            run = run_file(path, mode, envs[mode], cwd, timeout_s)
+            why = f"[ci run: the {mode} preloading parent failed ({exc}): ran fresh]\n"
+            return replace(run, output=why + run.output)
 
     try:
         futures = [pool.submit(one, path, mode) for path in paths for mode in envs]

@@ -112,12 +112,15 @@ def serve(path: str, modules) -> None:
 def fork_one(connection, modules, others) -> int | None:
     """Fork a child for the request on ``connection``; its pid once it leads its session.
     ``others``: what the child must not hold (the socket, other files' connections)."""
+    fds = []
     try:
         data, fds, _, _ = socket.recv_fds(connection, REQUEST_BYTES, 3)
         request = json.loads(data)
         if len(fds) != 3 or not isinstance(request.get("path"), str):
             raise ValueError("a request is {path, args} with three descriptors")
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, AttributeError) as exc:
+        for fd in fds:
+            os.close(fd)
         _answer(connection, {"error": str(exc)})
         connection.close()
         return None
