@@ -19,6 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
+from abtest import fork_safety
 from evidence.judge import FileRun
 
 FILE_PROCESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "file_process.py")
@@ -272,6 +273,12 @@ def run_all(
         preloader = preloaders.get(mode)
         if preloader is None or preloader.error is not None:
             return run_file(path, mode, envs[mode], cwd, timeout_s)
+        why = fork_safety.fresh_reason(os.path.join(cwd, path))
+        if why is not None:
+            if preloads is not None:
+                preloads[mode].setdefault("fresh", {})[path] = why
+            run = run_file(path, mode, envs[mode], cwd, timeout_s)
+            return replace(run, output=f"[ci run: a fresh interpreter: {why}]\n" + run.output)
         try:
             return run_forked(preloader, path, mode, timeout_s)
         except (OSError, RuntimeError, ValueError) as exc:  # the preloading parent is gone
