@@ -72,7 +72,11 @@ RUN_FLAGS = (
     ("--timeout", "seconds per file and mode (default 1800)", {"type": float}),
     ("--jobs", "processes at once (default 2)", {"type": int}),
     ("--root", "repository root (default: current directory)"),
-    ("--preload", "MODULES: each side imports them once and forks a child per file", {}),
+    (
+        "--preload",
+        "comma list: each side imports them once, then forks each file",
+        {"metavar": "MODULES"},
+    ),
     ("--nightly", "include nightly registrations", SWITCH),
     ("--json", "print the summary as JSON", SWITCH),
 )
@@ -125,8 +129,8 @@ def _parser() -> argparse.ArgumentParser:
         "run",
         help="run registered test files on both sides; write results.json, JUnit and the report",
         description="Each selected file runs as its own `python FILE -v` process once per mode, "
-        "unchanged. Sides: the installed sglang with the overlay off and on, or two source "
-        "trees. Exit 0 when every test passes (or skips) on the change side and the listed "
+        "unchanged. Sides: the installed sglang with the overlay off and on, two source "
+        "trees, or two commits of an sglang checkout (--git-base/--git-head). Exit 0 when every test passes (or skips) on the change side and the listed "
         "regressions fail on the unmodified side; 1, with one line saying why, otherwise.",
     )
     _flags(run, RUN_FLAGS)
