@@ -130,8 +130,9 @@ def _parser() -> argparse.ArgumentParser:
         help="run registered test files on both sides; write results.json, JUnit and the report",
         description="Each selected file runs as its own `python FILE -v` process once per mode, "
         "unchanged. Sides: the installed sglang with the overlay off and on, two source "
-        "trees, or two commits of an sglang checkout (--git-base/--git-head). Exit 0 when every test passes (or skips) on the change side and the listed "
-        "regressions fail on the unmodified side; 1, with one line saying why, otherwise.",
+        "trees, or two commits of an sglang checkout (--git-base/--git-head). Exit 0 when "
+        "every test passes (or skips) on the change side and the listed regressions fail on "
+        "the unmodified side; 1, with one line saying why, otherwise.",
     )
     _flags(run, RUN_FLAGS)
     _flags(run.add_mutually_exclusive_group(), SUITE_OR_STAGE)
