@@ -40,6 +40,12 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     return index, size
 
 
+def shard_text(text: str | None) -> str | None:
+    """A ``--shard`` as results record it: ``"I/N"``, or None."""
+    shard = parse_shard(text)
+    return f"{shard[0]}/{shard[1]}" if shard else None
+
+
 def test_files(root: str, tests=()) -> list[str]:
     """Every ``test_*.py`` under each of ``tests`` (folders or files, relative to ``root``;
     default ``root``/test/registered), sorted, each once."""
@@ -79,13 +85,16 @@ def select(root, backend, suite=None, stage=None, shard=None, nightly=False, tes
         and (suite is None or r.effective_suite == suite)
         and (stage is None or r.stage == stage)
     ]
-    if shard is not None:
-        registries = reader.auto_partition(registries, shard[0], shard[1])
     chosen = {}
     for r in registries:
-        # A file registered twice for one backend still runs once.
+        # A file registered twice for one backend runs once, so in one shard only.
         chosen.setdefault(r.filename, r)
-    registries = sorted(chosen.values(), key=lambda r: r.filename)
+    registries = list(chosen.values())
+    if shard is not None:
+        units = reader.auto_partition(registries, shard[0], shard[1])
+        # Newer readers bundle an ``in_process_group`` into one unit with its ``members``.
+        registries = [m for unit in units for m in getattr(unit, "members", None) or [unit]]
+    registries = sorted(registries, key=lambda r: r.filename)
     selected = [Selected(os.path.relpath(r.filename, root), r.effective_suite) for r in registries]
     # A file that does not parse has no registration anyone can read: it runs anyway (in the
     # first shard), and its own process says why it fails, as a case of the report.

@@ -11,7 +11,8 @@ import subprocess
 
 RECORD_CHARS = 64 * 1024  # a test process's record is PR code's output: bounded, then checked
 TEXT_KEYS = (
-    "python torch cuda gpu sglang sglang_path sglang_error torch_error overlay_error".split()
+    "python torch cuda gpu sglang sglang_path sglang_error torch_error overlay_error "
+    "preloaded".split()
 )
 OVERLAY_KEYS = ("patch", "state", "target", "sglang_version", "reason")
 FIELD_CHARS = 500

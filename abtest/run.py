@@ -9,18 +9,23 @@ import shutil
 import threading
 from dataclasses import dataclass, replace
 
-from abtest import RequestError, collect, environment, launch, modes
+from abtest import RequestError, collect, environment, git_sides, launch, modes
 from evidence import judge, junit
 from evidence.model import MODES, Results, SeriesId, save
 from series import seriesdir
 
 # What a results folder holds: a reused --out is cleared of these, and only of these.
 OUTPUTS = ("results.json", "report.md", "junit-unmodified.xml", "junit-change.xml")
-OUTPUT_DIRS = ("logs", "pictures")
+OUTPUT_DIRS = ("logs", "pictures", git_sides.SIDES_DIR)
 
 
 class RegistrationError(ValueError):
     """A registration that sglang's own reader rejects; the message names its file."""
+
+
+class NothingToRun(Exception):
+    """Both sides from git, tests from the diff, and the head changes no registered test file
+    this run selects: nothing to prove (``ci run`` exits 0 and writes no results)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,9 @@ class RunRequest:
     unmodified_src: str | None = None
     change_src: str | None = None
     regressions: str | None = None  # the listed regressions; default ci/regressions.txt
+    git_base: str | None = None  # both sides from git: commits of the checkout at root
+    git_head: str | None = None
+    preload: str | None = None  # a comma list of modules each side imports once, then forks
     timeout: float = 1800
     jobs: int = 2
     outside_upstream_ci: bool = False  # True: without sglang CI's settings (modes.UPSTREAM_CI_ENV)
@@ -49,8 +57,42 @@ def resolve_backend(backend: str | None) -> str:
 
 def execute(request: RunRequest, log) -> Results:
     """Run the A/B that ``request`` describes and write its folder; ``log(line)`` hears about
-    progress."""
+    progress. With ``git_base``/``git_head`` both sides are written out of the checkout at
+    ``root`` under ``out``/sides/ and removed when the run ends."""
     root = os.path.abspath(request.root)
+    change = _change(request, root)
+    if change is None:
+        return _execute(request, root, log)
+    out = _prepare_out(request.out)
+    try:
+        base, head = git_sides.make_sides(root, change, out)
+        tests = request.tests or change.tests
+        if not tests:
+            raise NothingToRun(
+                f"{request.git_head} adds or modifies no registered test file under "
+                f"{collect.REGISTERED_ROOT} since the merge base {change.merge_base[:12]}"
+            )
+        sided = replace(request, root=head, tests=tests, unmodified_src=base, change_src=head)
+        # The machine record names the bot's own commit: the sides name the two compared.
+        bot = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        return _execute(sided, head, log, change=change, checkout=bot, diff=not request.tests)
+    finally:
+        git_sides.remove(out)
+
+
+def _change(request: RunRequest, root: str) -> git_sides.Change | None:
+    if not (request.git_base or request.git_head):
+        return None
+    if not (request.git_base and request.git_head):
+        raise RequestError("--git-base and --git-head go together")
+    if request.unmodified_src or request.change_src:
+        raise RequestError(
+            "--git-base/--git-head make both sides: no --unmodified-src/--change-src"
+        )
+    return git_sides.read_change(root, request.git_base, request.git_head)
+
+
+def _execute(request: RunRequest, root: str, log, change=None, checkout=None, diff=False):
     backend = resolve_backend(request.backend)
     wanted = tuple(m.strip() for m in request.modes.split(",") if m.strip())
     if not wanted or any(m not in MODES for m in wanted) or len(set(wanted)) != len(wanted):
@@ -59,30 +101,41 @@ def execute(request: RunRequest, log) -> Results:
         raise RequestError(f"--jobs {request.jobs}: at least 1")
     if not request.timeout > 0:
         raise RequestError(f"--timeout {request.timeout}: more than 0 seconds")
+    preload = tuple(m.strip() for m in (request.preload or "").split(",") if m.strip())
+    if not all(re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", m) for m in preload):
+        raise RequestError(f"--preload {request.preload!r}: a comma list of module names")
     setups = modes.setups(wanted, request.unmodified_src, request.change_src)
     patterns = _patterns(request.regressions)
     machine = {}
 
     def describe_machine():
-        machine.update(gpus=environment.nvidia_smi(), git=environment.git_commit(root))
+        machine.update(gpus=environment.nvidia_smi(), git=environment.git_commit(checkout or root))
 
     # git and nvidia-smi take a moment: beside the tests, not before them.
     describing = threading.Thread(target=describe_machine, daemon=True)
     describing.start()
     trees = [s.tree for s in setups.values() if s.tree]
-    selected = _select(request, root, backend, trees)
-    out = _prepare_out(request.out)
+    if change is not None:
+        trees.reverse()  # the head's registry reader: the head's tests may use what it adds
+    selected = _select(request, root, backend, trees, diff)
+    out = _prepare_out(request.out) if change is None else os.path.abspath(request.out)
     jobs = request.jobs
     log(f"ci run: {len(selected)} files x {len(wanted)} modes on {backend}, {jobs} at a time")
     upstream_ci = not request.outside_upstream_ci
     envs = {mode: modes.environment(s, upstream_ci=upstream_ci) for mode, s in setups.items()}
     paths = [s.path for s in selected]
-    runs = launch.run_all(paths, envs, root, request.timeout, jobs, log)
+    preloads = {}
+    runs = launch.run_all(paths, envs, root, request.timeout, jobs, log, preload, preloads)
     describing.join()
 
     records = environment.records_by_mode(runs, wanted)
+    commits = {"unmodified": change.base, "change": change.head} if change else {}
     sides = {
-        mode: modes.side(setup, records[mode], environment.git_commit(setup.tree)["commit"])
+        mode: modes.side(
+            setup,
+            records[mode],
+            commits.get(mode) or environment.git_commit(setup.tree)["commit"],
+        )
         for mode, setup in setups.items()
     }
     runs = [replace(run, log=_write_log(run, out)) for run in runs]
@@ -90,12 +143,15 @@ def execute(request: RunRequest, log) -> Results:
         "tests": list(request.tests) or [collect.REGISTERED_ROOT],
         "suite": request.suite,
         "stage": request.stage,
-        "shard": request.shard,
+        "shard": collect.shard_text(request.shard),
         "files": paths,
         "regressions": list(patterns),
         "not_run": collect.not_here(root, backend, request.tests, trees),
     }
+    if change is not None:
+        selection["git"] = change.to_json()
     suites = {s.path: s.suite for s in selected}
+    machine.update({"preload": preloads} if preloads else {})
     ci_env = dict(modes.UPSTREAM_CI_ENV) if upstream_ci else None
     fields = {
         "environment": {**machine, "upstream_ci": ci_env, "modes": records},
@@ -108,6 +164,10 @@ def execute(request: RunRequest, log) -> Results:
     elsewhere = [why for m, s in setups.items() if (why := modes.imported_elsewhere(s, records[m]))]
     if elsewhere:
         results = replace(results, verdict="failed", reasons=(*elsewhere, *results.reasons))
+    if not selected:
+        # One shard of a matrix: its report merges with the others' (report.shards).
+        why = f"shard {request.shard}: every selected file falls in another shard"
+        results = replace(results, verdict="ok", reasons=(why,))
     save(results, out)
     junit.write(results, out)
     return results
@@ -150,7 +210,7 @@ def _prepare_out(out: str) -> str:
     return out
 
 
-def _select(request: RunRequest, root: str, backend: str, trees) -> list:
+def _select(request: RunRequest, root: str, backend: str, trees, diff: bool = False) -> list:
     shard = collect.parse_shard(request.shard)
     filters = (request.suite, request.stage, shard, request.nightly, request.tests, trees)
     try:
@@ -161,9 +221,17 @@ def _select(request: RunRequest, root: str, backend: str, trees) -> list:
         raise RequestError(f"cannot load sglang's ci_register ({exc})") from None
     except ValueError as exc:  # a registration collect_tests rejects names its file
         raise RegistrationError(str(exc)) from None
-    if not selected:
-        raise RequestError(f"no registered {backend} test files match the filters under {root}")
-    return selected
+    if selected:
+        return selected
+    unsharded = (request.suite, request.stage, None, *filters[3:])
+    if shard and collect.select(root, backend, *unsharded):
+        return selected  # every selected file falls in another shard
+    if diff:
+        raise NothingToRun(
+            f"none of the registered test files {request.git_head} adds or modifies is a "
+            f"{backend} test the filters select"
+        )
+    raise RequestError(f"no registered {backend} test files match the filters under {root}")
 
 
 def _series(root: str) -> SeriesId | None:

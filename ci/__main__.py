@@ -57,7 +57,7 @@ def _version() -> str:
 # The command line as data: (flag, help) or (flag, help, add_argument's other keywords), in
 # --help order. The README says more about each flag.
 SWITCH = {"action": "store_true"}
-DIR, FILE = {"metavar": "DIR"}, {"metavar": "FILE"}
+DIR, FILE, REV = {"metavar": "DIR"}, {"metavar": "FILE"}, {"metavar": "REV"}
 TEST_RESULTS = ("success", "failure", "cancelled", "skipped")
 RUN_FLAGS = (
     ("--out", "folder for results.json, JUnit, the report and logs", {"required": True}),
@@ -67,10 +67,17 @@ RUN_FLAGS = (
     ("--modes", "comma list (default both: unmodified,change)"),
     ("--unmodified-src", "a tree holding python/sglang for this side; overlay off", DIR),
     ("--change-src", "a tree holding python/sglang for this side; overlay off", DIR),
+    ("--git-base", "both sides from git: the base commit of the checkout at --root", REV),
+    ("--git-head", "the head commit: its added/modified registered tests run on both", REV),
     ("--regressions", "tests that must fail unmodified (default ci/regressions.txt)", FILE),
     ("--timeout", "seconds per file and mode (default 1800)", {"type": float}),
     ("--jobs", "processes at once (default 2)", {"type": int}),
     ("--root", "repository root (default: current directory)"),
+    (
+        "--preload",
+        "comma list: each side imports them once, then forks each file",
+        {"metavar": "MODULES"},
+    ),
     ("--nightly", "include nightly registrations", SWITCH),
     (
         "--outside-upstream-ci",
@@ -85,7 +92,11 @@ SUITE_OR_STAGE = (
     ("--stage", "only files registered for this stage"),
 )
 REPORT_FLAGS = (
-    ("--results", "the --out directory of `ci run` (or results.json)"),
+    (
+        "--results",
+        "the --out directory of `ci run` (or results.json); several: every shard of one run",
+        {"nargs": "+", "metavar": "DIR"},
+    ),
     ("--repo", "OWNER/NAME (required with --post)"),
     ("--pr", "pull request number (required with --post)", {"type": int}),
     ("--sha", "head commit for the statuses (none are set without it)"),
@@ -127,9 +138,10 @@ def _parser() -> argparse.ArgumentParser:
         description="Each selected file runs as its own `python FILE -v` process once per mode, "
         "unchanged, in the environment sglang's CI gives it (SGLANG_IS_IN_CI=true: "
         "CustomTestCase retries a failed test once). Sides: the installed sglang with the "
-        "overlay off and on, or two source trees. Exit 0 when every test passes (or skips) on "
-        "the change side at its first attempt and the listed regressions fail on the "
-        "unmodified side, retry included; 1, with one line saying why, otherwise.",
+        "overlay off and on, two source trees, or two commits of an sglang checkout "
+        "(--git-base/--git-head). Exit 0 when every test passes (or skips) on the change side "
+        "at its first attempt and the listed regressions fail on the unmodified side, retry "
+        "included; 1, with one line saying why, otherwise.",
     )
     _flags(run, RUN_FLAGS)
     _flags(run.add_mutually_exclusive_group(), SUITE_OR_STAGE)
@@ -175,6 +187,9 @@ def cmd_run(args) -> int:
     except run.RegistrationError as exc:
         print(f"error: registration: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except run.NothingToRun as exc:
+        print(f"ci run: nothing to run: {one_line(str(exc))}")
+        return EXIT_OK
     out = os.path.abspath(args.out)
     results = dataclasses.replace(results, pictures=pictures.draw_all(results, out))
     evidence.save(results, out)
@@ -192,6 +207,8 @@ def cmd_report(args) -> int:
     # side's client), only the report jobs do.
     from report import plan as reporting
 
+    if args.results is not None:  # one folder, or the shards of one run
+        args.results = args.results[0] if len(args.results) == 1 else tuple(args.results)
     try:
         request = reporting.prepare(
             reporting.ReportRequest(**_fields(reporting.ReportRequest, args))

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, replace
 
 import github3.exceptions
 
-from report import artifact, gate, pr_states, render
+from report import artifact, gate, pr_states, render, shards
 from report.pr_states import DEFAULT_LABEL, DEFAULT_SLOT
 from report.publish import Publisher, RetryPolicy, TooLarge, connect
 
@@ -36,7 +36,7 @@ class PublishFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class ReportRequest:
-    results: str | None = None
+    results: str | tuple[str, ...] | None = None  # a tuple: the shards of one run
     repo: str | None = None
     pr: int | None = None
     sha: str | None = None
@@ -111,9 +111,9 @@ def prepare(request: ReportRequest) -> ReportRequest:
         raise RequestError("--require-head and --check-run need --sha")
     if request.sha is not None and not gate.COMMIT_SHA.fullmatch(request.sha):
         raise RequestError(f"--sha {request.sha[:80]!r}: expected a full commit id (40 hex digits)")
-    missing = request.results and not os.path.exists(request.results)
+    missing = [p for p in _paths(request.results) if not os.path.exists(p)]
     if missing and not request.workflow_run and not request.test_result:
-        raise RequestError(f"--results {request.results}: no such folder or file")
+        raise RequestError(f"--results {missing[0]}: no such folder or file")
     if request.summary and not os.path.isdir(os.path.dirname(os.path.abspath(request.summary))):
         raise RequestError(f"--summary {request.summary}: its folder does not exist")
     try:
@@ -129,7 +129,7 @@ def plan(request: ReportRequest) -> ReportPlan:
     state, invalid = request.state, request.invalid
     if invalid or request.untrusted:
         state = "failure"
-    elif state == "results" and request.test_result and not artifact.has_results(request.results):
+    elif state == "results" and request.test_result and not _has_results(request.results):
         # The test job left nothing behind (it failed early, timed out or was cancelled).
         state = "cancelled" if request.test_result in ("cancelled", "skipped") else "failure"
     model, comment, statuses = None, None, []
@@ -137,7 +137,7 @@ def plan(request: ReportRequest) -> ReportPlan:
         if not request.results:
             raise RequestError("--results DIR is required: the folder `ci run --out` wrote")
         try:
-            model = artifact.load_results(request.results)
+            model = shards.load_results(request.results)
         except artifact.ArtifactError as exc:
             # Refused whole, and said so: a slot left pending would read as "still running".
             state, invalid = "failure", str(exc)
@@ -174,6 +174,17 @@ def plan(request: ReportRequest) -> ReportPlan:
         summary=summary,
         invalid=invalid,
     )
+
+
+def _paths(results) -> tuple[str, ...]:
+    return (results,) if isinstance(results, str) else tuple(results or ())
+
+
+def _has_results(results) -> bool:
+    """Whether every shard's test job left its results (one that did not failed or was
+    cancelled: the report says so rather than calling the rest invalid)."""
+    paths = _paths(results)
+    return bool(paths) and all(artifact.has_results(p) for p in paths)
 
 
 def _step_summary(model, slot: str, links: dict) -> str:
