@@ -2,8 +2,9 @@
 and of the drop-in workflow: sglang 0.5.23 from PyPI (``series.base``), a ``main`` that adds
 upstream-style registered CPU tests, and two pull-request branches off it:
 
-- ``fix``: patch 0001 (the fix) and 0002 (its CUDA test) by ``git am``, a CPU test that reads the
-  workspace's release order from the tree's own source (added), and a modified existing test;
+- ``fix``: patch 0001 (the fix) and 0002 (its tests) by ``git am``, less 0002's CPU companion
+  (it imports sglang: seconds per process), a CPU test that reads the workspace's release order
+  from the tree's own source (added), and a modified existing test;
 - ``tests-only``: the same tests, without the fix.
 
 The CPU tests read sglang's source and import no sglang, so each of their processes is cheap.
@@ -17,7 +18,8 @@ from conftest import REPO
 ADDED = "test/registered/unit/layers/test_release_first_source.py"
 MODIFIED = "test/registered/unit/test_layout_modified.py"
 UNCHANGED = "test/registered/unit/test_layout_unchanged.py"
-CUDA_TEST = "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py"
+CUDA_TEST = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py"
+CPU_COMPANION = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_release_order.py"
 SOURCE_TEST = REPO / "tests/fixtures/upstream_style/test_release_first_source.py"
 IDENTITY = {
     "GIT_AUTHOR_NAME": "contributor",
@@ -72,6 +74,7 @@ def make_repo(dest: Path) -> Path:
     for branch, patches in (("fix", (fix, cuda_test)), ("tests-only", (cuda_test,))):
         _git(repo, "checkout", "-q", "-b", branch, "main")
         _git(repo, "am", "-q", "--no-3way", *map(str, patches))
+        _git(repo, "rm", "-q", CPU_COMPANION)
         (repo / ADDED).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(SOURCE_TEST, repo / ADDED)
         text = PASSING.format(est=2, name="modified").replace("(True)", "(1 + 1 == 2)")
