@@ -88,7 +88,7 @@ class Rehearsal:
             "vars.SGLANG_OVERLAY_REF": bot_ref,
             "vars.SGLANG_OVERLAY_PYTHON || 'python3'": sys.executable,
             # No preload here: importing torch and sglang costs each side 10 s of CPU.
-            "vars.SGLANG_OVERLAY_PRELOAD || 'torch,sglang'": "",
+            "vars.SGLANG_OVERLAY_PRELOAD || 'torch'": "",
             "github.server_url != 'https://github.com' && github.server_url || ''": fake.url,
         }
         self.head = head
