@@ -22,6 +22,7 @@ from traceback import format_exception
 
 DETAIL_CHARS = 8000  # a traceback's end is where it says what failed
 MAX_ATTEMPTS = 20  # calls of one test method the channel reports (evidence.model's bound)
+BACKEND_ENV = "SGLANG_OVERLAY_CI_BACKEND"  # the backend ci run measures: cpu or cuda
 MIB = float(1 << 20)
 
 
@@ -47,7 +48,10 @@ class Channel:
             "detail": str(detail)[-DETAIL_CHARS:],
             "attempts": list(attempts)[:MAX_ATTEMPTS],
         }
-        peak = _cuda("max_memory_allocated") if started is not None else None
+        # A CPU run's peak is what the file measured itself: a process that merely holds a
+        # CUDA context (importing sglang makes one on a GPU host) measured no CUDA memory.
+        cuda = started is not None and os.environ.get(BACKEND_ENV) != "cpu"
+        peak = _cuda("max_memory_allocated") if cuda else None
         if peak is not None:
             record["peak_mib"] = round(peak / MIB, 2)
         elif _published_peak(test_id) is not None:

@@ -9,7 +9,7 @@ import shutil
 import threading
 from dataclasses import dataclass, replace
 
-from abtest import RequestError, collect, environment, git_sides, launch, modes
+from abtest import RequestError, collect, environment, file_process, git_sides, launch, modes
 from evidence import judge, junit
 from evidence.model import MODES, Results, SeriesId, save
 from series import seriesdir
@@ -123,6 +123,8 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None, di
     log(f"ci run: {len(selected)} files x {len(wanted)} modes on {backend}, {jobs} at a time")
     upstream_ci = not request.outside_upstream_ci
     envs = {mode: modes.environment(s, upstream_ci=upstream_ci) for mode, s in setups.items()}
+    for env in envs.values():
+        env[file_process.BACKEND_ENV] = backend
     paths = [s.path for s in selected]
     preloads = {}
     runs = launch.run_all(paths, envs, root, request.timeout, jobs, log, preload, preloads)

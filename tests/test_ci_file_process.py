@@ -424,3 +424,51 @@ def test_a_record_that_cannot_be_made_never_changes_the_files_exit_code(tmp_path
     _, through, text = both_ways(tmp_path, RAISES_PAST_EXCEPTION, "prog.py")
     assert through.returncode == 5, through.stderr
     assert "no environment record" in through.stderr
+
+
+HOLDS_A_CUDA_CONTEXT = """
+import sys
+import types
+import unittest
+
+# A stand-in torch whose process holds a CUDA context, as importing sglang makes one on a GPU
+# host even when the test measures CPU memory.
+cuda = types.SimpleNamespace(
+    is_initialized=lambda: True,
+    reset_peak_memory_stats=lambda: None,
+    max_memory_allocated=lambda: 5 << 20,
+)
+sys.modules["torch"] = types.SimpleNamespace(cuda=cuda)
+PEAKS_MIB = {}
+
+
+class TestPeaks(unittest.TestCase):
+    def test_measures_itself(self):
+        PEAKS_MIB[self._testMethodName] = 7.5
+
+    def test_measures_nothing(self):
+        pass
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+def test_a_cpu_run_reports_the_peak_the_file_measured_never_a_cuda_context_it_holds(tmp_path):
+    (tmp_path / "test_peaks.py").write_text(HOLDS_A_CUDA_CONTEXT)
+    peaks = {}
+    for backend in ("cuda", "cpu"):
+        proc, lines, _ = run_file_process(
+            tmp_path, "test_peaks.py", SGLANG_OVERLAY_CI_BACKEND=backend
+        )
+        assert proc.returncode == 0, proc.stderr
+        peaks[backend] = {line["test"]: line.get("peak_mib") for line in lines}
+    assert peaks["cuda"] == {
+        "TestPeaks.test_measures_itself": 5.0,
+        "TestPeaks.test_measures_nothing": 5.0,
+    }
+    assert peaks["cpu"] == {
+        "TestPeaks.test_measures_itself": 7.5,
+        "TestPeaks.test_measures_nothing": None,
+    }
