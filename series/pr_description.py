@@ -192,7 +192,7 @@ def render(series, results, results_dir: str, check: CheckState) -> str:
             elif heading and heading.lower() not in _OWN and patch is fix:
                 out += [f"*{heading}.*", "", text, ""]
     out += ["## Accuracy Tests", "", _counts_sentence(results), "", *ab_table(results), ""]
-    out += [f"Environment: {environment_line(results.environment)}", ""]
+    out += [f"Environment: {environment_line(results.environment, results.backend)}", ""]
     out += [
         f"Series {series_id[:12]} on sglang=={series.base.version}, results from `{results_dir}`.",
         "\nTo reproduce, in a checkout of sglang-overlay, the project that carries this series:"

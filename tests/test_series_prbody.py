@@ -186,3 +186,12 @@ def test_results_of_another_release_or_a_void_proof_are_refused(capsys, tmp_path
 
     code, out, err = _body(capsys, _results(tmp_path / "v", void), "--no-check")
     assert code == 1 and out == "" and "do not prove the change (void)" in err
+
+
+def test_a_cpu_runs_description_names_the_cpu_and_no_cuda(capsys):
+    folder = REPO_ROOT / "docs/evidence/h200-0.5.23-upstream-ci/cpu"
+    code, out, err = _body(capsys, folder, "--no-check")
+    assert code == 0, err
+    environment = next(line for line in out.splitlines() if line.startswith("Environment: "))
+    assert environment.startswith("Environment: CPU") and "CUDA" not in environment
+    assert "H200" not in environment
