@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, replace
 
 import github3.exceptions
 
-from report import artifact, gate, pr_states, render, shards
+from report import artifact, checks, gate, pr_states, render, shards
 from report.pr_states import DEFAULT_LABEL, DEFAULT_SLOT
 from report.publish import Publisher, RetryPolicy, TooLarge, connect
 
@@ -206,11 +206,11 @@ def _check_run(request: ReportRequest, model, state: str, invalid: str | None):
     if model is None:
         refused = ("Invalid artifact", invalid) if invalid else ("Not reported", request.untrusted)
         refused = refused if refused[1] else None
-        create = render.check_run_without_results(state, request.sha, now, request.run_url, refused)
+        create = checks.without_results(state, request.sha, now, request.run_url, refused)
         return {"create": create}
-    summary = render.comment(model, request.slot, limit=render.CHECK_SUMMARY_LIMIT, **request.links)
+    summary = render.comment(model, request.slot, limit=checks.SUMMARY_LIMIT, **request.links)
     summary = summary.split("\n", 1)[1]  # the marker line is for the sticky comment only
-    create, updates = render.check_run(model, request.sha, summary, now, request.run_url)
+    create, updates = checks.bodies(model, request.sha, summary, now, request.run_url)
     return {"create": create, "updates": updates}
 
 

@@ -193,7 +193,7 @@ class Publisher:
         return str(((self.pull() or {}).get("head") or {}).get("sha") or "")
 
     def create_check_run(self, create: dict, updates: list) -> int:
-        """One check run from ``render.check_run``; the updates append further annotations."""
+        """One check run from ``checks.bodies``; the updates append further annotations."""
         run = self.policy.call(
             f"check run {create['name']}", self._repository().create_check_run, **create
         )

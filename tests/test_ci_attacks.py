@@ -48,7 +48,7 @@ from abtest import environment, launch, modes
 from ci.__main__ import main
 from evidence import junit
 from evidence.model import Results, save
-from report import artifact, pictures, pr_states, render
+from report import artifact, checks, escape, pictures, pr_states, render
 from report import plan as reporting
 from report.publish import Publisher, RetryPolicy, connect
 
@@ -453,7 +453,7 @@ def test_two_different_case_names_never_render_alike():
     names = [row.split(" | ")[0] for row in rows]
     assert len(set(names)) == len(LOOK_ALIKES)
     assert all(name.isascii() for name in names)  # no letter of another script passes for ours
-    create, _ = render.check_run(replace(m, cases=cases), HEAD, "s", "2026-01-01T00:00:00Z")
+    create, _ = checks.bodies(replace(m, cases=cases), HEAD, "s", "2026-01-01T00:00:00Z")
     titles = [note["title"] for note in create["output"]["annotations"]]
     assert len(set(titles)) == len(LOOK_ALIKES) and all(t.isascii() for t in titles)
 
@@ -463,7 +463,7 @@ def test_two_different_case_names_never_render_alike():
 def test_escape_name_is_one_to_one(a, b):
     if a != b:
         assert render.escape_name(a) != render.escape_name(b)
-        assert render.name_text(a) != render.name_text(b)
+        assert escape.name_text(a) != escape.name_text(b)
 
 
 @pytest.mark.parametrize(
@@ -692,7 +692,7 @@ def test_a_comment_builds_only_the_log_excerpts_it_can_show(monkeypatch):
 def test_an_annotation_title_carries_no_bidi_or_invisible_characters():
     data = _regressions(1, name=lambda i: "test_\u202egnp.exe\u200b\x1b[31m")
     m = Results.from_json(json.loads(json.dumps(data)))
-    create, _ = render.check_run(m, HEAD, "summary", "2026-01-01T00:00:00Z")
+    create, _ = checks.bodies(m, HEAD, "summary", "2026-01-01T00:00:00Z")
     (note,) = create["output"]["annotations"]
     assert note["title"] == "test_\\u202egnp.exe\\u200b\\x1b[31m"  # shown, not hidden
 
@@ -749,7 +749,9 @@ def test_a_push_landing_during_the_slot_write_gets_the_slot_put_back(fake, tmp_p
 
 def test_a_newer_writers_slot_is_never_put_back_over(fake, tmp_path, monkeypatch):
     newer = "b" * 40
-    fake.bodies[7] = pr_states.set_slot("Author's text.\n", SLOT, "Label", ":hourglass_flowing_sand:")
+    fake.bodies[7] = pr_states.set_slot(
+        "Author's text.\n", SLOT, "Label", ":hourglass_flowing_sand:"
+    )
 
     def push_and_newer_report(server):
         server.heads[7] = newer
@@ -829,9 +831,7 @@ def test_a_process_the_file_leaves_behind_dies_with_it_and_holds_nothing_up(tmp_
             os.kill(pid, signal.SIGKILL)
 
 
-def test_ctrl_c_between_starting_a_file_and_registering_it_still_stops_it(
-    tmp_path, monkeypatch
-):
+def test_ctrl_c_between_starting_a_file_and_registering_it_still_stops_it(tmp_path, monkeypatch):
     # Ctrl-C kills the groups registered so far; a file started just before that and
     # registered just after must not run on (here it would sleep until the run's timeout).
     stopping = threading.Event()

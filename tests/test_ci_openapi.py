@@ -17,7 +17,7 @@ from ci_samples import model
 from test_ci_trust import ACTIONS_TOKEN, HEAD, _fork_pr, _results_dir, _workflow_run
 
 from ci.__main__ import main
-from report import render
+from report import checks
 from report.publish import Publisher, RetryPolicy, connect
 
 SPEC = os.environ.get("OCTOKIT_OPENAPI")
@@ -66,7 +66,7 @@ def test_every_request_of_every_report_path_is_in_githubs_description(tmp_path, 
         # Annotations 51 and on go out as check-run updates (PATCH).
         many = model()
         many = replace(many, cases=[many.cases[0]] * 60)
-        create, updates = render.check_run(many, HEAD, "summary", "2026-01-01T00:00:00Z")
+        create, updates = checks.bodies(many, HEAD, "summary", "2026-01-01T00:00:00Z")
         policy = RetryPolicy(sleep=lambda _: None)
         Publisher(connect(ACTIONS_TOKEN, fake.url), "sgl", "sglang", 7, policy).create_check_run(
             create, updates

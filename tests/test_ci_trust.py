@@ -21,7 +21,7 @@ from ci.__main__ import main
 from evidence import judge
 from evidence import model as evidence_model
 from evidence.model import FileResult, save
-from report import artifact, pr_states, render
+from report import artifact, checks, pr_states, render
 from report import plan as reporting
 from report.publish import Publisher, RetryPolicy, connect
 
@@ -383,7 +383,7 @@ def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
 def test_check_run_has_the_table_and_a_notice_at_the_regression_tests_line(fake):
     m = model()
     m = replace(m, cases=[replace(m.cases[0], line=123), *m.cases[1:]])
-    create, updates = render.check_run(m, HEAD, render.comment(m, "s"), "2026-01-01T00:00:00Z")
+    create, updates = checks.bodies(m, HEAD, render.comment(m, "s"), "2026-01-01T00:00:00Z")
     _publisher(fake).create_check_run(create, updates)
     (run,) = fake.check_runs.values()
     assert (
@@ -409,7 +409,7 @@ def test_120_annotations_go_out_50_per_request_and_broken_cases_are_failures(fak
         file_run("change", [(n, "pass") for n in names[:-1]] + [(names[-1], "fail", failing)]),
     ]
     m = model(runs, patterns=[], suite="s")
-    create, updates = render.check_run(m, HEAD, "summary", "2026-01-01T00:00:00Z")
+    create, updates = checks.bodies(m, HEAD, "summary", "2026-01-01T00:00:00Z")
     assert [len(u["annotations"]) for u in updates] == [50, 20]
     _publisher(fake).create_check_run(create, updates)
     (run,) = fake.check_runs.values()
