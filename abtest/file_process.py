@@ -54,8 +54,8 @@ class Channel:
         peak = _cuda("max_memory_allocated") if cuda else None
         if peak is not None:
             record["peak_mib"] = round(peak / MIB, 2)
-        elif _published_peak(test_id) is not None:
-            record["peak_mib"] = _published_peak(test_id)
+        elif (published := _published_peak(test_id)) is not None:
+            record["peak_mib"] = published
         with open(self.fd, "wb", closefd=False) as channel:  # flushed whole as it closes
             channel.write((json.dumps(record) + "\n").encode())
 

@@ -161,9 +161,26 @@ def test_every_attempt_failing_is_still_a_plain_regression():
     assert [c.kind for c in m.cases] == ["regression", "preservation"] and m.verdict == "ok"
 
 
-def test_rejudging_sees_the_attempts_a_results_file_records():
+def _base_passes_on_the_retry():
     base, head = workspace_runs()
-    honest = model([_retried(base, GROW, ["fail", "pass"]), head])
+    return [_retried(base, GROW, ["fail", "pass"]), head]
+
+
+@pytest.mark.parametrize(
+    "runs, kinds, verdict",
+    [
+        (
+            lambda: workspace_runs(grow_unmodified="pass"),
+            ["not-reproduced", "preservation"],
+            "void",
+        ),
+        # the attempts a results file records are judged again too
+        (_base_passes_on_the_retry, ["masked-by-retry", "preservation"], "failed"),
+    ],
+    ids=["passes-unmodified", "passes-on-the-retry"],
+)
+def test_rejudging_ignores_the_kinds_and_verdict_a_results_file_claims(runs, kinds, verdict):
+    honest = model(runs())
     forged = replace(
         honest,
         verdict="ok",
@@ -171,21 +188,8 @@ def test_rejudging_sees_the_attempts_a_results_file_records():
         cases=[replace(c, kind="regression") for c in honest.cases],
     )
     again = judge.rejudge(forged, [f"{FILE}::*.test_grow_*"])
-    assert [c.kind for c in again.cases] == ["masked-by-retry", "preservation"]
-    assert again.verdict == "failed"
-
-
-def test_rejudging_ignores_the_kinds_and_verdict_a_results_file_claims():
-    honest = model(workspace_runs(grow_unmodified="pass"))
-    forged = replace(
-        honest,
-        verdict="ok",
-        reasons=(),
-        cases=[replace(c, kind="regression") for c in honest.cases],
-    )
-    again = judge.rejudge(forged, [f"{FILE}::*.test_grow_*"])
-    assert [c.kind for c in again.cases] == ["not-reproduced", "preservation"]
-    assert again.verdict == "void"
+    assert [c.kind for c in again.cases] == kinds
+    assert again.verdict == verdict
 
 
 def test_results_round_trip_through_json_and_are_frozen(tmp_path):
@@ -222,6 +226,9 @@ def _mutated(tmp_path, mutate):
         (lambda d: d["cases"][0].update(file="../../etc/passwd.py"), "relative test-file path"),
         (lambda d: d["cases"][0].update(line=10**7), "line"),
         (lambda d: d["cases"][0].update(line=0), "line"),
+        (lambda d: d["cases"][0]["modes"]["change"].update(attempts=["maybe"]), "attempts"),
+        (lambda d: d["cases"][0]["modes"]["change"].update(attempts=["skip"]), "attempts"),
+        (lambda d: d["cases"][0]["modes"]["change"].update(attempts=["fail"] * 21), "attempts"),
         (lambda d: d["cases"][0]["modes"].update({"x\n::error::forged": {}}), "not one of the run"),
         (
             lambda d: d["files"][0]["modes"].update(change="broken"),
@@ -273,5 +280,7 @@ def test_every_command_in_the_committed_evidence_names_a_module_of_this_reposito
     }
     assert commands, "no command found: the pattern is wrong"
     where = {m: REPO / m.replace(".", "/") for m in commands}
-    stale = [m for m, p in sorted(where.items()) if not (p.is_dir() or p.with_suffix(".py").exists())]
+    stale = [
+        m for m, p in sorted(where.items()) if not (p.is_dir() or p.with_suffix(".py").exists())
+    ]
     assert stale == []  # e.g. tools.series, renamed to series
