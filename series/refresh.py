@@ -133,9 +133,8 @@ def _format_patch_command(source: Path, letter):
     the letter's From (the committer) is the first commit's author, whoever runs refresh."""
     if letter is None:
         return FORMAT_PATCH, None
-    branch = gitcmd.out(["symbolic-ref", "-q", "--short", "HEAD"], source, check=False)
-    if not branch:
-        raise usage(f"{source} has a detached HEAD; check out a branch to refresh the cover letter")
+    # ``_authored`` always checks a branch out, detached HEAD in the user's tree or not.
+    branch = gitcmd.out(["symbolic-ref", "--short", "HEAD"], source)
     first = gitcmd.out(
         ["log", "--reverse", "--format=%an%x00%ae", f"{base.BASE_TAG}..HEAD"], source
     )
