@@ -89,3 +89,16 @@ def until(condition, within_s: float = 120.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def runs_program(pid: int, path: str) -> bool:
+    """Whether ``pid`` has finished exec'ing ``path`` (its executable and its stack start in
+    /proc): ``Popen`` may return while the child is still inside ``execve``, since vfork
+    resumes the parent before the new program's executable and stack are in place."""
+    try:
+        exe = os.stat(f"/proc/{pid}/exe")
+        fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+    except OSError:
+        return False
+    target = os.stat(path)
+    return (exe.st_dev, exe.st_ino) == (target.st_dev, target.st_ino) and fields[25] != "0"

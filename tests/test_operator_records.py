@@ -15,7 +15,7 @@ import sys
 import overlay_runs
 import pytest
 import standin
-from conftest import clean_env, until
+from conftest import clean_env, runs_program, until
 
 from sglang_overlay import PATCH_ID
 from sglang_overlay.command_lines import runs_sglang
@@ -40,7 +40,12 @@ def known(tmp_path_factory):
 @pytest.fixture
 def sglang_sleeper():
     """A live process with one of the names sglang gives its processes, and no record."""
-    sleeper = subprocess.Popen(["sglang::scheduler_TP0", "300"], executable=shutil.which("sleep"))
+    sleep = shutil.which("sleep")
+    sleeper = subprocess.Popen(["sglang::scheduler_TP0", "300"], executable=sleep)
+    # Popen may return while the child is still inside execve (vfork resumes the parent before
+    # the new program's executable and stack are in place): a record forged from that moment
+    # would name the parent's program. Wait until /proc shows the one the pid runs for good.
+    assert until(lambda: runs_program(sleeper.pid, sleep)), "the sleeper never ran sleep"
     yield sleeper.pid
     sleeper.send_signal(signal.SIGKILL)
     sleeper.wait(timeout=BOUND_S)

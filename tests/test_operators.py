@@ -18,7 +18,7 @@ import sys
 
 import overlay_runs
 import pytest
-from conftest import clean_env, run_json
+from conftest import clean_env, run_json, runs_program, until
 
 from sglang_overlay import PATCH_ID, __version__
 
@@ -143,9 +143,11 @@ def test_a_live_sglang_process_without_a_record_is_unpatched_even_if_its_pid_had
     # sglang renames its processes (sglang::scheduler_TP0); this one started "before the
     # install": no record. A record left by an earlier process with the same pid has another
     # start time and must not be taken for this one's.
-    # Popen returns once the program runs, under the name given as its argv[0].
-    sleeper = subprocess.Popen(["sglang::scheduler_TP0", "300"], executable=shutil.which("sleep"))
+    sleep = shutil.which("sleep")
+    sleeper = subprocess.Popen(["sglang::scheduler_TP0", "300"], executable=sleep)
     try:
+        # Read once the program runs, under the name given as its argv[0].
+        assert until(lambda: runs_program(sleeper.pid, sleep))
         forged = {"patches": [{"patch": PATCH_ID, "state": "applied", "reason": "x"}]}
         (runtime_dir / f"{sleeper.pid}.json").write_text(
             json.dumps({**forged, "pid": sleeper.pid, "start_time": "1"})
