@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from benchmark.capped import BF16, FP8, MIB, RESULT_PREFIX, run_child
-from sglang_overlay import WORKSPACE_MODULE
+from sglang_overlay import PATCH_ID, WORKSPACE_MODULE
 
 ORDERS = ("holding-first", "release-first")
 
@@ -72,7 +72,7 @@ def run_transition(transition: Transition, order: str, device: str) -> dict:
 
     if order == "release-first":
         sglang_overlay.apply()
-    overlay = ",".join(sorted({r["state"] for r in sglang_overlay.status()}))
+    overlay = next(r["state"] for r in sglang_overlay.status() if r["patch"] == PATCH_ID)
     cls = getattr(module, "SparsePrefillKVBuffer", None)
     if cls is None or not hasattr(cls, "_reserve"):
         raise SystemExit("this sglang has no SparsePrefillKVBuffer._reserve (sglang 0.5.23 has)")

@@ -1,10 +1,21 @@
-"""Release-first replacement of sglang's DSV4 sparse-prefill scratch workspace.
+"""Release-first replacement of sglang's scratch workspaces: the DSV4 sparse-prefill workspace
+(patch 0001) and speculative decoding's fused KV materialisation workspaces (patch 0003).
 
 The public surface only (README.md, "Using the overlay"): the .pth start-up hook imports this
 module in every interpreter, so it imports nothing itself.
 """
 
-__all__ = ["apply", "remove", "status", "PATCH_ID", "WORKSPACE_MODULE", "__version__"]
+__all__ = [
+    "apply",
+    "remove",
+    "status",
+    "PATCH_ID",
+    "FUSED_KV_PATCH_ID",
+    "PATCH_IDS",
+    "PATCHED_MODULES",
+    "WORKSPACE_MODULE",
+    "__version__",
+]
 
 # The one place the version lives: the build reads it from here (pyproject.toml), the CLI
 # and every process record report it. Bumped with every release (CHANGELOG.md).
@@ -12,24 +23,41 @@ __version__ = "0.2.0"
 
 PATCH_ID = "0001-dsv4-sparse-prefill-release-first"
 WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
+FUSED_KV_PATCH_ID = "0003-fused-kv-workspace-release-first"
+# Where releases define FusedKVMaterializeHelper: 0.5.16 and later, then 0.5.15.
+FUSED_KV_MODULES = (
+    "sglang.kernels.ops.speculative.fused_kv_materialize",
+    "sglang.srt.speculative.triton_ops.fused_kv_materialize",
+)
+# Each patch (in series order) and the modules it patches right after they run.
+PATCHED_MODULES = {PATCH_ID: (WORKSPACE_MODULE,), FUSED_KV_PATCH_ID: FUSED_KV_MODULES}
+PATCH_IDS = tuple(PATCHED_MODULES)
+
+
+def patch_of(module_name) -> "str | None":
+    """The patch that patches ``module_name``, or None."""
+    for patch_id, modules in PATCHED_MODULES.items():
+        if module_name in modules:
+            return patch_id
+    return None
 
 
 def apply():
-    """Import the workspace module and patch it now; returns the patch's status records."""
+    """Import the patched modules and patch them now; returns the patches' status records."""
     from sglang_overlay import overlay
 
     return overlay.apply()
 
 
 def remove():
-    """Put back the original method and keep the overlay off here until ``apply()``."""
+    """Put back the original methods and keep the overlay off here until ``apply()``."""
     from sglang_overlay import overlay
 
     return overlay.remove()
 
 
 def status():
-    """This process's records, one per patch, checked against the live class."""
+    """This process's records, one per patch, checked against the live classes."""
     from sglang_overlay import overlay
 
     return overlay.status()

@@ -1,17 +1,17 @@
 """The two activation paths, funnelled into ``on_workspace_import``: the start-up hook calls
-it right after the workspace module runs; sglang's plugin loader calls ``plugin.activate``. Applying
+it right after a patched module runs; sglang's plugin loader calls ``plugin.activate``. Applying
 is idempotent, so whichever path comes second changes nothing. A failed activation never
 breaks the user's import unless ``SGLANG_OVERLAY_STRICT=1``; the next attempt tries again.
 """
 
-from sglang_overlay import WORKSPACE_MODULE
+from sglang_overlay import patch_of
 
 
 def on_import(module, via: str) -> None:
-    """What the start-up hook calls right after ``module`` ran: patch the workspace module;
-    for sglang itself, record that this process has the overlay (and has not imported the
-    workspace module yet), so that ``status --processes`` can tell it from one without."""
-    if getattr(module, "__name__", None) == WORKSPACE_MODULE:
+    """What the start-up hook calls right after ``module`` ran: patch a patched module; for
+    sglang itself, record that this process has the overlay (and has not imported a patched
+    module yet), so that ``status --processes`` can tell it from one without."""
+    if patch_of(getattr(module, "__name__", None)) is not None:
         on_workspace_import(module, via)
         return
     try:
@@ -23,23 +23,23 @@ def on_import(module, via: str) -> None:
 
 
 def on_workspace_import(module, via: str) -> None:
-    """Patch a freshly executed (or reloaded) workspace module; never raise unless strict."""
+    """Patch a freshly executed (or reloaded) patched module; never raise unless strict."""
     try:
         from sglang_overlay import overlay
 
         overlay.apply_to_module(module)
     except Exception as exc:
-        _fail(exc, via)
+        _fail(exc, via, module.__name__)
 
 
-def _fail(exc: Exception, via: str) -> None:
+def _fail(exc: Exception, via: str, module_name: str) -> None:
     if type(exc).__name__ == "UnsupportedShapeError" or _strict():
         raise exc  # the user asked for an exception, on every attempt
     reason = f"activation via the {via} raised {type(exc).__name__}: {exc}"
     try:
         from sglang_overlay import overlay
 
-        overlay.record_failure(WORKSPACE_MODULE, reason)
+        overlay.record_failure(module_name, reason)
     except Exception:
         pass  # overlay itself did not import; the WARNING below still says what happened
     message = "sglang-overlay: %s left unpatched (this process runs unmodified sglang): %s"
@@ -48,9 +48,9 @@ def _fail(exc: Exception, via: str) -> None:
     except Exception:  # a damaged install: still say it, still keep the user's import
         import logging
 
-        logging.getLogger("sglang_overlay").warning(message, WORKSPACE_MODULE, reason)
+        logging.getLogger("sglang_overlay").warning(message, module_name, reason)
         return
-    warn_once(("failed", type(exc).__name__, str(exc)), message, WORKSPACE_MODULE, reason)
+    warn_once(("failed", type(exc).__name__, str(exc)), message, module_name, reason)
 
 
 def _strict() -> bool:

@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from sglang_overlay import PATCH_ID, WORKSPACE_MODULE, __version__
+from sglang_overlay import PATCH_ID, PATCHED_MODULES, __version__
 
 # The fresh process: note whether the .pth ran, import as a user's process would, report.
 PROBE = """
@@ -18,7 +18,7 @@ import json, sys
 hook_ran = "sglang_overlay.import_hook" in sys.modules
 import sglang_overlay
 from sglang_overlay import overlay
-records = overlay.import_workspace_module()
+records = overlay.import_patched_modules()
 print("SGLANG_OVERLAY_STATUS " + json.dumps({"hook_ran": hook_ran, "records": records,
     "overlay_version": sglang_overlay.__version__,
     "overlay_path": sglang_overlay.__path__[0]}))
@@ -36,14 +36,15 @@ class Parser(argparse.ArgumentParser):
 def main(argv=None) -> int:
     parser = Parser(
         prog="sglang-overlay",
-        description="Release-first DSV4 sparse-prefill workspace for installed sglang releases.",
+        description="Release-first scratch workspaces (DSV4 sparse prefill, fused KV "
+        "materialisation) for installed sglang releases.",
     )
     parser.add_argument("--version", action="version", version=f"sglang-overlay {__version__}")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
     show = verbs.add_parser(
         "status",
         help="what a fresh sglang process of this environment gets, one line per patch",
-        description="Start a fresh interpreter of this Python, import the workspace module as "
+        description="Start a fresh interpreter of this Python, import each patched module as "
         "any sglang process would, and report each patch. Patches nothing in this process. "
         "With --processes: what every live sglang process on this machine recorded.",
     )
@@ -83,7 +84,8 @@ def fresh_status(as_json: bool) -> int:
     if as_json:
         print(json.dumps(records, indent=2))
     else:
-        say(f"checked in a fresh process: {sys.executable} -c 'import {WORKSPACE_MODULE}'")
+        modules = ", ".join(names[0] for names in PATCHED_MODULES.values())
+        say(f"checked in a fresh process: {sys.executable} -c 'import {modules}'")
         say(f"overlay {report.get('overlay_version')} at {report.get('overlay_path')}")
         for r in records:
             say(f"{r['patch']}  {r['state']}  sglang {r['sglang_version']}  {r['target']}")
@@ -114,7 +116,7 @@ def processes_status(as_json: bool, pids: "set[int] | None" = None) -> int:
 
 def row_ok(row: dict) -> bool:
     """Whether a live process's row passes: it runs the fixed code, is unfixed on purpose, or
-    has not imported the workspace module; never a record not believed or a setting not
+    has not imported the patch's module; never a record not believed or a setting not
     recognised."""
     from sglang_overlay.overlay import OK_STATES
 
@@ -152,7 +154,8 @@ def process_rows(process: dict) -> "list[dict]":
             }
         ]
     keep = ("high_water_bytes", "workspace_imported", "overlay_version", "overlay_path", "python")
-    rows = [{**base, **patch, **{k: record.get(k) for k in keep}} for patch in record["patches"]]
+    # a patch's own high-water mark and import flag win over the record's (the DSV4's)
+    rows = [{**base, **{k: record.get(k) for k in keep}, **patch} for patch in record["patches"]]
     problems = record.get("misconfigured") or []
     for row in rows if problems else ():
         row["reason"] = f"not recognised: {'; '.join(problems)}; so: {row['reason']}"
@@ -182,7 +185,8 @@ def fresh_process_status() -> dict:
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return _failed(f"a fresh process failed to import {WORKSPACE_MODULE}: {tail}")
+        modules = " and ".join(names[0] for names in PATCHED_MODULES.values())
+        return _failed(f"a fresh process failed to import {modules}: {tail}")
     report = json.loads(lines[-1][len(MARK) :])
     if not report["hook_ran"]:
         for r in report["records"]:
@@ -202,11 +206,22 @@ def probe_env() -> dict:
 
 
 def _failed(reason: str) -> dict:
-    """A report of one ``failed`` record, when the fresh process gave none."""
+    """A report of one ``failed`` record per patch, when the fresh process gave none."""
     from sglang_overlay.overlay import sglang_version
 
-    record = {"patch": PATCH_ID, "target": WORKSPACE_MODULE, "sglang_version": sglang_version()}
-    return {"records": [{**record, "state": "failed", "reason": reason}]}
+    version = sglang_version()
+    return {
+        "records": [
+            {
+                "patch": p,
+                "target": m[0],
+                "sglang_version": version,
+                "state": "failed",
+                "reason": reason,
+            }
+            for p, m in PATCHED_MODULES.items()
+        ]
+    }
 
 
 if __name__ == "__main__":

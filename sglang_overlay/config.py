@@ -6,14 +6,13 @@ fails safe (every patch off, or strict) with one WARNING; ``problems()`` names i
 
 import os
 
-from sglang_overlay import PATCH_ID
+from sglang_overlay import PATCH_IDS
 from sglang_overlay.notices import warn_once
 
 DISABLE_ENV = "SGLANG_OVERLAY_DISABLE"
 STRICT_ENV = "SGLANG_OVERLAY_STRICT"
 PLUGINS_ENV = "SGLANG_PLUGINS"
 PLUGIN_NAME = "sglang_overlay"  # the entry point's name in group sglang.srt.plugins
-PATCH_IDS = (PATCH_ID,)
 
 OFF = frozenset({"", "0", "false", "no", "off"})
 ON = frozenset({"1", "true", "yes", "on"})
@@ -21,7 +20,8 @@ ALL = ON | {"all"}
 
 DISABLE_FORMS = (
     f"unset/0/false/no/off (all on), 1/true/yes/on/all (all off), "
-    f"or a comma list of patch ids or their leading parts ({', '.join(PATCH_IDS)}, 0001)"
+    f"or a comma list of patch ids or their leading parts ({', '.join(PATCH_IDS)}; "
+    f"0001, 0003)"
 )
 STRICT_FORMS = "unset/0/false/no/off (warn) or 1/true/yes/on (raise)"
 

@@ -1,4 +1,4 @@
-"""The start-up hook: a meta-path finder that patches the workspace module right after it runs.
+"""The start-up hook: a meta-path finder that patches each patched module right after it runs.
 
 ``sglang_overlay.pth`` calls ``install()`` in every interpreter. importlib holds its global
 lock while ``find_spec`` runs, so ``find_spec`` imports nothing and never touches
@@ -9,15 +9,15 @@ after the lock is released. This module imports only ``sys`` and ``_thread``.
 import _thread
 import sys
 
-from sglang_overlay import WORKSPACE_MODULE
+from sglang_overlay import PATCHED_MODULES
 
-# The workspace module, patched right after it runs, and sglang itself: a process that imported
-# sglang records that it has the overlay, whether or not it ever imports the workspace module.
-WATCHED = frozenset({WORKSPACE_MODULE, "sglang"})  # one hash lookup per import
+# The patched modules, patched right after they run, and sglang itself: a process that imported
+# sglang records that it has the overlay, whether or not it ever imports a patched module.
+WATCHED = frozenset({"sglang", *(n for names in PATCHED_MODULES.values() for n in names)})
 
 
 class WorkspaceImportHook:
-    """Meta-path finder for the workspace module; never finds anything itself."""
+    """Meta-path finder for the patched modules; never finds anything itself."""
 
     is_sglang_overlay_hook = True  # recognised across a reload of this module
 
@@ -87,7 +87,7 @@ class ActivatingLoader:
             logging.getLogger("sglang_overlay").warning(
                 "sglang-overlay: cannot load its activation (%r); %s left unpatched",
                 exc,
-                WORKSPACE_MODULE,
+                module.__name__,
             )
             return
         activation.on_import(module, via="start-up hook")

@@ -38,7 +38,7 @@ def update(fields: dict, states) -> None:
             ),
             Gauge(
                 HIGH_WATER_GAUGE,
-                "Largest DSV4 sparse-prefill workspace buffer this process allocated, bytes",
+                "Largest workspace the patch's method allocated in this process, bytes",
                 ["patch"],
                 multiprocess_mode="liveall",
             ),
@@ -51,7 +51,9 @@ def update(fields: dict, states) -> None:
             state_gauge.labels(record["patch"], state, fields["overlay_version"]).set(
                 1 if state == record["state"] else 0
             )
-        high_water_gauge.labels(record["patch"]).set(fields["high_water_bytes"])
+        high_water_gauge.labels(record["patch"]).set(
+            record.get("high_water_bytes", fields["high_water_bytes"])
+        )
 
 
 def multiprocess_dir() -> "str | None":

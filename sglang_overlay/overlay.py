@@ -1,9 +1,10 @@
-"""Apply, remove and report the overlay's patch in this process.
+"""Apply, remove and report the overlay's patches in this process, one record per patch.
 
-Applying twice is a no-op; removing puts back the exact original function object. ``status()``
-checks the kept record against the live class by identity: the method is the overlay's only if
-it is the very function object installed here (README.md, "Control and visibility"). Each change
-of state is published for operators (``publish``: the per-process record and the gauges).
+Applying twice is a no-op; removing puts back the exact original function objects.
+``status()`` checks each kept record against the live class by identity: a method is the
+overlay's only if it is the very function object installed here (README.md, "Control and
+visibility"). Each change of state is published for operators (``publish``: the per-process
+record and the gauges).
 """
 
 import functools
@@ -13,7 +14,15 @@ import sys
 import threading
 from dataclasses import asdict, dataclass, replace
 
-from sglang_overlay import PATCH_ID, __version__, config, hook_watch, shapes
+from sglang_overlay import (
+    PATCH_IDS,
+    PATCHED_MODULES,
+    __version__,
+    config,
+    hook_watch,
+    patch_of,
+    shapes,
+)
 from sglang_overlay.notices import logger, warn_once
 
 STATES = (
@@ -47,6 +56,7 @@ class PatchStatus:
 
 @dataclass(frozen=True)
 class _Applied:
+    patch_id: str
     module_name: str
     cls: type
     method: str
@@ -62,16 +72,28 @@ _lock = globals().get("_lock") or threading.RLock()
 _applied: "list[_Applied]" = globals().get("_applied", [])
 _removed = globals().get("_removed", False)  # remove() keeps it off until apply()
 _published = globals().get("_published")  # what publish() last wrote
-_WAITING_REASON = f"waiting for the import of {shapes.WORKSPACE_MODULE}"
-_status = globals().get("_status") or PatchStatus(
-    PATCH_ID, shapes.WORKSPACE_MODULE, "unknown", "pending", _WAITING_REASON
-)
-_UNSEEN_REASON = (
-    f"{shapes.WORKSPACE_MODULE} was imported without the start-up hook seeing it (a finder "
-    "ahead of it on sys.meta_path served the module, or the hook was removed or could not "
-    "load); this process runs unmodified sglang; apply() patches now"
-)
+
+
+def _waiting_reason(patch_id: str) -> str:
+    return f"waiting for the import of {' or '.join(PATCHED_MODULES[patch_id])}"
+
+
+def _unseen_reason(module_name: str) -> str:
+    return (
+        f"{module_name} was imported without the start-up hook seeing it (a finder ahead of "
+        "it on sys.meta_path served the module, or the hook was removed or could not load); "
+        "this process runs unmodified sglang there; apply() patches now"
+    )
+
+
 _REMOVED_REASON = "removed by sglang_overlay.remove(); apply() patches again"
+# patch id -> its record, in series order
+_status = globals().get("_status")
+if not isinstance(_status, dict) or set(_status) != set(PATCH_IDS):
+    _status = {
+        p: PatchStatus(p, PATCHED_MODULES[p][0], "unknown", "pending", _waiting_reason(p))
+        for p in PATCH_IDS
+    }
 
 
 def _new_lock_in_child() -> None:
@@ -92,54 +114,86 @@ if hasattr(os, "register_at_fork") and not globals().get("_fork_hook_registered"
 
 
 def status() -> list:
+    """One record per patch, in series order, each checked against the live class."""
+    return [asdict(_patch_status(p)) for p in PATCH_IDS]
+
+
+def _patch_status(patch_id: str) -> PatchStatus:
     with _lock:
-        record = _status
-        if _applied and record.state in ("applied", "wrapped", "replaced"):
-            state, reason = _live_state(_applied[-1])
+        record = _status[patch_id]
+        done = [a for a in _applied if a.patch_id == patch_id]
+        if done and record.state in ("applied", "wrapped", "replaced"):
+            state, reason = _live_state(done[-1])
             if state != record.state:
                 record = replace(record, state=state, reason=reason)
-        elif record.reason == _WAITING_REASON and shapes.WORKSPACE_MODULE in sys.modules:
-            record = replace(record, reason=_UNSEEN_REASON)
+        elif record.reason == _waiting_reason(patch_id):
+            seen = next((m for m in PATCHED_MODULES[patch_id] if m in sys.modules), None)
+            if seen is not None:
+                record = replace(record, reason=_unseen_reason(seen))
     if record.sglang_version == "unknown":  # nothing has looked yet
         record = replace(record, sglang_version=sglang_version())
-    return [asdict(record)]
+    return record
 
 
-def import_workspace_module() -> list:
-    """Import the workspace module as any sglang process would and report; patches nothing
-    itself (in a process with the start-up hook, the import does)."""
-    try:
-        importlib.import_module(shapes.WORKSPACE_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not shapes.WORKSPACE_MODULE.startswith(exc.name):
-            raise
-        reason = (
-            "sglang is not installed"
-            if exc.name == "sglang"
-            else f"sglang {sglang_version()} has no {exc.name}"
-        )
-        with _lock:
-            _record("not-present", shapes.WORKSPACE_MODULE, reason)
+def import_patched_modules() -> list:
+    """Import each patch's module as any sglang process would and report; patches nothing
+    itself (in a process with the start-up hook, the import does). A patch whose module this
+    release lacks (under every name it had) is ``not-present``; so is a later patch's module
+    that this environment cannot import (the fused-KV one needs triton): no process here runs
+    it. The first patch's module failing otherwise raises, as any sglang process would."""
+    for patch_id, names in PATCHED_MODULES.items():
+        missing = None
+        for name in names:
+            try:
+                importlib.import_module(name)
+                break
+            except ImportError as exc:
+                own = (
+                    isinstance(exc, ModuleNotFoundError) and exc.name and name.startswith(exc.name)
+                )
+                if own:
+                    missing = missing or exc.name
+                elif patch_id == PATCH_IDS[0]:
+                    raise
+                else:
+                    why = f"importing {name} raised {type(exc).__name__}: {exc}"
+                    with _lock:
+                        _record(patch_id, "not-present", name, f"{why}; no process here runs it")
+                    break
+        else:
+            reason = (
+                "sglang is not installed"
+                if missing == "sglang"
+                else f"sglang {sglang_version()} has no {' or '.join(names)}"
+            )
+            with _lock:
+                _record(patch_id, "not-present", names[0], reason)
     return status()
 
 
 def apply() -> list:
-    """Import the workspace module (if it exists) and apply the patch to it."""
+    """Import each patch's module (where it exists) and apply the patch to it."""
     global _removed
     with _lock:
         _removed = False
-    records = import_workspace_module()
-    module = sys.modules.get(shapes.WORKSPACE_MODULE)
-    if module is not None:
-        # The import may have run the start-up hook already; applying again is a no-op.
-        apply_to_module(module)
-        records = status()
+    records = import_patched_modules()
+    for names in PATCHED_MODULES.values():
+        for module in [sys.modules.get(n) for n in names]:
+            if module is not None:
+                # The import may have run the start-up hook already; applying again is a no-op.
+                apply_to_module(module)
+                records = status()
     return records
 
 
-def apply_to_module(module) -> None:
+def apply_to_module(module, patch_id: "str | None" = None) -> None:
+    """Apply ``patch_id`` (by default the patch that names ``module``) to ``module``."""
+    patch_id = patch_id or patch_of(module.__name__)
+    if patch_id not in PATCH_IDS:
+        raise ValueError(f"no patch of the overlay patches {module.__name__}")
+    site = shapes.SITES[patch_id]
     with _lock:
-        cls = shapes.workspace_class(module)
+        cls = shapes.workspace_class(module, site)
         done = next((a for a in reversed(_applied) if a.cls is cls), None)
         if done is not None:
             live = vars(cls).get(done.method)
@@ -148,20 +202,20 @@ def apply_to_module(module) -> None:
                 return
             hook = _foreign_hook(live, done.patched)
             if hook is not None:  # never stack a second copy under another vendor's hook
-                _record(hook[0], done.target, hook[1])
+                _record(patch_id, hook[0], done.target, hook[1])
                 return
         if _removed:
-            _record("pending", shapes.WORKSPACE_MODULE, _REMOVED_REASON)
+            _record(patch_id, "pending", module.__name__, _REMOVED_REASON)
             return
-        reason = config.disabled_reason(PATCH_ID)
+        reason = config.disabled_reason(patch_id)
         if reason is not None:
-            _record("disabled", shapes.WORKSPACE_MODULE, reason)
+            _record(patch_id, "disabled", module.__name__, reason)
             return
-        found = shapes.recognise(module)
+        found = shapes.recognise(module, site)
         if found.state != "recognised":
-            _record(found.state, found.target, found.reason)
+            _record(patch_id, found.state, found.target, found.reason)
             if found.state == "unsupported":
-                _refuse(found.reason)
+                _refuse(patch_id, found.reason)
             return
         from sglang_overlay import release_first  # imports torch: only once sglang has
 
@@ -170,42 +224,53 @@ def apply_to_module(module) -> None:
         patched = functools.update_wrapper(
             release_first.build(found.shape, module, publish), original
         )
-        patched.__sglang_overlay_patch__ = PATCH_ID  # for people reading it; never trusted
+        patched.__sglang_overlay_patch__ = patch_id  # for people reading it; never trusted
         setattr(found.cls, method, patched)
         done = _Applied(
-            module.__name__, found.cls, method, original, patched, found.target, found.reason
+            patch_id,
+            module.__name__,
+            found.cls,
+            method,
+            original,
+            patched,
+            found.target,
+            found.reason,
         )
         _applied.append(done)
         hook_watch.follow(publish)  # a hook applied over ours later is published too
-        _record("applied", found.target, found.reason)
-        logger.info("sglang-overlay: %s applied to %s (%s)", PATCH_ID, found.target, found.reason)
+        _record(patch_id, "applied", found.target, found.reason)
+        logger.info("sglang-overlay: %s applied to %s (%s)", patch_id, found.target, found.reason)
 
 
-def record_failure(target: str, reason: str) -> None:
-    """Activation raised: this process runs unmodified sglang, and says why."""
+def record_failure(module_name: str, reason: str) -> None:
+    """Activation of ``module_name``'s patch raised: this process runs unmodified sglang
+    there, and says why."""
     with _lock:
-        _record("failed", target, reason)
+        _record(patch_of(module_name) or PATCH_IDS[0], "failed", module_name, reason)
 
 
 def remove() -> list:
     global _removed
     with _lock:
         _removed = True
-        target, blocked, kept = shapes.WORKSPACE_MODULE, None, []
+        outcome = {p: ("pending", _status[p].target, _REMOVED_REASON) for p in PATCH_IDS}
+        kept = []
         while _applied:
             done = _applied.pop()
-            target = done.target
             live = vars(done.cls).get(done.method)
             if live is done.patched:
                 setattr(done.cls, done.method, done.original)
+                if outcome[done.patch_id][0] == "pending":
+                    outcome[done.patch_id] = ("pending", done.target, _REMOVED_REASON)
                 continue
             hook = _foreign_hook(live, done.patched)
             if hook is not None:  # ours runs inside someone else's function: say so
                 kept.append(done)
-                blocked = (hook[0], f"remove() cannot take release-first out: {hook[1]}")
+                why = f"remove() cannot take release-first out: {hook[1]}"
+                outcome[done.patch_id] = (hook[0], done.target, why)
         _applied.extend(reversed(kept))
-        state, reason = blocked or ("pending", _REMOVED_REASON)
-        _record(state, target, reason)
+        for patch_id, (state, target, reason) in outcome.items():
+            _record(patch_id, state, target, reason)
         return status()
 
 
@@ -213,7 +278,8 @@ def _live_state(done) -> "tuple[str, str]":
     """What runs now where the overlay installed ``done.patched``, by identity."""
     name = f"{done.cls.__name__}.{done.method}"
     registered = sys.modules.get(done.module_name)
-    if registered is None or shapes.workspace_class(registered) is done.cls:
+    site = shapes.SITES[done.patch_id]
+    if registered is None or shapes.workspace_class(registered, site) is done.cls:
         live = vars(done.cls).get(done.method)
         if live is done.patched:
             return "applied", done.reason
@@ -290,18 +356,32 @@ def publish() -> None:
     global _published
     with _lock:
         try:
-            patches = status()
             replacements = sys.modules.get("sglang_overlay.release_first")
-            high_water = replacements.REPLACEMENTS.high_water_bytes if replacements else 0
+            patches = [
+                {
+                    **record,
+                    "high_water_bytes": (
+                        replacements.high_water_bytes(record["patch"]) if replacements else 0
+                    ),
+                    "workspace_imported": any(
+                        m in sys.modules for m in PATCHED_MODULES[record["patch"]]
+                    ),
+                }
+                for record in status()
+            ]
             misconfigured = config.problems()
-            key = (tuple((r["state"], r["reason"]) for r in patches), high_water, *misconfigured)
+            key = (
+                tuple((r["state"], r["reason"], r["high_water_bytes"]) for r in patches),
+                *misconfigured,
+            )
             if key == _published:
                 return
             _published = key
             fields = {
                 "patches": patches,
-                "high_water_bytes": high_water,
-                "workspace_imported": shapes.WORKSPACE_MODULE in sys.modules,
+                # the DSV4 patch's also at the top level, for readers that know one patch only
+                "high_water_bytes": patches[0]["high_water_bytes"],
+                "workspace_imported": patches[0]["workspace_imported"],
                 "misconfigured": misconfigured,
                 "overlay_version": __version__,
                 "overlay_path": os.path.dirname(os.path.abspath(__file__)),
@@ -315,14 +395,13 @@ def publish() -> None:
             pass
 
 
-def _record(state: str, target: str, reason: str) -> None:
-    global _status
-    _status = PatchStatus(PATCH_ID, target, sglang_version(), state, reason)
+def _record(patch_id: str, state: str, target: str, reason: str) -> None:
+    _status[patch_id] = PatchStatus(patch_id, target, sglang_version(), state, reason)
     publish()
 
 
-def _refuse(reason: str) -> None:
-    message = f"sglang-overlay: {PATCH_ID} left sglang {sglang_version()} untouched: {reason}"
+def _refuse(patch_id: str, reason: str) -> None:
+    message = f"sglang-overlay: {patch_id} left sglang {sglang_version()} untouched: {reason}"
     if config.strict():
         raise UnsupportedShapeError(message)
     warn_once(("unsupported", reason), "%s", message)

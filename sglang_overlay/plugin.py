@@ -4,17 +4,18 @@ the overlay"): the second activation path, above both the start-up hook and the 
 
 import sys
 
-from sglang_overlay import WORKSPACE_MODULE, activation, import_hook
+from sglang_overlay import PATCHED_MODULES, activation, import_hook
 
 
 def activate() -> None:
     """Entry point for sglang's plugin loader."""
     import_hook.install()
-    module = sys.modules.get(WORKSPACE_MODULE)
-    if module is not None:
+    loaded = [sys.modules.get(n) for names in PATCHED_MODULES.values() for n in names]
+    for module in [m for m in loaded if m is not None]:
         activation.on_workspace_import(module, via="sglang plugin loader")
+    if any(m is not None for m in loaded):
         return
-    try:  # an sglang process that has not imported the module (yet): it says so too
+    try:  # an sglang process that has not imported a patched module (yet): it says so too
         from sglang_overlay import overlay
 
         overlay.publish()

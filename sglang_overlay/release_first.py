@@ -1,15 +1,26 @@
-"""The fix itself: workspace methods that release the old tensor before allocating anew.
+"""The fix itself: workspace methods that release the old tensors before allocating anew.
 
-One builder per shape in ``shapes.KNOWN_SHAPES``, each with the original's signature and reuse
-rule (a request that fits the current rows and dtype gets a view of the same storage). Each
-replacement calls the ``publish`` it was built with (the overlay's: record and gauges).
+One builder per shape in ``shapes.KNOWN_SHAPES`` and ``shapes.FUSED_KV_SHAPES``, each with the
+original's signature and reuse rule (a request that fits the current size and dtype gets the
+same storage). Each replacement calls the ``publish`` it was built with (the overlay's: record
+and gauges).
 """
 
 import torch
 
+from sglang_overlay import FUSED_KV_PATCH_ID, PATCH_ID
 from sglang_overlay.replacement_log import MIB, ReplacementLog
 
-REPLACEMENTS = ReplacementLog()
+REPLACEMENTS = ReplacementLog()  # the DSV4 sparse-prefill workspace's
+FUSED_KV_REPLACEMENTS = ReplacementLog(what="fused KV materialisation workspace")
+
+
+def high_water_bytes(patch_id: str) -> int:
+    """The largest workspace ``patch_id``'s method allocated in this process, bytes."""
+    log = {PATCH_ID: REPLACEMENTS, FUSED_KV_PATCH_ID: FUSED_KV_REPLACEMENTS}.get(patch_id)
+    return log.high_water_bytes if log else 0
+
+
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
@@ -50,6 +61,7 @@ def build(shape, module, publish):
         "kv-buffer-reserve": _build_reserve,
         "workspace-get-dtype": _build_get_dtype,
         "workspace-get-bf16": _build_get_bf16,
+        "fused-kv-ensure-workspace": _build_ensure_workspace,
     }
     return builders[shape.name](module, publish)
 
@@ -90,3 +102,56 @@ def _build_get_bf16(module, publish):
         ]
 
     return get
+
+
+def _build_ensure_workspace(module, publish):
+    """``FusedKVMaterializeHelper._ensure_workspace``: the same reuse rule and doubling, with
+    the three old workspaces (and the capacity and dtype they stand for) dropped first."""
+
+    def _ensure_workspace(self, total_ctx: int, dtype: torch.dtype) -> None:
+        if (
+            self._workspace_capacity >= total_ctx
+            and self._workspace_dtype == dtype
+            and self._proj_workspace is not None
+            and self._k_workspace is not None
+            and self._v_workspace is not None
+        ):
+            return
+        new_capacity = max(1, total_ctx)
+        if self._workspace_capacity > 0:
+            new_capacity = max(new_capacity, self._workspace_capacity * 2)
+        old = None if _compiling() else _describe_fused(self)
+        # Release first: no reference to the old workspaces while the new ones are allocated,
+        # and no capacity or dtype claiming a workspace if an allocation raises.
+        self._proj_workspace = self._k_workspace = self._v_workspace = None
+        self._workspace_capacity, self._workspace_dtype = 0, None
+        self._proj_workspace = torch.empty(
+            (new_capacity, self.n_layers * self.layer_out_dim), dtype=dtype, device=self.device
+        )
+        self._k_workspace = torch.empty(
+            (self.n_layers, new_capacity, self.num_kv_heads, self.head_dim),
+            dtype=dtype,
+            device=self.device,
+        )
+        self._v_workspace = torch.empty_like(self._k_workspace)
+        self._workspace_capacity = new_capacity
+        self._workspace_dtype = dtype
+        if not _compiling():
+            FUSED_KV_REPLACEMENTS.replaced(old, _describe_fused(self), _fused_nbytes(self))
+            publish()
+
+    return _ensure_workspace
+
+
+def _fused_nbytes(helper) -> int:
+    parts = (helper._proj_workspace, helper._k_workspace, helper._v_workspace)
+    return sum(_nbytes(t) for t in parts if t is not None)
+
+
+def _describe_fused(helper) -> str:
+    if helper._k_workspace is None:
+        return "none"
+    return (
+        f"capacity {helper._workspace_capacity} {helper._workspace_dtype} "
+        f"{_fused_nbytes(helper) / MIB:.1f} MiB"
+    )

@@ -1,4 +1,4 @@
-"""How the workspace's replacements reach the log without flooding it: INFO when one passes
+"""How a workspace's replacements reach the log without flooding it: INFO when one passes
 the high-water mark, DEBUG for the others, at most one WARNING a minute while they thrash
 (0.5.23 replaces on every dtype switch). Pure bookkeeping with an injectable clock; no torch.
 """
@@ -15,7 +15,13 @@ MINUTE = 60.0
 
 
 class ReplacementLog:
-    def __init__(self, clock=time.monotonic, thrash_per_minute: int = THRASH_PER_MINUTE):
+    def __init__(
+        self,
+        clock=time.monotonic,
+        thrash_per_minute: int = THRASH_PER_MINUTE,
+        what: str = "DSV4 sparse-prefill workspace",
+    ):
+        self.what = what  # the workspace, as the log names it
         self._clock = clock
         self._thrash = thrash_per_minute
         self._lock = threading.Lock()
@@ -42,21 +48,19 @@ class ReplacementLog:
             count = self._in_window
         if passed:
             logger.info(
-                "DSV4 sparse-prefill workspace replaced (release-first): %s -> %s; "
-                "high-water now %.1f MiB",
+                "%s replaced (release-first): %s -> %s; high-water now %.1f MiB",
+                self.what,
                 old,
                 new,
                 new_bytes / MIB,
             )
         elif logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "DSV4 sparse-prefill workspace replaced (release-first): %s -> %s", old, new
-            )
+            logger.debug("%s replaced (release-first): %s -> %s", self.what, old, new)
         if thrashing:
             logger.warning(
-                "sglang-overlay: %d DSV4 sparse-prefill workspace replacements in the last "
-                "minute (mixed dtypes or sizes replace the buffer each time); high-water "
-                "%.1f MiB",
+                "sglang-overlay: %d %s replacements in the last minute (mixed dtypes or sizes "
+                "replace the buffer each time); high-water %.1f MiB",
                 count,
+                self.what,
                 self.high_water_bytes / MIB,
             )

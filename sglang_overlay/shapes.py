@@ -1,8 +1,9 @@
-"""Recognise which DSV4 sparse-prefill workspace shape a loaded sglang module has.
+"""Recognise which shape of a patched workspace method a loaded sglang module has.
 
-The one place that knows where the workspace class lives and what each published release's
-allocating method looks like, by the sha256 of its exact source text, or, where only bytecode
-is deployed, of its code object (``code_sha256``). Reads source files; never changes anything.
+The one place that knows, for each patch (a ``Site``), which class and method it replaces and
+what each published release's allocating method looks like, by the sha256 of its exact source
+text, or, where only bytecode is deployed, of its code object (``code_sha256``). Reads source
+files; never changes anything.
 """
 
 import ast
@@ -11,7 +12,7 @@ import inspect
 import sys
 from dataclasses import dataclass
 
-from sglang_overlay import WORKSPACE_MODULE
+from sglang_overlay import FUSED_KV_PATCH_ID, PATCH_ID
 
 WORKSPACE_CLASSES = ("SparsePrefillKVBuffer", "SparsePrefillWorkspace")
 
@@ -58,6 +59,34 @@ KNOWN_SHAPES = (
 )
 
 
+# FusedKVMaterializeHelper._ensure_workspace, the same text in every release that has it
+# (0.5.15 under sglang.srt.speculative.triton_ops, 0.5.16 on under sglang.kernels.ops).
+FUSED_KV_SHAPES = (
+    WorkspaceShape(
+        "fused-kv-ensure-workspace",
+        "FusedKVMaterializeHelper",
+        "_ensure_workspace",
+        "b8159246ef0b",
+        "0.5.15-0.5.23",
+        code_sha256=("72a2dea80493", "d4b114a43831", "0bef42aa2975", "5a9d83b2d489"),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where one patch applies: the class (under any of its published names), the allocating
+    method (the first of ``methods`` the class defines), the attributes a release-first method
+    sets to None before allocating them anew, and the shapes the overlay knows."""
+
+    patch_id: str
+    class_names: "tuple[str, ...]"
+    methods: "tuple[str, ...]"
+    released: "tuple[str, ...]"
+    shapes: "tuple[WorkspaceShape, ...]"
+    hazard: "object" = None  # module -> a reason not to patch it, or None
+
+
 @dataclass(frozen=True)
 class Recognition:
     """What the overlay found: a known shape, or a state and the reason it is not patchable."""
@@ -69,9 +98,10 @@ class Recognition:
     cls: "type | None" = None
 
 
-def workspace_class(module) -> "type | None":
-    """The workspace class ``module`` defines, under any of its published names."""
-    for name in WORKSPACE_CLASSES:
+def workspace_class(module, site: "Site | None" = None) -> "type | None":
+    """The class ``site`` patches (the DSV4 workspace by default) that ``module`` defines,
+    under any of its published names."""
+    for name in (site or DSV4).class_names:
         cls = getattr(module, name, None)
         if isinstance(cls, type):
             return cls
@@ -103,17 +133,17 @@ def code_sha256(code) -> str:
     return hashlib.sha256(repr(parts(code)).encode()).hexdigest()[:12]
 
 
-def recognise(module) -> Recognition:
-    """Classify the workspace class in an imported workspace module."""
-    cls = workspace_class(module)
+def recognise(module, site: "Site | None" = None) -> Recognition:
+    """Classify the class ``site`` patches (the DSV4 workspace by default) in ``module``."""
+    site = site or DSV4
+    name = module.__name__
+    cls = workspace_class(module, site)
     if cls is None:
         return Recognition(
-            "not-present",
-            WORKSPACE_MODULE,
-            f"{WORKSPACE_MODULE} defines none of {', '.join(WORKSPACE_CLASSES)}",
+            "not-present", name, f"{name} defines none of {', '.join(site.class_names)}"
         )
-    method = "_reserve" if "_reserve" in vars(cls) else "get"
-    target = f"{WORKSPACE_MODULE}.{cls.__name__}.{method}"
+    method = next((m for m in site.methods if m in vars(cls)), site.methods[-1])
+    target = f"{name}.{cls.__name__}.{method}"
     func = vars(cls).get(method)
     if func is None or not inspect.isfunction(func):
         return Recognition(
@@ -122,55 +152,58 @@ def recognise(module) -> Recognition:
     try:
         module_source = inspect.getsource(module)
     except (OSError, TypeError) as exc:
-        return _recognise_bytecode(module, cls, method, func, target, exc)
+        return _recognise_bytecode(module, site, cls, method, func, target, exc)
     node = _method_node(ast.parse(module_source), cls.__name__, method)
     if node is None or func.__code__.co_firstlineno != _first_line(node):
         return Recognition(
             "unsupported",
             target,
-            f"{cls.__name__}.{method} is not the function defined in {WORKSPACE_MODULE}'s source "
+            f"{cls.__name__}.{method} is not the function defined in {name}'s source "
             "(something else already replaced it)",
             cls=cls,
         )
     digest = hashlib.sha256(ast.get_source_segment(module_source, node).encode()).hexdigest()[:12]
-    for shape in KNOWN_SHAPES:
+    for shape in site.shapes:
         if (shape.class_name, shape.method, shape.source_sha256) == (cls.__name__, method, digest):
-            return _recognised(module, shape, cls, target, f"sha256 {digest}")
-    if releases_first(node):
+            return _recognised(module, site, shape, cls, target, f"sha256 {digest}")
+    if releases_first(node, site.released):
         return Recognition(
             "upstream-fixed",
             target,
-            f"{cls.__name__}.{method} (sha256 {digest}) already drops the old buffer before allocating",
+            f"{cls.__name__}.{method} (sha256 {digest}) already drops the old "
+            f"{_names(site.released)} before allocating",
             cls=cls,
         )
     return Recognition(
         "unsupported",
         target,
         f"unknown source of {cls.__name__}.{method} (sha256 {digest}); known: "
-        + ", ".join(f"{s.source_sha256} ({s.releases})" for s in KNOWN_SHAPES),
+        + ", ".join(f"{s.source_sha256} ({s.releases})" for s in site.shapes),
         cls=cls,
     )
 
 
-def _recognise_bytecode(module, cls, method, func, target, why) -> Recognition:
+def _recognise_bytecode(module, site, cls, method, func, target, why) -> Recognition:
     python = f"{sys.version_info[0]}.{sys.version_info[1]}"
     digest = code_sha256(func.__code__)
     ours = func.__qualname__ == f"{cls.__name__}.{method}" and func.__module__ == module.__name__
-    for shape in KNOWN_SHAPES if ours and python in CODE_PYTHONS else ():
+    for shape in site.shapes if ours and python in CODE_PYTHONS else ():
         same_method = (shape.class_name, shape.method) == (cls.__name__, method)
         if same_method and shape.code_sha256[CODE_PYTHONS.index(python)] == digest:
-            return _recognised(module, shape, cls, target, f"bytecode only, code sha256 {digest}")
+            return _recognised(
+                module, site, shape, cls, target, f"bytecode only, code sha256 {digest}"
+            )
     return Recognition(
         "unsupported",
         target,
-        f"source of {WORKSPACE_MODULE} unreadable ({why}); the bytecode of {cls.__name__}.{method} "
+        f"source of {module.__name__} unreadable ({why}); the bytecode of {cls.__name__}.{method} "
         f"(Python {python}, code sha256 {digest}) is not a known shape's",
         cls=cls,
     )
 
 
-def _recognised(module, shape, cls, target, evidence) -> Recognition:
-    hazard = _address_keyed_validity(module)
+def _recognised(module, site, shape, cls, target, evidence) -> Recognition:
+    hazard = site.hazard(module) if site.hazard else None
     if hazard:
         return Recognition("unsupported", target, hazard, cls=cls)
     return Recognition(
@@ -178,19 +211,27 @@ def _recognised(module, shape, cls, target, evidence) -> Recognition:
     )
 
 
-def releases_first(method_node: ast.FunctionDef) -> bool:
-    """True when the method assigns ``self._buffer = None`` before ``self._buffer = <call>``."""
-    released = False
-    for node in ast.walk(method_node):
-        if not isinstance(node, ast.Assign):
-            continue
-        if not any(_is_self_buffer(t) for t in node.targets):
-            continue
-        if isinstance(node.value, ast.Constant) and node.value.value is None:
-            released = True
-        elif isinstance(node.value, ast.Call):
-            return released
-    return False
+def releases_first(method_node: ast.FunctionDef, released=("_buffer",)) -> bool:
+    """True when, in source order, every ``self.<attr> = <call>`` of the ``released``
+    attributes comes after a ``self.<attr> = None`` of that attribute (and there is one)."""
+    assigns = sorted(
+        (n for n in ast.walk(method_node) if isinstance(n, ast.Assign)),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    dropped, allocated = set(), False
+    for node in assigns:
+        for attr in {_self_attr(t) for t in node.targets} & set(released):
+            if isinstance(node.value, ast.Constant) and node.value.value is None:
+                dropped.add(attr)
+            elif isinstance(node.value, ast.Call):
+                if attr not in dropped:
+                    return False
+                allocated = True
+    return allocated
+
+
+def _names(attrs) -> str:
+    return ", ".join(attrs)
 
 
 def _address_keyed_validity(module) -> "str | None":
@@ -221,10 +262,26 @@ def _first_line(node: ast.FunctionDef) -> int:
     return node.decorator_list[0].lineno if node.decorator_list else node.lineno
 
 
-def _is_self_buffer(target: ast.expr) -> bool:
-    return (
-        isinstance(target, ast.Attribute)
-        and target.attr == "_buffer"
-        and isinstance(target.value, ast.Name)
-        and target.value.id == "self"
-    )
+def _self_attr(target: ast.expr) -> "str | None":
+    """``attr`` for a ``self.attr`` target, else None."""
+    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+        return target.attr if target.value.id == "self" else None
+    return None
+
+
+DSV4 = Site(
+    PATCH_ID,
+    WORKSPACE_CLASSES,
+    ("_reserve", "get"),
+    ("_buffer",),
+    KNOWN_SHAPES,
+    _address_keyed_validity,
+)
+FUSED_KV = Site(
+    FUSED_KV_PATCH_ID,
+    ("FusedKVMaterializeHelper",),
+    ("_ensure_workspace",),
+    ("_proj_workspace", "_k_workspace", "_v_workspace"),
+    FUSED_KV_SHAPES,
+)
+SITES = {site.patch_id: site for site in (DSV4, FUSED_KV)}

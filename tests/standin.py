@@ -1,8 +1,9 @@
 """A tiny stand-in ``sglang`` and ``torch`` for the start-up hook's tests.
 
 The stand-in workspace module carries the real ``SparsePrefillKVBuffer`` class text from the
-installed sglang wheel, byte for byte, so the overlay recognises (or, edited, refuses) it
-exactly as it does the real one; everything around it is minimal, so a fresh interpreter of
+installed sglang wheel, byte for byte, and the stand-in fused-KV module the real
+``FusedKVMaterializeHelper`` class text, so the overlay recognises (or, edited, refuses) each
+exactly as it does the real one; everything around them is minimal, so a fresh interpreter of
 any Python imports it in milliseconds without torch. The stand-in ``torch`` has just enough
 for that class and the overlay's replacement path: shapes, dtypes, ``empty`` and slicing.
 Behaviour under a real allocator is the registered test's job, not this one's.
@@ -14,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
+FUSED_KV_MODULE = "sglang.kernels.ops.speculative.fused_kv_materialize"
 ALLOCATION = "            self._buffer = torch.empty(\n"
 RELEASED = "            self._buffer = None\n            self._head_source = None\n" + ALLOCATION
 
@@ -58,35 +60,61 @@ class Tensor:
 
 def empty(shape, dtype=bfloat16, device=None):
     return Tensor(shape, dtype)
+
+
+def empty_like(tensor):
+    return Tensor(tensor.shape, tensor.dtype)
 '''
+
+
+def real_class_source(module: str = WORKSPACE_MODULE, name="SparsePrefillKVBuffer") -> str:
+    """Class ``name``'s source in ``module`` of the installed sglang, found without importing."""
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the stand-in needs an installed sglang 0.5.23 to copy its class")
+    path = Path(spec.submodule_search_locations[0], *module.split(".")[1:])
+    source = path.with_suffix(".py").read_text()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return ast.get_source_segment(source, node)
+    raise RuntimeError(f"no {name} in {path}")
 
 
 def real_workspace_class_source() -> str:
     """``SparsePrefillKVBuffer``'s source from the installed sglang, found without importing."""
-    spec = importlib.util.find_spec("sglang")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the stand-in needs an installed sglang 0.5.23 to copy its class")
-    path = Path(spec.submodule_search_locations[0], *WORKSPACE_MODULE.split(".")[1:])
-    source = path.with_suffix(".py").read_text()
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.ClassDef) and node.name == "SparsePrefillKVBuffer":
-            return ast.get_source_segment(source, node)
-    raise RuntimeError(f"no SparsePrefillKVBuffer in {path}")
+    return real_class_source()
 
 
-def write(root: Path, *, edit=None, version="0.5.23") -> Path:
-    """Write the stand-in packages under ``root``; ``edit`` = (old, new) on the class text."""
-    root.mkdir(parents=True, exist_ok=True)
-    class_source = real_workspace_class_source()
-    if edit is not None:
-        old, new = edit
-        assert class_source.count(old) == 1, f"edit anchor {old!r} not found exactly once"
-        class_source = class_source.replace(old, new)
-    parts = WORKSPACE_MODULE.split(".")
+def _edited(class_source: str, edit) -> str:
+    if edit is None:
+        return class_source
+    old, new = edit
+    assert class_source.count(old) == 1, f"edit anchor {old!r} not found exactly once"
+    return class_source.replace(old, new)
+
+
+def _module_file(root: Path, module: str) -> Path:
+    parts = module.split(".")
     for depth in range(1, len(parts)):
         package = root.joinpath(*parts[:depth])
         package.mkdir(parents=True, exist_ok=True)
         (package / "__init__.py").write_text("")
+    return root.joinpath(*parts[:-1], parts[-1] + ".py")
+
+
+def write(root: Path, *, edit=None, version="0.5.23", fused_edit=None, fused=True) -> Path:
+    """Write the stand-in packages under ``root``; ``edit`` = (old, new) on the workspace
+    class text, ``fused_edit`` on the fused-KV helper's; ``fused=False`` leaves the fused-KV
+    module out (a release without it)."""
+    root.mkdir(parents=True, exist_ok=True)
+    class_source = _edited(real_workspace_class_source(), edit)
+    workspace_file = _module_file(root, WORKSPACE_MODULE)
+    if fused:
+        helper = _edited(real_class_source(FUSED_KV_MODULE, "FusedKVMaterializeHelper"), fused_edit)
+        _module_file(root, FUSED_KV_MODULE).write_text(
+            '"""Stand-in for sglang\'s fused KV materialisation (test fixture)."""\n'
+            "from typing import Callable, List, Optional\n\nimport torch\n\n\n" + helper + "\n"
+        )
     (root / "sglang" / "version.py").write_text(f'__version__ = "{version}"\n')
     # As sglang's own __init__ does: a process that imported sglang has its version loaded,
     # and the overlay reads it there instead of from the package metadata.
@@ -101,7 +129,7 @@ def write(root: Path, *, edit=None, version="0.5.23") -> Path:
 
 
     ''')
-    root.joinpath(*parts[:-1], parts[-1] + ".py").write_text(header + class_source + "\n")
+    workspace_file.write_text(header + class_source + "\n")
     dist_info = root / f"sglang-{version}.dist-info"
     dist_info.mkdir(exist_ok=True)
     (dist_info / "METADATA").write_text(

@@ -1,7 +1,8 @@
 """``benchmark.fused_kv`` on sglang 0.5.23's real ``FusedKVMaterializeHelper._ensure_workspace``:
 growing its three workspaces from C to 2C peaks one K workspace above the new total while the
-old ones are held, and at the new total when they are released first (the measurement the
-triage in docs/grow-while-held-audit-0.5.23.md rests on)."""
+old ones are held (sglang's method), and at the new total with the overlay's method (patch
+0003) and when they are released first by hand (the measurement the triage in
+docs/grow-while-held-audit-0.5.23.md rests on)."""
 
 import pytest
 
@@ -20,6 +21,21 @@ def test_unmodified_growth_peaks_at_9_units_where_the_new_total_is_8():
     assert (row["old_total_units"], row["new_total_units"], row["peak_units"]) == (4, 8, 9)
 
 
+def test_the_overlays_method_peaks_at_the_new_total():
+    row = fused_kv.grow(64, "overlay")
+    assert row["capacity"] == [64, 128]
+    assert (row["old_total_units"], row["new_total_units"], row["peak_units"]) == (4, 8, 8)
+
+
 def test_releasing_the_old_workspaces_first_peaks_at_the_new_total():
     row = fused_kv.grow(64, "released-first")
     assert (row["new_total_units"], row["peak_units"]) == (8, 8)
+
+
+def test_each_order_leaves_the_overlay_as_it_found_it():
+    import sglang_overlay
+
+    before = sglang_overlay.status()
+    for order in fused_kv.ORDERS:
+        fused_kv.grow(8, order)
+        assert sglang_overlay.status() == before, order

@@ -45,7 +45,7 @@ def load_variant(old, new, name):
         variant = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(variant)
         for _ in range(2):  # while its source file exists: the overlay reads it
-            overlay.apply_to_module(variant)
+            overlay.apply_to_module(variant, overlay.PATCH_IDS[0])
     method = vars(variant.SparsePrefillKVBuffer)["_reserve"]
     return {{"status": overlay.status()[0],
              "patched": getattr(method, "__sglang_overlay_patch__", None)}}
@@ -116,18 +116,21 @@ DISABLE_ALL = overlay_runs.observe(
     "disable_all",
     """
     import {WORKSPACE_MODULE} as m
+    import sglang.kernels.ops.speculative.fused_kv_materialize as f
     import sglang_overlay
-    return [getattr(vars(m.SparsePrefillKVBuffer)["_reserve"], "__sglang_overlay_patch__", None),
+    return [[getattr(vars(m.SparsePrefillKVBuffer)["_reserve"], "__sglang_overlay_patch__", None),
+             getattr(vars(f.FusedKVMaterializeHelper)["_ensure_workspace"],
+                     "__sglang_overlay_patch__", None)],
             sglang_overlay.status()]
     """,
 )
 
 
-def test_disable_all_leaves_the_original_and_reports_disabled(disabled_process):
+def test_disable_all_leaves_the_originals_and_reports_each_patch_disabled(disabled_process):
     marked, records = disabled_process.value(DISABLE_ALL)
-    assert marked is None
-    assert [r["state"] for r in records] == ["disabled"]
-    assert set(records[0]) == STATUS_KEYS
+    assert marked == [None, None]
+    assert [r["state"] for r in records] == ["disabled", "disabled"]
+    assert all(set(r) == STATUS_KEYS for r in records)
 
 
 def test_disable_list_naming_this_patch_turns_it_off(known):

@@ -22,8 +22,25 @@ import standin
 from overlay_envs import VERSIONS, build_wheel, clone_env, find_interpreter, make_env
 
 PATCH_ID = "0001-dsv4-sparse-prefill-release-first"
+FUSED_KV_PATCH_ID = "0003-fused-kv-workspace-release-first"
 WORKSPACE_MODULE = standin.WORKSPACE_MODULE
 UNKNOWN_EDIT = ("        assert num_tokens > 0\n", "        assert num_tokens >= 1\n")
+FUSED_KV_UNKNOWN_EDIT = (
+    "        new_capacity = max(1, total_ctx)\n",
+    "        new_capacity = max(2, total_ctx)\n",
+)
+# Each patch's guarantees are tested alike: (module, class, method, its record's index, id).
+TARGETS = {
+    "dsv4": (WORKSPACE_MODULE, "SparsePrefillKVBuffer", "_reserve", 0, PATCH_ID),
+    "fused_kv": (
+        standin.FUSED_KV_MODULE,
+        "FusedKVMaterializeHelper",
+        "_ensure_workspace",
+        1,
+        FUSED_KV_PATCH_ID,
+    ),
+}
+both_patches = pytest.mark.parametrize("target", list(TARGETS))
 RACE_RUNS = 20
 # A bound against a hang (a deadlocked first import never finishes), not a measurement: wide
 # enough for a loaded 2-core machine, where each of these processes takes a fraction of it.
@@ -81,7 +98,11 @@ def known(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def unknown(tmp_path_factory) -> Path:
     """The stand-in with one line of the method edited: an unknown shape."""
-    return standin.write(tmp_path_factory.mktemp("standin-unknown"), edit=UNKNOWN_EDIT)
+    return standin.write(
+        tmp_path_factory.mktemp("standin-unknown"),
+        edit=UNKNOWN_EDIT,
+        fused_edit=FUSED_KV_UNKNOWN_EDIT,
+    )
 
 
 def run(env, code: str, paths=(), flags=(), timeout=TIMEOUT_S, **variables):
@@ -118,24 +139,33 @@ def overlay_warnings(proc) -> list:
     return [line for line in proc.stderr.splitlines() if line.startswith("sglang-overlay:")]
 
 
-REPORT = f"""
+def report(target: str = "dsv4") -> str:
+    """A program that imports ``target``'s module and prints its method's mark and its record."""
+    module, cls, method, index, _ = TARGETS[target]
+    return f"""
 import json, sys
-import {WORKSPACE_MODULE} as m
+import {module} as m
 import sglang_overlay
-mark = getattr(vars(m.SparsePrefillKVBuffer)["_reserve"], "__sglang_overlay_patch__", None)
-print(json.dumps({{"patched": mark, "status": sglang_overlay.status()[0]}}))
+mark = getattr(vars(m.{cls})["{method}"], "__sglang_overlay_patch__", None)
+print(json.dumps({{"patched": mark, "status": sglang_overlay.status()[{index}]}}))
 """
 
 
-def test_first_import_is_patched(overlay_env, known):
-    out = last_json(run(overlay_env, REPORT, [known]))
-    assert out["patched"] == PATCH_ID and out["status"]["state"] == "applied"
+REPORT = report()
 
 
+@both_patches
+def test_first_import_is_patched(overlay_env, known, target):
+    out = last_json(run(overlay_env, report(target), [known]))
+    assert out["patched"] == TARGETS[target][4] and out["status"]["state"] == "applied"
+
+
+@both_patches
 @pytest.mark.parametrize("racing", ["dataclasses", "inspect", "ast"])
 def test_a_thread_importing_what_activation_imports_never_deadlocks_the_first_import(
-    overlay_env, known, racing
+    overlay_env, known, racing, target
 ):
+    module, cls, method, _, patch_id = TARGETS[target]
     # CPython holds its global import lock while a finder's find_spec runs. A hook that
     # imports there deadlocks against a thread that is importing the same module.
     race = f"""
@@ -143,8 +173,8 @@ import threading, time
 threading.Thread(target=__import__, args=({racing!r},), daemon=True).start()
 time.sleep(0.001)
 import sglang
-import {WORKSPACE_MODULE} as m
-print(getattr(m.SparsePrefillKVBuffer._reserve, "__sglang_overlay_patch__", None))
+import {module} as m
+print(getattr(m.{cls}.{method}, "__sglang_overlay_patch__", None))
 """
     prelude = f"import sys; sys.path[:0] = [{str(known)!r}]\n"
     procs = [
@@ -169,7 +199,7 @@ print(getattr(m.SparsePrefillKVBuffer._reserve, "__sglang_overlay_patch__", None
             proc.communicate()
             hangs += 1
     assert hangs == 0, f"{hangs} of {RACE_RUNS} first imports hung"
-    assert all(o[:2] == (0, PATCH_ID) for o in outputs), outputs[:3]
+    assert all(o[:2] == (0, patch_id) for o in outputs), outputs[:3]
 
 
 def test_finding_a_spec_is_not_an_import_and_activates_nothing(overlay_env, known):
@@ -190,8 +220,11 @@ print(json.dumps([specs, loaded]))
     assert out == [[True, True], []]
 
 
-def test_warnings_as_errors_never_break_the_import_of_an_unknown_shape(overlay_env, unknown):
-    proc = run(overlay_env, REPORT, [unknown], flags=["-W", "error"])
+@both_patches
+def test_warnings_as_errors_never_break_the_import_of_an_unknown_shape(
+    overlay_env, unknown, target
+):
+    proc = run(overlay_env, report(target), [unknown], flags=["-W", "error"])
     out = last_json(proc)
     assert out["patched"] is None and out["status"]["state"] == "unsupported"
     (warning,) = overlay_warnings(proc)
@@ -301,35 +334,39 @@ def test_an_unrecognised_strict_value_means_strict_with_one_warning(overlay_env,
     assert "SGLANG_OVERLAY_STRICT='maybe' not recognised" in warning
 
 
-def test_reload_reapplies_and_remove_apply_keep_working_across_reloads(overlay_env, known):
+@both_patches
+def test_reload_reapplies_and_remove_apply_keep_working_across_reloads(overlay_env, known, target):
+    module, cls, method, index, patch_id = TARGETS[target]
     out = last_json(
         run(
             overlay_env,
             f"""
 import importlib, json
-import {WORKSPACE_MODULE} as m
+import {module} as m
 import sglang_overlay
 def mark():
-    return getattr(vars(m.SparsePrefillKVBuffer)["_reserve"], "__sglang_overlay_patch__", None)
-old_class = m.SparsePrefillKVBuffer
+    return getattr(vars(m.{cls})["{method}"], "__sglang_overlay_patch__", None)
+def state():
+    return sglang_overlay.status()[{index}]["state"]
+old_class = m.{cls}
 importlib.reload(m)
-steps = [[m.SparsePrefillKVBuffer is not old_class, mark(), sglang_overlay.status()[0]["state"]]]
+steps = [[m.{cls} is not old_class, mark(), state()]]
 sglang_overlay.remove()
-steps.append([mark(), sglang_overlay.status()[0]["state"]])
+steps.append([mark(), state()])
 importlib.reload(m)  # removed stays removed
-steps.append([mark(), sglang_overlay.status()[0]["state"]])
+steps.append([mark(), state()])
 sglang_overlay.apply()
-steps.append([mark(), sglang_overlay.status()[0]["state"]])
+steps.append([mark(), state()])
 print(json.dumps(steps))
 """,
             [known],
         )
     )
     assert out == [
-        [True, PATCH_ID, "applied"],
+        [True, patch_id, "applied"],
         [None, "pending"],
         [None, "pending"],
-        [PATCH_ID, "applied"],
+        [patch_id, "applied"],
     ]
 
 
@@ -393,15 +430,19 @@ print(json.dumps([record["state"], record["sglang_version"],
     assert out == ["pending", "0.5.23", []]
 
 
-def test_isolated_mode_and_spawn_and_forkserver_children_are_patched(overlay_env, known, tmp_path):
+@both_patches
+def test_isolated_mode_and_spawn_and_forkserver_children_are_patched(
+    overlay_env, known, tmp_path, target
+):
+    module, cls, method, _, patch_id = TARGETS[target]
     script = tmp_path / "children.py"
     script.write_text(f"""
 import json, multiprocessing as mp, sys
 sys.path.insert(0, {str(known)!r})
 
 def child(q):
-    import {WORKSPACE_MODULE} as m
-    q.put(getattr(m.SparsePrefillKVBuffer._reserve, "__sglang_overlay_patch__", None))
+    import {module} as m
+    q.put(getattr(m.{cls}.{method}, "__sglang_overlay_patch__", None))
 
 if __name__ == "__main__":
     marks = []
@@ -419,7 +460,7 @@ if __name__ == "__main__":
         text=True,
         timeout=120,
     )
-    assert last_json(proc) == [PATCH_ID, PATCH_ID]
+    assert last_json(proc) == [patch_id, patch_id]
 
 
 def cli(env, paths, **variables):
@@ -432,26 +473,35 @@ def cli(env, paths, **variables):
     )
 
 
+def states(proc) -> "list[tuple[str, str]]":
+    """(patch, state) of each record ``status --json`` printed, in order."""
+    return [(r["patch"], r["state"]) for r in json.loads(proc.stdout)]
+
+
 def test_cli_status_is_what_a_fresh_process_gets(overlay_env, known, unknown):
     applied = cli(overlay_env, [known])
-    assert applied.returncode == 0 and json.loads(applied.stdout)[0]["state"] == "applied"
+    assert applied.returncode == 0
+    assert states(applied) == [(PATCH_ID, "applied"), (FUSED_KV_PATCH_ID, "applied")]
     disabled = cli(overlay_env, [known], SGLANG_OVERLAY_DISABLE="1")
-    assert disabled.returncode == 0 and json.loads(disabled.stdout)[0]["state"] == "disabled"
+    assert disabled.returncode == 0
+    assert states(disabled) == [(PATCH_ID, "disabled"), (FUSED_KV_PATCH_ID, "disabled")]
     strict = cli(overlay_env, [unknown], SGLANG_OVERLAY_STRICT="1")
-    (record,) = json.loads(strict.stdout)
+    record = json.loads(strict.stdout)[0]
     assert strict.returncode == 1 and record["state"] == "failed"
     assert "UnsupportedShapeError" in record["reason"]
     refused = cli(overlay_env, [unknown])
-    assert refused.returncode == 1 and json.loads(refused.stdout)[0]["state"] == "unsupported"
+    assert refused.returncode == 1
+    assert states(refused) == [(PATCH_ID, "unsupported"), (FUSED_KV_PATCH_ID, "unsupported")]
 
 
 def test_cli_status_says_so_when_the_start_up_hook_is_missing(overlay_env, known, tmp_path):
     broken = clone_env(overlay_env, tmp_path / "venv")
     (broken.site_packages / "sglang_overlay.pth").unlink()  # a broken or partial install
     proc = cli(broken, [known])
-    (record,) = json.loads(proc.stdout)
-    assert proc.returncode == 1 and record["state"] == "pending"
-    assert "start-up hook did not run in a fresh process" in record["reason"]
+    records = json.loads(proc.stdout)
+    assert proc.returncode == 1 and [r["state"] for r in records] == ["pending", "pending"]
+    for record in records:
+        assert "start-up hook did not run in a fresh process" in record["reason"]
 
 
 # Found by trying to break the hook as an operator's environment would (issue 8's review).
@@ -625,7 +675,8 @@ def test_a_stale_pth_whose_package_is_gone_is_silent(overlay_env, tmp_path):
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "ok\n", "")
 
 
-def test_sglang_deployed_as_bytecode_only_is_recognised(overlay_env, tmp_path):
+@both_patches
+def test_sglang_deployed_as_bytecode_only_is_recognised(overlay_env, tmp_path, target):
     # compileall -b, then the sources removed: the method is matched by its code object.
     root = standin.write(tmp_path / "standin")
     subprocess.run(
@@ -633,19 +684,20 @@ def test_sglang_deployed_as_bytecode_only_is_recognised(overlay_env, tmp_path):
     )
     for source in (root / "sglang").rglob("*.py"):
         source.unlink()
-    out = last_json(run(overlay_env, REPORT, [root]))
-    assert out["patched"] == PATCH_ID and out["status"]["state"] == "applied"
+    out = last_json(run(overlay_env, report(target), [root]))
+    assert out["patched"] == TARGETS[target][4] and out["status"]["state"] == "applied"
     assert "bytecode only" in out["status"]["reason"]
 
 
-def test_edited_bytecode_only_sglang_is_refused(overlay_env, tmp_path):
-    root = standin.write(tmp_path / "standin", edit=UNKNOWN_EDIT)
+@both_patches
+def test_edited_bytecode_only_sglang_is_refused(overlay_env, tmp_path, target):
+    root = standin.write(tmp_path / "standin", edit=UNKNOWN_EDIT, fused_edit=FUSED_KV_UNKNOWN_EDIT)
     subprocess.run(
         [str(overlay_env.python), "-m", "compileall", "-q", "-b", str(root / "sglang")], check=True
     )
     for source in (root / "sglang").rglob("*.py"):
         source.unlink()
-    out = last_json(run(overlay_env, REPORT, [root]))
+    out = last_json(run(overlay_env, report(target), [root]))
     assert out["patched"] is None and out["status"]["state"] == "unsupported"
     assert "not a known shape's" in out["status"]["reason"]
 
@@ -690,6 +742,23 @@ def test_a_leading_part_of_the_patch_id_turns_it_off_quietly(settings_env, known
 
 
 @pytest.mark.parametrize(
+    "value, off",
+    [("0003", "fused_kv"), ("0003-fused-kv", "fused_kv"), ("0001", "dsv4"), ("0001,0003", None)],
+)
+def test_disabling_one_patch_leaves_the_other_applied(settings_env, known, value, off):
+    code = (
+        "import json, sglang_overlay\n"
+        f"import {WORKSPACE_MODULE}, {standin.FUSED_KV_MODULE}\n"
+        "print(json.dumps([r['state'] for r in sglang_overlay.status()]))\n"
+    )
+    proc = run(settings_env, code, [known], SGLANG_OVERLAY_DISABLE=value)
+    expected = [
+        "applied" if off not in (None, name) else "disabled" for name in ("dsv4", "fused_kv")
+    ]
+    assert last_json(proc) == expected and overlay_warnings(proc) == []
+
+
+@pytest.mark.parametrize(
     "plugins, state",
     [("other_plugin", "disabled"), (" other , sglang_overlay ", "applied"), ("", "applied")],
 )
@@ -718,6 +787,65 @@ def test_cli_status_fails_and_names_a_setting_it_does_not_recognise(
     settings_env, known, variables, named
 ):
     proc = cli(settings_env, [known], **variables)
-    (record,) = json.loads(proc.stdout)
-    assert proc.returncode == 1
-    assert [p for p in record["misconfigured"] if p.startswith(named)], record
+    records = json.loads(proc.stdout)
+    assert proc.returncode == 1 and len(records) == 2
+    for record in records:
+        assert [p for p in record["misconfigured"] if p.startswith(named)], record
+
+
+def test_a_fused_kv_module_this_environment_cannot_import_leaves_the_dsv4_record_alone(
+    settings_env, tmp_path
+):
+    # The fused-KV module imports triton; an environment without it cannot run that path.
+    root = standin.write(tmp_path / "standin")
+    fused = root.joinpath(*standin.FUSED_KV_MODULE.split(".")).with_suffix(".py")
+    fused.write_text("import triton_not_here  # noqa\n" + fused.read_text())
+    proc = cli(settings_env, [root])
+    records = json.loads(proc.stdout)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert states(proc) == [(PATCH_ID, "applied"), (FUSED_KV_PATCH_ID, "not-present")]
+    assert "No module named 'triton_not_here'" in records[1]["reason"]
+
+
+def test_a_release_with_the_fused_kv_helper_under_its_0_5_15_name_is_patched(
+    settings_env, tmp_path
+):
+    # sglang 0.5.15 kept the module under sglang.srt.speculative.triton_ops.
+    root = standin.write(tmp_path / "standin")
+    new = root.joinpath(*standin.FUSED_KV_MODULE.split(".")).with_suffix(".py")
+    old = root / "sglang/srt/speculative/triton_ops/fused_kv_materialize.py"
+    old.parent.mkdir(parents=True)
+    for package in (old.parent, old.parent.parent):
+        (package / "__init__.py").write_text("")
+    new.rename(old)
+    proc = cli(settings_env, [root])
+    record = json.loads(proc.stdout)[1]
+    assert proc.returncode == 0 and record["state"] == "applied", record
+    assert record["target"] == (
+        "sglang.srt.speculative.triton_ops.fused_kv_materialize"
+        ".FusedKVMaterializeHelper._ensure_workspace"
+    )
+
+
+def test_a_release_without_the_fused_kv_helper_is_not_present_and_passes(settings_env, tmp_path):
+    root = standin.write(tmp_path / "standin", fused=False)
+    proc = cli(settings_env, [root])
+    assert proc.returncode == 0
+    assert states(proc) == [(PATCH_ID, "applied"), (FUSED_KV_PATCH_ID, "not-present")]
+    assert "has no sglang.kernels.ops.speculative.fused_kv_materialize or" in (
+        json.loads(proc.stdout)[1]["reason"]
+    )
+
+
+def test_a_fused_kv_helper_that_already_releases_first_is_upstream_fixed(settings_env, tmp_path):
+    # The series' patch 0003 shape: the three old workspaces dropped before the first empty().
+    allocation = "        self._proj_workspace = torch.empty(\n"
+    release = "".join(
+        f"        self.{name} = None\n"
+        for name in ("_proj_workspace", "_k_workspace", "_v_workspace")
+    )
+    root = standin.write(tmp_path / "standin", fused_edit=(allocation, release + allocation))
+    proc = cli(settings_env, [root])
+    record = json.loads(proc.stdout)[1]
+    assert proc.returncode == 0 and record["state"] == "upstream-fixed", record
+    assert "already drops the old _proj_workspace, _k_workspace, _v_workspace" in record["reason"]

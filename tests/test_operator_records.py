@@ -17,7 +17,7 @@ import pytest
 import standin
 from conftest import clean_env, runs_program, until
 
-from sglang_overlay import PATCH_ID
+from sglang_overlay import FUSED_KV_PATCH_ID, PATCH_ID
 from sglang_overlay.command_lines import runs_sglang
 
 BOUND_S = 120
@@ -51,8 +51,9 @@ def sglang_sleeper():
     sleeper.wait(timeout=BOUND_S)
 
 
-def status(runtime_dir, *pids, timeout=BOUND_S):
-    """``status --processes --json`` about ``pids`` only: (exit code, rows by pid, stderr)."""
+def status(runtime_dir, *pids, timeout=BOUND_S, patch=PATCH_ID):
+    """``status --processes --json`` about ``pids`` only: (exit code, ``patch``'s rows by pid,
+    stderr)."""
     options = [word for pid in pids for word in ("--pid", str(pid))]
     proc = subprocess.run(
         [sys.executable, "-m", "sglang_overlay", "status", "--processes", "--json", *options],
@@ -63,7 +64,8 @@ def status(runtime_dir, *pids, timeout=BOUND_S):
         timeout=timeout,
     )
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    return proc.returncode, {row["pid"]: row for row in json.loads(proc.stdout)}, proc.stderr
+    rows = json.loads(proc.stdout)
+    return proc.returncode, {r["pid"]: r for r in rows if r["patch"] == patch}, proc.stderr
 
 
 def claim_applied(pid: int) -> dict:
@@ -215,6 +217,39 @@ def test_a_live_process_started_with_a_junk_setting_is_misconfigured(known, runt
     row = rows[server.pid]
     assert (row["state"], row["patch_state"], code) == ("misconfigured", "disabled", 1)
     assert "SGLANG_OVERLAY_DISABLE='none' not recognised" in row["reason"]
+
+
+# A draft worker stand-in: the fused-KV helper grown to 64 tokens, then to 65 (doubling).
+FUSED_KV_SERVER = """
+import sys, torch
+import sglang.kernels.ops.speculative.fused_kv_materialize as f
+helper = f.FusedKVMaterializeHelper.__new__(f.FusedKVMaterializeHelper)
+helper.n_layers, helper.num_kv_heads, helper.head_dim, helper.layer_out_dim = 2, 4, 8, 64
+helper.device, helper._workspace_capacity, helper._workspace_dtype = None, 0, None
+helper._proj_workspace = helper._k_workspace = helper._v_workspace = None
+helper._ensure_workspace(64, torch.bfloat16)
+helper._ensure_workspace(65, torch.bfloat16)
+print("ready", flush=True)
+input()
+"""
+
+
+def test_a_process_that_grew_the_fused_kv_workspaces_reports_its_own_row(known, runtime_dir):
+    argv = [sys.executable, "-c", overlay_runs.standin_prelude(known) + FUSED_KV_SERVER]
+    with serving(argv, SGLANG_OVERLAY_RUNTIME_DIR=str(runtime_dir)) as server:
+        code, rows, _ = status(runtime_dir, server.pid, patch=FUSED_KV_PATCH_ID)
+        dsv4 = status(runtime_dir, server.pid)[1][server.pid]
+    row = rows[server.pid]
+    assert (row["state"], row["workspace_imported"], code) == ("applied", True, 0)
+    # capacity 128 after doubling: projection 128 x 2 x 64 + K and V 2 x 128 x 4 x 8, bf16
+    assert row["high_water_bytes"] == (128 * 2 * 64 + 2 * (2 * 128 * 4 * 8)) * 2
+    assert row["target"].endswith("FusedKVMaterializeHelper._ensure_workspace")
+    # the DSV4 module was never imported there: its row is its own
+    assert (dsv4["state"], dsv4["workspace_imported"], dsv4["high_water_bytes"]) == (
+        "pending",
+        False,
+        0,
+    )
 
 
 # ------------------------------------------------------------- records that are not believed

@@ -20,7 +20,7 @@ import overlay_runs
 import pytest
 from conftest import clean_env, run_json, runs_program, until
 
-from sglang_overlay import PATCH_ID, __version__
+from sglang_overlay import FUSED_KV_PATCH_ID, PATCH_ID, __version__
 
 ROW_BYTES = 512 * 2  # one bf16 row of the workspace
 BOUND_S = 120
@@ -59,9 +59,9 @@ overlay_runs.observe("default_process", "serve", SERVER.replace("ROWS", "2048"))
 overlay_runs.observe("disabled_process", "serve", SERVER.replace("ROWS", "64"))
 
 
-def processes(runtime_dir, *pids):
+def processes(runtime_dir, *pids, patch=PATCH_ID):
     """``status --processes`` about the processes the test started (``--pid``), never about
-    other processes of the machine: its exit code and its rows by pid."""
+    other processes of the machine: its exit code and ``patch``'s rows by pid."""
     pid_options = [word for pid in pids for word in ("--pid", str(pid))]
     proc = overlay_runs.POOL.run(
         [sys.executable, "-m", "sglang_overlay", "status", "--processes", "--json", *pid_options],
@@ -70,7 +70,8 @@ def processes(runtime_dir, *pids):
         timeout=BOUND_S,
     )
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    return proc.returncode, {row["pid"]: row for row in json.loads(proc.stdout)}
+    rows = json.loads(proc.stdout)
+    return proc.returncode, {r["pid"]: r for r in rows if r["patch"] == patch}
 
 
 @overlay_runs.drive("default_process")
@@ -81,6 +82,9 @@ def _records_scenario(server, runtime_dir):
     overlay_runs.serve_until_ready(server)
     seen["code"], rows = processes(runtime_dir, server.pid)
     seen["row"] = rows.get(server.pid)
+    seen["fused_kv_row"] = processes(runtime_dir, server.pid, patch=FUSED_KV_PATCH_ID)[1].get(
+        server.pid
+    )
     overlay_runs.ask(server, 4096)
     seen["row_after_growth"] = processes(runtime_dir, server.pid)[1].get(server.pid)
     record = runtime_dir / f"{server.pid}.json"
@@ -115,6 +119,11 @@ def test_a_running_process_reports_its_state_build_and_high_water_mark(default_p
         __version__,
     )
     assert row["high_water_bytes"] == 2048 * ROW_BYTES and row["workspace_imported"] is True
+    # the fused-KV patch has a row of its own: applied once some sglang import in that process
+    # loaded its module (pending before), never grown there, so no high-water mark of the DSV4's
+    fused = seen["fused_kv_row"]
+    assert (fused["state"], fused["workspace_imported"]) in {("applied", True), ("pending", False)}
+    assert fused["high_water_bytes"] == 0
     assert seen["row_after_growth"]["high_water_bytes"] == 4096 * ROW_BYTES
     assert seen["code"] == 0
     assert seen["pid"] not in seen["listed_after_exit"]
@@ -266,6 +275,7 @@ print(json.dumps([l for l in text.splitlines() if l.startswith("sglang_overlay")
     )
     assert out == [
         f'sglang_overlay_patch_state{{overlay_version="{__version__}",patch="{PATCH_ID}",state="applied"}} 1.0',
+        f'sglang_overlay_patch_state{{overlay_version="{__version__}",patch="{FUSED_KV_PATCH_ID}",state="pending"}} 1.0',
         f'sglang_overlay_workspace_high_water_bytes{{patch="{PATCH_ID}"}} {float(512 * ROW_BYTES)}',
     ]
 
