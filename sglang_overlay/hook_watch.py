@@ -1,7 +1,8 @@
-"""Keep the process's record true when another plugin hooks the patched method through sglang's
+"""Keep the process's record true when another plugin hooks a patched method through sglang's
 ``HookRegistry`` (README.md, "Control and visibility"): its ``apply_hooks`` is where a REPLACE or
-AROUND lands on the class, so the overlay has it publish once it returns. Nothing here imports
-sglang: only a registry that sglang itself loaded is followed.
+AROUND lands on the class, so the overlay has it publish once it returns; ``foreign_hook`` says
+whether such a hook calls the overlay's method or only names it. Nothing here imports sglang:
+only a registry that sglang itself loaded is followed.
 """
 
 import functools
@@ -34,3 +35,41 @@ def follow(then) -> bool:
     setattr(then_publish, MARK, True)
     registry.apply_hooks = classmethod(then_publish)
     return True
+
+
+def foreign_hook(live, ours) -> "tuple[str, str] | None":
+    """``("wrapped" | "replaced", reason)`` when ``live`` is another hook's function whose
+    ``__wrapped__`` chain leads to ``ours``: wrapped when each link holds the next in its
+    closure (it can call it: sglang's AROUND, BEFORE, AFTER), replaced when one does not
+    (sglang's REPLACE only names the original)."""
+    calls, outer = True, live
+    for _ in range(100):  # a chain, not a cycle
+        inner = getattr(outer, "__wrapped__", None)
+        if inner is None or outer is ours:
+            return None
+        calls = calls and any(_cell(c) is inner for c in getattr(outer, "__closure__", None) or ())
+        if inner is ours:
+            code = getattr(live, "__code__", None)
+            where = (
+                f"{code.co_name} in {code.co_filename}:{code.co_firstlineno}"
+                if code
+                else repr(live)
+            )
+            if calls:
+                return "wrapped", (
+                    f"another hook's function ({where}) wraps the overlay's release-first "
+                    "method and can call it: release-first runs where that hook calls through"
+                )
+            return "replaced", (
+                f"another hook's function ({where}) names the overlay's release-first method "
+                "as __wrapped__ but does not hold it: that hook runs instead, release-first does not"
+            )
+        outer = inner
+    return None
+
+
+def _cell(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None

@@ -200,7 +200,7 @@ def apply_to_module(module, patch_id: "str | None" = None) -> None:
             if live is done.patched:  # already applied; the other activation path got here first
                 hook_watch.follow(publish)  # (sglang may have loaded its registry since)
                 return
-            hook = _foreign_hook(live, done.patched)
+            hook = hook_watch.foreign_hook(live, done.patched)
             if hook is not None:  # never stack a second copy under another vendor's hook
                 _record(patch_id, hook[0], done.target, hook[1])
                 return
@@ -263,7 +263,7 @@ def remove() -> list:
                 if outcome[done.patch_id][0] == "pending":
                     outcome[done.patch_id] = ("pending", done.target, _REMOVED_REASON)
                 continue
-            hook = _foreign_hook(live, done.patched)
+            hook = hook_watch.foreign_hook(live, done.patched)
             if hook is not None:  # ours runs inside someone else's function: say so
                 kept.append(done)
                 why = f"remove() cannot take release-first out: {hook[1]}"
@@ -283,7 +283,7 @@ def _live_state(done) -> "tuple[str, str]":
         live = vars(done.cls).get(done.method)
         if live is done.patched:
             return "applied", done.reason
-        hook = _foreign_hook(live, done.patched)
+        hook = hook_watch.foreign_hook(live, done.patched)
         if hook is not None:
             return hook
     return (
@@ -291,44 +291,6 @@ def _live_state(done) -> "tuple[str, str]":
         f"{name} is no longer the patched function (the module was reloaded or the method "
         "replaced by other code); apply() patches again",
     )
-
-
-def _foreign_hook(live, ours) -> "tuple[str, str] | None":
-    """``("wrapped" | "replaced", reason)`` when ``live`` is another hook's function whose
-    ``__wrapped__`` chain leads to ``ours``: wrapped when each link holds the next in its
-    closure (it can call it: sglang's AROUND, BEFORE, AFTER), replaced when one does not
-    (sglang's REPLACE only names the original)."""
-    calls, outer = True, live
-    for _ in range(100):  # a chain, not a cycle
-        inner = getattr(outer, "__wrapped__", None)
-        if inner is None or outer is ours:
-            return None
-        calls = calls and any(_cell(c) is inner for c in getattr(outer, "__closure__", None) or ())
-        if inner is ours:
-            code = getattr(live, "__code__", None)
-            where = (
-                f"{code.co_name} in {code.co_filename}:{code.co_firstlineno}"
-                if code
-                else repr(live)
-            )
-            if calls:
-                return "wrapped", (
-                    f"another hook's function ({where}) wraps the overlay's release-first "
-                    "method and can call it: release-first runs where that hook calls through"
-                )
-            return "replaced", (
-                f"another hook's function ({where}) names the overlay's release-first method "
-                "as __wrapped__ but does not hold it: that hook runs instead, release-first does not"
-            )
-        outer = inner
-    return None
-
-
-def _cell(cell):
-    try:
-        return cell.cell_contents
-    except ValueError:  # an empty cell
-        return None
 
 
 def sglang_version() -> str:
