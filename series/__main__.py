@@ -51,8 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verbs.add_parser(
         "check",
-        help="git am the series onto a fresh base; 0002's test is the project's; "
-        "upstream's pinned hooks pass on what it touches",
+        help="git am the series, and each fix alone, onto a fresh base; the tests it adds are "
+        "the project's; upstream's pinned hooks pass on what it touches",
     )
     p.add_argument("--version", **release)
 

@@ -240,7 +240,8 @@ class Fix:
 
 def group_fixes(release: str, patches) -> tuple:
     """The series' patches as fixes, in order: each patch that changes more than tests starts
-    one, and the test-only patches after it join it (test-only patches first stand alone)."""
+    one, and the test-only patches after it join it (test-only patches at the start of the
+    series form a group of their own)."""
     groups = []
     for patch in patches:
         if groups and only_tests(patch):
