@@ -54,7 +54,7 @@ install: $(VENV)/.installed
 # sglang's CI runs each file (SGLANG_IS_IN_CI=true: a failed test is retried once): the series'
 # registered tests for this machine's backend (CUDA on a GPU, the CPU companion without one),
 # plus, on CPU, the project's CPU proof (the peaks of live CPU memory); then what the bot would
-# post, the upstream PR description from the series' own tests, and last the verdict.
+# post, the upstream PR description of each fix from its own tests, and last the verdict.
 DEMO := out/demo
 demo: install
 	@echo "the A/B: each test file once per side, in its own process, as sglang's CI runs it"
@@ -65,15 +65,18 @@ demo: install
 	  $(PY) -m ci run --out $(DEMO)-proof --tests proofs --backend cpu > $(DEMO)-proof.txt || code=$$?; \
 	fi; \
 	$(PY) -m ci report --results $(DEMO) > $(DEMO)-bot-preview.md || code=$$?; \
-	if $(PY) -m series pr-body --results $(DEMO) > $(DEMO)-pr-body.md 2> $(DEMO)-pr-body.err; then \
-	  pr="$(DEMO)-pr-body.md, from the series' own tests on $$backend"; \
-	else \
-	  pr="none: $$(tail -n 1 $(DEMO)-pr-body.err)"; rm -f $(DEMO)-pr-body.md; \
-	fi; \
+	pr=""; for fix in 0001 0003; do \
+	  body=$(DEMO)-pr-body-$$fix.md; \
+	  if $(PY) -m series pr-body --results $(DEMO) --fix $$fix > $$body 2> $$body.err; then \
+	    pr="$$pr\n  fix $$fix: $$body, from its own tests on $$backend"; \
+	  else \
+	    pr="$$pr\n  fix $$fix: none: $$(tail -n 1 $$body.err)"; rm -f $$body; \
+	  fi; \
+	done; \
 	echo; echo "what the bot would post (dry run): $(DEMO)-bot-preview.md"; \
 	echo "the evidence: $(DEMO)/report.md, $(DEMO)/results.json, JUnit and logs in $(DEMO)/"; \
 	if [ "$$backend" = cpu ]; then echo "the project's CPU proof: $(DEMO)-proof/report.md"; fi; \
-	echo "the upstream PR description: $$pr"; \
+	printf '%b\n' "the upstream PR descriptions, one per fix:$$pr"; \
 	echo; grep -hE '^(unmodified|change) +=|^ci run: ' $(DEMO).txt $$([ "$$backend" = cpu ] && echo $(DEMO)-proof.txt); \
 	exit $$code
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from abtest import RequestError, collect, environment, file_process, git_sides, launch, modes
 from evidence import judge, junit
-from evidence.model import MODES, Results, SeriesId, save
+from evidence.model import MODES, FixId, Results, SeriesId, save
 from series import seriesdir
 
 # What a results folder holds: a reused --out is cleared of these, and only of these.
@@ -241,7 +241,8 @@ def _series(root: str) -> SeriesId | None:
     if not os.path.isfile(os.path.join(root, "patches", "series")):
         return None
     described = seriesdir.describe(os.path.join(root, "patches"))
-    return SeriesId(described["id"], described["release"], tuple(described["patches"]))
+    fixes = tuple(FixId(fix["id"], tuple(fix["patches"])) for fix in described["fixes"])
+    return SeriesId(described["id"], described["release"], tuple(described["patches"]), fixes)
 
 
 def summary_lines(results: Results) -> list[str]:

@@ -257,12 +257,23 @@ class Side:
 
 
 @dataclass(frozen=True)
+class FixId:
+    """One independent fix of that series (``series.seriesdir.Fix``): its own id and patches."""
+
+    id: str = _checked(_matching, _SHA256, "a sha256")
+    patches: tuple[str, ...] = _checked(_list_of, 100, _text, 200)
+
+
+@dataclass(frozen=True)
 class SeriesId:
-    """The patch series the evidence was made with (``series.seriesdir``): pr-body checks it."""
+    """The patch series the evidence was made with (``series.seriesdir``): pr-body checks that
+    it holds the fix it describes."""
 
     id: str = _checked(_matching, _SHA256, "a sha256")
     release: str = _checked(_text, 100)
     patches: tuple[str, ...] = _checked(_list_of, 100, _text, 200, default=())
+    # absent from results made before the series had fixes of its own: one fix, the series
+    fixes: tuple[FixId, ...] = _checked(_list_of, 100, _load, FixId, default=())
 
 
 @dataclass(frozen=True)

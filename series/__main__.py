@@ -51,8 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verbs.add_parser(
         "check",
-        help="git am the series onto a fresh base; 0002's test is the project's; "
-        "upstream's pinned hooks pass on what it touches",
+        help="git am the series, and each fix alone, onto a fresh base; the tests it adds are "
+        "the project's; upstream's pinned hooks pass on what it touches",
     )
     p.add_argument("--version", **release)
 
@@ -62,6 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         metavar="PATH",
         help="an upstream git checkout, site-packages/sglang, or site-packages",
+    )
+    p.add_argument(
+        "--fix",
+        metavar="NNNN",
+        help="only the fix starting at this patch number (a pull request's branch)",
     )
 
     p = verbs.add_parser("refresh", help="rewrite patches/ from the commits on top of base")
@@ -84,9 +89,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    p = verbs.add_parser("pr-body", help="the upstream PR description from a ci run folder")
+    p = verbs.add_parser(
+        "pr-body", help="the upstream PR description of one fix from a ci run folder"
+    )
     p.add_argument(
         "--results", required=True, metavar="DIR", help="a folder written by 'python -m ci run'"
+    )
+    p.add_argument(
+        "--fix",
+        metavar="NNNN",
+        help="the fix, by its first patch's number (default: the one whose tests the results hold)",
     )
     p.add_argument(
         "--no-check",
@@ -138,11 +150,13 @@ def run(args) -> str:
     if args.verb == "check":
         return _lines([*check.run_check(series, args.version), "ok"])
     if args.verb == "apply":
-        return _lines(apply.apply_to(series, args.to))
+        fix = series.fix(args.fix) if args.fix else None
+        return _lines(apply.apply_to(series, args.to, fix))
     if args.verb == "pr-body":
         results = pr_description.load_results(args.results)
-        pr_description.verify_own_tests(series, results)  # refuse before the slow check
-        pr_description.verify_results_match(series, results)
+        # Refuse before the slow check.
+        fix = pr_description.select_fix(series, results, args.fix)
+        pr_description.verify_results_match(series, fix, results)
         state = pr_description.CheckState(None, f"'{_CHECK}' not run")
         if not args.no_check:
             try:
@@ -150,7 +164,7 @@ def run(args) -> str:
                 state = pr_description.CheckState(True, f"upstream's pinned hooks pass: {_CHECK}")
             except SeriesError as err:
                 state = pr_description.CheckState(False, str(err).splitlines()[0])
-        return pr_description.render(series, results, args.results, state)
+        return pr_description.render(series, results, args.results, state, fix.number)
     rows = [matrix.release_row(series, version) for version in args.versions]
     return (
         json.dumps(rows, indent=2) + "\n" if args.json else matrix.render_table(series.names, rows)

@@ -1,12 +1,13 @@
-"""``apply --to``: put the series into a user's upstream checkout (``git am``, each patch a
-commit) or an installed sglang package (``git apply`` with ``python/sglang/`` stripped, files
-with no place there skipped with a message). Already or partly applied, dirty or not applying
-means a refusal and no change.
+"""``apply --to [--fix N]``: put the series, or one fix of it, into a user's upstream checkout
+(``git am``, each patch a commit) or an installed sglang package (``git apply`` with
+``python/sglang/`` stripped, files with no place there skipped with a message). Already or
+partly applied, dirty or not applying means a refusal and no change.
 """
 
 import base64
 import hashlib
 import os
+from dataclasses import replace
 from importlib.metadata import PathDistribution
 from pathlib import Path
 
@@ -15,7 +16,10 @@ from series import SeriesError, check, gitcmd, usage
 UPSTREAM_PACKAGE = "python/sglang/"  # where a checkout keeps what site-packages/sglang/ holds
 
 
-def apply_to(series, path) -> list:
+def apply_to(series, path, fix=None) -> list:
+    """Apply the series, or only ``fix`` (a ``seriesdir.Fix``: one pull request's branch)."""
+    if fix is not None:
+        series = replace(series, names=fix.names, patches=fix.patches)
     path = Path(path).resolve()
     if not path.is_dir():
         raise usage(f"{path} is not a directory")

@@ -45,7 +45,8 @@ _POSITION = re.compile(r":\d+(:\d+)?:")
 
 
 def run_check(series, version=None) -> list:
-    """Return report lines; raise SeriesError (exit 1) naming what failed."""
+    """Return report lines; raise SeriesError (exit 1) naming what failed. With more than one
+    fix, each must also apply alone to the base: it goes upstream as its own pull request."""
     version = version or series.base.version
     report = []
     with tempfile.TemporaryDirectory(prefix="series-check-") as tmp:
@@ -61,6 +62,27 @@ def run_check(series, version=None) -> list:
             )
         report.extend(verify_mirrored_files(series, repo))
         report.extend(verify_hooks(series, repo))
+        if len(series.fixes) > 1:
+            report.extend(verify_fixes_alone(series, repo, version))
+    return report
+
+
+def verify_fixes_alone(series, repo: Path, version: str) -> list:
+    """``git am`` of each fix's patches alone on the pristine base in ``repo``."""
+    report = []
+    for fix in series.fixes:
+        gitcmd.run(["reset", "-q", "--hard", base.BASE_TAG], repo)
+        patches = [(patch.name, series.root / patch.name, patch) for patch in fix.patches]
+        try:
+            am_patches(patches, repo, env=gitcmd.TOOL_IDENTITY)
+        except SeriesError as err:
+            raise SeriesError(
+                f"fix {fix.number} does not apply without the rest of the series, so it "
+                f"cannot be its own pull request: {err}"
+            ) from None
+        report.append(
+            f"fix {fix.number} ({', '.join(fix.names)}) applies alone to sglang=={version}"
+        )
     return report
 
 
@@ -80,8 +102,14 @@ def verify_base_hashes(series, repo: Path) -> None:
 
 def am_series(series, repo: Path, env=None) -> None:
     """``git am`` every patch in one session; on failure abort it and explain."""
+    am_patches(list(zip(series.names, series.paths(), series.patches, strict=True)), repo, env)
+
+
+def am_patches(patches, repo: Path, env=None) -> None:
+    """``git am`` the (name, path, Patch) ``patches`` in one session; on failure abort it and
+    explain."""
     proc = gitcmd.run(
-        ["am", "--quiet", "--no-3way", "--keep-non-patch", *map(str, series.paths())],
+        ["am", "--quiet", "--no-3way", "--keep-non-patch", *(str(p) for _, p, _ in patches)],
         repo,
         env=env,
         check=False,
@@ -93,10 +121,10 @@ def am_series(series, repo: Path, env=None) -> None:
     failed = re.search(r"^Patch failed at (\d+) ", output, re.M)
     if failed is None:
         raise SeriesError(f"git am failed before naming a patch:\n{output.strip()}")
-    index = int(failed.group(1)) - 1
-    problems = gitcmd.explain(output, series.patches[index])
+    name, _, patch = patches[int(failed.group(1)) - 1]
+    problems = gitcmd.explain(output, patch)
     raise SeriesError(
-        f"the series does not apply ({series.names[index]} failed; git am aborted, "
+        f"the series does not apply ({name} failed; git am aborted, "
         "nothing applied):\n  " + "\n  ".join(problems)
     )
 

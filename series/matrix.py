@@ -1,6 +1,7 @@
-"""``matrix``: how each patch applies to each sglang release with the DSV4 workspace: the files
-the series touches, out of each cached wheel, get the patches in order with ``git apply``
-(``clean``, ``fuzz``: only with one line of context, or ``fails``); one that applies is kept.
+"""``matrix``: how each patch applies to each sglang release with the DSV4 workspace: for each fix
+(``seriesdir.Fix``) on its own, the files it touches, out of each cached wheel, get its patches
+in order with ``git apply`` (``clean``, ``fuzz``: only with one line of context, or ``fails``);
+one that applies is kept. Fixes are independent, so one that fails never decides another's.
 """
 
 import re
@@ -30,28 +31,32 @@ def classify(exact_ok: bool, exact_output: str, fuzz_ok: bool):
 
 def release_row(series, version: str) -> dict:
     wheel = zipfile.ZipFile(base.wheel_path(version))
+    results = {}
     with wheel, tempfile.TemporaryDirectory(prefix="series-matrix-") as tmp:
-        tree = Path(tmp) / "tree"
-        for path, added in series.touched_files().items():
-            member = path.removeprefix("python/")  # upstream's python/sglang/ is sglang/ there
-            if not added and member in wheel.namelist():
-                (tree / path).parent.mkdir(parents=True, exist_ok=True)
-                (tree / path).write_bytes(wheel.read(member))
-        tree.mkdir(exist_ok=True)
-        results = {}
-        for name, path, patch in zip(series.names, series.paths(), series.patches, strict=True):
-            exact = _apply(tree, path, ["--check", "-v"])
-            fuzzy = exact if exact.returncode == 0 else _apply(tree, path, ["--check", "-v", "-C1"])
-            status, detail = classify(
-                exact.returncode == 0, gitcmd.text(exact), fuzzy.returncode == 0
-            )
-            if status == "fails":
-                problems = gitcmd.explain(gitcmd.text(exact), patch)
-                detail = "; ".join(problem.split(": ", 1)[1] for problem in problems)
-            else:
-                _apply(tree, path, [] if status == "clean" else ["-C1"])
-            results[name] = {"status": status, "detail": detail}
+        for fix in series.fixes:
+            tree = Path(tmp) / fix.number / "tree"
+            for path, added in fix.touched_files().items():
+                member = path.removeprefix("python/")  # upstream's python/sglang/ is sglang/ there
+                if not added and member in wheel.namelist():
+                    (tree / path).parent.mkdir(parents=True, exist_ok=True)
+                    (tree / path).write_bytes(wheel.read(member))
+            tree.mkdir(parents=True, exist_ok=True)
+            for patch in fix.patches:
+                results[patch.name] = _try(tree, series.root / patch.name, patch)
     return {"version": version, "patches": results}
+
+
+def _try(tree: Path, path: Path, patch) -> dict:
+    """How one patch applies to ``tree``, applying it when it does."""
+    exact = _apply(tree, path, ["--check", "-v"])
+    fuzzy = exact if exact.returncode == 0 else _apply(tree, path, ["--check", "-v", "-C1"])
+    status, detail = classify(exact.returncode == 0, gitcmd.text(exact), fuzzy.returncode == 0)
+    if status == "fails":
+        problems = gitcmd.explain(gitcmd.text(exact), patch)
+        detail = "; ".join(problem.split(": ", 1)[1] for problem in problems)
+    else:
+        _apply(tree, path, [] if status == "clean" else ["-C1"])
+    return {"status": status, "detail": detail}
 
 
 def _apply(tree: Path, patch_path: Path, extra):

@@ -1,7 +1,8 @@
-"""The upstream pull request's description in sglang's template: prose from the patches' own
-messages, every figure from a ``ci run`` results folder made for this very series (its
-``environment.series.id`` must equal ``SeriesDir.id``) and of the tests the series adds, nothing
-else. Pure apart from ``load_results``.
+"""The upstream pull request's description in sglang's template, one per independent fix
+(``seriesdir.Fix``: upstream takes one fix per pull request): prose from that fix's own patch
+messages, every figure from a ``ci run`` results folder made with that very fix (its recorded
+series, or one of the series' recorded fixes, has the fix's id) and only from the tests the fix
+adds, nothing else. Pure apart from ``load_results``.
 
 The headings and checklist are those of sglang's ``.github/pull_request_template.md`` as sglang
 pull requests opened in 2026 carry them (Motivation, Modifications, Accuracy Tests, Speed Tests
@@ -11,8 +12,9 @@ itself, at commits 0a218a4c and b122fb5e, are older.
 
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from evidence import judge
 from evidence import model as evidence
 from report.render import cell, environment_line, escape_inline
 from series import SeriesError, usage
@@ -79,23 +81,57 @@ def verify_own_tests(series, results) -> None:
         )
 
 
-def verify_results_match(series, results) -> str:
-    """The series id both sides agree on; SeriesError (exit 1) when the results are not
-    evidence for this series: another series, another sglang release, or a proof that is
-    not ok."""
-    expected = series.id
+def select_fix(series, results, number: str | None = None):
+    """The fix the description is for: the one ``number`` names, else the one fix whose tests
+    the results hold; a usage error (exit 2) when the results hold none of its tests, or tests
+    of several fixes and no ``number`` picks one."""
+    verify_own_tests(series, results)
+    ran = {f.path for f in results.files}
+    holding = [fix for fix in series.fixes if ran & _added(fix)]
+    if number is not None:
+        fix = series.fix(number)
+        if fix not in holding:
+            tests = ", ".join(sorted(_added(fix))) or "none"
+            raise usage(f"the results hold no test of fix {fix.number} (its tests: {tests})")
+        return fix
+    if len(holding) != 1:
+        numbers = " and ".join(fix.number for fix in holding) or "no fix"
+        raise usage(
+            f"the results hold tests of {numbers}; one description per fix: pick it with --fix"
+        )
+    return holding[0]
+
+
+def _added(fix) -> set:
+    return {path for path, new in fix.touched_files().items() if new}
+
+
+def own_results(fix, results):
+    """``results`` with only the files and cases of the tests ``fix`` adds, judged again: the
+    description of one fix quotes no other fix's evidence."""
+    added = _added(fix)
+    files = tuple(f for f in results.files if f.path in added)
+    cases = tuple(c for c in results.cases if c.file in added)
+    return judge.with_verdict(replace(results, files=files, cases=cases, pictures={}))
+
+
+def verify_results_match(series, fix, results) -> str:
+    """The fix's id, which the results record; SeriesError (exit 1) when the results are not
+    evidence for this fix: made with other code for it, for another sglang release, or a proof
+    that is not ok (the whole run's or that of the fix's own tests)."""
+    expected = fix.id
     recorded = results.series
     if recorded is None:
         raise SeriesError(
             "the results record no series id (made outside this project's checkout); "
             "run 'python -m ci run --out DIR' again with this series in patches/"
         )
-    if recorded.id != expected:
+    if expected not in {recorded.id, *(f.id for f in recorded.fixes)}:
         raise SeriesError(
             f"the results were made for series {recorded.id[:12]} "
             f"(sglang=={recorded.release}, {', '.join(recorded.patches)}), "
-            f"but patches/ is series {expected[:12]}; its code changed since that run. "
-            "Run 'python -m ci run --out DIR' again and render from the new folder"
+            f"but fix {fix.number} in patches/ is {expected[:12]}; its code changed since that "
+            "run. Run 'python -m ci run --out DIR' again and render from the new folder"
         )
     base = results.sides.get("unmodified")
     if base is None or base.sglang != series.base.version:
@@ -104,9 +140,10 @@ def verify_results_match(series, results) -> str:
             f"the results ran on {ran}, but the series is cut against "
             f"sglang=={series.base.version} (patches/BASE); run the A/B on that release"
         )
-    if results.verdict != "ok":
-        why = "; ".join(results.reasons) or results.verdict
-        raise SeriesError(f"the results do not prove the change ({results.verdict}): {why}")
+    for proof in (results, own_results(fix, results)):
+        if proof.verdict != "ok":
+            why = "; ".join(proof.reasons) or proof.verdict
+            raise SeriesError(f"the results do not prove the change ({proof.verdict}): {why}")
     return expected
 
 
@@ -146,9 +183,9 @@ def _durations(results) -> list:
     ]
 
 
-def checklist(series, results, check: CheckState) -> list:
+def checklist(fix, results, check: CheckState) -> list:
     adds_test = any(
-        new and path.startswith("test/registered/") for path, new in series.touched_files().items()
+        new and path.startswith("test/registered/") for path, new in fix.touched_files().items()
     )
     proved = [c for c in results.cases if c.kind == "regression"]
     # Ticked only where the evidence shows it: the hooks ran and passed, the series' own tests
@@ -157,7 +194,7 @@ def checklist(series, results, check: CheckState) -> list:
     state = {
         "format": check.passed is True,
         "tests": adds_test and bool(proved),
-        "docs": any(path.startswith("docs/") for path in series.touched_files()),
+        "docs": any(path.startswith("docs/") for path in fix.touched_files()),
         "benchmarks": False,
         "style": False,
     }
@@ -165,7 +202,7 @@ def checklist(series, results, check: CheckState) -> list:
     notes = {
         "format": check.detail,
         "tests": proved and f"{len(proved)} tests fail on {unmodified} and pass with the change",
-        "docs": "" if state["docs"] else "no documentation change in the series",
+        "docs": "" if state["docs"] else "no documentation change in these patches",
         "benchmarks": "the evidence holds no accuracy or speed benchmark",
         "style": "no tool checks it: for the reviewers",
     }
@@ -176,28 +213,31 @@ def checklist(series, results, check: CheckState) -> list:
     ]
 
 
-def render(series, results, results_dir: str, check: CheckState) -> str:
-    """The whole PR description (Markdown)."""
-    verify_own_tests(series, results)
-    series_id = verify_results_match(series, results)
-    fix = series.patches[0]
-    fix_sections = message_sections(fix.body)
-    motivation = [t for h, t in fix_sections if h.lower() == "motivation"] or [fix.subject]
+def render(series, results, results_dir: str, check: CheckState, number=None) -> str:
+    """The whole PR description (Markdown) of one fix: the one ``number`` names, else the one
+    whose tests the results hold."""
+    fix = select_fix(series, results, number)
+    fix_id = verify_results_match(series, fix, results)
+    results = own_results(fix, results)
+    first = fix.patches[0]
+    fix_sections = message_sections(first.body)
+    motivation = [t for h, t in fix_sections if h.lower() == "motivation"] or [first.subject]
     out = ["## Motivation", "", *motivation, "", "## Modifications", ""]
-    for patch in series.patches:
+    for patch in fix.patches:
         out += [f"**{patch.subject}**", ""]
         for heading, text in message_sections(patch.body):
             if heading.lower() == "modifications":
                 out += [text, ""]
-            elif heading and heading.lower() not in _OWN and patch is fix:
+            elif heading and heading.lower() not in _OWN and patch is first:
                 out += [f"*{heading}.*", "", text, ""]
     out += ["## Accuracy Tests", "", _counts_sentence(results), "", *ab_table(results), ""]
     out += [f"Environment: {environment_line(results.environment, results.backend)}", ""]
     out += [
-        f"Series {series_id[:12]} on sglang=={series.base.version}, results from `{results_dir}`.",
+        f"Patches {', '.join(p.split('-', 1)[0] for p in fix.names)} (id {fix_id[:12]}) on "
+        f"sglang=={series.base.version}, results from `{results_dir}`.",
         "\nTo reproduce, in a checkout of sglang-overlay, the project that carries this series:"
         "\n\n```bash",
-        *reproduce(results, results_dir),
+        *reproduce(results, results_dir, fix, named=len(series.fixes) > 1),
         "```\n",
     ]
     # The messages' own "Tests" sections stay in the commits: here every claim is the results'.
@@ -207,21 +247,32 @@ def render(series, results, results_dir: str, check: CheckState) -> str:
         *_durations(results),
         "",
     ]
-    out += ["## Checklist", "", *checklist(series, results, check), ""]
+    out += ["## Checklist", "", *checklist(fix, results, check), ""]
     return "\n".join(out)
 
 
-def reproduce(results, results_dir: str) -> list:
-    """The commands that made ``results`` and this description, exactly as they ran."""
-    run = [".venv/bin/python -m ci run", "--out", shlex.quote(results_dir)]
+def reproduce(results, results_dir: str, fix, named: bool = False) -> list:
+    """The commands that made ``results`` and this description: the same selection, backend
+    and CI mode, on the same kind of sides. Sides that were source trees (``--unmodified-src``,
+    ``--change-src``) are made again by the series tools: the base release, and the base with
+    ``fix`` applied (the fix's pull request). ``named``: the series has several fixes."""
+    out = shlex.quote(results_dir)
+    lines, run = ["make install"], [".venv/bin/python -m ci run", "--out", out]
     run += ["--backend", results.backend]
     tests = results.selection.get("tests")
     if isinstance(tests, list) and tests and all(isinstance(t, str) for t in tests):
         run += ["--tests", *(shlex.quote(t) for t in tests)]
     if results.environment.get("upstream_ci") is None:
         run.append("--outside-upstream-ci")
-    body = [".venv/bin/python -m series pr-body", "--results", shlex.quote(results_dir)]
-    return ["make install", " ".join(run), " ".join(body)]
+    if all(side.tree for side in results.sides.values()):
+        unmodified = f"/tmp/sglang-{results.sides['unmodified'].sglang}"
+        change = f"{unmodified}-fix-{fix.number}"
+        lines += [f".venv/bin/python -m series materialize {d}" for d in (unmodified, change)]
+        lines.append(f".venv/bin/python -m series apply --fix {fix.number} --to {change}")
+        run += ["--unmodified-src", unmodified, "--change-src", change]
+    body = [".venv/bin/python -m series pr-body", "--results", out]
+    body += ["--fix", fix.number] if named else []
+    return [*lines, " ".join(run), " ".join(body)]
 
 
 def load_results(results_dir: str):

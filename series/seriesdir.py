@@ -1,6 +1,8 @@
 """Read ``patches/`` (``series``, ``BASE``, each patch, the cover letter) and render ``series``
-and ``BASE`` back: the one place that knows the directory's formats. The series' id (sha256 of
-the base release and each patch's diff section) ties a ``ci run`` results folder to the series.
+and ``BASE`` back: the one place that knows the directory's formats, and how the series falls
+into independent fixes (``Fix``: one upstream pull request each). An id (sha256 of the base
+release and each patch's diff section) ties a ``ci run`` results folder to the series and to
+each fix.
 """
 
 import email
@@ -17,6 +19,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PATCHES_DIR = REPO_ROOT / "patches"
 COVER_NAME = "0000-cover-letter.patch"
 NEW = "new"  # BASE's digest for a file the series adds
+TESTS = "test/"  # a patch that changes only files under it is the tests of the fix before it
 ID_SCHEME = "sglang-series-id/1"
 _NAME_RE = re.compile(r"^[0-9]{4}-[A-Za-z0-9._-]+\.patch$")
 RELEASE = re.compile(r"[0-9]+(\.[0-9]+)*(\.post[0-9]+|rc[0-9]+)?")  # fullmatch: a release
@@ -203,6 +206,59 @@ def series_id(release: str, patch_bytes) -> str:
     return digest.hexdigest()
 
 
+def only_tests(patch: Patch) -> bool:
+    return bool(patch.files) and all(path.startswith(TESTS) for path, _ in patch.files)
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One independent fix: a patch that changes sglang and the patches right after it that
+    change only tests (its tests). Upstream takes one fix per pull request, so each is applied,
+    proved and described on its own; its id, made like the series' from its own patches alone,
+    is the series id of a series holding just this fix."""
+
+    release: str
+    patches: tuple  # Patch, in series order
+
+    @property
+    def number(self) -> str:
+        """Its first patch's number, as ``--fix`` names it: ``0001``."""
+        return self.patches[0].name.split("-", 1)[0]
+
+    @property
+    def names(self) -> tuple:
+        return tuple(patch.name for patch in self.patches)
+
+    @property
+    def id(self) -> str:
+        return series_id(self.release, (patch.data for patch in self.patches))
+
+    def touched_files(self) -> dict:
+        """Every upstream path the fix touches, first-touch order -> added by the fix."""
+        return _touched(self.patches)
+
+
+def group_fixes(release: str, patches) -> tuple:
+    """The series' patches as fixes, in order: each patch that changes more than tests starts
+    one, and the test-only patches after it join it (test-only patches at the start of the
+    series form a group of their own)."""
+    groups = []
+    for patch in patches:
+        if groups and only_tests(patch):
+            groups[-1].append(patch)
+        else:
+            groups.append([patch])
+    return tuple(Fix(release, tuple(group)) for group in groups)
+
+
+def _touched(patches) -> dict:
+    seen = {}
+    for patch in patches:
+        for path, added in patch.files:
+            seen.setdefault(path, added)
+    return seen
+
+
 @dataclass(frozen=True)
 class SeriesDir:
     root: Path  # the patches/ directory
@@ -220,11 +276,21 @@ class SeriesDir:
 
     def touched_files(self) -> dict:
         """Every upstream path the series touches, first-touch order -> added by the series."""
-        seen = {}
-        for patch in self.patches:
-            for path, added in patch.files:
-                seen.setdefault(path, added)
-        return seen
+        return _touched(self.patches)
+
+    @property
+    def fixes(self) -> tuple:
+        return group_fixes(self.base.version, self.patches)
+
+    def fix(self, number: str) -> Fix:
+        """The fix ``--fix NUMBER`` names (its first patch's number); a usage error otherwise."""
+        for fix in self.fixes:
+            if number in (fix.number, fix.number.lstrip("0")):
+                return fix
+        known = ", ".join(f.number for f in self.fixes)
+        raise usage(
+            f"--fix {number}: the series has no fix starting at that patch (fixes: {known})"
+        )
 
 
 def load(root=PATCHES_DIR) -> SeriesDir:
@@ -259,11 +325,13 @@ def load(root=PATCHES_DIR) -> SeriesDir:
 
 
 def describe(patches_dir) -> dict:
-    """What a ``ci run`` results folder records: the id, the base release and the patch names."""
+    """What a ``ci run`` results folder records: the id, the base release, the patch names,
+    and each fix's id and patch names."""
     series = load(patches_dir)
     return {
         "id": series.id,
         "scheme": ID_SCHEME,
         "release": series.base.version,
         "patches": list(series.names),
+        "fixes": [{"id": fix.id, "patches": list(fix.names)} for fix in series.fixes],
     }

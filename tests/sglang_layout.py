@@ -70,7 +70,7 @@ def make_repo(dest: Path) -> Path:
     _write(repo, MODIFIED, PASSING.format(est=2, name="modified"))
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "registered CPU tests")
-    fix, cuda_test = series.paths()
+    fix, cuda_test = (series.root / name for name in series.fix("0001").names)  # the DSV4 fix
     for branch, patches in (("fix", (fix, cuda_test)), ("tests-only", (cuda_test,))):
         _git(repo, "checkout", "-q", "-b", branch, "main")
         _git(repo, "am", "-q", "--no-3way", *map(str, patches))

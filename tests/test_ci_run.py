@@ -14,7 +14,16 @@ import xml.etree.ElementTree as ET
 import overlay_runs
 import pytest
 import release_check
-from conftest import CPU_COMPANION, CPU_PROOF, REPO, alive, clean_env, until, with_default_sigint
+from conftest import (
+    CPU_COMPANION,
+    CPU_PROOF,
+    FUSED_KV_COMPANION,
+    REPO,
+    alive,
+    clean_env,
+    until,
+    with_default_sigint,
+)
 from release_check import TOKEN
 
 FIXTURES = "tests/fixtures/upstream_style"
@@ -171,9 +180,9 @@ def _ci_run_in_pool(out, *args):
 
 # Started with the shared processes (``overlay_runs``), so it runs while other tests do: sglang
 # 0.5.23 materialised, and a second copy with the series applied by git am (as
-# ``series_fixtures`` makes them); the CPU proof and an upstream-style pytest file base against
-# head; then head against head, listing the regression of a file that reads the module's source
-# (a void proof, in processes that never import sglang).
+# ``series_fixtures`` makes them); the CPU proof, an upstream-style pytest file and the fused-KV
+# fix's CPU companion base against head; then head against head, listing the regression of a
+# file that reads the module's source (a void proof, in processes that never import sglang).
 @overlay_runs.job("trees_runs")
 def _trees_runs(directory):
     from series import base, check, gitcmd, seriesdir
@@ -183,7 +192,8 @@ def _trees_runs(directory):
     head = base.materialize(series.base.version, directory / "head" / "sglang")
     check.am_series(series, head, env=gitcmd.TOOL_IDENTITY)
     sides = ["--unmodified-src", str(base_tree), "--change-src", str(head)]
-    proc = _ci_run_in_pool(directory / "out", "--tests", "proofs", PYTEST_STYLE, *sides)
+    fused_kv = str(FUSED_KV_COMPANION.relative_to(REPO))
+    proc = _ci_run_in_pool(directory / "out", "--tests", "proofs", PYTEST_STYLE, fused_kv, *sides)
     listed = directory / "regressions.txt"
     listed.write_text(f"{SOURCE_STYLE}::*.test_replacement_releases_*\n")
     void_args = ["--tests", SOURCE_STYLE, "--regressions", str(listed)]
@@ -207,7 +217,7 @@ def trees_run(trees_runs):
 def test_a_pull_requests_base_against_its_head_proves_its_tests(trees_runs):
     proc, data = trees_runs["run"]
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "ci run: ok: 5 regression, 4 preservation" in proc.stdout
+    assert "ci run: ok: 7 regression, 7 preservation" in proc.stdout
     kinds = {c["test"]: c["kind"] for c in data["cases"] if c["file"] == PYTEST_STYLE}
     assert kinds == {
         "test_replacement_allocates_after_releasing_the_old_scratch": "regression",
@@ -221,6 +231,27 @@ def test_a_pull_requests_base_against_its_head_proves_its_tests(trees_runs):
     for mode, tree in zip(("unmodified", "change"), trees_runs["trees"], strict=True):
         path = data["environment"]["modes"][mode]["sglang_path"]
         assert path.startswith(str(tree)), (mode, path)
+
+
+def test_the_fused_kv_companion_fails_unmodified_on_the_retry_too_and_passes_with_the_series(
+    trees_run,
+):
+    proc, data = trees_run
+    fused_kv = str(FUSED_KV_COMPANION.relative_to(REPO))
+    cases = {c["test"].split(".")[-1]: c for c in data["cases"] if c["file"] == fused_kv}
+    regressions = {name for name, case in cases.items() if case["kind"] == "regression"}
+    assert regressions == {
+        "test_growing_releases_the_old_workspaces_before_allocating",
+        "test_changing_dtype_releases_the_old_workspaces_before_allocating",
+    }
+    assert len(cases) == 5 and all(
+        c["kind"] == "preservation" for n, c in cases.items() if n not in regressions
+    )
+    # As sglang's CI runs it (SGLANG_IS_IN_CI=true): CustomTestCase's retry fails as well.
+    for name in regressions:
+        assert cases[name]["modes"]["unmodified"]["attempts"] == ["fail", "fail"], name
+        assert "workspaces were alive while" in cases[name]["modes"]["unmodified"]["detail"]
+    assert data["environment"]["upstream_ci"]["SGLANG_IS_IN_CI"] == "true"
 
 
 def test_the_series_and_the_overlay_are_the_same_fix_by_the_same_proof(trees_run, overlay_run):

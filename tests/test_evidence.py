@@ -9,7 +9,16 @@ import pytest
 from ci_samples import CLS, FILE, GROW, REUSE, channel_line, file_run, model, sides, workspace_runs
 
 from evidence import judge
-from evidence.model import FILE_CASE, EvidenceError, Results, load, read_channel, save
+from evidence.model import (
+    FILE_CASE,
+    EvidenceError,
+    FixId,
+    Results,
+    SeriesId,
+    load,
+    read_channel,
+    save,
+)
 
 
 def _build(runs, patterns=(), modes=("unmodified", "change")):
@@ -193,7 +202,11 @@ def test_rejudging_ignores_the_kinds_and_verdict_a_results_file_claims(runs, kin
 
 
 def test_results_round_trip_through_json_and_are_frozen(tmp_path):
-    m = model()
+    fixes = (
+        FixId("b" * 64, ("0001-a.patch", "0002-a-test.patch")),
+        FixId("c" * 64, ("0003-b.patch",)),
+    )
+    m = replace(model(), series=SeriesId("a" * 64, "0.5.23", ("0001-a.patch",), fixes))
     save(m, str(tmp_path))
     again = load(str(tmp_path))
     assert again == m and again.to_json() == m.to_json()
@@ -244,6 +257,20 @@ def _mutated(tmp_path, mutate):
         (lambda d: d.update(pictures={"k": "../x.png"}), "pictures"),
         (lambda d: d["cases"][0].update(sneaky=1), "unknown field 'sneaky'"),
         (lambda d: d.update(environment={"a": json.loads("[" * 20 + "]" * 20)}), "nested"),
+        (
+            lambda d: d.update(series={"id": "a" * 64, "release": "0.5.23", "fixes": [{}]}),
+            r"series.fixes\[0\]: missing field 'id'",
+        ),
+        (
+            lambda d: d.update(
+                series={"id": "a" * 64, "release": "0.5.23", "fixes": [{"id": "x", "patches": []}]}
+            ),
+            r"series.fixes\[0\].id",
+        ),
+        (
+            lambda d: d.update(series={"id": "a" * 64, "release": "0.5.23", "fixes": [{}] * 101}),
+            "101 items; at most 100",
+        ),
     ],
 )
 def test_malformed_results_are_refused_naming_the_field(tmp_path, mutate, message):

@@ -1,11 +1,13 @@
-"""The registered tests are written the way sglang's own test guide asks, survive its CI retry,
-and the one regression list names tests that exist.
+"""The registered tests (the DSV4 workspace's and the fused-KV workspaces') are written the way
+sglang's own test guide asks, survive its CI retry, and the one regression list names tests that
+exist.
 
 The guide's rules, read by AST rather than by eye: ``CustomTestCase`` for every test class, a
 module-level ``register_*_ci`` call with literal values (sglang's own reader collects it: the
 suite it names is upstream's), no argparse, no ``sys.argv`` edits, a plain ``unittest.main()``
-entry, and a file small enough to review. Its behaviour on CUDA (fails unmodified, passes with
-the change) ran on the H200 (docs/evidence); here, without a GPU, it must skip with a reason.
+entry, and a file small enough to review. Their behaviour on CUDA (fails unmodified, passes with
+the change) is the H200's to show (docs/evidence); here, without a GPU, each must skip with a
+reason.
 """
 
 import ast
@@ -13,7 +15,15 @@ import sys
 
 import overlay_runs
 import pytest
-from conftest import CPU_COMPANION, CPU_PROOF, REGISTERED_TEST, REPO, clean_env
+from conftest import (
+    CPU_COMPANION,
+    CPU_PROOF,
+    FUSED_KV_COMPANION,
+    FUSED_KV_TEST,
+    REGISTERED_TEST,
+    REPO,
+    clean_env,
+)
 
 from abtest.collect import registry_reader
 from evidence import judge
@@ -21,6 +31,8 @@ from evidence import judge
 SUITES = {
     REGISTERED_TEST: ("CUDA", "base-b-test-1-gpu-small"),
     CPU_COMPANION: ("CPU", "base-a-test-cpu"),
+    FUSED_KV_TEST: ("CUDA", "base-b-test-1-gpu-small"),
+    FUSED_KV_COMPANION: ("CPU", "base-a-test-cpu"),
 }
 MAX_LINES = 160
 
@@ -86,26 +98,41 @@ def test_sglangs_reader_puts_it_in_the_lightest_suite_of_its_backend_only(path):
     assert 1 <= registration.est_time <= 30  # measured on the H200: BENCHMARKS.md, proof
 
 
-# As upstream's runner starts it; with the shared processes (``overlay_runs``), so it runs while
-# other tests do.
-overlay_runs.job("registered_file_run")(
-    lambda _: overlay_runs.POOL.run(
-        [sys.executable, str(REGISTERED_TEST), "-v"], env=clean_env(SGLANG_IS_IN_CI="true")
+# As upstream's runner starts them; with the shared processes (``overlay_runs``), so they run
+# while other tests do.
+for _name, _path in (
+    ("registered_file_run", REGISTERED_TEST),
+    ("fused_kv_file_run", FUSED_KV_TEST),
+):
+    overlay_runs.job(_name)(
+        lambda _, path=_path: overlay_runs.POOL.run(
+            [sys.executable, str(path), "-v"], env=clean_env(SGLANG_IS_IN_CI="true")
+        )
     )
-)
 registered_file_run = overlay_runs.fixture("registered_file_run")
+fused_kv_file_run = overlay_runs.fixture("fused_kv_file_run")
+
+
+def _skipped_every_test_with_its_reason(proc, path):
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tests = len(_test_ids(path))
+    assert tests >= 4 and proc.stderr.count('skipped "reads the CUDA allocator\'s peak"') == tests
 
 
 def test_without_a_gpu_the_file_runs_as_upstreams_runner_starts_it_and_skips_with_a_reason(
     registered_file_run,
 ):
-    proc = registered_file_run
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stderr.count('skipped "reads the CUDA allocator\'s peak"') == 6
+    _skipped_every_test_with_its_reason(registered_file_run, REGISTERED_TEST)
+
+
+def test_without_a_gpu_the_fused_kv_cuda_file_skips_every_test_with_its_reason(
+    fused_kv_file_run,
+):
+    _skipped_every_test_with_its_reason(fused_kv_file_run, FUSED_KV_TEST)
 
 
 def test_every_line_of_the_regression_list_names_a_test_of_a_proof():
-    proofs = (REGISTERED_TEST, CPU_COMPANION, CPU_PROOF)
+    proofs = (REGISTERED_TEST, CPU_COMPANION, CPU_PROOF, FUSED_KV_TEST, FUSED_KV_COMPANION)
     files = {str(p.relative_to(REPO)): _test_ids(p) for p in proofs}
     patterns = judge.load_patterns(str(REPO / "ci/regressions.txt"))
     for pattern in patterns:
@@ -113,4 +140,4 @@ def test_every_line_of_the_regression_list_names_a_test_of_a_proof():
             judge.listed([pattern], path, test) for path, tests in files.items() for test in tests
         ), f"{pattern} matches no test"
     listed = {p: [t for t in tests if judge.listed(patterns, p, t)] for p, tests in files.items()}
-    assert [len(listed[p]) for p in files] == [3, 3, 4]  # the rest preserve behaviour
+    assert [len(listed[p]) for p in files] == [3, 3, 4, 2, 2]  # the rest preserve behaviour

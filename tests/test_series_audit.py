@@ -1,8 +1,8 @@
 """``python -m series audit``: each verdict and each target form on small source trees this file
 writes, the refusal of a folder that is no sglang tree, and the facts of the real sglang 0.5.23
 package (read as files, never imported): the two known grow-while-held sites, the MLA decode
-workspace that keeps its old buffers on purpose, and patch 0001 turning ``_reserve`` into
-release-first.
+workspace that keeps its old buffers on purpose, and each fix of the series (0001, 0003) turning
+its site into release-first, alone and together.
 """
 
 import importlib.util
@@ -17,6 +17,9 @@ import pytest
 from series import audit
 from series.__main__ import main
 from series.seriesdir import PATCHES_DIR
+
+# patched_tree: the series applied by git am to sglang 0.5.23 (a session fixture).
+pytest_plugins = ["series_fixtures"]
 
 DSV4 = "srt/layers/attention/dsv4/sparse_prefill_utils.py"
 FUSED_KV = "kernels/ops/speculative/fused_kv_materialize.py"
@@ -345,16 +348,45 @@ def test_real_0_5_23_mla_decode_workspace_keeps_old_on_purpose():
     assert all(s.verdict != "grows-while-held" for s in sites.values())
 
 
-def test_real_0_5_23_reserve_releases_first_after_patch_0001(tmp_path, capsys):
+@pytest.mark.parametrize(
+    "fix, path, qualname",
+    [
+        ("0001", DSV4, "SparsePrefillKVBuffer._reserve"),
+        ("0003", FUSED_KV, "FusedKVMaterializeHelper._ensure_workspace"),
+    ],
+)
+def test_real_0_5_23_site_releases_first_after_its_own_fix(tmp_path, capsys, fix, path, qualname):
     upstream = tmp_path / "python/sglang"
-    (upstream / DSV4).parent.mkdir(parents=True)
+    (upstream / path).parent.mkdir(parents=True)
+    (upstream / "srt").mkdir(exist_ok=True)  # what makes a folder an sglang tree to the audit
     (upstream / "__init__.py").write_text("")
-    shutil.copy2(_installed() / DSV4, upstream / DSV4)
-    (patch,) = PATCHES_DIR.glob("0001-*.patch")
+    shutil.copy2(_installed() / path, upstream / path)
+    (patch,) = PATCHES_DIR.glob(f"{fix}-*.patch")
     subprocess.run(["git", "apply", str(patch)], cwd=tmp_path, check=True)
     assert main(["audit", str(tmp_path), "--json"]) == 0
-    found = {s["qualname"]: s["verdict"] for s in json.loads(capsys.readouterr().out)}
-    assert found["SparsePrefillKVBuffer._reserve"] == "releases-first"
+    found = {(s["qualname"], s["verdict"]) for s in json.loads(capsys.readouterr().out)}
+    assert {verdict for name, verdict in found if name == qualname} == {"releases-first"}
+
+
+def test_after_series_apply_both_known_sites_release_first(tmp_path, capsys, patched_tree):
+    # The tree ``git am`` made of the whole series (as ``series apply --to`` does), read by the
+    # audit's command line; only the two files, so that it reads 2 files and not 6,000.
+    for path in (DSV4, FUSED_KV):
+        copy = tmp_path / "python/sglang" / path
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(patched_tree / "python/sglang" / path, copy)
+    (tmp_path / "python/sglang/__init__.py").write_text("")
+    assert main(["audit", str(tmp_path), "--json"]) == 0
+    known = ("SparsePrefillKVBuffer._reserve", "FusedKVMaterializeHelper._ensure_workspace")
+    sites = json.loads(capsys.readouterr().out)
+    verdicts = {(s["qualname"], s["target"]): s["verdict"] for s in sites if s["qualname"] in known}
+    assert verdicts == {
+        ("SparsePrefillKVBuffer._reserve", "self._buffer"): "releases-first",
+        **{
+            ("FusedKVMaterializeHelper._ensure_workspace", f"self.{w}"): "releases-first"
+            for w in ("_proj_workspace", "_k_workspace", "_v_workspace")
+        },
+    }
 
 
 @pytest.mark.parametrize(

@@ -23,10 +23,24 @@ def _project_copy(tmp_path):
 def test_the_cover_letter_introduces_every_patch_of_the_series():
     series = seriesdir.load()
     letter = parse_cover((PATCHES_DIR / COVER_NAME).read_bytes())
-    assert series.cover == letter and letter.count == len(series.names) == 2
+    assert series.cover == letter and letter.count == len(series.names) == 4
     assert COVER_NAME not in series.names
     text = (PATCHES_DIR / COVER_NAME).read_text()
     assert all(patch.subject.split()[1] in text for patch in series.patches)  # git's shortlog
+
+
+def test_the_cover_letter_names_each_fix_and_reproduces_from_the_base():
+    series = seriesdir.load()
+    text = " ".join(parse_cover((PATCHES_DIR / COVER_NAME).read_bytes()).blurb.split())
+    numbers = [int(fix.number) for fix in series.fixes]
+    ends = [*(n - 1 for n in numbers[1:]), len(series.names)]
+    for start, end in zip(numbers, ends, strict=True):
+        assert f"Patches {start}-{end}," in text  # one paragraph, one pull request, per fix
+    # With the whole series applied, HEAD~N is the base for every file the series changes.
+    assert f"HEAD~{len(series.names)} is the base" in text
+    assert f"git checkout HEAD~{len(series.names)} -- " in text
+    for path in series.touched_files():
+        assert path.rsplit("/", 1)[-1] in text, path
 
 
 def test_the_cover_letter_quotes_the_projects_own_hazard_figures():
@@ -49,7 +63,7 @@ def test_series_may_not_list_the_cover_letter():
 def test_a_cover_letter_for_another_number_of_patches_is_refused(capsys, tmp_path):
     root = _project_copy(tmp_path)
     cover = root / "patches" / COVER_NAME
-    cover.write_bytes(cover.read_bytes().replace(b"[PATCH 0/2]", b"[PATCH 0/3]", 1))
+    cover.write_bytes(cover.read_bytes().replace(b"[PATCH 0/4]", b"[PATCH 0/3]", 1))
     assert main(["--patches", str(root / "patches"), "check"]) == 1
     assert "introduces 3 patches" in capsys.readouterr().err
 

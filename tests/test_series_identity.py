@@ -37,10 +37,25 @@ def test_changing_a_line_of_code_or_the_base_release_changes_the_id(tmp_path):
     assert seriesdir.series_id("0.5.22", datas) != seriesdir.series_id("0.5.23", datas)
 
 
+def test_changing_one_fix_changes_its_id_and_the_series_but_not_the_other_fixs(tmp_path):
+    patches = _copy(tmp_path)
+    before = seriesdir.load(patches)
+    fused = next(patches.glob("0003-*.patch"))
+    fused.write_bytes(
+        fused.read_bytes().replace(b"+        self._k_workspace = None", b"+        self._k = None")
+    )
+    after = seriesdir.load(patches)
+    assert after.id != before.id
+    assert after.fix("0001").id == before.fix("0001").id
+    assert after.fix("0003").id != before.fix("0003").id
+
+
 def test_a_ci_run_records_the_series_id_it_was_made_with(tmp_path):
     root = tmp_path
     _copy(root)
     recorded = run._series(str(root))
-    assert recorded.id == seriesdir.load(root / "patches").id
-    assert recorded.release == "0.5.23" and len(recorded.patches) == 2
+    series = seriesdir.load(root / "patches")
+    assert recorded.id == series.id
+    assert recorded.release == "0.5.23" and len(recorded.patches) == 4
+    assert [(f.id, f.patches) for f in recorded.fixes] == [(f.id, f.names) for f in series.fixes]
     assert run._series(str(tmp_path / "elsewhere")) is None  # an upstream checkout has none

@@ -1,5 +1,6 @@
-"""``series.series pr-body``: sglang's PR template filled from the series' messages and a
-``ci run`` results folder, refusing results made for another series."""
+"""``series pr-body``: sglang's PR template filled, for one fix of the series, from that fix's
+messages and a ``ci run`` results folder made with it, quoting only the tests the fix adds, and
+refusing results made for other code."""
 
 import json
 import re
@@ -13,6 +14,8 @@ from series.__main__ import main
 from series.seriesdir import REPO_ROOT
 
 H200_RESULTS = REPO_ROOT / "docs/evidence/h200-0.5.23-upstream-ci/cuda"
+DSV4_CPU_RESULTS = REPO_ROOT / "docs/evidence/h200-0.5.23-upstream-ci/cpu"
+FUSED_KV_RESULTS = REPO_ROOT / "docs/evidence/cpu-0.5.23-fused-kv-series-ci"
 SECTIONS = [
     "## Motivation",
     "## Modifications",
@@ -22,13 +25,13 @@ SECTIONS = [
 ]
 
 
-def _results(tmp_path, edit=None):
-    """A copy of a real H200 ci run, stamped with this series' id (as a run of it would be)."""
+def _results(tmp_path, edit=None, source=H200_RESULTS):
+    """A copy of a real ci run, stamped with this series' ids (as a run of it would be)."""
     folder = tmp_path / "results"
-    shutil.copytree(H200_RESULTS, folder)
+    shutil.copytree(source, folder)
     data = json.loads((folder / "results.json").read_text())
     described = seriesdir.describe(seriesdir.PATCHES_DIR)
-    data["series"] = {k: described[k] for k in ("id", "release", "patches")}
+    data["series"] = {k: described[k] for k in ("id", "release", "patches", "fixes")}
     if edit:
         edit(data)
     (folder / "results.json").write_text(json.dumps(data))
@@ -78,10 +81,98 @@ def test_every_case_outcome_and_peak_comes_from_the_results(capsys, tmp_path):
 def test_results_made_for_another_series_are_refused(capsys, tmp_path):
     def edit(data):
         data["series"]["id"] = "0" * 64
+        data["series"]["fixes"][0]["id"] = "0" * 64
 
     code, out, err = _body(capsys, _results(tmp_path, edit), "--no-check")
     assert code == 1 and out == ""
     assert "made for series 000000000000" in err and "Run 'python -m ci run" in err
+    assert "fix 0001 in patches/" in err
+
+
+def test_the_dsv4_fixs_committed_evidence_still_renders_its_description(capsys):
+    # Made before the series had a second fix: its recorded series is exactly the DSV4 fix, so
+    # the fix's id (its own patches alone) is the id it recorded.
+    fix = seriesdir.load().fix("0001")
+    for folder in (H200_RESULTS, DSV4_CPU_RESULTS):
+        recorded = load(str(folder)).series
+        assert (recorded.id, recorded.fixes) == (fix.id, ())
+        code, out, err = _body(capsys, folder, "--no-check")
+        assert code == 0, err
+        assert "[DSV4]" in out and "DFlash" not in out and "fused" not in out.lower()
+        assert f"(id {fix.id[:12]})" in out and "--fix 0001" in out
+
+
+def test_each_fix_is_described_from_its_own_patches_and_tests_only(capsys):
+    code, out, err = _body(capsys, FUSED_KV_RESULTS, "--no-check")
+    assert code == 0, err
+    # The environment line says what the run's processes held (the installed overlay among it).
+    text = "\n".join(line for line in out.splitlines() if not line.startswith("Environment: "))
+    assert text.count("**[DFlash]") == 2 and "DSV4" not in text and "sparse" not in text
+    rows = [line for line in out.splitlines() if line.startswith("| `test_")]
+    data = json.loads((FUSED_KV_RESULTS / "results.json").read_text())
+    assert len(rows) == len(data["cases"]) == 5
+    assert "2 tests fail on sglang 0.5.23" in out and "2 regression, 3 preservation" in out
+
+
+def _both_fixes(data):
+    """The DSV4 CPU companion's and the fused-KV companion's cases in one run, as one
+    ``ci run --tests test/registered`` on CPU would give them (sides taken from the first)."""
+    other = json.loads((FUSED_KV_RESULTS / "results.json").read_text())
+    data["files"] += other["files"]
+    data["cases"] += other["cases"]
+
+
+def test_a_run_holding_two_fixes_tests_gives_one_description_per_fix(capsys, tmp_path):
+    folder = _results(tmp_path, _both_fixes, source=DSV4_CPU_RESULTS)
+    code, out, err = _body(capsys, folder, "--no-check")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "tests of 0001 and 0003" in err and "--fix" in err
+    bodies = {}
+    for fix in ("0001", "0003"):
+        code, bodies[fix], err = _body(capsys, folder, "--no-check", "--fix", fix)
+        assert code == 0, err
+    dsv4 = [line for line in bodies["0001"].splitlines() if line.startswith("| `test_")]
+    fused = [line for line in bodies["0003"].splitlines() if line.startswith("| `test_")]
+    assert len(dsv4) == 3 and all("scratch" in line or "head" in line for line in dsv4)
+    assert len(fused) == 5 and all("workspace" in line for line in fused)
+    assert "3 tests on the cpu backend: 3 regression." in bodies["0001"]
+    assert "test_fused_kv" not in bodies["0001"] and "test_dsv4" not in bodies["0003"]
+    assert "pr-body --results" in bodies["0003"] and "--fix 0003" in bodies["0003"]
+
+
+def test_a_fix_whose_code_changed_loses_its_evidence_and_the_other_keeps_its_own(capsys, tmp_path):
+    patches = tmp_path / "patches"
+    shutil.copytree(seriesdir.PATCHES_DIR, patches)
+    fused = next(patches.glob("0003-*.patch"))
+    fused.write_bytes(
+        fused.read_bytes().replace(b"+        self._k_workspace = None", b"+        self._k = None")
+    )
+    folder = _results(tmp_path, _both_fixes, source=DSV4_CPU_RESULTS)
+    argv = ["--patches", str(patches), "pr-body", "--results", str(folder), "--no-check"]
+    assert main([*argv, "--fix", "0001"]) == 0
+    assert main([*argv, "--fix", "0003"]) == 1
+    err = capsys.readouterr().err
+    assert "fix 0003 in patches/ is" in err and "its code changed since that run" in err
+
+
+def test_a_fix_the_results_hold_no_test_of_or_the_series_lacks_is_one_line_and_exit_2(capsys):
+    for fix, said in (("0003", "hold no test of fix 0003"), ("0002", "no fix starting at")):
+        code, out, err = _body(capsys, DSV4_CPU_RESULTS, "--no-check", "--fix", fix)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+        assert said in err, err
+
+
+def test_a_broken_test_of_the_other_fix_refuses_both_descriptions(capsys, tmp_path):
+    def broken(data):
+        _both_fixes(data)
+        case = next(c for c in data["cases"] if "fused_kv" in c["file"])
+        case["modes"]["change"].update(outcome="fail", attempts=["fail", "fail"])
+        data["verdict"], data["reasons"] = "failed", ["1 test fails with the change"]
+
+    folder = _results(tmp_path, broken, source=DSV4_CPU_RESULTS)
+    for fix in ("0001", "0003"):
+        code, out, err = _body(capsys, folder, "--no-check", "--fix", fix)
+        assert code == 1 and out == "" and "do not prove the change (failed)" in err
 
 
 def test_results_that_record_no_series_are_refused(capsys, tmp_path):
@@ -149,6 +240,30 @@ def test_every_command_under_to_reproduce_parses_as_printed(capsys, tmp_path):
     assert series_parser().parse_args(body_argv[3:]).results == str(folder)
 
 
+def test_source_tree_sides_are_made_again_by_the_series_tools_to_reproduce(capsys):
+    import shlex
+
+    from ci.__main__ import _parser as ci_parser
+    from series.__main__ import build_parser as series_parser
+
+    code, out, err = _body(capsys, FUSED_KV_RESULTS, "--no-check")
+    assert code == 0, err
+    block = out.split("To reproduce")[1].split("```bash\n")[1].split("```")[0]
+    make, *series_lines, run, body = [shlex.split(line) for line in block.strip().splitlines()]
+    assert make == ["make", "install"]
+    made = [series_parser().parse_args(argv[3:]) for argv in series_lines]
+    assert [a.verb for a in made] == ["materialize", "materialize", "apply"]
+    unmodified, change = made[0].dir, made[1].dir
+    assert (made[2].fix, made[2].to) == ("0003", change)
+    args = ci_parser().parse_args(run[3:])
+    assert (args.unmodified_src, args.change_src) == (unmodified, change)
+    assert args.out == str(FUSED_KV_RESULTS) and args.outside_upstream_ci is False
+    assert series_parser().parse_args(body[3:]).fix == "0003"
+    # The sides the results record were trees of the base release, unmodified and changed.
+    data = json.loads((FUSED_KV_RESULTS / "results.json").read_text())
+    assert all(side["tree"] and side["sglang"] == "0.5.23" for side in data["sides"].values())
+
+
 def test_pr_body_runs_check_and_ticks_the_format_box(capsys, tmp_path):
     code, out, err = _body(capsys, _results(tmp_path))
     assert code == 0, err
@@ -189,8 +304,7 @@ def test_results_of_another_release_or_a_void_proof_are_refused(capsys, tmp_path
 
 
 def test_a_cpu_runs_description_names_the_cpu_and_no_cuda(capsys):
-    folder = REPO_ROOT / "docs/evidence/h200-0.5.23-upstream-ci/cpu"
-    code, out, err = _body(capsys, folder, "--no-check")
+    code, out, err = _body(capsys, DSV4_CPU_RESULTS, "--no-check")
     assert code == 0, err
     environment = next(line for line in out.splitlines() if line.startswith("Environment: "))
     assert environment.startswith("Environment: CPU") and "CUDA" not in environment

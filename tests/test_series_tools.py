@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from series import base, gitcmd
+from series import base, gitcmd, matrix, seriesdir
 from series.__main__ import main
 from series.seriesdir import PATCHES_DIR, REPO_ROOT
 
@@ -31,12 +31,14 @@ def _run(capsys, *argv):
 
 
 def _project_copy(tmp_path) -> Path:
-    """patches/ plus the project's registered test, laid out as in the repository."""
+    """patches/ plus the project's registered tests the series adds, laid out as in the
+    repository."""
     root = tmp_path / "project"
     shutil.copytree(PATCHES_DIR, root / "patches")
-    (root / TEST).parent.mkdir(parents=True)
-    for test in (REPO_ROOT / TEST).parent.glob("test_dsv4_*.py"):
-        shutil.copy2(test, root / TEST.rpartition("/")[0] / test.name)
+    for path, added in seriesdir.load().touched_files().items():
+        if added and path.startswith("test/registered/"):
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO_ROOT / path, root / path)
     return root
 
 
@@ -55,7 +57,36 @@ def test_check_applies_the_series_to_the_pinned_base(capsys):
     assert code == 0, err
     assert "identical to the project's file" in out and out.rstrip().endswith("ok")
     assert "upstream hook black 24.10.0: ok" in out and "upstream hook codespell 2.4.1" in out
-    assert "0000-cover-letter.patch: introduces 2 patches (not applied by git am)" in out
+    assert "0000-cover-letter.patch: introduces 4 patches (not applied by git am)" in out
+    for fix in ("0001", "0003"):
+        assert f"fix {fix} (" in out and ") applies alone to sglang==0.5.23" in out
+
+
+def test_check_refuses_a_fix_that_needs_the_one_before_it(capsys, tmp_path):
+    # A third fix whose hunk has 0001's new lines as context: the series applies, the fix alone
+    # does not, so it could not be its own pull request.
+    root = _project_copy(tmp_path)
+    repo = base.materialize("0.5.23", tmp_path / "sglang")
+    series = seriesdir.load(root / "patches")
+    from series import check
+
+    check.am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
+    target = repo / FIX
+    target.write_text(target.read_text().replace("so a replacement peaks", "so replacing peaks"))
+    who = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", **gitcmd.TOOL_IDENTITY}
+    gitcmd.run(["commit", "-qam", "[DSV4] Reword the comment"], repo, env=who)
+    name = "0005-dsv4-reword.patch"
+    gitcmd.run(["format-patch", "-q", "-1", "-o", str(tmp_path / "out")], repo)
+    (generated,) = (tmp_path / "out").glob("*.patch")
+    shutil.copy2(generated, root / "patches" / name)
+    with (root / "patches" / "series").open("a") as listing:
+        listing.write(name + "\n")
+    cover = root / "patches" / "0000-cover-letter.patch"
+    cover.write_bytes(cover.read_bytes().replace(b"[PATCH 0/4]", b"[PATCH 0/5]", 1))
+    code, _, err = _run(capsys, "--patches", root / "patches", "check")
+    assert code == 1, err
+    assert "fix 0005 does not apply without the rest of the series" in err
+    assert f"{name}: {FIX}: hunk #1" in err
 
 
 def test_check_fails_when_the_series_test_differs_from_the_projects_file(capsys, tmp_path):
@@ -133,12 +164,44 @@ def test_apply_to_checkout_commits_the_series_then_refuses_a_second_time(capsys,
     code, out, err = _run(capsys, "apply", "--to", repo)
     assert code == 0, err
     subjects = gitcmd.out(["log", "--format=%s", f"{start}..HEAD"], repo).splitlines()
-    assert [s.split("]")[0] for s in subjects] == ["[DSV4", "[DSV4"] and len(subjects) == 2
+    assert [s.split("]")[0] for s in subjects] == ["[DFlash", "[DFlash", "[DSV4", "[DSV4"]
     assert (repo / TEST).read_bytes() == (REPO_ROOT / TEST).read_bytes()
     applied = _head(repo)
     code, _, err = _run(capsys, "apply", "--to", repo)
     assert code == 1 and "already has the series applied" in err
     assert _head(repo) == applied
+
+
+def test_apply_one_fix_commits_only_its_patches_and_the_other_fix_applies_after_it(
+    capsys, tmp_path, series
+):
+    repo = base.materialize(series.base.version, tmp_path / "sglang")
+    start = _head(repo)
+    code, out, err = _run(capsys, "apply", "--fix", "0003", "--to", repo)
+    assert code == 0, err
+    assert out.splitlines() == [f"{name}: committed in {repo}" for name in series.fix("0003").names]
+    subjects = gitcmd.out(["log", "--format=%s", f"{start}..HEAD"], repo).splitlines()
+    assert [s.split("]")[0] for s in subjects] == ["[DFlash", "[DFlash"]
+    assert (repo / FIX).read_bytes() == base.blob(repo, FIX)  # the other fix's file: untouched
+    code, _, err = _run(capsys, "apply", "--fix", "0003", "--to", repo)
+    assert code == 1 and "already has the series applied" in err
+    code, _, err = _run(capsys, "apply", "--fix", "0001", "--to", repo)
+    assert code == 0, err
+    code, _, err = _run(capsys, "apply", "--to", repo)
+    assert code == 1 and "already has the series applied" in err
+    code, _, err = _run(capsys, "apply", "--fix", "0002", "--to", repo)
+    assert code == 2 and "no fix starting at that patch (fixes: 0001, 0003)" in err
+
+
+def test_matrix_tries_each_fix_on_its_own_files(tmp_path):
+    root = _project_copy(tmp_path)
+    fix = next((root / "patches").glob("0001-*.patch"))
+    fix.write_bytes(
+        fix.read_bytes().replace(b"\n-            self._head_source = None", b"\n-            x = 0", 1)
+    )
+    row = matrix.release_row(seriesdir.load(root / "patches"), "0.5.23")
+    statuses = {name.split("-", 1)[0]: result["status"] for name, result in row["patches"].items()}
+    assert statuses == {"0001": "fails", "0002": "clean", "0003": "clean", "0004": "clean"}
 
 
 def test_apply_refuses_a_dirty_checkout_and_one_it_does_not_apply_to(capsys, tmp_path, series):
@@ -211,7 +274,7 @@ def test_refresh_from_the_applied_tree_reproduces_the_series_byte_for_byte(
     assert code == 0, err
     after = {p.name: p.read_bytes() for p in (root / "patches").iterdir()}
     assert after == before
-    assert out.count(": unchanged") == 3 and "0000-cover-letter.patch: unchanged" in out
+    assert out.count(": unchanged") == 5 and "0000-cover-letter.patch: unchanged" in out
 
 
 def test_refresh_authors_every_patch_and_the_cover_letter_by_the_refresher(
@@ -230,7 +293,7 @@ def test_refresh_authors_every_patch_and_the_cover_letter_by_the_refresher(
         mail = message_from_bytes(patch.read_bytes(), policy=default)
         assert parseaddr(str(mail["From"])) == ("Zoë Maintainer", "zoe@example.org"), patch.name
         assert message_from_bytes(patch.read_bytes())["Date"] == dates[patch.name]  # kept
-    assert "\nZoë Maintainer (2):\n" in (root / "patches" / "0000-cover-letter.patch").read_text()
+    assert "\nZoë Maintainer (4):\n" in (root / "patches" / "0000-cover-letter.patch").read_text()
     # git am takes the author back from the header, non-ASCII name included.
     code, _, err = _run(capsys, "--patches", root / "patches", "check")
     assert code == 0, err

@@ -69,9 +69,47 @@ def test_text_without_from_line_is_not_a_format_patch():
 
 
 def test_installed_package_gets_python_sglang_files_and_skips_the_rest():
-    (_, fix, fix_skipped), (_, test, test_skipped) = apply._package_plan(load())
+    (_, fix, fix_skipped), (_, test, test_skipped), *_ = apply._package_plan(load())
     assert (fix, fix_skipped) == (["srt/layers/attention/dsv4/sparse_prefill_utils.py"], [])
     assert (test, test_skipped) == ([], [CPU_TEST, TEST])
+
+
+def test_a_fix_is_a_patch_that_changes_sglang_and_the_test_only_patches_after_it():
+    series = load()
+    assert [(fix.number, len(fix.patches)) for fix in series.fixes] == [("0001", 2), ("0003", 2)]
+    dsv4, fused = series.fixes
+    assert dsv4.touched_files() == {FIX: False, CPU_TEST: True, TEST: True}
+    assert list(fused.touched_files()) == [
+        "python/sglang/kernels/ops/speculative/fused_kv_materialize.py",
+        "test/registered/unit/kernels/ops/speculative/test_fused_kv_workspace_peak.py",
+        "test/registered/unit/kernels/ops/speculative/test_fused_kv_workspace_release_order.py",
+    ]
+    # Each fix's id is made like the series' from its own patches alone.
+    assert dsv4.id == seriesdir.series_id("0.5.23", [p.data for p in series.patches[:2]])
+    assert series.fix("3") is fused or series.fix("3") == fused
+    with pytest.raises(SeriesError, match="no fix starting at that patch") as err:
+        series.fix("0002")
+    assert err.value.exit_code == 2
+
+
+def _patch(name, *paths):
+    return seriesdir.Patch(name, "s", "b", b"", tuple((path, True) for path in paths))
+
+
+def test_test_only_patches_join_the_fix_before_them_and_lead_alone_when_first():
+    patches = [
+        _patch("0001-t.patch", "test/registered/a.py"),
+        _patch("0002-f.patch", "python/sglang/x.py", "test/registered/b.py"),
+        _patch("0003-t.patch", "test/registered/c.py"),
+        _patch("0004-t.patch", "test/d.py"),
+        _patch("0005-g.patch", "python/sglang/y.py"),
+    ]
+    fixes = seriesdir.group_fixes("0.5.23", patches)
+    assert [fix.names for fix in fixes] == [
+        ("0001-t.patch",),
+        ("0002-f.patch", "0003-t.patch", "0004-t.patch"),
+        ("0005-g.patch",),
+    ]
 
 
 def test_wheel_members_map_to_upstream_without_dist_info_or_compiled_extensions(tmp_path):
