@@ -18,7 +18,7 @@ import json, sys
 hook_ran = "sglang_overlay.import_hook" in sys.modules
 import sglang_overlay
 from sglang_overlay import overlay
-records = overlay.import_patched_modules()
+records = overlay.import_patched_modules(keep_going=True)
 print("SGLANG_OVERLAY_STATUS " + json.dumps({"hook_ran": hook_ran, "records": records,
     "overlay_version": sglang_overlay.__version__,
     "overlay_path": sglang_overlay.__path__[0]}))

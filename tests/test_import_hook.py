@@ -849,3 +849,35 @@ def test_a_fused_kv_helper_that_already_releases_first_is_upstream_fixed(setting
     record = json.loads(proc.stdout)[1]
     assert proc.returncode == 0 and record["state"] == "upstream-fixed", record
     assert "already drops the old _proj_workspace, _k_workspace, _v_workspace" in record["reason"]
+
+
+STRICT = {"SGLANG_OVERLAY_STRICT": "1"}
+
+
+@pytest.mark.parametrize(
+    "breaks, variables, expected",
+    [
+        # triton and torch out of step: the fused-KV module's own import raises (not ImportError)
+        ("fused-raises", {}, [("applied", None), ("failed", "AttributeError")]),
+        # strict mode: the import of the module whose shape is unknown raises, that one only
+        ("fused-unknown", STRICT, [("applied", None), ("failed", "UnsupportedShapeError")]),
+        ("dsv4-unknown", STRICT, [("failed", "UnsupportedShapeError"), ("applied", None)]),
+    ],
+)
+def test_cli_status_reports_a_module_whose_import_raises_on_its_own_patch_only(
+    settings_env, tmp_path, breaks, variables, expected
+):
+    edits = {
+        "dsv4-unknown": {"edit": UNKNOWN_EDIT},
+        "fused-unknown": {"fused_edit": FUSED_KV_UNKNOWN_EDIT},
+    }
+    root = standin.write(tmp_path / "standin", **edits.get(breaks, {}))
+    if breaks == "fused-raises":
+        fused = root.joinpath(*standin.FUSED_KV_MODULE.split(".")).with_suffix(".py")
+        fused.write_text('raise AttributeError("no attribute language")\n' + fused.read_text())
+    proc = cli(settings_env, [root], **variables)
+    records = json.loads(proc.stdout)
+    assert proc.returncode == 1
+    assert [r["state"] for r in records] == [state for state, _ in expected], records
+    for record, (_, error) in zip(records, expected, strict=True):
+        assert error is None or error in record["reason"], record
