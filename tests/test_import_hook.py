@@ -881,3 +881,36 @@ def test_cli_status_reports_a_module_whose_import_raises_on_its_own_patch_only(
     assert [r["state"] for r in records] == [state for state, _ in expected], records
     for record, (_, error) in zip(records, expected, strict=True):
         assert error is None or error in record["reason"], record
+
+
+SUBCLASS_IN_PLACE = """
+import json, sglang_overlay
+import {module} as m
+class Vendor(m.{cls}):  # a plugin's class, put in the original's place by sglang's HookRegistry
+{body}
+m.{cls} = Vendor  # (a class REPLACE: setattr on the module; inheritance keeps working)
+states = [sglang_overlay.status()[{index}]["state"], sglang_overlay.apply()[{index}]["state"]]
+runs = getattr(Vendor.{method}, "__sglang_overlay_patch__", None)
+states.append(sglang_overlay.remove()[{index}]["state"])
+print(json.dumps([states, runs, getattr(Vendor.{method}, "__sglang_overlay_patch__", None)]))
+"""
+
+
+@both_patches
+@pytest.mark.parametrize("overrides", [False, True], ids=["inherits", "overrides"])
+def test_a_subclass_in_the_classs_place_is_reported_by_what_it_runs(
+    settings_env, known, target, overrides
+):
+    module, cls, method, index, patch_id = TARGETS[target]
+    body = f"    def {method}(self, *args):\n        pass" if overrides else "    pass"
+    code = SUBCLASS_IN_PLACE.format(
+        module=module, cls=cls, method=method, index=index, body=body
+    )
+    proc = run(settings_env, code, [known])
+    states, runs, after_remove = last_json(proc)
+    if overrides:  # the plugin's own method runs, not release-first
+        assert (states[:2], runs) == (["pending", "unsupported"], None)
+    else:  # release-first runs, inherited
+        assert (states, runs) == (["applied", "applied", "pending"], patch_id)
+        assert overlay_warnings(proc) == []
+    assert after_remove is None
