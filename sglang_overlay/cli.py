@@ -155,8 +155,9 @@ def process_rows(process: dict) -> "list[dict]":
         ]
     keep = ("high_water_bytes", "workspace_imported", "overlay_version", "overlay_path", "python")
     # a patch's own high-water mark and import flag win over the record's (the DSV4's); the
-    # pid and command are what /proc says, whatever a patch entry claims
-    rows = [{**{k: record.get(k) for k in keep}, **patch, **base} for patch in record["patches"]]
+    # pid and command stay /proc's, whatever a patch entry claims
+    common = {k: record.get(k) for k in keep}
+    rows = [{**base, **common, **patch, **base} for patch in record["patches"]]
     problems = record.get("misconfigured") or []
     for row in rows if problems else ():
         row["reason"] = f"not recognised: {'; '.join(problems)}; so: {row['reason']}"
