@@ -18,7 +18,7 @@ import json, sys
 hook_ran = "sglang_overlay.import_hook" in sys.modules
 import sglang_overlay
 from sglang_overlay import overlay
-records = overlay.import_patched_modules()
+records = overlay.import_patched_modules(keep_going=True)
 print("SGLANG_OVERLAY_STATUS " + json.dumps({"hook_ran": hook_ran, "records": records,
     "overlay_version": sglang_overlay.__version__,
     "overlay_path": sglang_overlay.__path__[0]}))
@@ -154,8 +154,10 @@ def process_rows(process: dict) -> "list[dict]":
             }
         ]
     keep = ("high_water_bytes", "workspace_imported", "overlay_version", "overlay_path", "python")
-    # a patch's own high-water mark and import flag win over the record's (the DSV4's)
-    rows = [{**base, **{k: record.get(k) for k in keep}, **patch} for patch in record["patches"]]
+    # a patch's own high-water mark and import flag win over the record's (the DSV4's); the
+    # pid and command stay /proc's, whatever a patch entry claims
+    common = {k: record.get(k) for k in keep}
+    rows = [{**base, **common, **patch, **base} for patch in record["patches"]]
     problems = record.get("misconfigured") or []
     for row in rows if problems else ():
         row["reason"] = f"not recognised: {'; '.join(problems)}; so: {row['reason']}"

@@ -135,31 +135,37 @@ def _patch_status(patch_id: str) -> PatchStatus:
     return record
 
 
-def import_patched_modules() -> list:
+def import_patched_modules(keep_going: bool = False) -> list:
     """Import each patch's module as any sglang process would and report; patches nothing
     itself (in a process with the start-up hook, the import does). A patch whose module this
     release lacks (under every name it had) is ``not-present``; so is a later patch's module
     that this environment cannot import (the fused-KV one needs triton): no process here runs
-    it. The first patch's module failing otherwise raises, as any sglang process would."""
+    it. A module whose import raises otherwise (strict mode's refusal included) is ``failed``
+    and the exception propagates, as in any sglang process; with ``keep_going`` (``status``'s
+    fresh process) the next patch's module is imported all the same, and reported on its own."""
     for patch_id, names in PATCHED_MODULES.items():
         missing = None
         for name in names:
             try:
                 importlib.import_module(name)
                 break
-            except ImportError as exc:
+            except Exception as exc:
                 own = (
                     isinstance(exc, ModuleNotFoundError) and exc.name and name.startswith(exc.name)
                 )
                 if own:
                     missing = missing or exc.name
-                elif patch_id == PATCH_IDS[0]:
-                    raise
-                else:
-                    why = f"importing {name} raised {type(exc).__name__}: {exc}"
-                    with _lock:
+                    continue
+                why = f"importing {name} raised {type(exc).__name__}: {exc}"
+                absent = isinstance(exc, ImportError) and patch_id != PATCH_IDS[0]
+                with _lock:
+                    if absent:
                         _record(patch_id, "not-present", name, f"{why}; no process here runs it")
-                    break
+                    else:
+                        _record(patch_id, "failed", name, why)
+                if not (absent or keep_going):
+                    raise
+                break
         else:
             reason = (
                 "sglang is not installed"

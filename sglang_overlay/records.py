@@ -143,11 +143,15 @@ def malformed(record: dict) -> "str | None":
         return "it lists no patch"
     for patch in patches:
         if not isinstance(patch, dict) or not all(
-            isinstance(patch.get(k), str) for k in ("patch", "state", "reason")
+            isinstance(patch.get(k), str) for k in ("patch", "state", "reason", "sglang_version")
         ):
-            return "a patch without its id, state and reason"
-    high_water = record.get("high_water_bytes")
-    if type(high_water) is not int or high_water < 0:
+            return "a patch without its id, state, reason and sglang version"
+        # a patch's own mark and flag (0.2.0 on) stand in its row for the record's
+        if not _bytes(patch.get("high_water_bytes", 0)):
+            return "a patch with a high-water mark that is no number of bytes"
+        if not isinstance(patch.get("workspace_imported", False), bool):
+            return "a patch with a workspace_imported flag that is no boolean"
+    if not _bytes(record.get("high_water_bytes")):
         return "no high-water mark"
     if not isinstance(record.get("workspace_imported"), bool):
         return "no workspace_imported flag"
@@ -157,6 +161,10 @@ def malformed(record: dict) -> "str | None":
     if not isinstance(misconfigured, list) or not all(isinstance(m, str) for m in misconfigured):
         return "misconfigured is not a list of settings"
     return None
+
+
+def _bytes(value) -> bool:
+    return type(value) is int and value >= 0
 
 
 def write(fields: dict) -> "Path | None":

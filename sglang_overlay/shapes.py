@@ -101,10 +101,15 @@ class Recognition:
 def workspace_class(module, site: "Site | None" = None) -> "type | None":
     """The class ``site`` patches (the DSV4 workspace by default) that ``module`` defines,
     under any of its published names."""
-    for name in (site or DSV4).class_names:
+    site = site or DSV4
+    for name in site.class_names:
         cls = getattr(module, name, None)
         if isinstance(cls, type):
-            return cls
+            # A plugin's subclass in its place (sglang's HookRegistry class REPLACE) runs the
+            # method of the first class on its MRO that defines one: that class is the one to
+            # patch and check.
+            defines = (c for c in cls.__mro__ if any(m in vars(c) for m in site.methods))
+            return next(defines, cls)
     return None
 
 

@@ -849,3 +849,68 @@ def test_a_fused_kv_helper_that_already_releases_first_is_upstream_fixed(setting
     record = json.loads(proc.stdout)[1]
     assert proc.returncode == 0 and record["state"] == "upstream-fixed", record
     assert "already drops the old _proj_workspace, _k_workspace, _v_workspace" in record["reason"]
+
+
+STRICT = {"SGLANG_OVERLAY_STRICT": "1"}
+
+
+@pytest.mark.parametrize(
+    "breaks, variables, expected",
+    [
+        # triton and torch out of step: the fused-KV module's own import raises (not ImportError)
+        ("fused-raises", {}, [("applied", None), ("failed", "AttributeError")]),
+        # strict mode: the import of the module whose shape is unknown raises, that one only
+        ("fused-unknown", STRICT, [("applied", None), ("failed", "UnsupportedShapeError")]),
+        ("dsv4-unknown", STRICT, [("failed", "UnsupportedShapeError"), ("applied", None)]),
+    ],
+)
+def test_cli_status_reports_a_module_whose_import_raises_on_its_own_patch_only(
+    settings_env, tmp_path, breaks, variables, expected
+):
+    edits = {
+        "dsv4-unknown": {"edit": UNKNOWN_EDIT},
+        "fused-unknown": {"fused_edit": FUSED_KV_UNKNOWN_EDIT},
+    }
+    root = standin.write(tmp_path / "standin", **edits.get(breaks, {}))
+    if breaks == "fused-raises":
+        fused = root.joinpath(*standin.FUSED_KV_MODULE.split(".")).with_suffix(".py")
+        fused.write_text('raise AttributeError("no attribute language")\n' + fused.read_text())
+    proc = cli(settings_env, [root], **variables)
+    records = json.loads(proc.stdout)
+    assert proc.returncode == 1
+    assert [r["state"] for r in records] == [state for state, _ in expected], records
+    for record, (_, error) in zip(records, expected, strict=True):
+        assert error is None or error in record["reason"], record
+
+
+SUBCLASS_IN_PLACE = """
+import json, sglang_overlay
+import {module} as m
+class Vendor(m.{cls}):  # a plugin's class, put in the original's place by sglang's HookRegistry
+{body}
+m.{cls} = Vendor  # (a class REPLACE: setattr on the module; inheritance keeps working)
+states = [sglang_overlay.status()[{index}]["state"], sglang_overlay.apply()[{index}]["state"]]
+runs = getattr(Vendor.{method}, "__sglang_overlay_patch__", None)
+states.append(sglang_overlay.remove()[{index}]["state"])
+print(json.dumps([states, runs, getattr(Vendor.{method}, "__sglang_overlay_patch__", None)]))
+"""
+
+
+@both_patches
+@pytest.mark.parametrize("overrides", [False, True], ids=["inherits", "overrides"])
+def test_a_subclass_in_the_classs_place_is_reported_by_what_it_runs(
+    settings_env, known, target, overrides
+):
+    module, cls, method, index, patch_id = TARGETS[target]
+    body = f"    def {method}(self, *args):\n        pass" if overrides else "    pass"
+    code = SUBCLASS_IN_PLACE.format(
+        module=module, cls=cls, method=method, index=index, body=body
+    )
+    proc = run(settings_env, code, [known])
+    states, runs, after_remove = last_json(proc)
+    if overrides:  # the plugin's own method runs, not release-first
+        assert (states[:2], runs) == (["pending", "unsupported"], None)
+    else:  # release-first runs, inherited
+        assert (states, runs) == (["applied", "applied", "pending"], patch_id)
+        assert overlay_warnings(proc) == []
+    assert after_remove is None

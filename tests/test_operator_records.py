@@ -74,7 +74,9 @@ def claim_applied(pid: int) -> dict:
     fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
     exe = os.stat(f"/proc/{pid}/exe")
     return {
-        "patches": [{"patch": PATCH_ID, "state": "applied", "reason": "forged"}],
+        "patches": [
+            {"patch": PATCH_ID, "state": "applied", "reason": "forged", "sglang_version": "0.5.23"}
+        ],
         "high_water_bytes": 0,
         "workspace_imported": True,
         "overlay_version": "0.3.0",
@@ -336,6 +338,62 @@ def test_a_malformed_record_never_hides_the_process(runtime_dir, sglang_sleeper,
     plant(runtime_dir / f"{sglang_sleeper}.json", record)
     code, rows, _ = status(runtime_dir, sglang_sleeper)
     assert (rows[sglang_sleeper]["state"], code) == ("invalid-record", 1)
+
+
+def report(runtime_dir, pid, *flags) -> "tuple[int, str]":
+    """``status --processes --pid PID`` with ``flags``: (exit code, stdout); never a traceback."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_overlay", "status", "--processes", "--pid", str(pid), *flags],
+        env=clean_env(SGLANG_OVERLAY_RUNTIME_DIR=str(runtime_dir)),
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return proc.returncode, proc.stdout
+
+
+def with_fused_kv_entry(owner: int, **fields) -> dict:
+    """``claim_applied`` with the fused-KV patch's entry as 0.2.0 writes it, ``fields`` changed."""
+    record = claim_applied(owner)
+    fused = {"patch": FUSED_KV_PATCH_ID, "state": "applied", "reason": "forged"}
+    fused.update(sglang_version="0.5.23", high_water_bytes=1 << 20, workspace_imported=True)
+    record["patches"].append({**fused, **fields})
+    return record
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"high_water_bytes": "lots"},
+        {"high_water_bytes": None},
+        {"high_water_bytes": -1},
+        {"workspace_imported": "no"},
+        {"sglang_version": None},
+    ],
+    ids=["high-water-string", "high-water-null", "high-water-negative", "imported", "version"],
+)
+def test_a_malformed_patch_entry_never_hides_the_process_nor_breaks_the_report(
+    runtime_dir, sglang_sleeper, fields
+):
+    record = runtime_dir / f"{sglang_sleeper}.json"
+    plant(record, with_fused_kv_entry(sglang_sleeper))
+    assert report(runtime_dir, sglang_sleeper)[0] == 0  # well-formed, it is believed
+    plant(record, with_fused_kv_entry(sglang_sleeper, **fields))
+    code, rows, _ = status(runtime_dir, sglang_sleeper)  # (one row: the record says nothing)
+    assert (rows[sglang_sleeper]["state"], code) == ("invalid-record", 1)
+    code, text = report(runtime_dir, sglang_sleeper)
+    assert code == 1 and "invalid-record" in text
+
+
+def test_a_patch_entry_never_speaks_for_another_process(runtime_dir, sglang_sleeper):
+    forged = with_fused_kv_entry(sglang_sleeper, pid=1, command="sglang::scheduler_TP1")
+    plant(runtime_dir / f"{sglang_sleeper}.json", forged)
+    rows = json.loads(report(runtime_dir, sglang_sleeper, "--json")[1])
+    assert [(r["pid"], r["command"]) for r in rows] == [
+        (sglang_sleeper, "sglang::scheduler_TP0 300")
+    ] * 2
 
 
 # ----------------------------------------------------------------------------------- pruning
