@@ -57,13 +57,17 @@ def test_the_cpu_tests_reproduce_the_bug_unmodified_and_pass_with_the_overlay(ov
     assert proc.returncode == 0, proc.stdout + proc.stderr
     kinds = {(c["file"], c["test"].split(".")[-1]): c["kind"] for c in data["cases"]}
     proof, companion = str(CPU_PROOF.relative_to(REPO)), str(CPU_COMPANION.relative_to(REPO))
-    assert sorted(kinds.values()).count("regression") == 4 + 3
+    fused = str(FUSED_KV_COMPANION.relative_to(REPO))
+    # the DSV4 proof's 4 and its companion's 3; the fused-KV companion's 2 (patch 0003)
+    assert sorted(kinds.values()).count("regression") == 4 + 3 + 2
     assert kinds[(proof, "test_smaller_request_reuses_storage")] == "preservation"
     assert {k for (f, _), k in kinds.items() if f == companion} == {"regression"}
-    assert data["verdict"] == "ok" and sorted(f["path"] for f in data["files"]) == [
-        proof,
-        companion,
-    ]
+    assert sorted(k for (f, _), k in kinds.items() if f == fused) == ["preservation"] * 3 + [
+        "regression"
+    ] * 2
+    assert data["verdict"] == "ok" and sorted(f["path"] for f in data["files"]) == sorted(
+        [proof, companion, fused]
+    )
     grow = next(c for c in data["cases"] if c["file"] == proof and "grow" in c["test"])
     assert "peaked at 160.0 MiB" in grow["modes"]["unmodified"]["detail"]
     # The proof publishes the live CPU memory it measured: each side's peak, as on CUDA.
@@ -108,9 +112,10 @@ def test_junit_logs_and_def_lines_come_with_the_results(overlay_run):
     assert errors == {
         str(CPU_COMPANION.relative_to(REPO)): "3",
         str(CPU_PROOF.relative_to(REPO)): "4",
+        str(FUSED_KV_COMPANION.relative_to(REPO)): "2",
     }
     changed = ET.parse(out / "junit-change.xml").getroot().findall("testsuite")
-    assert [s.get("errors") for s in changed] == ["0", "0"]
+    assert [s.get("errors") for s in changed] == ["0", "0", "0"]
     for case in data["cases"]:
         source = (REPO / case["file"]).read_text().splitlines()
         name = case["test"].split(".")[-1]
