@@ -109,6 +109,16 @@ REPORT_FLAGS = (
     ("--check-run", "also create a check run on --sha (needs an installation token)", SWITCH),
     ("--summary", "append the full report here ($GITHUB_STEP_SUMMARY)"),
     ("--workflow-run", "fork PRs: the workflow_run event payload", {"metavar": "EVENT"}),
+    (
+        "--artifact",
+        "fork PRs: the run's results artifact (default dsv4-results)",
+        {"metavar": "NAME"},
+    ),
+    (
+        "--shards",
+        "fork PRs: the run's shard count; artifacts NAME-0 .. NAME-(N-1), merged into one report",
+        {"type": int, "metavar": "N"},
+    ),
     ("--run-id", "workflow run id, shown as Run #ID"),
     ("--run-url", "workflow run URL"),
     ("--artifacts-url", "where results.json, JUnit and logs are"),
@@ -216,8 +226,9 @@ def cmd_report(args) -> int:
         with tempfile.TemporaryDirectory(prefix="ci-report-") as folder:
             if request.workflow_run:
                 request, why = reporting.fork(request, folder)
-                if request is None:
+                if why:
                     print(one_line(why))
+                if request is None:
                     return EXIT_OK
             plan = reporting.plan(request)
         reporting.write_summary(request, plan)
