@@ -275,6 +275,14 @@ def test_a_shard_without_the_head_it_tested_is_refused(layout, fork_rehearsed, t
     _invalid(fake, result, play, "ab-results-1: records no git head")
 
 
+def test_a_shard_whose_results_are_not_ci_runs_is_named(layout, fork_rehearsed, tmp_path, intact):
+    broken = _shard(fork_rehearsed, 1, tmp_path, **{"files": "all green"})
+    artifacts = [intact[0], ("ab-results-1", broken)]
+    fake, result, play = _replay(tmp_path, layout, fork_rehearsed, artifacts)
+    _invalid(fake, result, play, "ab-results-1: ")
+    assert "results.json.files: expected a list, got str" in play.log, play.log
+
+
 def test_a_shard_missing_from_a_successful_run_is_named_and_fails_the_report(
     layout, fork_rehearsed, tmp_path, intact
 ):
