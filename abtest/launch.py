@@ -257,11 +257,12 @@ def run_all(
     progress,
     preload=(),
     preloads: dict | None = None,
+    started=None,
 ) -> list[FileRun]:
     """Every (file, mode) pair, ``jobs`` at a time, each mode with its environment from
-    ``envs``; ``progress(line)`` is told as each ends. With ``preload`` (module names) each mode
-    forks its files from one process that imported them; ``preloads`` gets mode -> how that
-    went (``Preloader.record``)."""
+    ``envs``; ``progress(line)`` is told as each ends, ``started()`` once they are launched.
+    With ``preload`` (module names) each mode forks its files from one process that imported
+    them; ``preloads`` gets mode -> how that went (``Preloader.record``)."""
     # Threads are enough: each one only waits on its child process.
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     folder = tempfile.mkdtemp(prefix="ci-run-preload-") if preload else None
@@ -288,6 +289,8 @@ def run_all(
 
     try:
         futures = [pool.submit(one, path, mode) for path in paths for mode in envs]
+        if started is not None:
+            started()
         finished: queue.SimpleQueue = queue.SimpleQueue()
         for future in futures:
             future.add_done_callback(finished.put)

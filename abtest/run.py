@@ -10,9 +10,8 @@ import threading
 from dataclasses import dataclass, replace
 
 from abtest import RequestError, collect, environment, file_process, git_sides, launch, modes
-from evidence import judge, junit
+from evidence import judge
 from evidence.model import MODES, FixId, Results, SeriesId, save
-from series import seriesdir
 
 # What a results folder holds: a reused --out is cleared of these, and only of these.
 OUTPUTS = ("results.json", "report.md", "junit-unmodified.xml", "junit-change.xml")
@@ -55,14 +54,15 @@ def resolve_backend(backend: str | None) -> str:
     return backend or ("cuda" if shutil.which("nvidia-smi") else "cpu")
 
 
-def execute(request: RunRequest, log) -> Results:
+def execute(request: RunRequest, log, beside=None) -> Results:
     """Run the A/B that ``request`` describes and write its folder; ``log(line)`` hears about
-    progress. With ``git_base``/``git_head`` both sides are written out of the checkout at
-    ``root`` under ``out``/sides/ and removed when the run ends."""
+    progress, ``beside()`` is called once the test processes have started (for the caller's own
+    work beside them). With ``git_base``/``git_head`` both sides are written out of the
+    checkout at ``root`` under ``out``/sides/ and removed when the run ends."""
     root = os.path.abspath(request.root)
     change = _change(request, root)
     if change is None:
-        return _execute(request, root, log)
+        return _execute(request, root, log, beside)
     out = _prepare_out(request.out)
     try:
         base, head = git_sides.make_sides(root, change, out)
@@ -75,7 +75,7 @@ def execute(request: RunRequest, log) -> Results:
         sided = replace(request, root=head, tests=tests, unmodified_src=base, change_src=head)
         # The machine record names the bot's own commit: the sides name the two compared.
         bot = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        return _execute(sided, head, log, change=change, checkout=bot, diff=not request.tests)
+        return _execute(sided, head, log, beside, change, checkout=bot, diff=not request.tests)
     finally:
         git_sides.remove(out)
 
@@ -92,7 +92,7 @@ def _change(request: RunRequest, root: str) -> git_sides.Change | None:
     return git_sides.read_change(root, request.git_base, request.git_head)
 
 
-def _execute(request: RunRequest, root: str, log, change=None, checkout=None, diff=False):
+def _execute(request: RunRequest, root: str, log, beside, change=None, checkout=None, diff=False):
     backend = resolve_backend(request.backend)
     wanted = tuple(m.strip() for m in request.modes.split(",") if m.strip())
     if not wanted or any(m not in MODES for m in wanted) or len(set(wanted)) != len(wanted):
@@ -106,14 +106,29 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None, di
         raise RequestError(f"--preload {request.preload!r}: a comma list of module names")
     setups = modes.setups(wanted, request.unmodified_src, request.change_src)
     patterns = _patterns(request.regressions)
-    machine = {}
+    # What the results record beyond the tests (the machine, the series) and the modules they
+    # are written with take a moment: worked out beside the tests once they run, so that none
+    # of it delays their start (nor, mostly, comes after their end).
+    machine, found = {}, {}
 
-    def describe_machine():
-        machine.update(gpus=environment.nvidia_smi(), git=environment.git_commit(checkout or root))
+    def describe():
+        try:
+            from evidence import junit  # noqa: F401 -- the results' writer, imported early
 
-    # git and nvidia-smi take a moment: beside the tests, not before them.
-    describing = threading.Thread(target=describe_machine, daemon=True)
-    describing.start()
+            machine.update(
+                gpus=environment.nvidia_smi(), git=environment.git_commit(checkout or root)
+            )
+            found["series"] = _series(root)
+        except BaseException as exc:  # raised again in the run's own thread
+            found["error"] = exc
+
+    describing = threading.Thread(target=describe, daemon=True)
+
+    def started():
+        describing.start()
+        if beside is not None:
+            beside()
+
     trees = [s.tree for s in setups.values() if s.tree]
     if change is not None:
         trees.reverse()  # the head's registry reader: the head's tests may use what it adds
@@ -127,8 +142,10 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None, di
         env[file_process.BACKEND_ENV] = backend
     paths = [s.path for s in selected]
     preloads = {}
-    runs = launch.run_all(paths, envs, root, request.timeout, jobs, log, preload, preloads)
+    runs = launch.run_all(paths, envs, root, request.timeout, jobs, log, preload, preloads, started)
     describing.join()
+    if "error" in found:
+        raise found["error"]
 
     records = environment.records_by_mode(runs, wanted)
     commits = {"unmodified": change.base, "change": change.head} if change else {}
@@ -157,7 +174,7 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None, di
     ci_env = dict(modes.UPSTREAM_CI_ENV) if upstream_ci else None
     fields = {
         "environment": {**machine, "upstream_ci": ci_env, "modes": records},
-        "series": _series(root),
+        "series": found["series"],
     }
     results = judge.build(runs, backend, sides, suites, patterns, selection=selection, **fields)
     lines = {path: collect.test_lines(root, path) for path in {c.file for c in results.cases}}
@@ -171,6 +188,8 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None, di
         why = f"shard {request.shard}: every selected file falls in another shard"
         results = replace(results, verdict="ok", reasons=(why,))
     save(results, out)
+    from evidence import junit
+
     junit.write(results, out)
     return results
 
@@ -240,6 +259,8 @@ def _series(root: str) -> SeriesId | None:
     """The id of the patch series in ``root``/patches, when the run is made from this project."""
     if not os.path.isfile(os.path.join(root, "patches", "series")):
         return None
+    from series import seriesdir
+
     described = seriesdir.describe(os.path.join(root, "patches"))
     fixes = tuple(FixId(fix["id"], tuple(fix["patches"])) for fix in described["fixes"])
     return SeriesId(described["id"], described["release"], tuple(described["patches"]), fixes)

@@ -2,7 +2,9 @@
 
 The command line only: it parses arguments, hands them to the orchestration (``abtest.run``,
 ``report.plan``, ``report.gate``, ``releases.watch``) and maps outcomes to exit codes (0 ok, 1
-failed checks or a void proof, 2 bad usage or bad input, 130 interrupted).
+failed checks or a void proof, 2 bad usage or bad input, 130 interrupted). Each verb imports
+what it runs when it runs: ``ci run`` starts its test processes sooner for it, and imports what
+writes the report beside them.
 """
 
 import argparse
@@ -10,14 +12,9 @@ import dataclasses
 import json
 import os
 import sys
-import tempfile
-from importlib import metadata
+import threading
 
-from abtest import run
-from evidence import model as evidence
 from evidence.inert import inert
-from releases import watch
-from report import gate, pictures, render
 from report.pr_states import DEFAULT_LABEL, DEFAULT_SLOT, REPORT_STATES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -48,10 +45,25 @@ class UsageError(Exception):
 
 def _version() -> str:
     """This project's release, as installed (the bot never imports the package under test)."""
+    from importlib import metadata
+
     try:
         return metadata.version("sglang-overlay")
     except metadata.PackageNotFoundError:
         return "(not installed)"
+
+
+class _Version(argparse.Action):
+    """``--version``, the installed release looked up only when asked (importlib.metadata and
+    its look-up are a quarter of what ``ci run`` imports before its tests start)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        help_text = "show program's version number and exit"
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help_text)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog} {_version()}")
+        parser.exit()
 
 
 # The command line as data: (flag, help) or (flag, help, add_argument's other keywords), in
@@ -109,6 +121,16 @@ REPORT_FLAGS = (
     ("--check-run", "also create a check run on --sha (needs an installation token)", SWITCH),
     ("--summary", "append the full report here ($GITHUB_STEP_SUMMARY)"),
     ("--workflow-run", "fork PRs: the workflow_run event payload", {"metavar": "EVENT"}),
+    (
+        "--artifact",
+        "fork PRs: the run's results artifact (default dsv4-results)",
+        {"metavar": "NAME"},
+    ),
+    (
+        "--shards",
+        "fork PRs: the run's shard count; artifacts NAME-0 .. NAME-(N-1), merged into one report",
+        {"type": int, "metavar": "N"},
+    ),
     ("--run-id", "workflow run id, shown as Run #ID"),
     ("--run-url", "workflow run URL"),
     ("--artifacts-url", "where results.json, JUnit and logs are"),
@@ -122,6 +144,22 @@ GATE_FLAGS = (
     ("--api-url", "GitHub Enterprise base URL (client adds /api/v3)"),
     ("--json", "print the decision as JSON", SWITCH),
 )
+WATCH_FLAGS = (  # releases.watch.ROWS_FILE is watch.json
+    ("--index-url", "PEP 691 simple index (default: pip's)"),
+    ("--versions", "check these releases, skip discovery", {"nargs": "+"}),
+    (
+        "--installed",
+        "check the sglang installed in this venv (must be the one release in --versions)",
+        SWITCH,
+    ),
+    ("--out", "write watch.json and each release's A/B here"),
+    ("--rows", "post the rows of an earlier run (watch.json); no checks"),
+    ("--repo", "OWNER/NAME of the tracking issue (required with --post)"),
+    ("--api-url", "GitHub Enterprise base URL (client adds /api/v3)"),
+    ("--bot-login", "our login (default: GET /user, else the Actions bot)"),
+    ("--post", "update the tracking issue", SWITCH),
+    ("--json", "print the rows as JSON", SWITCH),
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -130,7 +168,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Run registered tests on two sides (unmodified and with a change), then "
         "report the A/B on the pull request.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_Version)
     verbs = parser.add_subparsers(dest="verb", required=True)
     run = verbs.add_parser(
         "run",
@@ -165,7 +203,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     _flags(gate, GATE_FLAGS)
     gate.set_defaults(func=cmd_gate)
-    watch.add_parser(verbs)
+    watch = verbs.add_parser(
+        "watch",
+        help="check sglang releases newer than the project knows; keep one tracking issue",
+        description="Finds final sglang releases on the index newer than the newest the "
+        "project knows and, for each, reports the overlay's state with the method's sha256, "
+        "whether 0001 applies and the CPU A/B, as the README's compat table. Exit 0 when every "
+        "new release is ok (or there is none), 1 when one is not, 2 for bad usage or input.",
+    )
+    _flags(watch, WATCH_FLAGS)
+    watch.set_defaults(func=cmd_watch)
     return parser
 
 
@@ -175,13 +222,14 @@ def _flags(parser, flags) -> None:
 
 
 def cmd_run(args) -> int:
+    from abtest import run
+
     args.tests = tuple(args.tests or ())
     request = run.RunRequest(**_fields(run.RunRequest, args))
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    if run.resolve_backend(args.backend) == "cuda":
-        pictures.preload()  # pictures are drawn from CUDA peaks only
+    cuda = run.resolve_backend(args.backend) == "cuda"
     try:
-        results = run.execute(request, log)
+        results = run.execute(request, log, beside=lambda: _load_the_report_beside(cuda))
     except run.RequestError as exc:
         raise UsageError(str(exc)) from None
     except run.RegistrationError as exc:
@@ -190,6 +238,9 @@ def cmd_run(args) -> int:
     except run.NothingToRun as exc:
         print(f"ci run: nothing to run: {one_line(str(exc))}")
         return EXIT_OK
+    from evidence import model as evidence
+    from report import pictures, render
+
     out = os.path.abspath(args.out)
     results = dataclasses.replace(results, pictures=pictures.draw_all(results, out))
     evidence.save(results, out)
@@ -202,7 +253,23 @@ def cmd_run(args) -> int:
     return EXIT_OK if results.verdict == "ok" else EXIT_FAILED
 
 
+def _load_the_report_beside(cuda: bool) -> None:
+    """Once the test processes run: import, in a thread beside them, what ``ci run`` writes the
+    report with after them (and matplotlib on cuda, about a second: pictures are drawn from CUDA
+    peaks only), so that none of it comes before the tests start or after they end."""
+
+    def load():
+        from report import pictures, render  # noqa: F401 -- cached for cmd_run
+
+        if cuda:
+            pictures.preload()
+
+    threading.Thread(target=load, name="report-imports", daemon=True).start()
+
+
 def cmd_report(args) -> int:
+    import tempfile
+
     # Here, not at the top: the test job that runs `ci run` installs no github3 (the report
     # side's client), only the report jobs do.
     from report import plan as reporting
@@ -216,8 +283,9 @@ def cmd_report(args) -> int:
         with tempfile.TemporaryDirectory(prefix="ci-report-") as folder:
             if request.workflow_run:
                 request, why = reporting.fork(request, folder)
-                if request is None:
+                if why:
                     print(one_line(why))
+                if request is None:
                     return EXIT_OK
             plan = reporting.plan(request)
         reporting.write_summary(request, plan)
@@ -243,6 +311,8 @@ def _fields(record_type, args) -> dict:
 
 
 def cmd_gate(args) -> int:
+    from report import gate
+
     path = args.event or os.environ.get("GITHUB_EVENT_PATH")
     if not path:
         raise UsageError("--event PATH (or GITHUB_EVENT_PATH) is required")
@@ -281,6 +351,12 @@ def cmd_gate(args) -> int:
         print("\n".join(lines))
         print(f"reason: {one_line(decision.reason)}", file=sys.stderr)
     return EXIT_OK
+
+
+def cmd_watch(args) -> int:
+    from releases import watch
+
+    return watch.cmd_watch(args)
 
 
 if __name__ == "__main__":

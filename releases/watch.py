@@ -354,32 +354,6 @@ def upsert_issue(gh, owner, repo, title, body, author, policy) -> tuple:
     return policy.call("tracking issue", once)
 
 
-def add_parser(verbs) -> None:
-    watch = verbs.add_parser(
-        "watch",
-        help="check sglang releases newer than the project knows; keep one tracking issue",
-        description="Finds final sglang releases on the index newer than the newest the "
-        "project knows and, for each, reports the overlay's state with the method's sha256, "
-        "whether 0001 applies and the CPU A/B, as the README's compat table. Exit 0 when every "
-        "new release is ok (or there is none), 1 when one is not, 2 for bad usage or input.",
-    )
-    watch.add_argument("--index-url", help="PEP 691 simple index (default: pip's)")
-    watch.add_argument("--versions", nargs="+", help="check these releases, skip discovery")
-    watch.add_argument(
-        "--installed",
-        action="store_true",
-        help="check the sglang installed in this venv (must be the one release in --versions)",
-    )
-    watch.add_argument("--out", help=f"write {ROWS_FILE} and each release's A/B here")
-    watch.add_argument("--rows", help=f"post the rows of an earlier run ({ROWS_FILE}); no checks")
-    watch.add_argument("--repo", help="OWNER/NAME of the tracking issue (required with --post)")
-    watch.add_argument("--api-url", help="GitHub Enterprise base URL (client adds /api/v3)")
-    watch.add_argument("--bot-login", help="our login (default: GET /user, else the Actions bot)")
-    watch.add_argument("--post", action="store_true", help="update the tracking issue")
-    watch.add_argument("--json", action="store_true", help="print the rows as JSON")
-    watch.set_defaults(func=cmd_watch)
-
-
 def cmd_watch(args) -> int:
     try:
         _check_usage(args)

@@ -44,6 +44,49 @@ def load_results(path: str) -> evidence.Results:
     return judge.rejudge(model, judge.load_patterns(judge.REGRESSIONS))
 
 
+def names(artifact: str, shards: int | None) -> tuple:
+    """The artifacts a run's results come in: ``artifact``, or NAME-0 .. NAME-(N-1) for N
+    shards (N from the reporting workflow's own file, never from the artifacts)."""
+    if shards is None:
+        return (artifact,)
+    return tuple(f"{artifact}-{index}" for index in range(shards))
+
+
+def given_twice(run_id: int, listed: dict) -> str | None:
+    """The first name with more than one live artifact (``listed``: name -> those of that
+    name, in ``names`` order), said as the report says it; None when there is none."""
+    for name, found in listed.items():
+        if len(found) > 1:
+            return f"{name}: {len(found)} artifacts of that name in run {run_id}"
+    return None
+
+
+def missing(run_id: int, listed: dict) -> str | None:
+    """The names without an artifact, said as the report says it; None when there is none."""
+    absent = [name for name, found in listed.items() if not found]
+    if not absent:
+        return None
+    return f"{', '.join(absent)} missing from run {run_id} (given: {len(listed) - len(absent)} of {len(listed)})"
+
+
+def fetch(github, found: dict, folder: str, limit: int) -> None:
+    """The run's artifact ``found`` (its listing: id, size_in_bytes) as ``folder``/
+    results.json: refused on its listed size before the download, the download cut off at
+    ``limit`` bytes whatever the listing said (``github.download`` raises TooLarge), then
+    ``extract_results``; the zip itself is not kept."""
+    size = found.get("size_in_bytes")
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= limit:
+        raise ArtifactError(f"{size!r} bytes; at most {limit}")
+    os.makedirs(folder, exist_ok=True)
+    zipped = os.path.join(folder, "artifact.zip")
+    try:
+        github.download(found["id"], zipped, limit)
+        extract_results(zipped, folder)
+    finally:
+        if os.path.exists(zipped):
+            os.remove(zipped)
+
+
 def extract_results(zip_path: str, folder: str) -> None:
     """results.json out of the artifact's zip into ``folder``: the one member read, and at most
     MAX_RESULTS_BYTES of it whatever the zip's header says."""

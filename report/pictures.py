@@ -8,7 +8,6 @@ picture: nothing is estimated. Without matplotlib it draws nothing.
 
 import os
 import re
-import threading
 
 from evidence.model import MODES, Results
 
@@ -28,9 +27,10 @@ def _pyplot():
 
 
 def preload() -> None:
-    """Import matplotlib in a daemon thread while the test processes run (about a second that
-    would otherwise come after them); ``draw_all`` imports it as before, cached or not."""
-    threading.Thread(target=_pyplot, name="pictures-preload", daemon=True).start()
+    """Import matplotlib now: ``ci run`` calls it in a thread beside the test processes, once
+    they run (about a second that would otherwise come after them, or delay their start);
+    ``draw_all`` imports it as before, cached or not."""
+    _pyplot()
 
 
 def draw_all(results: Results, out_dir: str) -> dict:

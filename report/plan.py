@@ -21,6 +21,8 @@ INVALID_NOTE = "invalid artifact"
 STEP_SUMMARY_BYTES = 1024 * 1024  # GitHub drops a step's summary whole past 1 MiB
 RESULTS_ARTIFACT = "dsv4-results"
 MAX_ARTIFACT_BYTES = 256 * 1024 * 1024  # the zip: results.json, report.md, JUnit, logs, pictures
+MAX_SHARDS = 256  # GitHub runs at most 256 jobs of one matrix
+ARTIFACT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 # No check of the bot's own code in the fork's commit: the test job runs the PR's code in the
 # interpreter that runs `ci run` (the overlay's start-up hook) and beside it, so no list of
 # folders could be complete. The anchor is the approval of that exact commit (ci/README.md).
@@ -49,6 +51,8 @@ class ReportRequest:
     check_run: bool = False
     summary: str | None = None
     workflow_run: str | None = None
+    artifact: str = RESULTS_ARTIFACT  # the fork run's results artifact; with shards, NAME-I each
+    shards: int | None = None  # the fork run's shard count (its matrix), from our own workflow
     run_id: str | None = None
     run_url: str | None = None
     artifacts_url: str | None = None
@@ -56,6 +60,7 @@ class ReportRequest:
     post: bool = False
     invalid: str | None = None  # the artifact was refused before it was read (its size)
     untrusted: str | None = None  # why the run's results are not reported (its code is not ours)
+    shard_artifacts: tuple | None = None  # the artifact each of ``results`` came from, in order
 
     @property
     def links(self) -> dict:
@@ -105,6 +110,12 @@ def prepare(request: ReportRequest) -> ReportRequest:
         )
     elif request.post and (not request.repo or request.pr is None):
         raise RequestError("--post needs --repo OWNER/NAME and --pr N")
+    if request.shards is not None and not request.workflow_run:
+        raise RequestError("--shards is the fork path's: with --workflow-run (else --results A B)")
+    if request.shards is not None and not 1 <= request.shards <= MAX_SHARDS:
+        raise RequestError(f"--shards {request.shards}: between 1 and {MAX_SHARDS}")
+    if not ARTIFACT_NAME.fullmatch(request.artifact):
+        raise RequestError(f"--artifact {request.artifact[:80]!r}: letters, digits, '_.-' only")
     if request.repo and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", request.repo):
         raise RequestError(f"--repo {request.repo!r}: expected OWNER/NAME")
     if (request.require_head or request.check_run) and not request.sha:
@@ -137,7 +148,7 @@ def plan(request: ReportRequest) -> ReportPlan:
         if not request.results:
             raise RequestError("--results DIR is required: the folder `ci run --out` wrote")
         try:
-            model = shards.load_results(request.results)
+            model = shards.load_results(request.results, request.sha, request.shard_artifacts)
         except artifact.ArtifactError as exc:
             # Refused whole, and said so: a slot left pending would read as "still running".
             state, invalid = "failure", str(exc)
@@ -307,12 +318,13 @@ def _publish(request: ReportRequest, report: ReportPlan, publisher: Publisher, s
 
 
 def fork(request: ReportRequest, folder: str):
-    """(request, None) for a fork run, with everything but the raw outcomes asked of GitHub: the
-    open PR whose head is the run's head, whether someone with write permission approved that
-    commit before the run started, whether the run's workflow file is the default branch's, the
-    results artifact's size before it is downloaded into ``folder``.
-    (None, why) when there is nothing to report: no such PR, or an approved run that ran no
-    tests."""
+    """(request, note) for a fork run, with everything but the raw outcomes asked of GitHub:
+    the open PR whose head is the run's head, whether someone with write permission approved
+    that commit before the run started, whether the run's workflow file is the default
+    branch's, each results artifact's size before it is downloaded into ``folder`` (one, or
+    with ``shards`` one per shard: NAME-0 .. NAME-(N-1)). ``note`` (or None) is a line for the
+    log. (None, why) when there is nothing to report: no such PR, or an approved run that ran
+    no tests."""
     run = gate.finished_run(gate.load_event(request.workflow_run))
     with _github(request.repo, None, request.api_url, "--workflow-run (it reads GitHub)") as github:
         owner = (run.head_repo or "").split("/")[0]
@@ -331,25 +343,33 @@ def fork(request: ReportRequest, folder: str):
             return None, f"PR #{request.pr} moved on from {run.head_sha[:12]}: nothing posted"
         if not decision.run:
             return replace(request, state=decision.state), None
-        found = github.artifact(run.run_id, RESULTS_ARTIFACT)
-        if found is None:
-            if run.conclusion in ("success", "skipped"):
-                return None, f"run {run.run_id} left no {RESULTS_ARTIFACT}: it ran no tests"
+        names = artifact.names(request.artifact, request.shards)
+        listed = {name: github.artifacts_named(run.run_id, name) for name in names}
+        ran = run.conclusion in ("success", "skipped")
+        if not any(listed.values()):
+            if ran:
+                return None, f"run {run.run_id} left no {', '.join(names)}: it ran no tests"
             return replace(request, test_result=run.conclusion), None
         if github.sha_of(run.path, run.head_sha) != github.sha_of(run.path, run.default_branch):
             untrusted = f"{run.path} differs from {run.default_branch}"
             return replace(request, untrusted=untrusted), None
-        size = found.get("size_in_bytes")
-        if not isinstance(size, int) or not 0 < size <= MAX_ARTIFACT_BYTES:
-            invalid = f"{RESULTS_ARTIFACT}: {size!r} bytes; at most {MAX_ARTIFACT_BYTES}"
-            return replace(request, invalid=invalid), None
-        zipped = os.path.join(folder, "artifact.zip")
-        try:
-            github.download(found["id"], zipped, MAX_ARTIFACT_BYTES)
-            artifact.extract_results(zipped, folder)
-        except (TooLarge, artifact.ArtifactError) as exc:
-            return replace(request, invalid=str(exc)), None
-        return replace(request, results=folder, test_result=None), None
+        twice, missing = (
+            artifact.given_twice(run.run_id, listed),
+            artifact.missing(run.run_id, listed),
+        )
+        if twice or (missing and ran):
+            return replace(request, invalid=twice or missing), None
+        if missing:  # a shard's job ended before its upload: the slot says so, as for one
+            return replace(request, test_result=run.conclusion), missing
+        folders = tuple(os.path.join(folder, name) for name in names)
+        for name, into in zip(names, folders, strict=True):
+            try:
+                artifact.fetch(github, listed[name][0], into, MAX_ARTIFACT_BYTES)
+            except (TooLarge, artifact.ArtifactError) as exc:
+                return replace(request, invalid=f"{name}: {exc}"), None
+        if request.shards is None:
+            return replace(request, results=folders[0], test_result=None), None
+        return replace(request, results=folders, shard_artifacts=names, test_result=None), None
 
 
 def fork_facts(event: dict, pr: int | None, api_url: str | None) -> gate.PullFacts:

@@ -274,14 +274,19 @@ class Publisher:
 
     def artifact(self, run_id: int, name: str):
         """The run's live artifact called ``name`` (id, size_in_bytes, ...), or None."""
+        live = self.artifacts_named(run_id, name)
+        return live[0] if len(live) == 1 else None
+
+    def artifacts_named(self, run_id: int, name: str) -> list:
+        """Every live artifact of the run called ``name``: none, one, or more (a process the
+        tests left can upload with the job's runtime token)."""
         found = self.get(f"artifacts of run {run_id}", "actions", "runs", run_id, "artifacts",
                          params={"name": name, "per_page": 100})  # fmt: skip
-        live = [
+        return [
             a
             for a in ((found or {}).get("artifacts") or [])
             if isinstance(a, dict) and a.get("name") == name and not a.get("expired")
         ]
-        return live[0] if len(live) == 1 else None
 
     def pull_facts(self, trigger=None, before=None) -> gate.PullFacts:
         """What ``gate.decide`` needs about the PR, as GitHub has it now: head, fork or not, labels,

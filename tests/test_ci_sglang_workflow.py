@@ -1,40 +1,37 @@
-"""The drop-in workflow for sglang's repository (ci/workflows/sglang-pr-ab.yml): who may do what,
-read from the YAML, and a rehearsal of a pull request end to end.
-
-The rehearsal plays the workflow as Actions would, job by job and step by step: every ``run:``
-step is the workflow's own text run by bash with the environment the workflow gives it (its
-``${{ }}`` expressions answered from a small table; an expression the table lacks fails the
-test), ``GITHUB_ENV`` and ``GITHUB_OUTPUT`` carried as Actions carries them, and each ``uses:``
-step done by its local equivalent (a checkout is a clone at the ref, an artifact a copied
-folder). The repository is ``sglang_layout``'s (sglang 0.5.23, a PR branch with the fix), the
-GitHub is the fake on loopback. Two deviations: BACKEND is cpu (this machine has no GPU), and
-nothing is preloaded (the variable's answer: each side's torch and sglang would cost 10 s of
-CPU; tests/test_ci_preload.py covers --preload).
+"""The drop-in workflows for sglang's repository (ci/workflows/sglang-pr-ab.yml, and for fork PRs
+sglang-pr-ab-report.yml): who may do what, read from the YAML, and a rehearsal of a pull request
+end to end (``sglang_rehearsal``: the workflows' own ``run:`` steps with the environment they
+give them, a local sglang-layout repository, the fake GitHub receiving the posts). A fork's
+pull_request run has a read-only token; its report comes from the workflow_run report, which
+reads every shard's artifact from GitHub itself; the attacks on that path (shards of another
+commit, a shard missing or given twice, over the cap) replay it on the rehearsal's own shards.
 """
 
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import sglang_layout
 import yaml
 from ci_fake_github import FakeGitHub
-from conftest import REPO, clean_env
+from sglang_rehearsal import (
+    ACTIONS_BOT,
+    FLOW,
+    PR,
+    REPORT_FLOW,
+    RUN_ID,
+    TOKEN,
+    fork_pr,
+    git,
+    load,
+    rehearse,
+    report_fork_run,
+    serve_artifact,
+    zipped,
+)
 
 from report import pr_states
-
-FLOW = REPO / "ci/workflows/sglang-pr-ab.yml"
-TOKEN = "ghs_rehearsal_token"
-PR = 7
-
-
-def load():
-    return yaml.safe_load(FLOW.read_text())
 
 
 def test_only_the_test_jobs_meet_pr_code_and_they_hold_no_token():
@@ -67,185 +64,9 @@ def test_the_matrix_has_one_job_per_shard_and_every_action_is_pinned():
 # --- the rehearsal -----------------------------------------------------------------------------
 
 
-class Rehearsal:
-    """One workflow run, played locally; ``expressions`` answers the ``${{ }}`` it uses."""
-
-    def __init__(self, tmp, fake, repo, base, head):
-        self.tmp, self.fake, self.repo = tmp, fake, repo
-        self.artifacts = tmp / "artifacts"
-        self.artifacts.mkdir()
-        bot_ref = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True
-        ).stdout.strip()
-        self.expressions = {
-            "github.event.pull_request.number": str(PR),
-            "github.server_url": "https://github.invalid",
-            "github.repository": "sgl/sglang",
-            "github.run_id": "456",
-            "github.token": TOKEN,
-            "github.event.pull_request.base.sha": base,
-            "vars.SGLANG_OVERLAY_REPOSITORY": "sgl/sglang-overlay",
-            "vars.SGLANG_OVERLAY_REF": bot_ref,
-            "vars.SGLANG_OVERLAY_PYTHON || 'python3'": sys.executable,
-            # No preload here: importing torch and sglang costs each side 10 s of CPU.
-            "vars.SGLANG_OVERLAY_PRELOAD || 'torch'": "",
-            "github.server_url != 'https://github.com' && github.server_url || ''": fake.url,
-        }
-        self.head = head
-        self.flow = load()
-
-    def value(self, text, extra):
-        def answer(match):
-            expression = match[1].strip()
-            table = {**self.expressions, **extra}
-            assert expression in table, f"the rehearsal cannot answer ${{{{ {expression} }}}}"
-            return table[expression]
-
-        return re.sub(r"\$\{\{(.*?)\}\}", answer, str(text))
-
-    def job(self, job_id, extra=None) -> tuple[str, dict, str]:
-        """Run one job; its result (success or failure), its outputs and its step summary."""
-        extra = dict(extra or {})
-        job = self.flow["jobs"][job_id]
-        folder = self.tmp / f"{job_id}-{extra.get('matrix.shard', '')}"
-        workspace, temp = folder / "workspace", folder / "runner-temp"
-        workspace.mkdir(parents=True)
-        temp.mkdir()
-        extra["runner.temp"] = str(temp)
-        files = {name: folder / name for name in ("env", "output", "summary")}
-        for path in files.values():
-            path.touch()
-        env = clean_env(
-            PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
-            GITHUB_WORKSPACE=str(workspace),
-            RUNNER_TEMP=str(temp),
-            GITHUB_ENV=str(files["env"]),
-            GITHUB_OUTPUT=str(files["output"]),
-            GITHUB_STEP_SUMMARY=str(files["summary"]),
-            GITHUB_EVENT_PATH=str(self.tmp / "event.json"),
-            GITHUB_REPOSITORY="sgl/sglang",
-            GITHUB_RUN_ID="456",
-        )
-        env.pop("GITHUB_TOKEN", None)
-        for scope in (self.flow["env"], job.get("env", {})):
-            env.update({k: self.value(v, extra) for k, v in scope.items()})
-        env["BACKEND"] = "cpu"  # the first deviation: no GPU here
-        outcomes, result = {}, "success"
-        for step in job["steps"]:
-            condition = step.get("if")
-            if condition == "steps.ab.outcome == 'failure'":
-                if outcomes.get("ab") != "failure":
-                    continue
-            elif condition not in (None, "always()"):
-                raise AssertionError(f"the rehearsal cannot evaluate if: {condition}")
-            carried = dict(line.split("=", 1) for line in files["env"].read_text().splitlines())
-            step_env = {**env, **carried}
-            step_env.update({k: self.value(v, extra) for k, v in step.get("env", {}).items()})
-            if "uses" in step:
-                ok = self.action(step, extra, workspace)
-            else:
-                proc = subprocess.run(
-                    ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
-                    cwd=workspace,
-                    env=step_env,
-                    capture_output=True,
-                    text=True,
-                    timeout=600,
-                )
-                self.log = getattr(self, "log", "") + proc.stdout + proc.stderr
-                ok = proc.returncode == 0
-            if "id" in step:
-                outcomes[step["id"]] = "success" if ok else "failure"
-            if not ok and not step.get("continue-on-error"):
-                result = "failure"
-                break
-        outputs = dict(
-            line.split("=", 1) for line in files["output"].read_text().splitlines() if "=" in line
-        )
-        return result, outputs, files["summary"].read_text()
-
-    def action(self, step, extra, workspace) -> bool:
-        uses, given = step["uses"].split("@")[0], step.get("with", {})
-        given = {k: self.value(v, extra) for k, v in given.items()}
-        if uses == "actions/checkout":
-            if given.get("repository") == "sgl/sglang-overlay":
-                # The bot: this checkout's files (copied: the test job empties its workspace).
-                ignore = shutil.ignore_patterns(".git", ".cache", ".venv", "__pycache__")
-                target = workspace / given.get("path", "")
-                shutil.copytree(REPO, target, ignore=ignore, dirs_exist_ok=True)
-                return True
-            target = workspace / given.get("path", "")
-            subprocess.run(["git", "clone", "-q", str(self.repo), str(target)], check=True)
-            subprocess.run(["git", "checkout", "-q", "--detach", given["ref"]], cwd=target)
-            return True
-        if uses == "actions/setup-python":
-            return True  # this venv's Python is first on PATH
-        if uses == "actions/upload-artifact":
-            source = Path(given["path"])
-            if any(source.glob("*")):
-                shutil.copytree(source, self.artifacts / given["name"])
-            return True
-        if uses == "actions/download-artifact":
-            pattern = given["pattern"]
-            target = Path(given["path"])
-            for found in self.artifacts.glob(pattern):
-                shutil.copytree(found, target / found.name)
-            return True
-        raise AssertionError(f"the rehearsal has no local equivalent of {uses}")
-
-
-def git(repo, *args):
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True).stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def layout(tmp_path_factory):
     return sglang_layout.make_repo(tmp_path_factory.mktemp("layout") / "sglang")
-
-
-def rehearse(tmp, repo, branch, fork=None):
-    """A PR from ``branch`` onto main (``fork``: OWNER/NAME of the fork it comes from, approved by
-    a maintainer's review of its head), played through gate, every shard and the report."""
-    base, head = git(repo, "rev-parse", "main"), git(repo, "rev-parse", branch)
-    event = {
-        "action": "opened",
-        "sender": {"login": "contributor"},
-        "repository": {"full_name": "sgl/sglang"},
-        "pull_request": {
-            "number": PR,
-            "head": {"sha": head, "repo": {"full_name": fork or "sgl/sglang"}},
-            "base": {"sha": base, "repo": {"full_name": "sgl/sglang"}},
-            "labels": [],
-        },
-    }
-    (tmp / "event.json").write_text(json.dumps(event))
-    fake = FakeGitHub(token=TOKEN, owner="sgl", repo="sglang").start()
-    try:
-        fake.add_pr(PR, "Adds a regression test.", head_sha=head, fork=fork)
-        if fork:
-            fake.permissions["maint"] = "write"
-            fake.add_review(PR, "maint", head)
-        play = Rehearsal(tmp, fake, repo, base, head)
-        gate, outputs, _ = play.job("gate")
-        assert gate == "success", play.log
-        needs = {f"needs.gate.outputs.{k}": v for k, v in outputs.items()}
-        shards = [
-            play.job("test", {**needs, "matrix.shard": str(shard)})[0]
-            for shard in play.flow["jobs"]["test"]["strategy"]["matrix"]["shard"]
-        ]
-        test_result = "success" if set(shards) == {"success"} else "failure"
-        report, _, summary = play.job("report", {**needs, "needs.test.result": test_result})
-        return {
-            "fake": fake,
-            "gate": outputs,
-            "shards": shards,
-            "report": report,
-            "summary": summary,
-            "head": head,
-            "play": play,
-        }
-    finally:
-        fake.stop()
 
 
 @pytest.fixture(scope="module")
@@ -291,14 +112,229 @@ def test_a_head_that_fails_its_own_test_fails_its_shard_and_the_report_says_so(
     assert check["conclusion"] == "failure"
 
 
-def test_an_approved_fork_runs_and_gets_its_report_in_the_job_summary_only(
-    layout, tmp_path_factory
-):
-    played = rehearse(tmp_path_factory.mktemp("fork"), layout, "fix", fork="someone/sglang")
-    fake, play = played["fake"], played["play"]
+def test_the_fork_report_runs_on_the_drop_ins_completed_runs_with_the_pinned_bot_only():
+    flow, pr_flow = load(REPORT_FLOW), load()  # YAML 1.1 reads the key `on` as True
+    assert flow[True] == {"workflow_run": {"workflows": [pr_flow["name"]], "types": ["completed"]}}
+    # The same slot and shard count as the run it reports: one slot, every shard read.
+    for key in ("SLOT", "SLOT_LABEL", "SHARDS"):
+        assert flow["env"][key] == pr_flow["env"][key], key
+    assert flow["permissions"] == {}
+    (job,) = flow["jobs"].values()
+    assert job["if"] == (
+        "github.event.workflow_run.event == 'pull_request' "
+        "&& github.event.workflow_run.head_repository.full_name != github.repository"
+    )
+    assert job["permissions"] == {
+        "actions": "read",
+        "checks": "write",
+        "contents": "read",
+        "issues": "write",
+        "pull-requests": "write",
+        "statuses": "write",
+    }
+    uses = [step["uses"] for step in job["steps"] if "uses" in step]
+    # No download action: the bot fetches each artifact itself, its size checked first.
+    assert [u.split("@")[0] for u in uses] == ["actions/checkout", "actions/setup-python"]
+    for ref in uses:
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", ref), ref
+    (checkout,) = [step for step in job["steps"] if "actions/checkout@" in step.get("uses", "")]
+    assert checkout["with"] == {
+        "repository": "${{ vars.SGLANG_OVERLAY_REPOSITORY }}",
+        "ref": "${{ vars.SGLANG_OVERLAY_REF }}",
+        "persist-credentials": False,
+    }
+    # The PR, its head and the run come to the bot in the event payload, which it checks; no
+    # step is handed a value of the event.
+    for step in job["steps"]:
+        assert "github.event" not in yaml.safe_dump(step), step
+
+
+FORK = "someone/sglang"
+
+
+@pytest.fixture(scope="module")
+def fork_rehearsed(layout, tmp_path_factory):
+    return rehearse(tmp_path_factory.mktemp("fork"), layout, "fix", fork=FORK)
+
+
+def test_an_approved_forks_pull_request_run_tests_every_shard_and_writes_nothing(fork_rehearsed):
+    played, play = fork_rehearsed, fork_rehearsed["play"]
     assert played["gate"]["fork"] == "true" and played["gate"]["run"] == "true", play.log
     assert played["shards"] == ["success", "success"] and played["report"] == "success", play.log
+    # Its token is read-only: the report is in the job summary, and nothing was even tried.
     assert "TestReserveSource.test\\_replacement" in played["summary"]
-    assert fake.bodies[PR] == "Adds a regression test." and not fake.comments
-    assert not fake.statuses and not fake.check_runs
-    assert not [m for m, _ in fake.requests if m != "GET"]
+    assert played["pr_run_writes"] == []
+
+
+def test_the_fork_report_posts_one_report_of_every_shard_from_the_completed_run(fork_rehearsed):
+    fake, play = fork_rehearsed["fake"], fork_rehearsed["report_play"]
+    assert fork_rehearsed["fork_report"] == "success", play.log
+    slot = pr_states.get_slot(fake.bodies[PR], "ab")
+    assert slot.startswith(":white_check_mark: [Run #456]"), slot
+    (comment,) = fake.comments.values()
+    assert comment["login"] == "github-actions[bot]"
+    assert "TestReserveSource.test\\_replacement" in comment["body"]  # shard 1's
+    assert "TestLayout.test\\_modified" in comment["body"]  # shard 0's
+    assert [(s["context"], s["state"], s["sha"]) for s in fake.statuses] == [
+        ("ab/base-a-test-cpu", "success", fork_rehearsed["head"])
+    ]
+    (check,) = fake.check_runs.values()
+    assert check["conclusion"] == "success" and check["head_sha"] == fork_rehearsed["head"]
+    assert "TestLayout.test\\_modified" in fork_rehearsed["fork_summary"]
+    # Each shard's artifact was listed by name and downloaded by the bot; the storage host never
+    # saw the token.
+    assert fake.count("GET", r"/actions/runs/456/artifacts") == 2
+    assert fake.count("GET", r"/zip$") == 2 and fake.blob_auth == [None, None]
+
+
+# --- the fork report under attack: the shards' artifacts are PR code's output ------------------
+# Each test plays the report workflow's job on a completed fork run whose artifacts are the real
+# shards of the fork rehearsal above, as a test job running PR code could have changed them.
+
+
+def _shard(fork_rehearsed, index, tmp, **changes) -> bytes:
+    """Shard ``index``'s artifact, its results.json edited by ``changes`` (dotted keys)."""
+    folder = tmp / f"shard-{index}-{len(list(tmp.iterdir()))}"
+    shutil.copytree(fork_rehearsed["play"].artifacts / f"ab-results-{index}", folder)
+    data = json.loads((folder / "results.json").read_text())
+    for dotted, value in changes.items():
+        *path, key = dotted.split(".")
+        target = data
+        for part in path:
+            target = target[part]
+        target[key] = value
+    (folder / "results.json").write_text(json.dumps(data))
+    return zipped(folder)
+
+
+def _replay(tmp, layout, fork_rehearsed, artifacts, conclusion="success", setup=None):
+    """The report workflow on the fork's run RUN_ID whose artifacts are ``artifacts`` ((name,
+    zip) pairs); (the fake after it, the job's result, the play)."""
+    fake = FakeGitHub(token=TOKEN, owner="sgl", repo="sglang", bot=ACTIONS_BOT).start()
+    try:
+        head = fork_rehearsed["head"]
+        fork_pr(fake, head, FORK)
+        for name, data in artifacts:
+            serve_artifact(fake, name, data)
+        if setup:
+            setup(fake)
+        base = git(layout, "rev-parse", "main")
+        result, _, play = report_fork_run(tmp, fake, layout, base, head, conclusion, FORK)
+        return fake, result, play
+    finally:
+        fake.stop()
+
+
+def _invalid(fake, result, play, said):
+    """The report failed on an invalid artifact and said why: the slot says so, the check run
+    carries the reason, and nothing of the artifacts reached the PR."""
+    assert result == "failure", play.log
+    assert f"error: invalid artifact: {said}" in play.log, play.log
+    slot = pr_states.get_slot(fake.bodies[PR], "ab")
+    assert slot.startswith(":x: [Run #456]") and slot.endswith("-- invalid artifact"), slot
+    (check,) = fake.check_runs.values()
+    assert check["output"]["title"] == "Invalid artifact" and said in check["output"]["summary"]
+    assert not fake.comments and not fake.statuses
+
+
+@pytest.fixture
+def intact(fork_rehearsed, tmp_path):
+    return [(f"ab-results-{i}", _shard(fork_rehearsed, i, tmp_path)) for i in (0, 1)]
+
+
+def test_the_intact_shards_replayed_are_reported_green(layout, fork_rehearsed, tmp_path, intact):
+    fake, result, play = _replay(tmp_path, layout, fork_rehearsed, intact)
+    assert result == "success", play.log
+    assert pr_states.get_slot(fake.bodies[PR], "ab").startswith(":white_check_mark:")
+    assert len(fake.comments) == 1
+
+
+def test_shards_that_tested_another_prs_head_are_refused_and_that_pr_is_left_alone(
+    layout, fork_rehearsed, tmp_path
+):
+    # Both shards agree with each other, so only the event's head can tell: they name the head
+    # of PR 8, another open PR from the same fork.
+    other = git(layout, "rev-parse", "tests-only")
+    named = {"selection.git.head": other, "sides.change.commit": other}
+    artifacts = [(f"ab-results-{i}", _shard(fork_rehearsed, i, tmp_path, **named)) for i in (0, 1)]
+
+    def another_pr(fake):
+        fake.add_pr(8, "Another PR.", head_sha=other, fork=FORK)
+
+    fake, result, play = _replay(tmp_path, layout, fork_rehearsed, artifacts, setup=another_pr)
+    said = f"ab-results-0: tested '{other}', not {fork_rehearsed['head']}: results of another"
+    _invalid(fake, result, play, said)
+    assert fake.bodies[8] == "Another PR." and not fake.count("PATCH", r"/issues/8$")
+
+
+def test_a_shard_without_the_head_it_tested_is_refused(layout, fork_rehearsed, tmp_path, intact):
+    unnamed = _shard(fork_rehearsed, 1, tmp_path, **{"selection.git": None})
+    fake, result, play = _replay(
+        tmp_path, layout, fork_rehearsed, [intact[0], ("ab-results-1", unnamed)]
+    )
+    _invalid(fake, result, play, "ab-results-1: records no git head")
+
+
+def test_a_shard_whose_results_are_not_ci_runs_is_named(layout, fork_rehearsed, tmp_path, intact):
+    broken = _shard(fork_rehearsed, 1, tmp_path, **{"files": "all green"})
+    artifacts = [intact[0], ("ab-results-1", broken)]
+    fake, result, play = _replay(tmp_path, layout, fork_rehearsed, artifacts)
+    _invalid(fake, result, play, "ab-results-1: ")
+    assert "results.json.files: expected a list, got str" in play.log, play.log
+
+
+def test_a_shard_missing_from_a_successful_run_is_named_and_fails_the_report(
+    layout, fork_rehearsed, tmp_path, intact
+):
+    fake, result, play = _replay(tmp_path, layout, fork_rehearsed, intact[:1])
+    _invalid(fake, result, play, "ab-results-1 missing from run 456 (given: 1 of 2)")
+
+
+def test_a_shard_missing_from_a_failed_run_is_named_and_the_slot_says_failure(
+    layout, fork_rehearsed, tmp_path, intact
+):
+    fake, result, play = _replay(tmp_path, layout, fork_rehearsed, intact[:1], "failure")
+    assert result == "success", play.log
+    assert "ab-results-1 missing from run 456 (given: 1 of 2)" in play.log
+    assert pr_states.get_slot(fake.bodies[PR], "ab").startswith(":x: [Run #456]")
+    (check,) = fake.check_runs.values()
+    assert check["conclusion"] == "failure" and check["output"]["title"] == "No results: failure"
+    assert not fake.comments and not fake.statuses
+
+
+def test_a_shard_given_twice_is_refused_by_name(layout, fork_rehearsed, tmp_path, intact):
+    copy = _shard(fork_rehearsed, 0, tmp_path)
+    fake, result, play = _replay(
+        tmp_path, layout, fork_rehearsed, [intact[0], ("ab-results-1", copy)]
+    )
+    _invalid(fake, result, play, "ab-results-1: holds shard 0/2, not 1/2")
+
+
+def test_two_artifacts_of_one_shards_name_are_refused(layout, fork_rehearsed, tmp_path, intact):
+    fake, result, play = _replay(tmp_path, layout, fork_rehearsed, [*intact, intact[0]])
+    _invalid(fake, result, play, "ab-results-0: 2 artifacts of that name in run 456")
+    assert not fake.count("GET", r"/zip$")
+
+
+def test_a_shard_listed_over_the_cap_is_refused_before_any_download(
+    layout, fork_rehearsed, tmp_path, intact
+):
+    def oversized(fake):
+        fake.artifacts[RUN_ID][1]["size_in_bytes"] = 256 * 1024 * 1024 + 1
+
+    fake, result, play = _replay(tmp_path, layout, fork_rehearsed, intact, setup=oversized)
+    _invalid(fake, result, play, "ab-results-1: 268435457 bytes; at most 268435456")
+    assert fake.blob_auth == [None]  # shard 0's only
+
+
+def test_a_fork_run_whose_drop_in_differs_from_the_default_branchs_is_not_reported(
+    layout, fork_rehearsed, tmp_path, intact
+):
+    def edited(fake):
+        fake.contents[(fork_rehearsed["head"], ".github/workflows/sglang-pr-ab.yml")] = "e" * 40
+
+    fake, result, play = _replay(tmp_path, layout, fork_rehearsed, intact, setup=edited)
+    assert result == "success", play.log
+    slot = pr_states.get_slot(fake.bodies[PR], "ab")
+    assert slot.startswith(":x:") and "sglang-pr-ab.yml differs from main" in slot
+    assert not fake.comments and not fake.statuses and not fake.count("GET", r"/zip$")

@@ -108,8 +108,15 @@ def test_a_shard_that_gets_no_file_is_ok_and_says_so(checkout, tmp_path):
     assert json.loads((tmp_path / "results.json").read_text())["files"] == []
 
 
-def test_two_shards_render_into_one_report_with_both_shards_cases(shards):
-    proc = ci("report", "--results", shards["1"][1], shards["0"][1], "--sha", "a" * 40, "--json")
+def _head(checkout, branch="fix"):
+    return subprocess.run(
+        ["git", "rev-parse", branch], cwd=checkout, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def test_two_shards_render_into_one_report_with_both_shards_cases(shards, checkout):
+    head = _head(checkout)
+    proc = ci("report", "--results", shards["1"][1], shards["0"][1], "--sha", head, "--json")
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
     assert plan["comment"].count("<!-- sglang-overlay-ci:") == 1
@@ -138,6 +145,17 @@ def test_a_missing_duplicated_or_foreign_shard_is_named_and_fails_the_report(sha
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.startswith("error: invalid artifact: ") and said in proc.stderr
     assert len(proc.stderr.splitlines()) == 1
+    assert ":x:" in proc.stdout and "invalid artifact" in proc.stdout
+
+
+def test_shards_that_tested_another_commit_than_the_reports_head_are_refused(shards, checkout):
+    # --sha comes from a trusted source (the gate, or a workflow_run event); the shards' record
+    # of what they tested is PR code's output and must agree with it.
+    other = _head(checkout, "tests-only")
+    proc = ci("report", "--results", shards["0"][1], shards["1"][1], "--sha", other)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    said = f"0': tested '{_head(checkout)}', not {other}: results of another commit"
+    assert proc.stderr.startswith("error: invalid artifact: ") and said in proc.stderr
     assert ":x:" in proc.stdout and "invalid artifact" in proc.stdout
 
 
