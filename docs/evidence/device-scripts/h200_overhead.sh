@@ -47,12 +47,14 @@ print(f"  file processes: {each}; outside the slower: {wall - max(sides.values()
       f"pictures: {len(data.get('pictures') or {})}; preload: {json.dumps(data['environment'].get('preload'))[:160]}")
 EOF
 }
-ab() {  # ab NAME TREE [ci run flags...]
-  local name=$1 tree=$2; shift 2
-  echo "$name $(cd "$tree" && t python3 -m ci run --out "$OUT/$name" --backend cuda --tests test/registered --preload "$PRELOAD" "$@")"
+ab() {  # ab NAME TREE TESTS [ci run flags...]
+  local name=$1 tree=$2 tests=$3; shift 3
+  echo "$name $(cd "$tree" && t python3 -m ci run --out "$OUT/$name" --backend cuda --tests "$tests" --preload "$PRELOAD" "$@")"
   tail -1 "$OUT/last.log"; split "$OUT/$name"
 }
-kinds="file-change file-unmodified new ${OLD:+old} plain-file outside-new"
+# new: the DSV4 fix's CUDA file (the baseline's file) both sides; new-all: every CUDA file the
+# series adds (both fixes: 0001's and 0003's), both sides
+kinds="file-change file-unmodified new new-all ${OLD:+old} plain-file outside-new"
 for r in $(seq "$REPEATS"); do
   echo "repeat $r"
   order=$kinds
@@ -61,12 +63,13 @@ for r in $(seq "$REPEATS"); do
     case $k in
       file-change) echo "file-change $(cd /tmp && SGLANG_IS_IN_CI=true t python3 "$F" -v)";;
       file-unmodified) echo "file-unmodified $(cd /tmp && SGLANG_OVERLAY_DISABLE=1 SGLANG_IS_IN_CI=true t python3 "$F" -v)";;
-      new) ab new "$PWD";;
-      old) ab old "$OLD";;
+      new) ab new "$PWD" "$F";;
+      new-all) ab new-all "$PWD" test/registered;;
+      old) ab old "$OLD" "$F";;
       plain-file) echo "plain-file $(cd /tmp && unset SGLANG_IS_IN_CI && t python3 "$F" -v)";;
-      outside-new) ab outside-new "$PWD" --outside-upstream-ci;;
+      outside-new) ab outside-new "$PWD" "$F" --outside-upstream-ci;;
     esac
   done
-  rm -rf "$OUT"/new "$OUT"/old "$OUT"/outside-new
+  rm -rf "$OUT"/new "$OUT"/new-all "$OUT"/old "$OUT"/outside-new
 done
 rm -f "$OUT/t.txt" "$OUT/last.log"
