@@ -125,6 +125,7 @@ def test_the_machine_and_the_series_worked_out_beside_the_tests_are_recorded(che
         "id": described["id"],
         "release": described["release"],
         "patches": described["patches"],
+        "fixes": [{"id": f["id"], "patches": f["patches"]} for f in described["fixes"]],
     }
     head = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True
