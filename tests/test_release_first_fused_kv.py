@@ -1,0 +1,65 @@
+"""The overlay's patch 0003 on sglang 0.5.23's real ``FusedKVMaterializeHelper`` (CPU torch).
+
+Preservation: apart from the release order, the overlay's ``_ensure_workspace`` does what
+sglang's does: over one fixed sequence of requests (a start from capacity 0, doubling, shrinking
+and equal requests, dtype changes at the same capacity) both end every step in the same state
+and reuse or replace the same workspaces. And an allocation that raises leaves no capacity or
+dtype claiming workspaces the helper does not hold; the next request recovers. (Found by trying
+to break the patch; the peaks themselves are tests/test_benchmark_fused_kv.py's.)
+"""
+
+import pytest
+import torch
+
+from benchmark import fused_kv
+
+pytest.importorskip("sglang.kernels.ops.speculative.fused_kv_materialize")
+
+SHAPE = {"n_layers": 2, "num_kv_heads": 2, "head_dim": 4}
+F16, BF16 = torch.float16, torch.bfloat16
+REQUESTS = [(5, BF16), (5, BF16), (3, BF16), (6, BF16), (11, BF16), (11, F16), (2, F16),
+            (40, F16), (40, BF16), (1, BF16), (81, BF16), (81, BF16), (162, F16)]  # fmt: skip
+
+
+def trace(order: str) -> list:
+    """Each request's resulting state and whether the K workspace was replaced."""
+    ws, steps = fused_kv.helper(**SHAPE), []
+    with fused_kv.method(order):
+        for total_ctx, dtype in REQUESTS:
+            before = ws._k_workspace
+            ws._ensure_workspace(total_ctx, dtype)
+            shapes = [tuple(t.shape) for t in (ws._proj_workspace, ws._k_workspace, ws._v_workspace)]
+            dtypes = {t.dtype for t in (ws._proj_workspace, ws._k_workspace, ws._v_workspace)}
+            replaced = ws._k_workspace is not before
+            steps.append((ws._workspace_capacity, ws._workspace_dtype, shapes, dtypes, replaced))
+    return steps
+
+
+def test_the_overlays_method_ends_every_request_as_sglangs_does():
+    unmodified, overlay = trace("unmodified"), trace("overlay")
+    assert overlay == unmodified
+    # sglang's rule, worked out by hand: at least double on a growth or a dtype change, else reuse
+    assert [s[0] for s in overlay] == [5, 5, 5, 10, 20, 40, 40, 40, 80, 80, 160, 160, 320]
+    assert [s[4] for s in overlay].count(True) == 7
+
+
+def test_a_failed_allocation_claims_nothing_and_the_next_request_recovers(monkeypatch):
+    ws = fused_kv.helper(**SHAPE)
+    with fused_kv.method("overlay"):
+        ws._ensure_workspace(8, BF16)
+        real_empty = torch.empty
+
+        def empty(shape, *args, **kwargs):
+            if len(shape) == 4:  # the K workspace
+                raise torch.OutOfMemoryError("simulated out of memory")
+            return real_empty(shape, *args, **kwargs)
+
+        monkeypatch.setattr(torch, "empty", empty)
+        with pytest.raises(torch.OutOfMemoryError):
+            ws._ensure_workspace(9, BF16)
+        assert (ws._workspace_capacity, ws._workspace_dtype) == (0, None)
+        assert ws._k_workspace is None and ws._v_workspace is None
+        monkeypatch.setattr(torch, "empty", real_empty)
+        ws._ensure_workspace(9, BF16)
+    assert (ws._workspace_capacity, ws._workspace_dtype) == (9, BF16)
+    assert tuple(ws._k_workspace.shape) == (2, 9, 2, 4) and ws._v_workspace.shape == ws._k_workspace.shape
