@@ -62,12 +62,12 @@ demo: install
 	$(PY) -m ci run --out $(DEMO) --tests test/registered --backend $$backend > $(DEMO).txt; \
 	code=$$?; \
 	if [ "$$backend" = cpu ]; then \
-	  $(PY) -m ci run --out $(DEMO)-proof --tests proofs --backend cpu > $(DEMO)-proof.txt || code=$$?; \
+	  $(PY) -m ci run --out $(DEMO)-proof --tests test/proofs --backend cpu > $(DEMO)-proof.txt || code=$$?; \
 	fi; \
 	$(PY) -m ci report --results $(DEMO) > $(DEMO)-bot-preview.md || code=$$?; \
 	pr=""; for fix in 0001 0003; do \
 	  body=$(DEMO)-pr-body-$$fix.md; \
-	  if $(PY) -m series pr-body --results $(DEMO) --fix $$fix > $$body 2> $$body.err; then \
+	  if $(PY) -m tools.series pr-body --results $(DEMO) --fix $$fix > $$body 2> $$body.err; then \
 	    pr="$$pr\n  fix $$fix: $$body, from its own tests on $$backend"; \
 	  else \
 	    pr="$$pr\n  fix $$fix: none: $$(tail -n 1 $$body.err)"; rm -f $$body; \
@@ -94,10 +94,10 @@ test: install lint $(OCTOKIT_OPENAPI)
 	OCTOKIT_OPENAPI=$(CURDIR)/$(OCTOKIT_OPENAPI) $(PY) -m pytest -q
 
 compat: install
-	$(PY) -m releases.compat
+	$(PY) -m tools.releases.compat
 
 bench: install
-	$(PY) -m benchmark
+	$(PY) -m tools.benchmark
 
 # The release files as the release workflow builds them (the wheel from the sdist), checked.
 dist: $(SITE_READY)

@@ -1,7 +1,7 @@
 """``python -m ci``: run registered tests A/B, report it on the PR, gate fork PRs, watch releases.
 
-The command line only: it parses arguments, hands them to the orchestration (``abtest.run``,
-``report.plan``, ``report.gate``, ``releases.watch``) and maps outcomes to exit codes (0 ok, 1
+The command line only: it parses arguments, hands them to the orchestration (``ci.runner.run``,
+``ci.reporter.plan``, ``ci.reporter.gate``, ``tools.releases.watch``) and maps outcomes to exit codes (0 ok, 1
 failed checks or a void proof, 2 bad usage or bad input, 130 interrupted). Each verb imports
 what it runs when it runs: ``ci run`` starts its test processes sooner for it, and imports what
 writes the report beside them.
@@ -14,8 +14,8 @@ import os
 import sys
 import threading
 
-from evidence.inert import inert
-from report.pr_states import DEFAULT_LABEL, DEFAULT_SLOT, REPORT_STATES
+from ci.evidence.inert import inert
+from ci.reporter.pr_states import DEFAULT_LABEL, DEFAULT_SLOT, REPORT_STATES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -144,7 +144,7 @@ GATE_FLAGS = (
     ("--api-url", "GitHub Enterprise base URL (client adds /api/v3)"),
     ("--json", "print the decision as JSON", SWITCH),
 )
-WATCH_FLAGS = (  # releases.watch.ROWS_FILE is watch.json
+WATCH_FLAGS = (  # tools.releases.watch.ROWS_FILE is watch.json
     ("--index-url", "PEP 691 simple index (default: pip's)"),
     ("--versions", "check these releases, skip discovery", {"nargs": "+"}),
     (
@@ -222,7 +222,7 @@ def _flags(parser, flags) -> None:
 
 
 def cmd_run(args) -> int:
-    from abtest import run
+    from ci.runner import run
 
     args.tests = tuple(args.tests or ())
     request = run.RunRequest(**_fields(run.RunRequest, args))
@@ -238,8 +238,8 @@ def cmd_run(args) -> int:
     except run.NothingToRun as exc:
         print(f"ci run: nothing to run: {one_line(str(exc))}")
         return EXIT_OK
-    from evidence import model as evidence
-    from report import pictures, render
+    from ci.evidence import model as evidence
+    from ci.reporter import pictures, render
 
     out = os.path.abspath(args.out)
     results = dataclasses.replace(results, pictures=pictures.draw_all(results, out))
@@ -259,7 +259,7 @@ def _load_the_report_beside(cuda: bool) -> None:
     peaks only), so that none of it comes before the tests start or after they end."""
 
     def load():
-        from report import pictures, render  # noqa: F401 -- cached for cmd_run
+        from ci.reporter import pictures, render  # noqa: F401 -- cached for cmd_run
 
         if cuda:
             pictures.preload()
@@ -272,7 +272,7 @@ def cmd_report(args) -> int:
 
     # Here, not at the top: the test job that runs `ci run` installs no github3 (the report
     # side's client), only the report jobs do.
-    from report import plan as reporting
+    from ci.reporter import plan as reporting
 
     if args.results is not None:  # one folder, or the shards of one run
         args.results = args.results[0] if len(args.results) == 1 else tuple(args.results)
@@ -311,7 +311,7 @@ def _fields(record_type, args) -> dict:
 
 
 def cmd_gate(args) -> int:
-    from report import gate
+    from ci.reporter import gate
 
     path = args.event or os.environ.get("GITHUB_EVENT_PATH")
     if not path:
@@ -323,7 +323,7 @@ def cmd_gate(args) -> int:
         raise UsageError(f"event payload: {exc}") from None
     if facts is not None and facts.fork:
         # Here, not at the top: only the jobs that talk to GitHub install github3.
-        from report import plan as reporting
+        from ci.reporter import plan as reporting
 
         try:
             facts = reporting.fork_facts(event, facts.pr, args.api_url)
@@ -354,7 +354,7 @@ def cmd_gate(args) -> int:
 
 
 def cmd_watch(args) -> int:
-    from releases import watch
+    from tools.releases import watch
 
     return watch.cmd_watch(args)
 

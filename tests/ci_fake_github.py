@@ -1,6 +1,6 @@
 """A small fake of the GitHub REST API on loopback, strict where the bot could go wrong.
 
-Serves just what ``report.publish`` uses, under ``/api/v3`` so the real github3.py client reaches it
+Serves just what ``ci.reporter.publish`` uses, under ``/api/v3`` so the real github3.py client reaches it
 through ``GitHubEnterprise``. It enforces the token header, the commit-status state enum and
 140-character description, 404 for an unknown PR and 422 for bodies over 65,536 characters.
 Like GitHub, an installation token (``ghs_...``, the Actions GITHUB_TOKEN) gets 403 from

@@ -3,9 +3,9 @@ without starting any process."""
 
 import json
 
-from evidence import judge
-from evidence.judge import FileRun
-from evidence.model import Side
+from ci.evidence import judge
+from ci.evidence.judge import FileRun
+from ci.evidence.model import Side
 
 FILE = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py"
 CLS = "TestSparsePrefillKVBufferReplacement"
@@ -90,7 +90,7 @@ def posted(**fields):
 def refused(fake, pr=7, slot="dsv4-workspace"):
     """What a refused results artifact leaves on the fake GitHub: the slot says failure and
     why, and nothing of the artifact is posted (no comment, no status)."""
-    from report import pr_states
+    from ci.reporter import pr_states
 
     text = pr_states.get_slot(fake.bodies[pr], slot)
     assert text.startswith(":x:") and text.endswith("-- invalid artifact"), text

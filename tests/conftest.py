@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 REGISTERED_TEST = (
     REPO / "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py"
 )
-CPU_PROOF = REPO / "proofs/cpu/test_dsv4_workspace_cpu_peak.py"
+CPU_PROOF = REPO / "test/proofs/cpu/test_dsv4_workspace_cpu_peak.py"
 CPU_COMPANION = (
     REPO / "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_release_order.py"
 )

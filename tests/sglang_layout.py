@@ -1,5 +1,5 @@
 """A local git repository in sglang's own layout, for the tests of ``ci run --git-base/--git-head``
-and of the drop-in workflow: sglang 0.5.23 from PyPI (``series.base``), a ``main`` that adds
+and of the drop-in workflow: sglang 0.5.23 from PyPI (``tools.series.base``), a ``main`` that adds
 upstream-style registered CPU tests, and two pull-request branches off it:
 
 - ``fix``: patch 0001 (the fix) and 0002 (its tests) by ``git am``, less 0002's CPU companion
@@ -50,7 +50,7 @@ if __name__ == "__main__":
 
 
 def _git(repo: Path, *args: str) -> str:
-    from series import gitcmd
+    from tools.series import gitcmd
 
     return gitcmd.out(list(args), repo, env=IDENTITY)
 
@@ -62,10 +62,10 @@ def _write(repo: Path, path: str, text: str) -> None:
 
 def make_repo(dest: Path) -> Path:
     """The repository at ``dest``, on branch ``main``; branches ``fix`` and ``tests-only``."""
-    from series import base, seriesdir
+    from tools.series import base, seriesdir
 
     series = seriesdir.load()
-    repo = base.materialize(series.base.version, dest)
+    repo = base.materialize(tools.series.base.version, dest)
     _write(repo, UNCHANGED, PASSING.format(est=3, name="unchanged"))
     _write(repo, MODIFIED, PASSING.format(est=2, name="modified"))
     _git(repo, "add", "-A")

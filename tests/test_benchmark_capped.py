@@ -3,7 +3,7 @@ the overlay off or on."""
 
 import overlay_runs
 
-from benchmark import capped
+from tools.benchmark import capped
 
 STEPS = capped.TRANSITIONS["grow_bf16_64_to_96_mib"]
 # Each mode's child is a fresh process: both start early, side by side, from the shared pool.

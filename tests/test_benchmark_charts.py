@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmark import charts
+from tools.benchmark import charts
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmark" / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "tools" / "benchmark" / "results"
 
 
 def reference_lines_and_legend(fig):

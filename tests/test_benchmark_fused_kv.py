@@ -1,4 +1,4 @@
-"""``benchmark.fused_kv`` on sglang 0.5.23's real ``FusedKVMaterializeHelper._ensure_workspace``:
+"""``tools.benchmark.fused_kv`` on sglang 0.5.23's real ``FusedKVMaterializeHelper._ensure_workspace``:
 growing its three workspaces from C to 2C peaks one K workspace above the new total while the
 old ones are held (sglang's method), and at the new total with the overlay's method (patch
 0003) and when they are released first by hand (the measurement the triage in
@@ -6,7 +6,7 @@ docs/grow-while-held-audit-0.5.23.md rests on)."""
 
 import pytest
 
-from benchmark import fused_kv
+from tools.benchmark import fused_kv
 
 pytest.importorskip("sglang.kernels.ops.speculative.fused_kv_materialize")
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmark import capped, search
+from tools.benchmark import capped, search
 
 
 def counting(threshold, passes_from_threshold=True):

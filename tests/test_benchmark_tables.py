@@ -2,7 +2,7 @@
 
 import pickle
 
-from benchmark import charts, summary, tables
+from tools.benchmark import charts, summary, tables
 
 
 def _peaks(change_ratio=1.0):
@@ -38,7 +38,7 @@ def _fit():
 
 
 def _proof(file_s, ab_s, bare_s=12.0, device="cuda"):
-    """What ``benchmark.proof.measure`` records, with one repeat of each command."""
+    """What ``tools.benchmark.proof.measure`` records, with one repeat of each command."""
     return {
         "file": "test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py",
         "repeats": 1,
@@ -55,7 +55,7 @@ def _report(**parts):
         device="cuda",
         torch="2.11",
         generated="today",
-        command="python -m benchmark",
+        command="python -m tools.benchmark",
         **parts,
     )
 
@@ -63,7 +63,7 @@ def _report(**parts):
 def test_a_change_at_the_limit_meets_the_peak_goal_and_names_the_command():
     text = "\n".join(tables.peaks_table(_report(peaks=_peaks(1.0))))
     assert "| grow_bf16_64_to_96_mib | 64 -> 96 | 1.68 | 1.00 | 1.00 | 4 |" in text
-    assert "Reproduce: `python -m benchmark --parts peaks`" in text
+    assert "Reproduce: `python -m tools.benchmark --parts peaks`" in text
     assert "goal met" in text
 
 

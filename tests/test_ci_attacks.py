@@ -44,13 +44,13 @@ from conftest import REPO, alive, clean_env, until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from abtest import environment, launch, modes
+from ci.runner import environment, launch, modes
 from ci.__main__ import main
-from evidence import junit
-from evidence.model import Results, save
-from report import artifact, checks, escape, pictures, pr_states, render
-from report import plan as reporting
-from report.publish import Publisher, RetryPolicy, connect
+from ci.evidence import junit
+from ci.evidence.model import Results, save
+from ci.reporter import artifact, checks, escape, pictures, pr_states, render
+from ci.reporter import plan as reporting
+from ci.reporter.publish import Publisher, RetryPolicy, connect
 
 TOKEN = "ghs_actionsINSTALLATIONtoken"
 HEAD = "c0ffee" + "0" * 34
@@ -68,7 +68,7 @@ def fake():
 
 def _report(fake, monkeypatch, *args):
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    monkeypatch.setattr("report.publish.time.sleep", lambda _: None)
+    monkeypatch.setattr("ci.reporter.publish.time.sleep", lambda _: None)
     return main(["report", "--api-url", fake.url, *args])
 
 
@@ -758,7 +758,7 @@ def test_a_newer_writers_slot_is_never_put_back_over(fake, tmp_path, monkeypatch
         server.bodies[7] = pr_states.set_slot(server.bodies[7], SLOT, "Label", ":x: newer")
 
     fake.after("PATCH", r"/issues/7$", push_and_newer_report)
-    monkeypatch.setattr("report.publish.Publisher.settle_s", 0)
+    monkeypatch.setattr("ci.reporter.publish.Publisher.settle_s", 0)
     folder = tmp_path / "r"
     folder.mkdir()
     save(model(), str(folder))
@@ -929,7 +929,7 @@ def test_an_sglang_whose_ci_register_raises_is_a_usage_error_not_a_traceback(tmp
 
 
 def _reader_program(code: str) -> str:
-    return f"import sys\nfrom abtest import collect\n{code}\n"
+    return f"import sys\nfrom ci.runner import collect\n{code}\n"
 
 
 # After sglang itself was imported the reader must still be sglang's: the last observation of
@@ -940,7 +940,7 @@ READER_AFTER_THE_REAL_IMPORT = overlay_runs.observe(
     f"""
     sys.path.insert(0, {str(REPO)!r})
     import sglang.test.ci.ci_register
-    from abtest import collect
+    from ci.runner import collect
     return collect.registry_reader().collect_tests is not None
     """,
 )

@@ -1,4 +1,4 @@
-"""The process a test file runs in under ``ci run`` (abtest/file_process.py): it runs the file
+"""The process a test file runs in under ``ci run`` (ci/runner/file_process.py): it runs the file
 exactly as ``python FILE ARGS`` would, reports each finished test from outside the file, and
 writes a record of what the process ran with; and file selection never imports sglang.
 
@@ -18,11 +18,11 @@ from dataclasses import replace
 from ci_samples import file_run
 from conftest import REPO, clean_env
 
-from abtest import environment, launch
+from ci.runner import environment, launch
 
 
 def run_file_process(cwd, path, *args, **env):
-    """``abtest/file_process.py`` on ``path`` in ``cwd``: the finished process, its result
+    """``ci/runner/file_process.py`` on ``path`` in ``cwd``: the finished process, its result
     lines and its record."""
     results_read, results_write = os.pipe()
     record_read, record_write = os.pipe()
@@ -274,7 +274,7 @@ def test_each_mode_is_described_by_its_own_test_process():
 def test_selecting_files_imports_neither_sglang_nor_torch():
     program = (
         "import sys\n"
-        "from abtest import collect\n"
+        "from ci.runner import collect\n"
         "chosen = [s.path for s in collect.select('.', 'cuda')]\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('sglang', 'torch'))\n"
         "print(chosen, loaded)\n"

@@ -10,8 +10,8 @@ import pytest
 from ci_fake_github import FakeGitHub
 
 from ci.__main__ import main
-from report import gate
-from report.gate import Approval, PullFacts
+from ci.reporter import gate
+from ci.reporter.gate import Approval, PullFacts
 
 X, Y, Z = "a" * 40, "b" * 40, "c" * 40
 TOKEN = "ghs_gateREADtoken"
@@ -138,7 +138,7 @@ def run_gate(github, tmp_path, monkeypatch, payload):
     output.unlink(missing_ok=True)
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
     monkeypatch.setenv("GITHUB_OUTPUT", str(output))
-    monkeypatch.setattr("report.publish.time.sleep", lambda _: None)
+    monkeypatch.setattr("ci.reporter.publish.time.sleep", lambda _: None)
     assert main(["gate", "--event", str(path), "--api-url", github.url]) == 0
     return dict(line.split("=", 1) for line in output.read_text().split())
 
@@ -206,7 +206,7 @@ def test_a_fork_without_a_token_or_when_github_fails_runs_nothing(
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
     assert main(["gate", "--event", str(path), "--api-url", github.url]) == 2
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    monkeypatch.setattr("report.publish.time.sleep", lambda _: None)
+    monkeypatch.setattr("ci.reporter.publish.time.sleep", lambda _: None)
     for _ in range(5):
         github.fail_next("GET", r"/pulls/7$", 502)
     assert main(["gate", "--event", str(path), "--api-url", github.url]) == 1
@@ -272,7 +272,7 @@ def test_ten_throwaway_commenters_sorting_first_cannot_crowd_out_a_writer(
 def test_past_the_bound_the_decision_says_how_many_were_not_checked(
     github, tmp_path, monkeypatch, capsys
 ):
-    from report import publish
+    from ci.reporter import publish
 
     for i in range(publish.MAX_APPROVERS + 3):
         github.add_comment(7, f"/run-ci {Y}", login=f"a{i:02d}")

@@ -17,8 +17,8 @@ from ci_samples import model
 from test_ci_trust import ACTIONS_TOKEN, HEAD, _fork_pr, _results_dir, _workflow_run
 
 from ci.__main__ import main
-from report import checks
-from report.publish import Publisher, RetryPolicy, connect
+from ci.reporter import checks
+from ci.reporter.publish import Publisher, RetryPolicy, connect
 
 SPEC = os.environ.get("OCTOKIT_OPENAPI")
 pytestmark = pytest.mark.skipif(
@@ -44,7 +44,7 @@ def test_every_request_of_every_report_path_is_in_githubs_description(tmp_path, 
         ops = _operations(json.load(handle))
     fake = FakeGitHub(token=ACTIONS_TOKEN, bot="github-actions[bot]").start()
     monkeypatch.setenv("GITHUB_TOKEN", ACTIONS_TOKEN)
-    monkeypatch.setattr("report.publish.time.sleep", lambda _: None)
+    monkeypatch.setattr("ci.reporter.publish.time.sleep", lambda _: None)
     try:
         fake.add_pr(7, "Author.\n", head_sha=HEAD)
         m = model()

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 from ci_samples import model, workspace_runs
 
-from evidence.model import EvidenceError, load
-from report import pictures, render
+from ci.evidence.model import EvidenceError, load
+from ci.reporter import pictures, render
 
 
 def test_a_png_per_measured_regression_case_only_and_the_report_lists_them(tmp_path):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from report import pr_states
+from ci.reporter import pr_states
 
 OTHER = (
     "<!-- pr-states:start -->\n---\n### CI States\n\n"

@@ -1,5 +1,5 @@
 """``ci run --preload MODULES``: each side imports the modules once and forks a child per test
-file (abtest/preload.py), and each file still runs in its own process and session with its own
+file (ci/runner/preload.py), and each file still runs in its own process and session with its own
 result channel: one that crashes, exits through ``os._exit``, forks or hangs leaves the others
 as they were, and the outcomes are those of fresh interpreters. A side whose preload fails runs
 every file fresh, and says so. The files are tests/fixtures/forked (a module that writes a line
@@ -13,7 +13,7 @@ import sys
 import pytest
 from conftest import REPO, alive, clean_env, until
 
-from abtest import fork_safety
+from ci.runner import fork_safety
 
 FIXTURES = REPO / "tests/fixtures/forked"
 

@@ -8,9 +8,9 @@ from ci_fake_github import FakeGitHub
 from ci_samples import model, posted
 
 from ci.__main__ import main
-from evidence.model import save
-from report import pr_states, render
-from report.publish import GaveUp, Publisher, RetryPolicy, connect
+from ci.evidence.model import save
+from ci.reporter import pr_states, render
+from ci.reporter.publish import GaveUp, Publisher, RetryPolicy, connect
 
 TOKEN = "ghs_s3cr3tTOKENvalue"
 AUTHOR = "## Motivation\r\nAuthor's words, with a | pipe and <!-- their own comment -->.\r\n"

@@ -5,9 +5,9 @@ from dataclasses import replace
 
 from ci_samples import FILE, file_run, model, sides, workspace_runs
 
-from evidence import judge
-from report import render
-from report.pr_states import BODY_LIMIT, MISSING_LABEL
+from ci.evidence import judge
+from ci.reporter import render
+from ci.reporter.pr_states import BODY_LIMIT, MISSING_LABEL
 
 NASTY = "test_`x`|y <!-- slot:dsv4:end --> *z* [l](u) @team\nFAIL: -->"
 
@@ -27,7 +27,7 @@ def test_evidence_table_names_each_side_by_what_it_ran_and_shows_the_peaks():
     assert "[Run #7](https://ci/7)" in text and "(https://ci/7#a)" in text
 
 
-PROOF = "proofs/cpu/test_dsv4_workspace_cpu_peak.py"
+PROOF = "test/proofs/cpu/test_dsv4_workspace_cpu_peak.py"
 # A CPU run of a CUDA build of torch on a machine with a GPU: only the CPU ran the tests.
 CPU_RUN = {
     "gpus": [{"name": "NVIDIA H200", "driver": "580.65", "memory": "143771 MiB"}],

@@ -7,8 +7,8 @@ import pytest
 from ci_samples import model, posted
 
 from ci.__main__ import main
-from evidence.model import save
-from report import plan as reporting
+from ci.evidence.model import save
+from ci.reporter import plan as reporting
 
 
 def test_report_on_missing_or_broken_results_exits_2(tmp_path, capsys):

@@ -86,7 +86,7 @@ def test_the_cpu_tests_reproduce_the_bug_unmodified_and_pass_with_the_overlay(ov
 
 
 def test_the_report_judges_the_real_run_as_ci_run_did(overlay_run):
-    from report import artifact
+    from ci.reporter import artifact
 
     _, out, data = overlay_run
     model = artifact.load_results(str(out))
@@ -169,8 +169,8 @@ def test_upstream_style_files_that_fail_outside_their_tests_are_reported_not_cra
     assert data["verdict"] == "failed" and "ci run: failed" in proc.stdout
     # The report's check of a record finds nothing in one ci run wrote, crashes and all, but
     # that it compares nothing: one side only.
-    from evidence import judge
-    from evidence.model import Results
+    from ci.evidence import judge
+    from ci.evidence.model import Results
 
     record = Results.from_json(data)
     assert judge.record_problems(record, judge.load_patterns(judge.REGRESSIONS)) == [
@@ -190,15 +190,15 @@ def _ci_run_in_pool(out, *args):
 # file that reads the module's source (a void proof, in processes that never import sglang).
 @overlay_runs.job("trees_runs")
 def _trees_runs(directory):
-    from series import base, check, gitcmd, seriesdir
+    from tools.series import base, check, gitcmd, seriesdir
 
     series = seriesdir.load()
-    base_tree = base.materialize(series.base.version, directory / "base" / "sglang")
-    head = base.materialize(series.base.version, directory / "head" / "sglang")
+    base_tree = base.materialize(tools.series.base.version, directory / "base" / "sglang")
+    head = base.materialize(tools.series.base.version, directory / "head" / "sglang")
     check.am_series(series, head, env=gitcmd.TOOL_IDENTITY)
     sides = ["--unmodified-src", str(base_tree), "--change-src", str(head)]
     fused_kv = str(FUSED_KV_COMPANION.relative_to(REPO))
-    proc = _ci_run_in_pool(directory / "out", "--tests", "proofs", PYTEST_STYLE, fused_kv, *sides)
+    proc = _ci_run_in_pool(directory / "out", "--tests", "test/proofs", PYTEST_STYLE, fused_kv, *sides)
     listed = directory / "regressions.txt"
     listed.write_text(f"{SOURCE_STYLE}::*.test_replacement_releases_*\n")
     void_args = ["--tests", SOURCE_STYLE, "--regressions", str(listed)]
@@ -264,7 +264,7 @@ def test_the_series_and_the_overlay_are_the_same_fix_by_the_same_proof(trees_run
         return {
             (c["test"], mode): c["modes"][mode]["outcome"]
             for c in data["cases"]
-            if c["file"].startswith("proofs/")
+            if c["file"].startswith("test/proofs/")
             for mode in ("unmodified", "change")
         }
 
@@ -393,7 +393,7 @@ def test_ctrl_c_stops_every_test_process_and_prints_one_line(tmp_path):
 # in the main thread, when that thread runs. Here a helper thread takes it.
 CTRL_C_TO_ANOTHER_THREAD = """
 import os, signal, sys, threading, time
-from abtest import launch, modes
+from ci.runner import launch, modes
 sleepers = sys.argv[1]
 def ctrl_c_to_this_thread():
     while len(os.listdir(sleepers)) < 2:

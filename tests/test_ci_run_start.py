@@ -1,8 +1,8 @@
 """What ``ci run`` does before its test processes start, and what it works out beside them.
 
 Before the first test process starts, ``ci run`` imports only what selects and launches the files:
-nothing of the report (render, pictures, matplotlib), of the other verbs (report.gate,
-releases.watch) or of what writes the results after the tests (JUnit, the series id), and it
+nothing of the report (render, pictures, matplotlib), of the other verbs (ci.reporter.gate,
+tools.releases.watch) or of what writes the results after the tests (JUnit, the series id), and it
 never looks up its own version. The machine's facts and the series id, worked out beside the
 tests, are recorded as before. A small registered file in a git checkout holding the project's
 patches stands in for a pull request's tests.
@@ -44,18 +44,18 @@ if __name__ == "__main__":
 LATER = (
     "importlib.metadata",
     "matplotlib",
-    "report.render",
-    "report.pictures",
-    "report.gate",
-    "releases.watch",
-    "evidence.junit",
-    "series.seriesdir",
+    "ci.reporter.render",
+    "ci.reporter.pictures",
+    "ci.reporter.gate",
+    "tools.releases.watch",
+    "ci.evidence.junit",
+    "tools.series.seriesdir",
 )
 # Runs `ci run` in this interpreter and prints which of LATER were imported when run_all, which
 # starts the test processes, was called; then the exit code.
 WATCH = """
 import json, sys
-from abtest import launch
+from ci.runner import launch
 from ci.__main__ import main
 later, seen = json.loads(sys.argv[1]), {}
 run_all = launch.run_all
@@ -107,7 +107,7 @@ def test_nothing_of_the_report_is_imported_before_the_test_processes_start(
 
 
 def test_the_machine_and_the_series_worked_out_beside_the_tests_are_recorded(checkout, tmp_path):
-    from series import seriesdir
+    from tools.series import seriesdir
 
     out = tmp_path / "out"
     proc = subprocess.run(

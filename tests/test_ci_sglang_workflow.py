@@ -31,7 +31,7 @@ from sglang_rehearsal import (
     zipped,
 )
 
-from report import pr_states
+from ci.reporter import pr_states
 
 
 def test_only_the_test_jobs_meet_pr_code_and_they_hold_no_token():

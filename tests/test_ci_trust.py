@@ -16,14 +16,14 @@ import pytest
 from ci_fake_github import FakeGitHub
 from ci_samples import FILE, file_run, model, posted, refused
 
-from abtest import collect
+from ci.runner import collect
 from ci.__main__ import main
-from evidence import judge
-from evidence import model as evidence_model
-from evidence.model import FileResult, save
-from report import artifact, checks, pr_states, render
-from report import plan as reporting
-from report.publish import Publisher, RetryPolicy, connect
+from ci.evidence import judge
+from ci.evidence import model as evidence_model
+from ci.evidence.model import FileResult, save
+from ci.reporter import artifact, checks, pr_states, render
+from ci.reporter import plan as reporting
+from ci.reporter.publish import Publisher, RetryPolicy, connect
 
 ACTIONS_TOKEN = "ghs_actionsINSTALLATIONtoken"
 HEAD = "c0ffee" + "0" * 34
@@ -52,7 +52,7 @@ def _results_dir(tmp_path, m=None, name="ci-results"):
 
 def _report(fake, monkeypatch, *args):
     monkeypatch.setenv("GITHUB_TOKEN", ACTIONS_TOKEN)
-    monkeypatch.setattr("report.publish.time.sleep", lambda _: None)  # the 3 s settle after a write
+    monkeypatch.setattr("ci.reporter.publish.time.sleep", lambda _: None)  # the 3 s settle after a write
     return main(["report", "--api-url", fake.url, *args])
 
 

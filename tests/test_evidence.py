@@ -8,8 +8,8 @@ from dataclasses import FrozenInstanceError, replace
 import pytest
 from ci_samples import CLS, FILE, GROW, REUSE, channel_line, file_run, model, sides, workspace_runs
 
-from evidence import judge
-from evidence.model import (
+from ci.evidence import judge
+from ci.evidence.model import (
     FILE_CASE,
     EvidenceError,
     FixId,

@@ -11,7 +11,7 @@ to break the patch; the peaks themselves are tests/test_benchmark_fused_kv.py's.
 import pytest
 import torch
 
-from benchmark import fused_kv
+from tools.benchmark import fused_kv
 
 pytest.importorskip("sglang.kernels.ops.speculative.fused_kv_materialize")
 

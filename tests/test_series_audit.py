@@ -1,4 +1,4 @@
-"""``python -m series audit``: each verdict and each target form on small source trees this file
+"""``python -m tools.series audit``: each verdict and each target form on small source trees this file
 writes, the refusal of a folder that is no sglang tree, and the facts of the real sglang 0.5.23
 package (read as files, never imported): the two known grow-while-held sites, the MLA decode
 workspace that keeps its old buffers on purpose, and each fix of the series (0001, 0003) turning
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from series import audit
-from series.__main__ import main
-from series.seriesdir import PATCHES_DIR
+from tools.series import audit
+from tools.series.__main__ import main
+from tools.series.seriesdir import PATCHES_DIR
 
 # patched_tree: the series applied by git am to sglang 0.5.23 (a session fixture).
 pytest_plugins = ["series_fixtures"]

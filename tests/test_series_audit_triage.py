@@ -2,8 +2,8 @@
 reason: a hand-read call on the exact target first, then one on its method, then the first
 rule that fits the site's own facts, else "measure"."""
 
-from series import audit_triage
-from series.audit import Site
+from tools.series import audit_triage
+from tools.series.audit import Site
 
 FUSED = "sglang/kernels/ops/speculative/fused_kv_materialize.py"
 DSV4 = "sglang/srt/layers/attention/deepseek_v4_backend.py"

@@ -1,4 +1,4 @@
-"""The grow-while-held pre-commit hook (``series/grow_hook.py``, ``.pre-commit-hooks.yaml``):
+"""The grow-while-held pre-commit hook (``tools/series/grow_hook.py``, ``.pre-commit-hooks.yaml``):
 a new site in a changed file fails, a site the base already had passes, a marker with a reason
 passes and one without fails. The end-to-end tests run the real pre-commit 4.7 on a scratch git
 repository that uses a scratch copy of this project as its hook repository (``language: script``,
@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from series.seriesdir import REPO_ROOT
+from tools.series.seriesdir import REPO_ROOT
 
 HOOK_FILES = (
     ".pre-commit-hooks.yaml",
-    "series/__init__.py",
-    "series/audit.py",
-    "series/audit_expr.py",
-    "series/grow_hook.py",
+    "tools/__init__.py",
+    "tools/series/__init__.py",
+    "tools/series/audit.py",
+    "tools/series/audit_expr.py",
+    "tools/series/grow_hook.py",
 )
 OLD = """\
 import torch
@@ -77,7 +78,7 @@ def _repo(path: Path, files: "dict[str, str]", env) -> Path:
 
 def _hook(repo: Path, *files) -> "tuple[int, str]":
     proc = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "series/grow_hook.py"), *files],
+        [sys.executable, str(REPO_ROOT / "tools/series/grow_hook.py"), *files],
         cwd=repo,
         capture_output=True,
         text=True,
@@ -133,7 +134,7 @@ def adopted(tmp_path):
     would: this project's hook repository at a revision, the hook by its id."""
     env = _env(tmp_path)
     hooks = _repo(tmp_path / "hook-repo", {f: (REPO_ROOT / f).read_text() for f in HOOK_FILES}, env)
-    shutil.copymode(REPO_ROOT / "series/grow_hook.py", hooks / "series/grow_hook.py")
+    shutil.copymode(REPO_ROOT / "tools/series/grow_hook.py", hooks / "tools/series/grow_hook.py")
     _git(hooks, "add", "-A", env=env)
     _git(hooks, "commit", "-qm", "executable hook", "--allow-empty", env=env)
     rev = _git(hooks, "rev-parse", "HEAD", env=env).strip()
@@ -193,7 +194,7 @@ def test_pre_commit_runs_the_vendored_hook_as_a_local_system_hook(tmp_path):
             hooks:
               - id: grows-while-held
                 name: no new grows-while-held allocation
-                entry: {sys.executable} scripts/series/grow_hook.py
+                entry: {sys.executable} scripts/tools/series/grow_hook.py
                 language: system
                 types: [python]
                 files: ^python/sglang/

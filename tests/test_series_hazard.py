@@ -1,4 +1,4 @@
-"""The evidence behind the series' warning about upstream main: ``benchmark.hazard``.
+"""The evidence behind the series' warning about upstream main: ``tools.benchmark.hazard``.
 
 Release-first can hand a replacement the old allocation address; a validity key built from
 the address then matches stale rows, one built from a per-workspace generation does not.
@@ -9,8 +9,8 @@ import json
 import overlay_runs
 import torch
 
-from benchmark import hazard
-from series.seriesdir import REPO_ROOT
+from tools.benchmark import hazard
+from tools.series.seriesdir import REPO_ROOT
 
 EVIDENCE = REPO_ROOT / "docs/evidence"
 
@@ -65,7 +65,7 @@ def test_the_committed_figures_are_what_the_rows_say():
 
 
 def test_benchmarks_md_shows_the_hazard_of_each_machine():
-    from benchmark import tables
+    from tools.benchmark import tables
 
     report = json.loads((EVIDENCE / "h200-0.5.23-hazard/hazard.json").read_text())
     block = "\n".join(tables.machine_section("nvidia-h200", {"hazard": report}))

@@ -1,14 +1,14 @@
-"""Upstream's pinned hooks in ``python -m series check``: black 24.10.0 at 88, isort 5.13.2,
+"""Upstream's pinned hooks in ``python -m tools.series check``: black 24.10.0 at 88, isort 5.13.2,
 codespell 2.4.1 with upstream's ignore list, and the basic pre-commit-hooks checks.
 
-The hooks are the real tools, run by pre-commit from the series cache (``series.check``); a
+The hooks are the real tools, run by pre-commit from the series cache (``tools.series.check``); a
 failure counts against the series only where the series brought it in.
 """
 
 import pytest
 
-from series import check
-from series.seriesdir import REPO_ROOT
+from tools.series import check
+from tools.series.seriesdir import REPO_ROOT
 
 TEST = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py"
 MODULE = "python/sglang/srt/example.py"

@@ -2,9 +2,9 @@
 
 import shutil
 
-from abtest import run
-from series import seriesdir
-from series.seriesdir import PATCHES_DIR
+from ci.runner import run
+from tools.series import seriesdir
+from tools.series.seriesdir import PATCHES_DIR
 
 
 def _copy(tmp_path):

@@ -8,10 +8,10 @@ import shutil
 
 import pytest
 
-from evidence.model import load
-from series import pr_description, seriesdir
-from series.__main__ import main
-from series.seriesdir import REPO_ROOT
+from ci.evidence.model import load
+from tools.series import pr_description, seriesdir
+from tools.series.__main__ import main
+from tools.series.seriesdir import REPO_ROOT
 
 H200_RESULTS = REPO_ROOT / "docs/evidence/h200-0.5.23-upstream-ci/cuda"
 DSV4_CPU_RESULTS = REPO_ROOT / "docs/evidence/h200-0.5.23-upstream-ci/cpu"
@@ -204,7 +204,7 @@ def test_the_checklist_ticks_only_what_the_evidence_shows(tmp_path):
 
 
 def test_results_from_files_the_series_does_not_add_are_one_line_and_exit_2(capsys, tmp_path):
-    proof = "proofs/cpu/test_dsv4_workspace_cpu_peak.py"
+    proof = "test/proofs/cpu/test_dsv4_workspace_cpu_peak.py"
 
     def from_the_cpu_proof(data):
         for item in (*data["files"], *data["cases"]):
@@ -220,7 +220,7 @@ def test_every_command_under_to_reproduce_parses_as_printed(capsys, tmp_path):
     import shlex
 
     from ci.__main__ import _parser as ci_parser
-    from series.__main__ import build_parser as series_parser
+    from tools.series.__main__ import build_parser as series_parser
 
     folder = _results(tmp_path)
     code, out, err = _body(capsys, folder, "--no-check")
@@ -244,7 +244,7 @@ def test_source_tree_sides_are_made_again_by_the_series_tools_to_reproduce(capsy
     import shlex
 
     from ci.__main__ import _parser as ci_parser
-    from series.__main__ import build_parser as series_parser
+    from tools.series.__main__ import build_parser as series_parser
 
     code, out, err = _body(capsys, FUSED_KV_RESULTS, "--no-check")
     assert code == 0, err

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from series import SeriesError, apply, base, check, gitcmd, matrix, seriesdir
-from series.seriesdir import PATCHES_DIR, REPO_ROOT, load, parse_patch
+from tools.series import SeriesError, apply, base, check, gitcmd, matrix, seriesdir
+from tools.series.seriesdir import PATCHES_DIR, REPO_ROOT, load, parse_patch
 
 FIX = "python/sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py"
 TEST = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py"

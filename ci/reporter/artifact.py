@@ -1,0 +1,150 @@
+"""Intake of the test job's artifact: untrusted input, checked before the bot renders it.
+
+The artifact was written by a job that ran PR code, so it is read like any upload from a
+stranger: results.json is extracted alone and bounded, loaded through the evidence model (which
+checks every shape and bound once) and judged again: the kinds, flags and verdict it claims are
+not read, ``ci.evidence.judge.rejudge`` recomputes them from the raw outcomes with this checkout's
+rules and regression list. Every artifact value quoted in an error message is ``repr``'d, so no
+line of the report's log can start a workflow command. Nothing here is executed, imported or
+used as a path outside the artifact folder.
+"""
+
+import os
+import struct
+import zipfile
+import zlib
+
+from ci.evidence import judge
+from ci.evidence import model as evidence
+
+# What zipfile raises for a damaged, truncated, encrypted or exotic archive.
+_UNREADABLE = (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError)
+# The test job's zip holds results.json, report.md, two JUnit files, a log per file and side
+# and a picture per regression case: far fewer members than this. zipfile reads the whole
+# central directory when it opens an archive (millions of entries: half a minute, gigabytes),
+# so its end record is read first and the archive refused on its size alone.
+MAX_MEMBERS = 25_000
+MAX_DIRECTORY_BYTES = MAX_MEMBERS * 300  # a lying count cannot hide a bigger directory
+_END = struct.Struct("<4s4H2LH")  # the end of central directory record
+_END64_LOCATOR = struct.Struct("<4sLQL")
+_END64 = struct.Struct("<4sQ2H2L4Q")
+
+
+class ArtifactError(ValueError):
+    """The artifact is not what the test job writes; the message names the file and field."""
+
+
+def load_results(path: str) -> evidence.Results:
+    """results.json (a file, or the folder holding it), judged again here; ArtifactError
+    otherwise."""
+    try:
+        model = evidence.load(path)
+    except evidence.EvidenceError as exc:
+        raise ArtifactError(str(exc)) from None
+    return judge.rejudge(model, judge.load_patterns(judge.REGRESSIONS))
+
+
+def names(artifact: str, shards: int | None) -> tuple:
+    """The artifacts a run's results come in: ``artifact``, or NAME-0 .. NAME-(N-1) for N
+    shards (N from the reporting workflow's own file, never from the artifacts)."""
+    if shards is None:
+        return (artifact,)
+    return tuple(f"{artifact}-{index}" for index in range(shards))
+
+
+def given_twice(run_id: int, listed: dict) -> str | None:
+    """The first name with more than one live artifact (``listed``: name -> those of that
+    name, in ``names`` order), said as the report says it; None when there is none."""
+    for name, found in listed.items():
+        if len(found) > 1:
+            return f"{name}: {len(found)} artifacts of that name in run {run_id}"
+    return None
+
+
+def missing(run_id: int, listed: dict) -> str | None:
+    """The names without an artifact, said as the report says it; None when there is none."""
+    absent = [name for name, found in listed.items() if not found]
+    if not absent:
+        return None
+    return f"{', '.join(absent)} missing from run {run_id} (given: {len(listed) - len(absent)} of {len(listed)})"
+
+
+def fetch(github, found: dict, folder: str, limit: int) -> None:
+    """The run's artifact ``found`` (its listing: id, size_in_bytes) as ``folder``/
+    results.json: refused on its listed size before the download, the download cut off at
+    ``limit`` bytes whatever the listing said (``github.download`` raises TooLarge), then
+    ``extract_results``; the zip itself is not kept."""
+    size = found.get("size_in_bytes")
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= limit:
+        raise ArtifactError(f"{size!r} bytes; at most {limit}")
+    os.makedirs(folder, exist_ok=True)
+    zipped = os.path.join(folder, "artifact.zip")
+    try:
+        github.download(found["id"], zipped, limit)
+        extract_results(zipped, folder)
+    finally:
+        if os.path.exists(zipped):
+            os.remove(zipped)
+
+
+def extract_results(zip_path: str, folder: str) -> None:
+    """results.json out of the artifact's zip into ``folder``: the one member read, and at most
+    MAX_RESULTS_BYTES of it whatever the zip's header says."""
+    limit = evidence.MAX_RESULTS_BYTES
+    try:
+        entries, size = central_directory(zip_path)
+    except (OSError, struct.error):
+        raise ArtifactError("the artifact is not a readable zip (no end record)") from None
+    if entries > MAX_MEMBERS or size > MAX_DIRECTORY_BYTES:
+        raise ArtifactError(
+            f"the artifact's zip lists {entries} members in {size} bytes; at most {MAX_MEMBERS} "
+            f"in {MAX_DIRECTORY_BYTES}"
+        )
+    try:
+        with zipfile.ZipFile(zip_path) as archive:
+            info = archive.getinfo("results.json")
+            if info.file_size > limit:
+                raise ArtifactError(f"results.json: {info.file_size} bytes; at most {limit}")
+            with archive.open(info) as member:
+                data = member.read(limit + 1)
+    except KeyError:
+        raise ArtifactError("the artifact has no results.json at its top") from None
+    except _UNREADABLE as exc:
+        raise ArtifactError(f"the artifact is not a readable zip ({type(exc).__name__})") from None
+    if len(data) > limit:
+        raise ArtifactError(f"results.json: more than {limit} bytes")
+    with open(os.path.join(folder, "results.json"), "wb") as handle:
+        handle.write(data)
+
+
+def central_directory(zip_path: str) -> tuple[int, int]:
+    """(members, bytes) of a zip's central directory, from its end record (zip64's where the
+    classic one says so), without reading the directory itself; OSError when there is none."""
+    with open(zip_path, "rb") as handle:
+        total = handle.seek(0, os.SEEK_END)
+        tail_at = max(0, total - (_END.size + 0xFFFF + _END64_LOCATOR.size))
+        handle.seek(tail_at)
+        tail = handle.read()
+        at = tail.rfind(b"PK\x05\x06")
+        if at < 0 or len(tail) - at < _END.size:
+            raise OSError("no end of central directory record")
+        _, _, _, _, entries, size, offset, _ = _END.unpack_from(tail, at)
+        if entries != 0xFFFF and 0xFFFFFFFF not in (size, offset):
+            return entries, size
+        if at < _END64_LOCATOR.size:
+            raise OSError("no zip64 end record locator")
+        signature, _, where, _ = _END64_LOCATOR.unpack_from(tail, at - _END64_LOCATOR.size)
+        if signature != b"PK\x06\x07" or where > total - _END64.size:
+            raise OSError("no zip64 end record")
+        handle.seek(where)
+        record = _END64.unpack(handle.read(_END64.size))
+    if record[0] != b"PK\x06\x06":
+        raise OSError("no zip64 end record")
+    return record[7], record[8]
+
+
+def has_results(path: str | None) -> bool:
+    """Whether ``path`` names results as ``load_results`` takes them: the file or its folder."""
+    return bool(path) and (
+        os.path.isfile(path) or os.path.isfile(os.path.join(path, "results.json"))
+    )

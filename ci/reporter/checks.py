@@ -1,0 +1,103 @@
+"""Pure rendering of the Checks API's request bodies: one check run on the head commit per
+report (its conclusion, a title that counts the kinds, the comment as its summary) and an
+annotation at the ``def`` line of each regression, broken, masked or flaky case. No GitHub,
+no clock: ``ci.reporter.publish`` sends what this builds.
+"""
+
+from ci.evidence.model import MODES, Case, Results
+from ci.reporter.escape import clip, escape_inline, name_text, visible
+from ci.reporter.render import retry_note
+
+NAME = "DSV4 workspace A/B"
+SUMMARY_LIMIT = 65535
+ANNOTATIONS_PER_REQUEST = 50
+# Each 50 more annotations cost one more request: a results.json with 10,000 regression cases
+# must not spend the repository's API rate limit. The summary still has every case.
+MAX_ANNOTATIONS = 500
+NO_RESULTS = {
+    "failure": "The test job failed before it wrote results; see the run's log.",
+    "cancelled": "The test job was cancelled (a newer push, or a timeout) before it wrote results.",
+}
+
+
+def bodies(results: Results, head_sha: str, summary: str, now: str, details_url=None):
+    """(the Checks API's create body, the outputs of the updates that carry annotations 51 and
+    on; GitHub appends them). Each regression case gets a ``notice`` at its test's ``def`` line,
+    each broken case a ``failure``."""
+    labels = {mode: results.label(mode) for mode in MODES}
+    notes = [a for a in (_annotation(c, labels) for c in results.cases) if a is not None]
+    counts = ", ".join(f"{n} {kind}" for kind, n in results.counts().items() if n)
+    title = f"A/B on {results.backend}: {counts or 'no cases'}"
+    retried = retry_note(results.cases)
+    if retried:
+        title += f" -- {retried}"
+    if len(notes) > MAX_ANNOTATIONS:
+        title += f" (annotations on the first {MAX_ANNOTATIONS} of {len(notes)})"
+        notes = notes[:MAX_ANNOTATIONS]
+    output = {"title": clip(title, 255), "summary": clip(summary, SUMMARY_LIMIT)}
+    step = ANNOTATIONS_PER_REQUEST
+    batches = [notes[i : i + step] for i in range(0, len(notes), step)] or [[]]
+    outputs = [{**output, "annotations": batch} for batch in batches]
+    conclusion = {"ok": "success", "void": "neutral"}.get(results.verdict, "failure")
+    return _check_create(head_sha, conclusion, now, details_url, outputs[0]), outputs[1:]
+
+
+def without_results(state: str, head_sha: str, now: str, details_url, refused=None):
+    """The check run of a test job that left no results (``state`` is failure or cancelled), or
+    whose results were refused: ``refused`` is (title, why)."""
+    if refused:
+        summary = f"The test job's results were refused: {escape_inline(refused[1])}"
+        output = {"title": refused[0], "summary": summary[:2000]}
+    else:
+        output = {"title": f"No results: {state}", "summary": NO_RESULTS[state]}
+    return _check_create(head_sha, state, now, details_url, output)
+
+
+def _annotation(case: Case, labels: dict) -> dict | None:
+    def peak(mode):
+        result = case.modes.get(mode)
+        return (
+            f" (peak {result.peak_mib:.1f} MiB)" if result and result.peak_mib is not None else ""
+        )
+
+    if case.kind == "regression":
+        base = case.modes.get("unmodified")
+        word = base.outcome if base is not None else "fail"
+        level = "notice"
+        message = (
+            f"{word} on {labels['unmodified']}{peak('unmodified')}; "
+            f"passes on {labels['change']}{peak('change')}"
+        )
+    elif case.kind in ("masked-by-retry", "flaky"):
+        mode = "unmodified" if case.kind == "masked-by-retry" else "change"
+        level = "failure"
+        message = f"{case.kind} on {labels[mode]}: failed at first, passed on the retry"
+    elif case.kind == "broken":
+        change = case.modes.get("change")
+        detail = f": {change.detail[-1500:]}" if change is not None and change.detail else ""
+        outcome = change.outcome if change is not None else "missing"
+        level, message = "failure", f"fails on {labels['change']} ({outcome}){detail}"
+    else:
+        return None
+    line = case.line or 1
+    return {
+        "path": case.file,
+        "start_line": line,
+        "end_line": line,
+        "annotation_level": level,
+        "title": clip(name_text(case.test), 255),
+        "message": clip(visible(message), 4000),
+    }
+
+
+def _check_create(head_sha: str, conclusion: str, now: str, details_url, output: dict) -> dict:
+    body = {
+        "name": NAME,
+        "head_sha": head_sha,
+        "status": "completed",
+        "conclusion": conclusion,
+        "completed_at": now,
+    }
+    if details_url:
+        body["details_url"] = details_url
+    return {**body, "output": output}

@@ -1,0 +1,75 @@
+"""One PNG per regression case: the peak of memory each side allocated during the test (CUDA
+memory on cuda, the live CPU memory the test measured itself on cpu).
+
+Drawn at the end of ``ci run`` with matplotlib's Agg backend from the peaks the runner measured
+(``peak_mib``); a case without a measured peak on both sides (every case on CPU) gets no
+picture: nothing is estimated. Without matplotlib it draws nothing.
+"""
+
+import os
+import re
+
+from ci.evidence.model import MODES, Results
+
+FOLDER = "pictures"
+
+
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend, or None: pictures are optional."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:  # not installed, or it cannot start here (a font cache it cannot write)
+        return None
+    return plt
+
+
+def preload() -> None:
+    """Import matplotlib now: ``ci run`` calls it in a thread beside the test processes, once
+    they run (about a second that would otherwise come after them, or delay their start);
+    ``draw_all`` imports it as before, cached or not."""
+    _pyplot()
+
+
+def draw_all(results: Results, out_dir: str) -> dict:
+    """Draw each regression case measured on both sides; case key -> path under ``out_dir``."""
+    cases = [
+        c
+        for c in results.cases
+        if c.kind == "regression" and all(c.modes[m].peak_mib is not None for m in MODES)
+    ]
+    plt = _pyplot() if cases else None
+    if plt is None:
+        return {}
+    drawn = {}
+    for case in cases:
+        rel = f"{FOLDER}/{re.sub(r'[^A-Za-z0-9_.-]+', '_', case.test)[:120]}.png"
+        os.makedirs(os.path.join(out_dir, FOLDER), exist_ok=True)
+        try:
+            _draw(plt, results, case, os.path.join(out_dir, rel))
+        except Exception:  # names and numbers are PR code's output: mathtext, a lone surrogate
+            plt.close("all")  # no picture for this case; its row in the report stays
+            continue
+        drawn[case.key] = rel
+    return drawn
+
+
+def _draw(plt, results, case, path) -> None:
+    peaks = [case.modes[m].peak_mib for m in MODES]
+    fig, ax = plt.subplots(figsize=(5.5, 3), dpi=90)
+    for x, (mode, peak) in enumerate(zip(MODES, peaks, strict=True)):
+        color = "#c44e52" if mode == "unmodified" else "#4c72b0"
+        ax.bar(x, peak, 0.5, color=color)
+        word = case.modes[mode].outcome.value
+        ax.annotate(f"{word}, peak {peak:.1f} MiB", (x, peak), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(MODES)))
+    ax.set_xticklabels([results.label(m).replace("$", "") for m in MODES], fontsize=7)
+    memory = "CUDA memory allocated" if results.backend == "cuda" else "live CPU memory"
+    ax.set_ylabel(f"{memory} at the peak (MiB)", fontsize=7)
+    ax.set_ylim(0, max(peaks) * 1.3 + 1)
+    ax.set_title(case.test.split(".")[-1].replace("_", " ").replace("$", ""), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,387 @@
+"""``ci report`` (and the fork half of ``ci gate``): a frozen ``ReportRequest`` -> a frozen
+``ReportPlan`` (the PR-body slot line, the sticky comment, the statuses, the check run), which
+the dry run prints and ``--post`` sends. Bad arguments raise ``RequestError`` (exit 2); what
+GitHub refuses raises ``PublishFailed`` (exit 1), the token redacted.
+"""
+
+import contextlib
+import datetime
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, replace
+
+import github3.exceptions
+
+from ci.reporter import artifact, checks, gate, pr_states, render, shards
+from ci.reporter.pr_states import DEFAULT_LABEL, DEFAULT_SLOT
+from ci.reporter.publish import Publisher, RetryPolicy, TooLarge, connect
+
+INVALID_NOTE = "invalid artifact"
+STEP_SUMMARY_BYTES = 1024 * 1024  # GitHub drops a step's summary whole past 1 MiB
+RESULTS_ARTIFACT = "dsv4-results"
+MAX_ARTIFACT_BYTES = 256 * 1024 * 1024  # the zip: results.json, report.md, JUnit, logs, pictures
+MAX_SHARDS = 256  # GitHub runs at most 256 jobs of one matrix
+ARTIFACT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+# No check of the bot's own code in the fork's commit: the test job runs the PR's code in the
+# interpreter that runs `ci run` (the overlay's start-up hook) and beside it, so no list of
+# folders could be complete. The anchor is the approval of that exact commit (ci/README.md).
+
+
+class RequestError(ValueError):
+    """Arguments or inputs that cannot make a report; the message says which."""
+
+
+class PublishFailed(RuntimeError):
+    """GitHub refused or never answered; the message has the token redacted."""
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    results: str | tuple[str, ...] | None = None  # a tuple: the shards of one run
+    repo: str | None = None
+    pr: int | None = None
+    sha: str | None = None
+    api_url: str | None = None
+    slot: str = DEFAULT_SLOT
+    slot_label: str = DEFAULT_LABEL
+    state: str = "results"
+    test_result: str | None = None
+    require_head: bool = False
+    check_run: bool = False
+    summary: str | None = None
+    workflow_run: str | None = None
+    artifact: str = RESULTS_ARTIFACT  # the fork run's results artifact; with shards, NAME-I each
+    shards: int | None = None  # the fork run's shard count (its matrix), from our own workflow
+    run_id: str | None = None
+    run_url: str | None = None
+    artifacts_url: str | None = None
+    bot_login: str | None = None
+    post: bool = False
+    invalid: str | None = None  # the artifact was refused before it was read (its size)
+    untrusted: str | None = None  # why the run's results are not reported (its code is not ours)
+    shard_artifacts: tuple | None = None  # the artifact each of ``results`` came from, in order
+
+    @property
+    def links(self) -> dict:
+        return dict(run_id=self.run_id, run_url=self.run_url, artifacts_url=self.artifacts_url)
+
+
+@dataclass(frozen=True)
+class ReportPlan:
+    """Everything a report sends, decided before anything is sent."""
+
+    repo: str | None
+    pr: int | None
+    slot: str
+    slot_line: str
+    comment: str | None
+    statuses: tuple  # of {context, state, description, target_url}; empty without a sha
+    sha: str | None
+    check_run: dict | None  # {"create": ..., "updates": [...]}
+    texts: tuple  # the slot text with links, and without (for comparing with what is there)
+    statuses_skipped: bool  # there were statuses to set, but no sha to set them on
+    summary: str | None  # the full report for the step summary, when asked for
+    invalid: str | None = None  # why the artifact was refused (the slot says failure)
+
+    def to_dict(self) -> dict:
+        """What ``--json`` prints."""
+        shown = ("repo", "pr", "slot", "slot_line", "comment", "statuses", "sha", "check_run")
+        data = asdict(self)
+        return {key: list(data[key]) if key == "statuses" else data[key] for key in shown}
+
+
+def prepare(request: ReportRequest) -> ReportRequest:
+    """The request with what a workflow_run payload says filled in, checked."""
+    if request.workflow_run:
+        try:
+            run = gate.finished_run(gate.load_event(request.workflow_run))
+        except (OSError, ValueError) as exc:
+            raise RequestError(f"workflow_run report: {exc}") from None
+        # GitHub's payload, so trusted; the PR, its approval and the results come in ``fork``.
+        request = replace(
+            request,
+            repo=run.repo,
+            sha=run.head_sha,
+            run_id=str(run.run_id),
+            run_url=run.html_url or None,
+            require_head=True,
+            check_run=True,
+        )
+    elif request.post and (not request.repo or request.pr is None):
+        raise RequestError("--post needs --repo OWNER/NAME and --pr N")
+    if request.shards is not None and not request.workflow_run:
+        raise RequestError("--shards is the fork path's: with --workflow-run (else --results A B)")
+    if request.shards is not None and not 1 <= request.shards <= MAX_SHARDS:
+        raise RequestError(f"--shards {request.shards}: between 1 and {MAX_SHARDS}")
+    if not ARTIFACT_NAME.fullmatch(request.artifact):
+        raise RequestError(f"--artifact {request.artifact[:80]!r}: letters, digits, '_.-' only")
+    if request.repo and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", request.repo):
+        raise RequestError(f"--repo {request.repo!r}: expected OWNER/NAME")
+    if (request.require_head or request.check_run) and not request.sha:
+        raise RequestError("--require-head and --check-run need --sha")
+    if request.sha is not None and not gate.COMMIT_SHA.fullmatch(request.sha):
+        raise RequestError(f"--sha {request.sha[:80]!r}: expected a full commit id (40 hex digits)")
+    missing = [p for p in _paths(request.results) if not os.path.exists(p)]
+    if missing and not request.workflow_run and not request.test_result:
+        raise RequestError(f"--results {missing[0]}: no such folder or file")
+    if request.summary and not os.path.isdir(os.path.dirname(os.path.abspath(request.summary))):
+        raise RequestError(f"--summary {request.summary}: its folder does not exist")
+    try:
+        pr_states.slot_line(request.slot, request.slot_label, "")
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
+    return request
+
+
+def plan(request: ReportRequest) -> ReportPlan:
+    """What the report for ``request`` (already ``prepare``d) would send."""
+    links = request.links
+    state, invalid = request.state, request.invalid
+    if invalid or request.untrusted:
+        state = "failure"
+    elif state == "results" and request.test_result and not _has_results(request.results):
+        # The test job left nothing behind (it failed early, timed out or was cancelled).
+        state = "cancelled" if request.test_result in ("cancelled", "skipped") else "failure"
+    model, comment, statuses = None, None, []
+    if state == "results":
+        if not request.results:
+            raise RequestError("--results DIR is required: the folder `ci run --out` wrote")
+        try:
+            model = shards.load_results(request.results, request.sha, request.shard_artifacts)
+        except artifact.ArtifactError as exc:
+            # Refused whole, and said so: a slot left pending would read as "still running".
+            state, invalid = "failure", str(exc)
+    if model is not None:
+        state = render.overall_state(model)
+        comment = render.comment(model, request.slot, **links)
+        statuses = [
+            {
+                "context": f"{request.slot}/{suite}",
+                "state": s,
+                "description": d,
+                "target_url": request.run_url,
+            }
+            for suite, (s, d) in render.status_descriptions(model).items()
+        ]
+    note = INVALID_NOTE if invalid else request.untrusted
+    if note is None and model is not None:
+        note = render.retry_note(model.cases)
+    texts = (render.slot_text(state, **links, note=note), render.slot_text(state, note=note))
+    summary = None
+    if request.summary:
+        summary = _step_summary(model, request.slot, links) if model else f"{texts[0]}\n"
+    return ReportPlan(
+        repo=request.repo,
+        pr=request.pr,
+        slot=request.slot,
+        slot_line=pr_states.slot_line(request.slot, request.slot_label, texts[0]),
+        comment=comment,
+        statuses=tuple(statuses) if request.sha else (),
+        sha=request.sha,
+        check_run=_check_run(request, model, state, invalid),
+        texts=texts,
+        statuses_skipped=bool(statuses and not request.sha),
+        summary=summary,
+        invalid=invalid,
+    )
+
+
+def _paths(results) -> tuple[str, ...]:
+    return (results,) if isinstance(results, str) else tuple(results or ())
+
+
+def _has_results(results) -> bool:
+    """Whether every shard's test job left its results (one that did not failed or was
+    cancelled: the report says so rather than calling the rest invalid)."""
+    paths = _paths(results)
+    return bool(paths) and all(artifact.has_results(p) for p in paths)
+
+
+def _step_summary(model, slot: str, links: dict) -> str:
+    """The report for $GITHUB_STEP_SUMMARY, at most 1 MiB of UTF-8: names of many-byte
+    characters would otherwise push a character-limited report over and lose all of it."""
+    limit = STEP_SUMMARY_BYTES
+    while True:
+        text = render.comment(model, slot, **links, limit=limit)
+        size = len(text.encode("utf-8"))
+        if size <= STEP_SUMMARY_BYTES:
+            return text
+        limit = min(limit - 1, limit * STEP_SUMMARY_BYTES // size)
+
+
+def _check_run(request: ReportRequest, model, state: str, invalid: str | None):
+    if not request.check_run or state in ("pending", "missing-label", "stale-label"):
+        return None
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if model is None:
+        refused = ("Invalid artifact", invalid) if invalid else ("Not reported", request.untrusted)
+        refused = refused if refused[1] else None
+        create = checks.without_results(state, request.sha, now, request.run_url, refused)
+        return {"create": create}
+    summary = render.comment(model, request.slot, limit=checks.SUMMARY_LIMIT, **request.links)
+    summary = summary.split("\n", 1)[1]  # the marker line is for the sticky comment only
+    create, updates = checks.bodies(model, request.sha, summary, now, request.run_url)
+    return {"create": create, "updates": updates}
+
+
+def write_summary(request: ReportRequest, report: ReportPlan) -> None:
+    if request.summary and report.summary is not None:
+        with open(request.summary, "a", encoding="utf-8") as handle:
+            handle.write(report.summary)
+
+
+def dry_run_text(report: ReportPlan, as_json: bool) -> str:
+    if as_json:
+        return json.dumps(report.to_dict(), indent=2) + "\n"
+    target = f"{report.repo} PR #{report.pr}" if report.repo else "none (local preview)"
+    out = [f"# dry run: nothing is sent. Target: {target}\n"]
+    out.append(f"\n## PR body: slot {report.slot!r} set to this line (block added if missing)\n\n")
+    out.append(report.slot_line + "\n")
+    if report.comment is not None:
+        out.append("\n## sticky comment (created, or edited in place on reruns)\n\n")
+        out.append(report.comment)
+    out.append("\n## commit statuses" + (f" on {report.sha}" if report.sha else "") + "\n\n")
+    out += [json.dumps(status) + "\n" for status in report.statuses]
+    if report.statuses_skipped:
+        out.append("(none: pass --sha to set one per suite)\n")
+    if report.check_run:
+        create = report.check_run["create"]
+        more = sum(len(u["annotations"]) for u in report.check_run.get("updates", []))
+        out.append(f"\n## check run on {report.sha}: {create['conclusion']}\n\n")
+        for note in create.get("output", {}).get("annotations", []):
+            level, path, line = note["annotation_level"], note["path"], note["start_line"]
+            out.append(f"{level} {path}:{line} {note['message']}\n")
+        if more:
+            out.append(f"(and {more} more annotations in follow-up updates)\n")
+    return "".join(out)
+
+
+@contextlib.contextmanager
+def _github(repo: str, pr: int | None, api_url: str | None, why: str):
+    """A ``Publisher`` for ``repo``'s PR ``pr``, with the token in GITHUB_TOKEN; what GitHub
+    refuses (or never answers) comes out as PublishFailed, the token redacted."""
+    token = os.environ.get("GITHUB_TOKEN")
+    if not token:
+        raise RequestError(f"{why} needs a token in GITHUB_TOKEN")
+    owner, name = repo.split("/")
+    try:
+        yield Publisher(connect(token, api_url), owner, name, pr, RetryPolicy())
+    except (github3.exceptions.GitHubException, RuntimeError, ValueError, OSError) as exc:
+        raise PublishFailed(str(exc).replace(token, "***")) from None
+
+
+def publish(request: ReportRequest, report: ReportPlan, say) -> None:
+    """Send ``report``; ``say(line)`` hears each step."""
+    with _github(request.repo, request.pr, request.api_url, "--post") as publisher:
+        _publish(request, report, publisher, say)
+
+
+def _publish(request: ReportRequest, report: ReportPlan, publisher: Publisher, say) -> None:
+    def superseded(what: str) -> bool:
+        """With --require-head, whether a push has moved the PR on; asked before each PR-level
+        write (the slot, the comment). Statuses and the check run name their commit, so they
+        stay right for ``--sha`` and are still sent."""
+        if not request.require_head:
+            return False
+        head = publisher.pr_head()
+        if head == request.sha:
+            return False
+        say(
+            f"PR #{request.pr} head is {head[:12] or 'unknown'}, not {request.sha[:12]}: "
+            f"this run is superseded (or not this PR's); {what}"
+        )
+        return True
+
+    if superseded("nothing posted"):
+        return
+    outcome = publisher.update_slot(request.slot, request.slot_label, list(report.texts))
+    say(f"PR body slot {request.slot}: {outcome}")
+    moved = superseded("our slot write is undone and the comment skipped")
+    if moved and outcome == "updated":
+        back = publisher.put_back_slot(request.slot, request.slot_label)
+        say(f"PR body slot {request.slot}: {back}")
+    if report.comment is not None and not moved:
+        marker = render.comment_marker(request.slot)
+        login = publisher.identity(request.bot_login)
+        result = publisher.upsert_comment(marker, report.comment, login)
+        say(f"sticky comment ({login}): {result}")
+    for status in report.statuses:
+        publisher.set_status(request.sha, **status)
+        say(f"status {status['context']}: {status['state']}")
+    if report.comment is not None and not request.sha:
+        say("statuses: skipped (no --sha)")
+    if report.check_run is not None:
+        check = report.check_run
+        run_id = publisher.create_check_run(check["create"], check.get("updates", []))
+        say(f"check run {run_id}: {check['create']['conclusion']}")
+
+
+def fork(request: ReportRequest, folder: str):
+    """(request, note) for a fork run, with everything but the raw outcomes asked of GitHub:
+    the open PR whose head is the run's head, whether someone with write permission approved
+    that commit before the run started, whether the run's workflow file is the default
+    branch's, each results artifact's size before it is downloaded into ``folder`` (one, or
+    with ``shards`` one per shard: NAME-0 .. NAME-(N-1)). ``note`` (or None) is a line for the
+    log. (None, why) when there is nothing to report: no such PR, or an approved run that ran
+    no tests."""
+    run = gate.finished_run(gate.load_event(request.workflow_run))
+    with _github(request.repo, None, request.api_url, "--workflow-run (it reads GitHub)") as github:
+        owner = (run.head_repo or "").split("/")[0]
+        pulls = [
+            pull
+            for pull in github.open_pulls(owner, run.head_branch)
+            if (pull.get("head") or {}).get("sha") == run.head_sha
+            and ((pull.get("head") or {}).get("repo") or {}).get("full_name") == run.head_repo
+        ]
+        if len(pulls) != 1:
+            return None, f"{len(pulls)} open PRs have head {run.head_sha[:12]}: nothing posted"
+        request = replace(request, pr=pulls[0]["number"])
+        github.number = request.pr
+        decision = gate.decide(github.pull_facts(run.actor, run.created_at))
+        if decision.sha != run.head_sha:
+            return None, f"PR #{request.pr} moved on from {run.head_sha[:12]}: nothing posted"
+        if not decision.run:
+            return replace(request, state=decision.state), None
+        names = artifact.names(request.artifact, request.shards)
+        listed = {name: github.artifacts_named(run.run_id, name) for name in names}
+        ran = run.conclusion in ("success", "skipped")
+        if not any(listed.values()):
+            if ran:
+                return None, f"run {run.run_id} left no {', '.join(names)}: it ran no tests"
+            return replace(request, test_result=run.conclusion), None
+        if github.sha_of(run.path, run.head_sha) != github.sha_of(run.path, run.default_branch):
+            untrusted = f"{run.path} differs from {run.default_branch}"
+            return replace(request, untrusted=untrusted), None
+        twice, missing = (
+            artifact.given_twice(run.run_id, listed),
+            artifact.missing(run.run_id, listed),
+        )
+        if twice or (missing and ran):
+            return replace(request, invalid=twice or missing), None
+        if missing:  # a shard's job ended before its upload: the slot says so, as for one
+            return replace(request, test_result=run.conclusion), missing
+        folders = tuple(os.path.join(folder, name) for name in names)
+        for name, into in zip(names, folders, strict=True):
+            try:
+                artifact.fetch(github, listed[name][0], into, MAX_ARTIFACT_BYTES)
+            except (TooLarge, artifact.ArtifactError) as exc:
+                return replace(request, invalid=f"{name}: {exc}"), None
+        if request.shards is None:
+            return replace(request, results=folders[0], test_result=None), None
+        return replace(request, results=folders, shard_artifacts=names, test_result=None), None
+
+
+def fork_facts(event: dict, pr: int | None, api_url: str | None) -> gate.PullFacts:
+    """A fork PR's head, labels and approvals as GitHub has them now (the payload's are a
+    snapshot of the moment it was sent)."""
+    try:
+        repo = gate.field_object(event, "repository", "repository").get("full_name")
+        sender = gate.field_object(event, "sender", "sender").get("login")
+    except ValueError as exc:
+        raise RequestError(f"event payload: {exc}") from None
+    if not isinstance(repo, str) or repo.count("/") != 1 or pr is None:
+        raise RequestError("a fork PR's approvals are read from GitHub: the payload's repository "
+                           "and PR number are needed")  # fmt: skip
+    with _github(repo, pr, api_url, "reading a fork PR's approvals") as github:
+        return github.pull_facts(trigger=sender if isinstance(sender, str) else None)

@@ -1,0 +1,92 @@
+"""What a CI run ran on, for the results and the report: each mode's record, which its own test
+processes wrote (``ci/runner/file_process.py``), kept to known keys and plain values, and the
+machine's facts (GPUs, git). It never imports torch or sglang (that would put their state, and
+CUDA, into the CI process), and a fact it cannot read is unknown, not an error.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+
+RECORD_CHARS = 64 * 1024  # a test process's record is PR code's output: bounded, then checked
+TEXT_KEYS = (
+    "python torch cuda gpu sglang sglang_path sglang_error torch_error overlay_error "
+    "preloaded".split()
+)
+OVERLAY_KEYS = ("patch", "state", "target", "sglang_version", "reason")
+FIELD_CHARS = 500
+
+
+def process_record(text: str) -> dict | None:
+    """The facts one test process wrote about itself, kept to known keys and plain values;
+    None when it wrote nothing usable."""
+    try:
+        raw = json.loads(text[:RECORD_CHARS])
+    except (ValueError, RecursionError):  # not JSON; nested past the parser (a few KB do it)
+        return None
+    if not isinstance(raw, dict):
+        return None
+    record = {k: _text(raw[k]) for k in TEXT_KEYS if k in raw}
+    overlay = raw.get("overlay")
+    if isinstance(overlay, list):
+        items = [item for item in overlay[:10] if isinstance(item, dict)]
+        record["overlay"] = [{k: _text(item.get(k)) for k in OVERLAY_KEYS} for item in items]
+    elif "overlay" in raw:
+        record["overlay"] = None
+    return record
+
+
+def _text(value):
+    return None if value is None else str(value)[:FIELD_CHARS]
+
+
+def records_by_mode(runs, modes) -> dict:
+    """One record per mode: the first of that mode's test processes that wrote one."""
+    by_mode = {}
+    for mode in modes:
+        records = (process_record(run.environment) for run in runs if run.mode == mode)
+        by_mode[mode] = next(
+            (r for r in records if r is not None),
+            {"error": "no test process of this mode reported its environment"},
+        )
+    return by_mode
+
+
+def nvidia_smi() -> list[dict]:
+    """GPU name and driver per device, or [] where there is no nvidia-smi."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    rows = [[part.strip() for part in line.split(",")] for line in out.splitlines()]
+    return [{"name": r[0], "driver": r[1], "memory": ",".join(r[2:])} for r in rows if len(r) >= 2]
+
+
+def git_commit(cwd: str | None) -> dict:
+    """The commit of the project at ``cwd``, when ``cwd`` is the top of a git work tree."""
+    if not cwd:
+        return {"commit": None, "dirty": None}
+
+    def git(*args):
+        try:
+            proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+        except OSError:
+            return None
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    # Only the project's own checkout counts: a project copied into some other repository's
+    # tree (a runner's workspace, a monorepo) would otherwise report that repository's commit.
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or os.path.realpath(top) != os.path.realpath(cwd):
+        return {"commit": None, "dirty": None}
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(dirty) if dirty is not None else None}

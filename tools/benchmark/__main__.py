@@ -1,0 +1,144 @@
+"""``python -m tools.benchmark``: run the side-by-side benchmarks, write the results, redraw the tables.
+
+Writes ``tools/benchmark/results/<machine>.json`` (merged: parts not run keep their last figures),
+the PNG charts next to it, and regenerates BENCHMARKS.md from every results/*.json present.
+Parts: peaks (replacement peak / new size), fit (largest replacement under a cap), hot
+(reuse-path cost), startup (.pth hook cost), proof (``ci run`` wall time), hazard (how often a
+release-first replacement gets the old address back: ``tools.benchmark.hazard``). ``--quick`` runs
+fewer rounds and the regression test's transitions only. A part that fails is recorded and
+the others still run. Exit 0 when every part ran, 1 when one failed, 2 for bad usage.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from tools.benchmark import capped, charts, hazard, hot_path, proof, startup, tables
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = Path(__file__).resolve().parent / "results"
+DOCUMENT = ROOT / "BENCHMARKS.md"
+
+
+def render_document(results_dir: Path, document: Path) -> None:
+    reports = {}
+    for path in sorted(results_dir.glob("*.json")):
+        try:
+            reports[path.stem] = json.loads(path.read_text())
+        except ValueError as exc:
+            print(f"warning: {path}: {exc}", file=sys.stderr)
+    current = document.read_text() if document.exists() else ""
+    document.write_text(tables.update(current, reports))
+
+
+def _peaks(plan) -> dict:
+    peaks = capped.peaks(plan.device, plan.peak_repeats, plan.jobs, plan.quick, plan.scratch)
+    row = peaks["transitions"].get(capped.SNAPSHOT_TRANSITION, {})
+    if row.get("change", {}).get("snapshot"):
+        return {"peaks": peaks, "timeline": charts.timeline(row)}
+    return {"peaks": peaks}
+
+
+# Each part: the plan -> the keys it sets in the report.
+PARTS = {
+    "peaks": _peaks,
+    "fit": lambda p: {"largest_fit": capped.largest_fit(p.device, p.fit_caps, 1, p.jobs)},
+    "hot": lambda p: {"hot_path": hot_path.measure(p.device, **p.hot)},
+    "startup": lambda p: {"startup": startup.measure(runs=p.startup_runs)},
+    "proof": lambda p: {"proof": proof.measure(p.device, p.proof_repeats, ROOT)},
+    "hazard": lambda p: {"hazard": hazard.report(p.device, p.jobs)},
+}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.benchmark", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer rounds: a smoke test")
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"comma list of {', '.join(PARTS)} (default: all)"
+    )
+    parser.add_argument("--device", help="workspace device (default: cuda if available)")
+    parser.add_argument("--jobs", type=int, help="capped children at once (default: CPUs, max 12)")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
+    parser.add_argument("--document", type=Path, default=DOCUMENT)
+    parser.add_argument(
+        "--render-only", action="store_true", help="only redraw BENCHMARKS.md from the results"
+    )
+    args = parser.parse_args(argv)
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if any(p not in PARTS for p in parts) or not parts:
+        parser.error(f"--parts {args.parts!r}: use a comma list of {', '.join(PARTS)}")
+    if args.render_only:
+        render_document(args.results_dir, args.document)
+        return 0
+
+    import torch  # here, not at the top: --render-only needs neither torch nor a device
+
+    started = time.monotonic()
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    cuda, quick = device == "cuda", args.quick
+    # How many repeats each part gets: CPU probes cost ~4 s, CUDA ones ~15 s but run wide.
+    plan = SimpleNamespace(
+        device=device,
+        jobs=args.jobs or min(12, os.cpu_count() or 1),
+        quick=quick,
+        peak_repeats=(1 if quick else 3) if cuda else 1,
+        fit_caps=[128, 1024] if cuda else [128],
+        hot=dict(rounds=5, number=2000) if quick else dict(rounds=21, number=20000),
+        startup_runs=4 if quick else (10 if cuda else 20),
+        # The goals are ratios of medians: noise needs repeats.
+        proof_repeats=1 if quick else (5 if cuda else 3),
+    )
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name(0).replace(" ", "-").lower()
+    else:
+        name = f"cpu-{platform.machine()}-{socket.gethostname()[:12]}"
+    path = args.results_dir / f"{name}.json"
+    report = json.loads(path.read_text()) if path.exists() else {}
+    report.update(
+        machine=name,
+        device=device,
+        torch=torch.__version__,
+        python=platform.python_version(),
+        generated=datetime.date.today().isoformat(),
+        command="python -m tools.benchmark" + (" --quick" if quick else ""),
+        quick=quick,
+    )
+    errors = report.setdefault("errors", {})
+    with tempfile.TemporaryDirectory() as scratch:
+        plan.scratch = Path(scratch)
+        for part in parts:
+            part_started = time.monotonic()
+            print(f"benchmark: {part} ...", file=sys.stderr, flush=True)
+            try:
+                report.update(PARTS[part](plan))
+                errors.pop(part, None)
+            except Exception as exc:  # one failing part must not lose the others
+                message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                errors[part] = message.replace("`", "'")
+                print(f"benchmark: {part} failed: {errors[part]}", file=sys.stderr)
+            took = time.monotonic() - part_started
+            print(f"benchmark: {part} took {took:.0f} s", file=sys.stderr, flush=True)
+    report["elapsed_s"] = round(time.monotonic() - started, 1)
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        charts.draw(report, name, args.results_dir)
+    except Exception as exc:
+        errors["charts"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    render_document(args.results_dir, args.document)
+    print(
+        f"benchmark: wrote {path} and {args.document} in {report['elapsed_s']} s", file=sys.stderr
+    )
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,127 @@
+"""``python -m tools.benchmark.preload``: what ``ci run --preload`` saves, side by side in one run.
+
+Six small registered CPU files that each import the DSV4 workspace module, added on a branch of
+a local sglang 0.5.23 repository in upstream's layout (``tools.series.base``), run with both sides
+from git (12 file runs) by ``ci run --git-base main --git-head six``, each file in a fresh
+interpreter, and with ``--preload`` of that module (one import per side, a fork per file); and,
+as the yardstick, one bare ``python -c "import MODULE"``. Alternated in each repeat so a busy
+machine slows them alike; every command must exit 0. Prints the figures as JSON and writes
+them to ``tools/benchmark/results/preload/cpu-<machine>.json``. Goal (issue 26): the preloaded run in at
+most 2.5x the bare import on a 2-core machine.
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ci.runner import modes
+from tools.benchmark import summary
+from sglang_overlay import WORKSPACE_MODULE
+
+ROOT = Path(__file__).resolve().parents[2]
+GOAL = 2.5
+FILE = """import unittest
+
+from sglang.srt.layers.attention.dsv4.sparse_prefill_utils import SparsePrefillKVBuffer
+
+
+def register_cpu_ci(**kwargs):
+    pass
+
+
+register_cpu_ci(est_time={n}, suite="base-a-test-cpu")
+
+
+class TestSmall{n}(unittest.TestCase):
+    def test_the_workspace_class_is_there(self):
+        self.assertTrue(callable(SparsePrefillKVBuffer))
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+def _git(repo: Path, *args: str) -> None:
+    identity = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid"}
+    identity.update(GIT_COMMITTER_NAME="bench", GIT_COMMITTER_EMAIL="bench@example.invalid")
+    subprocess.run(["git", *args], cwd=repo, check=True, env={**os.environ, **identity})
+
+
+def make_repo(dest: Path) -> Path:
+    from tools.series import base, seriesdir
+
+    repo = base.materialize(seriesdir.load().base.version, dest)
+    (repo / "test/registered").mkdir(parents=True)
+    (repo / "test/registered/README").write_text("registered tests\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "test/registered")
+    _git(repo, "checkout", "-q", "-b", "six")
+    for n in range(1, 7):
+        (repo / f"test/registered/test_small_{n}.py").write_text(FILE.format(n=n))
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "six small registered files")
+    _git(repo, "checkout", "-q", "main")
+    return repo
+
+
+def measure(repeats: int) -> dict:
+    env = modes.environment(modes.ModeSetup("change", overlay=False))
+    walls: dict = {"import": [], "fresh": [], "preload": []}
+    with tempfile.TemporaryDirectory(prefix="bench-preload-") as tmp:
+        repo = make_repo(Path(tmp) / "sglang")
+        sides = ["--root", str(repo), "--git-base", "main", "--git-head", "six"]
+        for r in range(repeats):
+            order = ("import", "fresh", "preload") if r % 2 == 0 else ("preload", "fresh", "import")
+            for kind in order:
+                out = Path(tmp) / f"out-{kind}-{r}"
+                run = [sys.executable, "-m", "ci", "run", "--out", str(out), "--backend", "cpu"]
+                run += [*sides, "--jobs", "2", "--json"]
+                command = {
+                    "import": [sys.executable, "-c", f"import {WORKSPACE_MODULE}"],
+                    "fresh": run,
+                    "preload": [*run, "--preload", WORKSPACE_MODULE],
+                }[kind]
+                started = time.perf_counter()
+                proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+                walls[kind].append(time.perf_counter() - started)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"{kind} exited {proc.returncode}: {proc.stderr[-2000:]}")
+                if kind != "import":
+                    data = json.loads((out / "results.json").read_text())
+                    assert len(data["files"]) == 6 and data["verdict"] == "ok", data["reasons"]
+    bare = summary(walls["import"])["median"]
+    return {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "module": WORKSPACE_MODULE,
+        "file_runs": 12,
+        "repeats": repeats,
+        "seconds": {kind: summary(values) for kind, values in walls.items()},
+        "over_bare_import": {
+            kind: round(summary(walls[kind])["median"] / bare, 2) for kind in ("fresh", "preload")
+        },
+        "goal": {"preload": GOAL},
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.benchmark.preload", description=__doc__)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args(argv)
+    report = measure(args.repeats)
+    print(json.dumps(report, indent=2))
+    # Beside the tables' results, not among them: BENCHMARKS.md renders every results/*.json.
+    folder = Path(__file__).resolve().parent / "results" / "preload"
+    folder.mkdir(exist_ok=True)
+    (folder / f"cpu-{platform.machine()}.json").write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

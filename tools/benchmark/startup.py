@@ -1,0 +1,83 @@
+"""Start-up cost of the installed overlay: the same interpreter and packages with and without
+the overlay's .pth hook, interleaved A B A B, ``python -c pass`` and ``python -c "import torch"``.
+Two throw-away venvs see the project venv's site-packages as a plain path (so its .pth files,
+ours included, are not run); only the second also gets the overlay package and its .pth.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+from tools.benchmark import summary
+
+PROGRAMS = ("pass", "import torch")
+PROBE = (
+    "import json, sys; print(json.dumps({m: m in sys.modules for m in "
+    "('sglang_overlay.import_hook', 'torch', 'sglang', 'sglang_overlay.overlay')}))"
+)
+# Counts the start-up hook's calls during ``import torch`` and times one call: what the
+# installed hook adds to an interpreter that never imports sglang, free of the run-to-run
+# noise of a wall-clock difference between two ``import torch`` processes.
+TRIGGER_COST = """
+import json, timeit
+import sglang_overlay.import_hook as startup
+finder = type(startup.HOOK)
+original, calls = finder.find_spec, [0]
+def counting(self, name, path=None, target=None):
+    calls[0] += 1
+    return original(self, name, path, target)
+finder.find_spec = counting
+import torch
+finder.find_spec = original
+number = 200000
+per_call = timeit.timeit(lambda: startup.HOOK.find_spec("numpy.core", None), number=number) / number
+print(json.dumps({"calls": calls[0], "ns_per_call": per_call * 1e9, "ms": calls[0] * per_call * 1e3}))
+"""
+
+
+def _make_venv(root: Path, with_overlay: bool) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    python = root / "bin" / "python"
+    site = Path(_run(python, "import sysconfig; print(sysconfig.get_paths()['purelib'])")[0])
+    project_site = Path(sysconfig.get_paths()["purelib"])
+    (site / "project_site.pth").write_text(f"{project_site}\n")
+    if with_overlay:
+        shutil.copy(project_site / "sglang_overlay.pth", site / "sglang_overlay.pth")
+        shutil.copytree(project_site / "sglang_overlay", site / "sglang_overlay")
+    return python
+
+
+def _run(python: Path, program: str) -> tuple:
+    """``python -c program``: (its stdout, its wall time in seconds)."""
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [str(python), "-c", program], check=True, stdout=subprocess.PIPE, text=True
+    )
+    return proc.stdout.strip(), time.perf_counter() - start
+
+
+def measure(runs: int = 30) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        without = _make_venv(Path(tmp) / "without", with_overlay=False)
+        with_ = _make_venv(Path(tmp) / "with", with_overlay=True)
+        results = {
+            "modules_after_start_with_overlay": _run(with_, PROBE)[0],
+            "trigger_cost_import_torch": json.loads(_run(with_, TRIGGER_COST)[0].splitlines()[-1]),
+        }
+        for program in PROGRAMS:
+            for python in (without, with_):  # warm the page cache
+                _run(python, program)
+            deltas = []
+            for r in range(runs):
+                pair = [(False, without), (True, with_)]
+                if r % 2:
+                    pair.reverse()
+                t = {flag: _run(python, program)[1] for flag, python in pair}
+                deltas.append((t[True] - t[False]) * 1000)
+            results[program] = {"overlay_minus_without_ms": summary(deltas), "goal": "<= 1 ms"}
+    return {"runs": runs, "results": results}

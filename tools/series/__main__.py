@@ -1,0 +1,189 @@
+"""``python -m tools.series VERB``: the command line of the series tools (patches/README.md). It only
+parses arguments and prints; each verb lives in its own module.
+"""
+
+import argparse
+import json
+import sys
+
+from tools.series import (
+    OK,
+    SeriesError,
+    apply,
+    audit_tree,
+    audit_triage,
+    base,
+    check,
+    matrix,
+    pr_description,
+    refresh,
+    seriesdir,
+)
+
+_CHECK = "python -m tools.series check"
+
+
+def _version(text: str) -> str:
+    try:
+        return seriesdir.check_version(text)
+    except SeriesError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.series",
+        description="Keep the upstream patch series in patches/ healthy.",
+        epilog="Exit codes: 0 ok, 1 check failed or target refused (nothing changed), "
+        "2 bad usage or a missing prerequisite (git, a release that is not on PyPI).",
+    )
+    parser.add_argument(
+        "--patches",
+        default=str(seriesdir.PATCHES_DIR),
+        help="the series directory (default: %(default)s)",
+    )
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    release = {"type": _version, "help": "sglang release (default: patches/BASE)"}
+
+    p = verbs.add_parser("materialize", help="a git repo of a release in upstream layout")
+    p.add_argument("--version", **release)
+    p.add_argument("dir", help="new directory for the repository")
+
+    p = verbs.add_parser(
+        "check",
+        help="git am the series, and each fix alone, onto a fresh base; the tests it adds are "
+        "the project's; upstream's pinned hooks pass on what it touches",
+    )
+    p.add_argument("--version", **release)
+
+    p = verbs.add_parser("apply", help="apply the series to a checkout or installed package")
+    p.add_argument(
+        "--to",
+        required=True,
+        metavar="PATH",
+        help="an upstream git checkout, site-packages/sglang, or site-packages",
+    )
+    p.add_argument(
+        "--fix",
+        metavar="NNNN",
+        help="only the fix starting at this patch number (a pull request's branch)",
+    )
+
+    p = verbs.add_parser("refresh", help="rewrite patches/ from the commits on top of base")
+    p.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        metavar="DIR",
+        help="a repository made by materialize, with the edited commits",
+    )
+
+    p = verbs.add_parser("matrix", help="how each patch applies to each release")
+    p.add_argument(
+        "--versions",
+        nargs="+",
+        type=_version,
+        default=list(matrix.DSV4_RELEASES),
+        metavar="V",
+        help="releases to try (default: every release with the workspace)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    p = verbs.add_parser(
+        "pr-body", help="the upstream PR description of one fix from a ci run folder"
+    )
+    p.add_argument(
+        "--results", required=True, metavar="DIR", help="a folder written by 'python -m ci run'"
+    )
+    p.add_argument(
+        "--fix",
+        metavar="NNNN",
+        help="the fix, by its first patch's number (default: the one whose tests the results hold)",
+    )
+    p.add_argument(
+        "--no-check",
+        action="store_true",
+        help="do not run 'check' (the format and style boxes stay unticked)",
+    )
+
+    p = verbs.add_parser(
+        "audit",
+        help="find every method that allocates a tensor's replacement while still holding it "
+        "(reads the tree, never imports it; docs/grow-while-held-audit-0.5.23.md)",
+    )
+    p.add_argument("tree", metavar="TREE", help="an sglang checkout or installed package folder")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    shown.add_argument(
+        "--triage",
+        action="store_true",
+        help="print the grows-while-held sites only, each with whether it is worth fixing and why",
+    )
+    return parser
+
+
+def _audit(args) -> str:
+    sites, skipped = audit_tree.audit_package(audit_tree.package_root(args.tree))
+    for line in skipped:
+        print(f"skipped {line}", file=sys.stderr)
+    if args.json:
+        return json.dumps([s.to_dict() for s in sites], indent=2) + "\n"
+    if args.triage:
+        return audit_triage.render(sites)
+    return audit_tree.render_table(sites) + "\n" + audit_tree.summary(sites) + "\n"
+
+
+def run(args) -> str:
+    """What the verb prints on stdout."""
+    if args.verb == "audit":
+        return _audit(args)
+    if args.verb == "refresh":
+        return _lines(refresh.refresh(args.patches, args.source))
+    if args.verb == "materialize":
+        # Told the release, materialize needs no series.
+        version = args.version or seriesdir.load(args.patches).base.version
+        repo = base.materialize(version, args.dir)
+        return (
+            f"{repo}: sglang=={version} in upstream layout, base commit tagged '{base.BASE_TAG}'\n"
+        )
+    series = seriesdir.load(args.patches)
+    if args.verb == "check":
+        return _lines([*check.run_check(series, args.version), "ok"])
+    if args.verb == "apply":
+        fix = series.fix(args.fix) if args.fix else None
+        return _lines(apply.apply_to(series, args.to, fix))
+    if args.verb == "pr-body":
+        results = pr_description.load_results(args.results)
+        # Refuse before the slow check.
+        fix = pr_description.select_fix(series, results, args.fix)
+        pr_description.verify_results_match(series, fix, results)
+        state = pr_description.CheckState(None, f"'{_CHECK}' not run")
+        if not args.no_check:
+            try:
+                check.run_check(series)
+                state = pr_description.CheckState(True, f"upstream's pinned hooks pass: {_CHECK}")
+            except SeriesError as err:
+                state = pr_description.CheckState(False, str(err).splitlines()[0])
+        return pr_description.render(series, results, args.results, state, fix.number)
+    rows = [matrix.release_row(series, version) for version in args.versions]
+    return (
+        json.dumps(rows, indent=2) + "\n" if args.json else matrix.render_table(series.names, rows)
+    )
+
+
+def _lines(lines) -> str:
+    return "".join(f"{line}\n" for line in lines)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        sys.stdout.write(run(args))
+        return OK
+    except SeriesError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,402 @@
+"""Find every method that replaces a tensor it still references by allocating the new one first.
+
+``self.buf = torch.empty(...)`` evaluates the right-hand side while ``self.buf`` still owns the
+old tensor, so the replacement briefly needs old + new. This module reads Python source with
+``ast`` only (it never imports what it reads) and classifies each such site; it knows nothing
+about sglang's layout (``audit_tree`` does) and prints nothing. It is stdlib only on purpose:
+``grow_hook.py`` runs it as a plain file from a pre-commit hook.
+
+What counts as an allocation: ``torch.X(...)`` for X in ``TORCH_ALLOCATORS`` and ``t.new_X(...)``,
+also at the root of a method chain (``torch.zeros(n).to(dev)``), directly or through a local
+bound to one. Not counted: ``.to(...)``, ``.clone()``, ``torch.cat``/``stack`` of the old value:
+the new tensor is copied from the old one, so both must live during the copy whatever the order;
+and ``torch.tensor``/``as_tensor`` (built from host data, not sized by a request).
+"""
+
+import ast
+import re
+from dataclasses import asdict, dataclass, replace
+
+from tools.series import audit_expr as expr
+
+# Construction, and unittest's per-test set-up (a fresh TestCase instance per test).
+INIT_METHODS = frozenset({"__init__", "__post_init__", "__new__", "setUp", "setup_method"})
+ALL = "*"  # in _Path.once: everything on this path is built once
+VERDICTS = (
+    "grows-while-held",
+    "releases-first",
+    "keeps-old-on-purpose",
+    "views-escape",
+    "init-only",
+)
+MARKER = re.compile(r"#\s*grows-while-held:\s*keeps-old-on-purpose\b[ \t:,-]*(?P<reason>.*)")
+
+
+@dataclass(frozen=True)
+class Site:
+    """One allocation that replaces a value reached from the method's ``self``."""
+
+    file: str
+    qualname: str
+    line: int
+    target: str  # normalised: the first parameter is always called "self"
+    allocator: str
+    verdict: str
+    grows_with: "tuple[str, ...]"
+    reason: str
+    dtype: str = ""  # as the call names it; "" when inherited or the default
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "grows_with": list(self.grows_with)}
+
+
+def audit_source(source: str, file: str) -> "list[Site]":
+    """Every replacement-by-allocation site in one module's source (SyntaxError propagates)."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    sites = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            sites.extend(_ClassAudit(node, file, lines).sites())
+    return sorted(sites, key=lambda s: s.line)
+
+
+# -- one class ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Path:
+    """What holds on the current path through a method, before the statement being read."""
+
+    released: "set[str]"
+    kept: "dict[str, str]"  # key -> where the old value was kept
+    once: "set[str]"  # keys only allocated while they hold nothing
+
+    def copy(self) -> "_Path":
+        return _Path(set(self.released), dict(self.kept), set(self.once))
+
+
+def _merge(a: _Path, b: _Path) -> _Path:
+    """After an if/else: released on both paths stays released; kept on one path and kept or
+    holding nothing on the other stays kept (``if self.buf is not None: keep(self.buf)``)."""
+    kept = {k: why for k, why in a.kept.items() if k in b.kept or k in b.released}
+    kept.update({k: why for k, why in b.kept.items() if k in a.released})
+    return _Path(a.released & b.released, kept, a.once & b.once)
+
+
+@dataclass
+class _Candidate:
+    key: str
+    call: ast.Call
+    stmt: ast.stmt
+    path: _Path
+    func: str
+    alloc_line: "int | None" = None  # where a local got the allocation, when not at stmt
+
+
+class _ClassAudit:
+    def __init__(self, cls: ast.ClassDef, file: str, lines: "list[str]"):
+        self.cls, self.file, self.lines = cls, file, lines
+        self.methods = {
+            f.name: f
+            for f in cls.body
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and expr.self_name(f)
+        }
+        self.releases_by_method = {n: self._top_releases(f) for n, f in self.methods.items()}
+        self.init_only = self._init_only_methods()
+        self.escapes: dict[str, list[str]] = {}  # function -> key shapes stored as views
+
+    def sites(self) -> "list[Site]":
+        found = []
+        for name, func in self.methods.items():
+            found.extend(self._function(func, name))
+        sites = [self._classify(c) for c in found]
+        return [
+            self._like_sized(site, cand, sites) for site, cand in zip(sites, found, strict=True)
+        ]
+
+    def _like_sized(self, site: Site, cand: _Candidate, sites: "list[Site]") -> Site:
+        """``torch.empty_like(self._k)`` grows with whatever ``self._k`` grows with."""
+        if site.grows_with or not cand.call.args:
+            return site
+        like = expr.chain(cand.call.args[0], {expr.self_name(self.methods[cand.func]): "self"})
+        for other in sites:
+            if other.qualname == site.qualname and other.target == like and other.grows_with:
+                return replace(site, grows_with=other.grows_with)
+        return site
+
+    # reading one function --------------------------------------------------------------------
+
+    def _function(self, func, qual: str) -> "list[_Candidate]":
+        self.roots = {expr.self_name(func): "self"}
+        self.flags = expr.flags_set_true(func, self.roots)
+        self.assigned = expr.assigned_keys(func, self.roots)
+        self.fresh: dict[str, tuple[ast.Call, _Path, int]] = {}
+        self.old_locals: dict[str, str] = {}  # local name -> key whose old value it holds
+        self.found: list[_Candidate] = []
+        self.qual = qual
+        self.escapes[qual] = []
+        self._block(func.body, _Path(set(), {}, set()))
+        for cand in self.found:  # the old value copied into the new one after allocating
+            for name, key in self.old_locals.items():
+                if key == cand.key and self._used_after(func, name, cand.stmt):
+                    cand.path.kept.setdefault(key, f"copies the old value (local '{name}')")
+            if cand.alloc_line and self._read_between(func, cand):
+                cand.path.kept.setdefault(cand.key, "copies the old value into the new one")
+        return self.found
+
+    def _block(self, body, path: _Path) -> _Path:
+        for stmt in body:
+            path = self._stmt(stmt, path)
+        return path
+
+    def _stmt(self, stmt, path: _Path) -> _Path:
+        self.line = stmt.lineno
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return path  # nested scopes run at another time
+        if isinstance(stmt, ast.If):
+            return self._if(stmt, path)
+        if isinstance(stmt, (ast.With, ast.AsyncWith)):
+            return self._block(stmt.body, path)
+        if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
+            self._block(stmt.body, path.copy())
+            self._block(stmt.orelse, path.copy())
+            return path
+        if isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+            self._block(stmt.body, path.copy())
+            for handler in stmt.handlers:
+                self._block(handler.body, path.copy())
+            self._block(stmt.orelse, path.copy())
+            return self._block(stmt.finalbody, path)
+        if type(stmt).__name__ == "Match":
+            for case in stmt.cases:
+                self._block(case.body, path.copy())
+            return path
+        path = path.copy()
+        if isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                self._assign(target, stmt.value, stmt, path)
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            self._assign(stmt.target, stmt.value, stmt, path)
+        elif isinstance(stmt, ast.Delete):
+            for target in stmt.targets:
+                key = expr.chain(target, self.roots)
+                if key:
+                    path.released.add(key)
+        elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            self._call(stmt.value, path)
+        return path
+
+    def _if(self, stmt: ast.If, path: _Path) -> _Path:
+        body_path = path.copy()
+        else_path = path.copy()
+        for key, on_body in expr.absent_on(stmt.test, self.roots):
+            # On that branch the target holds nothing: allocating there replaces nothing, and
+            # where the method builds that target, whatever it builds beside it is built once.
+            empty = body_path if on_body else else_path
+            empty.once.add(key)
+            empty.released.add(key)
+            if key in self.assigned:
+                empty.once.add(ALL)
+        flag = expr.flag_test(stmt.test, self.roots)
+        if flag and flag[0] in self.flags:  # if self.ready: return ... self.ready = True
+            ready = flag[1]
+            if not ready:
+                body_path.once.add(ALL)
+            elif expr.terminates(stmt.body):
+                else_path.once.add(ALL)
+        body_end = self._block(stmt.body, body_path)
+        else_end = self._block(stmt.orelse, else_path)
+        if expr.terminates(stmt.body) and not expr.terminates(stmt.orelse):
+            return else_end
+        if expr.terminates(stmt.orelse) and not expr.terminates(stmt.body):
+            return body_end
+        return _merge(body_end, else_end)
+
+    def _assign(self, target, value, stmt, path: _Path) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            values = value.elts if isinstance(value, (ast.Tuple, ast.List)) else None
+            for i, elt in enumerate(target.elts):
+                self._assign(elt, values[i] if values and i < len(values) else None, stmt, path)
+            return
+        key = expr.chain(target, self.roots)
+        if isinstance(target, ast.Name):
+            self._bind_local(target.id, value, path)
+            return
+        if key is None or value is None or expr.writes_into(target):
+            return
+        call = expr.allocator(value)
+        if isinstance(value, ast.Name) and value.id in self.fresh:
+            call, at_alloc, line = self.fresh[value.id]
+            self.found.append(_Candidate(key, call, stmt, at_alloc, self.qual, line))
+        elif call is not None:
+            self.found.append(_Candidate(key, call, stmt, path.copy(), self.qual))
+        elif expr.is_none(value) or expr.is_empty_holder(value):
+            path.released.add(key)
+        else:
+            for held in expr.viewed(value, self.roots):
+                if expr.shape(held) != expr.shape(key):
+                    path.kept[held] = f"kept in {key}"
+                    self.escapes[self.qual].append(expr.shape(held))
+
+    def _bind_local(self, name: str, value, path: _Path) -> None:
+        self.fresh.pop(name, None)
+        self.roots.pop(name, None)
+        self.old_locals.pop(name, None)  # from here on the name holds something else
+        if value is None:
+            return
+        call = expr.allocator(value)
+        key = expr.chain(value, self.roots) or expr.probe(value, self.roots)
+        if call is not None:
+            self.fresh[name] = (call, path.copy(), self.line)
+        elif key is not None:
+            self.roots[name] = key  # an alias: ws = self._workspaces; ws[r] = torch.empty(...)
+            self.old_locals[name] = key
+
+    def _call(self, call: ast.Call, path: _Path) -> None:
+        func = call.func
+        if not isinstance(func, ast.Attribute):
+            return
+        receiver = expr.chain(func.value, self.roots)
+        if receiver and func.attr in {"append", "extend", "add", "insert", "appendleft"}:
+            for arg in call.args:
+                for held in expr.viewed(arg, self.roots):
+                    path.kept[held] = f"kept in {receiver}"
+                    self.escapes[self.qual].append(expr.shape(held))
+        elif receiver and func.attr == "clear":
+            path.released.add(receiver)
+        elif receiver and func.attr == "pop" and call.args:
+            path.released.add(f"{receiver}[{expr.slice_text(call.args[0])}]")
+        elif receiver == "self" and func.attr in self.releases_by_method:
+            path.released |= self.releases_by_method[func.attr]
+
+    def _read_between(self, func, cand: _Candidate) -> bool:
+        """``new = torch.zeros(...); new[:n] = self.buf; self.buf = new``: the old value is
+        read after the allocation and before the replacement."""
+        roots = {expr.self_name(func): "self"}
+        metadata = set()  # self.buf.shape, self.buf.dtype: read about it, not from it
+        for n in ast.walk(func):
+            if isinstance(n, ast.Attribute) and n.attr not in expr.VIEW_METHODS:
+                metadata.add(id(n.value))
+        return any(
+            isinstance(n, (ast.Attribute, ast.Subscript))
+            and isinstance(n.ctx, ast.Load)
+            and id(n) not in metadata
+            and cand.alloc_line < n.lineno < cand.stmt.lineno
+            and expr.holds(expr.chain(n, roots) or "", cand.key)
+            for n in ast.walk(func)
+        )
+
+    def _used_after(self, func, name: str, stmt) -> bool:
+        after = stmt.end_lineno or stmt.lineno
+        return any(
+            isinstance(n, ast.Name)
+            and n.id == name
+            and isinstance(n.ctx, ast.Load)
+            and n.lineno > after
+            for n in ast.walk(func)
+        )
+
+    # the class as a whole --------------------------------------------------------------------
+
+    def _top_releases(self, func) -> "set[str]":
+        roots = {expr.self_name(func): "self"}
+        out = set()
+        for stmt in func.body:
+            if isinstance(stmt, ast.Assign) and (
+                expr.is_none(stmt.value) or expr.is_empty_holder(stmt.value)
+            ):
+                out |= {k for k in (expr.chain(t, roots) for t in stmt.targets) if k}
+            elif isinstance(stmt, ast.Delete):
+                out |= {k for k in (expr.chain(t, roots) for t in stmt.targets) if k}
+        return out
+
+    def _init_only_methods(self) -> "set[str]":
+        callers: dict[str, set[str]] = {name: set() for name in self.methods}
+        for name, func in self.methods.items():
+            self_name = expr.self_name(func)
+            for node in ast.walk(func):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == self_name
+                    and node.attr in callers
+                    and node.attr != name
+                ):
+                    callers[node.attr].add(name)
+        init_only = set(INIT_METHODS) & set(self.methods)
+        changed = True
+        while changed:  # a private helper that only init-only methods call
+            changed = False
+            for name, by in callers.items():
+                private = name.startswith("_") and not name.startswith("__")
+                if name not in init_only and private and by and by <= init_only:
+                    init_only.add(name)
+                    changed = True
+        return init_only
+
+    def _classify(self, cand: _Candidate) -> Site:
+        verdict, reason = self._verdict(cand)
+        return Site(
+            self.file,
+            f"{self.cls.name}.{cand.func}",
+            cand.stmt.lineno,
+            cand.key,
+            expr.allocator_name(cand.call),
+            verdict,
+            expr.grows_with(cand.call, self._locals_of(cand.func)),
+            reason,
+            expr.element_type(cand.call),
+        )
+
+    def _locals_of(self, qual: str) -> dict:
+        values: dict[str, list] = {}
+        for node in ast.walk(self.methods[qual]):
+            if isinstance(node, ast.Assign):
+                for t in node.targets:
+                    if isinstance(t, ast.Name):
+                        values.setdefault(t.id, []).append(node.value)
+        return values
+
+    def _verdict(self, cand: _Candidate) -> "tuple[str, str]":
+        stmt, key, path = cand.stmt, cand.key, cand.path
+        marker = self._marker(stmt)
+        if marker:
+            return "keeps-old-on-purpose", f"marked: {marker}"
+        if cand.func in INIT_METHODS:
+            return "init-only", f"in {cand.func}"
+        if cand.func in self.init_only:
+            return "init-only", f"{cand.func} is only called from construction"
+        if ALL in path.once:
+            return "init-only", "built once: behind a flag or a target the method sets"
+        if any(expr.covers(k, key) for k in path.once):
+            return "init-only", "built once: only while it holds nothing"
+        kept = [why for k, why in path.kept.items() if expr.holds(k, key)]
+        if kept:
+            return "keeps-old-on-purpose", kept[0]
+        holders = [
+            q
+            for q, held in self.escapes.items()
+            if q != cand.func and any(expr.holds(h, key) for h in held)
+        ]
+        if holders:
+            named = ", ".join(f"{self.cls.name}.{q}" for q in sorted(holders))
+            return "views-escape", f"{named} keeps a view of it"
+        released = [k for k in path.released if expr.covers(k, key)]
+        if released:
+            return "releases-first", f"{released[0]} released before allocating"
+        return "grows-while-held", "the old value is referenced while the new one is allocated"
+
+    def _marker(self, stmt) -> "str | None":
+        first, last = stmt.lineno - 1, stmt.end_lineno or stmt.lineno
+        for line in self.lines[max(first - 1, 0) : last]:
+            match = MARKER.search(line)
+            if match and match.group("reason").strip():
+                return match.group("reason").strip()
+        return None
+
+
+def marker_without_reason(line: str) -> bool:
+    """A keeps-old-on-purpose marker that does not say why (the hook refuses it)."""
+    match = MARKER.search(line)
+    return bool(match) and not match.group("reason").strip()

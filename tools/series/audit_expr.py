@@ -1,0 +1,282 @@
+"""The expression vocabulary of the grow-while-held analysis (``tools/series/audit.py``): what is an
+allocation, which value a target names, what a test proves about a target, which names say what
+a size grows with. Pure functions of ``ast`` nodes; stdlib only, like the analysis itself.
+"""
+
+import ast
+import re
+
+TORCH_ALLOCATORS = frozenset(
+    "empty zeros ones full empty_like zeros_like ones_like full_like empty_strided "
+    "rand randn randint arange".split()
+)
+NEW_METHODS = frozenset("new_empty new_zeros new_ones new_full new_empty_strided".split())
+# Words of the size expression's names (split at "_") -> what the size grows with.
+GROWS_WITH_WORDS = {
+    "tokens": {"token", "tokens", "tok", "ntok", "ntokens", "row", "rows"},
+    "context": {"seq", "seqs", "seqlen", "seqlens", "context", "ctx", "prefix", "page", "pages"},
+    "batch": {"batch", "bs", "bsz", "req", "reqs", "request", "requests"},
+    "capacity": {"capacity", "cap"},
+}
+VIEW_METHODS = frozenset(
+    "view view_as reshape narrow select unflatten flatten as_strided permute transpose t "
+    "unsqueeze squeeze expand expand_as split chunk unbind detach contiguous".split()
+)
+
+
+def chain(node, roots: dict) -> "str | None":
+    """``self.a[k].b`` -> "self.a[k].b" when the chain starts at a root (self or an alias)."""
+    if isinstance(node, ast.Name):
+        return roots.get(node.id)
+    if isinstance(node, ast.Attribute):
+        base = chain(node.value, roots)
+        return base and f"{base}.{node.attr}"
+    if isinstance(node, ast.Subscript):
+        base = chain(node.value, roots)
+        return base and f"{base}[{slice_text(node.slice)}]"
+    return None
+
+
+def slice_text(node) -> str:
+    if isinstance(node, ast.Tuple):
+        return ", ".join(ast.unparse(e) for e in node.elts)
+    return ast.unparse(node)
+
+
+def shape(key: str) -> str:
+    """A key with its subscripts blanked: ``self.ws[ratio]`` and ``self.ws[1]`` share a slot."""
+    return re.sub(r"\[[^\]]*\]", "[]", key)
+
+
+def covers(released: str, key: str) -> bool:
+    """Releasing ``self.d`` (or ``self.d[k]``) releases the slot ``self.d[k]``."""
+    return shape(key) == shape(released) or key.startswith((released + ".", released + "["))
+
+
+def holds(held: str, key: str) -> bool:
+    """Keeping ``self.buf`` or a slice of it keeps the old ``self.buf``; keeping the container
+    that holds a slot does not keep the slot's old value (the slot is replaced in place)."""
+    return shape(held) == shape(key) or shape(held).startswith(shape(key) + "[")
+
+
+def writes_into(target) -> bool:
+    """``self.buf[:n] = torch.arange(n)`` copies into the existing tensor: no replacement."""
+    if not isinstance(target, ast.Subscript):
+        return False
+    parts = target.slice.elts if isinstance(target.slice, ast.Tuple) else [target.slice]
+    return any(
+        isinstance(p, ast.Slice) or (isinstance(p, ast.Constant) and p.value is Ellipsis)
+        for p in parts
+    )
+
+
+def allocator(value) -> "ast.Call | None":
+    """The allocating call at the root of ``value``, if it is a fresh tensor."""
+    if isinstance(value, ast.IfExp):
+        return allocator(value.body) or allocator(value.orelse)
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        func = value.func
+        if func.attr in NEW_METHODS:
+            return value
+        if isinstance(func.value, ast.Name) and func.value.id == "torch":
+            return value if func.attr in TORCH_ALLOCATORS else None
+        value = func.value  # torch.empty(...).to(dev): look at the root of the chain
+    return None
+
+
+def allocator_name(call: ast.Call) -> str:
+    func = call.func
+    return f"torch.{func.attr}" if func.attr not in NEW_METHODS else f".{func.attr}"
+
+
+def element_type(call: ast.Call) -> str:
+    """The ``dtype=`` the call names ("" when it inherits one: ``*_like``, ``new_*``, default)."""
+    for keyword in call.keywords:
+        if keyword.arg == "dtype":
+            return ast.unparse(keyword.value)
+    return ""
+
+
+def names_in(node) -> "set[str]":
+    out = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            out.add(sub.id)
+        elif isinstance(sub, ast.Attribute):
+            out.add(sub.attr)
+    return out
+
+
+def grows_with(call: ast.Call, local_values: dict) -> "tuple[str, ...]":
+    sized = list(call.args) + [k.value for k in call.keywords if k.arg == "size"]
+    names, todo, seen = set(), [n for a in sized for n in names_in(a)], set()
+    while todo:  # follow the method's locals: new_capacity = max(1, total_ctx)
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        names.add(name)
+        for value in local_values.get(name, ()):
+            todo.extend(names_in(value))
+    words = {w for n in names for w in n.lower().split("_")}
+    return tuple(kind for kind, vocab in GROWS_WITH_WORDS.items() if words & vocab)
+
+
+def viewed(expr, roots: dict):
+    """Keys whose storage ``expr`` keeps alive: the value itself, a slice or view of it, or a
+    holder built from those (a tuple, a constructor call)."""
+    key = chain(expr, roots)
+    if key:
+        yield key
+    elif isinstance(expr, ast.Subscript):
+        yield from viewed(expr.value, roots)
+    elif isinstance(expr, (ast.Tuple, ast.List, ast.Set)):
+        for elt in expr.elts:
+            yield from viewed(elt, roots)
+    elif isinstance(expr, ast.Starred):
+        yield from viewed(expr.value, roots)
+    elif isinstance(expr, ast.IfExp):
+        yield from viewed(expr.body, roots)
+        yield from viewed(expr.orelse, roots)
+    elif isinstance(expr, ast.Call):
+        func = expr.func
+        if isinstance(func, ast.Attribute) and func.attr in VIEW_METHODS:
+            yield from viewed(func.value, roots)
+        elif isinstance(func, ast.Name) and (func.id[:1].isupper() or func.id in {"tuple", "dict"}):
+            for arg in [*expr.args, *(k.value for k in expr.keywords)]:
+                yield from viewed(arg, roots)
+
+
+def flag_test(test, roots: dict) -> "tuple[str, bool] | None":
+    """``self.ready`` / ``getattr(self, "ready", False)`` -> ("self.ready", True); negated (also
+    as one operand of an ``and``) -> ("self.ready", False)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        found = [flag_test(v, roots) for v in test.values]
+        negated = [f for f in found if f and not f[1]]
+        return negated[0] if negated else None
+    negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+    node = test.operand if negated else test
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+    ):
+        base = chain(node.args[0], roots)
+        key = base and f"{base}.{node.args[1].value}"
+    else:
+        key = chain(node, roots) if isinstance(node, ast.Attribute) else None
+    return (key, not negated) if key else None
+
+
+def flags_set_true(func, roots: dict) -> "set[str]":
+    """Targets the function sets to ``True`` anywhere (a built-once flag)."""
+    return {
+        key
+        for node in ast.walk(func)
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Constant)
+        and node.value.value is True
+        for key in (chain(t, roots) for t in node.targets)
+        if key
+    }
+
+
+def absent_on(test, roots: dict) -> "list[tuple[str, bool]]":
+    """(key, on_body) for each target the test proves holds nothing on one branch: the body of
+    ``if self.x is None and ...``, the else of ``if self.x is not None or ...: return``."""
+    if isinstance(test, ast.BoolOp):
+        found = [once_test(v, roots) for v in test.values]
+        wanted = isinstance(test.op, ast.And)  # And: every operand holds in the body
+        return [(key, wanted) for key, absent in filter(None, found) if absent == wanted]
+    once = once_test(test, roots)
+    return [once] if once else []
+
+
+def assigned_keys(func, roots: dict) -> "set[str]":
+    """Every self-rooted target the function builds (sets to something other than None)."""
+    return {
+        key
+        for node in ast.walk(func)
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        and node.value is not None
+        and not is_none(node.value)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        for key in [chain(target, roots)]
+        if key
+    }
+
+
+def once_test(test, roots: dict) -> "tuple[str, bool] | None":
+    """``self.x is None`` -> ("self.x", True); ``self.x is not None`` -> ("self.x", False);
+    likewise ``k (not) in self.d`` for the slot ``self.d[k]`` and ``(not) hasattr(self, "x")``."""
+    negated = False
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, negated = test.operand, True
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op, right = test.ops[0], test.comparators[0]
+        if isinstance(op, (ast.Is, ast.IsNot)) and is_none(right):
+            key = chain(test.left, roots)
+            return key and (key, isinstance(op, ast.Is) != negated)
+        if isinstance(op, (ast.In, ast.NotIn)):
+            base = chain(right, roots)
+            slot = base and f"{base}[{slice_text(test.left)}]"
+            return slot and (slot, isinstance(op, ast.NotIn) != negated)
+    if (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == "hasattr"
+        and len(test.args) == 2
+        and isinstance(test.args[1], ast.Constant)
+    ):
+        base = chain(test.args[0], roots)
+        return base and (f"{base}.{test.args[1].value}", negated)
+    return None
+
+
+def probe(value, roots: dict) -> "str | None":
+    """``self.d.get(k)`` -> "self.d[k]", ``getattr(self, "x", None)`` -> "self.x": a local bound
+    to one holds that slot's current value."""
+    if not isinstance(value, ast.Call) or not value.args:
+        return None
+    func = value.func
+    if isinstance(func, ast.Attribute) and func.attr == "get" and len(value.args) <= 2:
+        base = chain(func.value, roots)
+        return base and f"{base}[{slice_text(value.args[0])}]"
+    if (
+        isinstance(func, ast.Name)
+        and func.id == "getattr"
+        and len(value.args) >= 2
+        and isinstance(value.args[1], ast.Constant)
+    ):
+        base = chain(value.args[0], roots)
+        return base and f"{base}.{value.args[1].value}"
+    return None
+
+
+def is_none(node) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def is_empty_holder(node) -> bool:
+    if isinstance(node, (ast.Dict, ast.List, ast.Tuple, ast.Set)):
+        return not getattr(node, "elts", getattr(node, "keys", None))
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in {"dict", "list", "set", "tuple"}
+        and not node.args
+    )
+
+
+def terminates(body) -> bool:
+    return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break))
+
+
+def self_name(func) -> "str | None":
+    decorators = {d.id for d in func.decorator_list if isinstance(d, ast.Name)}
+    if "staticmethod" in decorators:
+        return None
+    args = func.args.posonlyargs + func.args.args
+    return args[0].arg if args else None

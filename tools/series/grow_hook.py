@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""A pre-commit hook: refuse a NEW grow-while-held allocation in the files being committed.
+
+pre-commit passes the changed Python files. For each, the analysis (``tools/series/audit.py``) runs
+on the file as staged and on the same file at ``--base`` (default HEAD, read with ``git show``);
+a ``grows-while-held`` site that the base version does not have (same ``Class.method`` and
+target) is new, and fails the hook. Sites that were already there pass, so a tree with old sites
+can adopt the hook and fix them one by one. A site held on purpose says so on its line (or the
+line above) with the reason::
+
+    # grows-while-held: keeps-old-on-purpose a captured CUDA graph may still read the old one
+
+A marker without a reason fails the hook too. Runs as a plain file (``language: script``) with
+the standard library only; exit 0 clean, 1 new sites or bare markers.
+"""
+
+import argparse
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file by pre-commit: make ``series`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tools.series import audit  # noqa: E402
+
+HOW_TO_FIX = (
+    "release the old value first (self.x = None, then allocate), or say why it must stay: "
+    "# grows-while-held: keeps-old-on-purpose <reason>"
+)
+
+
+def new_sites(current: "list[audit.Site]", before: "list[audit.Site]") -> "list[audit.Site]":
+    """The grows-while-held sites of ``current`` beyond those ``before`` already had."""
+    known = Counter((s.qualname, s.target) for s in before if s.verdict == "grows-while-held")
+    fresh = []
+    for site in current:
+        if site.verdict != "grows-while-held":
+            continue
+        key = (site.qualname, site.target)
+        if known[key]:
+            known[key] -= 1
+        else:
+            fresh.append(site)
+    return fresh
+
+
+def check_file(path: str, base_source: "str | None") -> "list[str]":
+    """The hook's complaints about one file (empty: it passes)."""
+    source = Path(path).read_text(encoding="utf-8")
+    try:
+        current = audit.audit_source(source, path)
+    except SyntaxError:
+        return []  # not this hook's business: the interpreter and other hooks say it
+    try:
+        before = audit.audit_source(base_source, path) if base_source else []
+    except SyntaxError:
+        before = []
+    complaints = [
+        f"{path}:{s.line}: {s.qualname} allocates the new {s.target} while still holding the "
+        f"old one ({s.allocator}; grows with {', '.join(s.grows_with) or 'a fixed size'}): "
+        + HOW_TO_FIX
+        for s in new_sites(current, before)
+    ]
+    complaints += [
+        f"{path}:{number}: a keeps-old-on-purpose marker must say why"
+        for number, line in enumerate(source.splitlines(), 1)
+        if audit.marker_without_reason(line)
+    ]
+    return complaints
+
+
+def base_source(path: str, rev: str) -> "str | None":
+    """The file at ``rev``, or None where it did not exist (or there is no git history)."""
+    shown = subprocess.run(
+        ["git", "show", f"{rev}:./{path}"], capture_output=True, text=True, check=False
+    )
+    return shown.stdout if shown.returncode == 0 else None
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="grow_hook.py", description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", help="the changed files (pre-commit passes them)")
+    parser.add_argument("--base", default="HEAD", help="the revision to compare with")
+    args = parser.parse_args(argv)
+    complaints = []
+    for path in args.files:
+        if path.endswith(".py") and Path(path).is_file():
+            complaints += check_file(path, base_source(path, args.base))
+    for line in complaints:
+        print(line)
+    return 1 if complaints else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
