@@ -19,13 +19,13 @@ def series():
 def pristine_tree(series, tmp_path_factory):
     from tools.series import base
 
-    return base.materialize(tools.series.base.version, tmp_path_factory.mktemp("pristine") / "sglang")
+    return base.materialize(series.base.version, tmp_path_factory.mktemp("pristine") / "sglang")
 
 
 @pytest.fixture(scope="session")
 def patched_tree(series, tmp_path_factory):
     from tools.series import base, check, gitcmd
 
-    repo = base.materialize(tools.series.base.version, tmp_path_factory.mktemp("patched") / "sglang")
+    repo = base.materialize(series.base.version, tmp_path_factory.mktemp("patched") / "sglang")
     check.am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
     return repo

@@ -65,7 +65,7 @@ def make_repo(dest: Path) -> Path:
     from tools.series import base, seriesdir
 
     series = seriesdir.load()
-    repo = base.materialize(tools.series.base.version, dest)
+    repo = base.materialize(series.base.version, dest)
     _write(repo, UNCHANGED, PASSING.format(est=3, name="unchanged"))
     _write(repo, MODIFIED, PASSING.format(est=2, name="modified"))
     _git(repo, "add", "-A")

@@ -44,13 +44,13 @@ from conftest import REPO, alive, clean_env, until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ci.runner import environment, launch, modes
 from ci.__main__ import main
 from ci.evidence import junit
 from ci.evidence.model import Results, save
 from ci.reporter import artifact, checks, escape, pictures, pr_states, render
 from ci.reporter import plan as reporting
 from ci.reporter.publish import Publisher, RetryPolicy, connect
+from ci.runner import environment, launch, modes
 
 TOKEN = "ghs_actionsINSTALLATIONtoken"
 HEAD = "c0ffee" + "0" * 34

@@ -193,8 +193,8 @@ def _trees_runs(directory):
     from tools.series import base, check, gitcmd, seriesdir
 
     series = seriesdir.load()
-    base_tree = base.materialize(tools.series.base.version, directory / "base" / "sglang")
-    head = base.materialize(tools.series.base.version, directory / "head" / "sglang")
+    base_tree = base.materialize(series.base.version, directory / "base" / "sglang")
+    head = base.materialize(series.base.version, directory / "head" / "sglang")
     check.am_series(series, head, env=gitcmd.TOOL_IDENTITY)
     sides = ["--unmodified-src", str(base_tree), "--change-src", str(head)]
     fused_kv = str(FUSED_KV_COMPANION.relative_to(REPO))

@@ -15,9 +15,9 @@ import sglang_layout
 from conftest import REPO, clean_env
 from sglang_layout import ADDED, MODIFIED
 
-from ci.runner import collect
 from ci.evidence.model import MODES, EvidenceError
 from ci.evidence.shards import merge
+from ci.runner import collect
 
 REGISTERED = """def register_cpu_ci(**kwargs):
     pass

@@ -16,7 +16,6 @@ import pytest
 from ci_fake_github import FakeGitHub
 from ci_samples import FILE, file_run, model, posted, refused
 
-from ci.runner import collect
 from ci.__main__ import main
 from ci.evidence import judge
 from ci.evidence import model as evidence_model
@@ -24,6 +23,7 @@ from ci.evidence.model import FileResult, save
 from ci.reporter import artifact, checks, pr_states, render
 from ci.reporter import plan as reporting
 from ci.reporter.publish import Publisher, RetryPolicy, connect
+from ci.runner import collect
 
 ACTIONS_TOKEN = "ghs_actionsINSTALLATIONtoken"
 HEAD = "c0ffee" + "0" * 34

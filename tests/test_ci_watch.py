@@ -12,8 +12,8 @@ import yaml
 from ci_fake_github import FakeGitHub
 
 from ci.__main__ import main
-from tools.releases import watch
 from ci.reporter.publish import ACTIONS_BOT, RetryPolicy, connect
+from tools.releases import watch
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "ghs_watchTOKEN"

@@ -25,8 +25,8 @@ from conftest import (
     clean_env,
 )
 
-from ci.runner.collect import registry_reader
 from ci.evidence import judge
+from ci.runner.collect import registry_reader
 
 SUITES = {
     REGISTERED_TEST: ("CUDA", "base-b-test-1-gpu-small"),

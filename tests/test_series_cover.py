@@ -7,7 +7,14 @@ import pytest
 
 from tools.series import SeriesError, base, check, gitcmd, seriesdir
 from tools.series.__main__ import main
-from tools.series.seriesdir import COVER_NAME, PATCHES_DIR, REPO_ROOT, CoverError, parse_cover, pin_date
+from tools.series.seriesdir import (
+    COVER_NAME,
+    PATCHES_DIR,
+    REPO_ROOT,
+    CoverError,
+    parse_cover,
+    pin_date,
+)
 
 TEST = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py"
 
@@ -85,7 +92,7 @@ def test_pin_date_touches_only_the_date_header():
 
 def test_refresh_rewrites_the_shortlog_and_keeps_subject_blurb_and_date(capsys, tmp_path):
     series = seriesdir.load()
-    repo = base.materialize(tools.series.base.version, tmp_path / "sglang")
+    repo = base.materialize(series.base.version, tmp_path / "sglang")
     check.am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
     gitcmd.run(
         ["commit", "-q", "--amend", "-m", "[DSV4] A new subject for the test commit"],

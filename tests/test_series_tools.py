@@ -143,7 +143,7 @@ BASE_0_5_23 = "dc55f224f0cd424ba9f3dac845f04c01adf15849"
 
 
 def test_materialized_base_commit_is_reproducible(series, tmp_path):
-    assert tools.series.base.version == "0.5.23"
+    assert series.base.version == "0.5.23"
     assert _head(base.materialize("0.5.23", tmp_path / "sglang")) == BASE_0_5_23
 
 
@@ -153,13 +153,13 @@ def test_run_as_a_git_hook_it_leaves_the_callers_repository_alone(monkeypatch, t
     # What git exports to a hook in a linked worktree (check is a pre-commit hook).
     monkeypatch.setenv("GIT_DIR", str(caller / ".git"))
     monkeypatch.setenv("GIT_INDEX_FILE", str(caller / ".git" / "index"))
-    repo = base.materialize(tools.series.base.version, tmp_path / "sglang")
+    repo = base.materialize(series.base.version, tmp_path / "sglang")
     assert gitcmd.out(["rev-parse", "--show-toplevel"], repo) == str(repo)
     assert not gitcmd.ok(["rev-parse", "-q", "--verify", "HEAD"], caller)  # nothing landed there
 
 
 def test_apply_to_checkout_commits_the_series_then_refuses_a_second_time(capsys, tmp_path, series):
-    repo = base.materialize(tools.series.base.version, tmp_path / "sglang")
+    repo = base.materialize(series.base.version, tmp_path / "sglang")
     start = _head(repo)
     code, out, err = _run(capsys, "apply", "--to", repo)
     assert code == 0, err
@@ -175,7 +175,7 @@ def test_apply_to_checkout_commits_the_series_then_refuses_a_second_time(capsys,
 def test_apply_one_fix_commits_only_its_patches_and_the_other_fix_applies_after_it(
     capsys, tmp_path, series
 ):
-    repo = base.materialize(tools.series.base.version, tmp_path / "sglang")
+    repo = base.materialize(series.base.version, tmp_path / "sglang")
     start = _head(repo)
     code, out, err = _run(capsys, "apply", "--fix", "0003", "--to", repo)
     assert code == 0, err
@@ -205,7 +205,7 @@ def test_matrix_tries_each_fix_on_its_own_files(tmp_path):
 
 
 def test_apply_refuses_a_dirty_checkout_and_one_it_does_not_apply_to(capsys, tmp_path, series):
-    repo = base.materialize(tools.series.base.version, tmp_path / "sglang")
+    repo = base.materialize(series.base.version, tmp_path / "sglang")
     target = repo / FIX
     original = target.read_bytes()
     target.write_bytes(

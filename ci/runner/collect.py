@@ -11,8 +11,8 @@ import os
 import sys
 from dataclasses import dataclass
 
-from ci.runner import RequestError
 from ci.evidence.model import BACKENDS
+from ci.runner import RequestError
 
 # The reader's own name in sys.modules when it is loaded without its package.
 READER_MODULE = "_sglang_ci_register_reader"

@@ -19,8 +19,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from ci.runner import fork_safety
 from ci.evidence.judge import FileRun
+from ci.runner import fork_safety
 
 FILE_PROCESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "file_process.py")
 PRELOAD = os.path.join(os.path.dirname(FILE_PROCESS), "preload.py")

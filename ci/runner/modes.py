@@ -8,8 +8,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from ci.runner import RequestError
 from ci.evidence.model import MODES, Side
+from ci.runner import RequestError
 
 DISABLE_ENV = "SGLANG_OVERLAY_DISABLE"
 # What sglang's CI sets that changes how a test behaves (ci/README.md, "As upstream's CI runs

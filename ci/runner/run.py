@@ -9,9 +9,9 @@ import shutil
 import threading
 from dataclasses import dataclass, replace
 
-from ci.runner import RequestError, collect, environment, file_process, git_sides, launch, modes
 from ci.evidence import judge
 from ci.evidence.model import MODES, FixId, Results, SeriesId, save
+from ci.runner import RequestError, collect, environment, file_process, git_sides, launch, modes
 
 # What a results folder holds: a reused --out is cleared of these, and only of these.
 OUTPUTS = ("results.json", "report.md", "junit-unmodified.xml", "junit-change.xml")

@@ -19,11 +19,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ci.runner import modes
-from tools.benchmark import search, summary
 from ci.evidence.model import MODES
+from ci.runner import modes
 from sglang_overlay import WORKSPACE_MODULE
 from sglang_overlay.shapes import workspace_class
+from tools.benchmark import search, summary
 
 REPO = Path(__file__).resolve().parents[2]
 RESULT_PREFIX = "DSV4_CAPPED_RESULT "

@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
-from tools.benchmark.capped import BF16, FP8, MIB, RESULT_PREFIX, run_child
 from sglang_overlay import PATCH_ID, WORKSPACE_MODULE
+from tools.benchmark.capped import BF16, FP8, MIB, RESULT_PREFIX, run_child
 
 ORDERS = ("holding-first", "release-first")
 
@@ -124,7 +124,15 @@ def run_transition(transition: Transition, order: str, device: str) -> dict:
 
 
 def launch(transition: Transition, order: str, device: str, timeout_s: float = 300) -> dict:
-    args = ["tools.benchmark.hazard", "--child", transition.name, "--order", order, "--device", device]
+    args = [
+        "tools.benchmark.hazard",
+        "--child",
+        transition.name,
+        "--order",
+        order,
+        "--device",
+        device,
+    ]
     mode = "unmodified" if order == "holding-first" else "change"
     return run_child(args, mode, f"{transition.name} ({order})", timeout_s, isolated=False)
 

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from ci.runner import modes
-from tools.benchmark import summary
 from sglang_overlay import WORKSPACE_MODULE
+from tools.benchmark import summary
 
 ROOT = Path(__file__).resolve().parents[2]
 GOAL = 2.5

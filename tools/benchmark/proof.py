@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from ci.runner import modes
-from tools.benchmark import summary
 from sglang_overlay import WORKSPACE_MODULE
+from tools.benchmark import summary
 
 PROOF_FILES = {
     "cuda": "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py",

@@ -239,7 +239,10 @@ def machine_section(name: str, report: dict) -> list:
         if key in report:
             lines += render(report)
             if key == "peaks" and charts.get("peaks"):
-                lines += [f"![peak ratios on {name}](tools/benchmark/results/{charts['peaks']})", ""]
+                lines += [
+                    f"![peak ratios on {name}](tools/benchmark/results/{charts['peaks']})",
+                    "",
+                ]
     if charts.get("timeline"):
         lines += [
             "#### Memory timeline of one replacement (64 -> 96 MiB bf16), from PyTorch snapshots",

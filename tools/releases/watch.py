@@ -15,10 +15,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ci.runner import modes
 from ci.evidence import model as evidence
 from ci.evidence.inert import inert
 from ci.reporter.render import escape_inline
+from ci.runner import modes
 from tools.series import SeriesError, matrix, seriesdir
 from tools.series.seriesdir import RELEASE  # not `packaging`: the posting job has only github3.py
 

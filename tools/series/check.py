@@ -47,11 +47,11 @@ _POSITION = re.compile(r":\d+(:\d+)?:")
 def run_check(series, version=None) -> list:
     """Return report lines; raise SeriesError (exit 1) naming what failed. With more than one
     fix, each must also apply alone to the base: it goes upstream as its own pull request."""
-    version = version or tools.series.base.version
+    version = version or series.base.version
     report = []
     with tempfile.TemporaryDirectory(prefix="series-check-") as tmp:
         repo = base.materialize(version, Path(tmp) / "sglang")
-        if version == tools.series.base.version:
+        if version == series.base.version:
             verify_base_hashes(series, repo)
             report.append(f"base sglang=={version}: pinned files match patches/BASE")
         am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
@@ -87,8 +87,8 @@ def verify_fixes_alone(series, repo: Path, version: str) -> list:
 
 
 def verify_base_hashes(series, repo: Path) -> None:
-    actual = base.pins(repo, [path for path, _ in tools.series.base.files])
-    for path, digest in tools.series.base.files:
+    actual = base.pins(repo, [path for path, _ in series.base.files])
+    for path, digest in series.base.files:
         if actual[path] == digest:
             continue
         if digest == NEW:

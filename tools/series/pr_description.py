@@ -134,11 +134,11 @@ def verify_results_match(series, fix, results) -> str:
             "run. Run 'python -m ci run --out DIR' again and render from the new folder"
         )
     base = results.sides.get("unmodified")
-    if base is None or base.sglang != tools.series.base.version:
+    if base is None or base.sglang != series.base.version:
         ran = base.label if base is not None else "no unmodified side"
         raise SeriesError(
             f"the results ran on {ran}, but the series is cut against "
-            f"sglang=={tools.series.base.version} (patches/BASE); run the A/B on that release"
+            f"sglang=={series.base.version} (patches/BASE); run the A/B on that release"
         )
     for proof in (results, own_results(fix, results)):
         if proof.verdict != "ok":
@@ -234,7 +234,7 @@ def render(series, results, results_dir: str, check: CheckState, number=None) ->
     out += [f"Environment: {environment_line(results.environment, results.backend)}", ""]
     out += [
         f"Patches {', '.join(p.split('-', 1)[0] for p in fix.names)} (id {fix_id[:12]}) on "
-        f"sglang=={tools.series.base.version}, results from `{results_dir}`.",
+        f"sglang=={series.base.version}, results from `{results_dir}`.",
         "\nTo reproduce, in a checkout of sglang-overlay, the project that carries this series:"
         "\n\n```bash",
         *reproduce(results, results_dir, fix, named=len(series.fixes) > 1),

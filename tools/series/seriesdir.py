@@ -57,7 +57,9 @@ def parse_series(text: str, where: str = "patches/series") -> list:
 
 
 def render_series(names) -> str:
-    header = "# Apply in this order (quilt series). Regenerate with: python -m tools.series refresh\n"
+    header = (
+        "# Apply in this order (quilt series). Regenerate with: python -m tools.series refresh\n"
+    )
     return header + "".join(f"{name}\n" for name in names)
 
 
@@ -331,7 +333,7 @@ def describe(patches_dir) -> dict:
     return {
         "id": series.id,
         "scheme": ID_SCHEME,
-        "release": tools.series.base.version,
+        "release": series.base.version,
         "patches": list(series.names),
         "fixes": [{"id": fix.id, "patches": list(fix.names)} for fix in series.fixes],
     }
