@@ -230,7 +230,7 @@ def test_every_command_under_to_reproduce_parses_as_printed(capsys, tmp_path):
     assert make == "make install" and "\ninstall:" in (REPO_ROOT / "Makefile").read_text()
     run_argv, body_argv = shlex.split(run), shlex.split(body)
     assert run_argv[:4] == [".venv/bin/python", "-m", "ci", "run"]
-    assert body_argv[:4] == [".venv/bin/python", "-m", "series", "pr-body"]
+    assert body_argv[:4] == [".venv/bin/python", "-m", "tools.series", "pr-body"]
     args = ci_parser().parse_args(run_argv[3:])
     data = json.loads((folder / "results.json").read_text())
     assert (args.verb, args.out, args.backend) == ("run", str(folder), data["backend"])
