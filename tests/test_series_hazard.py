@@ -64,12 +64,11 @@ def test_the_committed_figures_are_what_the_rows_say():
         assert table in (EVIDENCE / name / "hazard.md").read_text()
 
 
-def test_benchmarks_md_shows_the_hazard_of_each_machine():
-    from tools.benchmark import tables
-
+def test_benchmarks_md_shows_the_h200_hazard_as_measured():
+    # BENCHMARKS.md is a document now (no generator): it holds the measured table verbatim.
     report = json.loads((EVIDENCE / "h200-0.5.23-hazard/hazard.json").read_text())
-    block = "\n".join(tables.machine_section("nvidia-h200", {"hazard": report}))
+    document = (REPO_ROOT / "BENCHMARKS.md").read_text()
     s = report["summary"]["release-first"]
-    assert f"| release-first | {s['same_address']} of {s['replacements']} |" in block
-    assert "#### A validity key built from the address" in block
-    assert "main" not in block.split("####")[1].splitlines()[0]
+    assert f"| release-first | {s['same_address']} of {s['replacements']} |" in document
+    assert "#### A validity key built from the address" in document
+    assert hazard.render(report) in document

@@ -1,8 +1,7 @@
-"""``python -m tools.benchmark``: run the side-by-side benchmarks, write the results, redraw the tables.
+"""``python -m tools.benchmark``: run the side-by-side benchmarks and write the results.
 
-Writes ``tools/benchmark/results/<machine>.json`` (merged: parts not run keep their last figures),
-the PNG charts next to it, and regenerates BENCHMARKS.md from every results/*.json present.
-Parts: peaks (replacement peak / new size), fit (largest replacement under a cap), hot
+Writes ``tools/benchmark/results/<machine>.json`` (merged: parts not run keep their last figures);
+BENCHMARKS.md is a document, edited by hand from these figures. Parts: peaks (replacement peak / new size), fit (largest replacement under a cap), hot
 (reuse-path cost), startup (.pth hook cost), proof (``ci run`` wall time), hazard (how often a
 release-first replacement gets the old address back: ``tools.benchmark.hazard``). ``--quick`` runs
 fewer rounds and the regression test's transitions only. A part that fails is recorded and
@@ -16,35 +15,18 @@ import os
 import platform
 import socket
 import sys
-import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from tools.benchmark import capped, charts, hazard, hot_path, proof, startup, tables
+from tools.benchmark import capped, hazard, hot_path, proof, startup
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parent / "results"
-DOCUMENT = ROOT / "BENCHMARKS.md"
-
-
-def render_document(results_dir: Path, document: Path) -> None:
-    reports = {}
-    for path in sorted(results_dir.glob("*.json")):
-        try:
-            reports[path.stem] = json.loads(path.read_text())
-        except ValueError as exc:
-            print(f"warning: {path}: {exc}", file=sys.stderr)
-    current = document.read_text() if document.exists() else ""
-    document.write_text(tables.update(current, reports))
 
 
 def _peaks(plan) -> dict:
-    peaks = capped.peaks(plan.device, plan.peak_repeats, plan.jobs, plan.quick, plan.scratch)
-    row = peaks["transitions"].get(capped.SNAPSHOT_TRANSITION, {})
-    if row.get("change", {}).get("snapshot"):
-        return {"peaks": peaks, "timeline": charts.timeline(row)}
-    return {"peaks": peaks}
+    return {"peaks": capped.peaks(plan.device, plan.peak_repeats, plan.jobs, plan.quick)}
 
 
 # Each part: the plan -> the keys it sets in the report.
@@ -67,19 +49,11 @@ def main(argv=None) -> int:
     parser.add_argument("--device", help="workspace device (default: cuda if available)")
     parser.add_argument("--jobs", type=int, help="capped children at once (default: CPUs, max 12)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
-    parser.add_argument("--document", type=Path, default=DOCUMENT)
-    parser.add_argument(
-        "--render-only", action="store_true", help="only redraw BENCHMARKS.md from the results"
-    )
     args = parser.parse_args(argv)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     if any(p not in PARTS for p in parts) or not parts:
         parser.error(f"--parts {args.parts!r}: use a comma list of {', '.join(PARTS)}")
-    if args.render_only:
-        render_document(args.results_dir, args.document)
-        return 0
-
-    import torch  # here, not at the top: --render-only needs neither torch nor a device
+    import torch
 
     started = time.monotonic()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -112,31 +86,22 @@ def main(argv=None) -> int:
         quick=quick,
     )
     errors = report.setdefault("errors", {})
-    with tempfile.TemporaryDirectory() as scratch:
-        plan.scratch = Path(scratch)
-        for part in parts:
-            part_started = time.monotonic()
-            print(f"benchmark: {part} ...", file=sys.stderr, flush=True)
-            try:
-                report.update(PARTS[part](plan))
-                errors.pop(part, None)
-            except Exception as exc:  # one failing part must not lose the others
-                message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-                errors[part] = message.replace("`", "'")
-                print(f"benchmark: {part} failed: {errors[part]}", file=sys.stderr)
-            took = time.monotonic() - part_started
-            print(f"benchmark: {part} took {took:.0f} s", file=sys.stderr, flush=True)
+    for part in parts:
+        part_started = time.monotonic()
+        print(f"benchmark: {part} ...", file=sys.stderr, flush=True)
+        try:
+            report.update(PARTS[part](plan))
+            errors.pop(part, None)
+        except Exception as exc:  # one failing part must not lose the others
+            message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            errors[part] = message.replace("`", "'")
+            print(f"benchmark: {part} failed: {errors[part]}", file=sys.stderr)
+        took = time.monotonic() - part_started
+        print(f"benchmark: {part} took {took:.0f} s", file=sys.stderr, flush=True)
     report["elapsed_s"] = round(time.monotonic() - started, 1)
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        charts.draw(report, name, args.results_dir)
-    except Exception as exc:
-        errors["charts"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
     path.write_text(json.dumps(report, indent=2) + "\n")
-    render_document(args.results_dir, args.document)
-    print(
-        f"benchmark: wrote {path} and {args.document} in {report['elapsed_s']} s", file=sys.stderr
-    )
+    print(f"benchmark: wrote {path} in {report['elapsed_s']} s", file=sys.stderr)
     return 1 if errors else 0
 
 
