@@ -58,8 +58,8 @@ install: $(VENV)/.installed
 DEMO := out/demo
 demo: install
 	@echo "the A/B: each test file once per side, in its own process, as sglang's CI runs it"
-	@mkdir -p $(dir $(DEMO)); backend=$$($(PY) -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')"); \
-	$(PY) -m ci run --out $(DEMO) --tests test/registered --backend $$backend > $(DEMO).txt; \
+	@mkdir -p $(dir $(DEMO)); $(PY) -m tools.series describe > $(DEMO)-series.json || exit 2; backend=$$($(PY) -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')"); \
+	$(PY) -m ci run --out $(DEMO) --tests test/registered --backend $$backend --series $(DEMO)-series.json > $(DEMO).txt; \
 	code=$$?; \
 	if [ "$$backend" = cpu ]; then \
 	  $(PY) -m ci run --out $(DEMO)-proof --tests test/proofs --backend cpu > $(DEMO)-proof.txt || code=$$?; \
@@ -94,7 +94,7 @@ test: install lint $(OCTOKIT_OPENAPI)
 	OCTOKIT_OPENAPI=$(CURDIR)/$(OCTOKIT_OPENAPI) $(PY) -m pytest -q
 
 compat: install
-	$(PY) -m tools.releases.compat
+	$(PY) -m tools.releases watch --versions 0.5.21 0.5.22 0.5.23 --out out/compat
 
 bench: install
 	$(PY) -m tools.benchmark

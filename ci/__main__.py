@@ -1,10 +1,13 @@
-"""``python -m ci``: run registered tests A/B, report it on the PR, gate fork PRs, watch releases.
+"""``python -m ci``: run registered tests A/B, report it on the PR, gate fork PRs.
 
 The command line only: it parses arguments, hands them to the orchestration (``ci.runner.run``,
-``ci.reporter.plan``, ``ci.reporter.gate``, ``tools.releases.watch``) and maps outcomes to exit codes (0 ok, 1
-failed checks or a void proof, 2 bad usage or bad input, 130 interrupted). Each verb imports
-what it runs when it runs: ``ci run`` starts its test processes sooner for it, and imports what
-writes the report beside them.
+``ci.reporter.plan``, ``ci.reporter.gate``) and maps outcomes to exit codes (0 ok, 1 failed
+checks or a void proof, 2 bad usage or bad input, 130 interrupted). It sits above both sides of
+the trust boundary: ``ci run`` writes report.md with the pure renderers (``ci.reporter.render``,
+``ci.reporter.pictures``: the evidence model in, text and pictures out, no token, no github3),
+so the test job's folder holds the report it uploads; the modules that talk to GitHub
+(``plan``, ``publish``) are imported by ``ci report`` and ``ci gate`` only, which the test job
+never runs.
 """
 
 import argparse
@@ -12,7 +15,7 @@ import dataclasses
 import json
 import os
 import sys
-import threading
+from importlib import metadata
 
 from ci.evidence.inert import inert
 from ci.reporter.pr_states import DEFAULT_LABEL, DEFAULT_SLOT, REPORT_STATES
@@ -45,25 +48,10 @@ class UsageError(Exception):
 
 def _version() -> str:
     """This project's release, as installed (the bot never imports the package under test)."""
-    from importlib import metadata
-
     try:
         return metadata.version("sglang-overlay")
     except metadata.PackageNotFoundError:
         return "(not installed)"
-
-
-class _Version(argparse.Action):
-    """``--version``, the installed release looked up only when asked (importlib.metadata and
-    its look-up are a quarter of what ``ci run`` imports before its tests start)."""
-
-    def __init__(self, option_strings, dest, **kwargs):
-        help_text = "show program's version number and exit"
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help_text)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        print(f"{parser.prog} {_version()}")
-        parser.exit()
 
 
 # The command line as data: (flag, help) or (flag, help, add_argument's other keywords), in
@@ -82,6 +70,7 @@ RUN_FLAGS = (
     ("--git-base", "both sides from git: the base commit of the checkout at --root", REV),
     ("--git-head", "the head commit: its added/modified registered tests run on both", REV),
     ("--regressions", "tests that must fail unmodified (default ci/regressions.txt)", FILE),
+    ("--series", "the patch series, as `python -m tools.series describe` prints it", FILE),
     ("--timeout", "seconds per file and mode (default 1800)", {"type": float}),
     ("--jobs", "processes at once (default 2)", {"type": int}),
     ("--root", "repository root (default: current directory)"),
@@ -144,22 +133,6 @@ GATE_FLAGS = (
     ("--api-url", "GitHub Enterprise base URL (client adds /api/v3)"),
     ("--json", "print the decision as JSON", SWITCH),
 )
-WATCH_FLAGS = (  # tools.releases.watch.ROWS_FILE is watch.json
-    ("--index-url", "PEP 691 simple index (default: pip's)"),
-    ("--versions", "check these releases, skip discovery", {"nargs": "+"}),
-    (
-        "--installed",
-        "check the sglang installed in this venv (must be the one release in --versions)",
-        SWITCH,
-    ),
-    ("--out", "write watch.json and each release's A/B here"),
-    ("--rows", "post the rows of an earlier run (watch.json); no checks"),
-    ("--repo", "OWNER/NAME of the tracking issue (required with --post)"),
-    ("--api-url", "GitHub Enterprise base URL (client adds /api/v3)"),
-    ("--bot-login", "our login (default: GET /user, else the Actions bot)"),
-    ("--post", "update the tracking issue", SWITCH),
-    ("--json", "print the rows as JSON", SWITCH),
-)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -168,7 +141,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Run registered tests on two sides (unmodified and with a change), then "
         "report the A/B on the pull request.",
     )
-    parser.add_argument("--version", action=_Version)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     verbs = parser.add_subparsers(dest="verb", required=True)
     run = verbs.add_parser(
         "run",
@@ -203,16 +176,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     _flags(gate, GATE_FLAGS)
     gate.set_defaults(func=cmd_gate)
-    watch = verbs.add_parser(
-        "watch",
-        help="check sglang releases newer than the project knows; keep one tracking issue",
-        description="Finds final sglang releases on the index newer than the newest the "
-        "project knows and, for each, reports the overlay's state with the method's sha256, "
-        "whether 0001 applies and the CPU A/B, as the README's compat table. Exit 0 when every "
-        "new release is ok (or there is none), 1 when one is not, 2 for bad usage or input.",
-    )
-    _flags(watch, WATCH_FLAGS)
-    watch.set_defaults(func=cmd_watch)
     return parser
 
 
@@ -227,9 +190,8 @@ def cmd_run(args) -> int:
     args.tests = tuple(args.tests or ())
     request = run.RunRequest(**_fields(run.RunRequest, args))
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    cuda = run.resolve_backend(args.backend) == "cuda"
     try:
-        results = run.execute(request, log, beside=lambda: _load_the_report_beside(cuda))
+        results = run.execute(request, log)
     except run.RequestError as exc:
         raise UsageError(str(exc)) from None
     except run.RegistrationError as exc:
@@ -251,20 +213,6 @@ def cmd_run(args) -> int:
     else:
         print(inert("\n".join(run.summary_lines(results))))
     return EXIT_OK if results.verdict == "ok" else EXIT_FAILED
-
-
-def _load_the_report_beside(cuda: bool) -> None:
-    """Once the test processes run: import, in a thread beside them, what ``ci run`` writes the
-    report with after them (and matplotlib on cuda, about a second: pictures are drawn from CUDA
-    peaks only), so that none of it comes before the tests start or after they end."""
-
-    def load():
-        from ci.reporter import pictures, render  # noqa: F401 -- cached for cmd_run
-
-        if cuda:
-            pictures.preload()
-
-    threading.Thread(target=load, name="report-imports", daemon=True).start()
 
 
 def cmd_report(args) -> int:
@@ -351,12 +299,6 @@ def cmd_gate(args) -> int:
         print("\n".join(lines))
         print(f"reason: {one_line(decision.reason)}", file=sys.stderr)
     return EXIT_OK
-
-
-def cmd_watch(args) -> int:
-    from tools.releases import watch
-
-    return watch.cmd_watch(args)
 
 
 if __name__ == "__main__":

@@ -62,9 +62,10 @@ def test_the_cpu_tests_reproduce_the_bug_unmodified_and_pass_with_the_overlay(ov
     assert sorted(kinds.values()).count("regression") == 4 + 3 + 2
     assert kinds[(proof, "test_smaller_request_reuses_storage")] == "preservation"
     assert {k for (f, _), k in kinds.items() if f == companion} == {"regression"}
-    assert sorted(k for (f, _), k in kinds.items() if f == fused) == ["preservation"] * 3 + [
-        "regression"
-    ] * 2
+    assert (
+        sorted(k for (f, _), k in kinds.items() if f == fused)
+        == ["preservation"] * 3 + ["regression"] * 2
+    )
     assert data["verdict"] == "ok" and sorted(f["path"] for f in data["files"]) == sorted(
         [proof, companion, fused]
     )
@@ -198,7 +199,9 @@ def _trees_runs(directory):
     check.am_series(series, head, env=gitcmd.TOOL_IDENTITY)
     sides = ["--unmodified-src", str(base_tree), "--change-src", str(head)]
     fused_kv = str(FUSED_KV_COMPANION.relative_to(REPO))
-    proc = _ci_run_in_pool(directory / "out", "--tests", "test/proofs", PYTEST_STYLE, fused_kv, *sides)
+    proc = _ci_run_in_pool(
+        directory / "out", "--tests", "test/proofs", PYTEST_STYLE, fused_kv, *sides
+    )
     listed = directory / "regressions.txt"
     listed.write_text(f"{SOURCE_STYLE}::*.test_replacement_releases_*\n")
     void_args = ["--tests", SOURCE_STYLE, "--regressions", str(listed)]
@@ -464,13 +467,13 @@ def test_ci_run_and_the_watch_check_start_where_no_github3_is_installed(tmp_path
     # The GPU test job and the release watch's check job install no github3 (only the report
     # jobs do): their commands must not import it.
     blocked = "import runpy, sys; sys.modules['github3'] = None; sys.argv = sys.argv[1:]; "
-    blocked += "runpy.run_module('ci', run_name='__main__', alter_sys=True)"
+    blocked += "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"
     for args in (
-        ["run", "--out", str(tmp_path / "out"), "--tests", f"{FIXTURES}/test_exits_early.py"],
-        ["watch", "--help"],
+        ["ci", "run", "--out", str(tmp_path / "out"), "--tests", f"{FIXTURES}/test_exits_early.py"],
+        ["tools.releases", "watch", "--help"],
     ):
         proc = subprocess.run(
-            [sys.executable, "-c", blocked, "ci", *args],
+            [sys.executable, "-c", blocked, *args],
             cwd=REPO,
             env=clean_env(),
             capture_output=True,

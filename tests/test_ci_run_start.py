@@ -1,11 +1,7 @@
-"""What ``ci run`` does before its test processes start, and what it works out beside them.
-
-Before the first test process starts, ``ci run`` imports only what selects and launches the files:
-nothing of the report (render, pictures, matplotlib), of the other verbs (ci.reporter.gate,
-tools.releases.watch) or of what writes the results after the tests (JUnit, the series id), and it
-never looks up its own version. The machine's facts and the series id, worked out beside the
-tests, are recorded as before. A small registered file in a git checkout holding the project's
-patches stands in for a pull request's tests.
+"""What ``ci run`` records beside the tests: the machine's facts, the git commit and the series
+it is given (``--series``, as ``python -m tools.series describe`` prints it); and ``--version``.
+A small registered file in a git checkout holding the project's patches stands in for a pull
+request's tests.
 """
 
 import json
@@ -40,36 +36,6 @@ class TestTiny(unittest.TestCase):
 if __name__ == "__main__":
     unittest.main()
 """
-# Imported before the first test process starts, any of these would delay it.
-LATER = (
-    "importlib.metadata",
-    "matplotlib",
-    "ci.reporter.render",
-    "ci.reporter.pictures",
-    "ci.reporter.gate",
-    "tools.releases.watch",
-    "ci.evidence.junit",
-    "tools.series.seriesdir",
-)
-# Runs `ci run` in this interpreter and prints which of LATER were imported when run_all, which
-# starts the test processes, was called; then the exit code.
-WATCH = """
-import json, sys
-from ci.runner import launch
-from ci.__main__ import main
-later, seen = json.loads(sys.argv[1]), {}
-run_all = launch.run_all
-
-
-def watched(*args, **kwargs):
-    seen["before"] = sorted(name for name in later if name in sys.modules)
-    return run_all(*args, **kwargs)
-
-
-launch.run_all = watched
-code = main(sys.argv[2:])
-print(json.dumps({"before": seen.get("before"), "exit": code}))
-"""
 
 
 @pytest.fixture(scope="module")
@@ -87,31 +53,14 @@ def checkout(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("backend", ["cpu", "cuda"])
-def test_nothing_of_the_report_is_imported_before_the_test_processes_start(
-    checkout, tmp_path, backend
-):
-    args = ["run", "--root", str(checkout), "--out", str(tmp_path / "out"), "--backend", backend]
-    proc = subprocess.run(
-        [sys.executable, "-c", WATCH, json.dumps(LATER), *args],
-        cwd=REPO,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    said = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert said == {"before": [], "exit": 0}, proc.stdout + proc.stderr
-    data = json.loads((tmp_path / "out/results.json").read_text())
-    assert [c["kind"] for c in data["cases"]] == ["preservation"]
-
-
-def test_the_machine_and_the_series_worked_out_beside_the_tests_are_recorded(checkout, tmp_path):
+def test_the_machine_and_the_series_it_is_given_are_recorded(checkout, tmp_path):
     from tools.series import seriesdir
 
-    out = tmp_path / "out"
+    out, series = tmp_path / "out", tmp_path / "series.json"
+    series.write_text(json.dumps(seriesdir.describe(checkout / "patches")))
+    argv = ["run", "--root", str(checkout), "--out", str(out), "--series", str(series)]
     proc = subprocess.run(
-        [sys.executable, "-m", "ci", "run", "--root", str(checkout), "--out", str(out)],
+        [sys.executable, "-m", "ci", *argv],
         cwd=REPO,
         env=clean_env(),
         capture_output=True,
@@ -134,7 +83,7 @@ def test_the_machine_and_the_series_worked_out_beside_the_tests_are_recorded(che
     assert "gpus" in data["environment"]
 
 
-def test_the_version_is_the_installed_releases_looked_up_when_asked():
+def test_the_version_is_the_installed_release():
     proc = subprocess.run(
         [sys.executable, "-m", "ci", "--version"],
         cwd=REPO,

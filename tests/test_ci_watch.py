@@ -11,7 +11,7 @@ import release_check
 import yaml
 from ci_fake_github import FakeGitHub
 
-from ci.__main__ import main
+from tools.releases.__main__ import main
 from ci.reporter.publish import ACTIONS_BOT, RetryPolicy, connect
 from tools.releases import watch
 
@@ -340,7 +340,7 @@ def test_a_release_rows_text_reaches_the_log_as_no_workflow_command(
 # --------------------------------------------------------- the whole check, on installed 0.5.23
 
 
-# `ci watch` on the sglang this venv has: overlay state, series matrix, CPU A/B (``release_check``).
+# The release watch on the sglang this venv has: overlay state, series matrix, CPU A/B (``release_check``).
 checked_0_5_23 = release_check.checked_0_5_23
 
 

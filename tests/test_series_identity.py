@@ -2,8 +2,11 @@
 
 import shutil
 
-from ci.runner import run
+import pytest
+
+from ci.runner import RequestError, run
 from tools.series import seriesdir
+from tools.series.__main__ import main
 from tools.series.seriesdir import PATCHES_DIR
 
 
@@ -50,12 +53,27 @@ def test_changing_one_fix_changes_its_id_and_the_series_but_not_the_other_fixs(t
     assert after.fix("0003").id != before.fix("0003").id
 
 
-def test_a_ci_run_records_the_series_id_it_was_made_with(tmp_path):
-    root = tmp_path
-    _copy(root)
-    recorded = run._series(str(root))
-    series = seriesdir.load(root / "patches")
+def test_a_ci_run_records_the_series_id_it_was_made_with(tmp_path, capsys):
+    patches = _copy(tmp_path)
+    assert main(["--patches", str(patches), "describe"]) == 0
+    described = tmp_path / "series.json"
+    described.write_text(capsys.readouterr().out)
+    recorded = run._series(str(described))
+    series = seriesdir.load(patches)
     assert recorded.id == series.id
     assert recorded.release == "0.5.23" and len(recorded.patches) == 4
     assert [(f.id, f.patches) for f in recorded.fixes] == [(f.id, f.names) for f in series.fixes]
-    assert run._series(str(tmp_path / "elsewhere")) is None  # an upstream checkout has none
+    assert run._series(None) is None  # a run without --series (an upstream checkout) has none
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [("{", "not JSON"), ("[]", "expected an object"), ('{"id": "x"}', "missing field 'release'")],
+)
+def test_a_series_file_that_describe_did_not_write_is_one_line(tmp_path, text, said):
+    path = tmp_path / "series.json"
+    path.write_text(text)
+    with pytest.raises(RequestError, match=said):
+        run._series(str(path))
+    with pytest.raises(RequestError, match="No such file"):
+        run._series(str(tmp_path / "absent.json"))

@@ -226,14 +226,17 @@ def test_every_command_under_to_reproduce_parses_as_printed(capsys, tmp_path):
     code, out, err = _body(capsys, folder, "--no-check")
     assert code == 0, err
     block = out.split("To reproduce")[1].split("```bash\n")[1].split("```")[0]
-    make, run, body = block.strip().splitlines()
+    make, describe, run, body = block.strip().splitlines()
     assert make == "make install" and "\ninstall:" in (REPO_ROOT / "Makefile").read_text()
+    *describe_argv, into, series_file = shlex.split(describe)
+    assert series_parser().parse_args(describe_argv[3:]).verb == "describe" and into == ">"
     run_argv, body_argv = shlex.split(run), shlex.split(body)
     assert run_argv[:4] == [".venv/bin/python", "-m", "ci", "run"]
     assert body_argv[:4] == [".venv/bin/python", "-m", "tools.series", "pr-body"]
     args = ci_parser().parse_args(run_argv[3:])
     data = json.loads((folder / "results.json").read_text())
     assert (args.verb, args.out, args.backend) == ("run", str(folder), data["backend"])
+    assert args.series == series_file
     assert list(args.tests) == data["selection"]["tests"]
     assert all((REPO_ROOT / t).exists() for t in args.tests)
     assert args.outside_upstream_ci is False  # the results ran as sglang's CI runs them
@@ -249,8 +252,10 @@ def test_source_tree_sides_are_made_again_by_the_series_tools_to_reproduce(capsy
     code, out, err = _body(capsys, FUSED_KV_RESULTS, "--no-check")
     assert code == 0, err
     block = out.split("To reproduce")[1].split("```bash\n")[1].split("```")[0]
-    make, *series_lines, run, body = [shlex.split(line) for line in block.strip().splitlines()]
-    assert make == ["make", "install"]
+    make, describe, *series_lines, run, body = [
+        shlex.split(line) for line in block.strip().splitlines()
+    ]
+    assert make == ["make", "install"] and describe[3:5] == ["describe", ">"]
     made = [series_parser().parse_args(argv[3:]) for argv in series_lines]
     assert [a.verb for a in made] == ["materialize", "materialize", "apply"]
     unmodified, change = made[0].dir, made[1].dir

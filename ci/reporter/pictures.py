@@ -21,16 +21,9 @@ def _pyplot():
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except Exception:  # not installed, or it cannot start here (a font cache it cannot write)
+    except (ImportError, OSError):  # not installed, or a font cache it cannot write here
         return None
     return plt
-
-
-def preload() -> None:
-    """Import matplotlib now: ``ci run`` calls it in a thread beside the test processes, once
-    they run (about a second that would otherwise come after them, or delay their start);
-    ``draw_all`` imports it as before, cached or not."""
-    _pyplot()
 
 
 def draw_all(results: Results, out_dir: str) -> dict:
@@ -49,7 +42,7 @@ def draw_all(results: Results, out_dir: str) -> dict:
         os.makedirs(os.path.join(out_dir, FOLDER), exist_ok=True)
         try:
             _draw(plt, results, case, os.path.join(out_dir, rel))
-        except Exception:  # names and numbers are PR code's output: mathtext, a lone surrogate
+        except ValueError:  # names are PR code's output: bad mathtext, a lone surrogate
             plt.close("all")  # no picture for this case; its row in the report stays
             continue
         drawn[case.key] = rel

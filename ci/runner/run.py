@@ -3,14 +3,14 @@ the results folder (results.json, JUnit, logs). Bad arguments raise ``RequestErr
 registration sglang's reader rejects ``RegistrationError`` (exit 1); rendering is report/'s.
 """
 
+import json
 import os
 import re
 import shutil
-import threading
 from dataclasses import dataclass, replace
 
-from ci.evidence import judge
-from ci.evidence.model import MODES, FixId, Results, SeriesId, save
+from ci.evidence import bounds, judge, junit
+from ci.evidence.model import MODES, Results, SeriesId, save
 from ci.runner import RequestError, collect, environment, file_process, git_sides, launch, modes
 
 # What a results folder holds: a reused --out is cleared of these, and only of these.
@@ -47,6 +47,7 @@ class RunRequest:
     timeout: float = 1800
     jobs: int = 2
     outside_upstream_ci: bool = False  # True: without sglang CI's settings (modes.UPSTREAM_CI_ENV)
+    series: str | None = None  # a JSON file `python -m tools.series describe` wrote
 
 
 def resolve_backend(backend: str | None) -> str:
@@ -54,15 +55,14 @@ def resolve_backend(backend: str | None) -> str:
     return backend or ("cuda" if shutil.which("nvidia-smi") else "cpu")
 
 
-def execute(request: RunRequest, log, beside=None) -> Results:
+def execute(request: RunRequest, log) -> Results:
     """Run the A/B that ``request`` describes and write its folder; ``log(line)`` hears about
-    progress, ``beside()`` is called once the test processes have started (for the caller's own
-    work beside them). With ``git_base``/``git_head`` both sides are written out of the
+    progress. With ``git_base``/``git_head`` both sides are written out of the
     checkout at ``root`` under ``out``/sides/ and removed when the run ends."""
     root = os.path.abspath(request.root)
     change = _change(request, root)
     if change is None:
-        return _execute(request, root, log, beside)
+        return _execute(request, root, log)
     out = _prepare_out(request.out)
     try:
         base, head = git_sides.make_sides(root, change, out)
@@ -75,7 +75,7 @@ def execute(request: RunRequest, log, beside=None) -> Results:
         sided = replace(request, root=head, tests=tests, unmodified_src=base, change_src=head)
         # The machine record names the bot's own commit: the sides name the two compared.
         bot = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        return _execute(sided, head, log, beside, change, checkout=bot, diff=not request.tests)
+        return _execute(sided, head, log, change, checkout=bot, diff=not request.tests)
     finally:
         git_sides.remove(out)
 
@@ -92,7 +92,7 @@ def _change(request: RunRequest, root: str) -> git_sides.Change | None:
     return git_sides.read_change(root, request.git_base, request.git_head)
 
 
-def _execute(request: RunRequest, root: str, log, beside, change=None, checkout=None, diff=False):
+def _execute(request: RunRequest, root: str, log, change=None, checkout=None, diff=False):
     backend = resolve_backend(request.backend)
     wanted = tuple(m.strip() for m in request.modes.split(",") if m.strip())
     if not wanted or any(m not in MODES for m in wanted) or len(set(wanted)) != len(wanted):
@@ -106,29 +106,8 @@ def _execute(request: RunRequest, root: str, log, beside, change=None, checkout=
         raise RequestError(f"--preload {request.preload!r}: a comma list of module names")
     setups = modes.setups(wanted, request.unmodified_src, request.change_src)
     patterns = _patterns(request.regressions)
-    # What the results record beyond the tests (the machine, the series) and the modules they
-    # are written with take a moment: worked out beside the tests once they run, so that none
-    # of it delays their start (nor, mostly, comes after their end).
-    machine, found = {}, {}
-
-    def describe():
-        try:
-            from ci.evidence import junit  # noqa: F401 -- the results' writer, imported early
-
-            machine.update(
-                gpus=environment.nvidia_smi(), git=environment.git_commit(checkout or root)
-            )
-            found["series"] = _series(root)
-        except BaseException as exc:  # raised again in the run's own thread
-            found["error"] = exc
-
-    describing = threading.Thread(target=describe, daemon=True)
-
-    def started():
-        describing.start()
-        if beside is not None:
-            beside()
-
+    series = _series(request.series)
+    machine = {"gpus": environment.nvidia_smi(), "git": environment.git_commit(checkout or root)}
     trees = [s.tree for s in setups.values() if s.tree]
     if change is not None:
         trees.reverse()  # the head's registry reader: the head's tests may use what it adds
@@ -142,10 +121,7 @@ def _execute(request: RunRequest, root: str, log, beside, change=None, checkout=
         env[file_process.BACKEND_ENV] = backend
     paths = [s.path for s in selected]
     preloads = {}
-    runs = launch.run_all(paths, envs, root, request.timeout, jobs, log, preload, preloads, started)
-    describing.join()
-    if "error" in found:
-        raise found["error"]
+    runs = launch.run_all(paths, envs, root, request.timeout, jobs, log, preload, preloads)
 
     records = environment.records_by_mode(runs, wanted)
     commits = {"unmodified": change.base, "change": change.head} if change else {}
@@ -174,7 +150,7 @@ def _execute(request: RunRequest, root: str, log, beside, change=None, checkout=
     ci_env = dict(modes.UPSTREAM_CI_ENV) if upstream_ci else None
     fields = {
         "environment": {**machine, "upstream_ci": ci_env, "modes": records},
-        "series": found["series"],
+        "series": series,
     }
     results = judge.build(runs, backend, sides, suites, patterns, selection=selection, **fields)
     lines = {path: collect.test_lines(root, path) for path in {c.file for c in results.cases}}
@@ -188,8 +164,6 @@ def _execute(request: RunRequest, root: str, log, beside, change=None, checkout=
         why = f"shard {request.shard}: every selected file falls in another shard"
         results = replace(results, verdict="ok", reasons=(why,))
     save(results, out)
-    from ci.evidence import junit
-
     junit.write(results, out)
     return results
 
@@ -255,15 +229,22 @@ def _select(request: RunRequest, root: str, backend: str, trees, diff: bool = Fa
     raise RequestError(f"no registered {backend} test files match the filters under {root}")
 
 
-def _series(root: str) -> SeriesId | None:
-    """The id of the patch series in ``root``/patches, when the run is made from this project."""
-    if not os.path.isfile(os.path.join(root, "patches", "series")):
+def _series(path: str | None) -> SeriesId | None:
+    """The patch series the run is made with, as ``python -m tools.series describe`` wrote it
+    (the caller's to supply: the runner reads no tool of this project)."""
+    if path is None:
         return None
-    from tools.series import seriesdir
-
-    described = seriesdir.describe(os.path.join(root, "patches"))
-    fixes = tuple(FixId(fix["id"], tuple(fix["patches"])) for fix in described["fixes"])
-    return SeriesId(described["id"], described["release"], tuple(described["patches"]), fixes)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise RequestError(f"--series {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise RequestError(f"--series {path}: not JSON ({exc})") from None
+    try:
+        return bounds.load_object(data, "--series", SeriesId)
+    except ValueError as exc:
+        raise RequestError(f"--series {path}: {exc}") from None
 
 
 def summary_lines(results: Results) -> list[str]:

@@ -1,6 +1,6 @@
-"""``python -m ci watch``: sglang releases on PyPI that the project does not know yet, each
-checked (``check``, below; ``python -m tools.releases.compat`` is the same check of named releases)
-and kept in ONE tracking issue (ci/README.md). Rows another job wrote (``--rows``) are validated
+"""The release watch (``python -m tools.releases watch``): sglang releases on PyPI that the project
+does not know yet (or those named with ``--versions``), each checked (``check``, below) and kept
+in ONE tracking issue (ci/README.md). Rows another job wrote (``--rows``) are validated
 against ``ROW_SCHEMA`` before anything is posted. Two jobs run it in two environments (the
 checking one has no github3, the posting one only github3), so the top imports only the project
 and the standard library; each path imports what it needs.
@@ -352,68 +352,3 @@ def upsert_issue(gh, owner, repo, title, body, author, policy) -> tuple:
 
     # The whole find-then-write repeats on a retry, so a retried create cannot duplicate.
     return policy.call("tracking issue", once)
-
-
-def cmd_watch(args) -> int:
-    try:
-        _check_usage(args)
-        rows, newest, requested = _rows(args)
-    except WatchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    body = issue_body(rows, newest, args.index_url or "the package index", requested)
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        record = {"newest_known": newest, "requested": requested, "rows": rows}
-        (Path(args.out) / ROWS_FILE).write_text(json.dumps(record, indent=2) + "\n")
-    sys.stdout.write(inert(json.dumps(rows, indent=2) + "\n" if args.json else body))
-    if args.post and not _post(args, body):
-        return EXIT_FAILED
-    return EXIT_FAILED if any(verdict(row) is False for row in rows) else EXIT_OK
-
-
-def _check_usage(args) -> None:
-    if args.post and not args.repo:
-        raise WatchError("--post needs --repo OWNER/NAME")
-    if args.repo and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", args.repo):
-        raise WatchError(f"--repo {args.repo!r}: expected OWNER/NAME")
-    if args.rows and (args.versions or args.installed):
-        raise WatchError("--rows posts an earlier run's rows; it takes no --versions/--installed")
-    if args.installed and len(args.versions or []) != 1:
-        raise WatchError("--installed checks one release: give it as --versions V")
-    if args.post and not os.environ.get("GITHUB_TOKEN"):
-        raise WatchError("--post needs a token in GITHUB_TOKEN")
-
-
-def _rows(args) -> tuple:
-    """(rows, newest known release, requested) from --rows, --versions or discovery."""
-    if args.rows:
-        return load_rows(Path(args.rows))
-    from pip._internal.models.index import PyPI
-
-    known = known_releases()
-    # pip's index: PIP_INDEX_URL when set, else the one pip itself defaults to.
-    index = args.index_url or os.environ.get("PIP_INDEX_URL") or PyPI.simple_url
-    versions = args.versions or newer_releases(index_versions(fetch_project_page(index)), known)
-    out = Path(args.out or (REPO / "out" / "watch"))
-    rows = [check(v, out, installed=args.installed) for v in versions]
-    return rows, known[-1], bool(args.versions)
-
-
-def _post(args, body) -> bool:
-    import github3.exceptions
-
-    from ci.reporter.publish import GaveUp, Publisher, RetryPolicy, connect
-
-    token = os.environ["GITHUB_TOKEN"]
-    owner, name = args.repo.split("/")
-    gh, policy = connect(token, args.api_url), RetryPolicy()
-    try:
-        # Our issue is the one by our login: --bot-login, else the token's user, as for comments.
-        author = Publisher(gh, owner, name, None, policy).identity(args.bot_login)
-        outcome, number = upsert_issue(gh, owner, name, TITLE, body, author, policy)
-    except (GaveUp, github3.exceptions.GitHubException, RuntimeError) as exc:
-        print(f"error: tracking issue: {inert(str(exc).replace(token, '***'))}", file=sys.stderr)
-        return False
-    print(f"tracking issue #{number}: {outcome}", file=sys.stderr)
-    return True

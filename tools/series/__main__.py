@@ -89,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+    verbs.add_parser(
+        "describe",
+        help="the series' id, release, patches and fixes as JSON, for 'python -m ci run --series'",
+    )
+
     p = verbs.add_parser(
         "pr-body", help="the upstream PR description of one fix from a ci run folder"
     )
@@ -146,6 +151,8 @@ def run(args) -> str:
         return (
             f"{repo}: sglang=={version} in upstream layout, base commit tagged '{base.BASE_TAG}'\n"
         )
+    if args.verb == "describe":
+        return json.dumps(seriesdir.describe(args.patches), indent=2) + "\n"
     series = seriesdir.load(args.patches)
     if args.verb == "check":
         return _lines([*check.run_check(series, args.version), "ok"])

@@ -29,6 +29,7 @@ CHECKLIST = {  # each "(#anchor)" is a section of DOCS
     "(#test-the-accuracy) and [Benchmark the speed](#benchmark-the-speed).",
     "style": "Follow the SGLang code style [guidance](#code-style-guidance).",
 }
+SERIES_FILE = "/tmp/sglang-overlay-series.json"  # what the reproduced run records as its series
 # Message sections that have a template section of their own.
 _OWN = {"motivation", "modifications", "tests"}
 
@@ -123,8 +124,8 @@ def verify_results_match(series, fix, results) -> str:
     recorded = results.series
     if recorded is None:
         raise SeriesError(
-            "the results record no series id (made outside this project's checkout); "
-            "run 'python -m ci run --out DIR' again with this series in patches/"
+            "the results record no series id (made without --series); run 'python -m tools.series "
+            "describe > series.json' and 'python -m ci run --out DIR --series series.json'"
         )
     if expected not in {recorded.id, *(f.id for f in recorded.fixes)}:
         raise SeriesError(
@@ -257,7 +258,8 @@ def reproduce(results, results_dir: str, fix, named: bool = False) -> list:
     ``--change-src``) are made again by the series tools: the base release, and the base with
     ``fix`` applied (the fix's pull request). ``named``: the series has several fixes."""
     out = shlex.quote(results_dir)
-    lines, run = ["make install"], [".venv/bin/python -m ci run", "--out", out]
+    lines = ["make install", f".venv/bin/python -m tools.series describe > {SERIES_FILE}"]
+    run = [".venv/bin/python -m ci run", "--out", out, "--series", SERIES_FILE]
     run += ["--backend", results.backend]
     tests = results.selection.get("tests")
     if isinstance(tests, list) and tests and all(isinstance(t, str) for t in tests):

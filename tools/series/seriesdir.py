@@ -327,12 +327,11 @@ def load(root=PATCHES_DIR) -> SeriesDir:
 
 
 def describe(patches_dir) -> dict:
-    """What a ``ci run`` results folder records: the id, the base release, the patch names,
+    """What ``python -m tools.series describe`` prints for ``ci run --series``: the id, the base release, the patch names,
     and each fix's id and patch names."""
     series = load(patches_dir)
     return {
         "id": series.id,
-        "scheme": ID_SCHEME,
         "release": series.base.version,
         "patches": list(series.names),
         "fixes": [{"id": fix.id, "patches": list(fix.names)} for fix in series.fixes],
