@@ -486,12 +486,3 @@ def test_a_target_the_method_only_clears_guards_nothing_beside_it():
             self.buf = torch.zeros(n)
     """
     assert _verdict(body) == "grows-while-held"
-
-
-def test_cli_triage_gives_each_grows_while_held_site_a_call(tmp_path, capsys):
-    assert (
-        main(["audit", str(_tree(tmp_path, "package", {"srt/ws.py": WORKSPACE})), "--triage"]) == 0
-    )
-    out = capsys.readouterr().out
-    assert out.startswith("1 grows-while-held sites: 0 yes, 0 next, 0 measure, 1 no.")
-    assert "| no | sglang/srt/ws.py:6 | `Workspace.get` |" in out and "index metadata" in out

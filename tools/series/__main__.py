@@ -11,7 +11,6 @@ from tools.series import (
     SeriesError,
     apply,
     audit_tree,
-    audit_triage,
     base,
     check,
     matrix,
@@ -117,13 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(reads the tree, never imports it; docs/grow-while-held-audit-0.5.23.md)",
     )
     p.add_argument("tree", metavar="TREE", help="an sglang checkout or installed package folder")
-    shown = p.add_mutually_exclusive_group()
-    shown.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
-    shown.add_argument(
-        "--triage",
-        action="store_true",
-        help="print the grows-while-held sites only, each with whether it is worth fixing and why",
-    )
+    p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     return parser
 
 
@@ -133,8 +126,6 @@ def _audit(args) -> str:
         print(f"skipped {line}", file=sys.stderr)
     if args.json:
         return json.dumps([s.to_dict() for s in sites], indent=2) + "\n"
-    if args.triage:
-        return audit_triage.render(sites)
     return audit_tree.render_table(sites) + "\n" + audit_tree.summary(sites) + "\n"
 
 
