@@ -231,8 +231,8 @@ def test_a_reason_with_pipes_and_newlines_stays_one_table_row():
     assert "a \\| b c" in table[2] and table[2].endswith("| FAILED |")
 
 
-def test_readme_compatibility_table_is_the_watch_table():
-    readme = (REPO / "README.md").read_text()
+def test_the_operators_compatibility_table_is_the_watch_table():
+    readme = (REPO / "docs/operators.md").read_text()
     section = readme.split("## Compatibility", 1)[1].split("\n## ", 1)[0]
     assert watch.HEADER in section
 

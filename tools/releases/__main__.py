@@ -53,7 +53,7 @@ WATCH_FLAGS = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tools.releases",
-        description="New sglang releases, judged as the README's compatibility table is.",
+        description="New sglang releases, judged as docs/operators.md's compatibility table is.",
     )
     verbs = parser.add_subparsers(dest="verb", required=True)
     watch = verbs.add_parser(
@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Finds final sglang releases on the index newer than the newest the "
         "project knows (or checks those given with --versions) and, for each, reports the "
         "overlay's state with the method's sha256, whether 0001 applies and the CPU A/B, as "
-        "the README's compat table. Exit 0 when every release checked is ok (or there is "
+        "the compatibility table of docs/operators.md. Exit 0 when every release checked is ok (or there is "
         "none), 1 when one is not, 2 for bad usage or input.",
     )
     for name, help_text, *more in WATCH_FLAGS:
