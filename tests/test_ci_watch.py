@@ -11,9 +11,9 @@ import release_check
 import yaml
 from ci_fake_github import FakeGitHub
 
-from tools.releases.__main__ import main
 from ci.reporter.publish import ACTIONS_BOT, RetryPolicy, connect
 from tools.releases import watch
+from tools.releases.__main__ import main
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "ghs_watchTOKEN"
