@@ -69,6 +69,7 @@ def test_sdist_and_wheel_pass_twine_check_and_hold_the_start_up_hook(dist):
         "sglang_overlay",
         "README.md",
         "CHANGELOG.md",
+        "LICENSE",
         "pyproject.toml",
         "PKG-INFO",
         ".gitignore",
