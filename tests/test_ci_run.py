@@ -76,7 +76,7 @@ def test_the_cpu_tests_reproduce_the_bug_unmodified_and_pass_with_the_overlay(ov
     # The CUDA test under test/registered did not run here, and the report says why.
     report = (overlay_run[1] / "report.md").read_text()
     assert (
-        "Not run on cpu: test/registered/unit/layers/attention/"
+        "Not run on cpu: test/registered/kernels/ops/attention/dsv4/"
         "test\\_dsv4\\_sparse\\_prefill\\_workspace.py (registered for cuda only)" in report
     )
     # As sglang's CI runs them: every regression failed its retry too.

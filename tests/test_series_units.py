@@ -13,7 +13,7 @@ from tools.series import SeriesError, apply, base, check, gitcmd, matrix, series
 from tools.series.seriesdir import PATCHES_DIR, REPO_ROOT, load, parse_patch
 
 FIX = "python/sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py"
-TEST = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py"
+TEST = "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py"
 CPU_TEST = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_release_order.py"
 
 
@@ -81,7 +81,7 @@ def test_a_fix_is_a_patch_that_changes_sglang_and_the_test_only_patches_after_it
     assert dsv4.touched_files() == {FIX: False, CPU_TEST: True, TEST: True}
     assert list(fused.touched_files()) == [
         "python/sglang/kernels/ops/speculative/fused_kv_materialize.py",
-        "test/registered/unit/kernels/ops/speculative/test_fused_kv_workspace_peak.py",
+        "test/registered/kernels/ops/speculative/test_fused_kv_workspace_peak.py",
         "test/registered/unit/kernels/ops/speculative/test_fused_kv_workspace_release_order.py",
     ]
     # Each fix's id is made like the series' from its own patches alone.
