@@ -137,7 +137,12 @@ FIXES = {
             Mutant(
                 "released-before-the-capacity-check",
                 "releases the scratch on every request, so one that fits reallocates",
-                (("        assert num_tokens > 0\n", "        assert num_tokens > 0\n" + DSV4_RELEASE[4:]),),
+                (
+                    (
+                        "        assert num_tokens > 0\n",
+                        "        assert num_tokens > 0\n" + DSV4_RELEASE[4:],
+                    ),
+                ),
                 {"cpu": ("test_a_request_that_fits_keeps_the_scratch",)},
             ),
             Mutant(
@@ -361,7 +366,9 @@ def verdict(backend: str, report: dict) -> list:
                 problems.append(f"{number}: the fix does not pass {test} ({result})")
         killers = set()
         for variant, must_kill in expected.items():
-            killed = {t.split("::")[1] for t, r in outcomes[variant].items() if r in ("fail", "error")}
+            killed = {
+                t.split("::")[1] for t, r in outcomes[variant].items() if r in ("fail", "error")
+            }
             killers |= killed
             if not killed:
                 problems.append(f"{number}: mutant {variant} survives every {backend} test")
@@ -382,7 +389,10 @@ def table(report: dict) -> str:
         for i, test in enumerate(tests):
             print(f"  t{i + 1} = {test}", file=out)
         width = max(len(v) for v in outcomes)
-        print(f"  {'':{width}}  " + "  ".join(f"{'t' + str(i + 1):>8}" for i in range(len(tests))), file=out)
+        print(
+            f"  {'':{width}}  " + "  ".join(f"{'t' + str(i + 1):>8}" for i in range(len(tests))),
+            file=out,
+        )
         for variant, results in outcomes.items():
             cells = []
             for test in tests:
@@ -395,10 +405,14 @@ def table(report: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="registered_mutants.py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="registered_mutants.py", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--backend", choices=BACKENDS, required=True)
     parser.add_argument("--fix", action="append", choices=sorted(FIXES), help="default: every fix")
-    parser.add_argument("--json", action="store_true", help="the outcomes as JSON, then the verdict")
+    parser.add_argument(
+        "--json", action="store_true", help="the outcomes as JSON, then the verdict"
+    )
     args = parser.parse_args(argv)
     try:
         if "sglang_overlay" in sys.modules and os.environ.get("SGLANG_OVERLAY_DISABLE") != "1":
@@ -411,7 +425,10 @@ def main(argv=None) -> int:
     except Refused as err:
         print(f"registered_mutants.py: {err}", file=sys.stderr)
         return 2
-    print(json.dumps(report, indent=1) if args.json else table(report), end="" if not args.json else "\n")
+    print(
+        json.dumps(report, indent=1) if args.json else table(report),
+        end="" if not args.json else "\n",
+    )
     problems = verdict(args.backend, report)
     for line in problems:
         print(f"PROBLEM {line}")
