@@ -25,11 +25,26 @@ SECTIONS = [
 ]
 
 
+# Where the CUDA files were when the committed runs were made (issue 33 moved them to the kernel
+# test tree): the copies name them where the series adds them now.
+MOVED = {
+    "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py": (
+        "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py"
+    ),
+    "test/registered/unit/kernels/ops/speculative/test_fused_kv_workspace_peak.py": (
+        "test/registered/kernels/ops/speculative/test_fused_kv_workspace_peak.py"
+    ),
+}
+
+
 def _results(tmp_path, edit=None, source=H200_RESULTS):
     """A copy of a real ci run, stamped with this series' ids (as a run of it would be)."""
     folder = tmp_path / "results"
     shutil.copytree(source, folder)
-    data = json.loads((folder / "results.json").read_text())
+    text = (folder / "results.json").read_text()
+    for old, new in MOVED.items():
+        text = text.replace(old, new)
+    data = json.loads(text)
     described = seriesdir.describe(seriesdir.PATCHES_DIR)
     data["series"] = {k: described[k] for k in ("id", "release", "patches", "fixes")}
     if edit:
@@ -49,7 +64,7 @@ def test_the_body_has_sglangs_five_sections_in_order(capsys, tmp_path):
     assert code == 0, err
     positions = [out.index(heading + "\n") for heading in SECTIONS]
     assert positions == sorted(positions)
-    assert "Clear self._buffer and self._head_source" in out  # 0001's Modifications
+    assert "Drop self._buffer before calling torch.empty" in out  # 0001's Modifications
     prose = " ".join(out.split())
     # What unreleased branches may need is the cover letter's, not the fix's or the PR's.
     cover = (seriesdir.PATCHES_DIR / "0000-cover-letter.patch").read_text()
