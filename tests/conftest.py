@@ -10,14 +10,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 REGISTERED_TEST = (
-    REPO / "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py"
+    REPO / "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py"
 )
 CPU_PROOF = REPO / "test/proofs/cpu/test_dsv4_workspace_cpu_peak.py"
 CPU_COMPANION = (
     REPO / "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_release_order.py"
 )
 FUSED_KV_DIR = REPO / "test/registered/unit/kernels/ops/speculative"
-FUSED_KV_TEST = FUSED_KV_DIR / "test_fused_kv_workspace_peak.py"
+FUSED_KV_TEST = REPO / "test/registered/kernels/ops/speculative/test_fused_kv_workspace_peak.py"
 FUSED_KV_COMPANION = FUSED_KV_DIR / "test_fused_kv_workspace_release_order.py"
 WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
 OVERLAY_ENV = ("SGLANG_OVERLAY_DISABLE", "SGLANG_OVERLAY_STRICT")

@@ -18,7 +18,7 @@ from conftest import REPO
 ADDED = "test/registered/unit/layers/test_release_first_source.py"
 MODIFIED = "test/registered/unit/test_layout_modified.py"
 UNCHANGED = "test/registered/unit/test_layout_unchanged.py"
-CUDA_TEST = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py"
+CUDA_TEST = "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py"
 CPU_COMPANION = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_release_order.py"
 SOURCE_TEST = REPO / "tests/fixtures/upstream_style/test_release_first_source.py"
 IDENTITY = {

@@ -29,9 +29,9 @@ from ci.evidence import judge
 from ci.runner.collect import registry_reader
 
 SUITES = {
-    REGISTERED_TEST: ("CUDA", "base-b-test-1-gpu-small"),
+    REGISTERED_TEST: ("CUDA", "base-b-kernel-unit-test-1-gpu-large"),
     CPU_COMPANION: ("CPU", "base-a-test-cpu"),
-    FUSED_KV_TEST: ("CUDA", "base-b-test-1-gpu-small"),
+    FUSED_KV_TEST: ("CUDA", "base-b-kernel-unit-test-1-gpu-large"),
     FUSED_KV_COMPANION: ("CPU", "base-a-test-cpu"),
 }
 MAX_LINES = 160
@@ -95,7 +95,8 @@ def test_every_test_builds_its_own_state_so_upstreams_retry_replays_it(path):
 def test_sglangs_reader_puts_it_in_the_lightest_suite_of_its_backend_only(path):
     (registration,) = registry_reader().collect_tests([str(path)], sanity_check=True)
     assert (registration.backend.name, registration.effective_suite) == SUITES[path]
-    assert 1 <= registration.est_time <= 30  # measured on the H200: BENCHMARKS.md, proof
+    # at least the wall time of upstream's runner (collect_tests + run_unittest_files), issue 33
+    assert 20 <= registration.est_time <= 60
 
 
 # As upstream's runner starts them; with the shared processes (``overlay_runs``), so they run
@@ -116,7 +117,7 @@ fused_kv_file_run = overlay_runs.fixture("fused_kv_file_run")
 def _skipped_every_test_with_its_reason(proc, path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     tests = len(_test_ids(path))
-    assert tests >= 4 and proc.stderr.count('skipped "reads the CUDA allocator\'s peak"') == tests
+    assert tests >= 2 and proc.stderr.count('skipped "reads the CUDA allocator\'s peak"') == tests
 
 
 def test_without_a_gpu_the_file_runs_as_upstreams_runner_starts_it_and_skips_with_a_reason(
@@ -140,4 +141,4 @@ def test_every_line_of_the_regression_list_names_a_test_of_a_proof():
             judge.listed([pattern], path, test) for path, tests in files.items() for test in tests
         ), f"{pattern} matches no test"
     listed = {p: [t for t in tests if judge.listed(patterns, p, t)] for p, tests in files.items()}
-    assert [len(listed[p]) for p in files] == [3, 3, 4, 2, 2]  # the rest preserve behaviour
+    assert [len(listed[p]) for p in files] == [3, 2, 4, 2, 3]  # the rest preserve behaviour

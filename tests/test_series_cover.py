@@ -16,7 +16,7 @@ from tools.series.seriesdir import (
     pin_date,
 )
 
-TEST = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py"
+TEST = "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py"
 
 
 def _project_copy(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from tools.series import check
 from tools.series.seriesdir import REPO_ROOT
 
-TEST = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py"
+TEST = "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py"
 MODULE = "python/sglang/srt/example.py"
 LONG = "x = " + " + ".join(["1"] * 40) + "\n"  # one line past 88 columns
 

@@ -25,11 +25,26 @@ SECTIONS = [
 ]
 
 
+# Where the CUDA files were when the committed runs were made (issue 33 moved them to the kernel
+# test tree): the copies name them where the series adds them now.
+MOVED = {
+    "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py": (
+        "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py"
+    ),
+    "test/registered/unit/kernels/ops/speculative/test_fused_kv_workspace_peak.py": (
+        "test/registered/kernels/ops/speculative/test_fused_kv_workspace_peak.py"
+    ),
+}
+
+
 def _results(tmp_path, edit=None, source=H200_RESULTS):
     """A copy of a real ci run, stamped with this series' ids (as a run of it would be)."""
     folder = tmp_path / "results"
     shutil.copytree(source, folder)
-    data = json.loads((folder / "results.json").read_text())
+    text = (folder / "results.json").read_text()
+    for old, new in MOVED.items():
+        text = text.replace(old, new)
+    data = json.loads(text)
     described = seriesdir.describe(seriesdir.PATCHES_DIR)
     data["series"] = {k: described[k] for k in ("id", "release", "patches", "fixes")}
     if edit:
@@ -49,7 +64,7 @@ def test_the_body_has_sglangs_five_sections_in_order(capsys, tmp_path):
     assert code == 0, err
     positions = [out.index(heading + "\n") for heading in SECTIONS]
     assert positions == sorted(positions)
-    assert "Clear self._buffer and self._head_source" in out  # 0001's Modifications
+    assert "Drop self._buffer before calling torch.empty" in out  # 0001's Modifications
     prose = " ".join(out.split())
     # What unreleased branches may need is the cover letter's, not the fix's or the PR's.
     cover = (seriesdir.PATCHES_DIR / "0000-cover-letter.patch").read_text()
@@ -110,8 +125,8 @@ def test_each_fix_is_described_from_its_own_patches_and_tests_only(capsys):
     assert text.count("**[DFlash]") == 2 and "DSV4" not in text and "sparse" not in text
     rows = [line for line in out.splitlines() if line.startswith("| `test_")]
     data = json.loads((FUSED_KV_RESULTS / "results.json").read_text())
-    assert len(rows) == len(data["cases"]) == 5
-    assert "2 tests fail on sglang 0.5.23" in out and "2 regression, 3 preservation" in out
+    assert len(rows) == len(data["cases"]) == 4
+    assert "3 tests fail on sglang 0.5.23" in out and "3 regression, 1 preservation" in out
 
 
 def _both_fixes(data):
@@ -134,7 +149,7 @@ def test_a_run_holding_two_fixes_tests_gives_one_description_per_fix(capsys, tmp
     dsv4 = [line for line in bodies["0001"].splitlines() if line.startswith("| `test_")]
     fused = [line for line in bodies["0003"].splitlines() if line.startswith("| `test_")]
     assert len(dsv4) == 3 and all("scratch" in line or "head" in line for line in dsv4)
-    assert len(fused) == 5 and all("workspace" in line for line in fused)
+    assert len(fused) == 4 and all("workspace" in line for line in fused)
     assert "3 tests on the cpu backend: 3 regression." in bodies["0001"]
     assert "test_fused_kv" not in bodies["0001"] and "test_dsv4" not in bodies["0003"]
     assert "pr-body --results" in bodies["0003"] and "--fix 0003" in bodies["0003"]

@@ -21,7 +21,7 @@ from tools.series.seriesdir import PATCHES_DIR, REPO_ROOT
 pytest_plugins = ["series_fixtures"]
 
 FIX = "python/sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py"
-TEST = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py"
+TEST = "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py"
 
 
 def _run(capsys, *argv):

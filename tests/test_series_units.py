@@ -13,7 +13,7 @@ from tools.series import SeriesError, apply, base, check, gitcmd, matrix, series
 from tools.series.seriesdir import PATCHES_DIR, REPO_ROOT, load, parse_patch
 
 FIX = "python/sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py"
-TEST = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py"
+TEST = "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py"
 CPU_TEST = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_release_order.py"
 
 
@@ -36,7 +36,7 @@ def test_fix_patch_parses_to_one_file_one_hunk_releasing_before_allocating():
 
 def test_series_adds_the_projects_registered_test_byte_for_byte(tmp_path):
     series = load()
-    assert series.patches[1].files == ((CPU_TEST, True), (TEST, True))
+    assert series.patches[1].files == ((TEST, True), (CPU_TEST, True))
     gitcmd.run(["apply", str(series.paths()[1])], tmp_path, ceiling=tmp_path.parent)
     for test in (TEST, CPU_TEST):
         assert (tmp_path / test).read_bytes() == (REPO_ROOT / test).read_bytes()
@@ -71,17 +71,17 @@ def test_text_without_from_line_is_not_a_format_patch():
 def test_installed_package_gets_python_sglang_files_and_skips_the_rest():
     (_, fix, fix_skipped), (_, test, test_skipped), *_ = apply._package_plan(load())
     assert (fix, fix_skipped) == (["srt/layers/attention/dsv4/sparse_prefill_utils.py"], [])
-    assert (test, test_skipped) == ([], [CPU_TEST, TEST])
+    assert (test, test_skipped) == ([], [TEST, CPU_TEST])
 
 
 def test_a_fix_is_a_patch_that_changes_sglang_and_the_test_only_patches_after_it():
     series = load()
     assert [(fix.number, len(fix.patches)) for fix in series.fixes] == [("0001", 2), ("0003", 2)]
     dsv4, fused = series.fixes
-    assert dsv4.touched_files() == {FIX: False, CPU_TEST: True, TEST: True}
+    assert dsv4.touched_files() == {FIX: False, TEST: True, CPU_TEST: True}
     assert list(fused.touched_files()) == [
         "python/sglang/kernels/ops/speculative/fused_kv_materialize.py",
-        "test/registered/unit/kernels/ops/speculative/test_fused_kv_workspace_peak.py",
+        "test/registered/kernels/ops/speculative/test_fused_kv_workspace_peak.py",
         "test/registered/unit/kernels/ops/speculative/test_fused_kv_workspace_release_order.py",
     ]
     # Each fix's id is made like the series' from its own patches alone.

@@ -17,7 +17,7 @@ from sglang_overlay import WORKSPACE_MODULE
 from tools.benchmark import summary
 
 PROOF_FILES = {
-    "cuda": "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py",
+    "cuda": "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py",
     "cpu": "test/proofs/cpu/test_dsv4_workspace_cpu_peak.py",
 }
 GOALS = {"file": 1.5, "ab": 1.5}  # over one bare import, on CUDA (issue: the H200 figures)

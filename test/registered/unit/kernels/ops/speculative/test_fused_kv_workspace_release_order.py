@@ -6,11 +6,13 @@ another dtype. If each replacement is allocated while the helper still reference
 old workspaces, old and new are alive at once and growing from C to 2C peaks above
 the new total.
 
-These tests watch the order on the real method without any memory limit: weak
-references to the three old workspaces must already be dead when the first new one
-is allocated. The helper is built without its constructor (which needs a draft
-model's layers); only the fields ``_ensure_workspace`` reads are set. The CUDA test
-beside this file measures the peak that order saves.
+These tests run the real method without any memory limit: weak references to the
+three old workspaces must already be dead when the first new one is allocated; a
+batch that fits keeps the workspaces; and a dtype change whose second allocation
+fails leaves a helper whose next batch gets workspaces of its own dtype, sized for
+it. The helper is built without its constructor (which needs a draft model's
+layers); only the fields ``_ensure_workspace`` reads are set. The CUDA test of the
+same method measures the peak the order saves.
 """
 
 import unittest
@@ -24,7 +26,7 @@ from sglang.kernels.ops.speculative.fused_kv_materialize import FusedKVMateriali
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
 
-register_cpu_ci(est_time=5, suite="base-a-test-cpu")
+register_cpu_ci(est_time=45, suite="base-a-test-cpu")
 
 WORKSPACES = ("_proj_workspace", "_k_workspace", "_v_workspace")
 
@@ -86,6 +88,8 @@ class TestFusedKVWorkspaceReleaseOrder(CustomTestCase):
         self.assertEqual(
             seen[0], [], "float16 workspaces were alive while bfloat16 was allocated"
         )
+        dtypes = [getattr(helper, name).dtype for name in WORKSPACES]
+        self.assertEqual(dtypes, [torch.bfloat16] * 3)
 
     def test_a_request_that_fits_reuses_the_workspaces(self):
         helper = make_helper()
@@ -97,33 +101,33 @@ class TestFusedKVWorkspaceReleaseOrder(CustomTestCase):
             self.assertIs(getattr(helper, name), workspace, name)
         self.assertEqual(helper._workspace_capacity, 64)
 
-    def test_changing_dtype_replaces_every_workspace(self):
+    def test_a_failed_dtype_change_leaves_workspaces_of_the_next_batchs_dtype(self):
         helper = make_helper()
         helper._ensure_workspace(64, torch.float16)
-        helper._ensure_workspace(64, torch.bfloat16)
-        self.assertEqual(helper._workspace_dtype, torch.bfloat16)
-        for name in WORKSPACES:
-            self.assertEqual(getattr(helper, name).dtype, torch.bfloat16, name)
-        self.assertEqual(helper._proj_workspace.shape, (128, 2 * 2 * 2 * 8))
-        self.assertEqual(helper._k_workspace.shape, (2, 128, 2, 8))
-        self.assertEqual(helper._v_workspace.shape, helper._k_workspace.shape)
+        allocate = torch.empty
+        calls = []
 
-    def test_a_failed_growth_never_claims_workspaces_it_does_not_hold(self):
-        helper = make_helper()
-        helper._ensure_workspace(64, torch.bfloat16)
+        def second_allocation_fails(*args, **kwargs):
+            calls.append(kwargs.get("dtype"))
+            if len(calls) == 2:
+                raise RuntimeError("no memory")
+            return allocate(*args, **kwargs)
+
         with mock.patch.object(
-            fused_kv_materialize.torch, "empty", side_effect=RuntimeError("no memory")
+            fused_kv_materialize.torch, "empty", second_allocation_fails
         ):
             with self.assertRaises(RuntimeError):
-                helper._ensure_workspace(65, torch.bfloat16)
-        claimed = helper._workspace_capacity
-        if claimed:
-            self.assertGreaterEqual(helper._proj_workspace.shape[0], claimed)
-            self.assertGreaterEqual(helper._k_workspace.shape[1], claimed)
-            self.assertGreaterEqual(helper._v_workspace.shape[1], claimed)
-        helper._ensure_workspace(65, torch.bfloat16)
-        self.assertGreaterEqual(helper._proj_workspace.shape[0], 65)
-        self.assertGreaterEqual(helper._k_workspace.shape[1], 65)
+                helper._ensure_workspace(64, torch.bfloat16)
+        self.assertEqual(calls, [torch.bfloat16, torch.bfloat16])
+        # The next batch is float16 again: every workspace must be float16 (the
+        # projection is written with torch.mm(out=)), sized for it, not doubled from
+        # a capacity the helper no longer holds.
+        helper._ensure_workspace(64, torch.float16)
+        dtypes = [getattr(helper, name).dtype for name in WORKSPACES]
+        self.assertEqual(dtypes, [torch.float16] * 3)
+        self.assertEqual(helper._proj_workspace.shape, (64, 2 * 2 * 2 * 8))
+        self.assertEqual(helper._k_workspace.shape, (2, 64, 2, 8))
+        self.assertEqual(helper._v_workspace.shape, helper._k_workspace.shape)
 
 
 if __name__ == "__main__":

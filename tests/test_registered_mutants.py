@@ -1,0 +1,128 @@
+"""Every registered CPU test kills a named mutant of its fix, and the fix passes them all.
+
+``tools/registered_mutants.py`` applies each fix of the series to the installed 0.5.23 base
+file, changes it into each named mutant (a plausible wrong version of the fix), and runs the
+fix's registered CPU file against every variant. Here, on CPU, the whole table is pinned: which
+test kills which mutant. The CUDA files' table is the H200's
+(docs/evidence/device-scripts/h200_registered_mutants.sh).
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, clean_env
+
+from tools import registered_mutants
+
+# mutant -> the CPU tests that kill it (every other test lets it survive)
+KILLS = {
+    "0001": {
+        "unmodified": {
+            "test_changing_dtype_releases_the_old_scratch_before_allocating",
+            "test_growing_releases_the_old_scratch_before_allocating",
+        },
+        "head-never-cleared": {"test_a_failed_replacement_keeps_no_head_for_rows_it_dropped"},
+        "head-cleared-after-allocating": {
+            "test_a_failed_replacement_keeps_no_head_for_rows_it_dropped"
+        },
+        "old-scratch-kept-in-a-local": {
+            "test_changing_dtype_releases_the_old_scratch_before_allocating",
+            "test_growing_releases_the_old_scratch_before_allocating",
+        },
+        "released-on-growth-only": {
+            "test_changing_dtype_releases_the_old_scratch_before_allocating"
+        },
+        "released-before-the-capacity-check": {"test_a_request_that_fits_keeps_the_scratch"},
+        "grown-in-place": {
+            "test_a_failed_replacement_keeps_no_head_for_rows_it_dropped",
+            "test_a_view_held_across_a_replacement_keeps_its_values",
+            "test_growing_releases_the_old_scratch_before_allocating",
+        },
+    },
+    "0003": {
+        "unmodified": {
+            "test_a_failed_dtype_change_leaves_workspaces_of_the_next_batchs_dtype",
+            "test_changing_dtype_releases_the_old_workspaces_before_allocating",
+            "test_growing_releases_the_old_workspaces_before_allocating",
+        },
+        "only-the-projection-released": {
+            "test_changing_dtype_releases_the_old_workspaces_before_allocating",
+            "test_growing_releases_the_old_workspaces_before_allocating",
+        },
+        "old-workspaces-kept-in-locals": {
+            "test_changing_dtype_releases_the_old_workspaces_before_allocating",
+            "test_growing_releases_the_old_workspaces_before_allocating",
+        },
+        "capacity-and-dtype-kept": {
+            "test_a_failed_dtype_change_leaves_workspaces_of_the_next_batchs_dtype"
+        },
+        "released-on-growth-only": {
+            "test_a_failed_dtype_change_leaves_workspaces_of_the_next_batchs_dtype",
+            "test_changing_dtype_releases_the_old_workspaces_before_allocating",
+        },
+        "released-before-the-reuse-check": {
+            "test_a_request_that_fits_reuses_the_workspaces",
+            "test_growing_releases_the_old_workspaces_before_allocating",
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def cpu_table():
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tools/registered_mutants.py"), "--backend", "cpu", "--json"],
+        env=clean_env(SGLANG_OVERLAY_DISABLE="1"),
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return proc
+
+
+def test_every_cpu_test_kills_a_named_mutant_and_the_fix_passes_them_all(cpu_table):
+    assert cpu_table.returncode == 0, cpu_table.stdout[-3000:] + cpu_table.stderr[-3000:]
+    document, verdict = cpu_table.stdout.rsplit("\n", 2)[0], cpu_table.stdout.splitlines()[-1]
+    assert verdict == "verdict: ok (cpu)"
+    report = json.loads(document)
+    for number, outcomes in report.items():
+        assert set(outcomes["fix"].values()) == {"pass"}
+        kills = {
+            variant: {t.split("::")[1] for t, r in results.items() if r in ("fail", "error")}
+            for variant, results in outcomes.items()
+            if variant != "fix"
+        }
+        assert kills == KILLS[number]
+        # each test kills at least one mutant
+        assert {t.split("::")[1] for t in outcomes["fix"]} == set().union(*kills.values())
+
+
+def test_the_mutants_are_the_ones_the_harness_names():
+    for number, fix in registered_mutants.FIXES.items():
+        assert [m.name for m in fix.mutants] == [v for v in KILLS[number] if v != "unmodified"]
+        # what the harness demands of each mutant is what kills it here
+        for mutant in fix.mutants:
+            assert set(mutant.killed_by.get("cpu", ())) <= KILLS[number][mutant.name]
+
+
+def test_a_mutant_whose_edit_does_not_match_once_is_refused_in_one_line():
+    with pytest.raises(registered_mutants.Refused, match="matches 0 times, not once"):
+        registered_mutants.substitute("a\n", "b\n", "c\n", "mutant x")
+
+
+def test_a_cuda_run_without_a_gpu_says_so_in_one_line_and_exits_2():
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tools/registered_mutants.py"), "--backend", "cuda"],
+        env=clean_env(SGLANG_OVERLAY_DISABLE="1", CUDA_VISIBLE_DEVICES=""),
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "registered_mutants.py: --backend cuda: torch sees no CUDA device"
+    ]
