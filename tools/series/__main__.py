@@ -9,6 +9,7 @@ import sys
 from tools.series import (
     OK,
     SeriesError,
+    ab,
     apply,
     audit_tree,
     audit_triage,
@@ -107,6 +108,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = verbs.add_parser(
+        "ab",
+        help="prove one fix from the series' own trees (base against base + fix) and render "
+        "its PR description: OUT/trees, OUT/<backend> (ci run), OUT/<backend>-pr-body.md",
+    )
+    p.add_argument("--fix", required=True, metavar="NNNN", help="the fix's first patch number")
+    p.add_argument("--out", required=True, metavar="DIR", help="a new folder")
+    p.add_argument("--backend", choices=("cpu", "cuda"), required=True)
+    p.add_argument("--no-check", action="store_true", help="pr-body without 'check'")
+
+    p = verbs.add_parser(
         "audit",
         help="find every method that allocates a tensor's replacement while still holding it "
         "(reads the tree, never imports it; docs/grow-while-held-audit-0.5.23.md)",
@@ -152,23 +163,35 @@ def run(args) -> str:
     if args.verb == "apply":
         fix = series.fix(args.fix) if args.fix else None
         return _lines(apply.apply_to(series, args.to, fix))
+    if args.verb == "ab":
+        code, made = ab.run_ab(series, series.fix(args.fix), args.out, args.backend)
+        if code != 0:
+            raise SeriesError(f"ci run exited {code}; its report: {made.results}/report.md")
+        body = made.results.parent / f"{args.backend}-pr-body.md"
+        args = argparse.Namespace(**{**vars(args), "results": str(made.results)})
+        body.write_text(_pr_body(series, args))
+        return f"{made.results}: the A/B; {body}: the description of fix {args.fix}\n"
     if args.verb == "pr-body":
-        results = pr_description.load_results(args.results)
-        # Refuse before the slow check.
-        fix = pr_description.select_fix(series, results, args.fix)
-        pr_description.verify_results_match(series, fix, results)
-        state = pr_description.CheckState(None, f"'{_CHECK}' not run")
-        if not args.no_check:
-            try:
-                check.run_check(series)
-                state = pr_description.CheckState(True, f"upstream's pinned hooks pass: {_CHECK}")
-            except SeriesError as err:
-                state = pr_description.CheckState(False, str(err).splitlines()[0])
-        return pr_description.render(series, results, args.results, state, fix.number)
+        return _pr_body(series, args)
     rows = [matrix.release_row(series, version) for version in args.versions]
     return (
         json.dumps(rows, indent=2) + "\n" if args.json else matrix.render_table(series.names, rows)
     )
+
+
+def _pr_body(series, args) -> str:
+    results = pr_description.load_results(args.results)
+    # Refuse before the slow check.
+    fix = pr_description.select_fix(series, results, args.fix)
+    pr_description.verify_results_match(series, fix, results)
+    state = pr_description.CheckState(None, f"'{_CHECK}' not run")
+    if not args.no_check:
+        try:
+            check.run_check(series)
+            state = pr_description.CheckState(True, f"upstream's pinned hooks pass: {_CHECK}")
+        except SeriesError as err:
+            state = pr_description.CheckState(False, str(err).splitlines()[0])
+    return pr_description.render(series, results, args.results, state, fix.number)
 
 
 def _lines(lines) -> str:
