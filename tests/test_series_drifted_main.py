@@ -41,3 +41,24 @@ def test_fix_0003_applies_to_the_drifted_main_unchanged(series, drifted_main, tm
     check.am_patches(_patches(series, "0003"), clone, env=gitcmd.TOOL_IDENTITY)
     touched = gitcmd.run(["diff", "--name-only", "HEAD~2"], clone).stdout.decode().split()
     assert "python/sglang/kernels/ops/speculative/fused_kv_materialize.py" in touched
+
+
+def test_check_against_the_checkout_names_the_0523_cut_in_one_line_and_exits_1(
+    capsys, drifted_main
+):
+    from tools.series.__main__ import main
+
+    code = main(["check", "--checkout", str(drifted_main)])
+    out, err = capsys.readouterr()
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "0001-dsv4-sparse-prefill-release-first.patch" in err
+    assert "sparse_prefill_utils.py: hunk #1 @@ -113,12 @@" in err
+
+
+def test_check_refuses_a_folder_that_is_no_sglang_checkout_in_one_line(capsys, tmp_path):
+    from tools.series.__main__ import main
+
+    code = main(["check", "--checkout", str(tmp_path)])
+    _, err = capsys.readouterr()
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "is not an sglang git checkout" in err

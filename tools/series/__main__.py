@@ -4,6 +4,7 @@ parses arguments and prints; each verb lives in its own module.
 
 import argparse
 import json
+import os
 import sys
 
 from tools.series import (
@@ -56,6 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
         "the project's; upstream's pinned hooks pass on what it touches",
     )
     p.add_argument("--version", **release)
+    p.add_argument(
+        "--checkout",
+        metavar="PATH",
+        default=os.environ.get("SGLANG_CHECKOUT"),
+        help="an upstream sglang git checkout as the base instead of a release "
+        "(default: $SGLANG_CHECKOUT)",
+    )
+    p.add_argument("--rev", help="the checkout's commit (default: patches/BASE's git:, else HEAD)")
 
     p = verbs.add_parser("apply", help="apply the series to a checkout or installed package")
     p.add_argument(
@@ -159,7 +168,8 @@ def run(args) -> str:
         )
     series = seriesdir.load(args.patches)
     if args.verb == "check":
-        return _lines([*check.run_check(series, args.version), "ok"])
+        report = check.run_check(series, args.version, args.checkout, args.rev)
+        return _lines([*report, "ok"])
     if args.verb == "apply":
         fix = series.fix(args.fix) if args.fix else None
         return _lines(apply.apply_to(series, args.to, fix))
