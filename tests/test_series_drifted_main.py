@@ -7,6 +7,7 @@ import pytest
 from tools.series import SeriesError, check, gitcmd
 
 pytest_plugins = ["series_fixtures"]
+DRIFTED_FILE = "python/sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py"
 
 
 def test_the_rehearsal_holds_upstreams_per_ratio_workspace_in_place_of_0523s(drifted_main):
@@ -62,3 +63,13 @@ def test_check_refuses_a_folder_that_is_no_sglang_checkout_in_one_line(capsys, t
     _, err = capsys.readouterr()
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "is not an sglang git checkout" in err
+
+
+def test_materialize_from_the_checkout_tags_its_commit_base(capsys, drifted_main, tmp_path):
+    from tools.series.__main__ import main
+
+    dest = tmp_path / "base"
+    assert main(["materialize", "--checkout", str(drifted_main), str(dest)]) == 0
+    head = gitcmd.run(["rev-parse", "HEAD"], drifted_main).stdout
+    assert gitcmd.run(["rev-parse", "base^{commit}"], dest).stdout == head
+    assert "dequantized_source" in (dest / DRIFTED_FILE).read_text()

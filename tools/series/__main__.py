@@ -47,8 +47,18 @@ def build_parser() -> argparse.ArgumentParser:
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     release = {"type": _version, "help": "sglang release (default: patches/BASE)"}
 
+    checkout = {
+        "metavar": "PATH",
+        "default": os.environ.get("SGLANG_CHECKOUT"),
+        "help": "an upstream sglang git checkout as the base instead of a release "
+        "(default: $SGLANG_CHECKOUT)",
+    }
+    rev = {"help": "the checkout's commit (default: patches/BASE's git:, else HEAD)"}
+
     p = verbs.add_parser("materialize", help="a git repo of a release in upstream layout")
     p.add_argument("--version", **release)
+    p.add_argument("--checkout", **checkout)
+    p.add_argument("--rev", **rev)
     p.add_argument("dir", help="new directory for the repository")
 
     p = verbs.add_parser(
@@ -57,14 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
         "the project's; upstream's pinned hooks pass on what it touches",
     )
     p.add_argument("--version", **release)
-    p.add_argument(
-        "--checkout",
-        metavar="PATH",
-        default=os.environ.get("SGLANG_CHECKOUT"),
-        help="an upstream sglang git checkout as the base instead of a release "
-        "(default: $SGLANG_CHECKOUT)",
-    )
-    p.add_argument("--rev", help="the checkout's commit (default: patches/BASE's git:, else HEAD)")
+    p.add_argument("--checkout", **checkout)
+    p.add_argument("--rev", **rev)
 
     p = verbs.add_parser("apply", help="apply the series to a checkout or installed package")
     p.add_argument(
@@ -159,6 +163,10 @@ def run(args) -> str:
         return _audit(args)
     if args.verb == "refresh":
         return _lines(refresh.refresh(args.patches, args.source))
+    if args.verb == "materialize" and args.checkout:
+        rev = args.rev or seriesdir.load(args.patches).base.git or "HEAD"
+        repo = base.materialize_checkout(args.checkout, rev, args.dir)
+        return f"{repo}: {args.checkout} at {rev}, tagged '{base.BASE_TAG}'\n"
     if args.verb == "materialize":
         # Told the release, materialize needs no series.
         version = args.version or seriesdir.load(args.patches).base.version
