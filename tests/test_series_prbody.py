@@ -37,8 +37,16 @@ MOVED = {
 }
 
 
-def _results(tmp_path, edit=None, source=H200_RESULTS):
-    """A copy of a real ci run, stamped with this series' ids (as a run of it would be)."""
+def _trees(data):
+    """Both sides as ``ci run --unmodified-src BASE --change-src BASE+FIX`` records them."""
+    for mode, tree in (("unmodified", "/tmp/sglang-0.5.23"), ("change", "/tmp/sglang-0.5.23-fix")):
+        label = "sglang 0.5.23 @ " + "ab" * 6
+        data["sides"][mode].update(overlay=False, tree=tree, commit="ab" * 20, label=label)
+
+
+def _results(tmp_path, edit=None, source=H200_RESULTS, trees=True):
+    """A copy of a real ci run, stamped with this series' ids (as a run of it would be) and,
+    unless ``trees`` is false, with series-tree sides (the DSV4 runs used the overlay)."""
     folder = tmp_path / "results"
     shutil.copytree(source, folder)
     text = (folder / "results.json").read_text()
@@ -47,6 +55,8 @@ def _results(tmp_path, edit=None, source=H200_RESULTS):
     data = json.loads(text)
     described = seriesdir.describe(seriesdir.PATCHES_DIR)
     data["series"] = {k: described[k] for k in ("id", "release", "patches", "fixes")}
+    if trees:
+        _trees(data)
     if edit:
         edit(data)
     (folder / "results.json").write_text(json.dumps(data))
@@ -86,11 +96,11 @@ def test_every_case_outcome_and_peak_comes_from_the_results(capsys, tmp_path):
     assert "Pass · peak 95.5 MiB" in out
     regressions = sum(c["kind"] == "regression" for c in data["cases"])
     assert out.count("| regression | Error · peak 1") == regressions == 3
-    assert "| case | kind | sglang 0.5.23 | sglang 0.5.23 + this change |" in out
+    assert "| case | kind | sglang 0.5.23 | sglang 0.5.23 + this PR |" in out
     assert "NVIDIA H200" in out and "torch 2.11.0+cu130" in out
     for f in data["files"]:
         duration = f["modes"]["change"]["duration_s"]
-        assert f"on sglang 0.5.23 + this change: {duration:.1f} s" in out
+        assert f"on sglang 0.5.23 + this PR: {duration:.1f} s" in out
 
 
 def test_results_made_for_another_series_are_refused(capsys, tmp_path):
@@ -104,17 +114,40 @@ def test_results_made_for_another_series_are_refused(capsys, tmp_path):
     assert "fix 0001 in patches/" in err
 
 
-def test_the_dsv4_fixs_committed_evidence_still_renders_its_description(capsys):
-    # Made before the series had a second fix: its recorded series is exactly the DSV4 fix, so
-    # the fix's id (its own patches alone) is the id it recorded.
-    fix = seriesdir.load().fix("0001")
+def test_results_made_with_the_runtime_overlay_are_one_line_and_exit_2(capsys, tmp_path):
+    # The DSV4 evidence committed before issue 33 ran the change side with the overlay.
     for folder in (H200_RESULTS, DSV4_CPU_RESULTS):
-        recorded = load(str(folder)).series
-        assert (recorded.id, recorded.fixes) == (fix.id, ())
+        assert load(str(folder)).sides["change"].overlay is True
         code, out, err = _body(capsys, folder, "--no-check")
-        assert code == 0, err
-        assert "[DSV4]" in out and "DFlash" not in out and "fused" not in out.lower()
-        assert f"(id {fix.id[:12]})" in out and "--fix 0001" in out
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+        assert "change side of the results ran with the runtime overlay" in err
+
+
+def test_results_of_the_installed_sglang_without_a_tree_are_one_line_and_exit_2(capsys, tmp_path):
+    def installed(data):
+        data["sides"]["unmodified"].update(tree=None, commit=None)
+
+    code, out, err = _body(capsys, _results(tmp_path, installed), "--no-check")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "unmodified side of the results ran with no source tree" in err
+
+
+def test_columns_name_the_release_and_this_pr_never_a_local_commit(capsys, tmp_path):
+    code, out, err = _body(capsys, _results(tmp_path), "--no-check")
+    assert code == 0, err
+    assert "| case | kind | sglang 0.5.23 | sglang 0.5.23 + this PR |" in out
+    assert "abababababab" not in out and "this change" not in out
+    assert "(id " not in out and str(tmp_path) not in out
+
+
+def test_the_environment_line_holds_no_overlay_state_and_no_project_commit(capsys, tmp_path):
+    data = json.loads((H200_RESULTS / "results.json").read_text())
+    assert data["environment"]["modes"]["change"]["overlay"] and data["environment"]["git"]
+    code, out, err = _body(capsys, _results(tmp_path), "--no-check")
+    assert code == 0, err
+    environment = next(line for line in out.splitlines() if line.startswith("Environment: "))
+    assert "overlay" not in environment and "commit " not in environment
+    assert "NVIDIA H200" in environment and "sglang 0.5.23" in environment
 
 
 def test_each_fix_is_described_from_its_own_patches_and_tests_only(capsys):
@@ -152,7 +185,6 @@ def test_a_run_holding_two_fixes_tests_gives_one_description_per_fix(capsys, tmp
     assert len(fused) == 4 and all("workspace" in line for line in fused)
     assert "3 tests on the cpu backend: 3 regression." in bodies["0001"]
     assert "test_fused_kv" not in bodies["0001"] and "test_dsv4" not in bodies["0003"]
-    assert "pr-body --results" in bodies["0003"] and "--fix 0003" in bodies["0003"]
 
 
 def test_a_fix_whose_code_changed_loses_its_evidence_and_the_other_keeps_its_own(capsys, tmp_path):
@@ -170,9 +202,12 @@ def test_a_fix_whose_code_changed_loses_its_evidence_and_the_other_keeps_its_own
     assert "fix 0003 in patches/ is" in err and "its code changed since that run" in err
 
 
-def test_a_fix_the_results_hold_no_test_of_or_the_series_lacks_is_one_line_and_exit_2(capsys):
+def test_a_fix_the_results_hold_no_test_of_or_the_series_lacks_is_one_line_and_exit_2(
+    capsys, tmp_path
+):
     for fix, said in (("0003", "hold no test of fix 0003"), ("0002", "no fix starting at")):
-        code, out, err = _body(capsys, DSV4_CPU_RESULTS, "--no-check", "--fix", fix)
+        folder = _results(tmp_path / fix, source=DSV4_CPU_RESULTS)
+        code, out, err = _body(capsys, folder, "--no-check", "--fix", fix)
         assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
         assert said in err, err
 
@@ -231,57 +266,42 @@ def test_results_from_files_the_series_does_not_add_are_one_line_and_exit_2(caps
     assert f"the results hold {proof}, which the series does not add" in err
 
 
-def test_every_command_under_to_reproduce_parses_as_printed(capsys, tmp_path):
+def _reproduce(out):
     import shlex
 
-    from ci.__main__ import _parser as ci_parser
-    from tools.series.__main__ import build_parser as series_parser
-
-    folder = _results(tmp_path)
-    code, out, err = _body(capsys, folder, "--no-check")
-    assert code == 0, err
     block = out.split("To reproduce")[1].split("```bash\n")[1].split("```")[0]
-    make, describe, run, body = block.strip().splitlines()
-    assert make == "make install" and "\ninstall:" in (REPO_ROOT / "Makefile").read_text()
-    *describe_argv, into, series_file = shlex.split(describe)
-    assert series_parser().parse_args(describe_argv[3:]).verb == "describe" and into == ">"
-    run_argv, body_argv = shlex.split(run), shlex.split(body)
-    assert run_argv[:4] == [".venv/bin/python", "-m", "ci", "run"]
-    assert body_argv[:4] == [".venv/bin/python", "-m", "tools.series", "pr-body"]
-    args = ci_parser().parse_args(run_argv[3:])
-    data = json.loads((folder / "results.json").read_text())
-    assert (args.verb, args.out, args.backend) == ("run", str(folder), data["backend"])
-    assert args.series == series_file
-    assert list(args.tests) == data["selection"]["tests"]
-    assert all((REPO_ROOT / t).exists() for t in args.tests)
-    assert args.outside_upstream_ci is False  # the results ran as sglang's CI runs them
-    assert series_parser().parse_args(body_argv[3:]).results == str(folder)
+    return [shlex.split(line, comments=True) for line in block.strip().splitlines()]
 
 
-def test_source_tree_sides_are_made_again_by_the_series_tools_to_reproduce(capsys):
-    import shlex
-
-    from ci.__main__ import _parser as ci_parser
-    from tools.series.__main__ import build_parser as series_parser
-
+def test_to_reproduce_runs_on_an_sglang_checkout_alone(capsys):
     code, out, err = _body(capsys, FUSED_KV_RESULTS, "--no-check")
     assert code == 0, err
-    block = out.split("To reproduce")[1].split("```bash\n")[1].split("```")[0]
-    make, describe, *series_lines, run, body = [
-        shlex.split(line) for line in block.strip().splitlines()
+    lines = _reproduce(out)
+    assert lines[0] == ["git", "checkout", "v0.5.23"]
+    tests = [
+        f["path"] for f in json.loads((FUSED_KV_RESULTS / "results.json").read_text())["files"]
     ]
-    assert make == ["make", "install"] and describe[3:5] == ["describe", ">"]
-    made = [series_parser().parse_args(argv[3:]) for argv in series_lines]
-    assert [a.verb for a in made] == ["materialize", "materialize", "apply"]
-    unmodified, change = made[0].dir, made[1].dir
-    assert (made[2].fix, made[2].to) == ("0003", change)
-    args = ci_parser().parse_args(run[3:])
-    assert (args.unmodified_src, args.change_src) == (unmodified, change)
-    assert args.out == str(FUSED_KV_RESULTS) and args.outside_upstream_ci is False
-    assert series_parser().parse_args(body[3:]).fix == "0003"
-    # The sides the results record were trees of the base release, unmodified and changed.
-    data = json.loads((FUSED_KV_RESULTS / "results.json").read_text())
-    assert all(side["tree"] and side["sglang"] == "0.5.23" for side in data["sides"].values())
+    run = [["PYTHONPATH=python", "SGLANG_IS_IN_CI=true", "python3", t] for t in tests]
+    assert lines[1:] == [
+        ["git", "apply", "--include=test/*", "pr.patch"],
+        *run,
+        ["git", "apply", "--exclude=test/*", "pr.patch"],
+        *run,
+    ]
+    # Nothing of this project: no make, no venv, no ci or series command, no local folder.
+    block = out.split("To reproduce")[1].split("## Speed")[0]
+    for project in ("make", ".venv", "python -m", "tools.series", "/tmp/"):
+        assert project not in block
+
+
+def test_the_fixs_tests_fail_on_the_base_and_pass_with_the_whole_pr(capsys, tmp_path):
+    # The two halves of pr.patch are the fix's own patches: its tests, then the rest.
+    fix = seriesdir.load().fix("0003")
+    touched = fix.touched_files()
+    assert {p for p, new in touched.items() if new} == {p for p in touched if p.startswith("test/")}
+    code, out, err = _body(capsys, FUSED_KV_RESULTS, "--no-check")
+    text = out.split("To reproduce")[1]
+    assert text.index("# fails") < text.index("--exclude") < text.index("# passes")
 
 
 def test_pr_body_runs_check_and_ticks_the_format_box(capsys, tmp_path):
@@ -323,8 +343,8 @@ def test_results_of_another_release_or_a_void_proof_are_refused(capsys, tmp_path
     assert code == 1 and out == "" and "do not prove the change (void)" in err
 
 
-def test_a_cpu_runs_description_names_the_cpu_and_no_cuda(capsys):
-    code, out, err = _body(capsys, DSV4_CPU_RESULTS, "--no-check")
+def test_a_cpu_runs_description_names_the_cpu_and_no_cuda(capsys, tmp_path):
+    code, out, err = _body(capsys, _results(tmp_path, source=DSV4_CPU_RESULTS), "--no-check")
     assert code == 0, err
     environment = next(line for line in out.splitlines() if line.startswith("Environment: "))
     assert environment.startswith("Environment: CPU") and "CUDA" not in environment

@@ -4,11 +4,13 @@ parses arguments and prints; each verb lives in its own module.
 
 import argparse
 import json
+import os
 import sys
 
 from tools.series import (
     OK,
     SeriesError,
+    ab,
     apply,
     audit_tree,
     base,
@@ -44,8 +46,18 @@ def build_parser() -> argparse.ArgumentParser:
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     release = {"type": _version, "help": "sglang release (default: patches/BASE)"}
 
+    checkout = {
+        "metavar": "PATH",
+        "default": os.environ.get("SGLANG_CHECKOUT"),
+        "help": "an upstream sglang git checkout as the base instead of a release "
+        "(default: $SGLANG_CHECKOUT)",
+    }
+    rev = {"help": "the checkout's commit (default: patches/BASE's git:, else HEAD)"}
+
     p = verbs.add_parser("materialize", help="a git repo of a release in upstream layout")
     p.add_argument("--version", **release)
+    p.add_argument("--checkout", **checkout)
+    p.add_argument("--rev", **rev)
     p.add_argument("dir", help="new directory for the repository")
 
     p = verbs.add_parser(
@@ -54,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
         "the project's; upstream's pinned hooks pass on what it touches",
     )
     p.add_argument("--version", **release)
+    p.add_argument("--checkout", **checkout)
+    p.add_argument("--rev", **rev)
 
     p = verbs.add_parser("apply", help="apply the series to a checkout or installed package")
     p.add_argument(
@@ -111,6 +125,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = verbs.add_parser(
+        "ab",
+        help="prove one fix from the series' own trees (base against base + fix) and render "
+        "its PR description: OUT/trees, OUT/<backend> (ci run), OUT/<backend>-pr-body.md",
+    )
+    p.add_argument("--fix", required=True, metavar="NNNN", help="the fix's first patch number")
+    p.add_argument("--out", required=True, metavar="DIR", help="a new folder")
+    p.add_argument("--backend", choices=("cpu", "cuda"), required=True)
+    p.add_argument("--no-check", action="store_true", help="pr-body without 'check'")
+
+    p = verbs.add_parser(
         "audit",
         help="find every method that allocates a tensor's replacement while still holding it "
         "(reads the tree, never imports it; docs/grow-while-held-audit-0.5.23.md)",
@@ -135,6 +159,10 @@ def run(args) -> str:
         return _audit(args)
     if args.verb == "refresh":
         return _lines(refresh.refresh(args.patches, args.source))
+    if args.verb == "materialize" and args.checkout:
+        rev = args.rev or seriesdir.load(args.patches).base.git or "HEAD"
+        repo = base.materialize_checkout(args.checkout, rev, args.dir)
+        return f"{repo}: {args.checkout} at {rev}, tagged '{base.BASE_TAG}'\n"
     if args.verb == "materialize":
         # Told the release, materialize needs no series.
         version = args.version or seriesdir.load(args.patches).base.version
@@ -146,27 +174,40 @@ def run(args) -> str:
         return json.dumps(seriesdir.describe(args.patches), indent=2) + "\n"
     series = seriesdir.load(args.patches)
     if args.verb == "check":
-        return _lines([*check.run_check(series, args.version), "ok"])
+        report = check.run_check(series, args.version, args.checkout, args.rev)
+        return _lines([*report, "ok"])
     if args.verb == "apply":
         fix = series.fix(args.fix) if args.fix else None
         return _lines(apply.apply_to(series, args.to, fix))
+    if args.verb == "ab":
+        code, made = ab.run_ab(series, series.fix(args.fix), args.out, args.backend)
+        if code != 0:
+            raise SeriesError(f"ci run exited {code}; its report: {made.results}/report.md")
+        body = made.results.parent / f"{args.backend}-pr-body.md"
+        args = argparse.Namespace(**{**vars(args), "results": str(made.results)})
+        body.write_text(_pr_body(series, args))
+        return f"{made.results}: the A/B; {body}: the description of fix {args.fix}\n"
     if args.verb == "pr-body":
-        results = pr_description.load_results(args.results)
-        # Refuse before the slow check.
-        fix = pr_description.select_fix(series, results, args.fix)
-        pr_description.verify_results_match(series, fix, results)
-        state = pr_description.CheckState(None, f"'{_CHECK}' not run")
-        if not args.no_check:
-            try:
-                check.run_check(series)
-                state = pr_description.CheckState(True, f"upstream's pinned hooks pass: {_CHECK}")
-            except SeriesError as err:
-                state = pr_description.CheckState(False, str(err).splitlines()[0])
-        return pr_description.render(series, results, args.results, state, fix.number)
+        return _pr_body(series, args)
     rows = [matrix.release_row(series, version) for version in args.versions]
     return (
         json.dumps(rows, indent=2) + "\n" if args.json else matrix.render_table(series.names, rows)
     )
+
+
+def _pr_body(series, args) -> str:
+    results = pr_description.load_results(args.results)
+    # Refuse before the slow check.
+    fix = pr_description.select_fix(series, results, args.fix)
+    pr_description.verify_results_match(series, fix, results)
+    state = pr_description.CheckState(None, f"'{_CHECK}' not run")
+    if not args.no_check:
+        try:
+            check.run_check(series)
+            state = pr_description.CheckState(True, f"upstream's pinned hooks pass: {_CHECK}")
+        except SeriesError as err:
+            state = pr_description.CheckState(False, str(err).splitlines()[0])
+    return pr_description.render(series, results, args.results, state, fix.number)
 
 
 def _lines(lines) -> str:

@@ -155,3 +155,22 @@ def materialize(version: str, dest) -> Path:
     gitcmd.run(["remote", "remove", "origin"], dest)
     gitcmd.run(["config", VERSION_KEY, version], dest)
     return dest
+
+
+def materialize_checkout(checkout, rev: str, dest) -> Path:
+    """A fresh repository at ``dest`` whose HEAD (tag ``base``) is commit ``rev`` of the
+    upstream git checkout ``checkout`` (a git base: patches/BASE's ``git:`` line)."""
+    checkout, dest = Path(checkout), Path(dest)
+    if not gitcmd.is_work_tree(checkout) or not (checkout / "python" / "sglang").is_dir():
+        raise usage(f"{checkout} is not an sglang git checkout (a work tree with python/sglang/)")
+    if not gitcmd.ok(["rev-parse", "-q", "--verify", f"{rev}^{{commit}}"], checkout):
+        raise usage(f"{checkout} has no commit {rev}; fetch it first (git fetch origin {rev})")
+    if dest.exists() and any(dest.iterdir()):
+        raise usage(f"{dest} exists and is not empty; materialize into a new directory")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    gitcmd.run(["clone", "-q", "--local", "--no-checkout", str(checkout), str(dest)], dest.parent)
+    gitcmd.run(["checkout", "-q", "--detach", rev], dest)
+    gitcmd.run(["remote", "remove", "origin"], dest)
+    # -f: the clone carries the checkout's tags, which may name another commit 'base'.
+    gitcmd.run(["tag", "-f", BASE_TAG], dest)
+    return dest

@@ -44,14 +44,24 @@ _STATUS = re.compile(r"^(.+?)\.+(?:\(no files to check\))?(Passed|Failed|Skipped
 _POSITION = re.compile(r":\d+(:\d+)?:")
 
 
-def run_check(series, version=None) -> list:
+def run_check(series, version=None, checkout=None, rev=None) -> list:
     """Return report lines; raise SeriesError (exit 1) naming what failed. With more than one
-    fix, each must also apply alone to the base: it goes upstream as its own pull request."""
-    version = version or series.base.version
+    fix, each must also apply alone to the base: it goes upstream as its own pull request.
+    ``checkout``: an upstream git checkout, the base being its ``rev`` (default: the commit of a
+    git BASE, else HEAD) instead of a release."""
     report = []
     with tempfile.TemporaryDirectory(prefix="series-check-") as tmp:
-        repo = base.materialize(version, Path(tmp) / "sglang")
-        if version == series.base.version:
+        if checkout is not None:
+            rev = rev or series.base.git or "HEAD"
+            repo = base.materialize_checkout(checkout, rev, Path(tmp) / "sglang")
+            commit = gitcmd.run(["rev-parse", "HEAD"], repo).stdout.decode().strip()
+            version = f"@ {commit[:12]}"  # the name the report lines give the base
+            pinned = commit == series.base.git
+        else:
+            version = version or series.base.version
+            repo = base.materialize(version, Path(tmp) / "sglang")
+            pinned = version == series.base.version
+        if pinned:
             verify_base_hashes(series, repo)
             report.append(f"base sglang=={version}: pinned files match patches/BASE")
         am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
@@ -123,9 +133,10 @@ def am_patches(patches, repo: Path, env=None) -> None:
         raise SeriesError(f"git am failed before naming a patch:\n{output.strip()}")
     name, _, patch = patches[int(failed.group(1)) - 1]
     problems = gitcmd.explain(output, patch)
+    # One line, whatever git said: the patch, the file and the hunk.
     raise SeriesError(
-        f"the series does not apply ({name} failed; git am aborted, "
-        "nothing applied):\n  " + "\n  ".join(problems)
+        f"the series does not apply ({name} failed; git am aborted, nothing applied): "
+        + "; ".join(problems)
     )
 
 

@@ -19,6 +19,7 @@ from ci.evidence import model as evidence
 from ci.reporter.render import cell, environment_line, escape_inline
 from tools.series import SeriesError, usage
 
+_PATCH_URL = "https://github.com/sgl-project/sglang/pull/<number>.patch"
 DOCS = "https://docs.sglang.io/developer_guide/contribution_guide.html"
 CHECKLIST = {  # each "(#anchor)" is a section of DOCS
     "format": "Format your code according to the [Format code with pre-commit]"
@@ -29,7 +30,6 @@ CHECKLIST = {  # each "(#anchor)" is a section of DOCS
     "(#test-the-accuracy) and [Benchmark the speed](#benchmark-the-speed).",
     "style": "Follow the SGLang code style [guidance](#code-style-guidance).",
 }
-SERIES_FILE = "/tmp/sglang-overlay-series.json"  # what the reproduced run records as its series
 # Message sections that have a template section of their own.
 _OWN = {"motivation", "modifications", "tests"}
 
@@ -82,10 +82,25 @@ def verify_own_tests(series, results) -> None:
         )
 
 
+def verify_series_trees(results) -> None:
+    """A usage error (exit 2) unless both sides were the series' own trees: the base, and the
+    base with the fix applied (``ci run --unmodified-src/--change-src`` or ``--git-base/
+    --git-head``), neither with the runtime overlay. Upstream merges a patch, not an overlay."""
+    sides = [(m, results.sides.get(m)) for m in ("unmodified", "change")]
+    for mode, side in sorted(sides, key=lambda ms: not (ms[1] is not None and ms[1].overlay)):
+        if side is None or side.overlay or not side.tree:
+            how = "the runtime overlay" if side is not None and side.overlay else "no source tree"
+            raise usage(
+                f"the {mode} side of the results ran with {how}; a description is rendered only "
+                "from the series' own trees (python -m tools.series ab --fix N --out DIR)"
+            )
+
+
 def select_fix(series, results, number: str | None = None):
     """The fix the description is for: the one ``number`` names, else the one fix whose tests
     the results hold; a usage error (exit 2) when the results hold none of its tests, or tests
     of several fixes and no ``number`` picks one."""
+    verify_series_trees(results)
     verify_own_tests(series, results)
     ran = {f.path for f in results.files}
     holding = [fix for fix in series.fixes if ran & _added(fix)]
@@ -124,8 +139,8 @@ def verify_results_match(series, fix, results) -> str:
     recorded = results.series
     if recorded is None:
         raise SeriesError(
-            "the results record no series id (made without --series); run 'python -m tools.series "
-            "describe > series.json' and 'python -m ci run --out DIR --series series.json'"
+            "the results record no series id (made outside this project's checkout); "
+            "run 'python -m ci run --out DIR' again with this series in patches/"
         )
     if expected not in {recorded.id, *(f.id for f in recorded.fixes)}:
         raise SeriesError(
@@ -148,8 +163,28 @@ def verify_results_match(series, fix, results) -> str:
     return expected
 
 
-def ab_table(results) -> list:
-    labels = [escape_inline(results.label(m)) for m in ("unmodified", "change")]
+def column_labels(series) -> dict:
+    """Each mode's name as upstream knows it: the base (the release, or the upstream commit)
+    and that base with this pull request; never a commit materialised here."""
+    known = series.base.upstream_name()
+    return {"unmodified": known, "change": f"{known} + this PR"}
+
+
+def upstream_environment(environment: dict) -> dict:
+    """The environment record without what only this project knows: the runtime overlay's
+    states and the commit of the checkout ``ci run`` ran from."""
+    env = {k: v for k, v in environment.items() if k != "git"}
+    modes = env.get("modes")
+    if isinstance(modes, dict):
+        env["modes"] = {
+            m: {k: v for k, v in info.items() if k != "overlay"} if isinstance(info, dict) else info
+            for m, info in modes.items()
+        }
+    return env
+
+
+def ab_table(results, labels: dict) -> list:
+    labels = [escape_inline(labels[m]) for m in ("unmodified", "change")]
     lines = [f"| case | kind | {labels[0]} | {labels[1]} |", "| --- | --- | --- | --- |"]
     for case in results.cases:
         group, _, test = case.test.rpartition(".")
@@ -175,16 +210,16 @@ def _counts_sentence(results) -> str:
     return f"{len(results.cases)} tests on the {results.backend} backend: {parts}.{measured}"
 
 
-def _durations(results) -> list:
+def _durations(results, labels: dict) -> list:
     return [
-        f"- `{f.path}` on {results.label(mode)}: {end.duration_s:.1f} s, exit {end.returncode}"
+        f"- `{f.path}` on {labels.get(mode, mode)}: {end.duration_s:.1f} s, exit {end.returncode}"
         for f in results.files
         for mode, end in ((mode, f.modes.get(mode)) for mode in results.modes)
         if end is not None
     ]
 
 
-def checklist(fix, results, check: CheckState) -> list:
+def checklist(fix, results, check: CheckState, labels: dict) -> list:
     adds_test = any(
         new and path.startswith("test/registered/") for path, new in fix.touched_files().items()
     )
@@ -199,7 +234,7 @@ def checklist(fix, results, check: CheckState) -> list:
         "benchmarks": False,
         "style": False,
     }
-    unmodified = results.label("unmodified")
+    unmodified = labels["unmodified"]
     notes = {
         "format": check.detail,
         "tests": proved and f"{len(proved)} tests fail on {unmodified} and pass with the change",
@@ -218,7 +253,7 @@ def render(series, results, results_dir: str, check: CheckState, number=None) ->
     """The whole PR description (Markdown) of one fix: the one ``number`` names, else the one
     whose tests the results hold."""
     fix = select_fix(series, results, number)
-    fix_id = verify_results_match(series, fix, results)
+    verify_results_match(series, fix, results)
     results = own_results(fix, results)
     first = fix.patches[0]
     fix_sections = message_sections(first.body)
@@ -231,50 +266,40 @@ def render(series, results, results_dir: str, check: CheckState, number=None) ->
                 out += [text, ""]
             elif heading and heading.lower() not in _OWN and patch is first:
                 out += [f"*{heading}.*", "", text, ""]
-    out += ["## Accuracy Tests", "", _counts_sentence(results), "", *ab_table(results), ""]
-    out += [f"Environment: {environment_line(results.environment, results.backend)}", ""]
+    labels = column_labels(series)
+    out += ["## Accuracy Tests", "", _counts_sentence(results), "", *ab_table(results, labels), ""]
+    env = upstream_environment(results.environment)
+    out += [f"Environment: {environment_line(env, results.backend)}", ""]
     out += [
-        f"Patches {', '.join(p.split('-', 1)[0] for p in fix.names)} (id {fix_id[:12]}) on "
-        f"sglang=={series.base.version}, results from `{results_dir}`.",
-        "\nTo reproduce, in a checkout of sglang-overlay, the project that carries this series:"
-        "\n\n```bash",
-        *reproduce(results, results_dir, fix, named=len(series.fixes) > 1),
+        "To reproduce, on an sglang checkout (`pr.patch`: this pull request's diff, "
+        f"`{_PATCH_URL}`):\n\n```bash",
+        *reproduce(series, results),
         "```\n",
     ]
     # The messages' own "Tests" sections stay in the commits: here every claim is the results'.
     out += ["## Speed Tests and Profiling", ""]
     out += [
         "No speed benchmark. Wall time of each test file in this run:\n",
-        *_durations(results),
+        *_durations(results, labels),
         "",
     ]
-    out += ["## Checklist", "", *checklist(fix, results, check), ""]
+    out += ["## Checklist", "", *checklist(fix, results, check, labels), ""]
     return "\n".join(out)
 
 
-def reproduce(results, results_dir: str, fix, named: bool = False) -> list:
-    """The commands that made ``results`` and this description: the same selection, backend
-    and CI mode, on the same kind of sides. Sides that were source trees (``--unmodified-src``,
-    ``--change-src``) are made again by the series tools: the base release, and the base with
-    ``fix`` applied (the fix's pull request). ``named``: the series has several fixes."""
-    out = shlex.quote(results_dir)
-    lines = ["make install", f".venv/bin/python -m tools.series describe > {SERIES_FILE}"]
-    run = [".venv/bin/python -m ci run", "--out", out, "--series", SERIES_FILE]
-    run += ["--backend", results.backend]
-    tests = results.selection.get("tests")
-    if isinstance(tests, list) and tests and all(isinstance(t, str) for t in tests):
-        run += ["--tests", *(shlex.quote(t) for t in tests)]
-    if results.environment.get("upstream_ci") is None:
-        run.append("--outside-upstream-ci")
-    if all(side.tree for side in results.sides.values()):
-        unmodified = f"/tmp/sglang-{results.sides['unmodified'].sglang}"
-        change = f"{unmodified}-fix-{fix.number}"
-        lines += [f".venv/bin/python -m tools.series materialize {d}" for d in (unmodified, change)]
-        lines.append(f".venv/bin/python -m tools.series apply --fix {fix.number} --to {change}")
-        run += ["--unmodified-src", unmodified, "--change-src", change]
-    body = [".venv/bin/python -m tools.series pr-body", "--results", out]
-    body += ["--fix", fix.number] if named else []
-    return [*lines, " ".join(run), " ".join(body)]
+def reproduce(series, results) -> list:
+    """Commands that run on an sglang checkout alone: check out the base, add this pull
+    request's tests, run each as sglang's CI does (without the fix: it fails), apply the rest
+    of the pull request, run them again (with the fix: they pass)."""
+    ci = "SGLANG_IS_IN_CI=true " if results.environment.get("upstream_ci") is not None else ""
+    runs = [f"PYTHONPATH=python {ci}python3 {shlex.quote(f.path)}" for f in results.files]
+    return [
+        f"git checkout {series.base.upstream_revision()}",
+        "git apply --include='test/*' pr.patch   # this PR's tests, without the fix",
+        *(f"{line}   # fails" for line in runs),
+        "git apply --exclude='test/*' pr.patch   # the fix",
+        *(f"{line}   # passes" for line in runs),
+    ]
 
 
 def load_results(results_dir: str):

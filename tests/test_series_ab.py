@@ -1,0 +1,35 @@
+"""``series ab``: a fix's evidence from the series' own trees (base against base + that fix),
+the only evidence ``pr-body`` renders from."""
+
+from ci.__main__ import _parser as ci_parser
+from tools.series import ab, seriesdir
+from tools.series.__main__ import main
+
+
+def test_the_plan_runs_the_fixs_own_tests_on_the_base_and_the_base_with_that_fix(tmp_path):
+    series = seriesdir.load()
+    fix = series.fix("0003")
+    made = ab.plan(series, fix, tmp_path / "out", "cuda")
+    args = ci_parser().parse_args(made.ci_run[1:])
+    added = sorted(p for p, new in fix.touched_files().items() if new)
+    assert made.ci_run[0] == "ci" and args.verb == "run" and args.backend == "cuda"
+    assert list(args.tests) == added and all(p.startswith("test/registered/") for p in added)
+    assert (args.unmodified_src, args.change_src) == (str(made.unmodified), str(made.change))
+    assert made.unmodified != made.change and args.out == str(made.results)
+    assert made.change.name == f"sglang-{series.base.version}-fix-0003"
+    # Source sides only: the overlay is never asked for, and the CI mode is sglang's.
+    assert args.outside_upstream_ci is False and args.git_base is None
+
+
+def test_ab_refuses_an_out_folder_that_already_holds_trees_in_one_line(capsys, tmp_path):
+    (tmp_path / "trees").mkdir()
+    code = main(["ab", "--fix", "0001", "--out", str(tmp_path), "--backend", "cpu"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "exists; give ab a new --out folder" in err
+
+
+def test_ab_names_the_fixes_there_are_for_a_number_that_is_none(capsys, tmp_path):
+    code = main(["ab", "--fix", "0002", "--out", str(tmp_path / "o"), "--backend", "cpu"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "no fix starting at" in err
