@@ -232,14 +232,15 @@ def cmd_run(args) -> int:
 
     args.tests = tuple(args.tests or ())
     request = run.RunRequest(**_fields(run.RunRequest, args))
-    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    # Progress lines quote file names (PR code's): the same defusing as every other line.
+    log = lambda line: print(one_line(str(line)), file=sys.stderr, flush=True)  # noqa: E731
     cuda = run.resolve_backend(args.backend) == "cuda"
     try:
         results = run.execute(request, log, beside=lambda: _load_the_report_beside(cuda))
     except run.RequestError as exc:
         raise UsageError(str(exc)) from None
     except run.RegistrationError as exc:
-        print(f"error: registration: {exc}", file=sys.stderr)
+        print(f"error: registration: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_FAILED
     except run.NothingToRun as exc:
         print(f"ci run: nothing to run: {one_line(str(exc))}")
@@ -255,7 +256,7 @@ def cmd_run(args) -> int:
         summary = {"verdict": results.verdict, "reasons": list(results.reasons)}
         print(inert(json.dumps({**summary, "counts": results.counts()}, indent=2)))
     else:
-        print(inert("\n".join(run.summary_lines(results))))
+        print("\n".join(one_line(line) for line in run.summary_lines(results)))
     # Last, on a line of its own: the workflow passes it on to `ci report --results-digest`,
     # which refuses a results.json changed after this process exited.
     print(f"{RESULTS_DIGEST}{digest}", flush=True)

@@ -233,3 +233,39 @@ def test_the_preload_record_stops_saying_forked_once_its_parent_died(tmp_path):
     assert len(runs) == 2
     record = preloads["change"]
     assert record["forked"] is False and "preloading parent failed" in record["error"], record
+
+
+# --- 11: stderr gets the defusing stdout gets ------------------------------------------------
+
+PASSES = """
+import unittest
+from sglang.test.ci.ci_register import register_cpu_ci
+
+register_cpu_ci(est_time=5, suite="base-a-test-cpu")
+
+
+class T(unittest.TestCase):
+    def test_x(self):
+        pass
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+def test_a_file_name_never_starts_a_workflow_command_on_stderr_or_stdout(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    name = "test_x\n::error title=forged::the bot says so.py"
+    (root / name).write_text(PASSES)
+    (tmp_path / "none.txt").write_text("")
+    argv = [sys.executable, "-m", "ci", "run", "--out", str(tmp_path / "out"), "--backend", "cpu",
+            "--root", str(root), "--tests", name, "--regressions", str(tmp_path / "none.txt")]  # fmt: skip
+    proc = subprocess.run(
+        argv, cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=600
+    )
+    assert "exit 0" in proc.stderr, proc.stdout + proc.stderr  # the file ran, and was named
+    for line in (proc.stdout + proc.stderr).splitlines():
+        assert not line.strip().startswith("::"), line
+        assert "::" not in line and "##[" not in line, line
