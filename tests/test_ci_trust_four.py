@@ -269,3 +269,21 @@ def test_a_file_name_never_starts_a_workflow_command_on_stderr_or_stdout(tmp_pat
     for line in (proc.stdout + proc.stderr).splitlines():
         assert not line.strip().startswith("::"), line
         assert "::" not in line and "##[" not in line, line
+
+
+# --- 12: a listed regression that skips or goes missing on base proves nothing ----------------
+
+
+def _without_grow_on_base():
+    unmodified, change = ci_samples.workspace_runs()
+    lines = [line for line in unmodified.channel.splitlines() if ci_samples.GROW not in line]
+    return [replace(unmodified, channel="\n".join(lines) + "\n", returncode=0), change]
+
+
+@pytest.mark.parametrize("base", ["skip", "missing"])
+def test_a_listed_regression_that_skips_or_is_missing_on_base_is_not_green(base):
+    runs = ci_samples.workspace_runs("skip") if base == "skip" else _without_grow_on_base()
+    m = ci_samples.model(runs)
+    (grow,) = [c for c in m.cases if c.test.endswith(ci_samples.GROW)]
+    assert grow.kind == "not-reproduced" and m.verdict == "void", (grow.kind, m.verdict)
+    assert any("skip or give no result" in r for r in m.reasons), m.reasons

@@ -68,6 +68,9 @@ def kind_of(outcomes: dict, expected_regression: bool) -> Kind:
             return Kind.SKIPPED
         if change.passed_on_retry:
             return Kind.FLAKY
+    if base is not None and base.outcome in (Outcome.SKIP, Outcome.MISSING) and expected_regression:
+        # ci/regressions.txt says it must fail unmodified: a skip or no result there is no proof
+        return Kind.NOT_REPRODUCED if change is not None else Kind.SKIPPED
     if base is None or base.outcome in (Outcome.SKIP, Outcome.MISSING):
         return Kind.NO_BASELINE if change is not None else Kind.SKIPPED
     if base.passed_on_retry:
@@ -75,6 +78,11 @@ def kind_of(outcomes: dict, expected_regression: bool) -> Kind:
     if base.outcome in FAILED:
         return Kind.REGRESSION
     return Kind.NOT_REPRODUCED if expected_regression else Kind.PRESERVATION
+
+
+def _base_outcome(case):
+    base = case.modes.get("unmodified")
+    return None if base is None else base.outcome
 
 
 def judge(runs, suites: dict, modes, patterns=()) -> tuple[list, list]:
@@ -149,10 +157,17 @@ def with_verdict(results: Results, problems=()) -> Results:
     if "unmodified" in modes and cases:
         base = results.label("unmodified")
         missed = [c for c in cases if c.kind == Kind.NOT_REPRODUCED]
-        if missed:
+        passed = [c for c in missed if _base_outcome(c) not in (Outcome.SKIP, Outcome.MISSING)]
+        unproven = [c for c in missed if c not in passed]
+        if passed:
             void.append(
-                f"the bug did not reproduce: {len(missed)} listed regressions pass on {base} "
-                f"({_names(missed)}); is the change already in it?"
+                f"the bug did not reproduce: {len(passed)} listed regressions pass on {base} "
+                f"({_names(passed)}); is the change already in it?"
+            )
+        if unproven:
+            void.append(
+                f"the bug did not reproduce: {len(unproven)} listed regressions skip or give no "
+                f"result on {base} ({_names(unproven)}); ci/regressions.txt says they fail there"
             )
         ran = [c.modes.get("unmodified") for c in cases]
         verdicts = [r for r in ran if r is not None and r.outcome in (Outcome.PASS, *FAILED)]
