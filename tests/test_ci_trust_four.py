@@ -287,3 +287,19 @@ def test_a_listed_regression_that_skips_or_is_missing_on_base_is_not_green(base)
     (grow,) = [c for c in m.cases if c.test.endswith(ci_samples.GROW)]
     assert grow.kind == "not-reproduced" and m.verdict == "void", (grow.kind, m.verdict)
     assert any("skip or give no result" in r for r in m.reasons), m.reasons
+
+
+# --- 4: one id reported twice is a broken file, and its failure stands -------------------------
+
+
+def test_a_file_that_reports_one_id_twice_is_broken_and_its_failure_is_not_overwritten():
+    unmodified, change = ci_samples.workspace_runs()
+    fail = ci_samples.channel_line(ci_samples.REUSE, "fail", ci_samples.TRACEBACK)
+    again = ci_samples.channel_line(ci_samples.REUSE, "pass")
+    change = replace(change, channel=change.channel + fail + "\n" + again + "\n", returncode=0)
+    m = ci_samples.model([unmodified, change])
+    (reuse,) = [c for c in m.cases if c.test.endswith(ci_samples.REUSE)]
+    assert reuse.modes["change"].outcome == "fail" and reuse.kind == "broken", reuse
+    assert m.verdict == "failed"
+    (whole,) = [c for c in m.cases if c.test == "(whole file)"]
+    assert "reported more than once: a broken file" in whole.modes["change"].detail

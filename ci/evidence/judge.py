@@ -277,7 +277,16 @@ def _mode_results(run: FileRun) -> tuple[dict, TestResult | None, ProcessEnd]:
     if any, and how it ended."""
     tests, errors = read_channel(run.channel)
     end = ProcessEnd(run.returncode, run.duration_s, run.timed_out, len(tests), run.log)
-    results = {t.test: replace(t, detail=tail(t.detail)) for t in tests}
+    results = {}
+    for t in tests:
+        seen = results.get(t.test)
+        if seen is not None:
+            # One id twice (two classes of one name, a replayed line): the file is broken, and
+            # a failed report of the id is never overwritten by a later pass.
+            errors = (*errors, f"{t.test[:200]!r} reported more than once: a broken file")
+            if seen.outcome in FAILED:
+                continue
+        results[t.test] = replace(t, detail=tail(t.detail))
     explained = any(t.outcome in FAILED for t in results.values())
     if end.timed_out or errors or not results or (end.returncode != 0 and not explained):
         why = "timed out" if end.timed_out else f"exited {end.returncode}"
