@@ -58,6 +58,7 @@ def _version() -> str:
 # --help order. The README says more about each flag.
 SWITCH = {"action": "store_true"}
 DIR, FILE, REV = {"metavar": "DIR"}, {"metavar": "FILE"}, {"metavar": "REV"}
+RESULTS_DIGEST = "results-digest: "  # the last line `ci run` prints, then sha256:HEX
 TEST_RESULTS = ("success", "failure", "cancelled", "skipped")
 RUN_FLAGS = (
     ("--out", "folder for results.json, JUnit, the report and logs", {"required": True}),
@@ -106,6 +107,11 @@ REPORT_FLAGS = (
     ("--slot-label", "text before the slot", {"default": DEFAULT_LABEL}),
     ("--state", "what to report (only results reads results)", {"choices": REPORT_STATES}),
     ("--test-result", "the test job's result (needs.test.result)", {"choices": TEST_RESULTS}),
+    (
+        "--results-digest",
+        "what `ci run` printed last (sha256:HEX), one per --results: others are refused",
+        {"nargs": "+", "metavar": "DIGEST"},
+    ),
     ("--require-head", "post only while --sha is still the PR's head", SWITCH),
     ("--check-run", "also create a check run on --sha (needs an installation token)", SWITCH),
     ("--summary", "append the full report here ($GITHUB_STEP_SUMMARY)"),
@@ -189,13 +195,14 @@ def cmd_run(args) -> int:
 
     args.tests = tuple(args.tests or ())
     request = run.RunRequest(**_fields(run.RunRequest, args))
-    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    # Progress lines quote file names (PR code's): the same defusing as every other line.
+    log = lambda line: print(one_line(str(line)), file=sys.stderr, flush=True)  # noqa: E731
     try:
         results = run.execute(request, log)
     except run.RequestError as exc:
         raise UsageError(str(exc)) from None
     except run.RegistrationError as exc:
-        print(f"error: registration: {exc}", file=sys.stderr)
+        print(f"error: registration: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_FAILED
     except run.NothingToRun as exc:
         print(f"ci run: nothing to run: {one_line(str(exc))}")
@@ -205,13 +212,16 @@ def cmd_run(args) -> int:
 
     out = os.path.abspath(args.out)
     results = dataclasses.replace(results, pictures=pictures.draw_all(results, out))
-    evidence.save(results, out)
+    digest = evidence.save(results, out)
     render.write_full_report(results, out)
     if args.json:
         summary = {"verdict": results.verdict, "reasons": list(results.reasons)}
         print(inert(json.dumps({**summary, "counts": results.counts()}, indent=2)))
     else:
-        print(inert("\n".join(run.summary_lines(results))))
+        print("\n".join(one_line(line) for line in run.summary_lines(results)))
+    # Last, on a line of its own: the workflow passes it on to `ci report --results-digest`,
+    # which refuses a results.json changed after this process exited.
+    print(f"{RESULTS_DIGEST}{digest}", flush=True)
     return EXIT_OK if results.verdict == "ok" else EXIT_FAILED
 
 
@@ -224,6 +234,8 @@ def cmd_report(args) -> int:
 
     if args.results is not None:  # one folder, or the shards of one run
         args.results = args.results[0] if len(args.results) == 1 else tuple(args.results)
+    if args.results_digest is not None:
+        args.results_digest = tuple(args.results_digest)
     try:
         request = reporting.prepare(
             reporting.ReportRequest(**_fields(reporting.ReportRequest, args))

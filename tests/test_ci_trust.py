@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import replace
 
+import ci_samples
 import pytest
 from ci_fake_github import FakeGitHub
 from ci_samples import FILE, file_run, model, posted, refused
@@ -346,13 +347,15 @@ def test_same_repo_report_after_a_timed_out_test_job_says_failure(fake, tmp_path
 def test_a_failed_test_job_that_left_results_is_reported_by_them_however_they_are_named(
     fake, tmp_path, monkeypatch, named
 ):
-    # A regression fails the test job on purpose; the results it wrote are the report.
-    folder = _results_dir(tmp_path)
+    # The change fails a test, so the test job fails on purpose; the results it wrote are the
+    # report (green results of a failed job are never green: tests/test_ci_trust_four.py).
+    broken = [file_run(m, [(ci_samples.GROW, "fail")]) for m in ("unmodified", "change")]
+    folder = _results_dir(tmp_path, model(broken))
     results = folder if named == "folder" else folder / "results.json"
     args = ["--results", str(results), "--test-result", "failure"]
     args += ["--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD, "--require-head", "--post"]
     assert _report(fake, monkeypatch, *args) == 0
-    assert pr_states.get_slot(fake.bodies[7], "dsv4-workspace") != ":x:"
+    assert [s["state"] for s in fake.statuses] == ["failure"]  # by the results, not "no results"
     (ours,) = [c for c in fake.comments.values() if c["login"] == "github-actions[bot]"]
     assert ours["body"].startswith(render.comment_marker("dsv4-workspace"))
 

@@ -68,6 +68,9 @@ def kind_of(outcomes: dict, expected_regression: bool) -> Kind:
             return Kind.SKIPPED
         if change.passed_on_retry:
             return Kind.FLAKY
+    if base is not None and base.outcome in (Outcome.SKIP, Outcome.MISSING) and expected_regression:
+        # ci/regressions.txt says it must fail unmodified: a skip or no result there is no proof
+        return Kind.NOT_REPRODUCED if change is not None else Kind.SKIPPED
     if base is None or base.outcome in (Outcome.SKIP, Outcome.MISSING):
         return Kind.NO_BASELINE if change is not None else Kind.SKIPPED
     if base.passed_on_retry:
@@ -75,6 +78,11 @@ def kind_of(outcomes: dict, expected_regression: bool) -> Kind:
     if base.outcome in FAILED:
         return Kind.REGRESSION
     return Kind.NOT_REPRODUCED if expected_regression else Kind.PRESERVATION
+
+
+def _base_outcome(case):
+    base = case.modes.get("unmodified")
+    return None if base is None else base.outcome
 
 
 def judge(runs, suites: dict, modes, patterns=()) -> tuple[list, list]:
@@ -149,10 +157,17 @@ def with_verdict(results: Results, problems=()) -> Results:
     if "unmodified" in modes and cases:
         base = results.label("unmodified")
         missed = [c for c in cases if c.kind == Kind.NOT_REPRODUCED]
-        if missed:
+        passed = [c for c in missed if _base_outcome(c) not in (Outcome.SKIP, Outcome.MISSING)]
+        unproven = [c for c in missed if c not in passed]
+        if passed:
             void.append(
-                f"the bug did not reproduce: {len(missed)} listed regressions pass on {base} "
-                f"({_names(missed)}); is the change already in it?"
+                f"the bug did not reproduce: {len(passed)} listed regressions pass on {base} "
+                f"({_names(passed)}); is the change already in it?"
+            )
+        if unproven:
+            void.append(
+                f"the bug did not reproduce: {len(unproven)} listed regressions skip or give no "
+                f"result on {base} ({_names(unproven)}); ci/regressions.txt says they fail there"
             )
         ran = [c.modes.get("unmodified") for c in cases]
         verdicts = [r for r in ran if r is not None and r.outcome in (Outcome.PASS, *FAILED)]
@@ -262,7 +277,16 @@ def _mode_results(run: FileRun) -> tuple[dict, TestResult | None, ProcessEnd]:
     if any, and how it ended."""
     tests, errors = read_channel(run.channel)
     end = ProcessEnd(run.returncode, run.duration_s, run.timed_out, len(tests), run.log)
-    results = {t.test: replace(t, detail=tail(t.detail)) for t in tests}
+    results = {}
+    for t in tests:
+        seen = results.get(t.test)
+        if seen is not None:
+            # One id twice (two classes of one name, a replayed line): the file is broken, and
+            # a failed report of the id is never overwritten by a later pass.
+            errors = (*errors, f"{t.test[:200]!r} reported more than once: a broken file")
+            if seen.outcome in FAILED:
+                continue
+        results[t.test] = replace(t, detail=tail(t.detail))
     explained = any(t.outcome in FAILED for t in results.values())
     if end.timed_out or errors or not results or (end.returncode != 0 and not explained):
         why = "timed out" if end.timed_out else f"exited {end.returncode}"

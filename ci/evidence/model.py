@@ -6,6 +6,7 @@ every shape and bound (each field through the check its metadata names); it rais
 """
 
 import enum
+import hashlib
 import json
 import os
 import re
@@ -314,12 +315,33 @@ def _integer(text: str, path: str) -> int:
     return int(text)
 
 
+def dumps(results: Results) -> bytes:
+    """results.json's bytes (the same for the same results: keys sorted, ASCII only)."""
+    text = json.dumps(results.to_json(), indent=2, sort_keys=True, ensure_ascii=True)
+    return (text + "\n").encode("ascii")
+
+
+def digest(data: bytes) -> str:
+    """What `ci run` prints last and `ci report --results-digest` checks: sha256:HEX."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def digest_of_file(path: str) -> str:
+    """``digest`` of a file's bytes, read without following a link at its end."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    sha = hashlib.sha256()
+    with os.fdopen(fd, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+    return "sha256:" + sha.hexdigest()
+
+
 def save(results: Results, folder: str) -> str:
-    path = os.path.join(folder, "results.json")
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(results.to_json(), handle, indent=2, sort_keys=True, ensure_ascii=True)
-        handle.write("\n")
-    return path
+    """results.json written into ``folder``; returns its digest (``digest``)."""
+    data = dumps(results)
+    with open(os.path.join(folder, "results.json"), "wb") as handle:
+        handle.write(data)
+    return digest(data)
 
 
 def read_channel(text: str) -> tuple[tuple[TestResult, ...], tuple[str, ...]]:

@@ -8,6 +8,7 @@ backends or modes. Nothing is dropped silently. Judging the merged run again is 
 (``ci.evidence.judge.rejudge``).
 """
 
+import json
 import re
 from dataclasses import replace
 
@@ -29,13 +30,26 @@ def _identity(results: Results) -> dict:
     """What every shard of one run shares: the backend, the modes, the series, the commits from
     git, and per side the commit and overlay (the release only where a process imported one)."""
     git = results.selection.get("git") or {}
+    env = results.environment if isinstance(results.environment, dict) else {}
     return {
         "backend": results.backend,
         "modes": results.modes,
+        # as sglang's CI runs it (its settings, retries included) or outside it
+        "retry mode": _retry_mode(env),
         "series": results.series.id if results.series else None,
         "git": (git.get("base"), git.get("head")) if isinstance(git, dict) else git,
         **{f"{m} side": (s.commit, s.overlay) for m, s in sorted(results.sides.items())},
     }
+
+
+def _retry_mode(environment: dict) -> str:
+    """As sglang's CI runs each file (with which settings), or outside it: a shard's mode."""
+    if "upstream_ci" not in environment:
+        return "not recorded"
+    settings = environment["upstream_ci"]
+    if settings is None:
+        return "outside sglang's CI"
+    return f"as sglang's CI runs it ({json.dumps(settings, sort_keys=True, default=repr)})"
 
 
 def merge(named) -> Results:

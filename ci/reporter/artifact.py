@@ -143,6 +143,25 @@ def central_directory(zip_path: str) -> tuple[int, int]:
     return record[7], record[8]
 
 
+def check_digests(paths, digests) -> None:
+    """Each of ``paths``' results.json is byte for byte what `ci run` wrote and printed the
+    digest of (``digests``, trusted: passed on by the workflow as a job output); ArtifactError
+    otherwise: results changed after `ci run` exited, or a folder `ci run` did not write."""
+    if len(digests) != len(paths):
+        raise ArtifactError(f"{len(digests)} results digests for {len(paths)} results")
+    for path, expected in zip(paths, digests, strict=True):
+        file = path if os.path.isfile(path) else os.path.join(path, "results.json")
+        try:
+            found = evidence.digest_of_file(file)
+        except OSError as exc:
+            raise ArtifactError(f"{os.path.basename(file)!r}: {exc.strerror}") from None
+        if found != expected:
+            raise ArtifactError(
+                f"results.json has digest {found[:19]}..., `ci run` printed {expected[:19]!r}: "
+                "written after `ci run` exited, or not by it"
+            )
+
+
 def has_results(path: str | None) -> bool:
     """Whether ``path`` names results as ``load_results`` takes them: the file or its folder."""
     return bool(path) and (

@@ -46,7 +46,8 @@ class ReportRequest:
     slot: str = DEFAULT_SLOT
     slot_label: str = DEFAULT_LABEL
     state: str = "results"
-    test_result: str | None = None
+    test_result: str | None = None  # trusted: the test job's result, or the run's conclusion
+    results_digest: tuple | None = None  # trusted: what `ci run` printed last, one per results
     require_head: bool = False
     check_run: bool = False
     summary: str | None = None
@@ -148,10 +149,18 @@ def plan(request: ReportRequest) -> ReportPlan:
         if not request.results:
             raise RequestError("--results DIR is required: the folder `ci run --out` wrote")
         try:
+            if request.results_digest is not None:
+                artifact.check_digests(_paths(request.results), request.results_digest)
             model = shards.load_results(request.results, request.sha, request.shard_artifacts)
         except artifact.ArtifactError as exc:
             # Refused whole, and said so: a slot left pending would read as "still running".
             state, invalid = "failure", str(exc)
+    if model is not None and render.overall_state(model) == "success":
+        contradicted = _contradicted(request.test_result)
+        if contradicted:
+            # What GitHub says of the job outranks what the job's own files say: never green.
+            model, request = None, replace(request, untrusted=contradicted)
+            state = "cancelled" if request.test_result == "cancelled" else "failure"
     if model is not None:
         state = render.overall_state(model)
         comment = render.comment(model, request.slot, **links)
@@ -185,6 +194,14 @@ def plan(request: ReportRequest) -> ReportPlan:
         summary=summary,
         invalid=invalid,
     )
+
+
+def _contradicted(test_result: str | None) -> str | None:
+    """Why green results cannot be reported when the trusted outcome of the job (or run) that
+    wrote them, ``test_result``, is not success; None when nothing trusted says otherwise."""
+    if test_result is None or test_result == "success":
+        return None
+    return f"the test job's result is {test_result[:20]}, although its results say all passed"
 
 
 def _paths(results) -> tuple[str, ...]:
@@ -367,9 +384,12 @@ def fork(request: ReportRequest, folder: str):
                 artifact.fetch(github, listed[name][0], into, MAX_ARTIFACT_BYTES)
             except (TooLarge, artifact.ArtifactError) as exc:
                 return replace(request, invalid=f"{name}: {exc}"), None
+        # The conclusion stays: green results of a run that did not succeed are never green.
         if request.shards is None:
-            return replace(request, results=folders[0], test_result=None), None
-        return replace(request, results=folders, shard_artifacts=names, test_result=None), None
+            return replace(request, results=folders[0], test_result=run.conclusion), None
+        return replace(
+            request, results=folders, shard_artifacts=names, test_result=run.conclusion
+        ), None
 
 
 def fork_facts(event: dict, pr: int | None, api_url: str | None) -> gate.PullFacts:

@@ -71,9 +71,10 @@ def read_change(root: str, base_rev: str, head_rev: str) -> Change:
         raise RequestError(f"--root {root}: not the top of a git checkout")
     # Only tracked changes count: what the sides hold comes from commits, and a results folder
     # inside the checkout is untracked. Edits the user has not committed would not be tested.
-    dirty = _git(root, "status", "--porcelain", "--untracked-files=no")
+    dirty = _git(root, "status", "--porcelain", "--untracked-files=no", data=True)
     if dirty:
-        first = dirty.splitlines()[0][3:]
+        # "XY PATH": read unstripped, or a line starting " M" would lose its path's first letter
+        first = dirty.decode("utf-8", "replace").splitlines()[0][3:]
         raise RequestError(f"--root {root}: the work tree has uncommitted changes ({first}...)")
     base, head = (
         _commit(root, flag, rev) for flag, rev in (("base", base_rev), ("head", head_rev))

@@ -283,6 +283,11 @@ def run_all(
         try:
             return run_forked(preloader, path, mode, timeout_s)
         except (OSError, RuntimeError, ValueError) as exc:  # the preloading parent is gone
+            if preloads is not None:  # the record no longer says every file forked
+                preloads[mode].update(
+                    forked=False, error=f"the preloading parent failed: {exc}"[:500]
+                )
+                preloads[mode].setdefault("fresh", {})[path] = "the preloading parent failed"
             run = run_file(path, mode, envs[mode], cwd, timeout_s)
             why = f"[ci run: the {mode} preloading parent failed ({exc}): ran fresh]\n"
             return replace(run, output=why + run.output)
