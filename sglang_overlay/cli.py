@@ -129,12 +129,18 @@ def process_rows(process: dict) -> "list[dict]":
     """One row per patch of a live process, from its record: ``unpatched`` without one,
     ``invalid-record`` when the record found is not believed (records.py says why),
     ``misconfigured`` when the process started with a setting the overlay does not recognise."""
+    from sglang_overlay import records
+
     base = {"pid": process["pid"], "command": process["command"][:200]}
     record = process["record"]
     if record is None:
+        refused = records.refused_dirs(process["uid"])
         if process.get("problem"):
             state = "invalid-record"
             reason = f"its record is not believed: {process['problem']}"
+        elif refused:
+            state = "invalid-record"
+            reason = f"no record could be written: {'; '.join(refused)}"
         else:
             state = "unpatched"
             reason = (
@@ -169,7 +175,16 @@ def say(line: str) -> None:
     """Print ``line``; what stdout cannot encode (a reason quoting the user's setting on an
     ASCII terminal) comes out as escapes, not as a traceback instead of the report."""
     encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
-    print(line.encode(encoding, "backslashreplace").decode(encoding))
+    print(inert(line).encode(encoding, "backslashreplace").decode(encoding))
+
+
+def inert(text: str) -> str:
+    """TEXT safe for a terminal: ESC (so CSI and OSC), CR, the other C0 and C1 controls, DEL,
+    bidi overrides and every other format or separator character shown as a visible escape.
+    Record text and argv are anyone's, and root reads them."""
+    return "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text
+    )
 
 
 def fresh_process_status() -> dict:

@@ -107,6 +107,21 @@ def open_dir(directory: Path, uid: int) -> int:
     return fd
 
 
+def refused_dirs(uid: int) -> "list[str]":
+    """Each existing record directory of ``uid`` that cannot hold its records (another user
+    made it, or others may write it: someone squatted the predictable name), with why. A
+    process of ``uid`` writes no record there, so its row says this instead of ``unpatched``."""
+    refused = []
+    for directory in record_dirs(uid):
+        try:
+            os.close(open_dir(directory, uid))
+        except Untrusted as exc:
+            refused.append(f"{directory}: records refused there: {exc}")
+        except OSError:
+            continue
+    return refused
+
+
 def load(dir_fd: int, name: str, uid: int) -> dict:
     """The JSON object in ``name`` under ``dir_fd``; raises ``Untrusted`` for anything that is
     not a small regular file of ``uid`` or root holding one, FileNotFoundError when absent."""

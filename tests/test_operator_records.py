@@ -343,7 +343,16 @@ def test_a_malformed_record_never_hides_the_process(runtime_dir, sglang_sleeper,
 def report(runtime_dir, pid, *flags) -> "tuple[int, str]":
     """``status --processes --pid PID`` with ``flags``: (exit code, stdout); never a traceback."""
     proc = subprocess.run(
-        [sys.executable, "-m", "sglang_overlay", "status", "--processes", "--pid", str(pid), *flags],
+        [
+            sys.executable,
+            "-m",
+            "sglang_overlay",
+            "status",
+            "--processes",
+            "--pid",
+            str(pid),
+            *flags,
+        ],
         env=clean_env(SGLANG_OVERLAY_RUNTIME_DIR=str(runtime_dir)),
         cwd="/",
         capture_output=True,
@@ -419,3 +428,55 @@ def test_pruning_deletes_a_dead_process_record_of_this_user_only(runtime_dir):
     kept.write_text("not a record")
     status(runtime_dir, os.getpid())
     assert (dead.exists(), kept.exists()) == (False, True)
+
+
+# ------------------------------------------------- issue 34: squatted folders, terminal injection
+
+
+@as_root
+def test_a_squatted_record_directory_is_named_not_shown_as_unpatched(runtime_dir, sglang_sleeper):
+    """Break 7: another user made the predictable folder first; the process could write no
+    record there, and its row says so with why (not a plain ``unpatched``)."""
+    os.chown(runtime_dir, NOBODY, NOBODY)
+    code, rows, _ = status(runtime_dir, sglang_sleeper)
+    row = rows[sglang_sleeper]
+    assert (row["state"], code) == ("invalid-record", 1)
+    assert (
+        f"{runtime_dir}: records refused there: the directory belongs to uid {NOBODY}"
+        in (row["reason"])
+    )
+
+
+def test_a_group_writable_record_directory_is_named_not_shown_as_unpatched(
+    runtime_dir, sglang_sleeper
+):
+    runtime_dir.chmod(0o770)
+    code, rows, _ = status(runtime_dir, sglang_sleeper)
+    row = rows[sglang_sleeper]
+    assert (row["state"], code) == ("invalid-record", 1)
+    assert "records refused there: the directory is writable by others" in row["reason"]
+
+
+HOSTILE = "ok\x1b[1A\x1b[2K\r\x1b]0;title\x07\x9b2J\u202eapplied\u2066\x7f\x00"
+DEFUSED = r"ok\x1b[1A\x1b[2K\r\x1b]0;title\x07\x9b2J\u202eapplied\u2066\x7f\x00"
+
+
+def test_status_prints_record_text_and_argv_inert_for_a_terminal(runtime_dir):
+    """Break 8: ESC (CSI, OSC), CR, cursor moves, C1, DEL, NUL and bidi overrides in a record's
+    reason and in argv come out as visible escapes, never as the bytes a terminal obeys."""
+    sleep = shutil.which("sleep")
+    sleeper = subprocess.Popen(["sglang::scheduler_TP0" + HOSTILE[:-1], "300"], executable=sleep)
+    try:
+        assert until(lambda: runs_program(sleeper.pid, sleep)), "the sleeper never ran sleep"
+        record = claim_applied(sleeper.pid)
+        record["patches"][0]["reason"] = HOSTILE
+        record["overlay_version"] = HOSTILE
+        plant(runtime_dir / f"{sleeper.pid}.json", record)
+        code, text = report(runtime_dir, sleeper.pid)
+    finally:
+        sleeper.send_signal(signal.SIGKILL)
+        sleeper.wait(timeout=BOUND_S)
+    assert code == 0, text
+    assert not any(ch in text for ch in "\x1b\r\x07\x9b\u202e\u2066\x7f\x00"), repr(text)
+    assert f"    {DEFUSED}" in text.splitlines()
+    assert f"overlay {DEFUSED}" in text and "sglang::scheduler_TP0ok\\x1b[1A" in text

@@ -207,3 +207,31 @@ def test_pre_commit_runs_the_vendored_hook_as_a_local_system_hook(tmp_path):
     code, out = _pre_commit(repo, env)
     assert code == 1, out
     assert "python/sglang/srt/ws.py:10: Workspace.grow_kv allocates the new self.kv" in out
+
+
+def test_pre_commit_try_repo_refuses_sites_marked_only_in_a_string_or_the_line_before(adopted):
+    """Issue 34 break 5: try-repo passed two unmarked new sites (a marker in a docstring, and a
+    trailing marker on the statement before); each is a new site now."""
+    repo, env = adopted
+    hooks = repo.parent / "hook-repo"
+    module = repo / "python/sglang/srt/ws.py"
+    module.write_text(
+        OLD
+        + '\n    def grow_kv(self, capacity):\n        """# grows-while-held: keeps-old-on-purpose'
+        ' doc"""\n        self.kv = torch.zeros(capacity, 512)\n' + "\n    def grow_q(self, n):\n"
+        "        self.a = torch.zeros(n)  # grows-while-held: keeps-old-on-purpose graph reads it\n"
+        "        self.q = torch.zeros(n)\n"
+    )
+    _git(repo, "add", "-A", env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "try-repo", str(hooks), "grows-while-held"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "ws.py:11: Workspace.grow_kv allocates the new self.kv" in out
+    assert "ws.py:15: Workspace.grow_q allocates the new self.q" in out
+    assert "self.a " not in out

@@ -14,7 +14,12 @@ and ``torch.tensor``/``as_tensor`` (built from host data, not sized by a request
 """
 
 import ast
+import io
+import os
 import re
+import stat
+import tokenize
+import unicodedata
 from dataclasses import asdict, dataclass, replace
 
 from tools.series import audit_expr as expr
@@ -30,6 +35,13 @@ VERDICTS = (
     "init-only",
 )
 MARKER = re.compile(r"#\s*grows-while-held:\s*keeps-old-on-purpose\b[ \t:,-]*(?P<reason>.*)")
+MAX_BYTES = 4 * 1024 * 1024  # the largest module read: sglang's biggest is under 300 kB
+# Visible text: letters, digits, punctuation, symbols (not spaces, controls, format characters).
+_VISIBLE = ("L", "N", "P", "S")
+
+
+class Unreadable(Exception):
+    """A file the audit cannot read or analyse; the message says why in one line."""
 
 
 @dataclass(frozen=True)
@@ -51,13 +63,17 @@ class Site:
 
 
 def audit_source(source: str, file: str) -> "list[Site]":
-    """Every replacement-by-allocation site in one module's source (SyntaxError propagates)."""
-    tree = ast.parse(source)
-    lines = source.splitlines()
-    sites = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef):
-            sites.extend(_ClassAudit(node, file, lines).sites())
+    """Every replacement-by-allocation site in one module's source (SyntaxError propagates;
+    a module nested too deep to analyse raises ``Unreadable``)."""
+    try:
+        tree = ast.parse(source)
+        lines = comments(source)
+        sites = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                sites.extend(_ClassAudit(node, file, lines).sites())
+    except (RecursionError, MemoryError) as exc:
+        raise Unreadable(f"nested too deep to analyse ({type(exc).__name__})") from None
     return sorted(sites, key=lambda s: s.line)
 
 
@@ -388,15 +404,90 @@ class _ClassAudit:
         return "grows-while-held", "the old value is referenced while the new one is allocated"
 
     def _marker(self, stmt) -> "str | None":
-        first, last = stmt.lineno - 1, stmt.end_lineno or stmt.lineno
-        for line in self.lines[max(first - 1, 0) : last]:
-            match = MARKER.search(line)
-            if match and match.group("reason").strip():
-                return match.group("reason").strip()
+        """The reason of a marker on the statement's own lines, or on the comment-only lines
+        right above it; a comment trailing another statement marks that statement only."""
+        first, last = stmt.lineno, stmt.end_lineno or stmt.lineno
+        numbers = list(range(first, last + 1))
+        above = first - 1
+        while above in self.lines and self.lines[above][1]:  # comment-only lines above
+            numbers.append(above)
+            above -= 1
+        for number in numbers:
+            reason = marker_reason(self.lines.get(number, ("", False))[0])
+            if reason:
+                return reason
         return None
 
 
-def marker_without_reason(line: str) -> bool:
-    """A keeps-old-on-purpose marker that does not say why (the hook refuses it)."""
-    match = MARKER.search(line)
-    return bool(match) and not match.group("reason").strip()
+def comments(source: str) -> "dict[int, tuple[str, bool]]":
+    """Each line's comment text (from ``tokenize``: never a string's or docstring's text), and
+    whether the line holds nothing but the comment."""
+    found, code_lines = {}, set()
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                found[tok.start[0]] = tok.string
+            elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+                code_lines.update(range(tok.start[0], tok.end[0] + 1))
+    except (tokenize.TokenError, SyntaxError):
+        pass  # what was read so far stands; a marker beyond it exempts nothing
+    return {n: (text, n not in code_lines) for n, text in found.items()}
+
+
+def visible(text: str) -> bool:
+    """Whether ``text`` has a character one can see (not only spaces, controls, format marks)."""
+    return any(unicodedata.category(ch)[0] in _VISIBLE for ch in text)
+
+
+def marker_reason(comment: str) -> "str | None":
+    """The reason a marker comment gives, or None (no marker, or a reason with nothing visible)."""
+    match = MARKER.search(comment)
+    if not match or not visible(match.group("reason")):
+        return None
+    return match.group("reason").strip()
+
+
+def marker_without_reason(comment: str) -> bool:
+    """A keeps-old-on-purpose marker comment that does not say why (the hook refuses it)."""
+    match = MARKER.search(comment)
+    return bool(match) and not visible(match.group("reason"))
+
+
+def bare_markers(source: str) -> "list[int]":
+    """The lines whose comment is a marker without a visible reason."""
+    return sorted(n for n, (text, _) in comments(source).items() if marker_without_reason(text))
+
+
+def decode(data: bytes) -> str:
+    """Source bytes as text, honouring a PEP 263 coding line or a BOM (Unreadable if not)."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding)
+    except (SyntaxError, LookupError, UnicodeDecodeError) as exc:
+        raise Unreadable(f"cannot decode: {exc}") from None
+
+
+def read_source(path: "str | os.PathLike") -> str:
+    """A module's text, read without following a link, only from a regular file of at most
+    ``MAX_BYTES``, decoded as PEP 263 says; anything else raises ``Unreadable``."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
+            raise Unreadable("a link, not followed")
+        if not stat.S_ISREG(info.st_mode):
+            raise Unreadable("not a regular file")
+        if info.st_size > MAX_BYTES:
+            raise Unreadable(f"{info.st_size} bytes, over the {MAX_BYTES}-byte bound")
+        fd = os.open(path, flags)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise Unreadable("not a regular file")
+            data = os.read(fd, MAX_BYTES + 1)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise Unreadable(exc.strerror or type(exc).__name__) from None
+    if len(data) > MAX_BYTES:
+        raise Unreadable(f"over the {MAX_BYTES}-byte bound")
+    return decode(data)

@@ -6,6 +6,7 @@ or the folder holding one (site-packages). Files are named from the package down
 (``sglang/srt/...``) whichever layout was given, so two trees' results compare line by line.
 """
 
+import os
 from pathlib import Path
 
 from tools.series import audit, usage
@@ -25,16 +26,51 @@ def package_root(tree: str) -> Path:
 
 
 def audit_package(root: Path) -> "tuple[list[audit.Site], list[str]]":
-    """Every site under the package, and the files that did not parse (with why)."""
+    """Every site under the package, and the files that could not be read or parsed, each one
+    line naming it and why. Links are not followed; the walk goes on past any one file."""
     sites, skipped = [], []
-    for path in sorted(root.rglob("*.py")):
+    for path in _python_files(root, skipped):
         name = f"sglang/{path.relative_to(root).as_posix()}"
         try:
-            source = path.read_text(encoding="utf-8")
-            sites.extend(audit.audit_source(source, name))
-        except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
-            skipped.append(f"{name}: {type(exc).__name__}: {exc}")
+            sites.extend(audit.audit_source(audit.read_source(path), name))
+        except audit.Unreadable as exc:
+            skipped.append(f"{_inert(name)}: {exc}")
+        except (SyntaxError, ValueError) as exc:
+            skipped.append(f"{_inert(name)}: {type(exc).__name__}: {_inert(str(exc))}")
     return sites, skipped
+
+
+def _python_files(root: Path, skipped: "list[str]") -> "list[Path]":
+    """Every ``*.py`` entry under ROOT (links included, to be named), sorted. The walk is
+    iterative (no depth limit but the file system's), does not follow links, and names each
+    folder it cannot list."""
+    found, folders = [], [root]
+    while folders:
+        folder = folders.pop()
+        try:
+            with os.scandir(folder) as listing:
+                entries = list(listing)
+        except OSError as exc:
+            shown = folder.relative_to(root).as_posix()
+            skipped.append(f"sglang/{_inert(shown)}: cannot list: {exc.strerror}")
+            continue
+        for entry in entries:
+            path = folder / entry.name
+            if entry.name.endswith(".py"):
+                found.append(path)
+            elif entry.is_dir(follow_symlinks=False):
+                folders.append(path)
+    return sorted(found)
+
+
+def _inert(text: str) -> str:
+    """TEXT with control and format characters shown as escapes (a file name is anyone's)."""
+    return "".join(
+        ch
+        if ch.isprintable() and ch not in "\u200e\u200f"
+        else ch.encode("unicode_escape").decode()
+        for ch in text
+    )
 
 
 def render_table(sites: "list[audit.Site]") -> str:

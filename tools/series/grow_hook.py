@@ -15,6 +15,7 @@ the standard library only; exit 0 clean, 1 new sites or bare markers.
 """
 
 import argparse
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -48,35 +49,44 @@ def new_sites(current: "list[audit.Site]", before: "list[audit.Site]") -> "list[
 
 def check_file(path: str, base_source: "str | None") -> "list[str]":
     """The hook's complaints about one file (empty: it passes)."""
-    source = Path(path).read_text(encoding="utf-8")
     try:
+        source = audit.read_source(path)
         current = audit.audit_source(source, path)
+    except audit.Unreadable as exc:
+        return [f"{_inert(path)}: cannot be checked: {exc}"]
     except SyntaxError:
         return []  # not this hook's business: the interpreter and other hooks say it
     try:
         before = audit.audit_source(base_source, path) if base_source else []
-    except SyntaxError:
+    except (SyntaxError, audit.Unreadable):
         before = []
     complaints = [
-        f"{path}:{s.line}: {s.qualname} allocates the new {s.target} while still holding the "
+        f"{_inert(path)}:{s.line}: {s.qualname} allocates the new {s.target} while still holding the "
         f"old one ({s.allocator}; grows with {', '.join(s.grows_with) or 'a fixed size'}): "
         + HOW_TO_FIX
         for s in new_sites(current, before)
     ]
     complaints += [
-        f"{path}:{number}: a keeps-old-on-purpose marker must say why"
-        for number, line in enumerate(source.splitlines(), 1)
-        if audit.marker_without_reason(line)
+        f"{_inert(path)}:{number}: a keeps-old-on-purpose marker must say why"
+        for number in audit.bare_markers(source)
     ]
     return complaints
 
 
+def _inert(text: str) -> str:
+    """TEXT with control and format characters shown as escapes (a file name is anyone's)."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in text)
+
+
 def base_source(path: str, rev: str) -> "str | None":
     """The file at ``rev``, or None where it did not exist (or there is no git history)."""
-    shown = subprocess.run(
-        ["git", "show", f"{rev}:./{path}"], capture_output=True, text=True, check=False
-    )
-    return shown.stdout if shown.returncode == 0 else None
+    shown = subprocess.run(["git", "show", f"{rev}:./{path}"], capture_output=True, check=False)
+    if shown.returncode != 0 or len(shown.stdout) > audit.MAX_BYTES:
+        return None
+    try:
+        return audit.decode(shown.stdout)
+    except audit.Unreadable:
+        return None
 
 
 def main(argv=None) -> int:
@@ -86,7 +96,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     complaints = []
     for path in args.files:
-        if path.endswith(".py") and Path(path).is_file():
+        if path.endswith(".py") and os.path.lexists(path):
             complaints += check_file(path, base_source(path, args.base))
     for line in complaints:
         print(line)
