@@ -24,7 +24,7 @@ from sglang.kernels.ops.speculative.fused_kv_materialize import FusedKVMateriali
 from sglang.test.ci.ci_register import register_cuda_ci
 from sglang.test.test_utils import CustomTestCase
 
-register_cuda_ci(est_time=25, stage="base-b-kernel-unit", runner_config="1-gpu-large")
+register_cuda_ci(est_time=35, stage="base-b-kernel-unit", runner_config="1-gpu-large")
 
 MIB = 1 << 20
 WORKSPACES = ("_proj_workspace", "_k_workspace", "_v_workspace")
