@@ -68,7 +68,7 @@ class TestDFlashDraftProbsReleaseOrder(CustomTestCase):
         def accept_sampling(*, draft_probs, **kwargs):
             given.append(draft_probs.clone())
             bs = draft_probs.shape[0]
-            return torch.zeros(bs), torch.zeros(bs), None
+            return draft_probs.new_zeros(bs), draft_probs.new_zeros(bs), None
 
         with mock.patch.object(dflash_worker_v2, "accept_sampling", accept_sampling):
             worker._selector_sampling_accept(**step)
@@ -80,10 +80,11 @@ class TestDFlashDraftProbsReleaseOrder(CustomTestCase):
         still alive."""
         old = weakref.ref(worker._draft_probs_buf)
         seen = []
+        allocate = torch.zeros
 
         def zeros(*args, **kwargs):
             seen.append(old() is not None)
-            return torch.zeros(*args, **kwargs)
+            return allocate(*args, **kwargs)
 
         with mock.patch.object(dflash_worker_v2.torch, "zeros", zeros):
             self.accept(worker, step)
