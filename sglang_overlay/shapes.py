@@ -240,20 +240,24 @@ def _recognised(module, site, shape, cls, target, evidence) -> Recognition:
 
 def releases_first(method_node: ast.FunctionDef, released=("_buffer",)) -> bool:
     """True when, in source order, every ``self.<attr> = <call>`` of the ``released``
-    attributes comes after a ``self.<attr> = None`` of that attribute (and there is one)."""
+    attributes (or ``= <local>`` of a local last assigned a call) comes after a
+    ``self.<attr> = None`` of that attribute (and there is one)."""
     assigns = sorted(
         (n for n in ast.walk(method_node) if isinstance(n, ast.Assign)),
         key=lambda n: (n.lineno, n.col_offset),
     )
-    dropped, allocated = set(), False
+    dropped, allocated, fresh = set(), False, set()
     for node in assigns:
         for attr in {_self_attr(t) for t in node.targets} & set(released):
+            fresh_local = isinstance(node.value, ast.Name) and node.value.id in fresh
             if isinstance(node.value, ast.Constant) and node.value.value is None:
                 dropped.add(attr)
-            elif isinstance(node.value, ast.Call):
+            elif isinstance(node.value, ast.Call) or fresh_local:
                 if attr not in dropped:
                     return False
                 allocated = True
+        names = {t.id for t in node.targets if isinstance(t, ast.Name)}
+        fresh = fresh | names if isinstance(node.value, ast.Call) else fresh - names
     return allocated
 
 
