@@ -1,5 +1,6 @@
 """Release-first replacement of sglang's scratch workspaces: the DSV4 sparse-prefill workspace
-(patch 0001) and speculative decoding's fused KV materialisation workspaces (patch 0003).
+(patch 0001), speculative decoding's fused KV materialisation workspaces (patch 0003) and
+DFlash's dense draft-probability buffer (patch 0005).
 
 The public surface only (README.md, "Using the overlay"): the .pth start-up hook imports this
 module in every interpreter, so it imports nothing itself.
@@ -29,8 +30,14 @@ FUSED_KV_MODULES = (
     "sglang.kernels.ops.speculative.fused_kv_materialize",
     "sglang.srt.speculative.triton_ops.fused_kv_materialize",
 )
-# Each patch (in series order) and the modules it patches right after they run.
-PATCHED_MODULES = {PATCH_ID: (WORKSPACE_MODULE,), FUSED_KV_PATCH_ID: FUSED_KV_MODULES}
+# Each patch (in series order) and the modules it patches right after they run. A new patch
+# is one row here (this module imports nothing, so the start-up hook can read it) and one
+# ``shapes.Site`` with its shapes.
+PATCHED_MODULES = {
+    PATCH_ID: (WORKSPACE_MODULE,),
+    FUSED_KV_PATCH_ID: FUSED_KV_MODULES,
+    "0005-dflash-draft-probs-release-first": ("sglang.srt.speculative.dflash_worker_v2",),
+}
 PATCH_IDS = tuple(PATCHED_MODULES)
 
 

@@ -21,7 +21,7 @@ ALL = ON | {"all"}
 DISABLE_FORMS = (
     f"unset/0/false/no/off (all on), 1/true/yes/on/all (all off), "
     f"or a comma list of patch ids or their leading parts ({', '.join(PATCH_IDS)}; "
-    f"0001, 0003)"
+    f"{', '.join(p.split('-')[0] for p in PATCH_IDS)})"
 )
 STRICT_FORMS = "unset/0/false/no/off (warn) or 1/true/yes/on (raise)"
 

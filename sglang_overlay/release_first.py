@@ -1,9 +1,9 @@
 """The fix itself: workspace methods that release the old tensors before allocating anew.
 
-One builder per shape in ``shapes.KNOWN_SHAPES`` and ``shapes.FUSED_KV_SHAPES``, each with the
+One builder per shape of ``shapes.SITES`` (``BUILDERS``, by shape name), each with the
 original's signature and reuse rule (a request that fits the current size and dtype gets the
 same storage). Each replacement calls the ``publish`` it was built with (the overlay's: record
-and gauges).
+and gauges). A new fix adds its builder here with ``@builds(...)`` and nothing else.
 """
 
 import torch
@@ -13,12 +13,31 @@ from sglang_overlay.replacement_log import MIB, ReplacementLog
 
 REPLACEMENTS = ReplacementLog()  # the DSV4 sparse-prefill workspace's
 FUSED_KV_REPLACEMENTS = ReplacementLog(what="fused KV materialisation workspace")
+# patch id -> its replacements' log; a patch's first replacement makes its log (``log_of``)
+LOGS = {PATCH_ID: REPLACEMENTS, FUSED_KV_PATCH_ID: FUSED_KV_REPLACEMENTS}
+BUILDERS = {}  # shape name -> (module, publish) -> the release-first method
+
+
+def log_of(patch_id: str, what: str) -> ReplacementLog:
+    """``patch_id``'s replacement log (``what`` names its workspace in the log)."""
+    return LOGS.setdefault(patch_id, ReplacementLog(what=what))
 
 
 def high_water_bytes(patch_id: str) -> int:
     """The largest workspace ``patch_id``'s method allocated in this process, bytes."""
-    log = {PATCH_ID: REPLACEMENTS, FUSED_KV_PATCH_ID: FUSED_KV_REPLACEMENTS}.get(patch_id)
+    log = LOGS.get(patch_id)
     return log.high_water_bytes if log else 0
+
+
+def builds(*shape_names):
+    """Register the decorated builder for each of ``shape_names``."""
+
+    def register(builder):
+        for name in shape_names:
+            BUILDERS[name] = builder
+        return builder
+
+    return register
 
 
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
@@ -55,17 +74,12 @@ def _replace(workspace, num_tokens: int, dtype, width: int, forget_head: bool, p
 
 
 def build(shape, module, publish):
-    """The release-first method for ``shape``, bound to ``module``'s WORKSPACE_DIM; it calls
+    """The release-first method for ``shape``, bound to ``module`` (its globals); it calls
     ``publish()`` after each replacement (outside a torch.compile graph)."""
-    builders = {
-        "kv-buffer-reserve": _build_reserve,
-        "workspace-get-dtype": _build_get_dtype,
-        "workspace-get-bf16": _build_get_bf16,
-        "fused-kv-ensure-workspace": _build_ensure_workspace,
-    }
-    return builders[shape.name](module, publish)
+    return BUILDERS[shape.name](module, publish)
 
 
+@builds("kv-buffer-reserve")
 def _build_reserve(module, publish):
     def _reserve(self, num_tokens: int, dtype: torch.dtype) -> torch.Tensor:
         assert num_tokens > 0
@@ -78,6 +92,7 @@ def _build_reserve(module, publish):
     return _reserve
 
 
+@builds("workspace-get-dtype")
 def _build_get_dtype(module, publish):
     def get(self, num_tokens: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
         assert num_tokens > 0
@@ -90,6 +105,7 @@ def _build_get_dtype(module, publish):
     return get
 
 
+@builds("workspace-get-bf16")
 def _build_get_bf16(module, publish):
     def get(self, num_tokens: int) -> torch.Tensor:
         assert num_tokens > 0
@@ -104,6 +120,7 @@ def _build_get_bf16(module, publish):
     return get
 
 
+@builds("fused-kv-ensure-workspace")
 def _build_ensure_workspace(module, publish):
     """``FusedKVMaterializeHelper._ensure_workspace``: the same reuse rule and doubling, with
     the three old workspaces (and the capacity and dtype they stand for) dropped first."""
@@ -155,3 +172,62 @@ def _describe_fused(helper) -> str:
         f"capacity {helper._workspace_capacity} {helper._workspace_dtype} "
         f"{_fused_nbytes(helper) / MIB:.1f} MiB"
     )
+
+
+@builds("dflash-selector-accept-block-verification")
+def _build_selector_sampling_accept_block(module, publish):
+    return _build_selector_sampling_accept(module, publish, passes_block=True)
+
+
+@builds("dflash-selector-accept")
+def _build_selector_sampling_accept(module, publish, passes_block=False):
+    """``DFlashWorkerV2._selector_sampling_accept``: the same reuse rule and doubling, with the
+    old dense draft-probability buffer dropped (the attribute and the local) before
+    ``torch.zeros``. The buffer is zero between calls and the new one is zeroed, so no content
+    is lost. DSpark's kernel is ``module``'s at call time, as in the original; 0.5.22 on pass it
+    the worker's ``_block_verification`` (``passes_block``)."""
+    log = log_of("0005-dflash-draft-probs-release-first", "DFlash draft-probability buffer")
+
+    def _selector_sampling_accept(
+        self, *, candidates, next_token_logits, candidate_ids, q_rows, sampling_info, draft_input
+    ):
+        bs, block = candidates.shape
+        gamma = block - 1
+        vocab = int(next_token_logits.shape[-1])
+        buffer = self._draft_probs_buf
+        if buffer is None or buffer.shape[0] < bs or buffer.shape[1:] != (gamma, vocab):
+            cap = bs if buffer is None else max(bs, buffer.shape[0] * 2)
+            old = None if _compiling() else _describe_probs(buffer)
+            # Release first: neither the attribute nor this local may hold the old buffer.
+            self._draft_probs_buf = buffer = None
+            buffer = torch.zeros((cap, gamma, vocab), dtype=torch.float32, device=candidates.device)
+            self._draft_probs_buf = buffer
+            if not _compiling():
+                log.replaced(old, _describe_probs(buffer), _nbytes(buffer))
+                publish()
+        draft_probs = buffer[:bs]
+        extra = {"block_verification": self._block_verification} if passes_block else {}
+        try:
+            draft_probs.scatter_(-1, candidate_ids, q_rows.float())
+            accept_len, bonus, _ = module.accept_sampling(
+                candidates=candidates,
+                target_logits=next_token_logits,
+                draft_probs=draft_probs,
+                sampling_info=sampling_info,
+                draft_input=draft_input,
+                gamma=gamma,
+                verify_num_draft_tokens=block,
+                cutoff_verify_lens=None,
+                **extra,
+            )
+        finally:
+            draft_probs.scatter_(-1, candidate_ids, 0.0)
+        return accept_len.to(torch.int32), bonus.to(torch.int64)
+
+    return _selector_sampling_accept
+
+
+def _describe_probs(buffer) -> str:
+    if buffer is None:
+        return "none"
+    return f"{tuple(buffer.shape)} float32 {_nbytes(buffer) / MIB:.1f} MiB"

@@ -73,6 +73,28 @@ FUSED_KV_SHAPES = (
 )
 
 
+# DFlashWorkerV2._selector_sampling_accept: 0.5.19-0.5.21, then 0.5.22 on with block
+# verification passed to DSpark's kernel. 0.5.15-0.5.18 have no such method.
+DRAFT_PROBS_SHAPES = (
+    WorkspaceShape(
+        "dflash-selector-accept",
+        "DFlashWorkerV2",
+        "_selector_sampling_accept",
+        "811c71964eb7",
+        "0.5.19-0.5.21",
+        code_sha256=("a24cd54ebb9c", "8617ccd35ce5", "0e0c8550754f", "7e46bfbcc3a3"),
+    ),
+    WorkspaceShape(
+        "dflash-selector-accept-block-verification",
+        "DFlashWorkerV2",
+        "_selector_sampling_accept",
+        "a30377ccfd23",
+        "0.5.22-0.5.23",
+        code_sha256=("63ba76b01e4e", "6094f4da6b06", "4ed4b526aeca", "82cf1288ebf3"),
+    ),
+)
+
+
 @dataclass(frozen=True)
 class Site:
     """Where one patch applies: the class (under any of its published names), the allocating
@@ -218,20 +240,24 @@ def _recognised(module, site, shape, cls, target, evidence) -> Recognition:
 
 def releases_first(method_node: ast.FunctionDef, released=("_buffer",)) -> bool:
     """True when, in source order, every ``self.<attr> = <call>`` of the ``released``
-    attributes comes after a ``self.<attr> = None`` of that attribute (and there is one)."""
+    attributes (or ``= <local>`` of a local last assigned a call) comes after a
+    ``self.<attr> = None`` of that attribute (and there is one)."""
     assigns = sorted(
         (n for n in ast.walk(method_node) if isinstance(n, ast.Assign)),
         key=lambda n: (n.lineno, n.col_offset),
     )
-    dropped, allocated = set(), False
+    dropped, allocated, fresh = set(), False, set()
     for node in assigns:
         for attr in {_self_attr(t) for t in node.targets} & set(released):
+            fresh_local = isinstance(node.value, ast.Name) and node.value.id in fresh
             if isinstance(node.value, ast.Constant) and node.value.value is None:
                 dropped.add(attr)
-            elif isinstance(node.value, ast.Call):
+            elif isinstance(node.value, ast.Call) or fresh_local:
                 if attr not in dropped:
                     return False
                 allocated = True
+        names = {t.id for t in node.targets if isinstance(t, ast.Name)}
+        fresh = fresh | names if isinstance(node.value, ast.Call) else fresh - names
     return allocated
 
 
@@ -289,4 +315,11 @@ FUSED_KV = Site(
     ("_proj_workspace", "_k_workspace", "_v_workspace"),
     FUSED_KV_SHAPES,
 )
-SITES = {site.patch_id: site for site in (DSV4, FUSED_KV)}
+DRAFT_PROBS = Site(
+    "0005-dflash-draft-probs-release-first",
+    ("DFlashWorkerV2",),
+    ("_selector_sampling_accept",),
+    ("_draft_probs_buf",),
+    DRAFT_PROBS_SHAPES,
+)
+SITES = {site.patch_id: site for site in (DSV4, FUSED_KV, DRAFT_PROBS)}
