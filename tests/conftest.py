@@ -22,6 +22,8 @@ FUSED_KV_DIR = REPO / "test/registered/unit/kernels/ops/speculative"
 FUSED_KV_TEST = FUSED_KV_DIR / "test_fused_kv_workspace_peak.py"
 FUSED_KV_COMPANION = FUSED_KV_DIR / "test_fused_kv_workspace_release_order.py"
 WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
+# On PYTHONPATH, sglang's test-method retry comes without its 1.5-2 s back-off (the A/B jobs).
+NO_RETRY_DELAY = REPO / "tests/fixtures/no_retry_delay"
 OVERLAY_ENV = ("SGLANG_OVERLAY_DISABLE", "SGLANG_OVERLAY_STRICT")
 # The processes the tests start write their records here, not into the runtime directory
 # of whoever runs the tests (where `sglang-overlay status --processes` would list them).
