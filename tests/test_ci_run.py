@@ -496,7 +496,7 @@ def test_the_jobs_retry_at_once_with_sglangs_attempts(tmp_path):
         "    time.sleep(initial_delay)\n"
         "    return fn()\n"
     )
-    code = "from sglang.srt.utils.common import retry; print(retry(lambda: 'ran', 1, should_retry=3))"
+    code = "from sglang.srt.utils.common import retry\nprint(retry(lambda: 'ran', 1, should_retry=3))"
     path = os.pathsep.join([str(NO_RETRY_DELAY), str(tmp_path)])
     proc = subprocess.run(
         [sys.executable, "-c", code],
