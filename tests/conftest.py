@@ -8,6 +8,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 REGISTERED_TEST = (
     REPO / "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py"
@@ -20,6 +22,8 @@ FUSED_KV_DIR = REPO / "test/registered/unit/kernels/ops/speculative"
 FUSED_KV_TEST = REPO / "test/registered/kernels/ops/speculative/test_fused_kv_workspace_peak.py"
 FUSED_KV_COMPANION = FUSED_KV_DIR / "test_fused_kv_workspace_release_order.py"
 WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
+# On PYTHONPATH, sglang's test-method retry comes without its 1.5-2 s back-off (the A/B jobs).
+NO_RETRY_DELAY = REPO / "tests/fixtures/no_retry_delay"
 OVERLAY_ENV = ("SGLANG_OVERLAY_DISABLE", "SGLANG_OVERLAY_STRICT")
 # The processes the tests start write their records here, not into the runtime directory
 # of whoever runs the tests (where `sglang-overlay status --processes` would list them).
@@ -105,3 +109,28 @@ def runs_program(pid: int, path: str) -> bool:
         return False
     target = os.stat(path)
     return (exe.st_dev, exe.st_ino) == (target.st_dev, target.st_ino) and fields[25] != "0"
+
+
+def pytest_collection_modifyitems(config, items):
+    """One pytest-xdist group per module (``--dist loadgroup``: a module's module-scoped
+    fixtures are set up once, on one worker), modules that share a pool process or job
+    (``overlay_runs``) joined into one group, so that process runs once in the session."""
+    import overlay_runs  # imports this module: here, not at the top
+
+    names, parent = overlay_runs.pool_names(), {}
+
+    def root(module):
+        while parent.setdefault(module, module) != module:
+            module = parent[module]
+        return module
+
+    owner = {}
+    for item in items:
+        module = root(item.path.name)
+        for name in names.intersection(item.fixturenames):
+            other = root(owner.setdefault(name, module))
+            if other != module:
+                parent[max(other, module)] = min(other, module)
+                module = min(other, module)
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(root(item.path.name)))

@@ -217,7 +217,7 @@ class Pool:
                 self._executor = ThreadPoolExecutor(WORKERS, thread_name_prefix="overlay-run")
                 request.config.add_cleanup(self.close)
             tmp = request.getfixturevalue("tmp_path_factory")
-            for item in request.session.items:
+            for item in _items_here(request):
                 for name in item.fixturenames:
                     if name in self._futures or (name not in PROCESSES and name not in _jobs):
                         continue
@@ -315,6 +315,28 @@ class Pool:
 
 
 POOL = Pool()
+
+
+def pool_names() -> set:
+    """The names of every shared process and job, as a test names them among its fixtures."""
+    return set(PROCESSES) | set(_jobs)
+
+
+def group_of(item) -> str | None:
+    marker = item.get_closest_marker("xdist_group")
+    return None if marker is None else (marker.args or (marker.kwargs.get("name"),))[0]
+
+
+def _items_here(request):
+    """The tests whose processes this pytest process starts: under pytest-xdist only those of
+    the requesting test's group (``conftest.py`` gives every module one; the modules that share
+    a process share a group, so it runs on one worker), since every worker collects the whole
+    suite but runs only its share; otherwise every selected test."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return request.session.items
+    here = next(item for item in request.session.items if item.path == request.node.path)
+    group = group_of(here)
+    return [item for item in request.session.items if group_of(item) == group]
 
 
 def serve_until_ready(proc) -> None:

@@ -61,3 +61,22 @@ def test_a_sha_that_is_not_a_full_commit_id_is_a_usage_error(tmp_path, capsys, s
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "expected a full commit id" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_settle_pause_is_settable_and_a_bad_value_is_a_usage_error(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("GITHUB_TOKEN", "ghs_never_printed")
+    with reporting._github("o/r", 1, None, "--post") as publisher:
+        assert publisher.settle_s == 3.0
+    monkeypatch.setenv(reporting.SETTLE_ENV, "0")
+    with reporting._github("o/r", 1, None, "--post") as publisher:
+        assert publisher.settle_s == 0
+    save(posted(), str(tmp_path))
+    for bad in ("soon", "-1", "nan", "3600"):
+        monkeypatch.setenv(reporting.SETTLE_ENV, bad)
+        args = ["report", "--results", str(tmp_path), "--repo", "o/r", "--pr", "1", "--post"]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert f"CI_REPORT_SETTLE_S={bad!r}: seconds from 0 to 60" in err
+        assert len(err.strip().splitlines()) == 1

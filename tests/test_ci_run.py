@@ -18,6 +18,7 @@ from conftest import (
     CPU_COMPANION,
     CPU_PROOF,
     FUSED_KV_COMPANION,
+    NO_RETRY_DELAY,
     REPO,
     alive,
     clean_env,
@@ -182,7 +183,8 @@ def test_upstream_style_files_that_fail_outside_their_tests_are_reported_not_cra
 
 def _ci_run_in_pool(out, *args):
     argv = [sys.executable, "-m", "ci", "run", "--out", str(out), "--backend", "cpu", *args]
-    return overlay_runs.POOL.run(argv, timeout=900, cwd=REPO, env=clean_env())
+    env = clean_env(PYTHONPATH=str(NO_RETRY_DELAY))
+    return overlay_runs.POOL.run(argv, timeout=900, cwd=REPO, env=env)
 
 
 # Started with the shared processes (``overlay_runs``), so it runs while other tests do: sglang
@@ -485,3 +487,29 @@ def test_ci_run_and_the_watch_check_start_where_no_github3_is_installed(tmp_path
         )
         assert "github3" not in proc.stderr, proc.stderr
         assert proc.returncode in (0, 1), proc.stderr
+
+
+def test_the_jobs_retry_at_once_with_sglangs_attempts(tmp_path):
+    # A module of sglang's name whose retry says how it was called and sleeps as asked.
+    common = tmp_path / "sglang/srt/utils/common.py"
+    common.parent.mkdir(parents=True)
+    for package in ("sglang", "sglang/srt", "sglang/srt/utils"):
+        (tmp_path / package / "__init__.py").write_text("")
+    common.write_text(
+        "import time\n"
+        "def retry(fn, max_retry, initial_delay=2.0, max_delay=60.0, should_retry=None):\n"
+        "    print(max_retry, initial_delay, max_delay, should_retry)\n"
+        "    time.sleep(initial_delay)\n"
+        "    return fn()\n"
+    )
+    code = "from sglang.srt.utils.common import retry\nprint(retry(lambda: 'ran', 1, should_retry=3))"
+    path = os.pathsep.join([str(NO_RETRY_DELAY), str(tmp_path)])
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=clean_env(PYTHONPATH=path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (proc.returncode, proc.stdout) == (0, "1 0.0 0.0 3\nran\n"), proc.stderr
