@@ -19,6 +19,8 @@ def test_the_plan_runs_the_fixs_own_tests_on_the_base_and_the_base_with_that_fix
     assert made.change.name == f"sglang-{series.base.version}-fix-0003"
     # Source sides only: the overlay is never asked for, and the CI mode is sglang's.
     assert args.outside_upstream_ci is False and args.git_base is None
+    # The series' id reaches the results as a file (ci run never reads patches/ itself).
+    assert args.series == str(tmp_path / "out" / "series.json")
 
 
 def test_ab_refuses_an_out_folder_that_already_holds_trees_in_one_line(capsys, tmp_path):

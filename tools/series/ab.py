@@ -6,12 +6,13 @@ from that folder. ``plan`` is pure; ``run_ab`` does the work. Not for the instal
 or the overlay's A/B: that is ``python -m ci run`` with no source sides.
 """
 
+import json
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.series import apply, base, usage
+from tools.series import apply, base, seriesdir, usage
 from tools.series.seriesdir import REPO_ROOT
 
 
@@ -34,7 +35,10 @@ def plan(series, fix, out, backend: str) -> Plan:
     unmodified = out / "trees" / f"sglang-{version}"
     change = out / "trees" / f"sglang-{version}-fix-{fix.number}"
     results = out / backend
+    # ci run never reads patches/ (ci/ imports no tools/): the series' id comes as a file.
+    series_file = out / "series.json"
     argv = ("ci", "run", "--out", str(results), "--backend", backend, "--tests", *tests)
+    argv += ("--series", str(series_file))
     argv += ("--unmodified-src", str(unmodified), "--change-src", str(change))
     return Plan(unmodified, change, results, argv)
 
@@ -48,5 +52,7 @@ def run_ab(series, fix, out, backend: str) -> tuple:
     base.materialize(version := series.base.version, made.unmodified)
     base.materialize(version, made.change)
     apply.apply_to(series, made.change, fix)
+    described = seriesdir.describe(seriesdir.PATCHES_DIR)
+    (made.unmodified.parent.parent / "series.json").write_text(json.dumps(described))
     proc = subprocess.run([sys.executable, "-m", *made.ci_run], cwd=REPO_ROOT)
     return proc.returncode, made
