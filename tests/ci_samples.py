@@ -7,7 +7,7 @@ from ci.evidence import judge
 from ci.evidence.judge import FileRun
 from ci.evidence.model import Side
 
-FILE = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py"
+FILE = "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py"
 CLS = "TestSparsePrefillKVBufferReplacement"
 GROW = "test_grow_64_to_96_mib_bf16_peaks_at_96_mib"
 REUSE = "test_smaller_request_reuses_storage"
