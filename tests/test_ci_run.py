@@ -44,6 +44,7 @@ def ci_run(out, *args, env=None):
 
 
 checked_0_5_23 = release_check.checked_0_5_23
+DFLASH_COMPANION = "test/registered/unit/speculative/test_dflash_draft_probs_release_order.py"
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +60,10 @@ def test_the_cpu_tests_reproduce_the_bug_unmodified_and_pass_with_the_overlay(ov
     kinds = {(c["file"], c["test"].split(".")[-1]): c["kind"] for c in data["cases"]}
     proof, companion = str(CPU_PROOF.relative_to(REPO)), str(CPU_COMPANION.relative_to(REPO))
     fused = str(FUSED_KV_COMPANION.relative_to(REPO))
-    # the DSV4 proof's 4 and its companion's 2; the fused-KV companion's 3 (patch 0003)
-    assert sorted(kinds.values()).count("regression") == 4 + 2 + 3
+    dflash = DFLASH_COMPANION
+    # the DSV4 proof's 4 and its companion's 2; the fused-KV companion's 3 (patch 0003); the
+    # DFlash draft-probability companion's 2 (patch 0005)
+    assert sorted(kinds.values()).count("regression") == 4 + 2 + 3 + 2
     assert kinds[(proof, "test_smaller_request_reuses_storage")] == "preservation"
     assert sorted(k for (f, _), k in kinds.items() if f == companion) == ["preservation"] * 3 + [
         "regression"
@@ -68,8 +71,11 @@ def test_the_cpu_tests_reproduce_the_bug_unmodified_and_pass_with_the_overlay(ov
     assert sorted(k for (f, _), k in kinds.items() if f == fused) == ["preservation"] + [
         "regression"
     ] * 3
+    assert sorted(k for (f, _), k in kinds.items() if f == dflash) == ["preservation"] * 3 + [
+        "regression"
+    ] * 2
     assert data["verdict"] == "ok" and sorted(f["path"] for f in data["files"]) == sorted(
-        [proof, companion, fused]
+        [proof, companion, fused, dflash]
     )
     grow = next(c for c in data["cases"] if c["file"] == proof and "grow" in c["test"])
     assert "peaked at 160.0 MiB" in grow["modes"]["unmodified"]["detail"]
@@ -113,12 +119,13 @@ def test_junit_logs_and_def_lines_come_with_the_results(overlay_run):
     assert unmodified.get("name") == "sglang 0.5.23 (cpu)"
     errors = {s.get("name"): s.get("errors") for s in unmodified.findall("testsuite")}
     assert errors == {
-        str(CPU_COMPANION.relative_to(REPO)): "3",
+        str(CPU_COMPANION.relative_to(REPO)): "2",
         str(CPU_PROOF.relative_to(REPO)): "4",
-        str(FUSED_KV_COMPANION.relative_to(REPO)): "2",
+        str(FUSED_KV_COMPANION.relative_to(REPO)): "3",
+        DFLASH_COMPANION: "2",
     }
     changed = ET.parse(out / "junit-change.xml").getroot().findall("testsuite")
-    assert [s.get("errors") for s in changed] == ["0", "0", "0"]
+    assert [s.get("errors") for s in changed] == ["0", "0", "0", "0"]
     for case in data["cases"]:
         source = (REPO / case["file"]).read_text().splitlines()
         name = case["test"].split(".")[-1]
