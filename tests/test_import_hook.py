@@ -481,17 +481,19 @@ def states(proc) -> "list[tuple[str, str]]":
 def test_cli_status_is_what_a_fresh_process_gets(overlay_env, known, unknown):
     applied = cli(overlay_env, [known])
     assert applied.returncode == 0
-    assert states(applied) == [(PATCH_ID, "applied"), (FUSED_KV_PATCH_ID, "applied")]
+    # The stand-in has no DFlash worker: patch 0005's module is not there.
+    assert states(applied)[:2] == [(PATCH_ID, "applied"), (FUSED_KV_PATCH_ID, "applied")]
+    assert states(applied)[2][1] == "not-present" and states(applied)[2][0].startswith("0005-")
     disabled = cli(overlay_env, [known], SGLANG_OVERLAY_DISABLE="1")
     assert disabled.returncode == 0
-    assert states(disabled) == [(PATCH_ID, "disabled"), (FUSED_KV_PATCH_ID, "disabled")]
+    assert states(disabled)[:2] == [(PATCH_ID, "disabled"), (FUSED_KV_PATCH_ID, "disabled")]
     strict = cli(overlay_env, [unknown], SGLANG_OVERLAY_STRICT="1")
     record = json.loads(strict.stdout)[0]
     assert strict.returncode == 1 and record["state"] == "failed"
     assert "UnsupportedShapeError" in record["reason"]
     refused = cli(overlay_env, [unknown])
     assert refused.returncode == 1
-    assert states(refused) == [(PATCH_ID, "unsupported"), (FUSED_KV_PATCH_ID, "unsupported")]
+    assert states(refused)[:2] == [(PATCH_ID, "unsupported"), (FUSED_KV_PATCH_ID, "unsupported")]
 
 
 def test_cli_status_says_so_when_the_start_up_hook_is_missing(overlay_env, known, tmp_path):
@@ -499,8 +501,8 @@ def test_cli_status_says_so_when_the_start_up_hook_is_missing(overlay_env, known
     (broken.site_packages / "sglang_overlay.pth").unlink()  # a broken or partial install
     proc = cli(broken, [known])
     records = json.loads(proc.stdout)
-    assert proc.returncode == 1 and [r["state"] for r in records] == ["pending", "pending"]
-    for record in records:
+    assert proc.returncode == 1 and [r["state"] for r in records][:2] == ["pending", "pending"]
+    for record in records[:2]:
         assert "start-up hook did not run in a fresh process" in record["reason"]
 
 
