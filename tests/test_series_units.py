@@ -76,8 +76,9 @@ def test_installed_package_gets_python_sglang_files_and_skips_the_rest():
 
 def test_a_fix_is_a_patch_that_changes_sglang_and_the_test_only_patches_after_it():
     series = load()
-    assert [(fix.number, len(fix.patches)) for fix in series.fixes] == [("0001", 2), ("0003", 2)]
-    dsv4, fused = series.fixes
+    numbers = [(fix.number, len(fix.patches)) for fix in series.fixes]
+    assert numbers == [("0001", 2), ("0003", 2), ("0005", 2)]
+    dsv4, fused, _draft_probs = series.fixes
     assert dsv4.touched_files() == {FIX: False, TEST: True, CPU_TEST: True}
     assert list(fused.touched_files()) == [
         "python/sglang/kernels/ops/speculative/fused_kv_materialize.py",
