@@ -57,7 +57,7 @@ def test_check_applies_the_series_to_the_pinned_base(capsys):
     assert code == 0, err
     assert "identical to the project's file" in out and out.rstrip().endswith("ok")
     assert "upstream hook black 24.10.0: ok" in out and "upstream hook codespell 2.4.1" in out
-    assert "0000-cover-letter.patch: introduces 4 patches (not applied by git am)" in out
+    assert "0000-cover-letter.patch: introduces 6 patches (not applied by git am)" in out
     for fix in ("0001", "0003"):
         assert f"fix {fix} (" in out and ") applies alone to sglang==0.5.23" in out
 
@@ -201,7 +201,7 @@ def test_matrix_tries_each_fix_on_its_own_files(tmp_path):
     )
     row = matrix.release_row(seriesdir.load(root / "patches"), "0.5.23")
     statuses = {name.split("-", 1)[0]: result["status"] for name, result in row["patches"].items()}
-    assert statuses == {"0001": "fails", "0002": "clean", "0003": "clean", "0004": "clean"}
+    assert statuses == {"0001": "fails", "0002": "clean", "0003": "clean", "0004": "clean", "0005": "clean", "0006": "clean"}
 
 
 def test_apply_refuses_a_dirty_checkout_and_one_it_does_not_apply_to(capsys, tmp_path, series):
@@ -274,7 +274,7 @@ def test_refresh_from_the_applied_tree_reproduces_the_series_byte_for_byte(
     assert code == 0, err
     after = {p.name: p.read_bytes() for p in (root / "patches").iterdir()}
     assert after == before
-    assert out.count(": unchanged") == 5 and "0000-cover-letter.patch: unchanged" in out
+    assert out.count(": unchanged") == 7 and "0000-cover-letter.patch: unchanged" in out
 
 
 def test_refresh_authors_every_patch_and_the_cover_letter_by_the_refresher(
@@ -293,7 +293,7 @@ def test_refresh_authors_every_patch_and_the_cover_letter_by_the_refresher(
         mail = message_from_bytes(patch.read_bytes(), policy=default)
         assert parseaddr(str(mail["From"])) == ("Zoë Maintainer", "zoe@example.org"), patch.name
         assert message_from_bytes(patch.read_bytes())["Date"] == dates[patch.name]  # kept
-    assert "\nZoë Maintainer (4):\n" in (root / "patches" / "0000-cover-letter.patch").read_text()
+    assert "\nZoë Maintainer (6):\n" in (root / "patches" / "0000-cover-letter.patch").read_text()
     # git am takes the author back from the header, non-ASCII name included.
     code, _, err = _run(capsys, "--patches", root / "patches", "check")
     assert code == 0, err
