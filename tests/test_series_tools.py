@@ -75,17 +75,17 @@ def test_check_refuses_a_fix_that_needs_the_one_before_it(capsys, tmp_path):
     target.write_text(target.read_text().replace("so a replacement peaks", "so replacing peaks"))
     who = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", **gitcmd.TOOL_IDENTITY}
     gitcmd.run(["commit", "-qam", "[DSV4] Reword the comment"], repo, env=who)
-    name = "0005-dsv4-reword.patch"
+    name = "0007-dsv4-reword.patch"
     gitcmd.run(["format-patch", "-q", "-1", "-o", str(tmp_path / "out")], repo)
     (generated,) = (tmp_path / "out").glob("*.patch")
     shutil.copy2(generated, root / "patches" / name)
     with (root / "patches" / "series").open("a") as listing:
         listing.write(name + "\n")
     cover = root / "patches" / "0000-cover-letter.patch"
-    cover.write_bytes(cover.read_bytes().replace(b"[PATCH 0/4]", b"[PATCH 0/5]", 1))
+    cover.write_bytes(cover.read_bytes().replace(b"[PATCH 0/6]", b"[PATCH 0/7]", 1))
     code, _, err = _run(capsys, "--patches", root / "patches", "check")
     assert code == 1, err
-    assert "fix 0005 does not apply without the rest of the series" in err
+    assert "fix 0007 does not apply without the rest of the series" in err
     assert f"{name}: {FIX}: hunk #1" in err
 
 
