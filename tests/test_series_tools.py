@@ -164,7 +164,7 @@ def test_apply_to_checkout_commits_the_series_then_refuses_a_second_time(capsys,
     code, out, err = _run(capsys, "apply", "--to", repo)
     assert code == 0, err
     subjects = gitcmd.out(["log", "--format=%s", f"{start}..HEAD"], repo).splitlines()
-    assert [s.split("]")[0] for s in subjects] == ["[DFlash", "[DFlash", "[DSV4", "[DSV4"]
+    assert [s.split("]")[0] for s in subjects] == ["[DFlash"] * 4 + ["[DSV4"] * 2
     assert (repo / TEST).read_bytes() == (REPO_ROOT / TEST).read_bytes()
     applied = _head(repo)
     code, _, err = _run(capsys, "apply", "--to", repo)
@@ -187,10 +187,12 @@ def test_apply_one_fix_commits_only_its_patches_and_the_other_fix_applies_after_
     assert code == 1 and "already has the series applied" in err
     code, _, err = _run(capsys, "apply", "--fix", "0001", "--to", repo)
     assert code == 0, err
+    code, _, err = _run(capsys, "apply", "--fix", "0005", "--to", repo)
+    assert code == 0, err
     code, _, err = _run(capsys, "apply", "--to", repo)
     assert code == 1 and "already has the series applied" in err
     code, _, err = _run(capsys, "apply", "--fix", "0002", "--to", repo)
-    assert code == 2 and "no fix starting at that patch (fixes: 0001, 0003)" in err
+    assert code == 2 and "no fix starting at that patch (fixes: 0001, 0003, 0005)" in err
 
 
 def test_matrix_tries_each_fix_on_its_own_files(tmp_path):
