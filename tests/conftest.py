@@ -21,6 +21,10 @@ CPU_COMPANION = (
 FUSED_KV_DIR = REPO / "test/registered/unit/kernels/ops/speculative"
 FUSED_KV_TEST = REPO / "test/registered/kernels/ops/speculative/test_fused_kv_workspace_peak.py"
 FUSED_KV_COMPANION = FUSED_KV_DIR / "test_fused_kv_workspace_release_order.py"
+DFLASH_TEST = REPO / "test/registered/spec/dflash/test_dflash_draft_probs_peak.py"
+DFLASH_COMPANION = (
+    REPO / "test/registered/unit/speculative/test_dflash_draft_probs_release_order.py"
+)
 WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
 # On PYTHONPATH, sglang's test-method retry comes without its 1.5-2 s back-off (the A/B jobs).
 NO_RETRY_DELAY = REPO / "tests/fixtures/no_retry_delay"

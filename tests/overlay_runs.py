@@ -186,8 +186,10 @@ class Observations:
         return self.stderr.split(start, 1)[1].split(end, 1)[0]
 
     def overlay_warnings(self, name: str) -> list:
+        # Once sglang configured logging (its server did, earlier in the process), a record
+        # carries sglang's prefix ("[2026-12-02 01:06:04] sglang-overlay: ...").
         lines = self.stderr_of(name).splitlines()
-        return [line for line in lines if line.startswith("sglang-overlay:")]
+        return [line for line in lines if "sglang-overlay: " in line]
 
 
 class Pool:
