@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device run, issue 33: every registered test of the series kills a named mutant of its fix, on
-# the H200. tools/registered_mutants.py applies each fix (patches 0001, 0003) to the installed
+# the H200. python3 -m tools.registered_mutants applies each fix (patches 0001, 0003, 0005) to the installed
 # sglang 0.5.23's file (checked against patches/BASE's sha256), makes each named mutant of it,
 # and runs the fix's registered files of one backend against every variant in one process. It
 # prints, per fix, the table mutant x test -> killed/survived (the fix's row: pass/fail), then
@@ -19,8 +19,8 @@ cp .whl/stub_kernels.py "$SP/" && echo "import stub_kernels" > "$SP/zz_stub_kern
 export STUB_KERNELS=sgl_kernel
 python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name())"
 for backend in cuda cpu; do
-  echo "== python3 tools/registered_mutants.py --backend $backend"
-  python3 tools/registered_mutants.py --backend "$backend" 2>&1 | tee "$OUT/mutants-$backend.txt" | grep -v "^  File\|^    "
+  echo "== python3 -m tools.registered_mutants --backend $backend"
+  python3 -m tools.registered_mutants --backend "$backend" 2>&1 | tee "$OUT/mutants-$backend.txt" | grep -v "^  File\|^    "
   echo "exit ${PIPESTATUS[0]}"
 done
 # 0.5.23 + the whole series as a source tree: the installed package's files with the four
