@@ -308,6 +308,8 @@ def test_pr_body_runs_check_and_ticks_the_format_box(capsys, tmp_path):
     code, out, err = _body(capsys, _results(tmp_path))
     assert code == 0, err
     assert "- [x] Format your code" in out and "upstream's pinned hooks pass" in out
+    # upstream's hooks by name; no command of this project
+    assert "black 24.10.0, " in out and "tools.series" not in out and "python -m ci" not in out
 
 
 @pytest.mark.parametrize(
@@ -324,9 +326,9 @@ def test_message_sections_split_on_one_line_headings(body, headings):
     assert [h for h, _ in pr_description.message_sections(body)] == headings
 
 
-def test_indented_commands_become_a_fenced_block():
-    ((_, text),) = pr_description.message_sections("Tests\n\n  python a.py -v\n  python b.py")
-    assert text == "```bash\npython a.py -v\npython b.py\n```"
+def test_an_indented_block_becomes_a_fenced_block_of_no_language():
+    ((_, text),) = pr_description.message_sections("Tests\n\n  killed by a.py\n  b.py too")
+    assert text == "```\nkilled by a.py\nb.py too\n```"
 
 
 def test_results_of_another_release_or_a_void_proof_are_refused(capsys, tmp_path):

@@ -21,7 +21,6 @@ from tools.series import (
     seriesdir,
 )
 
-_CHECK = "python -m tools.series check"
 
 
 def _version(text: str) -> str:
@@ -200,11 +199,15 @@ def _pr_body(series, args) -> str:
     # Refuse before the slow check.
     fix = pr_description.select_fix(series, results, args.fix)
     pr_description.verify_results_match(series, fix, results)
-    state = pr_description.CheckState(None, f"'{_CHECK}' not run")
+    # Named as upstream knows them: the description names no command of this project.
+    hooks = ", ".join(name for name, *_ in check.HOOKS if " " in name) + ", pre-commit-hooks"
+    state = pr_description.CheckState(None, f"upstream's pinned hooks ({hooks}) not run")
     if not args.no_check:
         try:
             check.run_check(series)
-            state = pr_description.CheckState(True, f"upstream's pinned hooks pass: {_CHECK}")
+            state = pr_description.CheckState(
+                True, f"upstream's pinned hooks pass on every file it touches: {hooks}"
+            )
         except SeriesError as err:
             state = pr_description.CheckState(False, str(err).splitlines()[0])
     return pr_description.render(series, results, args.results, state, fix.number)

@@ -61,10 +61,10 @@ def message_sections(body: str) -> list:
 
 def _markdown(paragraph: str) -> str:
     """Hard-wrapped prose stays as it is (Markdown joins the lines); an indented block of a
-    commit message becomes a fenced code block."""
+    commit message becomes a fenced block with no language (it may be prose: a list)."""
     lines = paragraph.splitlines()
     if all(line.startswith("  ") for line in lines):
-        return "```bash\n" + "\n".join(line[2:] for line in lines) + "\n```"
+        return "```\n" + "\n".join(line[2:] for line in lines) + "\n```"
     return paragraph
 
 
