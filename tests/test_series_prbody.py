@@ -15,7 +15,7 @@ from tools.series.seriesdir import REPO_ROOT
 
 H200_RESULTS = REPO_ROOT / "docs/evidence/h200-0.5.23-upstream-ci/cuda"
 DSV4_CPU_RESULTS = REPO_ROOT / "docs/evidence/h200-0.5.23-upstream-ci/cpu"
-FUSED_KV_RESULTS = REPO_ROOT / "docs/evidence/cpu-0.5.23-fused-kv-series-ci"
+FUSED_KV_RESULTS = REPO_ROOT / "docs/evidence/fix-0003/cpu"
 SECTIONS = [
     "## Motivation",
     "## Modifications",
