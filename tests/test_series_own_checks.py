@@ -99,6 +99,32 @@ def test_a_hook_failure_the_base_already_has_is_reported_and_not_counted(
     ]
 
 
+def test_a_fixer_hook_is_judged_by_what_it_changes_so_the_base_hides_no_new_problem(
+    series, drifted_main, tmp_path
+):
+    # A fixer prints nothing: what it rewrites is its complaint. On the base it rewrites the
+    # torch.empty( call only; with the series also the comment fix 0001 adds in that file.
+    hook = """\
+      - id: house-style
+        name: house style rewrites
+        entry: sed -i -e "s/torch[.]empty(/torch.empty (/" -e "s/Release the old scratch/Free the old scratch/"
+        language: system
+        files: sparse_prefill_utils\\.py$
+"""
+    clone, rev = _main_with(drifted_main, tmp_path, {".pre-commit-config.yaml": _own_hooks(hook)})
+    repo = _applied(series, clone, rev, tmp_path)
+    with pytest.raises(SeriesError) as raised:
+        own_checks.hooks(series, repo, "main")
+    said = str(raised.value)
+    assert raised.value.exit_code == 1 and len(said.splitlines()) == 1, said
+    assert said.startswith(
+        "main: its own pre-commit hook house-style fails on "
+        "python/sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py: +"
+    )
+    assert "# Free the old scratch (and the head key" in said and "torch.empty (" not in said
+    assert gitcmd.dirty_paths(repo) == []  # the fixer's edits are undone
+
+
 def test_a_registered_file_the_checkouts_collector_rejects_is_one_line_and_exit_1(
     series, drifted_main, tmp_path
 ):

@@ -106,8 +106,8 @@ def _judge(repo: Path, hook: str, files: list, where: str) -> tuple:
                 shown = _one_line(hook)
                 report.append(f"{where}: its own hook {shown} fails on {path} as the base has it")
                 continue
-        else:
-            added = [failed[hook]]
+        else:  # a file the series adds: everything the hook says
+            added = introduced("", failed[hook]) or [failed[hook]]
         problems.append(f"{_one_line(hook)} fails on {path}: {_one_line(chr(10).join(added))}")
     return report, problems
 
@@ -127,6 +127,9 @@ def _pre_commit(repo: Path, files: list, only: str | None = None) -> tuple:
         proc = subprocess.run(
             command, cwd=repo, env=env, capture_output=True, text=True, timeout=1800
         )
+        # What a fixer hook changed is its complaint (it may print nothing): as a diff, whose
+        # lines the judging compares before and after the series.
+        edits = gitcmd.text(gitcmd.run(["diff", "--no-color", "-U0"], repo)) if only else ""
     except subprocess.TimeoutExpired:
         raise SeriesError(f"the checkout's {OWN_CONFIG} hooks ran past 30 minutes") from None
     finally:
@@ -148,6 +151,8 @@ def _pre_commit(repo: Path, files: list, only: str | None = None) -> tuple:
     if proc.returncode != 0 and not failed:
         said = _one_line(proc.stdout + proc.stderr)
         raise usage(f"could not run the checkout's {OWN_CONFIG} with pre-commit: {said}")
+    if only in failed and edits.strip():
+        failed[only].append(edits)
     return passed, {hook: "\n".join(lines).strip() for hook, lines in failed.items()}
 
 
