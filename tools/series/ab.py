@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.series import apply, base, seriesdir, usage
+from tools.series import apply, basearg, seriesdir, usage
 from tools.series.seriesdir import REPO_ROOT
 
 
@@ -24,11 +24,12 @@ class Plan:
     ci_run: tuple  # argv after "python -m"
 
 
-def plan(series, fix, out, backend: str) -> Plan:
+def plan(series, fix, out, backend: str, where=None) -> Plan:
     """The trees and the ``ci run`` that prove ``fix`` on ``backend``: every test the fix adds
-    (ci run keeps the files registered for that backend)."""
+    (ci run keeps the files registered for that backend). ``where`` (a ``basearg.Where``;
+    default: patches/BASE's release) is the base: a release or a checkout's commit."""
     out = Path(out).resolve()
-    version = series.base.version
+    version = (where or basearg.Where(series.base.version)).short
     tests = sorted(path for path, new in fix.touched_files().items() if new)
     if not tests:
         raise usage(f"fix {fix.number} adds no test file: there is nothing to run")
@@ -43,14 +44,15 @@ def plan(series, fix, out, backend: str) -> Plan:
     return Plan(unmodified, change, results, argv)
 
 
-def run_ab(series, fix, out, backend: str) -> tuple:
+def run_ab(series, fix, out, backend: str, where=None) -> tuple:
     """(ci run's exit code, the plan) after making the trees and running the A/B; the trees
     are made fresh, so an existing ``out/trees`` is refused (exit 2)."""
-    made = plan(series, fix, out, backend)
+    where = where or basearg.Where(series.base.version)
+    made = plan(series, fix, out, backend, where)
     if made.unmodified.parent.exists():
         raise usage(f"{made.unmodified.parent} exists; give ab a new --out folder")
-    base.materialize(version := series.base.version, made.unmodified)
-    base.materialize(version, made.change)
+    where.materialize(made.unmodified)
+    where.materialize(made.change)
     apply.apply_to(series, made.change, fix)
     described = seriesdir.describe(seriesdir.PATCHES_DIR)
     (made.unmodified.parent.parent / "series.json").write_text(json.dumps(described))

@@ -21,6 +21,7 @@ from tools.series.seriesdir import NEW, REPO_ROOT, check_version
 CACHE_DIR = Path(os.environ.get("SGLANG_SERIES_CACHE", REPO_ROOT / ".cache"))
 BASE_TAG = "base"
 VERSION_KEY = "sglang-series.version"
+CHECKOUT_KEY = "sglang-series.git"  # a base materialised from a checkout: its commit
 # A fixed identity and date make the materialised base commit the same on every machine.
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "sglang-overlay base",
@@ -134,7 +135,12 @@ def has_base_tag(repo) -> bool:
 
 def blob(repo, path: str):
     """The bytes of ``path`` in the base commit of ``repo``, or None when the base lacks it."""
-    proc = gitcmd.run(["cat-file", "blob", f"{BASE_TAG}:{path}"], repo, check=False)
+    return commit_blob(repo, BASE_TAG, path)
+
+
+def commit_blob(repo, rev: str, path: str):
+    """The bytes of ``path`` at ``rev`` of ``repo``, or None when it has no such file."""
+    proc = gitcmd.run(["cat-file", "blob", f"{rev}:{path}"], repo, check=False)
     return proc.stdout if proc.returncode == 0 else None
 
 
@@ -157,20 +163,32 @@ def materialize(version: str, dest) -> Path:
     return dest
 
 
-def materialize_checkout(checkout, rev: str, dest) -> Path:
-    """A fresh repository at ``dest`` whose HEAD (tag ``base``) is commit ``rev`` of the
-    upstream git checkout ``checkout`` (a git base: patches/BASE's ``git:`` line)."""
-    checkout, dest = Path(checkout), Path(dest)
+def commit_of(checkout, rev: str) -> str:
+    """The full commit ``rev`` names in ``checkout``; a usage error when ``checkout`` is no
+    sglang git checkout or has no such commit."""
+    checkout = Path(checkout)
     if not gitcmd.is_work_tree(checkout) or not (checkout / "python" / "sglang").is_dir():
         raise usage(f"{checkout} is not an sglang git checkout (a work tree with python/sglang/)")
-    if not gitcmd.ok(["rev-parse", "-q", "--verify", f"{rev}^{{commit}}"], checkout):
+    spec = ["rev-parse", "-q", "--verify", "--end-of-options", f"{rev}^{{commit}}"]
+    proc = gitcmd.run(spec, checkout, check=False)
+    if proc.returncode != 0:
         raise usage(f"{checkout} has no commit {rev}; fetch it first (git fetch origin {rev})")
+    return proc.stdout.decode().strip()
+
+
+def materialize_checkout(checkout, rev: str, dest) -> Path:
+    """A fresh repository at ``dest`` whose HEAD (tag ``base``) is commit ``rev`` of the
+    upstream git checkout ``checkout`` (a git base: patches/BASE's ``git:`` line); its git
+    config records that commit (``CHECKOUT_KEY``), so ``refresh`` pins a git base."""
+    checkout, dest = Path(checkout), Path(dest)
+    commit = commit_of(checkout, rev)
     if dest.exists() and any(dest.iterdir()):
         raise usage(f"{dest} exists and is not empty; materialize into a new directory")
     dest.parent.mkdir(parents=True, exist_ok=True)
     gitcmd.run(["clone", "-q", "--local", "--no-checkout", str(checkout), str(dest)], dest.parent)
-    gitcmd.run(["checkout", "-q", "--detach", rev], dest)
+    gitcmd.run(["checkout", "-q", "--detach", commit], dest)
     gitcmd.run(["remote", "remove", "origin"], dest)
     # -f: the clone carries the checkout's tags, which may name another commit 'base'.
     gitcmd.run(["tag", "-f", BASE_TAG], dest)
+    gitcmd.run(["config", CHECKOUT_KEY, commit], dest)
     return dest

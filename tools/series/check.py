@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from tools.series import SeriesError, base, gitcmd, usage
+from tools.series import SeriesError, base, basearg, gitcmd, own_checks, usage
+from tools.series.hookdiff import introduced, problem_lines  # noqa: F401 (check's API)
 from tools.series.seriesdir import COVER_NAME, NEW
 
 # Files the series adds under this prefix must equal the project's copy byte for byte.
@@ -41,43 +42,38 @@ _BASIC = "pre-commit-hooks==5.0.0"
 PINS = {n: n.replace(" ", "==") if " " in n else _BASIC for n, *_ in HOOKS}
 CONFIG = ".pre-commit-config.yaml"
 _STATUS = re.compile(r"^(.+?)\.+(?:\(no files to check\))?(Passed|Failed|Skipped)$")
-_POSITION = re.compile(r":\d+(:\d+)?:")
 
 
-def run_check(series, version=None, checkout=None, rev=None) -> list:
+def run_check(series, where=None) -> list:
     """Return report lines; raise SeriesError (exit 1) naming what failed. With more than one
     fix, each must also apply alone to the base: it goes upstream as its own pull request.
-    ``checkout``: an upstream git checkout, the base being its ``rev`` (default: the commit of a
-    git BASE, else HEAD) instead of a release."""
-    report = []
+    ``where`` (a ``basearg.Where``; default: patches/BASE's release) is the base: a release, or
+    a commit of an upstream git checkout, whose own hooks and collector then run too
+    (``own_checks``)."""
+    where = where or basearg.Where(series.base.version)
+    report, name = [], where.name
     with tempfile.TemporaryDirectory(prefix="series-check-") as tmp:
-        if checkout is not None:
-            rev = rev or series.base.git or "HEAD"
-            repo = base.materialize_checkout(checkout, rev, Path(tmp) / "sglang")
-            commit = gitcmd.run(["rev-parse", "HEAD"], repo).stdout.decode().strip()
-            version = f"@ {commit[:12]}"  # the name the report lines give the base
-            pinned = commit == series.base.git
-        else:
-            version = version or series.base.version
-            repo = base.materialize(version, Path(tmp) / "sglang")
-            pinned = version == series.base.version
+        repo = where.materialize(Path(tmp) / "sglang")
+        pinned = (where.commit or where.version) in (series.base.git, series.base.version)
         if pinned:
             verify_base_hashes(series, repo)
-            report.append(f"base sglang=={version}: pinned files match patches/BASE")
+            report.append(f"base {name}: pinned files match patches/BASE")
         am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
-        report.append(f"{len(series.names)} patches apply to sglang=={version} with git am")
+        report.append(f"{len(series.names)} patches apply to {name} with git am")
         if series.cover is not None:
             report.append(
                 f"{COVER_NAME}: introduces {series.cover.count} patches (not applied by git am)"
             )
         report.extend(verify_mirrored_files(series, repo))
         report.extend(verify_hooks(series, repo))
+        if where.checkout is not None:
+            report.extend(own_checks.run(series, repo, name))
         if len(series.fixes) > 1:
-            report.extend(verify_fixes_alone(series, repo, version))
+            report.extend(verify_fixes_alone(series, repo, name))
     return report
 
 
-def verify_fixes_alone(series, repo: Path, version: str) -> list:
+def verify_fixes_alone(series, repo: Path, name: str) -> list:
     """``git am`` of each fix's patches alone on the pristine base in ``repo``."""
     report = []
     for fix in series.fixes:
@@ -90,9 +86,7 @@ def verify_fixes_alone(series, repo: Path, version: str) -> list:
                 f"fix {fix.number} does not apply without the rest of the series, so it "
                 f"cannot be its own pull request: {err}"
             ) from None
-        report.append(
-            f"fix {fix.number} ({', '.join(fix.names)}) applies alone to sglang=={version}"
-        )
+        report.append(f"fix {fix.number} ({', '.join(fix.names)}) applies alone to {name}")
     return report
 
 
@@ -226,22 +220,6 @@ def _judge(home: Path, name: str, patched: dict, before: dict) -> tuple:
             shown[40:] = [f"... ({len(shown) - 40} more lines)"] if len(shown) > 40 else []
             failures.append(f"{name} fails on {path}:\n" + "\n".join("    " + s for s in shown))
     return report, failures
-
-
-def problem_lines(output: str) -> set:
-    """What a hook's output says is wrong, without positions: a diff's added and removed
-    lines, or a report line with its ``:LINE:`` numbers taken out."""
-    lines = [line for line in output.splitlines() if not line.startswith(("+++", "---", "@@"))]
-    return {
-        line if line.startswith(("+", "-")) else _POSITION.sub(":", line)
-        for line in lines
-        if line.startswith(("+", "-")) or _POSITION.search(line)
-    }
-
-
-def introduced(base_output: str, patched_output: str) -> list:
-    """The problems a hook reports after the series that it did not report on the base."""
-    return sorted(problem_lines(patched_output) - problem_lines(base_output))
 
 
 def hooks_config() -> str:

@@ -31,19 +31,41 @@ def classify(exact_ok: bool, exact_output: str, fuzz_ok: bool):
 
 def release_row(series, version: str) -> dict:
     wheel = zipfile.ZipFile(base.wheel_path(version))
+    names = set(wheel.namelist())
+
+    def read(path):  # upstream's python/sglang/ is sglang/ in the wheel
+        member = path.removeprefix("python/")
+        return wheel.read(member) if member in names else None
+
+    with wheel:
+        return {"version": version, "patches": _row(series, read)}
+
+
+def checkout_row(series, where) -> dict:
+    """The row of a git base (``basearg.Where`` of a checkout): the files at its commit."""
+
+    def read(path):
+        return base.commit_blob(where.checkout, where.commit, path)
+
+    return {"version": where.name.removeprefix("sglang "), "patches": _row(series, read)}
+
+
+def _row(series, read) -> dict:
+    """Each patch's result, each fix tried on its own copy of the files it touches (``read``:
+    upstream path -> the base's bytes, or None where the base lacks it)."""
     results = {}
-    with wheel, tempfile.TemporaryDirectory(prefix="series-matrix-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="series-matrix-") as tmp:
         for fix in series.fixes:
             tree = Path(tmp) / fix.number / "tree"
             for path, added in fix.touched_files().items():
-                member = path.removeprefix("python/")  # upstream's python/sglang/ is sglang/ there
-                if not added and member in wheel.namelist():
+                data = None if added else read(path)
+                if data is not None:
                     (tree / path).parent.mkdir(parents=True, exist_ok=True)
-                    (tree / path).write_bytes(wheel.read(member))
+                    (tree / path).write_bytes(data)
             tree.mkdir(parents=True, exist_ok=True)
             for patch in fix.patches:
                 results[patch.name] = _try(tree, series.root / patch.name, patch)
-    return {"version": version, "patches": results}
+    return results
 
 
 def _try(tree: Path, path: Path, patch) -> dict:

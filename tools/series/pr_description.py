@@ -131,7 +131,7 @@ def own_results(fix, results):
     return judge.with_verdict(replace(results, files=files, cases=cases, pictures={}))
 
 
-def verify_results_match(series, fix, results) -> str:
+def verify_results_match(series, fix, results, known=None) -> str:
     """The fix's id, which the results record; SeriesError (exit 1) when the results are not
     evidence for this fix: made with other code for it, for another sglang release, or a proof
     that is not ok (the whole run's or that of the fix's own tests)."""
@@ -149,12 +149,14 @@ def verify_results_match(series, fix, results) -> str:
             f"but fix {fix.number} in patches/ is {expected[:12]}; its code changed since that "
             "run. Run 'python -m ci run --out DIR' again and render from the new folder"
         )
+    known = known or series.base
     base = results.sides.get("unmodified")
-    if base is None or base.sglang != series.base.version:
+    ran_on = None if base is None else base.sglang if known.git is None else base.commit
+    if ran_on != (known.version if known.git is None else known.git):
         ran = base.label if base is not None else "no unmodified side"
         raise SeriesError(
-            f"the results ran on {ran}, but the series is cut against "
-            f"sglang=={series.base.version} (patches/BASE); run the A/B on that release"
+            f"the results ran on {ran}, but the base is {known.upstream_name()}; "
+            "run the A/B on that base"
         )
     for proof in (results, own_results(fix, results)):
         if proof.verdict != "ok":
@@ -163,11 +165,12 @@ def verify_results_match(series, fix, results) -> str:
     return expected
 
 
-def column_labels(series) -> dict:
-    """Each mode's name as upstream knows it: the base (the release, or the upstream commit)
-    and that base with this pull request; never a commit materialised here."""
-    known = series.base.upstream_name()
-    return {"unmodified": known, "change": f"{known} + this PR"}
+def column_labels(known) -> dict:
+    """Each mode's name as upstream knows it: the base (``known``, a ``seriesdir.Base``: the
+    release, or the upstream commit) and that base with this pull request; never a commit
+    materialised here."""
+    name = known.upstream_name()
+    return {"unmodified": name, "change": f"{name} + this PR"}
 
 
 def upstream_environment(environment: dict) -> dict:
@@ -249,11 +252,13 @@ def checklist(fix, results, check: CheckState, labels: dict) -> list:
     ]
 
 
-def render(series, results, results_dir: str, check: CheckState, number=None) -> str:
+def render(series, results, results_dir: str, check: CheckState, number=None, known=None) -> str:
     """The whole PR description (Markdown) of one fix: the one ``number`` names, else the one
-    whose tests the results hold."""
+    whose tests the results hold. ``known``: the base as upstream knows it (a
+    ``seriesdir.Base``: a release, or an upstream commit; default patches/BASE)."""
+    known = known or series.base
     fix = select_fix(series, results, number)
-    verify_results_match(series, fix, results)
+    verify_results_match(series, fix, results, known)
     results = own_results(fix, results)
     first = fix.patches[0]
     fix_sections = message_sections(first.body)
@@ -266,14 +271,14 @@ def render(series, results, results_dir: str, check: CheckState, number=None) ->
                 out += [text, ""]
             elif heading and heading.lower() not in _OWN and patch is first:
                 out += [f"*{heading}.*", "", text, ""]
-    labels = column_labels(series)
+    labels = column_labels(known)
     out += ["## Accuracy Tests", "", _counts_sentence(results), "", *ab_table(results, labels), ""]
     env = upstream_environment(results.environment)
     out += [f"Environment: {environment_line(env, results.backend)}", ""]
     out += [
         "To reproduce, on an sglang checkout (`pr.patch`: this pull request's diff, "
         f"`{_PATCH_URL}`):\n\n```bash",
-        *reproduce(series, results),
+        *reproduce(known, results),
         "```\n",
     ]
     # The messages' own "Tests" sections stay in the commits: here every claim is the results'.
@@ -287,14 +292,14 @@ def render(series, results, results_dir: str, check: CheckState, number=None) ->
     return "\n".join(out)
 
 
-def reproduce(series, results) -> list:
+def reproduce(known, results) -> list:
     """Commands that run on an sglang checkout alone: check out the base, add this pull
     request's tests, run each as sglang's CI does (without the fix: it fails), apply the rest
     of the pull request, run them again (with the fix: they pass)."""
     ci = "SGLANG_IS_IN_CI=true " if results.environment.get("upstream_ci") is not None else ""
     runs = [f"PYTHONPATH=python {ci}python3 {shlex.quote(f.path)}" for f in results.files]
     return [
-        f"git checkout {series.base.upstream_revision()}",
+        f"git checkout {known.upstream_revision()}",
         "git apply --include='test/*' pr.patch   # this PR's tests, without the fix",
         *(f"{line}   # fails" for line in runs),
         "git apply --exclude='test/*' pr.patch   # the fix",
