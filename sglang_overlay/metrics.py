@@ -15,7 +15,7 @@ import sys
 STATE_GAUGE = "sglang_overlay_patch_state"
 HIGH_WATER_GAUGE = "sglang_overlay_workspace_high_water_bytes"
 
-_gauges = globals().get("_gauges")  # registered once per process, across reloads
+_gauges = None  # registered once per process
 
 
 def update(fields: dict, states) -> None:
