@@ -313,7 +313,7 @@ def sglang_version() -> str:
 
 def publish() -> None:
     """Write this process's record and set its gauges, when its state or its workspace's
-    high-water mark changed since the last time; never raises."""
+    high-water mark changed since the last time; never raises: what stops it is said once."""
     global _published
     with _lock:
         try:
@@ -352,8 +352,14 @@ def publish() -> None:
 
             records.write(fields)
             metrics.update(fields, STATES)
-        except Exception:  # reporting must never break the process it reports on
-            pass
+        except Exception as exc:  # inside sglang's import or allocation: never break it, say it
+            warn_once(
+                ("publish", type(exc).__name__, str(exc)),
+                "sglang-overlay: this process's record or gauges were not updated (%s: %s); "
+                "status --processes and /metrics may show an older state",
+                type(exc).__name__,
+                exc,
+            )
 
 
 def _record(patch_id: str, state: str, target: str, reason: str) -> None:
