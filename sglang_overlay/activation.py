@@ -14,49 +14,28 @@ def on_import(module, via: str) -> None:
     if patch_of(getattr(module, "__name__", None)) is not None:
         on_workspace_import(module, via)
         return
-    try:
-        from sglang_overlay import overlay
+    from sglang_overlay import overlay
 
-        overlay.publish()
-    except Exception:
-        pass
+    overlay.publish()
 
 
 def on_workspace_import(module, via: str) -> None:
     """Patch a freshly executed (or reloaded) patched module; never raise unless strict."""
-    try:
-        from sglang_overlay import overlay
+    from sglang_overlay import overlay
 
+    try:
         overlay.apply_to_module(module)
-    except Exception as exc:
+    except Exception as exc:  # inside the user's import: recorded and said once, below
         _fail(exc, via, module.__name__)
 
 
 def _fail(exc: Exception, via: str, module_name: str) -> None:
-    if type(exc).__name__ == "UnsupportedShapeError" or _strict():
+    from sglang_overlay import config, overlay
+    from sglang_overlay.notices import warn_once
+
+    if isinstance(exc, overlay.UnsupportedShapeError) or config.strict():
         raise exc  # the user asked for an exception, on every attempt
     reason = f"activation via the {via} raised {type(exc).__name__}: {exc}"
-    try:
-        from sglang_overlay import overlay
-
-        overlay.record_failure(module_name, reason)
-    except Exception:
-        pass  # overlay itself did not import; the WARNING below still says what happened
+    overlay.record_failure(module_name, reason)
     message = "sglang-overlay: %s left unpatched (this process runs unmodified sglang): %s"
-    try:
-        from sglang_overlay.notices import warn_once  # logging and threading only
-    except Exception:  # a damaged install: still say it, still keep the user's import
-        import logging
-
-        logging.getLogger("sglang_overlay").warning(message, module_name, reason)
-        return
     warn_once(("failed", type(exc).__name__, str(exc)), message, module_name, reason)
-
-
-def _strict() -> bool:
-    try:
-        from sglang_overlay import config
-
-        return config.strict()
-    except Exception:
-        return False

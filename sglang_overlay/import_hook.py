@@ -19,8 +19,6 @@ WATCHED = frozenset({"sglang", *(n for names in PATCHED_MODULES.values() for n i
 class WorkspaceImportHook:
     """Meta-path finder for the patched modules; never finds anything itself."""
 
-    is_sglang_overlay_hook = True  # recognised across a reload of this module
-
     def __init__(self):
         # Thread idents inside find_spec: another finder that calls importlib.util.find_spec
         # from its own find_spec must not recurse into us.
@@ -79,17 +77,8 @@ class ActivatingLoader:
             spec.loader = self.loader
         self.loader.exec_module(module)
         # Outside importlib's global lock: importing here is as safe as the module's own imports.
-        try:
-            from sglang_overlay import activation
-        except Exception as exc:  # a broken install must not break the user's import
-            import logging
+        from sglang_overlay import activation
 
-            logging.getLogger("sglang_overlay").warning(
-                "sglang-overlay: cannot load its activation (%r); %s left unpatched",
-                exc,
-                module.__name__,
-            )
-            return
         activation.on_import(module, via="start-up hook")
 
 
@@ -97,7 +86,7 @@ HOOK = WorkspaceImportHook()
 
 
 def installed() -> bool:
-    return any(getattr(f, "is_sglang_overlay_hook", False) for f in sys.meta_path)
+    return HOOK in sys.meta_path
 
 
 def install() -> None:

@@ -15,7 +15,7 @@ import sys
 STATE_GAUGE = "sglang_overlay_patch_state"
 HIGH_WATER_GAUGE = "sglang_overlay_workspace_high_water_bytes"
 
-_gauges = globals().get("_gauges")  # registered once per process, across reloads
+_gauges = None  # registered once per process
 
 
 def update(fields: dict, states) -> None:
@@ -63,9 +63,11 @@ def multiprocess_dir() -> "str | None":
 
 def _mark_dead(directory: str) -> None:
     """At exit: remove this process's live gauges (ours and any other) from ``directory``."""
-    try:
-        from prometheus_client import multiprocess
+    from prometheus_client import multiprocess
 
+    try:
         multiprocess.mark_process_dead(os.getpid(), directory)
-    except Exception:  # reporting must never break the process's exit
-        pass
+    except OSError as exc:  # another process removed the files, or the folder went away
+        from sglang_overlay.notices import logger
+
+        logger.warning("sglang-overlay: gauges of this process left in %s: %s", directory, exc)

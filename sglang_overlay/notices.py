@@ -8,9 +8,8 @@ import threading
 
 logger = logging.getLogger("sglang_overlay")
 
-# Kept across importlib.reload() of this module: once per process means once per process.
-_said: "set[tuple]" = globals().get("_said", set())
-_lock = globals().get("_lock") or threading.Lock()
+_said: "set[tuple]" = set()
+_lock = threading.Lock()
 
 
 def warn_once(cause: tuple, message: str, *args) -> bool:

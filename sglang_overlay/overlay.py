@@ -66,12 +66,10 @@ class _Applied:
     reason: str
 
 
-# importlib.reload() of this module keeps what this process applied: status() and remove()
-# must go on describing and undoing the patch that is live in sglang's class.
-_lock = globals().get("_lock") or threading.RLock()
-_applied: "list[_Applied]" = globals().get("_applied", [])
-_removed = globals().get("_removed", False)  # remove() keeps it off until apply()
-_published = globals().get("_published")  # what publish() last wrote
+_lock = threading.RLock()
+_applied: "list[_Applied]" = []
+_removed = False  # remove() keeps it off until apply()
+_published = None  # what publish() last wrote
 
 
 def _waiting_reason(patch_id: str) -> str:
@@ -88,12 +86,10 @@ def _unseen_reason(module_name: str) -> str:
 
 _REMOVED_REASON = "removed by sglang_overlay.remove(); apply() patches again"
 # patch id -> its record, in series order
-_status = globals().get("_status")
-if not isinstance(_status, dict) or set(_status) != set(PATCH_IDS):
-    _status = {
-        p: PatchStatus(p, PATCHED_MODULES[p][0], "unknown", "pending", _waiting_reason(p))
-        for p in PATCH_IDS
-    }
+_status = {
+    p: PatchStatus(p, PATCHED_MODULES[p][0], "unknown", "pending", _waiting_reason(p))
+    for p in PATCH_IDS
+}
 
 
 def _new_lock_in_child() -> None:
@@ -108,9 +104,8 @@ def _new_lock_in_child() -> None:
         publish()
 
 
-if hasattr(os, "register_at_fork") and not globals().get("_fork_hook_registered"):
+if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_lock_in_child)
-    _fork_hook_registered = True
 
 
 def status() -> list:
@@ -314,13 +309,11 @@ def sglang_version() -> str:
 
         found = "sglang" in sys.modules or importlib.util.find_spec("sglang") is not None
         return "unknown (no package metadata)" if found else "not installed"
-    except Exception as exc:  # a broken dist-info must not break a status report
-        return f"unknown ({type(exc).__name__})"
 
 
 def publish() -> None:
     """Write this process's record and set its gauges, when its state or its workspace's
-    high-water mark changed since the last time; never raises."""
+    high-water mark changed since the last time; never raises: what stops it is said once."""
     global _published
     with _lock:
         try:
@@ -359,8 +352,14 @@ def publish() -> None:
 
             records.write(fields)
             metrics.update(fields, STATES)
-        except Exception:  # reporting must never break the process it reports on
-            pass
+        except Exception as exc:  # inside sglang's import or allocation: never break it, say it
+            warn_once(
+                ("publish", type(exc).__name__, str(exc)),
+                "sglang-overlay: this process's record or gauges were not updated (%s: %s); "
+                "status --processes and /metrics may show an older state",
+                type(exc).__name__,
+                exc,
+            )
 
 
 def _record(patch_id: str, state: str, target: str, reason: str) -> None:

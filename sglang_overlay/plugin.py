@@ -15,9 +15,7 @@ def activate() -> None:
         activation.on_workspace_import(module, via="sglang plugin loader")
     if any(m is not None for m in loaded):
         return
-    try:  # an sglang process that has not imported a patched module (yet): it says so too
-        from sglang_overlay import overlay
+    # An sglang process that has not imported a patched module (yet): it says so too.
+    from sglang_overlay import overlay
 
-        overlay.publish()
-    except Exception:
-        pass
+    overlay.publish()

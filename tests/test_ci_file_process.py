@@ -15,6 +15,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
+import pytest
 from ci_samples import file_run
 from conftest import REPO, clean_env
 
@@ -474,3 +475,23 @@ def test_a_cpu_run_reports_the_peak_the_file_measured_never_a_cuda_context_it_ho
         "TestPeaks.test_measures_itself": 7.5,
         "TestPeaks.test_measures_nothing": None,
     }
+
+
+def test_a_cuda_error_costs_the_peak_and_is_said_and_anything_else_surfaces(monkeypatch, capsys):
+    import types
+
+    from ci.runner import file_process
+
+    def cuda(fails_with):
+        def raise_it():
+            raise fails_with
+
+        return types.SimpleNamespace(is_initialized=lambda: True, max_memory_allocated=raise_it)
+
+    error = RuntimeError("CUDA error: an illegal memory access was encountered")
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda(error)))
+    assert file_process._cuda("max_memory_allocated") is None
+    assert "illegal memory access" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda(TypeError("odd"))))
+    with pytest.raises(TypeError):
+        file_process._cuda("max_memory_allocated")

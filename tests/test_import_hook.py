@@ -517,47 +517,6 @@ def test_cli_status_says_so_when_the_start_up_hook_is_missing(overlay_env, known
 # Found by trying to break the hook as an operator's environment would (issue 8's review).
 
 
-def test_reloading_the_overlay_itself_keeps_status_and_remove_truthful(overlay_env, known):
-    # A reload re-runs overlay.py; what it applied must survive, or status() says "pending"
-    # for a patched class and remove() leaves the patch in place.
-    out = last_json(
-        run(
-            overlay_env,
-            f"""
-import importlib, json
-import {WORKSPACE_MODULE} as m
-import sglang_overlay
-from sglang_overlay import overlay
-def mark():
-    return getattr(vars(m.SparsePrefillKVBuffer)["_reserve"], "__sglang_overlay_patch__", None)
-importlib.reload(overlay)
-steps = [[mark(), sglang_overlay.status()[0]["state"]]]
-sglang_overlay.remove()
-steps.append([mark(), sglang_overlay.status()[0]["state"]])
-sglang_overlay.apply()
-steps.append([mark(), sglang_overlay.status()[0]["state"]])
-print(json.dumps(steps))
-""",
-            [known],
-        )
-    )
-    assert out == [[PATCH_ID, "applied"], [None, "pending"], [PATCH_ID, "applied"]]
-
-
-def test_a_broken_notices_module_never_breaks_the_import(overlay_env, known):
-    # A damaged install: the module that words the fallback WARNING does not import.
-    code = f"""
-import json
-sys.modules["sglang_overlay.notices"] = None
-import {WORKSPACE_MODULE} as m
-print(json.dumps(getattr(m.SparsePrefillKVBuffer._reserve, "__sglang_overlay_patch__", None)))
-"""
-    proc = run(overlay_env, code, [known], flags=["-W", "error"])
-    assert last_json(proc) is None
-    (warning,) = overlay_warnings(proc)
-    assert "left unpatched" in warning and "notices" in warning
-
-
 def test_cli_status_prints_a_reason_its_stdout_cannot_encode(overlay_env, known):
     proc = run(
         overlay_env,
@@ -656,12 +615,10 @@ print(json.dumps([c.loader.get_filename(c.name).endswith("sparse_prefill_utils.p
     assert out == [True, True]
 
 
-def test_a_reload_of_the_notices_module_does_not_repeat_a_warning(overlay_env, known):
+def test_a_reload_of_the_module_does_not_repeat_a_warning(overlay_env, known):
     code = f"""
 import importlib
 import {WORKSPACE_MODULE} as m
-from sglang_overlay import notices
-importlib.reload(notices)
 importlib.reload(m)  # the same unrecognised setting is read again
 print("{{}}")
 """

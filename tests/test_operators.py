@@ -18,7 +18,7 @@ import sys
 
 import overlay_runs
 import pytest
-from conftest import clean_env, run_json, runs_program, until
+from conftest import clean_env, run_json, run_python, runs_program, until
 
 from sglang_overlay import FUSED_KV_PATCH_ID, PATCH_ID, __version__
 
@@ -314,6 +314,26 @@ print(json.dumps(sglang_overlay.status()[0]["state"]))
         PROMETHEUS_MULTIPROC_DIR=str(tmp_path),
     )
     assert out == "applied"
+
+
+def test_gauges_that_cannot_be_written_are_said_once_and_the_patch_stays(tmp_path, known):
+    # PROMETHEUS_MULTIPROC_DIR names a folder that is gone: prometheus_client cannot open the
+    # gauges' files. The process keeps its patch, and says so once, not never and not per call.
+    proc = run_python(
+        overlay_runs.standin_prelude(known)
+        + """
+import json, torch
+import sglang.srt.layers.attention.dsv4.sparse_prefill_utils as m
+for rows in (512, 1024, 2048):  # three replacements, each published
+    m.SparsePrefillKVBuffer(torch.device("cpu")).get(rows)
+import sglang_overlay
+print(json.dumps(sglang_overlay.status()[0]["state"]))
+""",
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "gone"),
+    )
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == '"applied"', proc.stderr
+    said = [line for line in proc.stderr.splitlines() if line.startswith("sglang-overlay:")]
+    assert len(said) == 1 and "gauges were not updated (FileNotFoundError" in said[0], said
 
 
 # ----------------------------------------------------- another vendor's hook (HookRegistry)

@@ -18,7 +18,7 @@ PROGRAM = """
 import gc, inspect, json, sys, weakref
 for name in [m for m in sys.modules if m.split(".")[0] == "sglang_overlay"]:
     del sys.modules[name]
-sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "is_sglang_overlay_hook", 0)]
+sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "WorkspaceImportHook"]
 sys.path[:0] = [REPO, STANDIN]
 import torch
 import sglang.srt.layers.attention.dsv4.sparse_prefill_utils as module

@@ -18,10 +18,13 @@ from tools.series.seriesdir import REPO_ROOT
 
 HOOK_FILES = (
     ".pre-commit-hooks.yaml",
+    "ci/__init__.py",
+    "ci/gitcmd.py",
     "tools/__init__.py",
     "tools/series/__init__.py",
     "tools/series/audit.py",
     "tools/series/audit_expr.py",
+    "tools/series/gitcmd.py",
     "tools/series/grow_hook.py",
 )
 OLD = """\

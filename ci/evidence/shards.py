@@ -1,17 +1,19 @@
 """Several shards of one A/B (``ci run --shard I/N``, one per job of a matrix) as one run, so a
 pull request gets one verdict: one slot, one comment, one check run, one status per suite.
 
-Pure: it takes shards already loaded and checked (``ci.evidence.model.load``) and either merges
-them or raises ``EvidenceError`` naming the shard at fault: one that is not a shard, a missing
-or duplicated index, a different count, or shards of different commits, releases, series,
-backends or modes. Nothing is dropped silently. Judging the merged run again is the caller's
-(``ci.evidence.judge.rejudge``).
+``merge`` is pure: it takes shards already loaded and checked (``ci.evidence.model.load``) and
+either merges them or raises ``EvidenceError`` naming the shard at fault: one that is not a
+shard, a missing or duplicated index, a different count, or shards of different commits,
+releases, series, backends or modes. Nothing is dropped silently. ``load`` is the one loader of
+results every reader uses (the report, pr-body, the release watch): read, checked, merged where
+they are shards, and judged again.
 """
 
 import json
 import re
 from dataclasses import replace
 
+from ci.evidence import judge, model
 from ci.evidence.model import EvidenceError, Results
 
 _SHARD = re.compile(r"^(\d{1,4})/(\d{1,4})$")
@@ -50,6 +52,31 @@ def _retry_mode(environment: dict) -> str:
     if settings is None:
         return "outside sglang's CI"
     return f"as sglang's CI runs it ({json.dumps(settings, sort_keys=True, default=repr)})"
+
+
+def load(paths, names=None, check=None) -> Results:
+    """One judged run from ``paths`` (results.json files or the folders holding them), each
+    read and checked whole (``model.load``): a single one that records no shard as it is, else
+    every shard of one run merged; then judged again with this checkout's listed regressions,
+    never with the kinds, flags and verdict a file claims. ``names``: what an error calls each
+    path (by default its repr; given, a load error is prefixed with it); ``check(name, results,
+    index)``: the caller's own test of each, before the merge. EvidenceError otherwise."""
+    paths = (paths,) if isinstance(paths, str) else tuple(paths)
+    called = names if names is not None else map(repr, paths)
+    named = []
+    for index, (name, path) in enumerate(zip(called, paths, strict=True)):
+        try:
+            results = model.load(path)
+        except EvidenceError as exc:
+            if names is None:
+                raise
+            raise EvidenceError(f"{name}: {exc}") from None
+        if check is not None:
+            check(name, results, index)
+        named.append((name, results))
+    one = len(named) == 1 and not named[0][1].selection.get("shard")
+    merged = named[0][1] if one else merge(named)
+    return judge.rejudge(merged, judge.load_patterns(judge.REGRESSIONS))
 
 
 def merge(named) -> Results:

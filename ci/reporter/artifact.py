@@ -1,10 +1,10 @@
 """Intake of the test job's artifact: untrusted input, checked before the bot renders it.
 
 The artifact was written by a job that ran PR code, so it is read like any upload from a
-stranger: results.json is extracted alone and bounded, loaded through the evidence model (which
-checks every shape and bound once) and judged again: the kinds, flags and verdict it claims are
-not read, ``ci.evidence.judge.rejudge`` recomputes them from the raw outcomes with this checkout's
-rules and regression list. Every artifact value quoted in an error message is ``repr``'d, so no
+stranger: results.json is extracted alone and bounded here, then loaded through the evidence
+model's one loader (``ci.evidence.shards.load``: every shape and bound checked once) and judged
+again: the kinds, flags and verdict it claims are not read, they are recomputed from the raw
+outcomes with this checkout's rules and regression list. Every artifact value quoted in an error message is ``repr``'d, so no
 line of the report's log can start a workflow command. Nothing here is executed, imported or
 used as a path outside the artifact folder.
 """
@@ -14,7 +14,6 @@ import struct
 import zipfile
 import zlib
 
-from ci.evidence import judge
 from ci.evidence import model as evidence
 
 # What zipfile raises for a damaged, truncated, encrypted or exotic archive.
@@ -32,16 +31,6 @@ _END64 = struct.Struct("<4sQ2H2L4Q")
 
 class ArtifactError(ValueError):
     """The artifact is not what the test job writes; the message names the file and field."""
-
-
-def load_results(path: str) -> evidence.Results:
-    """results.json (a file, or the folder holding it), judged again here; ArtifactError
-    otherwise."""
-    try:
-        model = evidence.load(path)
-    except evidence.EvidenceError as exc:
-        raise ArtifactError(str(exc)) from None
-    return judge.rejudge(model, judge.load_patterns(judge.REGRESSIONS))
 
 
 def names(artifact: str, shards: int | None) -> tuple:
@@ -163,7 +152,8 @@ def check_digests(paths, digests) -> None:
 
 
 def has_results(path: str | None) -> bool:
-    """Whether ``path`` names results as ``load_results`` takes them: the file or its folder."""
+    """Whether ``path`` names results as ``shards.load_results`` takes them: the file or its
+    folder."""
     return bool(path) and (
         os.path.isfile(path) or os.path.isfile(os.path.join(path, "results.json"))
     )

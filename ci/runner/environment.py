@@ -9,6 +9,8 @@ import os
 import shutil
 import subprocess
 
+from ci import gitcmd
+
 RECORD_CHARS = 64 * 1024  # a test process's record is PR code's output: bounded, then checked
 TEXT_KEYS = (
     "python torch cuda gpu sglang sglang_path sglang_error torch_error overlay_error "
@@ -78,10 +80,10 @@ def git_commit(cwd: str | None) -> dict:
 
     def git(*args):
         try:
-            proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+            proc = gitcmd.run(args, cwd)
         except OSError:
             return None
-        return proc.stdout.strip() if proc.returncode == 0 else None
+        return proc.stdout.decode("utf-8", "replace").strip() if proc.returncode == 0 else None
 
     # Only the project's own checkout counts: a project copied into some other repository's
     # tree (a runner's workspace, a monorepo) would otherwise report that repository's commit.

@@ -12,12 +12,12 @@ import subprocess
 import tarfile
 from dataclasses import dataclass
 
+from ci import gitcmd
 from ci.runner import RequestError
 from ci.runner.collect import REGISTERED_ROOT
 
 PACKAGE = "python/sglang"
 SIDES_DIR = "sides"  # under --out; removed when the run ends
-_CALLERS_REPO = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX")
 
 
 @dataclass(frozen=True)
@@ -47,13 +47,8 @@ class Change:
 
 def _git(repo: str, *args: str, data: bool = False):
     """``git *args`` in ``repo``: its stdout (bytes with ``data``), or None when git fails."""
-    env = {k: v for k, v in os.environ.items() if k not in _CALLERS_REPO}
-    # No optional lock: ``git status`` would otherwise refresh and rewrite the user's index.
-    env.update(GIT_CONFIG_NOSYSTEM="1", LC_ALL="C", GIT_OPTIONAL_LOCKS="0")
     try:
-        proc = subprocess.run(
-            ["git", "-c", "core.hooksPath=/dev/null", *args], cwd=repo, env=env, capture_output=True
-        )
+        proc = gitcmd.run(args, repo)
     except OSError as exc:
         raise RequestError(f"--git-base/--git-head need git: {exc.strerror}") from None
     if proc.returncode != 0:
@@ -122,11 +117,10 @@ def _registered(root: str, merge_base: str, head: str, status: str) -> tuple[str
 def materialize(root: str, commit: str, dest: str) -> str:
     """The tree of ``commit`` written to ``dest`` (a new folder) as plain files, no ``.git``."""
     os.makedirs(dest)
-    env = {k: v for k, v in os.environ.items() if k not in _CALLERS_REPO}
     with subprocess.Popen(
-        ["git", "archive", "--format=tar", commit],
+        [*gitcmd.COMMAND, "archive", "--format=tar", commit],
         cwd=root,
-        env=env,
+        env=gitcmd.environment(),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     ) as proc:

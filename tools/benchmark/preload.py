@@ -23,6 +23,7 @@ from pathlib import Path
 from ci.runner import modes
 from sglang_overlay import WORKSPACE_MODULE
 from tools.benchmark import summary
+from tools.series import gitcmd
 
 ROOT = Path(__file__).resolve().parents[2]
 GOAL = 2.5
@@ -51,7 +52,7 @@ if __name__ == "__main__":
 def _git(repo: Path, *args: str) -> None:
     identity = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid"}
     identity.update(GIT_COMMITTER_NAME="bench", GIT_COMMITTER_EMAIL="bench@example.invalid")
-    subprocess.run(["git", *args], cwd=repo, check=True, env={**os.environ, **identity})
+    gitcmd.run(list(args), repo, env=identity)
 
 
 def make_repo(dest: Path) -> Path:

@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from ci.evidence import model as evidence
+from ci.evidence import shards
 from ci.evidence.inert import inert
 from ci.reporter.render import escape_inline
 from ci.runner import modes
@@ -126,7 +127,7 @@ def ab(version: str, env: dict, out: Path) -> dict:
         timeout=3600,
     )
     try:
-        model = evidence.load(str(out / version))
+        model = shards.load(str(out / version))
     except evidence.EvidenceError as exc:
         return {"counts": {}, "change_ok": False, "error": f"{exc}: {_last_line(run.stderr)}"}
     row = {"counts": model.counts(), "change_ok": model.verdict == "ok" and run.returncode == 0}

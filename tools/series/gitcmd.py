@@ -5,14 +5,10 @@
 import os
 import re
 import shutil
-import subprocess
 
+from ci import gitcmd
 from tools.series import SeriesError, usage
 
-_CALLERS_REPO = {
-    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_PREFIX",
-}  # fmt: skip
 # Used for commits in throwaway trees (git am during check) when nothing else is configured.
 TOOL_IDENTITY = {
     "GIT_COMMITTER_NAME": "sglang-overlay tools",
@@ -21,25 +17,14 @@ TOOL_IDENTITY = {
 
 
 def run(args, cwd, env=None, check=True, stdin=None, ceiling=None):
-    """Run ``git *args`` in ``cwd``; raise SeriesError with git's own words on failure.
+    """Run ``git *args`` in ``cwd`` (``ci.gitcmd``: in a git hook, as check runs, GIT_DIR and
+    friends name the caller's repository, and a user's hooks or line-ending rewriting must not
+    change what we apply or compare); raise SeriesError with git's own words on failure.
     ``ceiling`` stops git from finding a repository above it: ``git apply`` in a plain directory
     (an installed package) must not be captured by a checkout that happens to contain it."""
-    git = shutil.which("git")
-    if git is None:
+    if shutil.which("git") is None:
         raise usage("git was not found on PATH; the series tools need git (>= 2.25)")
-    # A user's global hooks or line-ending rewriting must not change what we apply or compare,
-    # and in a git hook (check runs as one) GIT_DIR and friends name the caller's repository.
-    full_env = {k: v for k, v in os.environ.items() if k not in _CALLERS_REPO}
-    full_env.update(GIT_CONFIG_NOSYSTEM="1", LC_ALL="C", **(env or {}))
-    if ceiling is not None:
-        full_env["GIT_CEILING_DIRECTORIES"] = str(ceiling)
-    proc = subprocess.run(
-        [git, "-c", "core.autocrlf=false", "-c", "core.hooksPath=/dev/null", *args],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        input=stdin,
-    )
+    proc = gitcmd.run(args, cwd, env=env, stdin=stdin, ceiling=ceiling)
     if check and proc.returncode != 0:
         raise SeriesError(f"git {' '.join(args)} failed in {cwd}:\n{_decode(proc.stderr).strip()}")
     return proc

@@ -16,7 +16,6 @@ the standard library only; exit 0 clean, 1 new sites or bare markers.
 
 import argparse
 import os
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file by pre-commit: make ``series`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.series import audit  # noqa: E402
+from tools.series import audit, gitcmd  # noqa: E402
 
 HOW_TO_FIX = (
     "release the old value first (self.x = None, then allocate), or say why it must stay: "
@@ -80,7 +79,7 @@ def _inert(text: str) -> str:
 
 def base_source(path: str, rev: str) -> "str | None":
     """The file at ``rev``, or None where it did not exist (or there is no git history)."""
-    shown = subprocess.run(["git", "show", f"{rev}:./{path}"], capture_output=True, check=False)
+    shown = gitcmd.run(["show", f"{rev}:./{path}"], None, check=False)
     if shown.returncode != 0 or len(shown.stdout) > audit.MAX_BYTES:
         return None
     try:

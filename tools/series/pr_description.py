@@ -14,7 +14,7 @@ import re
 import shlex
 from dataclasses import dataclass, replace
 
-from ci.evidence import judge
+from ci.evidence import judge, shards
 from ci.evidence import model as evidence
 from ci.reporter.render import cell, environment_line, escape_inline
 from tools.series import SeriesError, usage
@@ -309,6 +309,6 @@ def reproduce(known, results) -> list:
 
 def load_results(results_dir: str):
     try:
-        return evidence.load(results_dir)
+        return shards.load(results_dir)
     except evidence.EvidenceError as err:
         raise usage(f"cannot read the results: {err}") from None

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Which import of sglang's DSV4 module initialises CUDA? (so a preloaded parent could fork)
-cd "$(dirname "$0")/.."
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl || exit 1
+. "$(dirname "$0")/preamble.sh"
 cd /tmp && python3 - <<'PY'
 import time, traceback, torch, torch.cuda
 orig = torch.cuda._lazy_init

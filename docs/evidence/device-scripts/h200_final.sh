@@ -1,13 +1,8 @@
 #!/usr/bin/env bash
 # Device run with the final code: ci run's A/B on CUDA (evidence), where ci run's time goes
 # beyond the two test processes, and the proof benchmark with 5 repeats.
-set -u
-cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>&1 | tail -2
-SP=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-cp .whl/stub_kernels.py "$SP/" && echo "import stub_kernels" > "$SP/zz_stub_kernels.pth"
-export STUB_KERNELS=sgl_kernel
+. "$(dirname "$0")/preamble.sh"
+stub_kernels
 python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name(), 'cores', __import__('os').cpu_count())"
 echo "== nvidia-smi query"; /usr/bin/time -f "%e s" nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 echo "== ci run"; /usr/bin/time -f "%e s wall" python3 -m ci run --out $OUT/ab --backend cuda 2>&1 | tail -12

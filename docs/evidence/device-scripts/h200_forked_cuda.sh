@@ -2,11 +2,7 @@
 # Device run: CUDA cases forked from the test process (ci/file_process.py defers CUDA), the A/B
 # through ci run, upstream's runner call (fresh interpreters: import creates a context), and the
 # proof benchmark.
-set -u
-cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1
-PY=$(python3 -c "import sys; print(sys.executable)")
-python3 -m pip install -q --no-index --no-deps --no-cache-dir .whl/*.whl || exit 1
+. "$(dirname "$0")/preamble.sh"
 M=sglang.srt.layers.attention.dsv4.sparse_prefill_utils
 "$PY" -c "import $M" >/dev/null 2>&1  # first import writes the bytecode caches
 echo "== bare import"; /usr/bin/time -f "%e s" "$PY" -c "import $M"

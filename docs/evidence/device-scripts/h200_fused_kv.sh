@@ -1,11 +1,7 @@
 #!/usr/bin/env bash
 # Device run (issue 28): the overlay's patch 0003 on the real FusedKVMaterializeHelper of
 # sglang 0.5.23 on the H200 -> docs/evidence/h200-0.5.23-fused-kv/.
-set -u
-cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1
-PY=$(python3 -c "import sys; print(sys.executable)")
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl || exit 1
+. "$(dirname "$0")/preamble.sh"
 mkdir -p "$OUT/fused-kv"
 {
   "$PY" -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name())"

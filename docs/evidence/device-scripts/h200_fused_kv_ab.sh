@@ -4,14 +4,9 @@
 # by the series tools, as `series pr-body --fix 0003` prints them: sglang 0.5.23 as released,
 # and 0.5.23 with patches 0003-0004 applied alone (the fix's pull request). The overlay plays no
 # part (off on both sides). Then the CUDA file by hand on each tree, as upstream's runner starts it.
-set -u
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/preamble.sh"
 R=$PWD
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>&1 | tail -2
-SP=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-cp .whl/stub_kernels.py "$SP/" && echo "import stub_kernels" > "$SP/zz_stub_kernels.pth"
-export STUB_KERNELS=sgl_kernel
+stub_kernels
 python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name(), 'cores', __import__('os').cpu_count())"
 command -v git > /dev/null || { echo "no git on this machine: the series tools need it to make the trees"; exit 2; }
 # materialize reads the release's wheel from its cache: nothing can be downloaded here.

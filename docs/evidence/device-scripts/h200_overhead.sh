@@ -11,17 +11,12 @@
 #   OLD: a folder holding the files of the commit before the cuts, made before the run:
 #        mkdir -p .whl/old && git archive 7e471ff | tar -x -C .whl/old
 #   bash .whl/h200_overhead.sh                        # PRELOAD=torch REPEATS=3 OLD=.whl/old
-set -u
+. "$(dirname "$0")/preamble.sh"
 PRELOAD=${PRELOAD:-torch}
 REPEATS=${REPEATS:-3}
-cd "$(dirname "$0")/.."
 OLD=${OLD:-.whl/old}
 [ -f "$OLD/ci/__main__.py" ] || OLD=""
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>&1 | tail -2
-SP=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-cp .whl/stub_kernels.py "$SP/" && echo "import stub_kernels" > "$SP/zz_stub_kernels.pth"
-export STUB_KERNELS=sgl_kernel
+stub_kernels
 F=$PWD/test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py
 python3 -c "import sglang.srt.layers.attention.dsv4.sparse_prefill_utils" >/dev/null 2>&1  # bytecode caches
 for tree in "$PWD" ${OLD:+"$OLD"}; do  # and the bot's own

@@ -1,12 +1,8 @@
 #!/usr/bin/env bash
 # Device run: the overlay with its start-up hook on the H200 image's Python, then the A/B.
-set -u
-cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1
+. "$(dirname "$0")/preamble.sh"
 # The image's python3 is itself a venv (/opt/torch/.venv): install into it, as a user would.
-PY=$(python3 -c "import sys; print(sys.executable)")
 
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl || exit 1
 "$PY" -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name())"
 echo "== status (fresh process)"; (cd /tmp && "$PY" -m sglang_overlay status; echo "exit $?")
 echo "== status disabled"; (cd /tmp && SGLANG_OVERLAY_DISABLE=1 "$PY" -m sglang_overlay status; echo "exit $?")

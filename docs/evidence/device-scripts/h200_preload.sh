@@ -2,14 +2,9 @@
 # Device run, issue 26 item 4: the A/B of every registered CUDA file the series adds (both
 # sides) with --preload "$PRELOAD", against one `python FILE -v` of that file, and the A/B
 # without preload; alternated, 3 repeats, as sglang's CI runs them (SGLANG_IS_IN_CI=true).
-set -u
+. "$(dirname "$0")/preamble.sh"
 PRELOAD=${PRELOAD:-torch}
-cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>&1 | tail -2
-SP=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-cp .whl/stub_kernels.py "$SP/" && echo "import stub_kernels" > "$SP/zz_stub_kernels.pth"
-export STUB_KERNELS=sgl_kernel
+stub_kernels
 F=$PWD/test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py
 python3 -c "import sglang.srt.layers.attention.dsv4.sparse_prefill_utils" >/dev/null 2>&1  # bytecode caches
 t() { /usr/bin/time -f "%e" -o "$OUT/t.txt" "$@" > "$OUT/last.log" 2>&1; local rc=$?; echo "$(tail -1 "$OUT/t.txt") s rc=$rc"; }

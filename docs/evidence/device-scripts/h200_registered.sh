@@ -1,15 +1,10 @@
 #!/usr/bin/env bash
 # Device run: the registered test as upstream's runner starts it (both sides), ci run's A/B on
 # CUDA, and the proof benchmark (bare import vs python FILE vs ci run, alternating).
-set -u
-cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>&1 | tail -2
+. "$(dirname "$0")/preamble.sh"
 # sglang's test utilities import sgl_kernel by name on CUDA; the image has none for this torch
 # and it is too large to carry: a stand-in whose every attribute raises if called.
-SP=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-cp .whl/stub_kernels.py "$SP/" && echo "import stub_kernels" > "$SP/zz_stub_kernels.pth"
-export STUB_KERNELS=sgl_kernel
+stub_kernels
 python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name(), 'cores', __import__('os').cpu_count())"
 F=test/registered/unit/layers/test_dsv4_sparse_prefill_workspace.py
 echo "== python FILE -v, change"; /usr/bin/time -f "%e s wall" python3 $F -v > $OUT/file-change.log 2>&1; tail -4 $OUT/file-change.log

@@ -9,14 +9,11 @@
 # Then est_time's measurement: upstream's collect_tests + run_unittest_files (as
 # test/run_suite.py drives them), SGLANG_IS_IN_CI=true, on each registered file, with the
 # installed 0.5.23 (unmodified) and with 0.5.23 + the whole series (PYTHONPATH, a source tree).
-set -u
-cd "$(dirname "$0")/.."
+WHEELS=".whl/sglang-0.5.23-*.whl"
+. "$(dirname "$0")/preamble.sh"
 R=$PWD
 export PYTHONUNBUFFERED=1 SGLANG_OVERLAY_DISABLE=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/sglang-0.5.23-*.whl 2>&1 | tail -2
-SP=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-cp .whl/stub_kernels.py "$SP/" && echo "import stub_kernels" > "$SP/zz_stub_kernels.pth"
-export STUB_KERNELS=sgl_kernel
+stub_kernels
 python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name())"
 for backend in cuda cpu; do
   echo "== python3 -m tools.registered_mutants --backend $backend"

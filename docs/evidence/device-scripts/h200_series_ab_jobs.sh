@@ -4,14 +4,9 @@
 # it, with one process per file and side at once (--jobs 4), against one
 # `SGLANG_IS_IN_CI=true python3 FILE -v` of fix 0001's CUDA file (the change side, as in
 # h200_preload.sh), alternated, $REPEATS repeats.
-set -u
+. "$(dirname "$0")/preamble.sh"
 REPEATS=${REPEATS:-3}
-cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>&1 | tail -2
-SP=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-cp .whl/stub_kernels.py "$SP/" && echo "import stub_kernels" > "$SP/zz_stub_kernels.pth"
-export STUB_KERNELS=sgl_kernel
+stub_kernels
 F=$PWD/test/registered/unit/layers/attention/test_dsv4_sparse_prefill_workspace.py
 python3 -c "import sglang.srt.layers.attention.dsv4.sparse_prefill_utils, sglang.kernels.ops.speculative.fused_kv_materialize" >/dev/null 2>&1
 python3 -c "import ci.__main__, abtest.run, report.render, matplotlib.pyplot" >/dev/null 2>&1

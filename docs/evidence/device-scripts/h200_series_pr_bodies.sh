@@ -6,13 +6,8 @@
 # CI runs each file (SGLANG_IS_IN_CI=true; the overlay plays no part), and renders the
 # description from that folder (`pr-body --no-check`). Results land in $OUT/fix-NNNN/.
 # Same .whl/ set as h200_fused_kv_ab.sh (README.md beside this script); needs git.
-set -u
-cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>&1 | tail -2
-SP=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-cp .whl/stub_kernels.py "$SP/" && echo "import stub_kernels" > "$SP/zz_stub_kernels.pth"
-export STUB_KERNELS=sgl_kernel
+. "$(dirname "$0")/preamble.sh"
+stub_kernels
 # the installed overlay must play no part in either tree's process
 export SGLANG_OVERLAY_DISABLE=1
 python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name())"

@@ -1,11 +1,7 @@
 #!/usr/bin/env bash
 # Device run: which threads the registered file's process has when it forks its cases (Python
 # 3.12 warns "multi-threaded, use of fork() may lead to deadlocks").
-set -u
-cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1
-PY=$(python3 -c "import sys; print(sys.executable)")
-python3 -m pip install -q --no-index --no-deps --no-cache-dir .whl/*.whl || exit 1
+. "$(dirname "$0")/preamble.sh"
 cat > /tmp/threads.py <<'PY'
 import os, sys, threading
 def threads(when):

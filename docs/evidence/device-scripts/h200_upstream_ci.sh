@@ -2,13 +2,8 @@
 # Device run, issue 25: the series' tests as sglang's CI runs them (SGLANG_IS_IN_CI=true, the
 # bot's default), the CPU companion on the same host, the registered test of before issue 25
 # (its state in setUp) to show what the retry masks, and the upstream runner's call by hand.
-set -u
-cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>&1 | tail -2
-SP=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-cp .whl/stub_kernels.py "$SP/" && echo "import stub_kernels" > "$SP/zz_stub_kernels.pth"
-export STUB_KERNELS=sgl_kernel
+. "$(dirname "$0")/preamble.sh"
+stub_kernels
 python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name(), 'cores', __import__('os').cpu_count())"
 echo "== ci run, cuda (default: as sglang's CI runs it)"
 /usr/bin/time -f "%e s wall" python3 -m ci run --out "$OUT/cuda" --backend cuda --tests test/registered 2>&1 | tail -12

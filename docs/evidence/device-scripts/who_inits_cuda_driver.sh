@@ -1,7 +1,5 @@
 #!/usr/bin/env bash
-set -u
-cd "$(dirname "$0")/.."
-python3 -m pip install -q --no-index --no-deps --no-cache-dir .whl/*.whl || exit 1
+. "$(dirname "$0")/preamble.sh"
 cat > /tmp/who.py <<'PY'
 import builtins, os, sys, traceback
 def cuda_thread():
