@@ -16,6 +16,16 @@ from conftest import REPO, clean_env
 
 from tools import registered_mutants
 
+PR_ORDER = (
+    "test_growing_releases_the_old_workspace_before_allocating",
+    "test_changing_dtype_releases_the_old_workspace_before_allocating",
+)
+PR_KEY = (
+    "test_growing_at_the_same_address_invalidates_the_cached_prefix",
+    "test_changing_dtype_at_the_same_address_invalidates_the_cached_prefix",
+)
+PR_FITS = "test_a_request_that_fits_keeps_the_workspace_and_its_prefix"
+
 # mutant -> the CPU tests that kill it (every other test lets it survive)
 KILLS = {
     "0001": {
@@ -66,6 +76,16 @@ KILLS = {
             "test_a_request_that_fits_reuses_the_workspaces",
             "test_growing_releases_the_old_workspaces_before_allocating",
         },
+    },
+    # fix 0001 cut for upstream main's per-ratio workspace (patches/cuts/per-ratio-workspace)
+    "0001-per-ratio": {
+        "unmodified": {*PR_ORDER, *PR_KEY, PR_FITS},
+        "release-first-alone": set(PR_KEY),
+        "generation-without-release": set(PR_ORDER),
+        "old-workspace-kept-in-a-local": set(PR_ORDER),
+        "released-on-growth-only": {PR_ORDER[1]},
+        "generation-bumped-on-growth-only": {PR_KEY[1]},
+        "released-before-the-capacity-check": {PR_FITS},
     },
 }
 

@@ -51,6 +51,8 @@ class Fix:
     tests: dict  # backend -> registered test files
     unmodified_killed_by: dict
     mutants: tuple
+    base_file: str = ""  # the base's text in this repository (a cut's), else the installed file
+    pins: str = "patches/BASE"  # the BASE that pins it
 
 
 DSV4_CPU = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_release_order.py"
@@ -87,6 +89,96 @@ FKV_FAILED = "test_a_failed_dtype_change_leaves_workspaces_of_the_next_batchs_dt
 FKV_CUDA_ALL = (
     "test_grow_2048_to_4096_tokens_peaks_at_the_new_128_mib",
     "test_float16_to_bfloat16_doubles_and_peaks_at_the_new_128_mib",
+)
+
+CUT = "patches/cuts/per-ratio-workspace/"  # fix 0001 cut for upstream main at 02e8ed1b
+PR_CPU = (
+    CUT + "test/registered/unit/layers/attention/test_dsv4_per_ratio_workspace_release_order.py"
+)
+PR_CUDA = (
+    CUT + "test/registered/kernels/ops/attention/dsv4/test_dsv4_per_ratio_workspace_replacement.py"
+)
+PR_RELEASE = "            self._buffer = None\n            self.generation += 1\n"
+PR_ORDER = (
+    "test_growing_releases_the_old_workspace_before_allocating",
+    "test_changing_dtype_releases_the_old_workspace_before_allocating",
+)
+PR_KEY = (
+    "test_growing_at_the_same_address_invalidates_the_cached_prefix",
+    "test_changing_dtype_at_the_same_address_invalidates_the_cached_prefix",
+)
+PR_CUDA_PEAK = ("test_grow_64_to_96_mib_peaks_at_96_mib",)
+PR_CUDA_KEY = ("test_bf16_to_fp8_in_the_freed_block_invalidates_the_cached_prefix",)
+PR_FITS = ("test_a_request_that_fits_keeps_the_workspace_and_its_prefix",)
+PER_RATIO = Fix(
+    patch=CUT + "patches/0001-dsv4-per-ratio-release-first-and-invalidate.patch",
+    source="python/sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py",
+    module="sglang.srt.layers.attention.dsv4.sparse_prefill_utils",
+    tests={"cpu": (PR_CPU,), "cuda": (PR_CUDA,)},
+    unmodified_killed_by={
+        "cpu": (*PR_ORDER, *PR_KEY, *PR_FITS),
+        "cuda": PR_CUDA_PEAK + PR_CUDA_KEY,
+    },
+    mutants=(
+        Mutant(
+            "release-first-alone",
+            "releases the workspace first but never bumps the generation",
+            (("            self.generation += 1\n", ""),),
+            {"cpu": PR_KEY, "cuda": PR_CUDA_KEY},
+        ),
+        Mutant(
+            "generation-without-release",
+            "bumps the generation but allocates while holding the old workspace",
+            ((PR_RELEASE, "            self.generation += 1\n"),),
+            {"cpu": PR_ORDER, "cuda": PR_CUDA_PEAK},
+        ),
+        Mutant(
+            "old-workspace-kept-in-a-local",
+            "clears the attribute but keeps the old workspace in a local while allocating",
+            (
+                (
+                    "            self._buffer = None\n",
+                    "            old, self._buffer = self._buffer, None\n",
+                ),
+            ),
+            {"cpu": PR_ORDER, "cuda": PR_CUDA_PEAK},
+        ),
+        Mutant(
+            "released-on-growth-only",
+            "releases the workspace when it grows, not when the dtype changes",
+            (
+                (
+                    "            self._buffer = None\n",
+                    "            if num_tokens > current_capacity:\n                self._buffer = None\n",
+                ),
+            ),
+            {"cpu": PR_ORDER[1:]},
+        ),
+        Mutant(
+            "generation-bumped-on-growth-only",
+            "bumps the generation when the workspace grows, not when the dtype changes",
+            (
+                (
+                    "            self.generation += 1\n",
+                    "            if num_tokens > current_capacity:\n                self.generation += 1\n",
+                ),
+            ),
+            {"cpu": PR_KEY[1:], "cuda": PR_CUDA_KEY},
+        ),
+        Mutant(
+            "released-before-the-capacity-check",
+            "releases and bumps on every request, so one that fits reallocates",
+            (
+                (
+                    "        assert num_tokens > 0\n",
+                    "        assert num_tokens > 0\n        self._buffer = None\n        self.generation += 1\n",
+                ),
+            ),
+            {"cpu": PR_FITS},
+        ),
+    ),
+    base_file="tests/fixtures/upstream_main/sparse_prefill_utils-02e8ed1b.py.txt",
+    pins=CUT + "patches/BASE",
 )
 
 FIXES = {
@@ -240,6 +332,7 @@ FIXES = {
             ),
         ),
     ),
+    "0001-per-ratio": PER_RATIO,
 }
 
 
@@ -271,19 +364,20 @@ def apply_patch(text: str, patch: Path) -> str:
     return text
 
 
-def pinned_sha256(path: str) -> str:
-    for line in (REPO / "patches/BASE").read_text().splitlines():
+def pinned_sha256(path: str, pins: str = "patches/BASE") -> str:
+    for line in (REPO / pins).read_text().splitlines():
         match = re.fullmatch(r"file: (\S+) sha256=([0-9a-f]{64})", line.strip())
         if match and match.group(1) == path:
             return match.group(2)
-    raise Refused(f"patches/BASE pins no sha256 for {path}")
+    raise Refused(f"{pins} pins no sha256 for {path}")
 
 
 def base_text(fix: Fix) -> tuple:
+    """The base file's text, and the installed module's path (where the variants load)."""
     spec = importlib.util.find_spec(fix.module)
-    data = Path(spec.origin).read_bytes()
-    if hashlib.sha256(data).hexdigest() != pinned_sha256(fix.source):
-        raise Refused(f"{spec.origin} is not the base patches/BASE pins (sha256 differs)")
+    data = (REPO / fix.base_file if fix.base_file else Path(spec.origin)).read_bytes()
+    if hashlib.sha256(data).hexdigest() != pinned_sha256(fix.source, fix.pins):
+        raise Refused(f"{fix.base_file or spec.origin} is not the base {fix.pins} pins")
     return data.decode(), spec.origin
 
 
@@ -301,6 +395,7 @@ def variants(fix: Fix, base: str) -> dict:
 def load_variant(fix: Fix, text: str, origin: str) -> None:
     module = types.ModuleType(fix.module)
     module.__file__ = origin
+    module.__spec__ = importlib.util.spec_from_file_location(fix.module, origin)  # find_spec
     package, _, leaf = fix.module.rpartition(".")
     module.__package__ = package
     exec(compile(text, origin, "exec"), module.__dict__)
@@ -349,7 +444,7 @@ def run(backend: str, fixes) -> dict:
                     for test, result in run_file(path).items():
                         outcomes[variant][f"{Path(path).name}::{test}"] = result
         finally:
-            load_variant(fix, base, origin)
+            load_variant(fix, Path(origin).read_text(), origin)  # the installed module again
         report[number] = outcomes
     return report
 

@@ -157,12 +157,18 @@ def materialize(version: str, dest) -> Path:
     return dest
 
 
+def checkout_tree(checkout) -> Path:
+    """``checkout``, refused in one line unless it is an sglang git checkout."""
+    checkout = Path(checkout)
+    if not gitcmd.is_work_tree(checkout) or not (checkout / "python" / "sglang").is_dir():
+        raise usage(f"{checkout} is not an sglang git checkout (a work tree with python/sglang/)")
+    return checkout
+
+
 def materialize_checkout(checkout, rev: str, dest) -> Path:
     """A fresh repository at ``dest`` whose HEAD (tag ``base``) is commit ``rev`` of the
     upstream git checkout ``checkout`` (a git base: patches/BASE's ``git:`` line)."""
-    checkout, dest = Path(checkout), Path(dest)
-    if not gitcmd.is_work_tree(checkout) or not (checkout / "python" / "sglang").is_dir():
-        raise usage(f"{checkout} is not an sglang git checkout (a work tree with python/sglang/)")
+    checkout, dest = checkout_tree(checkout), Path(dest)
     if not gitcmd.ok(["rev-parse", "-q", "--verify", f"{rev}^{{commit}}"], checkout):
         raise usage(f"{checkout} has no commit {rev}; fetch it first (git fetch origin {rev})")
     if dest.exists() and any(dest.iterdir()):

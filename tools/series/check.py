@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from tools.series import SeriesError, base, gitcmd, usage
+from tools.series import SeriesError, base, cuts, gitcmd, usage
 from tools.series.seriesdir import COVER_NAME, NEW
 
 # Files the series adds under this prefix must equal the project's copy byte for byte.
@@ -64,6 +64,8 @@ def run_check(series, version=None, checkout=None, rev=None) -> list:
         if pinned:
             verify_base_hashes(series, repo)
             report.append(f"base sglang=={version}: pinned files match patches/BASE")
+        series, taken = cuts.for_tree(series, repo)  # a fix cut for this base's shape
+        report.extend(cuts.notes(taken, repo))
         am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
         report.append(f"{len(series.names)} patches apply to sglang=={version} with git am")
         if series.cover is not None:
@@ -82,7 +84,8 @@ def verify_fixes_alone(series, repo: Path, version: str) -> list:
     report = []
     for fix in series.fixes:
         gitcmd.run(["reset", "-q", "--hard", base.BASE_TAG], repo)
-        patches = [(patch.name, series.root / patch.name, patch) for patch in fix.patches]
+        alone = cuts.only(series, fix)
+        patches = list(zip(alone.names, alone.paths(), alone.patches, strict=True))
         try:
             am_patches(patches, repo, env=gitcmd.TOOL_IDENTITY)
         except SeriesError as err:
@@ -145,7 +148,7 @@ def verify_mirrored_files(series, repo: Path) -> list:
     for path in series.touched_files():
         if not path.startswith(MIRRORED_PREFIX):
             continue
-        ours = series.root.parent / path
+        ours = cuts.project_copy(series, path)
         if not ours.is_file():
             raise SeriesError(f"the series adds {path}, but the project has no such file")
         expected, actual = ours.read_bytes(), (repo / path).read_bytes()

@@ -68,7 +68,9 @@ def refresh(patches_dir, source) -> list:
         report.append(f"{stale}: removed (no matching commit)")
     series_file.write_text(seriesdir.render_series(names))
     touched = dict.fromkeys(path for patch in patches for path, _ in patch.files)
-    pinned = seriesdir.Base(version, tuple(base.pins(source, touched).items()))
+    old_base = patches_dir / "BASE"
+    kept = seriesdir.parse_base(old_base.read_text()).cuts if old_base.is_file() else ()
+    pinned = seriesdir.Base(version, tuple(base.pins(source, touched).items()), cuts=kept)
     (patches_dir / "BASE").write_text(seriesdir.render_base(pinned))
     return report
 
