@@ -64,8 +64,10 @@ def run_check(series, version=None, checkout=None, rev=None) -> list:
         if pinned:
             verify_base_hashes(series, repo)
             report.append(f"base sglang=={version}: pinned files match patches/BASE")
-        series, taken = cuts.for_tree(series, repo)  # a fix cut for this base's shape
+        cut_series, taken = cuts.for_tree(series, repo)  # a fix cut for this base's shape
         report.extend(cuts.notes(taken, repo))
+        report.extend(the_cut_replaced(series, cut.fix, repo) for cut, _ in taken)
+        series = cut_series
         am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
         report.append(f"{len(series.names)} patches apply to sglang=={version} with git am")
         if series.cover is not None:
@@ -97,6 +99,19 @@ def verify_fixes_alone(series, repo: Path, version: str) -> list:
             f"fix {fix.number} ({', '.join(fix.names)}) applies alone to sglang=={version}"
         )
     return report
+
+
+def the_cut_replaced(series, number: str, repo: Path) -> str:
+    """Whether fix ``number`` as patches/ cuts it applies to the pristine base in ``repo``
+    (a cut for this shape was taken instead): its failing file and hunk, in one line."""
+    alone = cuts.only(series, series.fix(number))
+    try:
+        patches = list(zip(alone.names, alone.paths(), alone.patches, strict=True))
+        am_patches(patches, repo, env=gitcmd.TOOL_IDENTITY)
+    except SeriesError as err:
+        return f"fix {number} as patches/ cuts it does not apply here: {err}"
+    gitcmd.run(["reset", "-q", "--hard", base.BASE_TAG], repo)
+    return f"fix {number} as patches/ cuts it applies here too; the base's shape chose the cut"
 
 
 def verify_base_hashes(series, repo: Path) -> None:
