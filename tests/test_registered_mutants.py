@@ -20,6 +20,16 @@ DFP_ORDER = (
     "test_growing_the_batch_releases_the_old_buffer_before_allocating",
     "test_changing_gamma_releases_the_old_buffer_before_allocating",
 )
+PR_ORDER = (
+    "test_growing_releases_the_old_workspace_before_allocating",
+    "test_changing_dtype_releases_the_old_workspace_before_allocating",
+)
+PR_KEY = (
+    "test_growing_at_the_same_address_invalidates_the_cached_prefix",
+    "test_changing_dtype_at_the_same_address_invalidates_the_cached_prefix",
+)
+PR_FITS = "test_a_request_that_fits_keeps_the_workspace_and_its_prefix"
+
 # mutant -> the CPU tests that kill it (every other test lets it survive)
 KILLS = {
     "0001": {
@@ -77,6 +87,16 @@ KILLS = {
         "old-buffer-kept-in-the-attribute": set(DFP_ORDER),
         # and the order tests, whose growth then gets a buffer sized for the batch alone
         "released-before-the-reuse-check": {"test_a_batch_that_fits_reuses_the_buffer", *DFP_ORDER},
+    },
+    # fix 0001 cut for upstream main's per-ratio workspace (patches/cuts/per-ratio-workspace)
+    "0001-per-ratio": {
+        "unmodified": {*PR_ORDER, *PR_KEY, PR_FITS},
+        "release-first-alone": set(PR_KEY),
+        "generation-without-release": set(PR_ORDER),
+        "old-workspace-kept-in-a-local": set(PR_ORDER),
+        "released-on-growth-only": {PR_ORDER[1]},
+        "generation-bumped-on-growth-only": {PR_KEY[1]},
+        "released-before-the-capacity-check": {PR_FITS},
     },
 }
 

@@ -199,11 +199,20 @@ def test_matrix_tries_each_fix_on_its_own_files(tmp_path):
     root = _project_copy(tmp_path)
     fix = next((root / "patches").glob("0001-*.patch"))
     fix.write_bytes(
-        fix.read_bytes().replace(b"\n-            self._head_source = None", b"\n-            x = 0", 1)
+        fix.read_bytes().replace(
+            b"\n-            self._head_source = None", b"\n-            x = 0", 1
+        )
     )
     row = matrix.release_row(seriesdir.load(root / "patches"), "0.5.23")
     statuses = {name.split("-", 1)[0]: result["status"] for name, result in row["patches"].items()}
-    assert statuses == {"0001": "fails", "0002": "clean", "0003": "clean", "0004": "clean", "0005": "clean", "0006": "clean"}
+    assert statuses == {
+        "0001": "fails",
+        "0002": "clean",
+        "0003": "clean",
+        "0004": "clean",
+        "0005": "clean",
+        "0006": "clean",
+    }
 
 
 def test_apply_refuses_a_dirty_checkout_and_one_it_does_not_apply_to(capsys, tmp_path, series):
@@ -267,14 +276,14 @@ def test_refresh_from_the_applied_tree_reproduces_the_series_byte_for_byte(
     capsys, tmp_path, patched_tree, monkeypatch
 ):
     root = _project_copy(tmp_path)
-    before = {p.name: p.read_bytes() for p in (root / "patches").iterdir()}
+    before = {p.name: p.read_bytes() for p in (root / "patches").iterdir() if p.is_file()}
     # The patches are authored by whoever refreshes: here, whoever refreshed them last.
     name, email = parseaddr(_author_header(root / "patches"))
     monkeypatch.setenv("GIT_AUTHOR_NAME", name)
     monkeypatch.setenv("GIT_AUTHOR_EMAIL", email)
     code, out, err = _run(capsys, "--patches", root / "patches", "refresh", "--from", patched_tree)
     assert code == 0, err
-    after = {p.name: p.read_bytes() for p in (root / "patches").iterdir()}
+    after = {p.name: p.read_bytes() for p in (root / "patches").iterdir() if p.is_file()}
     assert after == before
     assert out.count(": unchanged") == 7 and "0000-cover-letter.patch: unchanged" in out
 
@@ -305,7 +314,7 @@ def test_refresh_without_a_git_identity_is_one_line_and_exit_2(
     capsys, tmp_path, patched_tree, monkeypatch
 ):
     root = _project_copy(tmp_path)
-    before = {p.name: p.read_bytes() for p in (root / "patches").iterdir()}
+    before = {p.name: p.read_bytes() for p in (root / "patches").iterdir() if p.is_file()}
     for name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "EMAIL"):
         monkeypatch.delenv(name, raising=False)
     (tmp_path / "gitconfig").write_text("")
@@ -313,4 +322,4 @@ def test_refresh_without_a_git_identity_is_one_line_and_exit_2(
     code, _, err = _run(capsys, "--patches", root / "patches", "refresh", "--from", patched_tree)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "no git identity to author the patches" in err
-    assert {p.name: p.read_bytes() for p in (root / "patches").iterdir()} == before
+    assert {p.name: p.read_bytes() for p in (root / "patches").iterdir() if p.is_file()} == before

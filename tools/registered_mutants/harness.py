@@ -62,19 +62,20 @@ def apply_patch(text: str, patch: Path) -> str:
     return text
 
 
-def pinned_sha256(path: str) -> str:
-    for line in (REPO / "patches/BASE").read_text().splitlines():
+def pinned_sha256(path: str, pins: str = "patches/BASE") -> str:
+    for line in (REPO / pins).read_text().splitlines():
         match = re.fullmatch(r"file: (\S+) sha256=([0-9a-f]{64})", line.strip())
         if match and match.group(1) == path:
             return match.group(2)
-    raise Refused(f"patches/BASE pins no sha256 for {path}")
+    raise Refused(f"{pins} pins no sha256 for {path}")
 
 
 def base_text(fix: Fix) -> tuple:
+    """The base file's text, and the installed module's path (where the variants load)."""
     spec = importlib.util.find_spec(fix.module)
-    data = Path(spec.origin).read_bytes()
-    if hashlib.sha256(data).hexdigest() != pinned_sha256(fix.source):
-        raise Refused(f"{spec.origin} is not the base patches/BASE pins (sha256 differs)")
+    data = (REPO / fix.base_file if fix.base_file else Path(spec.origin)).read_bytes()
+    if hashlib.sha256(data).hexdigest() != pinned_sha256(fix.source, fix.pins):
+        raise Refused(f"{fix.base_file or spec.origin} is not the base {fix.pins} pins")
     return data.decode(), spec.origin
 
 
@@ -92,6 +93,7 @@ def variants(fix: Fix, base: str) -> dict:
 def load_variant(fix: Fix, text: str, origin: str) -> None:
     module = types.ModuleType(fix.module)
     module.__file__ = origin
+    module.__spec__ = importlib.util.spec_from_file_location(fix.module, origin)  # find_spec
     package, _, leaf = fix.module.rpartition(".")
     module.__package__ = package
     exec(compile(text, origin, "exec"), module.__dict__)
@@ -140,7 +142,7 @@ def run(backend: str, fixes) -> dict:
                     for test, result in run_file(path).items():
                         outcomes[variant][f"{Path(path).name}::{test}"] = result
         finally:
-            load_variant(fix, base, origin)
+            load_variant(fix, Path(origin).read_text(), origin)  # the installed module again
         report[number] = outcomes
     return report
 

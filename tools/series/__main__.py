@@ -16,6 +16,7 @@ from tools.series import (
     base,
     basearg,
     check,
+    cuts,
     matrix,
     pr_description,
     refresh,
@@ -96,10 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     basearg.add_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    verbs.add_parser(
+    p = verbs.add_parser(
         "describe",
         help="the series' id, release, patches and fixes as JSON, for 'python -m ci run --series'",
     )
+    p.add_argument("--checkout", **checkout)
 
     p = verbs.add_parser(
         "pr-body", help="the upstream PR description of one fix from a ci run folder"
@@ -164,7 +166,10 @@ def run(args) -> str:
             return f"{repo}: {where.checkout} at {where.commit[:12]}, tagged '{base.BASE_TAG}'\n"
         return f"{repo}: {where.name} in upstream layout, base commit tagged '{base.BASE_TAG}'\n"
     if args.verb == "describe":
-        return json.dumps(seriesdir.describe(args.patches), indent=2) + "\n"
+        series = seriesdir.load(args.patches)
+        if args.checkout:  # each fix as cut for the checkout's shape
+            series, _ = cuts.for_tree(series, base.checkout_tree(args.checkout))
+        return json.dumps(seriesdir.summary(series), indent=2) + "\n"
     series = seriesdir.load(args.patches)
     if args.verb == "check":
         return _lines([*check.run_check(series, basearg.resolve(args, series.base)), "ok"])

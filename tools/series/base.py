@@ -163,12 +163,18 @@ def materialize(version: str, dest) -> Path:
     return dest
 
 
-def commit_of(checkout, rev: str) -> str:
-    """The full commit ``rev`` names in ``checkout``; a usage error when ``checkout`` is no
-    sglang git checkout or has no such commit."""
+def checkout_tree(checkout) -> Path:
+    """``checkout``, refused in one line unless it is an sglang git checkout."""
     checkout = Path(checkout)
     if not gitcmd.is_work_tree(checkout) or not (checkout / "python" / "sglang").is_dir():
         raise usage(f"{checkout} is not an sglang git checkout (a work tree with python/sglang/)")
+    return checkout
+
+
+def commit_of(checkout, rev: str) -> str:
+    """The full commit ``rev`` names in ``checkout``; a usage error when ``checkout`` is no
+    sglang git checkout or has no such commit."""
+    checkout = checkout_tree(checkout)
     spec = ["rev-parse", "-q", "--verify", "--end-of-options", f"{rev}^{{commit}}"]
     proc = gitcmd.run(spec, checkout, check=False)
     if proc.returncode != 0:

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from tools.series import SeriesError, base, basearg, gitcmd, own_checks, usage
+from tools.series import SeriesError, base, basearg, cuts, gitcmd, own_checks, usage
 from tools.series.hookdiff import introduced, problem_lines  # noqa: F401 (check's API)
 from tools.series.seriesdir import COVER_NAME, NEW
 
@@ -58,6 +58,10 @@ def run_check(series, where=None) -> list:
         if pinned:
             verify_base_hashes(series, repo)
             report.append(f"base {name}: pinned files match patches/BASE")
+        cut_series, taken = cuts.for_tree(series, repo)  # a fix cut for this base's shape
+        report.extend(cuts.notes(taken, repo))
+        report.extend(the_cut_replaced(series, cut.fix, repo) for cut, _ in taken)
+        series = cut_series
         am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
         report.append(f"{len(series.names)} patches apply to {name} with git am")
         if series.cover is not None:
@@ -78,7 +82,8 @@ def verify_fixes_alone(series, repo: Path, name: str) -> list:
     report = []
     for fix in series.fixes:
         gitcmd.run(["reset", "-q", "--hard", base.BASE_TAG], repo)
-        patches = [(patch.name, series.root / patch.name, patch) for patch in fix.patches]
+        alone = cuts.only(series, fix)
+        patches = list(zip(alone.names, alone.paths(), alone.patches, strict=True))
         try:
             am_patches(patches, repo, env=gitcmd.TOOL_IDENTITY)
         except SeriesError as err:
@@ -88,6 +93,19 @@ def verify_fixes_alone(series, repo: Path, name: str) -> list:
             ) from None
         report.append(f"fix {fix.number} ({', '.join(fix.names)}) applies alone to {name}")
     return report
+
+
+def the_cut_replaced(series, number: str, repo: Path) -> str:
+    """Whether fix ``number`` as patches/ cuts it applies to the pristine base in ``repo``
+    (a cut for this shape was taken instead): its failing file and hunk, in one line."""
+    alone = cuts.only(series, series.fix(number))
+    try:
+        patches = list(zip(alone.names, alone.paths(), alone.patches, strict=True))
+        am_patches(patches, repo, env=gitcmd.TOOL_IDENTITY)
+    except SeriesError as err:
+        return f"fix {number} as patches/ cuts it does not apply here: {err}"
+    gitcmd.run(["reset", "-q", "--hard", base.BASE_TAG], repo)
+    return f"fix {number} as patches/ cuts it applies here too; the base's shape chose the cut"
 
 
 def verify_base_hashes(series, repo: Path) -> None:
@@ -139,7 +157,7 @@ def verify_mirrored_files(series, repo: Path) -> list:
     for path in series.touched_files():
         if not path.startswith(MIRRORED_PREFIX):
             continue
-        ours = series.root.parent / path
+        ours = cuts.project_copy(series, path)
         if not ours.is_file():
             raise SeriesError(f"the series adds {path}, but the project has no such file")
         expected, actual = ours.read_bytes(), (repo / path).read_bytes()

@@ -94,12 +94,14 @@ def refresh(patches_dir, source) -> list:
     series_file.write_text(seriesdir.render_series(names))
     touched = dict.fromkeys(path for patch in patches for path, _ in patch.files)
     files = tuple(base.pins(source, touched).items())
+    old_base = patches_dir / "BASE"
+    kept = seriesdir.parse_base(old_base.read_text()).cuts if old_base.is_file() else ()
     if version:
-        pinned = seriesdir.Base(version, files)
+        pinned = seriesdir.Base(version, files, cuts=kept)
     else:
         if gitcmd.out(["rev-parse", f"{base.BASE_TAG}^{{commit}}"], source) != commit:
             raise SeriesError(f"{source}: its '{base.BASE_TAG}' tag is not commit {commit[:12]}")
-        pinned = seriesdir.Base(None, files, commit, _upstream(patches_dir))
+        pinned = seriesdir.Base(None, files, commit, _upstream(patches_dir), cuts=kept)
     (patches_dir / "BASE").write_text(seriesdir.render_base(pinned))
     return report
 

@@ -69,12 +69,30 @@ def check_version(version: str) -> str:
     return version
 
 
+_CUT_RE = re.compile(r"([0-9]{4}) (\S+) when (\S+) contains (\S+)")
+
+
+@dataclass(frozen=True)
+class Cut:
+    """``cut:`` in BASE: where the base's ``path`` contains ``marker``, fix ``fix`` is the
+    series in ``folder`` (under patches/) instead (tools/series/cuts.py)."""
+
+    fix: str  # the number of the fix it stands in for
+    folder: str
+    path: str
+    marker: str
+
+    def line(self) -> str:
+        return f"cut: {self.fix} {self.folder} when {self.path} contains {self.marker}"
+
+
 @dataclass(frozen=True)
 class Base:
     version: str | None  # the release, or None for a git base
     files: tuple  # (upstream path, sha256 hex or NEW)
     git: str | None = None  # the upstream commit (40 hex) of a git base
     upstream: str = ""  # a git base's repository, in words
+    cuts: tuple = ()  # Cut: a fix's cut for bases of another shape
 
     def upstream_name(self) -> str:
         """The base as upstream knows it: the release, or the upstream commit."""
@@ -87,7 +105,7 @@ class Base:
 
 
 def parse_base(text: str, where: str = "patches/BASE") -> Base:
-    version, files, git, upstream = None, [], None, ""
+    version, files, git, upstream, cuts = None, [], None, "", []
     for number, line in _lines(text):
         key, _, value = (part.strip() for part in line.partition(":"))
         if key == "git":
@@ -107,13 +125,21 @@ def parse_base(text: str, where: str = "patches/BASE") -> Base:
             if digest != NEW and not re.fullmatch(r"[0-9a-f]{64}", digest):
                 raise SeriesError(f"{where}:{number}: {path} needs sha256=<64 hex> or 'new'")
             files.append((path, digest))
+        elif key == "cut":
+            match = _CUT_RE.fullmatch(value)
+            if not match or Path(match.group(2)).is_absolute() or ".." in match.group(2):
+                raise SeriesError(
+                    f"{where}:{number}: expected 'cut: NNNN FOLDER when PATH contains TEXT' "
+                    "(FOLDER inside patches/)"
+                )
+            cuts.append(Cut(*match.groups()))
         elif key not in ("source", "layout"):
             raise SeriesError(f"{where}:{number}: unknown key {key!r}")
     if (version is None) == (git is None):
         raise SeriesError(
             f"{where}: one base: a 'release: sglang==X.Y.Z' line or a 'git: <commit>' line"
         )
-    return Base(version, tuple(files), git, upstream)
+    return Base(version, tuple(files), git, upstream, tuple(cuts))
 
 
 def render_base(base: Base) -> str:
@@ -125,7 +151,7 @@ def render_base(base: Base) -> str:
             "layout: upstream; the checkout is given at run time",
         ]
         lines += [f"file: {p} {NEW if d == NEW else 'sha256=' + d}" for p, d in base.files]
-        return "\n".join(lines) + "\n"
+        return "\n".join([*lines, *(cut.line() for cut in base.cuts)]) + "\n"
     lines = [
         "# The base this series is cut against. Regenerate with: python -m tools.series refresh",
         f"release: sglang=={base.version}",
@@ -135,7 +161,7 @@ def render_base(base: Base) -> str:
     ]
     for path, digest in base.files:
         lines.append(f"file: {path} {NEW if digest == NEW else 'sha256=' + digest}")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *(cut.line() for cut in base.cuts)]) + "\n"
 
 
 def _mail(data: bytes):
@@ -296,13 +322,15 @@ class SeriesDir:
     base: Base
     patches: tuple  # Patch, in series order
     cover: Cover | None = None
+    homes: tuple = ()  # each patch's folder where it is not root (a cut's, tools/series/cuts.py)
 
     @property
     def id(self) -> str:
         return series_id(self.base.version, (patch.data for patch in self.patches))
 
     def paths(self):
-        return [self.root / name for name in self.names]
+        homes = self.homes or (self.root,) * len(self.names)
+        return [home / name for home, name in zip(homes, self.names, strict=True)]
 
     def touched_files(self) -> dict:
         """Every upstream path the series touches, first-touch order -> added by the series."""
@@ -355,9 +383,12 @@ def load(root=PATCHES_DIR) -> SeriesDir:
 
 
 def describe(patches_dir) -> dict:
-    """What ``python -m tools.series describe`` prints for ``ci run --series``: the id, the base release, the patch names,
-    and each fix's id and patch names."""
-    series = load(patches_dir)
+    """What ``python -m tools.series describe`` prints for ``ci run --series``."""
+    return summary(load(patches_dir))
+
+
+def summary(series: SeriesDir) -> dict:
+    """The id, the base release, the patch names, and each fix's id and patch names."""
     return {
         "id": series.id,
         "release": series.base.version,
