@@ -101,7 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
         "describe",
         help="the series' id, release, patches and fixes as JSON, for 'python -m ci run --series'",
     )
-    p.add_argument("--checkout", **checkout)
+    p.add_argument(
+        "--checkout", metavar="PATH", help="an upstream checkout: each fix as cut for its shape"
+    )
 
     p = verbs.add_parser(
         "pr-body", help="the upstream PR description of one fix from a ci run folder"
