@@ -14,7 +14,9 @@ MARK = "__sglang_overlay_publishes__"
 
 def follow(then) -> bool:
     """Make ``HookRegistry.apply_hooks`` call ``then()`` after it ran (once per process, also
-    when it raised); whether the registry is followed now."""
+    when it raised); whether the registry is followed now. Without it, a process whose method
+    another plugin REPLACEd keeps a record saying ``applied``: ``status --processes`` (which
+    reads only the records) would call a process that runs unmodified sglang fixed."""
     registry = getattr(sys.modules.get(REGISTRY_MODULE), "HookRegistry", None)
     if not isinstance(registry, type):
         return False
