@@ -1,7 +1,10 @@
 """Both sides of the A/B from git: a pull request's base and head commits of an sglang checkout
-in upstream's layout (``python/sglang``, ``test/registered``), each written out as a plain tree
-with ``git archive`` (the user's checkout, its index and its ``.git`` are only read), and the
-registered test files the head adds or modifies relative to the merge base. It decides nothing
+in upstream's layout (``python/sglang``, ``test/registered``), each written out as plain files
+with ``git archive | tar -x`` (the user's checkout, its index and its ``.git`` are only read),
+and the registered test files the head adds or modifies relative to the merge base. A side holds
+only what its test processes use: the base its ``python/`` (first on their ``PYTHONPATH``), the
+head that and ``test/`` (the tests, run from the head's top); an upstream checkout's other
+folders (the kernel sources, docs, benchmarks) are never written. It decides nothing
 about what runs or how it is judged: ``ci.runner.run`` hands the trees to the existing
 ``--unmodified-src``/``--change-src`` path.
 """
@@ -9,13 +12,14 @@ about what runs or how it is judged: ``ci.runner.run`` hands the trees to the ex
 import os
 import shutil
 import subprocess
-import tarfile
 from dataclasses import dataclass
 
 from ci.runner import RequestError
 from ci.runner.collect import REGISTERED_ROOT
 
 PACKAGE = "python/sglang"
+BASE_PATHS = ("python",)  # what each side is written with (the module's docstring says why)
+HEAD_PATHS = ("python", "test")
 SIDES_DIR = "sides"  # under --out; removed when the run ends
 _CALLERS_REPO = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX")
 
@@ -119,32 +123,93 @@ def _registered(root: str, merge_base: str, head: str, status: str) -> tuple[str
     )
 
 
-def materialize(root: str, commit: str, dest: str) -> str:
-    """The tree of ``commit`` written to ``dest`` (a new folder) as plain files, no ``.git``."""
+def materialize(root: str, commit: str, dest: str, paths=HEAD_PATHS) -> str:
+    """``paths`` of the tree of ``commit`` written to ``dest`` (a new folder) as plain files,
+    no ``.git``; RequestError (one line) for an entry that could write outside ``dest``."""
+    check_members(root, commit, paths)
     os.makedirs(dest)
     env = {k: v for k, v in os.environ.items() if k not in _CALLERS_REPO}
-    with subprocess.Popen(
-        ["git", "archive", "--format=tar", commit],
-        cwd=root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    ) as proc:
-        # Streamed; the data filter refuses links out of the tree and absolute or ``..`` names
-        # (the head is a pull request's commit).
-        with tarfile.open(fileobj=proc.stdout, mode="r|") as archive:
-            archive.extractall(dest, filter="data")
-    if proc.returncode != 0:
-        raise RequestError(f"git archive {commit[:12]} failed in {root}")
+    env.update(GIT_CONFIG_NOSYSTEM="1", LC_ALL="C")
+    archive = ["git", "-c", "core.hooksPath=/dev/null", "archive", "--format=tar", commit, "--"]
+    try:
+        with subprocess.Popen(
+            [*archive, *paths], cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        ) as proc:
+            # Streamed; GNU tar, as a root user too, owns what it writes as the caller.
+            untar = subprocess.run(
+                ["tar", "-x", "--no-same-owner", "--no-same-permissions", "-C", dest],
+                stdin=proc.stdout,
+                capture_output=True,
+            )
+    except OSError as exc:
+        raise RequestError(f"--git-base/--git-head need git and tar: {exc.strerror}") from None
+    if proc.returncode != 0 or untar.returncode != 0:
+        why = untar.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["git archive"]
+        raise RequestError(f"writing commit {commit[:12]} of {root} failed: {why[0]}")
     return dest
+
+
+def check_members(root: str, commit: str, paths) -> None:
+    """RequestError (one line) when an entry of ``paths`` in ``commit`` could write or point
+    outside the side it is written to: a name with an empty, ``.``, ``..`` or ``.git`` part, an
+    entry under a symbolic link, or a link whose target is absolute or climbs out of the tree.
+    The head is a pull request's commit; git itself refuses such trees, a crafted one need not."""
+    listing = _git(root, "ls-tree", "-r", "-z", "--full-tree", commit, "--", *paths, data=True)
+    if listing is None:
+        raise RequestError(f"git ls-tree {commit[:12]} failed in {root}")
+    links, names = {}, []
+    for entry in listing.split(b"\0"):
+        if not entry:
+            continue
+        meta, _, raw = entry.partition(b"\t")
+        name = raw.decode("utf-8", "surrogateescape")
+        parts = name.split("/")
+        if any(p in ("", ".", "..") or p.lower() == ".git" for p in parts):
+            raise RequestError(f"commit {commit[:12]}: the entry {name!r} would leave its side")
+        names.append(name)
+        if meta.startswith(b"120000 "):
+            links[name] = meta.split()[2].decode()
+    for name in names:
+        parts = name.split("/")
+        for above in ("/".join(parts[:i]) for i in range(1, len(parts))):
+            if above in links:
+                raise RequestError(f"commit {commit[:12]}: {name!r} lies under the link {above!r}")
+    if not links:
+        return
+    objects = "".join(f"{oid}\n" for oid in links.values()).encode()
+    targets = _git_batch(root, objects)
+    for name, target in zip(links, targets, strict=True):
+        inside = os.path.normpath(os.path.join(os.path.dirname(name), target))
+        if os.path.isabs(target) or inside == ".." or inside.startswith("../"):
+            raise RequestError(
+                f"commit {commit[:12]}: the link {name!r} points outside the tree ({target!r})"
+            )
+
+
+def _git_batch(root: str, objects: bytes) -> list:
+    """The contents of the blobs named one per line in ``objects``, as text."""
+    env = {k: v for k, v in os.environ.items() if k not in _CALLERS_REPO}
+    proc = subprocess.run(
+        ["git", "cat-file", "--batch"], cwd=root, env=env, input=objects, capture_output=True
+    )
+    data, found = proc.stdout, []
+    while data:
+        header, _, data = data.partition(b"\n")
+        fields = header.split()
+        if len(fields) != 3 or not fields[2].isdigit():  # "<oid> missing": a broken repository
+            raise RequestError(f"git cat-file {header[:60]!r} in {root}")
+        size = int(fields[2])
+        found.append(data[:size].decode("utf-8", "surrogateescape"))
+        data = data[size + 1 :]
+    return found
 
 
 def make_sides(root: str, change: Change, out: str) -> tuple[str, str]:
     """The base and head trees under ``out``/sides/, replacing what an earlier run left there."""
     folder = os.path.join(out, SIDES_DIR)
     remove(out)
-    base = materialize(root, change.base, os.path.join(folder, "base"))
-    head = materialize(root, change.head, os.path.join(folder, "head"))
+    base = materialize(root, change.base, os.path.join(folder, "base"), BASE_PATHS)
+    head = materialize(root, change.head, os.path.join(folder, "head"), HEAD_PATHS)
     return base, head
 
 
