@@ -190,10 +190,15 @@ def test_the_base_side_is_its_python_folder_and_the_head_adds_only_its_tests(tmp
 
 
 @pytest.mark.parametrize(
-    "link, target",
-    [("python/sglang/etc", "/etc"), ("test/registered/up", "../../..")],
+    "link, target, problem",
+    [
+        ("python/sglang/etc", "/etc", "a link to the absolute path '/etc'"),
+        ("test/registered/up", "../../..", "a link out of the tree ('../../..')"),
+    ],
 )
-def test_a_head_with_a_link_out_of_its_tree_is_one_line_and_exit_2(tmp_path, capsys, link, target):
+def test_a_head_with_a_link_out_of_its_tree_is_one_line_and_exit_2(
+    tmp_path, capsys, link, target, problem
+):
     files = {"test/registered/unit/test_x.py": SIDE_FILES, link: ("link", target)}
     checkout = _small_checkout(tmp_path / "sglang", files)
     out = tmp_path / "out"
@@ -202,6 +207,25 @@ def test_a_head_with_a_link_out_of_its_tree_is_one_line_and_exit_2(tmp_path, cap
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1, err
     assert err.startswith("error: commit ") and err.endswith(
-        f"the link {link!r} points outside the tree ({target!r})"
+        f"{link!r} is {problem}: no side is written"
     ), err
     assert not (out / "sides").exists() and not (out / "results.json").exists()
+
+
+@pytest.mark.parametrize(
+    "name, link, problem",
+    [
+        ("python/sglang/x.py", None, None),
+        ("python/sglang/ok", "../sglang/x.py", None),
+        ("python/../../x", None, "a path that leaves the tree"),
+        ("/etc/x", None, "a path that leaves the tree"),
+        ("python/.git/config", None, "a path that leaves the tree"),
+        ("python//x", None, "a path that leaves the tree"),
+        ("python/a", "/etc", "a link to the absolute path '/etc'"),
+        ("python/a", "../../b", "a link out of the tree ('../../b')"),
+    ],
+)
+def test_an_entry_that_could_leave_its_side_is_named(name, link, problem):
+    from ci.runner import git_sides
+
+    assert git_sides.member_problem(name, link) == problem

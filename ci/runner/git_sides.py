@@ -10,6 +10,7 @@ about what runs or how it is judged: ``ci.runner.run`` hands the trees to the ex
 """
 
 import os
+import posixpath
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -151,44 +152,53 @@ def materialize(root: str, commit: str, dest: str, paths=HEAD_PATHS) -> str:
 
 def check_members(root: str, commit: str, paths) -> None:
     """RequestError (one line) when an entry of ``paths`` in ``commit`` could write or point
-    outside the side it is written to: a name with an empty, ``.``, ``..`` or ``.git`` part, an
-    entry under a symbolic link, or a link whose target is absolute or climbs out of the tree.
-    The head is a pull request's commit; git itself refuses such trees, a crafted one need not."""
+    outside the side it is written to (``member_problem``), or lies under a link. The head is a
+    pull request's commit; git itself refuses such trees, a crafted one need not."""
     listing = _git(root, "ls-tree", "-r", "-z", "--full-tree", commit, "--", *paths, data=True)
     if listing is None:
         raise RequestError(f"git ls-tree {commit[:12]} failed in {root}")
-    links, names = {}, []
+    entries = {}  # name -> the blob of a link, or None
     for entry in listing.split(b"\0"):
-        if not entry:
-            continue
-        meta, _, raw = entry.partition(b"\t")
-        name = raw.decode("utf-8", "surrogateescape")
-        parts = name.split("/")
-        if any(p in ("", ".", "..") or p.lower() == ".git" for p in parts):
-            raise RequestError(f"commit {commit[:12]}: the entry {name!r} would leave its side")
-        names.append(name)
-        if meta.startswith(b"120000 "):
-            links[name] = meta.split()[2].decode()
-    for name in names:
+        if entry:
+            meta, _, raw = entry.partition(b"\t")
+            link = meta.split()[2].decode() if meta.startswith(b"120000 ") else None
+            entries[os.fsdecode(raw)] = link
+    links = [name for name, blob in entries.items() if blob is not None]
+    targets = dict(zip(links, _blobs(root, [entries[n] for n in links]), strict=True))
+    for name in entries:
+        problem = member_problem(name, targets.get(name))
         parts = name.split("/")
         for above in ("/".join(parts[:i]) for i in range(1, len(parts))):
-            if above in links:
-                raise RequestError(f"commit {commit[:12]}: {name!r} lies under the link {above!r}")
-    if not links:
-        return
-    objects = "".join(f"{oid}\n" for oid in links.values()).encode()
-    targets = _git_batch(root, objects)
-    for name, target in zip(links, targets, strict=True):
-        inside = os.path.normpath(os.path.join(os.path.dirname(name), target))
-        if os.path.isabs(target) or inside == ".." or inside.startswith("../"):
-            raise RequestError(
-                f"commit {commit[:12]}: the link {name!r} points outside the tree ({target!r})"
-            )
+            if problem is None and above in targets:
+                problem = f"under the link {above[:200]!r}"
+        if problem is not None:
+            why = f"{name[:200]!r} is {problem}: no side is written"
+            raise RequestError(f"commit {commit[:12]}: {why}")
 
 
-def _git_batch(root: str, objects: bytes) -> list:
-    """The contents of the blobs named one per line in ``objects``, as text."""
+def member_problem(name: str, link: str | None = None) -> str | None:
+    """Why a tree's entry cannot be written out as a side, or None: a name that is absolute or
+    has an empty, ``.``, ``..`` or ``.git`` part, or a link (``link``: its target) to an absolute
+    path or out of the tree. Pure: it judges the names as git lists them."""
+    parts = name.split("/")
+    if name.startswith("/") or any(p in ("", ".", "..") or p.lower() == ".git" for p in parts):
+        return "a path that leaves the tree"
+    if link is None:
+        return None
+    if link.startswith("/"):
+        return f"a link to the absolute path {link[:200]!r}"
+    target = posixpath.normpath(posixpath.join(posixpath.dirname(name), link))
+    if target == ".." or target.startswith("../"):
+        return f"a link out of the tree ({link[:200]!r})"
+    return None
+
+
+def _blobs(root: str, oids) -> list:
+    """The contents of the blobs ``oids``, as text."""
+    if not oids:
+        return []
     env = {k: v for k, v in os.environ.items() if k not in _CALLERS_REPO}
+    objects = "".join(f"{oid}\n" for oid in oids).encode()
     proc = subprocess.run(
         ["git", "cat-file", "--batch"], cwd=root, env=env, input=objects, capture_output=True
     )
