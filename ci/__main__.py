@@ -77,7 +77,8 @@ RUN_FLAGS = (
     ("--root", "repository root (default: current directory)"),
     (
         "--preload",
-        "comma list: each side imports them once, then forks each file",
+        "comma list: each side imports them once, then forks each file (default: the torch "
+        "and sglang modules the files import, on cuda torch only; none: no preloading)",
         {"metavar": "MODULES"},
     ),
     ("--nightly", "include nightly registrations", SWITCH),

@@ -7,10 +7,19 @@ upstream-style registered CPU tests, and two pull-request branches off it:
   from the tree's own source (added), and a modified existing test;
 - ``tests-only``: the same tests, without the fix.
 
-The CPU tests read sglang's source and import no sglang, so each of their processes is cheap.
+The CPU tests read sglang's source and import no sglang, so each of their processes is cheap,
+and nothing here needs the rest of the release: the tree is slim, the release's files that the
+patches touch and the registry reader ``ci run`` loads from a side (``SLIM``), a few dozen KB
+instead of ~6,000 files, so each ``ci run --git-base/--git-head`` writes two small sides. It is
+built once per content (``.cache/layouts/<digest>``, under a lock: pytest-xdist workers build it
+once between them) and copied per use. The full release tree stays the series tools' (tests of
+the reproducible base use ``tools.series.base`` directly).
 """
 
+import fcntl
+import hashlib
 import shutil
+import tempfile
 from pathlib import Path
 
 from conftest import REPO
@@ -49,6 +58,11 @@ if __name__ == "__main__":
 """
 
 
+# The release's files the layout keeps besides what the DSV4 patches touch: sglang's registry
+# reader (``ci.runner.collect`` loads it from the first side that has it).
+SLIM = ("python/sglang/test/ci/ci_register.py",)
+
+
 def _git(repo: Path, *args: str) -> str:
     from tools.series import gitcmd
 
@@ -61,16 +75,69 @@ def _write(repo: Path, path: str, text: str) -> None:
 
 
 def make_repo(dest: Path) -> Path:
-    """The repository at ``dest``, on branch ``main``; branches ``fix`` and ``tests-only``."""
-    from tools.series import base, seriesdir
+    """The repository at ``dest``, on branch ``main``; branches ``fix`` and ``tests-only``
+    (a copy of the cached one)."""
+    cached = _cached()
+    shutil.copytree(cached, dest, symlinks=True)
+    return dest
+
+
+def _patches():
+    from tools.series import seriesdir
 
     series = seriesdir.load()
-    repo = base.materialize(series.base.version, dest)
+    fix, cuda_test = (series.root / name for name in series.fix("0001").names)  # the DSV4 fix
+    return series, fix, cuda_test
+
+
+def _cached() -> Path:
+    """The layout repository under ``.cache/layouts/``, built on first use for this content."""
+    from tools.series import base
+
+    series, fix, cuda_test = _patches()
+    digest = hashlib.sha256(series.base.version.encode())
+    for path in (Path(__file__), SOURCE_TEST, fix, cuda_test):
+        digest.update(path.read_bytes())
+    root = base.CACHE_DIR / "layouts"
+    cache = root / digest.hexdigest()[:16]
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{cache.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (cache / ".git").is_dir():
+            staging = Path(tempfile.mkdtemp(prefix=f".{cache.name}-", dir=root))
+            try:
+                _build(staging / "sglang", series, fix, cuda_test)
+                (staging / "sglang").rename(cache)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    return cache
+
+
+def _touched(patch: Path) -> list:
+    lines = patch.read_text().splitlines()
+    return [line.split(" b/", 1)[1] for line in lines if line.startswith("diff --git a/")]
+
+
+def _build(repo: Path, series, fix: Path, cuda_test: Path) -> None:
+    """The slim release (tag ``base``, as ``tools.series.base`` tags the full one), ``main`` and
+    the two branches, as the module docstring says."""
+    from tools.series import base
+
+    release = base.cached_base(series.base.version)
+    repo.mkdir(parents=True)
+    _git(repo, "init", "-q", "-b", "main")
+    for path in sorted({*SLIM, *_touched(fix), *_touched(cuda_test)}):
+        data = base.blob(release, path)
+        if data is not None:  # a file the patches add is not in the release
+            (repo / path).parent.mkdir(parents=True, exist_ok=True)
+            (repo / path).write_bytes(data)
+    _git(repo, "add", "-A", "-f")
+    _git(repo, "commit", "-q", "-m", f"sglang {series.base.version} (the files the layout needs)")
+    _git(repo, "tag", base.BASE_TAG)
     _write(repo, UNCHANGED, PASSING.format(est=3, name="unchanged"))
     _write(repo, MODIFIED, PASSING.format(est=2, name="modified"))
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "registered CPU tests")
-    fix, cuda_test = (series.root / name for name in series.fix("0001").names)  # the DSV4 fix
     for branch, patches in (("fix", (fix, cuda_test)), ("tests-only", (cuda_test,))):
         _git(repo, "checkout", "-q", "-b", branch, "main")
         _git(repo, "am", "-q", "--no-3way", *map(str, patches))
@@ -82,4 +149,3 @@ def make_repo(dest: Path) -> Path:
         _git(repo, "add", "-A")
         _git(repo, "commit", "-q", "-m", f"{branch}: upstream-style tests")
     _git(repo, "checkout", "-q", "main")
-    return repo

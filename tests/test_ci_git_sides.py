@@ -142,3 +142,109 @@ def test_every_git_of_the_project_ignores_a_callers_repository(tmp_path, monkeyp
     monkeypatch.setenv("GIT_DIR", str(tmp_path / "caller" / ".git"))
     recorded = environment.git_commit(str(tmp_path / "project"))
     assert recorded == {"commit": heads["project"], "dirty": False}
+
+
+# --- what a side is written with --------------------------------------------------------------
+
+SIDE_FILES = """import os
+import sys
+import unittest
+
+
+def register_cpu_ci(**kwargs):  # read by AST
+    pass
+
+
+register_cpu_ci(est_time=1, suite="base-a-test-cpu")
+
+
+class TestSideFiles(unittest.TestCase):
+    def test_each_side_holds_its_package_and_the_head_its_tests_only(self):
+        side = os.path.dirname(os.environ["PYTHONPATH"].split(os.pathsep)[0])
+        head = os.getcwd()
+        self.assertEqual(sorted(os.listdir(head)), ["python", "test"])
+        self.assertEqual(sorted(os.listdir(side)), ["python"] if side != head else ["python", "test"])
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+def _small_checkout(root, head_files: dict):
+    """A checkout in sglang's layout with a folder no test needs (``docs``): ``main``, and
+    branch ``pr`` adding ``head_files`` (path -> text, or ``("link", target)``)."""
+    root.mkdir()
+    env = {**clean_env(), "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@example.invalid",
+           "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@example.invalid"}  # fmt: skip
+
+    def run(*args):
+        subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True)
+
+    for path, text in {"python/sglang/__init__.py": "", "docs/README.md": "docs\n"}.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    run("init", "-q", "-b", "main")
+    run("add", "-A")
+    run("commit", "-q", "-m", "base")
+    run("checkout", "-q", "-b", "pr")
+    for path, text in head_files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(text, tuple):
+            os.symlink(text[1], root / path)
+        else:
+            (root / path).write_text(text)
+    run("add", "-A")
+    run("commit", "-q", "-m", "pr")
+    return root
+
+
+def test_the_base_side_is_its_python_folder_and_the_head_adds_only_its_tests(tmp_path):
+    test = "test/registered/unit/test_side_files.py"
+    checkout = _small_checkout(tmp_path / "sglang", {test: SIDE_FILES})
+    proc = ci_run(checkout, tmp_path / "out", "--git-base", "main", "--git-head", "pr")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [(c["file"], c["kind"]) for c in data["cases"]] == [(test, "preservation")]
+
+
+@pytest.mark.parametrize(
+    "link, target, problem",
+    [
+        ("python/sglang/etc", "/etc", "a link to the absolute path '/etc'"),
+        ("test/registered/up", "../../..", "a link out of the tree ('../../..')"),
+    ],
+)
+def test_a_head_with_a_link_out_of_its_tree_is_one_line_and_exit_2(
+    tmp_path, capsys, link, target, problem
+):
+    files = {"test/registered/unit/test_x.py": SIDE_FILES, link: ("link", target)}
+    checkout = _small_checkout(tmp_path / "sglang", files)
+    out = tmp_path / "out"
+    argv = ["--root", checkout, "--git-base", "main", "--git-head", "pr"]
+    code = main(["run", "--out", str(out), "--backend", "cpu", *map(str, argv)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("error: commit ") and err.endswith(
+        f"{link!r} is {problem}: no side is written"
+    ), err
+    assert not (out / "sides").exists() and not (out / "results.json").exists()
+
+
+@pytest.mark.parametrize(
+    "name, link, problem",
+    [
+        ("python/sglang/x.py", None, None),
+        ("python/sglang/ok", "../sglang/x.py", None),
+        ("python/../../x", None, "a path that leaves the tree"),
+        ("/etc/x", None, "a path that leaves the tree"),
+        ("python/.git/config", None, "a path that leaves the tree"),
+        ("python//x", None, "a path that leaves the tree"),
+        ("python/a", "/etc", "a link to the absolute path '/etc'"),
+        ("python/a", "../../b", "a link out of the tree ('../../b')"),
+    ],
+)
+def test_an_entry_that_could_leave_its_side_is_named(name, link, problem):
+    from ci.runner import git_sides
+
+    assert git_sides.member_problem(name, link) == problem

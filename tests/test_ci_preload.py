@@ -157,3 +157,63 @@ def test_a_file_that_asks_or_sets_the_environment_at_import_runs_fresh(tmp_path,
     path.write_text(source)
     found = fork_safety.fresh_reason(str(path))
     assert found == reason if reason is None else reason in found
+
+
+# --- what a side preloads when not told ------------------------------------------------------
+
+DEFAULT_FIXTURES = REPO / "tests/fixtures/default_preload"  # a stand-in torch, two files using it
+
+
+def test_without_preload_each_side_preloads_the_torch_its_files_import_and_none_turns_it_off(
+    tmp_path,
+):
+    started = {}
+    for name, more in (("default", []), ("none", ["--preload", "none"])):
+        marks, out = tmp_path / f"{name}-marks", tmp_path / name
+        marks.mkdir()
+        argv = [sys.executable, "-m", "ci", "run", "--out", str(out), "--backend", "cpu"]
+        proc = subprocess.Popen(
+            [*argv, "--tests", "tests/fixtures/default_preload", *more],
+            cwd=REPO,
+            env=clean_env(MARKS=str(marks), PYTHONPATH=str(DEFAULT_FIXTURES)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        started[name] = (proc, out, marks)
+    ran = {name: finish(run) for name, run in started.items()}
+    for name, (proc, data, _) in ran.items():
+        assert proc.returncode == 0 and data["verdict"] == "ok", (name, proc.stderr)
+    (_, data, marks), (_, fresh, fresh_marks) = ran["default"], ran["none"]
+    assert data["environment"]["preload"] == {
+        mode: {"modules": ["torch"], "forked": True, "error": None}
+        for mode in ("unmodified", "change")
+    }
+    # Once per side in its preloading parent; never in the forked files.
+    imports, files = lines(marks / "imports"), lines(marks / "files")
+    assert len(imports) == 2 and len(files) == 4 and not set(imports) & set(files)
+    assert "preload" not in fresh["environment"]
+    assert sorted(lines(fresh_marks / "imports")) == sorted(lines(fresh_marks / "files"))
+    assert len(lines(fresh_marks / "files")) == 4
+
+
+def _file(tmp_path, name, source):
+    path = tmp_path / name
+    path.write_text(source)
+    return str(path)
+
+
+def test_the_default_preload_is_what_the_forkable_files_import_of_torch_and_sglang(tmp_path):
+    module = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
+    paths = [
+        _file(tmp_path, "test_a.py", f"import os\nimport torch.nn\nfrom {module} import X\n"),
+        _file(tmp_path, "test_b.py", "import sglang\ntry:\n    import torch\nexcept ImportError:\n    pass\n"),
+        _file(tmp_path, "test_c.py", "import os\nos.environ['A'] = '1'\nimport sglang.lang\n"),
+        _file(tmp_path, "test_d.py", "from . import helper\nimport numpy\ndef f():\n    import sglang.x\n"),
+    ]  # fmt: skip
+    assert fork_safety.default_preload(paths, "cpu") == ("torch", "torch.nn", "sglang", module)
+    # On CUDA torch only (importing sglang initialises CUDA on some machines); sglang imports it.
+    assert fork_safety.default_preload(paths, "cuda") == ("torch", "torch.nn")
+    assert fork_safety.default_preload(paths[1:2], "cuda") == ("torch",)
+    # The fresh file and one importing neither: nothing to preload.
+    assert fork_safety.default_preload(paths[2:], "cpu") == ()

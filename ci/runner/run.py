@@ -11,7 +11,16 @@ from dataclasses import dataclass, replace
 
 from ci.evidence import bounds, judge, junit
 from ci.evidence.model import MODES, Results, SeriesId, save
-from ci.runner import RequestError, collect, environment, file_process, git_sides, launch, modes
+from ci.runner import (
+    RequestError,
+    collect,
+    environment,
+    file_process,
+    fork_safety,
+    git_sides,
+    launch,
+    modes,
+)  # fmt: skip
 
 # What a results folder holds: a reused --out is cleared of these, and only of these.
 OUTPUTS = ("results.json", "report.md", "junit-unmodified.xml", "junit-change.xml")
@@ -43,7 +52,9 @@ class RunRequest:
     regressions: str | None = None  # the listed regressions; default ci/regressions.txt
     git_base: str | None = None  # both sides from git: commits of the checkout at root
     git_head: str | None = None
-    preload: str | None = None  # a comma list of modules each side imports once, then forks
+    # A comma list of modules each side imports once, then forks; "" or "none": every file in a
+    # fresh interpreter; None: what the files import of torch and sglang (fork_safety)
+    preload: str | None = None
     timeout: float = 1800
     jobs: int = 2
     outside_upstream_ci: bool = False  # True: without sglang CI's settings (modes.UPSTREAM_CI_ENV)
@@ -102,6 +113,8 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None, di
     if not request.timeout > 0:
         raise RequestError(f"--timeout {request.timeout}: more than 0 seconds")
     preload = tuple(m.strip() for m in (request.preload or "").split(",") if m.strip())
+    if preload == ("none",):
+        preload = ()
     if not all(re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", m) for m in preload):
         raise RequestError(f"--preload {request.preload!r}: a comma list of module names")
     setups = modes.setups(wanted, request.unmodified_src, request.change_src)
@@ -120,6 +133,8 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None, di
     for env in envs.values():
         env[file_process.BACKEND_ENV] = backend
     paths = [s.path for s in selected]
+    if request.preload is None:
+        preload = fork_safety.default_preload([os.path.join(root, p) for p in paths], backend)
     preloads = {}
     runs = launch.run_all(paths, envs, root, request.timeout, jobs, log, preload, preloads)
 

@@ -1,19 +1,23 @@
-"""``python -m tools.benchmark.preload``: what ``ci run --preload`` saves, side by side in one run.
+"""``python -m tools.benchmark.preload``: what ``ci run``'s default preloading saves, side by side
+in one run.
 
 Six small registered CPU files that each import the DSV4 workspace module, added on a branch of
 a local sglang 0.5.23 repository in upstream's layout (``tools.series.base``), run with both sides
-from git (12 file runs) by ``ci run --git-base main --git-head six``, each file in a fresh
-interpreter, and with ``--preload`` of that module (one import per side, a fork per file); and,
-as the yardstick, one bare ``python -c "import MODULE"``. Alternated in each repeat so a busy
-machine slows them alike; every command must exit 0. Prints the figures as JSON and writes
-them to ``tools/benchmark/results/preload/cpu-<machine>.json``. Goal (issue 26): the preloaded run in at
-most 2.5x the bare import on a 2-core machine.
+from git (12 file runs) by ``ci run --git-base main --git-head six``: as ``ci run`` runs them by
+default (each side preloads what the files import of torch and sglang, here that module, once,
+and forks a child per file), and with ``--preload none`` (each file in a fresh interpreter);
+and, as the yardstick, one bare ``python -c "import MODULE"``. Alternated in each repeat so a
+busy machine slows them alike; every command must exit 0. Prints the figures as JSON, with the
+CPU seconds of each command and its children, and writes them to
+``tools/benchmark/results/preload/cpu-<machine>.json``. Goal (issues 26, 35): the default run in
+at most 2.5x the bare import on a 2-core machine.
 """
 
 import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -74,29 +78,35 @@ def make_repo(dest: Path) -> Path:
 
 def measure(repeats: int) -> dict:
     env = modes.environment(modes.ModeSetup("change", overlay=False))
-    walls: dict = {"import": [], "fresh": [], "preload": []}
+    walls: dict = {"import": [], "fresh": [], "default": []}
+    cpus: dict = {kind: [] for kind in walls}
     with tempfile.TemporaryDirectory(prefix="bench-preload-") as tmp:
         repo = make_repo(Path(tmp) / "sglang")
         sides = ["--root", str(repo), "--git-base", "main", "--git-head", "six"]
         for r in range(repeats):
-            order = ("import", "fresh", "preload") if r % 2 == 0 else ("preload", "fresh", "import")
+            order = ("import", "fresh", "default") if r % 2 == 0 else ("default", "fresh", "import")
             for kind in order:
                 out = Path(tmp) / f"out-{kind}-{r}"
                 run = [sys.executable, "-m", "ci", "run", "--out", str(out), "--backend", "cpu"]
                 run += [*sides, "--jobs", "2", "--json"]
                 command = {
                     "import": [sys.executable, "-c", f"import {WORKSPACE_MODULE}"],
-                    "fresh": run,
-                    "preload": [*run, "--preload", WORKSPACE_MODULE],
+                    "fresh": [*run, "--preload", "none"],
+                    "default": run,
                 }[kind]
+                before = _children_cpu()
                 started = time.perf_counter()
                 proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
                 walls[kind].append(time.perf_counter() - started)
+                cpus[kind].append(_children_cpu() - before)
                 if proc.returncode != 0:
                     raise RuntimeError(f"{kind} exited {proc.returncode}: {proc.stderr[-2000:]}")
                 if kind != "import":
                     data = json.loads((out / "results.json").read_text())
                     assert len(data["files"]) == 6 and data["verdict"] == "ok", data["reasons"]
+                    preload = data["environment"].get("preload", {})
+                    forked = bool(preload) and all(p["forked"] for p in preload.values())
+                    assert forked == (kind == "default"), preload
     bare = summary(walls["import"])["median"]
     return {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
@@ -104,11 +114,18 @@ def measure(repeats: int) -> dict:
         "file_runs": 12,
         "repeats": repeats,
         "seconds": {kind: summary(values) for kind, values in walls.items()},
+        "cpu_seconds": {kind: summary(values) for kind, values in cpus.items()},
         "over_bare_import": {
-            kind: round(summary(walls[kind])["median"] / bare, 2) for kind in ("fresh", "preload")
+            kind: round(summary(walls[kind])["median"] / bare, 2) for kind in ("fresh", "default")
         },
-        "goal": {"preload": GOAL},
+        "goal": {"default": GOAL},
     }
+
+
+def _children_cpu() -> float:
+    """User and system CPU seconds of this process's ended children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main(argv=None) -> int:
