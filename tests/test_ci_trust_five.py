@@ -286,3 +286,164 @@ def test_results_the_runner_did_not_write_make_the_file_broken(tmp_path):
     assert "ended without the runner's record" in whole["test_exits.py"], whole
     assert "3 results on its channel; the runner wrote 2" in whole["test_extra.py"], whole
     assert m.verdict == "failed"
+
+
+# --- 9: hostile trees end in one line -----------------------------------------------------------
+
+REGISTERED = """import unittest
+from sglang.test.ci.ci_register import register_cpu_ci
+
+register_cpu_ci(est_time=5, suite="base-a-test-cpu")
+
+
+class T(unittest.TestCase):
+    def test_x(self):
+        pass
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+def _checkout(tmp_path, head: dict) -> str:
+    """An sglang-layout checkout: ``main`` with one registered test, ``head`` adding ``head``
+    (path -> text, or ("link", target))."""
+    repo = tmp_path / "sglang"
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+    (repo / "python/sglang").mkdir(parents=True)
+    (repo / "test/registered").mkdir(parents=True)
+    (repo / "python/sglang/__init__.py").write_text('__version__ = "0.5.23"\n')
+    (repo / "test/registered/test_base.py").write_text(REGISTERED)
+    git("init", "-q", "-b", "main")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    git("checkout", "-qb", "head")
+    for path, what in head.items():
+        target = repo / os.fsdecode(path)
+        if isinstance(what, tuple):
+            os.symlink(what[1], target)
+        else:
+            target.write_text(what)
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "head")
+    git("checkout", "-q", "main")
+    return str(repo)
+
+
+def _refused(capsys, *args) -> str:
+    from ci.__main__ import main
+
+    code = main(["run", "--backend", "cpu", *map(str, args)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, (code, err)
+    return err
+
+
+def test_a_head_whose_tree_links_out_is_one_line_and_exit_2(tmp_path, capsys):
+    for name, target, said in (
+        ("absolute", "/etc", "a link to the absolute path '/etc'"),
+        ("climbs", "../../..", "a link out of the tree ('../../..')"),
+    ):
+        repo = _checkout(tmp_path / name, {"test/registered/evil": ("link", target)})
+        out = tmp_path / name / "out"
+        err = _refused(capsys, "--out", out, "--root", repo, "--git-base", "main",
+                       "--git-head", "head")  # fmt: skip
+        assert err.startswith("error: commit ") and said in err, err
+        assert "'test/registered/evil' is" in err, err
+        assert not (out / "sides").exists()
+
+
+def test_member_problem_judges_names_and_links_as_git_lists_them():
+    from ci.runner.git_sides import member_problem
+
+    assert member_problem("test/registered/a.py") is None
+    assert member_problem("test/registered/l", "../unit/x.py") is None  # inside the tree
+    assert member_problem("/etc/passwd") == "a path that leaves the tree"
+    assert member_problem("a/../../b") == "a path that leaves the tree"
+    assert member_problem("a/l", "/") == "a link to the absolute path '/'"
+    assert member_problem("a/l", "../..").startswith("a link out of the tree")
+    assert member_problem("a/l", "b/../../../c").startswith("a link out of the tree")
+
+
+def test_a_head_adding_a_non_utf8_test_name_is_refused_by_that_name(tmp_path, capsys):
+    repo = _checkout(tmp_path, {b"test/registered/test_\xff.py": REGISTERED})
+    err = _refused(capsys, "--out", tmp_path / "out", "--root", repo, "--git-base", "main",
+                   "--git-head", "head")  # fmt: skip
+    assert "test/registered/test_\\udcff.py" in err and "--tests" not in err, err
+    assert "a test file name the report refuses" in err and err.endswith("nothing ran"), err
+
+
+def test_file_names_the_report_refuses_are_refused_before_anything_runs(tmp_path, capsys):
+    root = tmp_path / "root"
+    root.mkdir()
+    for name in ("test_\u00e9.py", "test_q'\"x.py", "test_\u202ebidi.py", "test_a\nb.py"):
+        (root / name).write_text(REGISTERED)
+        err = _refused(capsys, "--out", tmp_path / "out", "--root", root, "--tests", name)
+        assert "a test file name the report refuses" in err, err
+        assert "\u202e" not in err and "\n" not in err
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing written
+
+
+REMOVES_THE_LOGS = """
+import os, shutil, unittest
+
+import sglang  # each side's
+
+
+def register_cpu_ci(**kwargs):  # read by AST
+    pass
+
+
+register_cpu_ci(est_time=5, suite="base-a-test-cpu")
+
+
+class T(unittest.TestCase):
+    def test_removes_the_logs(self):
+        shutil.rmtree(os.path.join(os.environ["THE_OUT"], "logs"), ignore_errors=True)
+        os.makedirs(os.path.join(os.environ["THE_OUT"], "logs", "planted"), exist_ok=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+def test_a_run_through_a_looping_link_and_removed_logs_and_a_version_the_report_refuses(tmp_path):
+    """One ci run for three breaks: a folder link to its own folder is named and not
+    followed (each file runs once per side); a test that removes --out/logs loses no log; a
+    side whose sglang says a version the report would refuse (over 100 characters) fails the
+    run in one line, where it passed before."""
+    root, out, tree = tmp_path / "root", tmp_path / "out", tmp_path / "tree"
+    (tree / "python" / "sglang").mkdir(parents=True)
+    version = "0.5.23+" + "x" * 120
+    (tree / "python" / "sglang" / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    (root / "tests").mkdir(parents=True)
+    (root / "tests" / "test_logs.py").write_text(REMOVES_THE_LOGS)
+    os.symlink(".", root / "tests" / "loop")
+    (tmp_path / "none.txt").write_text("")
+    argv = [sys.executable, "-m", "ci", "run", "--out", str(out), "--backend", "cpu", "--root",
+            str(root), "--tests", "tests", "--regressions", str(tmp_path / "none.txt"),
+            "--change-src", str(tree)]  # fmt: skip
+    env = clean_env(THE_OUT=str(out))
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 1, said
+    assert "Traceback" not in said, said
+    assert "tests/loop: a link to a folder: not followed" in proc.stderr, said
+    assert proc.stderr.count("tests/test_logs.py: exit 0") == 2, said  # once per side
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "ci report would refuse these results" in errors[0], said
+    assert "sides.change.sglang: 127 characters; at most 100" in errors[0], errors
+    assert "results-digest:" not in proc.stdout  # nothing a report could take
+    assert sorted(p.name for p in (out / "logs").iterdir()) == [
+        "tests_test_logs.py.change.log",
+        "tests_test_logs.py.unmodified.log",
+    ]
+    data = json.loads((out / "results.json").read_text())  # kept: nothing lost
+    assert {"file": "tests/loop", "why": "a link to a folder: not followed (its tests are not "
+            "run through it)"} in data["selection"]["not_run"]  # fmt: skip
+    assert [c["kind"] for c in data["cases"]] == ["preservation"]

@@ -7,6 +7,7 @@ about what runs or how it is judged: ``ci.runner.run`` hands the trees to the ex
 """
 
 import os
+import posixpath
 import shutil
 import subprocess
 import tarfile
@@ -111,9 +112,11 @@ def _registered(root: str, merge_base: str, head: str, status: str) -> tuple[str
     """The ``test_*.py`` files under test/registered whose diff status is ``status``."""
     listing = _git(
         root, "diff", "--no-renames", "--name-only", "-z", f"--diff-filter={status}",
-        merge_base, head, "--", REGISTERED_ROOT,
+        merge_base, head, "--", REGISTERED_ROOT, data=True,
     )  # fmt: skip
-    names = (listing or "").split("\0")
+    # The names as the file system has them (a name that is not UTF-8 keeps its bytes), so the
+    # selection refuses such a file by its own name, not as a --tests path that does not exist.
+    names = os.fsdecode(listing or b"").split("\0")
     return tuple(
         sorted(n for n in names if n.endswith(".py") and n.rpartition("/")[2][:5] == "test_")
     )
@@ -130,13 +133,44 @@ def materialize(root: str, commit: str, dest: str) -> str:
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     ) as proc:
-        # Streamed; the data filter refuses links out of the tree and absolute or ``..`` names
-        # (the head is a pull request's commit).
-        with tarfile.open(fileobj=proc.stdout, mode="r|") as archive:
-            archive.extractall(dest, filter="data")
+        # Streamed; each member checked (the head is a pull request's commit), then the data
+        # filter, which also refuses a link that leaves the tree through links before it.
+        try:
+            with tarfile.open(fileobj=proc.stdout, mode="r|") as archive:
+                archive.extractall(dest, filter=_checked_member)
+        except tarfile.TarError as exc:
+            proc.kill()
+            raise RequestError(f"commit {commit[:12]}: {exc}") from None
     if proc.returncode != 0:
         raise RequestError(f"git archive {commit[:12]} failed in {root}")
     return dest
+
+
+def member_problem(name: str, link: str | None = None) -> str | None:
+    """Why a tree's entry cannot be written out as a side, or None: a name that is absolute or
+    climbs out with ``..``, or a link (``link``: its target) to an absolute path or out of the
+    tree. Pure: it judges the names as git lists them, however the tree is then written."""
+    parts = name.split("/")
+    if name.startswith("/") or ".." in parts:
+        return "a path that leaves the tree"
+    if link is None:
+        return None
+    if link.startswith("/"):
+        return f"a link to the absolute path {link[:200]!r}"
+    target = posixpath.normpath(posixpath.join(posixpath.dirname(name), link))
+    if target == ".." or target.startswith("../"):
+        return f"a link out of the tree ({link[:200]!r})"
+    return None
+
+
+def _checked_member(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+    link = member.linkname if member.issym() else None
+    problem = member_problem(member.name, link)
+    if problem is None and member.islnk():  # a hard link names its target from the top
+        problem = member_problem(member.linkname)
+    if problem is not None:
+        raise tarfile.FilterError(f"{member.name[:200]!r} is {problem}: no side is written")
+    return tarfile.data_filter(member, dest)
 
 
 def make_sides(root: str, change: Change, out: str) -> tuple[str, str]:
