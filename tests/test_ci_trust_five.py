@@ -135,7 +135,7 @@ def _ci_process(tmp_path, source, name):
 
 def test_every_way_a_method_runs_has_its_attempts_counted(tmp_path):
     proc, lines, _ = _ci_process(tmp_path, EVERY_WAY, "test_every_way.py")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stderr[-3000:]  # test_static fails
     for test in ("AsyncCustom.test_async", "AsyncCustom.test_sync", "OwnCall.test_own",
                  "Restored.test_restored"):  # fmt: skip
         line = lines[test]

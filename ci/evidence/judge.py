@@ -290,7 +290,8 @@ RECORD_CHARS = 1 << 20  # the runner keeps no more of a record (ci.runner.launch
 def _unwritten(run: FileRun, reported: int) -> tuple[str, ...]:
     """Why a file's channel holds results the runner did not write, if it does: more lines than
     its process's record says the runner sent (the file wrote on the channel itself), or results
-    from a process that ended without the record (``os._exit``: nothing vouches for them)."""
+    from a process that exited 0 without the record (``os._exit``: nothing vouches for them).
+    One that crashed or was killed is broken anyway, and keeps the results it sent."""
     if run.environment is None or not reported:
         return ()
     try:
@@ -298,6 +299,8 @@ def _unwritten(run: FileRun, reported: int) -> tuple[str, ...]:
     except (ValueError, RecursionError, AttributeError):
         written = None
     if not isinstance(written, int) or isinstance(written, bool) or written < 0:
+        if run.returncode != 0:  # crashed or killed: broken anyway, its results kept as sent
+            return ()
         return (
             f"{reported} results, and its process ended without the runner's record of how "
             "many it wrote: results nothing vouches for (a broken file)",
