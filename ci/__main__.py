@@ -213,6 +213,11 @@ def cmd_run(args) -> int:
 
     out = os.path.abspath(args.out)
     results = dataclasses.replace(results, pictures=pictures.draw_all(results, out))
+    try:  # what `ci report` will read back: refused there, not ok here
+        evidence.checked(results)
+        refused = None
+    except evidence.EvidenceError as exc:
+        refused = str(exc)
     digest = evidence.save(results, out)
     render.write_full_report(results, out)
     if args.json:
@@ -220,6 +225,10 @@ def cmd_run(args) -> int:
         print(inert(json.dumps({**summary, "counts": results.counts()}, indent=2)))
     else:
         print("\n".join(one_line(line) for line in run.summary_lines(results)))
+    if refused is not None:
+        # Kept in --out, but no digest: the report would call them an invalid artifact.
+        print(f"error: ci report would refuse these results: {one_line(refused)}", file=sys.stderr)
+        return EXIT_FAILED
     # Last, on a line of its own: the workflow passes it on to `ci report --results-digest`,
     # which refuses a results.json changed after this process exited.
     print(f"{RESULTS_DIGEST}{digest}", flush=True)

@@ -2,6 +2,7 @@
 that wrote them, shards merge only within one mode, and the bot's other breaks. Each test here
 reproduced its break before the fix (the commit that added it says so)."""
 
+import os
 import re
 import subprocess
 import sys
@@ -255,20 +256,34 @@ if __name__ == "__main__":
 
 
 def test_a_file_name_never_starts_a_workflow_command_on_stderr_or_stdout(tmp_path):
+    forged = "\n::error title=forged::the bot says so"
     root = tmp_path / "root"
-    root.mkdir()
-    name = "test_x\n::error title=forged::the bot says so.py"
-    (root / name).write_text(PASSES)
+    (root / "tests").mkdir(parents=True)
+    (root / "tests" / f"test_x{forged}.py").write_text(PASSES)
+    (root / "tests" / "test_ok.py").write_text(PASSES)
     (tmp_path / "none.txt").write_text("")
-    argv = [sys.executable, "-m", "ci", "run", "--out", str(tmp_path / "out"), "--backend", "cpu",
-            "--root", str(root), "--tests", name, "--regressions", str(tmp_path / "none.txt")]  # fmt: skip
-    proc = subprocess.run(
-        argv, cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=600
-    )
-    assert "exit 0" in proc.stderr, proc.stdout + proc.stderr  # the file ran, and was named
-    for line in (proc.stdout + proc.stderr).splitlines():
-        assert not line.strip().startswith("::"), line
-        assert "::" not in line and "##[" not in line, line
+
+    def ci_run(*tests):
+        argv = [sys.executable, "-m", "ci", "run", "--out", str(tmp_path / "out"), "--backend",
+                "cpu", "--root", str(root), "--tests", *tests,
+                "--regressions", str(tmp_path / "none.txt")]  # fmt: skip
+        proc = subprocess.run(
+            argv, cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=600
+        )
+        for line in (proc.stdout + proc.stderr).splitlines():
+            assert not line.strip().startswith("::"), line
+            assert "::" not in line and "##[" not in line, line
+        return proc
+
+    # Such a file name is refused before it runs (issue 34, break 10): named, in one line.
+    refused = ci_run(f"tests/test_x{forged}.py")
+    assert refused.returncode == 2 and "a test file name the report refuses" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    # A folder link's name reaches the progress lines: defused there too.
+    os.rename(root / "tests" / f"test_x{forged}.py", tmp_path / "away.py")
+    os.symlink(".", root / "tests" / f"loop{forged}")
+    ran = ci_run("tests")
+    assert "exit 0" in ran.stderr and "a link to a folder: not followed" in ran.stderr, ran.stderr
 
 
 # --- 12: a listed regression that skips or goes missing on base proves nothing ----------------

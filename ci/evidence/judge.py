@@ -4,6 +4,7 @@ the truth table), and whether the run is ok, failed (something fails with the ch
 """
 
 import fnmatch
+import json
 import os
 from dataclasses import dataclass, replace
 
@@ -41,7 +42,8 @@ class FileRun:
     timed_out: bool
     output: str  # for the log, never parsed
     channel: str = ""  # what the file wrote on its result channel: one JSON line per test
-    environment: str = ""  # what its process wrote about itself (file_process), raw
+    # what its process wrote about itself (file_process), raw; None: made without one (samples)
+    environment: str | None = None
     log: str | None = None  # logs/NAME, once written
 
 
@@ -68,6 +70,8 @@ def kind_of(outcomes: dict, expected_regression: bool) -> Kind:
             return Kind.SKIPPED
         if change.passed_on_retry:
             return Kind.FLAKY
+        if change.unproven:
+            return Kind.UNPROVEN
     if base is not None and base.outcome in (Outcome.SKIP, Outcome.MISSING) and expected_regression:
         # ci/regressions.txt says it must fail unmodified: a skip or no result there is no proof
         return Kind.NOT_REPRODUCED if change is not None else Kind.SKIPPED
@@ -75,6 +79,8 @@ def kind_of(outcomes: dict, expected_regression: bool) -> Kind:
         return Kind.NO_BASELINE if change is not None else Kind.SKIPPED
     if base.passed_on_retry:
         return Kind.MASKED_BY_RETRY
+    if base.unproven:
+        return Kind.UNPROVEN
     if base.outcome in FAILED:
         return Kind.REGRESSION
     return Kind.NOT_REPRODUCED if expected_regression else Kind.PRESERVATION
@@ -150,6 +156,12 @@ def with_verdict(results: Results, problems=()) -> Results:
             f"{len(masked)} masked by retry on {results.label('unmodified')}: upstream's CI "
             f"would pass them on the unmodified code, failing first and passing on the retry "
             f"({_names(masked)})"
+        )
+    unseen = [c for c in cases if c.kind == Kind.UNPROVEN]
+    if unseen:
+        failed.append(
+            f"{len(unseen)} not proven: passed, but the runner could not count the calls of "
+            f"their method, so a retry may hide a failure ({_names(unseen)})"
         )
     late = [f.path for f in results.files if getattr(f.modes.get("change"), "timed_out", False)]
     if late:
@@ -272,10 +284,41 @@ def _names(cases, shown: int = 3) -> str:
     return ", ".join(names) + (f" and {len(cases) - shown} more" if len(cases) > shown else "")
 
 
+RECORD_CHARS = 1 << 20  # the runner keeps no more of a record (ci.runner.launch)
+
+
+def _unwritten(run: FileRun, reported: int) -> tuple[str, ...]:
+    """Why a file's channel holds results the runner did not write, if it does: more lines than
+    its process's record says the runner sent (the file wrote on the channel itself), or results
+    from a process that exited 0 without the record (``os._exit``: nothing vouches for them).
+    One that crashed or was killed is broken anyway, and keeps the results it sent."""
+    if run.environment is None or not reported:
+        return ()
+    try:
+        written = json.loads(run.environment[:RECORD_CHARS]).get("results")
+    except (ValueError, RecursionError, AttributeError):
+        written = None
+    if not isinstance(written, int) or isinstance(written, bool) or written < 0:
+        if run.returncode != 0:  # crashed or killed: broken anyway, its results kept as sent
+            return ()
+        return (
+            f"{reported} results, and its process ended without the runner's record of how "
+            "many it wrote: results nothing vouches for (a broken file)",
+        )
+    if reported > written:
+        return (
+            f"{reported} results on its channel; the runner wrote {written}: more results than "
+            "tests it ran (a broken file)",
+        )
+    return ()
+
+
 def _mode_results(run: FileRun) -> tuple[dict, TestResult | None, ProcessEnd]:
     """test -> result for one file in one mode (its channel parsed), the process's own failure,
     if any, and how it ended."""
     tests, errors = read_channel(run.channel)
+    unvouched = _unwritten(run, len(tests))
+    errors = (*errors, *unvouched)
     end = ProcessEnd(run.returncode, run.duration_s, run.timed_out, len(tests), run.log)
     results = {}
     for t in tests:
@@ -287,6 +330,13 @@ def _mode_results(run: FileRun) -> tuple[dict, TestResult | None, ProcessEnd]:
             if seen.outcome in FAILED:
                 continue
         results[t.test] = replace(t, detail=tail(t.detail))
+    if unvouched:  # which of them the file wrote itself cannot be told: none is a pass
+        results = {
+            test: r
+            if r.outcome in FAILED
+            else replace(r, outcome=Outcome.ERROR, detail=unvouched[0])
+            for test, r in results.items()
+        }
     explained = any(t.outcome in FAILED for t in results.values())
     if end.timed_out or errors or not results or (end.returncode != 0 and not explained):
         why = "timed out" if end.timed_out else f"exited {end.returncode}"

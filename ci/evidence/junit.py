@@ -73,6 +73,8 @@ def _mode_tree(results: Results, mode: str) -> ET.Element:
                 properties["peak_allocated_mib"] = str(outcome.peak_mib)
             if len(outcome.attempts) > 1:
                 properties["attempts"] = ",".join(outcome.attempts)
+            if outcome.unproven:
+                properties["attempts"] = "not seen"
             if properties:
                 holder = ET.SubElement(element, "properties")
                 for key, value in properties.items():

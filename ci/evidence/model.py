@@ -107,6 +107,8 @@ class Kind(enum.StrEnum):
     # failed first, passed on a retry: upstream's CI would pass it on the unmodified code
     MASKED_BY_RETRY = "masked-by-retry"
     FLAKY = "flaky"  # failed first with the change, passed on a retry
+    # passed where the runner could not count the calls of its method: a retry may hide a failure
+    UNPROVEN = "unproven"
 
 
 @dataclass(frozen=True)
@@ -131,11 +133,25 @@ class TestResult:
         (Outcome.PASS, Outcome.FAIL, Outcome.ERROR),
         default=(),
     )
+    # passed, yet the runner saw no call of its method (a run outside its hooks): not proven
+    unobserved: bool = bounds.checked(bounds.flag, default=False)
 
     @property
     def passed_on_retry(self) -> bool:
-        """Passed in the end, after an attempt that failed: no pass at all to upstream."""
-        return self.outcome == Outcome.PASS and any(a != Outcome.PASS for a in self.attempts)
+        """Passed in the end, its last attempt after one that failed: no pass at all to
+        upstream (an expected failure's attempts end in the failure it expects)."""
+        attempts = self.attempts
+        return (
+            self.outcome == Outcome.PASS
+            and bool(attempts)
+            and attempts[-1] == Outcome.PASS
+            and any(a != Outcome.PASS for a in attempts)
+        )
+
+    @property
+    def unproven(self) -> bool:
+        """A pass whose attempts the runner could not count."""
+        return self.outcome == Outcome.PASS and self.unobserved
 
 
 @dataclass(frozen=True)
@@ -279,6 +295,18 @@ class Results:
         _once_each(where, "files", [f.path for f in results.files])
         _once_each(where, "cases", [c.key for c in results.cases])
         return results
+
+
+def check_test_path(path: str, where: str) -> str:
+    """``path`` as the model takes a test file's: relative, ASCII letters, digits and ``_ . / -``
+    only, ending ``.py``; EvidenceError otherwise (``ci run`` refuses what a report would)."""
+    return bounds.matching(path, where, _TEST_PATH, "a test-file path the evidence model takes")
+
+
+def checked(results: "Results") -> "Results":
+    """``results`` as ``load`` would read them back from ``dumps``; EvidenceError where a
+    report would refuse them (``ci run`` checks its own before it calls a run ok)."""
+    return Results.from_json(json.loads(dumps(results)), "results.json")
 
 
 def _once_each(where: str, at: str, keys) -> None:

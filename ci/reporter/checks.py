@@ -72,6 +72,9 @@ def _annotation(case: Case, labels: dict) -> dict | None:
         mode = "unmodified" if case.kind == "masked-by-retry" else "change"
         level = "failure"
         message = f"{case.kind} on {labels[mode]}: failed at first, passed on the retry"
+    elif case.kind == "unproven":
+        level = "failure"
+        message = "not proven: it passed, but the runner could not count its attempts"
     elif case.kind == "broken":
         change = case.modes.get("change")
         detail = f": {change.detail[-1500:]}" if change is not None and change.detail else ""

@@ -84,7 +84,7 @@ def status_descriptions(results: Results) -> dict:
             text = f"{len(broken)} failing with the change; " + text
         if counts["not-reproduced"]:
             text += "; does not reproduce the bug"
-        if counts["masked-by-retry"] or counts["flaky"]:
+        if counts["masked-by-retry"] or counts["flaky"] or counts["unproven"]:
             text = f"{retry_note(cases)}; " + text
         statuses[suite] = (state, clip(f"A/B {results.backend}: {text}", STATUS_LIMIT))
     return statuses
@@ -102,6 +102,8 @@ def retry_note(cases) -> str | None:
         )
     if counts["flaky"]:
         parts.append(f"{counts['flaky']} flaky with the change (passed only on a retry)")
+    if counts["unproven"]:
+        parts.append(f"{counts['unproven']} not proven (passed, attempts not seen)")
     return "; ".join(parts) or None
 
 
@@ -112,6 +114,8 @@ def cell(case: Case, mode: str) -> str:
     word = {"pass": "Pass", "fail": "Fail", "error": "Error", "skip": "Skip"}[outcome.outcome]
     if outcome.passed_on_retry:
         word = f"Fail, then Pass on retry ({len(outcome.attempts)} attempts)"
+    elif outcome.unproven:
+        word = "Pass, attempts not seen"
     if outcome.peak_mib is not None and outcome.outcome != "skip":
         word += f" \u00b7 peak {outcome.peak_mib:.1f} MiB"
     return word
@@ -318,6 +322,11 @@ def _summary_sentence(results: Results) -> str:
             f"CI would pass them there",
         ),
         ("flaky", "case", f"fail on {change} at first and pass on the retry: flaky"),
+        (
+            "unproven",
+            "case",
+            "pass where the runner could not count their attempts: not proven",
+        ),
     )
     parts = [f"{_n(counts[kind], noun)} {what}" for kind, noun, what in phrases if counts[kind]]
     parts += [f"{counts[kind]} {kind}" for kind in ("skipped", "no-baseline") if counts[kind]]

@@ -5,7 +5,7 @@ file, nor the sglang package.
 """
 
 import ast
-import glob
+import fnmatch
 import importlib.util
 import os
 import sys
@@ -48,22 +48,46 @@ def shard_text(text: str | None) -> str | None:
 
 def test_files(root: str, tests=()) -> list[str]:
     """Every ``test_*.py`` under each of ``tests`` (folders or files, relative to ``root``;
-    default ``root``/test/registered), sorted, each once."""
-    found = set()
+    default ``root``/test/registered), sorted, each once; links to folders are not followed
+    (``folder_links`` names them)."""
+    return scan(root, tests)[0]
+
+
+def folder_links(root: str, tests=()) -> list[str]:
+    """The links to folders under ``tests``, relative to ``root``: never followed (one that
+    points at its own folder would run the same files again at every depth)."""
+    return scan(root, tests)[1]
+
+
+def scan(root: str, tests=()) -> tuple[list[str], list[str]]:
+    found, links = set(), set()
     for entry in tests or (REGISTERED_ROOT,):
         path = os.path.join(root, entry)
         if os.path.isfile(path):
             found.add(os.path.abspath(path))
         elif os.path.isdir(path):
-            pattern = os.path.join(path, "**", "test_*.py")
-            found.update(os.path.abspath(p) for p in glob.glob(pattern, recursive=True))
+            for folder, dirs, files in os.walk(path, onerror=_unreadable):
+                # as glob's ** does: hidden names left out
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for name in [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
+                    dirs.remove(name)
+                    links.add(os.path.relpath(os.path.join(folder, name), root))
+                found.update(
+                    os.path.abspath(os.path.join(folder, name))
+                    for name in files
+                    if fnmatch.fnmatchcase(name, "test_*.py")
+                )
         else:
             raise RequestError(f"--tests {entry}: no such file or folder under {root}")
     top = os.path.realpath(root)
     outside = [p for p in found if os.path.commonpath([top, os.path.realpath(p)]) != top]
     if outside:
         raise RequestError(f"--tests: {outside[0]} is outside --root {root}")
-    return sorted(found)
+    return sorted(found), sorted(links)
+
+
+def _unreadable(error: OSError) -> None:
+    raise RequestError(f"--tests: {error.filename}: {error.strerror}")
 
 
 def select(root, backend, suite=None, stage=None, shard=None, nightly=False, tests=(), trees=()):

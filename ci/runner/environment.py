@@ -47,7 +47,7 @@ def records_by_mode(runs, modes) -> dict:
     """One record per mode: the first of that mode's test processes that wrote one."""
     by_mode = {}
     for mode in modes:
-        records = (process_record(run.environment) for run in runs if run.mode == mode)
+        records = (process_record(run.environment or "") for run in runs if run.mode == mode)
         by_mode[mode] = next(
             (r for r in records if r is not None),
             {"error": "no test process of this mode reported its environment"},

@@ -4,13 +4,16 @@ channel the runner owns, so the file stays exactly as upstream writes it.
 ``python ci/runner/file_process.py --results-fd N --environment-fd M FILE ARGS...`` runs FILE as
 ``__main__`` the way ``python FILE ARGS...`` does, reports each finished test as one JSON line on
 fd N through hooks installed from outside (unittest's result class, and each call of a test
-method, so a retry inside the test case is seen; a plugin handed to ``pytest.main``), with the
-CUDA peak where the process holds a CUDA context, and writes one
-record about the process to fd M at the end (ci/README.md says what each holds). It imports
-nothing of this project, nor torch or sglang: it is the PR's process.
+method, counted from the method's side by its sibling ``attempts.py``, so a retry inside the
+test case is seen whichever way it calls the method; a plugin handed to ``pytest.main``), with
+the CUDA peak where the process holds a CUDA context, and writes one record about the process
+to fd M at the end, with how many results it wrote (ci/README.md says what each holds). It
+imports nothing of this project but that sibling (loaded by its path), nor torch or sglang: it
+is the PR's process.
 """
 
 import builtins
+import importlib.util
 import json
 import os
 import sys
@@ -18,7 +21,6 @@ import time
 import types
 import unittest
 from importlib.machinery import SourceFileLoader
-from traceback import format_exception
 
 DETAIL_CHARS = 8000  # a traceback's end is where it says what failed
 MAX_ATTEMPTS = 20  # calls of one test method the channel reports (ci.evidence.model's bound)
@@ -32,12 +34,13 @@ class Channel:
 
     def __init__(self, fd: int):
         self.fd, self.pid, self.started = fd, os.getpid(), {}
+        self.sent = 0  # lines this channel wrote: the record says how many (ci.evidence.judge)
 
     def start(self, test_id: str) -> None:
         self.started[test_id] = time.monotonic()
         _cuda("reset_peak_memory_stats")
 
-    def send(self, test_id: str, outcome: str, detail: str = "", attempts=()) -> None:
+    def send(self, test_id, outcome, detail="", attempts=(), unobserved=False) -> None:
         if os.getpid() != self.pid:
             return
         started = self.started.pop(test_id, None)
@@ -56,8 +59,11 @@ class Channel:
             record["peak_mib"] = round(peak / MIB, 2)
         elif (published := _published_peak(test_id)) is not None:
             record["peak_mib"] = published
+        if unobserved:
+            record["unobserved"] = True
         with open(self.fd, "wb", closefd=False) as channel:  # flushed whole as it closes
             channel.write((json.dumps(record) + "\n").encode())
+        self.sent += 1
 
 
 def _cuda(call: str):
@@ -86,38 +92,28 @@ def _published_peak(test_id: str):
 # ---- unittest: hooks on the base result class, which every runner's result calls ----
 
 
-def unittest_id(test) -> str:
-    """``Class.test_name``; ``Class.setUpClass`` (or the module's name) for a fixture."""
-    method = getattr(test, "_testMethodName", None)
-    if method is not None:
-        return f"{type(test).__name__}.{method}"
-    fixture, _, where = str(test).partition(" (")
-    where = where.rstrip(")")
-    class_fixture = fixture in ("setUpClass", "tearDownClass")
-    return f"{where.split('.')[-1]}.{fixture}" if class_fixture else str(test)
+def _sibling(name: str):
+    """A module of this folder, loaded by its path under a private name: the PR's process has
+    no package of this project on its path."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_sglang_overlay_ci_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def hook_unittest(channel: Channel) -> None:
+attempts_module = _sibling("attempts")
+Attempts, retried, unittest_id = (
+    attempts_module.Attempts,
+    attempts_module.retried,
+    attempts_module.unittest_id,
+)
+
+
+def hook_unittest(channel: Channel, attempts: Attempts) -> None:
     result = unittest.result.TestResult
     # test id -> (outcome, detail) so far; sent at stopTest, or at once for a fixture.
     ended: dict = {}
-    # test id -> [(outcome, detail)] per call of its method: sglang's CustomTestCase retries a
-    # failed method in CI (SGLANG_IS_IN_CI) by calling TestCase._callTestMethod again.
-    attempts: dict = {}
-    call_test_method = unittest.case.TestCase._callTestMethod
-
-    def attempt(self, method):
-        calls = attempts.setdefault(unittest_id(self), [])
-        try:
-            value = call_test_method(self, method)
-        except unittest.SkipTest:
-            raise
-        except Exception as exc:
-            failed = isinstance(exc, self.failureException)
-            calls.append(("fail" if failed else "error", "".join(format_exception(exc))))
-            raise
-        calls.append(("pass", ""))
-        return value
 
     def record(test, outcome, detail=""):
         test_id = unittest_id(test)
@@ -135,12 +131,8 @@ def hook_unittest(channel: Channel) -> None:
     def stop_test(self, test):
         test_id = unittest_id(test)
         outcome, detail = ended.pop(test_id, ("error", "the test ended without a result"))
-        calls = attempts.pop(test_id, [])
-        failures = [(n, d) for n, (o, d) in enumerate(calls, 1) if o != "pass"]
-        if outcome == "pass" and failures:
-            number, first = failures[0]
-            detail = f"attempt {number} of {len(calls)} failed, the last passed:\n{first}"
-        channel.send(test_id, outcome, detail, [o for o, _ in calls])
+        detail, calls, unobserved = retried(outcome, detail, attempts.end(test_id))
+        channel.send(test_id, outcome, detail, calls, unobserved)
 
     def add_sub_test(self, test, subtest, err):
         if err is not None:
@@ -164,7 +156,7 @@ def hook_unittest(channel: Channel) -> None:
     }
     for name, hook in hooks.items():
         setattr(result, name, _then_original(hook, getattr(result, name)))
-    unittest.case.TestCase._callTestMethod = attempt
+    attempts.hook_run()
 
 
 def _then_original(hook, original):
@@ -181,8 +173,15 @@ def _then_original(hook, original):
 class PytestResults:
     """pytest hooks: one result per test item from its setup, call and teardown reports."""
 
-    def __init__(self, channel: Channel):
-        self.channel, self.reports = channel, {}
+    def __init__(self, channel: Channel, attempts: Attempts):
+        self.channel, self.reports, self.attempts = channel, {}, attempts
+        self.unittest_items: set = set()  # unittest test cases pytest collected: their attempts
+
+    def pytest_collection_modifyitems(self, session, config, items):
+        for item in items:
+            cls = getattr(item, "cls", None)
+            if isinstance(cls, type) and issubclass(cls, unittest.TestCase):
+                self.unittest_items.add(item.nodeid)
 
     @staticmethod
     def test_id(nodeid: str) -> str:
@@ -207,7 +206,11 @@ class PytestResults:
                 outcome = "skip"
                 detail = skip[2] if isinstance(skip, tuple) and len(skip) == 3 else str(skip)
                 detail = detail.removeprefix("Skipped: ")
-        self.channel.send(self.test_id(nodeid), outcome, detail)
+        test_id, calls, unobserved = self.test_id(nodeid), [], False
+        counted = self.attempts.end(test_id)
+        if nodeid in self.unittest_items:  # run by TestCase.run: its attempts were counted
+            detail, calls, unobserved = retried(outcome, detail, counted)
+        self.channel.send(test_id, outcome, detail, calls, unobserved)
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -216,14 +219,14 @@ class PytestResults:
             )
 
 
-def hook_pytest(pytest, channel: Channel) -> None:
+def hook_pytest(pytest, channel: Channel, attempts: Attempts) -> None:
     """Wrap ``pytest.main`` so that every call gets the plugin (idempotent)."""
     real = pytest.main
     if getattr(real, "_abtest_results", False):
         return
 
     def main(args=None, plugins=None, **kwargs):
-        return real(args, [*(plugins or ()), PytestResults(channel)], **kwargs)
+        return real(args, [*(plugins or ()), PytestResults(channel, attempts)], **kwargs)
 
     main._abtest_results = True
     main.__wrapped__ = real
@@ -364,11 +367,13 @@ def main(argv: list[str]) -> None:
         sys.exit(2)
     channel = Channel(int(argv[1]))
     record_fd, path, args = int(argv[3]), argv[4], argv[5:]
-    hook_unittest(channel)
+    attempts = Attempts()
+    hook_unittest(channel, attempts)
     if "pytest" in sys.modules:  # a site hook imported it already
-        hook_pytest(sys.modules["pytest"], channel)
+        hook_pytest(sys.modules["pytest"], channel, attempts)
     else:
-        sys.meta_path.insert(0, AfterImport("pytest", lambda m: hook_pytest(m, channel)))
+        hook = lambda m: hook_pytest(m, channel, attempts)  # noqa: E731
+        sys.meta_path.insert(0, AfterImport("pytest", hook))
     sys.argv = [path, *args]
     if not getattr(sys.flags, "safe_path", False):  # ``python -P`` adds no directory
         sys.path[0] = os.path.dirname(os.path.realpath(path))  # as ``python FILE`` sets it
@@ -380,8 +385,10 @@ def main(argv: list[str]) -> None:
         # the starting process's alone. Nothing raised here may replace the file's outcome.
         if os.getpid() == started:
             try:
+                # How many results the channel wrote: more on it are not the runner's.
+                facts = {**describe_process(), "results": channel.sent}
                 with open(record_fd, "wb") as record:
-                    record.write(json.dumps(describe_process(), default=str).encode())
+                    record.write(json.dumps(facts, default=str).encode())
             except BaseException as exc:
                 print(f"file_process: no environment record: {exc!r}", file=sys.stderr)
 

@@ -111,9 +111,11 @@ def _registered(root: str, merge_base: str, head: str, status: str) -> tuple[str
     """The ``test_*.py`` files under test/registered whose diff status is ``status``."""
     listing = _git(
         root, "diff", "--no-renames", "--name-only", "-z", f"--diff-filter={status}",
-        merge_base, head, "--", REGISTERED_ROOT,
+        merge_base, head, "--", REGISTERED_ROOT, data=True,
     )  # fmt: skip
-    names = (listing or "").split("\0")
+    # The names as the file system has them (a name that is not UTF-8 keeps its bytes), so the
+    # selection refuses such a file by its own name, not as a --tests path that does not exist.
+    names = os.fsdecode(listing or b"").split("\0")
     return tuple(
         sorted(n for n in names if n.endswith(".py") and n.rpartition("/")[2][:5] == "test_")
     )

@@ -83,10 +83,14 @@ def _exit_code(code) -> int:
     return 1
 
 
-def serve(path: str, modules) -> None:
+def listen(path: str) -> socket.socket:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(64)
+    return server
+
+
+def serve(server: socket.socket, modules) -> None:
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
@@ -179,10 +183,12 @@ def main(argv) -> None:
     path, ready, modules = argv[1], int(argv[3]), argv[4:]
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner ends this process's group
     why = preload(modules)
+    # Listening before it says ready: the runner connects as soon as it reads the line.
+    server = listen(path) if why is None else None
     with open(ready, "w") as channel:
         channel.write(json.dumps({"error": why} if why else {"preloaded": modules}) + "\n")
-    if why is None:
-        serve(path, modules)
+    if server is not None:
+        serve(server, modules)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import shutil
 from dataclasses import dataclass, replace
 
 from ci.evidence import bounds, judge, junit
-from ci.evidence.model import MODES, Results, SeriesId, save
+from ci.evidence.model import MODES, EvidenceError, Results, SeriesId, check_test_path, save
 from ci.runner import (
     RequestError,
     collect,
@@ -25,6 +25,9 @@ from ci.runner import (
 # What a results folder holds: a reused --out is cleared of these, and only of these.
 OUTPUTS = ("results.json", "report.md", "junit-unmodified.xml", "junit-change.xml")
 OUTPUT_DIRS = ("logs", "pictures", git_sides.SIDES_DIR)
+
+
+LINK_NOT_FOLLOWED = "a link to a folder: not followed (its tests are not run through it)"
 
 
 class RegistrationError(ValueError):
@@ -127,6 +130,12 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None, di
     selected = _select(request, root, backend, trees, diff)
     out = _prepare_out(request.out) if change is None else os.path.abspath(request.out)
     jobs = request.jobs
+    links = [
+        {"file": link, "why": LINK_NOT_FOLLOWED}
+        for link in collect.folder_links(root, request.tests)
+    ]
+    for link in links:
+        log(f"ci run: {link['file']}: {link['why']}")
     log(f"ci run: {len(selected)} files x {len(wanted)} modes on {backend}, {jobs} at a time")
     upstream_ci = not request.outside_upstream_ci
     envs = {mode: modes.environment(s, upstream_ci=upstream_ci) for mode, s in setups.items()}
@@ -148,7 +157,8 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None, di
         )
         for mode, setup in setups.items()
     }
-    runs = [replace(run, log=_write_log(run, out)) for run in runs]
+    logs = _logs_folder(out)  # a test may have removed or replaced it while it ran
+    runs = [replace(run, log=_write_log(run, logs)) for run in runs]
     selection = {
         "tests": list(request.tests) or [collect.REGISTERED_ROOT],
         "suite": request.suite,
@@ -156,7 +166,7 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None, di
         "shard": collect.shard_text(request.shard),
         "files": paths,
         "regressions": list(patterns),
-        "not_run": collect.not_here(root, backend, request.tests, trees),
+        "not_run": collect.not_here(root, backend, request.tests, trees) + links,
     }
     if change is not None:
         selection["git"] = change.to_json()
@@ -183,9 +193,24 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None, di
     return results
 
 
-def _write_log(run: judge.FileRun, out: str) -> str:
+def _logs_folder(out: str) -> str:
+    """``out``/logs made afresh: what a test left there (or put in its place, a link too) is
+    not a log of this run; ``out`` itself is made again where a test removed it."""
+    logs = os.path.join(out, "logs")
+    try:
+        if os.path.islink(logs) or os.path.isfile(logs):
+            os.remove(logs)
+        elif os.path.isdir(logs):
+            shutil.rmtree(logs)
+        os.makedirs(logs)
+    except OSError as exc:
+        raise RequestError(f"--out {out}: {exc.strerror} (changed while the tests ran)") from None
+    return logs
+
+
+def _write_log(run: judge.FileRun, logs: str) -> str:
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", run.path) + f".{run.mode}.log"
-    with open(os.path.join(out, "logs", name), "w", encoding="utf-8", errors="replace") as handle:
+    with open(os.path.join(logs, name), "w", encoding="utf-8", errors="replace") as handle:
         handle.write(run.output)
     return f"logs/{name}"
 
@@ -231,6 +256,14 @@ def _select(request: RunRequest, root: str, backend: str, trees, diff: bool = Fa
         raise RequestError(f"cannot load sglang's ci_register ({exc})") from None
     except ValueError as exc:  # a registration collect_tests rejects names its file
         raise RegistrationError(str(exc)) from None
+    for chosen in selected:
+        try:
+            check_test_path(chosen.path, "--tests")
+        except EvidenceError:
+            raise RequestError(
+                f"{chosen.path!r:.300}: a test file name the report refuses (ASCII letters, "
+                "digits and _ . / - only, ending .py): rename it; nothing ran"
+            ) from None
     if selected:
         return selected
     unsharded = (request.suite, request.stage, None, *filters[3:])
