@@ -11,6 +11,7 @@ numbers. Reads source; imports nothing of sglang.
 """
 
 import __future__
+
 import ast
 import copy
 import inspect
@@ -89,9 +90,7 @@ def _statement_lists(node):
 
 
 def _stores(stmt, attr) -> bool:
-    return isinstance(stmt, ast.Assign) and any(
-        shapes._self_attr(t) == attr for t in stmt.targets
-    )
+    return isinstance(stmt, ast.Assign) and any(shapes._self_attr(t) == attr for t in stmt.targets)
 
 
 def _assigns(stmt, local) -> bool:

@@ -372,6 +372,4 @@ DSV4_Q8KV8 = Site(
     ("_q8kv8_qpad_buf",),
     DSV4_Q8KV8_SHAPES,
 )
-SITES = {
-    site.patch_id: site for site in (DSV4, FUSED_KV, DRAFT_PROBS, DSA_Q8KV8, DSV4_Q8KV8)
-}
+SITES = {site.patch_id: site for site in (DSV4, FUSED_KV, DRAFT_PROBS, DSA_Q8KV8, DSV4_Q8KV8)}
