@@ -253,7 +253,7 @@ def test_a_release_that_breaks_one_patchs_shape_shows_in_that_patchs_column_and_
     assert watch._row_problem(row) is None
     header = watch.HEADER.strip("| ").split(" | ")
     (line,) = watch.render([row]).splitlines()[2:]
-    cells = dict(zip(header, line.strip("| ").split(" | ")))
+    cells = dict(zip(header, line.strip("| ").split(" | "), strict=True))
     assert cells["0007"] == "unsupported ba9876543210; fix fails (dsa\\_backend.py hunk #\u20601)"
     assert cells["0001"] == "applied 0123456789ab; fix clean"
     assert cells["0005"].startswith("applied 0123456789ab; fix no such fix")
