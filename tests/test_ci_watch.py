@@ -391,6 +391,9 @@ def test_watch_reports_state_sha256_series_and_ab_verdict_for_a_release(checked_
     assert row["series"]["status"] == "clean"
     assert row["counts"]["regression"] >= 4 and row["counts"]["broken"] == 0
     assert row["change_ok"] and watch.verdict(row) is True
+    patches = {p["patch"][:4]: (p["state"], p["sha256"], p["series"]) for p in row["patches"]}
+    assert patches["0007"] == ("applied", "eb7abba41a0a", "clean")
+    assert patches["0009"] == ("applied", "891f31d3a954", "clean")
     assert "| 0.5.23 | applied: kv-buffer-reserve (0.5.23), sha256 08fa9779e685 |" in proc.stdout
     assert (out / "0.5.23" / "results.json").is_file()
 
@@ -406,7 +409,7 @@ def test_report_job_posts_the_check_jobs_rows_and_reruns_edit_nothing(
     assert list(github.issue_meta) == [2] and github.count("PATCH", r"/issues/2$") == 0
     body = github.bodies[2]
     # 9 regressions: the DSV4 proof 4 and companion 3, the fused-KV companion 2
-    assert watch.HEADER in body and "| 08fa9779e685 | clean | 11 |" in body
+    assert watch.HEADER in body and "| 08fa9779e685 | clean | applied 08fa9779e685; fix clean |" in body
     assert "checked on request" in body
 
 
