@@ -1,6 +1,7 @@
 """Release-first replacement of sglang's scratch workspaces: the DSV4 sparse-prefill workspace
-(patch 0001), speculative decoding's fused KV materialisation workspaces (patch 0003) and
-DFlash's dense draft-probability buffer (patch 0005).
+(patch 0001), speculative decoding's fused KV materialisation workspaces (patch 0003),
+DFlash's dense draft-probability buffer (patch 0005) and the
+q8kv8 scratch of the DSA and DSV4 fp8 prefills (patches 0007, 0009).
 
 The public surface only (README.md, "Using the overlay"): the .pth start-up hook imports this
 module in every interpreter, so it imports nothing itself.
@@ -37,6 +38,8 @@ PATCHED_MODULES = {
     PATCH_ID: (WORKSPACE_MODULE,),
     FUSED_KV_PATCH_ID: FUSED_KV_MODULES,
     "0005-dflash-draft-probs-release-first": ("sglang.srt.speculative.dflash_worker_v2",),
+    "0007-dsa-q8kv8-release-first": ("sglang.srt.layers.attention.dsa_backend",),
+    "0009-dsv4-q8kv8-qpad-release-first": ("sglang.srt.layers.attention.deepseek_v4_backend",),
 }
 PATCH_IDS = tuple(PATCHED_MODULES)
 

@@ -3,7 +3,9 @@
 One builder per shape of ``shapes.SITES`` (``BUILDERS``, by shape name), each with the
 original's signature and reuse rule (a request that fits the current size and dtype gets the
 same storage). Each replacement calls the ``publish`` it was built with (the overlay's: record
-and gauges). A new fix adds its builder here with ``@builds(...)`` and nothing else.
+and gauges). A new fix adds its builder here with ``@builds(...)`` and nothing else; a
+shape without one gets the generic rewrite (``build``), so a fix of the local-variable form
+needs no code here.
 """
 
 import torch
@@ -75,8 +77,56 @@ def _replace(workspace, num_tokens: int, dtype, width: int, forget_head: bool, p
 
 def build(shape, module, publish):
     """The release-first method for ``shape``, bound to ``module`` (its globals); it calls
-    ``publish()`` after each replacement (outside a torch.compile graph)."""
-    return BUILDERS[shape.name](module, publish)
+    ``publish()`` after each replacement (outside a torch.compile graph). A shape with no
+    builder of its own gets the generic one: its method's source with each released attribute
+    and the local holding it dropped before the allocation (``rewrite.py``)."""
+    builder = BUILDERS.get(shape.name)
+    return builder(module, publish) if builder else _build_rewritten(shape, module, publish)
+
+
+def _build_rewritten(shape, module, publish):
+    from sglang_overlay import rewrite, shapes
+
+    site = next(s for s in shapes.SITES.values() if shape in s.shapes)
+    method = rewrite.released_method(module, shape.class_name, shape.method, site.released)
+    log = log_of(site.patch_id, f"{shape.class_name}.{shape.method} scratch")
+    released = site.released
+
+    def released_first(self, *args, **kwargs):
+        # Shapes, not the tensors: a reference kept here would hold the old buffer again.
+        before = None if _compiling() else [_shape_of(getattr(self, a, None)) for a in released]
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            if before is not None:
+                now = [getattr(self, a, None) for a in released]
+                if [_shape_of(t) for t in now] != before:
+                    new = sum(_scratch_bytes(t) for t in now)
+                    log.replaced(_shapes_text(before), _shapes_text(map(_shape_of, now)), new)
+                    publish()
+
+    return released_first
+
+
+def _parts(value) -> tuple:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def _shape_of(value):
+    """What a released attribute holds, as a value: shapes, dtypes and devices."""
+    if value is None:
+        return None
+    return tuple((tuple(t.shape), t.dtype, t.device) for t in _parts(value) if t is not None)
+
+
+def _scratch_bytes(value) -> int:
+    return sum(_nbytes(t) for t in _parts(value) if t is not None) if value is not None else 0
+
+
+def _shapes_text(described) -> str:
+    return "; ".join(
+        "none" if d is None else ", ".join(f"{list(s)} {t}" for s, t, _ in d) for d in described
+    )
 
 
 @builds("kv-buffer-reserve")

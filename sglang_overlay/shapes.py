@@ -95,6 +95,41 @@ DRAFT_PROBS_SHAPES = (
 )
 
 
+# The q8kv8 scratch of the flashmla_sparse_q8 prefills, the local-variable form (``buf =
+# self.x; if ...: buf = torch.zeros(...); self.x = buf``): no builder of their own, so
+# release_first's generic rewrite drops the attribute and the local. Source only (no
+# code_sha256): the rewrite needs the text it hashed. DSA: 0.5.16 has the q pad only,
+# 0.5.17 on the KV rows and outputs too; DSV4's from 0.5.19.
+DSA_Q8KV8_SHAPES = (
+    WorkspaceShape(
+        "dsa-q8kv8-qpad", "DeepseekSparseAttnBackend", "_forward_flashmla_sparse_q8kv8",
+        "169a7df46251", "0.5.16",
+    ),
+    WorkspaceShape(
+        "dsa-q8kv8-kv-out", "DeepseekSparseAttnBackend", "_forward_flashmla_sparse_q8kv8",
+        "13f42ab64c02", "0.5.17-0.5.21",
+    ),
+    WorkspaceShape(
+        "dsa-q8kv8-kv-out-0.5.22", "DeepseekSparseAttnBackend",
+        "_forward_flashmla_sparse_q8kv8", "f0c6ed52b57c", "0.5.22",
+    ),
+    WorkspaceShape(
+        "dsa-q8kv8-kv-out-0.5.23", "DeepseekSparseAttnBackend",
+        "_forward_flashmla_sparse_q8kv8", "eb7abba41a0a", "0.5.23",
+    ),
+)  # fmt: skip
+DSV4_Q8KV8_SHAPES = (
+    WorkspaceShape(
+        "dsv4-q8kv8-qpad", "DeepseekV4AttnBackend", "_prepare_q8kv8_q_and_sink",
+        "99b96398f867", "0.5.19-0.5.22",
+    ),
+    WorkspaceShape(
+        "dsv4-q8kv8-qpad-0.5.23", "DeepseekV4AttnBackend", "_prepare_q8kv8_q_and_sink",
+        "891f31d3a954", "0.5.23",
+    ),
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Site:
     """Where one patch applies: the class (under any of its published names), the allocating
@@ -216,7 +251,8 @@ def _recognise_bytecode(module, site, cls, method, func, target, why) -> Recogni
     ours = func.__qualname__ == f"{cls.__name__}.{method}" and func.__module__ == module.__name__
     for shape in site.shapes if ours and python in CODE_PYTHONS else ():
         same_method = (shape.class_name, shape.method) == (cls.__name__, method)
-        if same_method and shape.code_sha256[CODE_PYTHONS.index(python)] == digest:
+        known = shape.code_sha256[CODE_PYTHONS.index(python)] if shape.code_sha256 else None
+        if same_method and known == digest:
             return _recognised(
                 module, site, shape, cls, target, f"bytecode only, code sha256 {digest}"
             )
@@ -322,4 +358,18 @@ DRAFT_PROBS = Site(
     ("_draft_probs_buf",),
     DRAFT_PROBS_SHAPES,
 )
-SITES = {site.patch_id: site for site in (DSV4, FUSED_KV, DRAFT_PROBS)}
+DSA_Q8KV8 = Site(
+    "0007-dsa-q8kv8-release-first",
+    ("DeepseekSparseAttnBackend",),
+    ("_forward_flashmla_sparse_q8kv8",),
+    ("_q8kv8_qpad_buf", "_q8kv8_kv_buf", "_q8kv8_out_bufs"),
+    DSA_Q8KV8_SHAPES,
+)
+DSV4_Q8KV8 = Site(
+    "0009-dsv4-q8kv8-qpad-release-first",
+    ("DeepseekV4AttnBackend",),
+    ("_prepare_q8kv8_q_and_sink",),
+    ("_q8kv8_qpad_buf",),
+    DSV4_Q8KV8_SHAPES,
+)
+SITES = {site.patch_id: site for site in (DSV4, FUSED_KV, DRAFT_PROBS, DSA_Q8KV8, DSV4_Q8KV8)}

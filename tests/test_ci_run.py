@@ -45,6 +45,8 @@ def ci_run(out, *args, env=None):
 
 checked_0_5_23 = release_check.checked_0_5_23
 DFLASH_COMPANION = "test/registered/unit/speculative/test_dflash_draft_probs_release_order.py"
+DSA_Q8_COMPANION = "test/registered/unit/layers/attention/test_dsa_q8kv8_release_order.py"
+DSV4_Q8_COMPANION = "test/registered/unit/layers/attention/test_dsv4_q8kv8_qpad_release_order.py"
 
 
 @pytest.fixture(scope="module")
@@ -62,20 +64,29 @@ def test_the_cpu_tests_reproduce_the_bug_unmodified_and_pass_with_the_overlay(ov
     fused = str(FUSED_KV_COMPANION.relative_to(REPO))
     dflash = DFLASH_COMPANION
     # the DSV4 proof's 4 and its companion's 2; the fused-KV companion's 3 (patch 0003); the
-    # DFlash draft-probability companion's 2 (patch 0005)
-    assert sorted(kinds.values()).count("regression") == 4 + 2 + 3 + 2
+    # DFlash draft-probability companion's 2 (patch 0005); the DSA q8kv8 companion's 3 (patch
+    # 0007) and the DSV4 q8kv8 one's 1 (patch 0009)
+    assert sorted(kinds.values()).count("regression") == 4 + 2 + 3 + 2 + 3 + 1
     assert kinds[(proof, "test_smaller_request_reuses_storage")] == "preservation"
-    assert sorted(k for (f, _), k in kinds.items() if f == companion) == ["preservation"] * 3 + [
-        "regression"
-    ] * 2
-    assert sorted(k for (f, _), k in kinds.items() if f == fused) == ["preservation"] + [
-        "regression"
-    ] * 3
-    assert sorted(k for (f, _), k in kinds.items() if f == dflash) == ["preservation"] * 3 + [
-        "regression"
-    ] * 2
+    assert (
+        sorted(k for (f, _), k in kinds.items() if f == companion)
+        == ["preservation"] * 3 + ["regression"] * 2
+    )
+    assert (
+        sorted(k for (f, _), k in kinds.items() if f == fused)
+        == ["preservation"] + ["regression"] * 3
+    )
+    assert (
+        sorted(k for (f, _), k in kinds.items() if f == dflash)
+        == ["preservation"] * 3 + ["regression"] * 2
+    )
+    for path, counts in ((DSA_Q8_COMPANION, (2, 3)), (DSV4_Q8_COMPANION, (3, 1))):
+        assert (
+            sorted(k for (f, _), k in kinds.items() if f == path)
+            == ["preservation"] * counts[0] + ["regression"] * counts[1]
+        )
     assert data["verdict"] == "ok" and sorted(f["path"] for f in data["files"]) == sorted(
-        [proof, companion, fused, dflash]
+        [proof, companion, fused, dflash, DSA_Q8_COMPANION, DSV4_Q8_COMPANION]
     )
     grow = next(c for c in data["cases"] if c["file"] == proof and "grow" in c["test"])
     assert "peaked at 160.0 MiB" in grow["modes"]["unmodified"]["detail"]
@@ -291,12 +302,15 @@ def test_a_run_whose_base_already_has_the_change_is_void_and_exits_1(trees_runs)
     proc, data = trees_runs["void"]
     assert proc.returncode == 1, proc.stdout + proc.stderr
     # The file reads sglang's source and never imports it, so its processes saw no version.
-    assert proc.stdout.splitlines()[-2] == (  # the last is the results' digest
-        "ci run: the bug did not reproduce: 1 listed regressions pass on "
-        "sglang (version unknown) @ "
-        f"{data['sides']['unmodified']['commit'][:12]} "
-        "(TestReserveSource.test_replacement_releases_the_old_scratch_before_allocating); "
-        "is the change already in it?"
+    assert (
+        proc.stdout.splitlines()[-2]
+        == (  # the last is the results' digest
+            "ci run: the bug did not reproduce: 1 listed regressions pass on "
+            "sglang (version unknown) @ "
+            f"{data['sides']['unmodified']['commit'][:12]} "
+            "(TestReserveSource.test_replacement_releases_the_old_scratch_before_allocating); "
+            "is the change already in it?"
+        )
     )
 
 
@@ -509,7 +523,9 @@ def test_the_jobs_retry_at_once_with_sglangs_attempts(tmp_path):
         "    time.sleep(initial_delay)\n"
         "    return fn()\n"
     )
-    code = "from sglang.srt.utils.common import retry\nprint(retry(lambda: 'ran', 1, should_retry=3))"
+    code = (
+        "from sglang.srt.utils.common import retry\nprint(retry(lambda: 'ran', 1, should_retry=3))"
+    )
     path = os.pathsep.join([str(NO_RETRY_DELAY), str(tmp_path)])
     proc = subprocess.run(
         [sys.executable, "-c", code],

@@ -231,6 +231,45 @@ def test_a_reason_with_pipes_and_newlines_stays_one_table_row():
     assert "a \\| b c" in table[2] and table[2].endswith("| FAILED |")
 
 
+def _status_record(patch, state, reason):
+    return {"patch": patch, "target": "t", "sglang_version": "0.5.24", "state": state,
+            "reason": reason}  # fmt: skip
+
+
+def test_a_release_that_breaks_one_patchs_shape_shows_in_that_patchs_column_and_fails():
+    # sglang-overlay status --json of a release where every patch but 0007 still matches, and
+    # the series matrix of it (no download: the rows are what check() builds from them)
+    dsa = "0007-dsa-q8kv8-release-first"
+    records = [
+        _status_record(patch, "applied", "shape (0.5.23), sha256 0123456789ab")
+        for patch in watch.patch_columns.PATCH_IDS
+        if patch != dsa
+    ]
+    records.append(_status_record(dsa, "unsupported", "unknown source (sha256 ba9876543210)"))
+    fixes = {"0001": "clean", "0007": "fails (dsa_backend.py hunk #1)"}
+    row = {"version": "0.5.24", "state": "applied", "reason": "kv-buffer-reserve, sha256 x",
+           "sha256": "0123456789ab", "counts": {"regression": 4}, "change_ok": True,
+           "patches": watch.patch_columns.from_status(records, fixes)}  # fmt: skip
+    assert watch._row_problem(row) is None
+    header = watch.HEADER.strip("| ").split(" | ")
+    (line,) = watch.render([row]).splitlines()[2:]
+    cells = dict(zip(header, line.strip("| ").split(" | "), strict=True))
+    assert cells["0007"] == "unsupported ba9876543210; fix fails (dsa\\_backend.py hunk #\u20601)"
+    assert cells["0001"] == "applied 0123456789ab; fix clean"
+    assert cells["0005"].startswith("applied 0123456789ab; fix no such fix")
+    assert watch.verdict(row) is False and cells["verdict"] == "FAILED"
+    row["patches"][-1]["state"] = "upstream-fixed"
+    assert watch.verdict(row) is True  # the same release with that patch upstream-fixed
+
+
+def test_a_rows_patch_records_are_validated():
+    row = {"version": "0.5.24", "state": "applied", "reason": "r", "change_ok": True}
+    bad = [{"patch": "0001", "state": "applied"}]
+    assert "patches" in watch._row_problem({**row, "patches": bad})
+    bad = [{"patch": "0001", "state": 1, "sha256": None, "series": "clean"}]
+    assert "state" in watch._row_problem({**row, "patches": bad})
+
+
 def test_the_operators_compatibility_table_is_the_watch_table():
     readme = (REPO / "docs/operators.md").read_text()
     section = readme.split("## Compatibility", 1)[1].split("\n## ", 1)[0]
@@ -352,6 +391,9 @@ def test_watch_reports_state_sha256_series_and_ab_verdict_for_a_release(checked_
     assert row["series"]["status"] == "clean"
     assert row["counts"]["regression"] >= 4 and row["counts"]["broken"] == 0
     assert row["change_ok"] and watch.verdict(row) is True
+    patches = {p["patch"][:4]: (p["state"], p["sha256"], p["series"]) for p in row["patches"]}
+    assert patches["0007"] == ("applied", "eb7abba41a0a", "clean")
+    assert patches["0009"] == ("applied", "891f31d3a954", "clean")
     assert "| 0.5.23 | applied: kv-buffer-reserve (0.5.23), sha256 08fa9779e685 |" in proc.stdout
     assert (out / "0.5.23" / "results.json").is_file()
 
@@ -367,7 +409,7 @@ def test_report_job_posts_the_check_jobs_rows_and_reruns_edit_nothing(
     assert list(github.issue_meta) == [2] and github.count("PATCH", r"/issues/2$") == 0
     body = github.bodies[2]
     # 9 regressions: the DSV4 proof 4 and companion 3, the fused-KV companion 2
-    assert watch.HEADER in body and "| 08fa9779e685 | clean | 11 |" in body
+    assert watch.HEADER in body and "| 08fa9779e685 | clean | applied 08fa9779e685; fix clean |" in body
     assert "checked on request" in body
 
 

@@ -475,10 +475,11 @@ def cli(env, paths, **variables):
 
 def records_of(proc) -> list:
     """The records ``status --json`` printed for the patches the stand-in carries: it has no
-    DFlash worker, so patch 0005 is not-present there (tests/test_overlay_draft_probs.py proves
-    that patch on the real method)."""
+    DFlash worker and no DSA/DSV4 backend, so patches 0005, 0007 and 0009 are not-present there
+    (tests/test_overlay_draft_probs.py and tests/test_overlay_q8kv8.py prove them)."""
     records = json.loads(proc.stdout)
-    return [r for r in records if (r["patch"][:5], r["state"]) != ("0005-", "not-present")]
+    absent = ("0005-", "0007-", "0009-")
+    return [r for r in records if not (r["patch"][:5] in absent and r["state"] == "not-present")]
 
 
 def states(proc) -> "list[tuple[str, str]]":
@@ -722,8 +723,8 @@ def test_disabling_one_patch_leaves_the_other_applied(settings_env, known, value
     expected = [
         "applied" if off not in (None, name) else "disabled" for name in ("dsv4", "fused_kv")
     ]
-    # patch 0005's module (DFlash's worker) is never imported here: pending
-    assert last_json(proc) == [*expected, "pending"] and overlay_warnings(proc) == []
+    # patches 0005-0009's modules (DFlash's worker, the DSA/DSV4 backends) are never imported
+    assert last_json(proc) == [*expected, *["pending"] * 3] and overlay_warnings(proc) == []
 
 
 @pytest.mark.parametrize(
@@ -800,8 +801,9 @@ def test_a_release_without_the_fused_kv_helper_is_not_present_and_passes(setting
     proc = cli(settings_env, [root])
     assert proc.returncode == 0
     assert states(proc) == [(PATCH_ID, "applied"), (FUSED_KV_PATCH_ID, "not-present")]
-    assert "has no sglang.kernels.ops.speculative.fused_kv_materialize or" in (
-        records_of(proc)[1]["reason"]
+    assert (
+        "has no sglang.kernels.ops.speculative.fused_kv_materialize or"
+        in (records_of(proc)[1]["reason"])
     )
 
 
@@ -871,9 +873,7 @@ def test_a_subclass_in_the_classs_place_is_reported_by_what_it_runs(
 ):
     module, cls, method, index, patch_id = TARGETS[target]
     body = f"    def {method}(self, *args):\n        pass" if overrides else "    pass"
-    code = SUBCLASS_IN_PLACE.format(
-        module=module, cls=cls, method=method, index=index, body=body
-    )
+    code = SUBCLASS_IN_PLACE.format(module=module, cls=cls, method=method, index=index, body=body)
     proc = run(settings_env, code, [known])
     states, runs, after_remove = last_json(proc)
     if overrides:  # the plugin's own method runs, not release-first

@@ -368,6 +368,40 @@ def test_real_0_5_23_site_releases_first_after_its_own_fix(tmp_path, capsys, fix
     assert {verdict for name, verdict in found if name == qualname} == {"releases-first"}
 
 
+@pytest.mark.parametrize(
+    "fix, path, qualname, targets",
+    [
+        ("0005", "srt/speculative/dflash_worker_v2.py",
+         "DFlashWorkerV2._selector_sampling_accept", ("self._draft_probs_buf",)),
+        ("0007", "srt/layers/attention/dsa_backend.py",
+         "DeepseekSparseAttnBackend._forward_flashmla_sparse_q8kv8",
+         ("self._q8kv8_qpad_buf", "self._q8kv8_kv_buf")),
+        ("0009", "srt/layers/attention/deepseek_v4_backend.py",
+         "DeepseekV4AttnBackend._prepare_q8kv8_q_and_sink", ("self._q8kv8_qpad_buf",)),
+    ],
+)  # fmt: skip
+def test_real_0_5_23_buffer_releases_first_after_its_own_fix(
+    tmp_path, capsys, fix, path, qualname, targets
+):
+    # Unmodified each target grows while held; with its fix alone applied it releases first.
+    upstream = tmp_path / "python/sglang"
+    (upstream / path).parent.mkdir(parents=True)
+    (upstream / "srt").mkdir(exist_ok=True)
+    (upstream / "__init__.py").write_text("")
+    shutil.copy2(_installed() / path, upstream / path)
+
+    def verdicts():
+        assert main(["audit", str(tmp_path), "--json"]) == 0
+        sites = json.loads(capsys.readouterr().out)
+        return [s["verdict"] for t in targets for s in sites
+                if (s["qualname"], s["target"]) == (qualname, t)]  # fmt: skip
+
+    assert verdicts() == ["grows-while-held"] * len(targets)
+    (patch,) = PATCHES_DIR.glob(f"{fix}-*.patch")
+    subprocess.run(["git", "apply", str(patch)], cwd=tmp_path, check=True)
+    assert verdicts() == ["releases-first"] * len(targets)
+
+
 def test_after_series_apply_both_known_sites_release_first(tmp_path, capsys, patched_tree):
     # The tree ``git am`` made of the whole series (as ``series apply --to`` does), read by the
     # audit's command line; only the two files, so that it reads 2 files and not 6,000.

@@ -38,7 +38,7 @@ def test_a_hand_read_site_gets_its_call_and_a_call_on_the_target_wins_over_its_m
     fused = calls[(FUSED, "FusedKVMaterializeHelper._ensure_workspace", "self._k_workspace")]
     assert (fused[0], fused[4]) == ("yes", "read") and "9 units" in fused[5]
     method = "DeepseekV4AttnBackend._prepare_q8kv8_q_and_sink"
-    assert calls[(DSV4, method, "self._q8kv8_qpad_buf")][0] == "next"
+    assert calls[(DSV4, method, "self._q8kv8_qpad_buf")][0] == "yes"
     assert calls[(DSV4, method, "self._q8kv8_attn_sink_pad")][0] == "no"
 
 

@@ -20,6 +20,7 @@ from ci.evidence import shards
 from ci.evidence.inert import inert
 from ci.reporter.render import escape_inline
 from ci.runner import modes
+from tools.releases import patch_columns
 from tools.series import SeriesError, matrix, seriesdir
 from tools.series.seriesdir import RELEASE  # not `packaging`: the posting job has only github3.py
 
@@ -39,6 +40,7 @@ ROW_SCHEMA = {
     "counts": (dict,),
     "change_ok": (bool,),
     "error": (str,),
+    "patches": (list,),  # one record per carried patch (patch_columns)
 }
 REQUIRED = ("version", "state", "reason")
 MAX_TEXT = 4000  # a reason is the last line of an import's stderr: one line, not a book
@@ -79,7 +81,8 @@ def install(version: str) -> Path:
 
 
 def overlay_state(version: str, env: dict) -> dict:
-    """{state, reason, sha256} from ``sglang-overlay status`` in a fresh process."""
+    """{state, reason, sha256} of the first patch from ``sglang-overlay status`` in a fresh
+    process, and ``records``: every patch's record as status gave it."""
     status = subprocess.run(
         [sys.executable, "-W", "ignore", "-m", "sglang_overlay", "status", "--json"],
         env=env,
@@ -89,7 +92,8 @@ def overlay_state(version: str, env: dict) -> dict:
         timeout=600,
     )
     try:
-        record = json.loads(status.stdout)[0]
+        records = json.loads(status.stdout)
+        record = records[0]
     except (ValueError, IndexError, KeyError):
         return {"state": "does not import", "reason": _last_line(status.stderr), "sha256": None}
     if record.get("sglang_version") not in (version, "unknown", None):
@@ -100,19 +104,27 @@ def overlay_state(version: str, env: dict) -> dict:
         # status's own child could not import the module: not testable here; keep the error
         state = "does not import"
         reason = reason.partition("failed to import ")[2].partition(": ")[2] or reason
-    return {"state": state, "reason": reason, "sha256": found[1] if found else None}
+    found = found[1] if found else None
+    return {"state": state, "reason": reason, "sha256": found, "records": records}
 
 
-def series_status(version: str) -> dict:
-    """How the series' first patch (the fix) applies to the release's wheel: {status, detail}."""
+def series_status(version: str) -> tuple:
+    """How the series' first patch (the fix) applies to the release's wheel, {status,
+    detail}, and how each fix's first patch does, by fix number (one line each)."""
     try:
         series = seriesdir.load()
         row = matrix.release_row(series, version)
     except SeriesError as err:
-        return {"status": "not checked", "detail": str(err).splitlines()[0]}
+        line = str(err).splitlines()[0]
+        return {"status": "not checked", "detail": line}, {}
+    fixes = {}
+    for fix in series.fixes:
+        result = row["patches"][fix.patches[0].name]
+        detail = matrix.short_detail(result["detail"])
+        fixes[fix.number] = result["status"] + (f" ({detail})" if detail else "")
     name = next(n for n in series.names if n.startswith(SERIES_PATCH))
     result = row["patches"][name]
-    return {"status": result["status"], "detail": matrix.short_detail(result["detail"])}
+    return {"status": result["status"], "detail": matrix.short_detail(result["detail"])}, fixes
 
 
 def ab(version: str, env: dict, out: Path) -> dict:
@@ -145,7 +157,11 @@ def check(version: str, out: Path, installed: bool = False) -> dict:
         env.pop("PYTHONPATH", None)
     else:
         env["PYTHONPATH"] = str(install(version))
-    row = {"version": version, **overlay_state(version, env), "series": series_status(version)}
+    overlay = overlay_state(version, env)
+    records = overlay.pop("records", [])
+    series, fixes = series_status(version)
+    row = {"version": version, **overlay, "series": series}
+    row["patches"] = patch_columns.from_status(records, fixes)
     if row["state"] == "applied":
         row.update(ab(version, env, out))
     return row
@@ -155,6 +171,8 @@ def verdict(row: dict) -> "bool | None":
     """True ok, False failed, None not testable here (the release does not import)."""
     if row["state"] == "does not import":
         return None
+    if patch_columns.broken(row):  # one patch's shape broke on this release
+        return False
     if row["state"] != "applied":
         return row["state"] in ("not-present", "upstream-fixed")
     return row["change_ok"] and row["counts"].get("regression", 0) > 0
@@ -162,8 +180,9 @@ def verdict(row: dict) -> "bool | None":
 
 VERDICTS = {True: "ok", False: "FAILED", None: "not run here"}
 HEADER = (
-    "| sglang | overlay | method sha256 | 0001 applies | fail unmodified, pass with change "
-    "| pass both | skipped | verdict |"
+    "| sglang | overlay | method sha256 | 0001 applies | "
+    + "".join(f"{p} | " for p in patch_columns.header_cells())
+    + "fail unmodified, pass with change | pass both | skipped | verdict |"
 )
 
 
@@ -177,6 +196,7 @@ def render(rows) -> str:
         patch = series["status"] + (f" ({series['detail']})" if series.get("detail") else "")
         overlay = f"{row['state']}: {row['reason']}"
         cells = [row["version"], overlay, row.get("sha256") or "-", patch]
+        cells += patch_columns.cells(row)
         cells += [counts.get(kind, "-") for kind in ("regression", "preservation", "skipped")]
         cells.append(VERDICTS[verdict(row)])
         lines.append("| " + " | ".join(escape_inline(c) for c in cells) + " |")
@@ -288,6 +308,10 @@ def _row_problem(row) -> str | None:
     if not all(k in ("status", "detail") and type(v) is str and len(v) <= MAX_TEXT
                for k, v in series.items()) or (series and "status" not in series):  # fmt: skip
         return "series: expected {status, detail} text"
+    if "patches" in row:
+        problem = patch_columns.problem(row["patches"], MAX_TEXT)
+        if problem:
+            return problem
     if row["state"] == "applied" and "change_ok" not in row:
         return "an applied release's row has no change_ok"
     return None
@@ -307,7 +331,8 @@ def issue_body(rows, newest_known: str, index_url: str, requested: bool = False)
         lines += [render(rows), ""]
         lines.append(
             "Each release installed `--no-deps` over the pinned CPU closure: the overlay's state "
-            "and the allocating method's sha256, whether patch 0001 applies to the wheel "
+            "and the allocating method's sha256, whether patch 0001 applies to the wheel, then "
+            "one column per carried patch (its state and sha256, and whether its fix applies) "
             "(`python -m tools.series matrix`), and the registered tests unmodified and with the change "
             "(`python -m ci run --backend cpu`). Any verdict but `ok` needs a new shape in "
             "`sglang_overlay/shapes.py` or a rebased series."

@@ -24,7 +24,7 @@ ID_SCHEME = "sglang-series-id/1"
 _NAME_RE = re.compile(r"^[0-9]{4}-[A-Za-z0-9._-]+\.patch$")
 RELEASE = re.compile(r"[0-9]+(\.[0-9]+)*(\.post[0-9]+|rc[0-9]+)?")  # fullmatch: a release
 _SUBJECT_TAG_RE = re.compile(r"^\[PATCH[^\]]*\]\s*")
-_COVER_SUBJECT_RE = re.compile(r"^\[PATCH 0/(\d+)\]\s*(.+)$")
+_COVER_SUBJECT_RE = re.compile(r"^\[PATCH 0+/(\d+)\]\s*(.+)$")  # 00/10 from 10 patches on
 _SHORTLOG_RE = re.compile(r"^\S.* \(\d+\):$")  # git's "Author Name (2):" after a blank line
 _PLACEHOLDER = "*** "
 
