@@ -22,6 +22,12 @@ FUSED_KV_DIR = REPO / "test/registered/unit/kernels/ops/speculative"
 FUSED_KV_TEST = REPO / "test/registered/kernels/ops/speculative/test_fused_kv_workspace_peak.py"
 FUSED_KV_COMPANION = FUSED_KV_DIR / "test_fused_kv_workspace_release_order.py"
 DFLASH_TEST = REPO / "test/registered/spec/dflash/test_dflash_draft_probs_peak.py"
+DSA_Q8_TEST = REPO / "test/registered/kernels/ops/attention/test_dsa_q8kv8_scratch_peak.py"
+DSA_Q8_COMPANION = REPO / "test/registered/unit/layers/attention/test_dsa_q8kv8_release_order.py"
+DSV4_Q8_TEST = REPO / "test/registered/kernels/ops/attention/dsv4/test_dsv4_q8kv8_qpad_peak.py"
+DSV4_Q8_COMPANION = (
+    REPO / "test/registered/unit/layers/attention/test_dsv4_q8kv8_qpad_release_order.py"
+)
 DFLASH_COMPANION = (
     REPO / "test/registered/unit/speculative/test_dflash_draft_probs_release_order.py"
 )

@@ -216,7 +216,8 @@ class T(unittest.TestCase):
 if __name__ == "__main__":
     with open(f"/proc/{os.getppid()}/cmdline", "rb") as handle:
         parent = handle.read()
-    if b"preload.py" in parent:  # only ever the preloading parent, never a fresh run's
+    # only ever the preloading parent, never the test run that started it all (RUNNER)
+    if b"preload.py" in parent and os.getppid() != RUNNER:
         os.kill(os.getppid(), signal.SIGKILL)
     unittest.main()
 """
@@ -226,7 +227,7 @@ def test_the_preload_record_stops_saying_forked_once_its_parent_died(tmp_path):
     from ci.runner import launch, modes
 
     for name in ("test_a.py", "test_b.py"):
-        (tmp_path / name).write_text(KILLS_ITS_PARENT)
+        (tmp_path / name).write_text(f"RUNNER = {os.getpid()}\n" + KILLS_ITS_PARENT)
     env = modes.environment(modes.ModeSetup("change", overlay=True), base=clean_env())
     preloads = {}
     runs = launch.run_all(["test_a.py", "test_b.py"], {"change": env}, str(tmp_path), 60, 1,

@@ -28,7 +28,7 @@ from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.test.ci.ci_register import register_cuda_ci
 from sglang.test.test_utils import CustomTestCase
 
-register_cuda_ci(est_time=40, stage="base-b", runner_config="1-gpu-small")
+register_cuda_ci(est_time=50, stage="base-b", runner_config="1-gpu-small")
 
 MIB = 1 << 20
 GAMMA, VOCAB, TOP_K = 8, 8192, 2

@@ -29,7 +29,7 @@ from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
 from sglang.test.ci.ci_register import register_cuda_ci
 from sglang.test.test_utils import CustomTestCase
 
-register_cuda_ci(est_time=10, stage="base-b", runner_config="1-gpu-small")
+register_cuda_ci(est_time=40, stage="base-b-kernel-unit", runner_config="1-gpu-large")
 
 MIB = 1 << 20
 D_NOPE, D_ROPE, V_HEAD_DIM, HEADS, TOPK = 512, 64, 512, 16, 128

@@ -25,7 +25,7 @@ from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
 
-register_cpu_ci(est_time=5, suite="base-a-test-cpu")
+register_cpu_ci(est_time=20, suite="base-a-test-cpu")
 
 FP8 = torch.float8_e4m3fn
 D_NOPE, D_ROPE, V_HEAD_DIM, HEADS, TOPK = 16, 8, 16, 16, 128

@@ -24,7 +24,7 @@ from sglang.srt.layers.attention.deepseek_v4_backend import DeepseekV4AttnBacken
 from sglang.test.ci.ci_register import register_cuda_ci
 from sglang.test.test_utils import CustomTestCase
 
-register_cuda_ci(est_time=10, stage="base-b", runner_config="1-gpu-small")
+register_cuda_ci(est_time=50, stage="base-b-kernel-unit", runner_config="1-gpu-large")
 
 MIB = 1 << 20
 HEADS, HEAD_DIM = 16, 512

@@ -25,7 +25,7 @@ from sglang.srt.layers.attention.dsv4.sparse_prefill_utils import SparsePrefillW
 from sglang.test.ci.ci_register import register_cuda_ci
 from sglang.test.test_utils import CustomTestCase
 
-register_cuda_ci(est_time=30, stage="base-b-kernel-unit", runner_config="1-gpu-large")
+register_cuda_ci(est_time=40, stage="base-b-kernel-unit", runner_config="1-gpu-large")
 
 MIB = 1 << 20
 # Rows are (num_tokens, 1, 512): 1 KiB per token in bf16, 512 B in fp8.
