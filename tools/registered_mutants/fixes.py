@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 BACKENDS = ("cpu", "cuda")
 
+
 @dataclass(frozen=True)
 class Mutant:
     name: str

@@ -233,4 +233,3 @@ def main(argv=None) -> int:
         print(f"PROBLEM {line}")
     print(f"verdict: {'ok' if not problems else 'failed'} ({args.backend})")
     return 1 if problems else 0
-
