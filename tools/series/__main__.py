@@ -25,7 +25,6 @@ from tools.series import (
 )
 
 
-
 def _version(text: str) -> str:
     try:
         return seriesdir.check_version(text)
