@@ -47,6 +47,19 @@ def _git_base(tmp_path, commit: str):
     return root / "patches"
 
 
+def test_a_git_base_names_its_commit_in_the_ids_and_what_describe_prints(tmp_path):
+    # ci run --series refuses a record without a release; two commits are two bases.
+    ids = []
+    for commit in ("a" * 40, "b" * 40):
+        series = seriesdir.load(_git_base(tmp_path / commit[0], commit))
+        summary = seriesdir.summary(series)
+        assert summary["release"] == f"git:{commit}"
+        ids.append((series.id, [f.id for f in series.fixes]))
+    assert ids[0][0] != ids[1][0] and not set(ids[0][1]) & set(ids[1][1])
+    release = seriesdir.load(_project_copy(tmp_path / "r") / "patches")
+    assert seriesdir.summary(release)["release"] == "0.5.23"  # a release base: ids unchanged
+
+
 def test_matrix_of_the_checkout_is_one_row_at_its_commit(capsys, drifted_main):
     code, out, err = _run(capsys, "matrix", "--checkout", drifted_main, "--json")
     assert code == 0, err

@@ -145,7 +145,7 @@ def verify_results_match(series, fix, results, known=None) -> str:
     if expected not in {recorded.id, *(f.id for f in recorded.fixes)}:
         raise SeriesError(
             f"the results were made for series {recorded.id[:12]} "
-            f"(sglang=={recorded.release}, {', '.join(recorded.patches)}), "
+            f"({recorded.release}, {', '.join(recorded.patches)}), "
             f"but fix {fix.number} in patches/ is {expected[:12]}; its code changed since that "
             "run. Run 'python -m ci run --out DIR' again and render from the new folder"
         )

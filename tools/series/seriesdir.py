@@ -94,6 +94,11 @@ class Base:
     upstream: str = ""  # a git base's repository, in words
     cuts: tuple = ()  # Cut: a fix's cut for bases of another shape
 
+    @property
+    def key(self) -> str:
+        """What the ids and ``describe`` name the base by: the release, or ``git:<commit>``."""
+        return self.version if self.git is None else f"git:{self.git}"
+
     def upstream_name(self) -> str:
         """The base as upstream knows it: the release, or the upstream commit."""
         return f"sglang {self.version}" if self.git is None else f"sglang @ {self.git[:12]}"
@@ -326,7 +331,7 @@ class SeriesDir:
 
     @property
     def id(self) -> str:
-        return series_id(self.base.version, (patch.data for patch in self.patches))
+        return series_id(self.base.key, (patch.data for patch in self.patches))
 
     def paths(self):
         homes = self.homes or (self.root,) * len(self.names)
@@ -338,7 +343,7 @@ class SeriesDir:
 
     @property
     def fixes(self) -> tuple:
-        return group_fixes(self.base.version, self.patches)
+        return group_fixes(self.base.key, self.patches)
 
     def fix(self, number: str) -> Fix:
         """The fix ``--fix NUMBER`` names (its first patch's number); a usage error otherwise."""
@@ -391,7 +396,7 @@ def summary(series: SeriesDir) -> dict:
     """The id, the base release, the patch names, and each fix's id and patch names."""
     return {
         "id": series.id,
-        "release": series.base.version,
+        "release": series.base.key,
         "patches": list(series.names),
         "fixes": [{"id": fix.id, "patches": list(fix.names)} for fix in series.fixes],
     }
