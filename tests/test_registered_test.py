@@ -46,7 +46,7 @@ SUITES = {
     DSV4_Q8_TEST: ("CUDA", "base-b-kernel-unit-test-1-gpu-large"),
     DSV4_Q8_COMPANION: ("CPU", "base-a-test-cpu"),
 }
-MAX_LINES = 160
+MAX_LINES = 200  # reviewable: the longest, DSA q8kv8's CPU file (three buffers), is 182
 
 
 def _tree(path):
