@@ -54,7 +54,9 @@ def test_check_of_the_rehearsal_main_runs_its_own_hooks_and_its_own_collector(
     touched = len(series.touched_files())
     hooks = f"sglang @ {commit}: its own hooks (.pre-commit-config.yaml) pass on {touched} files"
     assert f"{hooks}: py-compile, no-conflict-markers\n" in out
-    assert f"sglang @ {commit}: its own test/run_suite.py collects 10 files (10 registrations)" in out
+    assert (
+        f"sglang @ {commit}: its own test/run_suite.py collects 10 files (10 registrations)" in out
+    )
     assert out.rstrip().endswith("ok")
 
 
