@@ -1,13 +1,13 @@
 """``python -m ci``: run registered tests A/B, report it on the PR, gate fork PRs.
 
 The command line only: it parses arguments, hands them to the orchestration (``ci.runner.run``,
-``ci.reporter.plan``, ``ci.reporter.gate``) and maps outcomes to exit codes (0 ok, 1 failed
-checks or a void proof, 2 bad usage or bad input, 130 interrupted). It sits above both sides of
-the trust boundary: ``ci run`` writes report.md with the pure renderers (``ci.reporter.render``,
-``ci.reporter.pictures``: the evidence model in, text and pictures out, no token, no github3),
-so the test job's folder holds the report it uploads; the modules that talk to GitHub
-(``plan``, ``publish``) are imported by ``ci report`` and ``ci gate`` only, which the test job
-never runs.
+``ci.reporter.plan``, ``ci.reporter.github_io``, ``ci.reporter.gate``) and maps outcomes to exit
+codes (0 ok, 1 failed checks or a void proof, 2 bad usage or bad input, 130 interrupted). It sits
+above both sides of the trust boundary: ``ci run`` writes report.md with the pure renderers
+(``ci.reporter.render``, ``ci.reporter.pictures``: the evidence model in, text and pictures out,
+no token, no github3), so the test job's folder holds the report it uploads; the modules that
+talk to GitHub (``github_io``, ``publish``) are imported by ``ci report`` and ``ci gate`` only,
+which the test job never runs.
 """
 
 import argparse
@@ -240,6 +240,7 @@ def cmd_report(args) -> int:
 
     # Here, not at the top: the test job that runs `ci run` installs no github3 (the report
     # side's client), only the report jobs do.
+    from ci.reporter import github_io
     from ci.reporter import plan as reporting
 
     if args.results is not None:  # one folder, or the shards of one run
@@ -252,7 +253,7 @@ def cmd_report(args) -> int:
         )
         with tempfile.TemporaryDirectory(prefix="ci-report-") as folder:
             if request.workflow_run:
-                request, why = reporting.fork(request, folder)
+                request, why = github_io.fork(request, folder)
                 if why:
                     print(one_line(why))
                 if request is None:
@@ -264,10 +265,10 @@ def cmd_report(args) -> int:
         if not request.post:
             print(inert(reporting.dry_run_text(plan, args.json)), end="")
         else:
-            reporting.publish(request, plan, lambda line: print(one_line(line)))
+            github_io.publish(request, plan, lambda line: print(one_line(line)))
     except reporting.RequestError as exc:
         raise UsageError(str(exc)) from None
-    except reporting.PublishFailed as exc:
+    except github_io.PublishFailed as exc:
         print(f"error: publishing failed: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_USAGE if plan.invalid else EXIT_OK
@@ -293,13 +294,14 @@ def cmd_gate(args) -> int:
         raise UsageError(f"event payload: {exc}") from None
     if facts is not None and facts.fork:
         # Here, not at the top: only the jobs that talk to GitHub install github3.
+        from ci.reporter import github_io
         from ci.reporter import plan as reporting
 
         try:
-            facts = reporting.fork_facts(event, facts.pr, args.api_url)
+            facts = github_io.fork_facts(event, facts.pr, args.api_url)
         except reporting.RequestError as exc:
             raise UsageError(str(exc)) from None
-        except reporting.PublishFailed as exc:
+        except github_io.PublishFailed as exc:
             print(f"error: reading PR #{facts.pr}: {one_line(str(exc))}", file=sys.stderr)
             return EXIT_FAILED
     if facts is None:

@@ -8,6 +8,7 @@ from ci_samples import model, posted
 
 from ci.__main__ import main
 from ci.evidence.model import save
+from ci.reporter import github_io
 from ci.reporter import plan as reporting
 
 
@@ -67,14 +68,14 @@ def test_the_settle_pause_is_settable_and_a_bad_value_is_a_usage_error(
     tmp_path, capsys, monkeypatch
 ):
     monkeypatch.setenv("GITHUB_TOKEN", "ghs_never_printed")
-    with reporting._github("o/r", 1, None, "--post") as publisher:
+    with github_io._github("o/r", 1, None, "--post") as publisher:
         assert publisher.settle_s == 3.0
-    monkeypatch.setenv(reporting.SETTLE_ENV, "0")
-    with reporting._github("o/r", 1, None, "--post") as publisher:
+    monkeypatch.setenv(github_io.SETTLE_ENV, "0")
+    with github_io._github("o/r", 1, None, "--post") as publisher:
         assert publisher.settle_s == 0
     save(posted(), str(tmp_path))
     for bad in ("soon", "-1", "nan", "3600"):
-        monkeypatch.setenv(reporting.SETTLE_ENV, bad)
+        monkeypatch.setenv(github_io.SETTLE_ENV, bad)
         args = ["report", "--results", str(tmp_path), "--repo", "o/r", "--pr", "1", "--post"]
         assert main(args) == 2
         err = capsys.readouterr().err

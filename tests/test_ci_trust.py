@@ -21,8 +21,7 @@ from ci.__main__ import main
 from ci.evidence import judge
 from ci.evidence import model as evidence_model
 from ci.evidence.model import FileResult, save
-from ci.reporter import artifact, checks, pr_states, render, shards
-from ci.reporter import plan as reporting
+from ci.reporter import artifact, checks, github_io, pr_states, render, shards
 from ci.reporter.publish import Publisher, RetryPolicy, connect
 from ci.runner import collect
 
@@ -284,7 +283,7 @@ def test_the_approval_of_the_commit_is_the_anchor_not_a_list_of_bot_folders(
 
 
 def test_an_artifact_over_the_cap_is_refused_before_it_is_downloaded(bare, tmp_path, monkeypatch):
-    _fork_pr(bare, size=reporting.MAX_ARTIFACT_BYTES + 1)
+    _fork_pr(bare, size=github_io.MAX_ARTIFACT_BYTES + 1)
     assert _fork_report(bare, monkeypatch, tmp_path) == 2
     refused(bare)
     assert bare.count("GET", r"/zip$") == 0 and bare.blob_auth == []
@@ -294,7 +293,7 @@ def test_an_artifact_bigger_than_its_listing_says_is_cut_off_at_the_cap(
     bare, tmp_path, monkeypatch
 ):
 
-    monkeypatch.setattr(reporting, "MAX_ARTIFACT_BYTES", 4096)
+    monkeypatch.setattr(github_io, "MAX_ARTIFACT_BYTES", 4096)
     _fork_pr(bare, blob=b"PK" + bytes(10000), size=100)
     assert _fork_report(bare, monkeypatch, tmp_path) == 2
     refused(bare)

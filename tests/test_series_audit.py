@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.series import audit
+from tools.series import audit, audit_marks
 from tools.series.__main__ import main
 from tools.series.seriesdir import PATCHES_DIR
 
@@ -190,7 +190,7 @@ def test_the_inline_marker_with_a_reason_keeps_old_on_purpose():
     assert sites["self.buf"].verdict == "keeps-old-on-purpose"
     assert sites["self.buf"].reason == "marked: a captured graph reads the old one"
     assert sites["self.other"].verdict == "grows-while-held"  # a marker must say why
-    assert audit.marker_without_reason("x = 1  # grows-while-held: keeps-old-on-purpose")
+    assert audit_marks.marker_without_reason("x = 1  # grows-while-held: keeps-old-on-purpose")
 
 
 def test_a_view_kept_by_another_method_escapes():

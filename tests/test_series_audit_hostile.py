@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.series import audit, audit_tree
+from tools.series import audit, audit_marks, audit_tree
 from tools.series.seriesdir import REPO_ROOT
 
 HOOK = REPO_ROOT / "tools/series/grow_hook.py"
@@ -71,7 +71,7 @@ def test_a_comment_line_above_still_marks_the_statement_below():
 def test_a_reason_of_invisible_characters_is_no_reason(reason):
     body = f"def get(self, n):\n    {SITE}  # grows-while-held: keeps-old-on-purpose {reason}\n"
     assert _verdicts(body) == {"self.buf": "grows-while-held"}
-    assert audit.bare_markers(_module(body)) == [6]
+    assert audit_marks.bare_markers(_module(body)) == [6]
 
 
 def _hook(cwd: Path, *files, timeout=30) -> "tuple[int, str]":

@@ -23,7 +23,10 @@ HOOK_FILES = (
     "tools/__init__.py",
     "tools/series/__init__.py",
     "tools/series/audit.py",
+    "tools/series/audit_class.py",
     "tools/series/audit_expr.py",
+    "tools/series/audit_marks.py",
+    "tools/series/audit_read.py",
     "tools/series/gitcmd.py",
     "tools/series/grow_hook.py",
 )

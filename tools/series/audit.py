@@ -14,18 +14,12 @@ and ``torch.tensor``/``as_tensor`` (built from host data, not sized by a request
 """
 
 import ast
-import io
-import os
-import re
-import stat
-import tokenize
-import unicodedata
 from dataclasses import asdict, dataclass, replace
 
 from tools.series import audit_expr as expr
+from tools.series import audit_marks, audit_read
+from tools.series.audit_class import INIT_METHODS, construction_only, released_at_top
 
-# Construction, and unittest's per-test set-up (a fresh TestCase instance per test).
-INIT_METHODS = frozenset({"__init__", "__post_init__", "__new__", "setUp", "setup_method"})
 ALL = "*"  # in _Path.once: everything on this path is built once
 VERDICTS = (
     "grows-while-held",
@@ -34,14 +28,6 @@ VERDICTS = (
     "views-escape",
     "init-only",
 )
-MARKER = re.compile(r"#\s*grows-while-held:\s*keeps-old-on-purpose\b[ \t:,-]*(?P<reason>.*)")
-MAX_BYTES = 4 * 1024 * 1024  # the largest module read: sglang's biggest is under 300 kB
-# Visible text: letters, digits, punctuation, symbols (not spaces, controls, format characters).
-_VISIBLE = ("L", "N", "P", "S")
-
-
-class Unreadable(Exception):
-    """A file the audit cannot read or analyse; the message says why in one line."""
 
 
 @dataclass(frozen=True)
@@ -64,16 +50,16 @@ class Site:
 
 def audit_source(source: str, file: str) -> "list[Site]":
     """Every replacement-by-allocation site in one module's source (SyntaxError propagates;
-    a module nested too deep to analyse raises ``Unreadable``)."""
+    a module nested too deep to analyse raises ``audit_read.Unreadable``)."""
     try:
         tree = ast.parse(source)
-        lines = comments(source)
+        lines = audit_marks.comments(source)
         sites = []
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 sites.extend(_ClassAudit(node, file, lines).sites())
     except (RecursionError, MemoryError) as exc:
-        raise Unreadable(f"nested too deep to analyse ({type(exc).__name__})") from None
+        raise audit_read.Unreadable(f"nested too deep to analyse ({type(exc).__name__})") from None
     return sorted(sites, key=lambda s: s.line)
 
 
@@ -118,8 +104,8 @@ class _ClassAudit:
             for f in cls.body
             if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and expr.self_name(f)
         }
-        self.releases_by_method = {n: self._top_releases(f) for n, f in self.methods.items()}
-        self.init_only = self._init_only_methods()
+        self.releases_by_method = {n: released_at_top(f) for n, f in self.methods.items()}
+        self.init_only = construction_only(self.methods)
         self.escapes: dict[str, list[str]] = {}  # function -> key shapes stored as views
 
     def sites(self) -> "list[Site]":
@@ -313,43 +299,7 @@ class _ClassAudit:
             for n in ast.walk(func)
         )
 
-    # the class as a whole --------------------------------------------------------------------
-
-    def _top_releases(self, func) -> "set[str]":
-        roots = {expr.self_name(func): "self"}
-        out = set()
-        for stmt in func.body:
-            if isinstance(stmt, ast.Assign) and (
-                expr.is_none(stmt.value) or expr.is_empty_holder(stmt.value)
-            ):
-                out |= {k for k in (expr.chain(t, roots) for t in stmt.targets) if k}
-            elif isinstance(stmt, ast.Delete):
-                out |= {k for k in (expr.chain(t, roots) for t in stmt.targets) if k}
-        return out
-
-    def _init_only_methods(self) -> "set[str]":
-        callers: dict[str, set[str]] = {name: set() for name in self.methods}
-        for name, func in self.methods.items():
-            self_name = expr.self_name(func)
-            for node in ast.walk(func):
-                if (
-                    isinstance(node, ast.Attribute)
-                    and isinstance(node.value, ast.Name)
-                    and node.value.id == self_name
-                    and node.attr in callers
-                    and node.attr != name
-                ):
-                    callers[node.attr].add(name)
-        init_only = set(INIT_METHODS) & set(self.methods)
-        changed = True
-        while changed:  # a private helper that only init-only methods call
-            changed = False
-            for name, by in callers.items():
-                private = name.startswith("_") and not name.startswith("__")
-                if name not in init_only and private and by and by <= init_only:
-                    init_only.add(name)
-                    changed = True
-        return init_only
+    # each site's verdict ----------------------------------------------------------------------
 
     def _classify(self, cand: _Candidate) -> Site:
         verdict, reason = self._verdict(cand)
@@ -413,81 +363,7 @@ class _ClassAudit:
             numbers.append(above)
             above -= 1
         for number in numbers:
-            reason = marker_reason(self.lines.get(number, ("", False))[0])
+            reason = audit_marks.marker_reason(self.lines.get(number, ("", False))[0])
             if reason:
                 return reason
         return None
-
-
-def comments(source: str) -> "dict[int, tuple[str, bool]]":
-    """Each line's comment text (from ``tokenize``: never a string's or docstring's text), and
-    whether the line holds nothing but the comment."""
-    found, code_lines = {}, set()
-    try:
-        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-            if tok.type == tokenize.COMMENT:
-                found[tok.start[0]] = tok.string
-            elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
-                code_lines.update(range(tok.start[0], tok.end[0] + 1))
-    except (tokenize.TokenError, SyntaxError):
-        pass  # what was read so far stands; a marker beyond it exempts nothing
-    return {n: (text, n not in code_lines) for n, text in found.items()}
-
-
-def visible(text: str) -> bool:
-    """Whether ``text`` has a character one can see (not only spaces, controls, format marks)."""
-    return any(unicodedata.category(ch)[0] in _VISIBLE for ch in text)
-
-
-def marker_reason(comment: str) -> "str | None":
-    """The reason a marker comment gives, or None (no marker, or a reason with nothing visible)."""
-    match = MARKER.search(comment)
-    if not match or not visible(match.group("reason")):
-        return None
-    return match.group("reason").strip()
-
-
-def marker_without_reason(comment: str) -> bool:
-    """A keeps-old-on-purpose marker comment that does not say why (the hook refuses it)."""
-    match = MARKER.search(comment)
-    return bool(match) and not visible(match.group("reason"))
-
-
-def bare_markers(source: str) -> "list[int]":
-    """The lines whose comment is a marker without a visible reason."""
-    return sorted(n for n, (text, _) in comments(source).items() if marker_without_reason(text))
-
-
-def decode(data: bytes) -> str:
-    """Source bytes as text, honouring a PEP 263 coding line or a BOM (Unreadable if not)."""
-    try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        return data.decode(encoding)
-    except (SyntaxError, LookupError, UnicodeDecodeError) as exc:
-        raise Unreadable(f"cannot decode: {exc}") from None
-
-
-def read_source(path: "str | os.PathLike") -> str:
-    """A module's text, read without following a link, only from a regular file of at most
-    ``MAX_BYTES``, decoded as PEP 263 says; anything else raises ``Unreadable``."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        info = os.lstat(path)
-        if stat.S_ISLNK(info.st_mode):
-            raise Unreadable("a link, not followed")
-        if not stat.S_ISREG(info.st_mode):
-            raise Unreadable("not a regular file")
-        if info.st_size > MAX_BYTES:
-            raise Unreadable(f"{info.st_size} bytes, over the {MAX_BYTES}-byte bound")
-        fd = os.open(path, flags)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise Unreadable("not a regular file")
-            data = os.read(fd, MAX_BYTES + 1)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise Unreadable(exc.strerror or type(exc).__name__) from None
-    if len(data) > MAX_BYTES:
-        raise Unreadable(f"over the {MAX_BYTES}-byte bound")
-    return decode(data)

@@ -9,7 +9,7 @@ or the folder holding one (site-packages). Files are named from the package down
 import os
 from pathlib import Path
 
-from tools.series import audit, usage
+from tools.series import audit, audit_read, usage
 
 
 def package_root(tree: str) -> Path:
@@ -32,8 +32,8 @@ def audit_package(root: Path) -> "tuple[list[audit.Site], list[str]]":
     for path in _python_files(root, skipped):
         name = f"sglang/{path.relative_to(root).as_posix()}"
         try:
-            sites.extend(audit.audit_source(audit.read_source(path), name))
-        except audit.Unreadable as exc:
+            sites.extend(audit.audit_source(audit_read.read_source(path), name))
+        except audit_read.Unreadable as exc:
             skipped.append(f"{_inert(name)}: {exc}")
         except (SyntaxError, ValueError) as exc:
             skipped.append(f"{_inert(name)}: {type(exc).__name__}: {_inert(str(exc))}")
