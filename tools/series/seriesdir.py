@@ -95,8 +95,7 @@ class Base:
     cuts: tuple = ()  # Cut: a fix's cut for bases of another shape
 
     @property
-    def key(self) -> str:
-        """What the ids and ``describe`` name the base by: the release, or ``git:<commit>``."""
+    def key(self) -> str:  # what the ids and describe name the base by
         return self.version if self.git is None else f"git:{self.git}"
 
     def upstream_name(self) -> str:
@@ -351,9 +350,7 @@ class SeriesDir:
             if number in (fix.number, fix.number.lstrip("0")):
                 return fix
         known = ", ".join(f.number for f in self.fixes)
-        raise usage(
-            f"--fix {number}: the series has no fix starting at that patch (fixes: {known})"
-        )
+        raise usage(f"--fix {number}: the series has no fix starting at that patch ({known})")
 
 
 def load(root=PATCHES_DIR) -> SeriesDir:
