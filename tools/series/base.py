@@ -150,17 +150,31 @@ def pins(repo, paths) -> dict:
     return {path: NEW if b is None else hashlib.sha256(b).hexdigest() for path, b in blobs.items()}
 
 
-def materialize(version: str, dest) -> Path:
-    """A fresh repository at ``dest`` whose HEAD (tag ``base``) is the release's base commit."""
+def materialize(version: str, dest, only=None) -> Path:
+    """A fresh repository at ``dest`` whose HEAD (tag ``base``) is the release's base commit;
+    with ``only`` (upstream paths), a sparse checkout of those files alone: the index and
+    history are whole, so ``git am`` and ``git reset`` work as in a full tree while only the
+    files they touch are written (0.05 s instead of about 4 s for the release's 5,800 files)."""
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise usage(f"{dest} exists and is not empty; materialize into a new directory")
     source = cached_base(version)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    gitcmd.run(["clone", "-q", "--local", str(source), str(dest)], dest.parent)
+    sparse = ["--no-checkout"] if only is not None else []
+    gitcmd.run(["clone", "-q", "--local", *sparse, str(source), str(dest)], dest.parent)
+    if only is not None:
+        # --stdin: one literal path a line, so no path is read as an option or a glob
+        patterns = "".join(f"/{glob_escape(path)}\n" for path in sorted(set(only)))
+        gitcmd.run(["sparse-checkout", "set", "--no-cone", "--stdin"], dest, stdin=patterns.encode())
+        gitcmd.run(["reset", "-q", "--hard"], dest)
     gitcmd.run(["remote", "remove", "origin"], dest)
     gitcmd.run(["config", VERSION_KEY, version], dest)
     return dest
+
+
+def glob_escape(path: str) -> str:
+    """``path`` as a sparse-checkout pattern that matches it alone."""
+    return "".join("\\" + c if c in "\\*?[!# " else c for c in path)
 
 
 def checkout_tree(checkout) -> Path:

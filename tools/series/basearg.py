@@ -45,10 +45,12 @@ class Where:
         """A folder-name part: ``0.5.23`` or ``1a2b3c4d5e6f``."""
         return self.version if self.commit is None else self.commit[:12]
 
-    def materialize(self, dest) -> Path:
-        """A fresh repository at ``dest`` whose HEAD, tagged ``base``, is this base."""
+    def materialize(self, dest, only=None) -> Path:
+        """A fresh repository at ``dest`` whose HEAD, tagged ``base``, is this base; a
+        release's as a sparse checkout of the paths ``only`` names, when given. A checkout's
+        is always whole: its own hooks and collector read the rest of its tree."""
         if self.commit is None:
-            return base.materialize(self.version, dest)
+            return base.materialize(self.version, dest, only)
         return base.materialize_checkout(self.checkout, self.commit, dest)
 
     def upstream(self, pinned: Base) -> Base:

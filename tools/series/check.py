@@ -53,7 +53,8 @@ def run_check(series, where=None) -> list:
     where = where or basearg.Where(series.base.version)
     report, name = [], where.name
     with tempfile.TemporaryDirectory(prefix="series-check-") as tmp:
-        repo = where.materialize(Path(tmp) / "sglang")
+        # A release base: only the files the series (and any cut of it) touches, written.
+        repo = where.materialize(Path(tmp) / "sglang", only=_touched_anywhere(series))
         pinned = (where.commit or where.version) in (series.base.git, series.base.version)
         if pinned:
             verify_base_hashes(series, repo)
@@ -75,6 +76,14 @@ def run_check(series, where=None) -> list:
         if len(series.fixes) > 1:
             report.extend(verify_fixes_alone(series, repo, name))
     return report
+
+
+def _touched_anywhere(series) -> list:
+    """Every upstream path the series, or a cut of it, reads or touches."""
+    paths = [*series.touched_files()]
+    for cut in series.base.cuts:
+        paths += [cut.path, *cuts.load(series, cut).touched_files()]
+    return paths
 
 
 def verify_fixes_alone(series, repo: Path, name: str) -> list:
@@ -299,7 +308,27 @@ def ensure_env() -> Path:
 
 def _run_hooks(home: Path, files: dict, only: str | None = None) -> dict:
     """pre-commit (every hook, or the one named ``only``) on scratch copies of ``files``
-    (path -> bytes): {hook name: (passed, output)} for the hooks that ran."""
+    (path -> bytes): {hook name: (passed, output)} for the hooks that ran. Answered from
+    ``home``'s store when these hooks already ran on these exact paths and bytes."""
+    key = hashlib.sha256(repr((only, sorted(_digests(files).items()))).encode()).hexdigest()
+    stored = home / "results" / f"{key}.json"
+    try:
+        return {name: tuple(result) for name, result in json.loads(stored.read_text()).items()}
+    except (OSError, ValueError):
+        pass  # not run yet (or a torn file from a killed run): run them
+    results = _run_hooks_now(home, files, only)
+    stored.parent.mkdir(exist_ok=True)
+    partial_file = stored.with_suffix(f".{os.getpid()}.tmp")
+    partial_file.write_text(json.dumps(results))
+    os.replace(partial_file, stored)  # whole or absent, whoever reads it concurrently
+    return results
+
+
+def _digests(files: dict) -> dict:
+    return {path: hashlib.sha256(data).hexdigest() for path, data in files.items()}
+
+
+def _run_hooks_now(home: Path, files: dict, only: str | None) -> dict:
     hook_id = [only.split()[0]] if only else []
     with tempfile.TemporaryDirectory(prefix="upstream-hook-") as scratch:
         for path, data in files.items():
