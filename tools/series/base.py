@@ -165,7 +165,9 @@ def materialize(version: str, dest, only=None) -> Path:
     if only is not None:
         # --stdin: one literal path a line, so no path is read as an option or a glob
         patterns = "".join(f"/{glob_escape(path)}\n" for path in sorted(set(only)))
-        gitcmd.run(["sparse-checkout", "set", "--no-cone", "--stdin"], dest, stdin=patterns.encode())
+        gitcmd.run(
+            ["sparse-checkout", "set", "--no-cone", "--stdin"], dest, stdin=patterns.encode()
+        )
         gitcmd.run(["reset", "-q", "--hard"], dest)
     gitcmd.run(["remote", "remove", "origin"], dest)
     gitcmd.run(["config", VERSION_KEY, version], dest)
