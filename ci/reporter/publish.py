@@ -52,7 +52,7 @@ class RetryPolicy:
         for attempt in range(1, self.attempts + 1):
             try:
                 return fn(*args, **kwargs)
-            except Exception as exc:
+            except gh_errors.GitHubException as exc:
                 wait = self._wait(exc, attempt)
                 if wait is None:
                     raise
@@ -60,7 +60,7 @@ class RetryPolicy:
                     raise GaveUp(f"{what}: gave up after {attempt} attempts: {exc}") from exc
                 self.pause(wait)
 
-    def _wait(self, exc: Exception, attempt: int) -> float | None:
+    def _wait(self, exc: gh_errors.GitHubException, attempt: int) -> float | None:
         """Seconds to wait before the next try, or None when the error is not worth retrying."""
         backoff = min(self.cap_s, self.base_s * 2 ** (attempt - 1)) * (1 + random.random() * 0.25)
         if isinstance(exc, gh_errors.ConnectionError):
@@ -271,11 +271,6 @@ class Publisher:
         """The blob SHA of a file at ``ref``; None where ``path`` is not a file there."""
         found = self.get(f"read {path} at {ref[:12]}", "contents", path, params={"ref": ref})
         return found.get("sha") if isinstance(found, dict) else None
-
-    def artifact(self, run_id: int, name: str):
-        """The run's live artifact called ``name`` (id, size_in_bytes, ...), or None."""
-        live = self.artifacts_named(run_id, name)
-        return live[0] if len(live) == 1 else None
 
     def artifacts_named(self, run_id: int, name: str) -> list:
         """Every live artifact of the run called ``name``: none, one, or more (a process the
