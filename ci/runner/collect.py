@@ -11,7 +11,6 @@ import os
 import sys
 from dataclasses import dataclass
 
-from ci.evidence.model import BACKENDS
 from ci.runner import RequestError
 
 # The reader's own name in sys.modules when it is loaded without its package.
@@ -46,20 +45,11 @@ def shard_text(text: str | None) -> str | None:
     return f"{shard[0]}/{shard[1]}" if shard else None
 
 
-def test_files(root: str, tests=()) -> list[str]:
-    """Every ``test_*.py`` under each of ``tests`` (folders or files, relative to ``root``;
-    default ``root``/test/registered), sorted, each once; links to folders are not followed
-    (``folder_links`` names them)."""
-    return scan(root, tests)[0]
-
-
-def folder_links(root: str, tests=()) -> list[str]:
-    """The links to folders under ``tests``, relative to ``root``: never followed (one that
-    points at its own folder would run the same files again at every depth)."""
-    return scan(root, tests)[1]
-
-
 def scan(root: str, tests=()) -> tuple[list[str], list[str]]:
+    """(every ``test_*.py`` under each of ``tests``, sorted, each once; the links to folders
+    among them, relative to ``root``). ``tests`` are folders or files relative to ``root``,
+    default ``root``/test/registered. A link to a folder is never followed: one that points at
+    its own folder would run the same files again at every depth."""
     found, links = set(), set()
     for entry in tests or (REGISTERED_ROOT,):
         path = os.path.join(root, entry)
@@ -93,10 +83,8 @@ def _unreadable(error: OSError) -> None:
 def select(root, backend, suite=None, stage=None, shard=None, nightly=False, tests=(), trees=()):
     """Registered files (``Selected``) among ``tests`` for one backend, filtered by suite, stage
     and nightly, and sharded (``shard``: index, size)."""
-    if backend not in BACKENDS:
-        raise RequestError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     files, unparsable = [], []
-    for path in test_files(root, tests):
+    for path in scan(root, tests)[0]:
         (files if _parsed(path) else unparsable).append(path)
     reader = registry_reader(trees)
     wanted = reader.HWBackend[backend.upper()]
@@ -130,7 +118,7 @@ def select(root, backend, suite=None, stage=None, shard=None, nightly=False, tes
 def not_here(root, backend, tests=(), trees=()) -> list:
     """Files among ``tests`` registered for other backends only, each with why it did not run
     on ``backend`` (the report says so: a CUDA test is not silently missing from a CPU run)."""
-    files = [p for p in test_files(root, tests) if _parsed(p)]
+    files = [p for p in scan(root, tests)[0] if _parsed(p)]
     reader = registry_reader(trees)
     backends: dict = {}
     for r in reader.collect_tests(files, sanity_check=False):

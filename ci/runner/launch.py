@@ -257,18 +257,17 @@ def run_all(
     progress,
     preload=(),
     preloads: dict | None = None,
-    started=None,
 ) -> list[FileRun]:
     """Every (file, mode) pair, ``jobs`` at a time, each mode with its environment from
-    ``envs``; ``progress(line)`` is told as each ends, ``started()`` once they are launched.
-    With ``preload`` (module names) each mode forks its files from one process that imported
-    them; ``preloads`` gets mode -> how that went (``Preloader.record``)."""
+    ``envs``; ``progress(line)`` is told as each ends. With ``preload`` (module names) each
+    mode forks its files from one process that imported them; ``preloads`` gets mode -> how
+    that went (``Preloader.record``)."""
     # Threads are enough: each one only waits on its child process.
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     folder = tempfile.mkdtemp(prefix="ci-run-preload-") if preload else None
     preloaders = start_preloaders(preload, envs, cwd, folder, timeout_s) if preload else {}
-    if preloads is not None:
-        preloads.update({mode: p.record() for mode, p in preloaders.items()})
+    preloads = {} if preloads is None else preloads
+    preloads.update({mode: p.record() for mode, p in preloaders.items()})
 
     def one(path, mode):
         preloader = preloaders.get(mode)
@@ -276,26 +275,21 @@ def run_all(
             return run_file(path, mode, envs[mode], cwd, timeout_s)
         why = fork_safety.fresh_reason(os.path.join(cwd, path))
         if why is not None:
-            if preloads is not None:
-                preloads[mode].setdefault("fresh", {})[path] = why
+            preloads[mode].setdefault("fresh", {})[path] = why
             run = run_file(path, mode, envs[mode], cwd, timeout_s)
             return replace(run, output=f"[ci run: a fresh interpreter: {why}]\n" + run.output)
         try:
             return run_forked(preloader, path, mode, timeout_s)
         except (OSError, RuntimeError, ValueError) as exc:  # the preloading parent is gone
-            if preloads is not None:  # the record no longer says every file forked
-                preloads[mode].update(
-                    forked=False, error=f"the preloading parent failed: {exc}"[:500]
-                )
-                preloads[mode].setdefault("fresh", {})[path] = "the preloading parent failed"
+            # The record no longer says every file forked.
+            preloads[mode].update(forked=False, error=f"the preloading parent failed: {exc}"[:500])
+            preloads[mode].setdefault("fresh", {})[path] = "the preloading parent failed"
             run = run_file(path, mode, envs[mode], cwd, timeout_s)
             why = f"[ci run: the {mode} preloading parent failed ({exc}): ran fresh]\n"
             return replace(run, output=why + run.output)
 
     try:
         futures = [pool.submit(one, path, mode) for path in paths for mode in envs]
-        if started is not None:
-            started()
         finished: queue.SimpleQueue = queue.SimpleQueue()
         for future in futures:
             future.add_done_callback(finished.put)

@@ -131,8 +131,7 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None, di
     out = _prepare_out(request.out) if change is None else os.path.abspath(request.out)
     jobs = request.jobs
     links = [
-        {"file": link, "why": LINK_NOT_FOLLOWED}
-        for link in collect.folder_links(root, request.tests)
+        {"file": link, "why": LINK_NOT_FOLLOWED} for link in collect.scan(root, request.tests)[1]
     ]
     for link in links:
         log(f"ci run: {link['file']}: {link['why']}")
@@ -185,7 +184,7 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None, di
     if elsewhere:
         results = replace(results, verdict="failed", reasons=(*elsewhere, *results.reasons))
     if not selected:
-        # One shard of a matrix: its report merges with the others' (ci.reporter.shards).
+        # One shard of a matrix: its report merges with the others' (ci.evidence.shards).
         why = f"shard {request.shard}: every selected file falls in another shard"
         results = replace(results, verdict="ok", reasons=(why,))
     save(results, out)
