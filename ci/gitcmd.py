@@ -34,3 +34,29 @@ def run(args, cwd, env=None, stdin=None, ceiling=None) -> subprocess.CompletedPr
         capture_output=True,
         input=stdin,
     )
+
+
+def out(args, cwd, **kwargs) -> str | None:
+    """``git *args``' output, stripped; None where git fails (OSError where it cannot start)."""
+    proc = run(args, cwd, **kwargs)
+    return proc.stdout.decode("utf-8", "replace").strip() if proc.returncode == 0 else None
+
+
+def changed(repo, untracked: str = "no") -> list | None:
+    """The paths ``git status`` lists as changed in ``repo`` (untracked files too with
+    ``untracked="normal"``); None where git fails."""
+    proc = run(["status", "--porcelain", f"--untracked-files={untracked}"], repo)
+    if proc.returncode != 0:
+        return None
+    # "XY PATH": read unstripped, or a line starting " M" would lose its path's first letter.
+    return [line[3:] for line in proc.stdout.decode("utf-8", "replace").splitlines() if line]
+
+
+def is_top(path) -> bool:
+    """Whether ``path`` is the top of a git work tree: a folder inside another repository (a
+    runner's workspace, a monorepo) is not."""
+    if not os.path.isdir(path):
+        return False
+    ceiling = os.path.dirname(os.path.abspath(path))
+    top = out(["rev-parse", "--show-toplevel"], path, ceiling=ceiling)
+    return top is not None and os.path.samefile(top, path)

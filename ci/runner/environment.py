@@ -5,7 +5,6 @@ CUDA, into the CI process), and a fact it cannot read is unknown, not an error.
 """
 
 import json
-import os
 import shutil
 import subprocess
 
@@ -75,20 +74,12 @@ def nvidia_smi() -> list[dict]:
 
 def git_commit(cwd: str | None) -> dict:
     """The commit of the project at ``cwd``, when ``cwd`` is the top of a git work tree."""
-    if not cwd:
+    try:
+        # Only the project's own checkout counts, not a repository it was copied into.
+        if not cwd or not gitcmd.is_top(cwd):
+            return {"commit": None, "dirty": None}
+        dirty = gitcmd.changed(cwd)
+        dirty = None if dirty is None else bool(dirty)
+        return {"commit": gitcmd.out(["rev-parse", "HEAD"], cwd), "dirty": dirty}
+    except OSError:  # no git
         return {"commit": None, "dirty": None}
-
-    def git(*args):
-        try:
-            proc = gitcmd.run(args, cwd)
-        except OSError:
-            return None
-        return proc.stdout.decode("utf-8", "replace").strip() if proc.returncode == 0 else None
-
-    # Only the project's own checkout counts: a project copied into some other repository's
-    # tree (a runner's workspace, a monorepo) would otherwise report that repository's commit.
-    top = git("rev-parse", "--show-toplevel")
-    if top is None or os.path.realpath(top) != os.path.realpath(cwd):
-        return {"commit": None, "dirty": None}
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(dirty) if dirty is not None else None}

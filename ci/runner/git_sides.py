@@ -66,16 +66,16 @@ def read_change(root: str, base_rev: str, head_rev: str) -> Change:
     (one line) for a folder that is not a checkout's top, a dirty work tree, an unknown ref or a
     tree not in sglang's layout."""
     root = os.path.abspath(root)
-    top = _git(root, "rev-parse", "--show-toplevel") if os.path.isdir(root) else None
-    if top is None or os.path.realpath(top) != os.path.realpath(root):
-        raise RequestError(f"--root {root}: not the top of a git checkout")
-    # Only tracked changes count: what the sides hold comes from commits, and a results folder
-    # inside the checkout is untracked. Edits the user has not committed would not be tested.
-    dirty = _git(root, "status", "--porcelain", "--untracked-files=no", data=True)
+    try:
+        if not gitcmd.is_top(root):
+            raise RequestError(f"--root {root}: not the top of a git checkout")
+        # Only tracked changes count: what the sides hold comes from commits, and a results
+        # folder inside the checkout is untracked. Uncommitted edits would not be tested.
+        dirty = gitcmd.changed(root)
+    except OSError as exc:
+        raise RequestError(f"--git-base/--git-head need git: {exc.strerror}") from None
     if dirty:
-        # "XY PATH": read unstripped, or a line starting " M" would lose its path's first letter
-        first = dirty.decode("utf-8", "replace").splitlines()[0][3:]
-        raise RequestError(f"--root {root}: the work tree has uncommitted changes ({first}...)")
+        raise RequestError(f"--root {root}: the work tree has uncommitted changes ({dirty[0]}...)")
     base, head = (
         _commit(root, flag, rev) for flag, rev in (("base", base_rev), ("head", head_rev))
     )

@@ -22,8 +22,7 @@ def run(args, cwd, env=None, check=True, stdin=None, ceiling=None):
     change what we apply or compare); raise SeriesError with git's own words on failure.
     ``ceiling`` stops git from finding a repository above it: ``git apply`` in a plain directory
     (an installed package) must not be captured by a checkout that happens to contain it."""
-    if shutil.which("git") is None:
-        raise usage("git was not found on PATH; the series tools need git (>= 2.25)")
+    _need_git()
     proc = gitcmd.run(args, cwd, env=env, stdin=stdin, ceiling=ceiling)
     if check and proc.returncode != 0:
         raise SeriesError(f"git {' '.join(args)} failed in {cwd}:\n{_decode(proc.stderr).strip()}")
@@ -47,19 +46,21 @@ def text(proc) -> str:
     return _decode(proc.stdout + proc.stderr)
 
 
+def _need_git() -> None:
+    if shutil.which("git") is None:
+        raise usage("git was not found on PATH; the series tools need git (>= 2.25)")
+
+
 def is_work_tree(path) -> bool:
-    if not os.path.isdir(path):
-        return False
-    ceiling = os.path.dirname(os.path.abspath(path))
-    proc = run(["rev-parse", "--show-toplevel"], path, check=False, ceiling=ceiling)
-    return proc.returncode == 0 and os.path.samefile(os.fsdecode(proc.stdout.strip()), path)
+    _need_git()
+    return gitcmd.is_top(path)
 
 
 def dirty_paths(repo) -> list:
     """Tracked changes and untracked files; an operation in progress counts as dirty too."""
-    # Not out(): stripping would eat the leading blank of the first ' M path' entry.
-    listing = _decode(run(["status", "--porcelain", "--untracked-files=normal"], repo).stdout)
-    paths = [line[3:] for line in listing.splitlines() if line.strip()]
+    paths = gitcmd.changed(repo, untracked="normal")
+    if paths is None:
+        raise SeriesError(f"git status failed in {repo}")
     git_dir = os.path.join(repo, out(["rev-parse", "--git-dir"], repo))
     for marker in ("rebase-apply", "rebase-merge", "MERGE_HEAD", "CHERRY_PICK_HEAD"):
         if os.path.exists(os.path.join(git_dir, marker)):
