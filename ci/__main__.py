@@ -17,7 +17,7 @@ import os
 import sys
 from importlib import metadata
 
-from ci.evidence.inert import inert
+from ci.evidence.inert import inert, one_line  # what the bot prints can quote an artifact
 from ci.reporter.pr_states import DEFAULT_LABEL, DEFAULT_SLOT, REPORT_STATES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -34,12 +34,6 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted: every test process this run started is stopped", file=sys.stderr)
         return EXIT_INTERRUPTED
-
-
-def one_line(text: str) -> str:
-    """``text`` with line breaks and other unprintable characters escaped and no workflow
-    command in it (``::``, ``##[``): what the bot prints can quote an artifact."""
-    return inert("".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text))
 
 
 class UsageError(Exception):

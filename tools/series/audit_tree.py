@@ -9,6 +9,7 @@ or the folder holding one (site-packages). Files are named from the package down
 import os
 from pathlib import Path
 
+from ci.evidence.inert import printable  # a file name is anyone's: shown, not obeyed
 from tools.series import audit, audit_read, usage
 
 
@@ -34,9 +35,9 @@ def audit_package(root: Path) -> "tuple[list[audit.Site], list[str]]":
         try:
             sites.extend(audit.audit_source(audit_read.read_source(path), name))
         except audit_read.Unreadable as exc:
-            skipped.append(f"{_inert(name)}: {exc}")
+            skipped.append(f"{printable(name)}: {exc}")
         except (SyntaxError, ValueError) as exc:
-            skipped.append(f"{_inert(name)}: {type(exc).__name__}: {_inert(str(exc))}")
+            skipped.append(f"{printable(name)}: {type(exc).__name__}: {printable(str(exc))}")
     return sites, skipped
 
 
@@ -52,7 +53,7 @@ def _python_files(root: Path, skipped: "list[str]") -> "list[Path]":
                 entries = list(listing)
         except OSError as exc:
             shown = folder.relative_to(root).as_posix()
-            skipped.append(f"sglang/{_inert(shown)}: cannot list: {exc.strerror}")
+            skipped.append(f"sglang/{printable(shown)}: cannot list: {exc.strerror}")
             continue
         for entry in entries:
             path = folder / entry.name
@@ -61,16 +62,6 @@ def _python_files(root: Path, skipped: "list[str]") -> "list[Path]":
             elif entry.is_dir(follow_symlinks=False):
                 folders.append(path)
     return sorted(found)
-
-
-def _inert(text: str) -> str:
-    """TEXT with control and format characters shown as escapes (a file name is anyone's)."""
-    return "".join(
-        ch
-        if ch.isprintable() and ch not in "\u200e\u200f"
-        else ch.encode("unicode_escape").decode()
-        for ch in text
-    )
 
 
 def render_table(sites: "list[audit.Site]") -> str:

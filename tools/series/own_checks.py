@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ci.evidence.inert import inert
+from ci.evidence.inert import inert, printable
 from tools.series import SeriesError, base, gitcmd, usage
 from tools.series.hookdiff import introduced
 
@@ -62,7 +62,7 @@ def run(series, repo: Path, where: str) -> list:
 def _one_line(text: str, limit: int = 300) -> str:
     """The first line of what the checkout's code said, made inert: its code is anyone's."""
     line = next((line.strip() for line in text.splitlines() if line.strip()), "no output")
-    shown = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in line)
+    shown = printable(line)
     return inert(shown if len(shown) <= limit else shown[: limit - 3] + "...")
 
 
