@@ -47,7 +47,7 @@ from hypothesis import strategies as st
 from ci.__main__ import main
 from ci.evidence import junit
 from ci.evidence.model import Results, save
-from ci.reporter import artifact, checks, escape, pictures, pr_states, render, shards
+from ci.reporter import artifact, checks, escape, pictures, pr_states, render
 from ci.reporter import plan as reporting
 from ci.reporter.publish import Publisher, RetryPolicy, connect
 from ci.runner import environment, launch, modes
@@ -538,7 +538,7 @@ def test_results_json_that_loads_is_the_one_the_test_job_wrote(tmp_path):
     folder = tmp_path / "ok"
     folder.mkdir()
     save(posted(), str(folder))
-    assert shards.load_results(str(folder)) == posted()
+    assert artifact.load_results(str(folder)) == posted()
 
 
 # --- the artifact's zip: refused on its central directory before any member is read --------
@@ -592,7 +592,7 @@ def test_a_zip_whose_end_record_understates_its_directory_is_refused(tmp_path, m
 def test_a_zip_within_the_bounds_gives_its_results_json(tmp_path):
     zipped = _zip_of(tmp_path / "a.zip", 20, zip64=True)
     artifact.extract_results(zipped, str(tmp_path))
-    assert shards.load_results(str(tmp_path)) == posted()
+    assert artifact.load_results(str(tmp_path)) == posted()
 
 
 def test_a_file_without_a_zip_end_record_is_refused(tmp_path):
@@ -997,5 +997,5 @@ def test_a_regression_case_matplotlib_cannot_draw_costs_its_picture_not_the_run(
     save(m, str(tmp_path))
     junit.write(m, str(tmp_path))
     render.write_full_report(m, str(tmp_path))
-    (case,) = shards.load_results(str(tmp_path)).cases  # the report takes it: no Infinity peak
+    (case,) = artifact.load_results(str(tmp_path)).cases  # the report takes it: no Infinity peak
     assert case.modes["change"].peak_mib == peak

@@ -21,7 +21,7 @@ from ci.__main__ import main
 from ci.evidence import judge
 from ci.evidence import model as evidence_model
 from ci.evidence.model import FileResult, save
-from ci.reporter import artifact, checks, github_io, pr_states, render, shards
+from ci.reporter import artifact, checks, github_io, pr_states, render
 from ci.reporter.publish import Publisher, RetryPolicy, connect
 from ci.runner import collect
 
@@ -493,23 +493,23 @@ def test_artifact_with_a_path_outside_the_repo_or_huge_counts_is_rejected(tmp_pa
     m = replace(m, cases=[replace(m.cases[0], file="../../etc/passwd.py"), *m.cases[1:]])
     folder = _results_dir(tmp_path, m)
     with pytest.raises(artifact.ArtifactError, match="relative test-file path"):
-        shards.load_results(str(folder))
+        artifact.load_results(str(folder))
     m = replace(model(), backend="cuda\n<script>")
     with pytest.raises(artifact.ArtifactError, match="backend"):
-        shards.load_results(str(_results_dir(tmp_path, m, "b")))
+        artifact.load_results(str(_results_dir(tmp_path, m, "b")))
 
 
 def test_artifact_results_json_over_the_size_cap_or_a_symlink_is_rejected(tmp_path, monkeypatch):
     folder = _results_dir(tmp_path)
     monkeypatch.setattr(evidence_model, "MAX_RESULTS_BYTES", 100)
     with pytest.raises(artifact.ArtifactError, match="larger than 100 bytes"):
-        shards.load_results(str(folder))
+        artifact.load_results(str(folder))
     other = tmp_path / "link"
     other.mkdir()
     os.symlink(folder / "results.json", other / "results.json")
     monkeypatch.setattr(evidence_model, "MAX_RESULTS_BYTES", 10**6)
     with pytest.raises(artifact.ArtifactError, match="not a plain file"):
-        shards.load_results(str(other))
+        artifact.load_results(str(other))
 
 
 def test_bad_results_from_the_artifact_are_exit_2_and_a_failure_slot_saying_so(

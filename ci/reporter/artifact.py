@@ -1,12 +1,15 @@
-"""Intake of the test job's artifact: untrusted input, checked before the bot renders it.
+"""Intake of the test jobs' results: untrusted input, checked before the bot renders it.
 
-The artifact was written by a job that ran PR code, so it is read like any upload from a
-stranger: results.json is extracted alone and bounded here, then loaded through the evidence
-model's one loader (``ci.evidence.shards.load``: every shape and bound checked once) and judged
-again: the kinds, flags and verdict it claims are not read, they are recomputed from the raw
-outcomes with this checkout's rules and regression list. Every artifact value quoted in an error message is ``repr``'d, so no
-line of the report's log can start a workflow command. Nothing here is executed, imported or
-used as a path outside the artifact folder.
+The results were written by jobs that ran PR code, so they are read like any upload from a
+stranger: each artifact's results.json is extracted alone and bounded here, then loaded through
+the evidence model's one loader (``ci.evidence.shards.load``: every shape and bound checked once,
+the shards of one run merged, a missing, duplicated or foreign shard named and refused) and
+judged again: the kinds, flags and verdict they claim are not read, they are recomputed from the
+raw outcomes with this checkout's rules and regression list. Results that record the commit they
+tested (``selection.git.head``, from ``ci run --git-head``) must name the head the report is for.
+Every failure is an ``ArtifactError`` (the report says "invalid artifact"); every artifact value
+quoted in one is ``repr``'d, so no line of the report's log can start a workflow command.
+Nothing here is executed, imported or used as a path outside the artifact folder.
 """
 
 import os
@@ -15,6 +18,7 @@ import zipfile
 import zlib
 
 from ci.evidence import model as evidence
+from ci.evidence import shards
 
 # What zipfile raises for a damaged, truncated, encrypted or exotic archive.
 _UNREADABLE = (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError)
@@ -152,8 +156,52 @@ def check_digests(paths, digests) -> None:
 
 
 def has_results(path: str | None) -> bool:
-    """Whether ``path`` names results as ``shards.load_results`` takes them: the file or its
-    folder."""
+    """Whether ``path`` names results as ``load_results`` takes them: the file or its folder."""
     return bool(path) and (
         os.path.isfile(path) or os.path.isfile(os.path.join(path, "results.json"))
     )
+
+
+def load_results(paths, head: str | None = None, artifacts=None) -> evidence.Results:
+    """One judged ``Results`` from ``paths`` (results.json files or the folders holding them),
+    as ``ci.evidence.shards.load`` reads them: a single path as it is, unless it records a
+    shard; several must be every shard of one run. ``head``: the commit the report is for (a
+    trusted source's: the gate's, or a workflow_run event's). ``artifacts``: the fork path's
+    artifact names, one per path in shard order: each must hold its own shard and record the
+    head it tested."""
+    paths = (paths,) if isinstance(paths, str) else tuple(paths)
+
+    def check(name, results, index):
+        _tested(name, results, head, required=artifacts is not None)
+        if artifacts is not None:
+            _holds(name, results, index, len(paths))
+
+    try:
+        return shards.load(paths, artifacts, check)
+    except evidence.EvidenceError as exc:
+        raise ArtifactError(str(exc)) from None
+
+
+def _tested(name: str, results: evidence.Results, head: str | None, required: bool) -> None:
+    """The head ``results`` say they tested is ``head``, where they say (or must say) one."""
+    if head is None:
+        return
+    git = results.selection.get("git")
+    if git is None and not required:
+        return  # not a run of two commits: the overlay off and on, or two trees
+    tested = git.get("head") if isinstance(git, dict) else None
+    if tested != head:
+        said = f"tested {tested!r:.50}" if tested is not None else "records no git head"
+        raise ArtifactError(f"{name}: {said}, not {head}: results of another commit")
+
+
+def _holds(name: str, results: evidence.Results, index: int, count: int) -> None:
+    try:
+        held = shards.shard_of(results, name)
+    except evidence.EvidenceError as exc:
+        raise ArtifactError(str(exc)) from None
+    if held != (index, count):
+        raise ArtifactError(
+            f"{name}: holds shard {held[0]}/{held[1]}, not {index}/{count}: a shard given twice "
+            f"or out of place"
+        )

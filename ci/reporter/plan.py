@@ -10,7 +10,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, replace
 
-from ci.reporter import artifact, checks, gate, pr_states, render, shards
+from ci.reporter import artifact, checks, gate, pr_states, render
 from ci.reporter.pr_states import DEFAULT_LABEL, DEFAULT_SLOT
 
 INVALID_NOTE = "invalid artifact"
@@ -139,7 +139,7 @@ def plan(request: ReportRequest) -> ReportPlan:
         try:
             if request.results_digest is not None:
                 artifact.check_digests(_paths(request.results), request.results_digest)
-            model = shards.load_results(request.results, request.sha, request.shard_artifacts)
+            model = artifact.load_results(request.results, request.sha, request.shard_artifacts)
         except artifact.ArtifactError as exc:
             # Refused whole, and said so: a slot left pending would read as "still running".
             state, invalid = "failure", str(exc)
