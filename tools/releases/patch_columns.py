@@ -28,20 +28,20 @@ def from_status(records, fixes: dict) -> list:
     for record in records:
         if not isinstance(record, dict) or not isinstance(record.get("patch"), str):
             continue
-        state, reason = str(record.get("state")), str(record.get("reason", ""))
-        if state == "failed" and "failed to import " in reason:
-            state = "does not import"
-        sha = _SHA256.search(reason)
-        number = short_id(record["patch"])
-        found.append(
-            {
-                "patch": record["patch"],
-                "state": state,
-                "sha256": sha[1] if sha else None,
-                "series": fixes.get(number, "no such fix in the series"),
-            }
-        )
+        state, sha = state_of(record)
+        fix = fixes.get(short_id(record["patch"]), "no such fix in the series")
+        found.append({"patch": record["patch"], "state": state, "sha256": sha, "series": fix})
     return found
+
+
+def state_of(record: dict) -> tuple:
+    """(state, the method's sha256 or None) of one status record, as the watch names them: a
+    patch whose module status's own child could not import is "does not import"."""
+    state, reason = str(record.get("state")), str(record.get("reason", ""))
+    if state == "failed" and "failed to import " in reason:
+        state = "does not import"
+    sha = _SHA256.search(reason)
+    return state, sha[1] if sha else None
 
 
 def header_cells() -> list:

@@ -24,7 +24,6 @@ from tools.releases import patch_columns
 from tools.series import SeriesError, matrix, seriesdir
 from tools.series.seriesdir import RELEASE  # not `packaging`: the posting job has only github3.py
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PROJECT = "sglang"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 MARKER = "<!-- sglang-overlay:release-watch -->"
@@ -50,7 +49,6 @@ CACHE = REPO / ".cache" / "compat"
 DEFAULT_VERSIONS = ("0.5.21", "0.5.22", "0.5.23")
 SERIES_PATCH = "0001"  # the fix; 0002 (the test file) applies wherever the tree exists
 PROOFS = ("test/registered", "test/proofs")
-_SHA256 = re.compile(r"sha256 ([0-9a-f]{12})")
 
 
 class WatchError(RuntimeError):
@@ -98,14 +96,11 @@ def overlay_state(version: str, env: dict) -> dict:
         return {"state": "does not import", "reason": _last_line(status.stderr), "sha256": None}
     if record.get("sglang_version") not in (version, "unknown", None):
         raise WatchError(f"asked for sglang {version}, found {record['sglang_version']}")
-    found = _SHA256.search(record["reason"])
-    state, reason = record["state"], record["reason"]
-    if state == "failed" and "failed to import " in reason:
-        # status's own child could not import the module: not testable here; keep the error
-        state = "does not import"
+    state, sha = patch_columns.state_of(record)
+    reason = record["reason"]
+    if state == "does not import":  # not testable here; the row keeps the import's error
         reason = reason.partition("failed to import ")[2].partition(": ")[2] or reason
-    found = found[1] if found else None
-    return {"state": state, "reason": reason, "sha256": found, "records": records}
+    return {"state": state, "reason": reason, "sha256": sha, "records": records}
 
 
 def series_status(version: str) -> tuple:
