@@ -111,9 +111,9 @@ def run_steps(steps, device: str, budget_mib: int, snapshot=None) -> dict:
         for rows, dtype in steps:
             request = (rows, getattr(torch, dtype)) if takes_dtype else (rows,)
             workspace.get(*request)  # the view is dropped: a held one keeps its storage alive
-    except Exception as exc:
+    except (MemoryError, RuntimeError) as exc:  # torch.OutOfMemoryError is a RuntimeError
         text = str(exc)
-        oom = isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
+        oom = isinstance(exc, (MemoryError, torch.OutOfMemoryError))
         if not (oom or "can't allocate memory" in text or "out of memory" in text):
             raise
         result.update(outcome="oom", detail=f"{type(exc).__name__}: {text.splitlines()[0]}")
