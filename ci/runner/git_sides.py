@@ -40,15 +40,6 @@ class Change:
     def tests(self) -> tuple[str, ...]:
         return tuple(sorted(self.added + self.modified))
 
-    def to_json(self) -> dict:
-        return {
-            "base": self.base,
-            "head": self.head,
-            "merge_base": self.merge_base,
-            "added": list(self.added),
-            "modified": list(self.modified),
-        }
-
 
 def _git(repo: str, *args: str, data: bool = False):
     """``git *args`` in ``repo``: its stdout (bytes with ``data``), or None when git fails."""

@@ -1,16 +1,17 @@
 """``ci run``: a frozen ``RunRequest`` -> select, run each file in both modes, judge, and write
-the results folder (results.json, JUnit, logs). Bad arguments raise ``RequestError`` (exit 2), a
-registration sglang's reader rejects ``RegistrationError`` (exit 1); rendering is report/'s.
+the logs and JUnit; the command line adds the pictures, then writes results.json and report.md
+(rendering is the reporter's). Bad arguments raise ``RequestError`` (exit 2), a registration
+sglang's reader rejects ``RegistrationError`` (exit 1).
 """
 
 import json
 import os
 import re
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from ci.evidence import bounds, judge, junit
-from ci.evidence.model import MODES, EvidenceError, Results, SeriesId, check_test_path, save
+from ci.evidence.model import MODES, EvidenceError, Results, SeriesId, check_test_path
 from ci.runner import (
     RequestError,
     collect,
@@ -168,7 +169,7 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None, di
         "not_run": collect.not_here(root, backend, request.tests, trees) + links,
     }
     if change is not None:
-        selection["git"] = change.to_json()
+        selection["git"] = asdict(change)  # tuples: results.json writes them as lists
     suites = {s.path: s.suite for s in selected}
     machine.update({"preload": preloads} if preloads else {})
     ci_env = dict(modes.UPSTREAM_CI_ENV) if upstream_ci else None
@@ -187,7 +188,6 @@ def _execute(request: RunRequest, root: str, log, change=None, checkout=None, di
         # One shard of a matrix: its report merges with the others' (ci.evidence.shards).
         why = f"shard {request.shard}: every selected file falls in another shard"
         results = replace(results, verdict="ok", reasons=(why,))
-    save(results, out)
     junit.write(results, out)
     return results
 
