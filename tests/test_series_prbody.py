@@ -240,12 +240,8 @@ def test_a_missing_results_folder_is_a_usage_error(capsys, tmp_path):
 
 def test_the_checklist_ticks_only_what_the_evidence_shows(tmp_path):
     series, results = seriesdir.load(), load(str(_results(tmp_path)))
-    passed = pr_description.render(
-        series, results, "r", pr_description.CheckState(True, "hooks pass")
-    )
-    skipped = pr_description.render(
-        series, results, "r", pr_description.CheckState(None, "not run")
-    )
+    passed = pr_description.render(series, results, pr_description.CheckState(True, "hooks pass"))
+    skipped = pr_description.render(series, results, pr_description.CheckState(None, "not run"))
     assert passed.count("- [x]") == skipped.count("- [x]") + 1  # the format box: hooks ran
     assert "- [x] Add unit tests" in passed and "- [ ] Update documentation" in passed
     # No benchmark is part of the evidence, and no tool checks the style guidance.

@@ -260,7 +260,7 @@ def _pr_body(series, args) -> str:
             )
         except SeriesError as err:
             state = pr_description.CheckState(False, str(err).splitlines()[0])
-    return pr_description.render(series, results, args.results, state, fix.number, known)
+    return pr_description.render(series, results, state, fix.number, known)
 
 
 def _lines(lines) -> str:

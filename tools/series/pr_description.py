@@ -252,7 +252,7 @@ def checklist(fix, results, check: CheckState, labels: dict) -> list:
     ]
 
 
-def render(series, results, results_dir: str, check: CheckState, number=None, known=None) -> str:
+def render(series, results, check: CheckState, number=None, known=None) -> str:
     """The whole PR description (Markdown) of one fix: the one ``number`` names, else the one
     whose tests the results hold. ``known``: the base as upstream knows it (a
     ``seriesdir.Base``: a release, or an upstream commit; default patches/BASE)."""

@@ -95,26 +95,19 @@ def refresh(patches_dir, source) -> list:
     touched = dict.fromkeys(path for patch in patches for path, _ in patch.files)
     files = tuple(base.pins(source, touched).items())
     old_base = patches_dir / "BASE"
-    kept = seriesdir.parse_base(old_base.read_text()).cuts if old_base.is_file() else ()
+    old = seriesdir.parse_base(old_base.read_text()) if old_base.is_file() else None
+    kept = old.cuts if old is not None else ()
     if version:
         pinned = seriesdir.Base(version, files, cuts=kept)
     else:
         if gitcmd.out(["rev-parse", f"{base.BASE_TAG}^{{commit}}"], source) != commit:
             raise SeriesError(f"{source}: its '{base.BASE_TAG}' tag is not commit {commit[:12]}")
-        pinned = seriesdir.Base(None, files, commit, _upstream(patches_dir), cuts=kept)
-    (patches_dir / "BASE").write_text(seriesdir.render_base(pinned))
+        # A git base's repository in words: what the old BASE said, when it was a git base.
+        upstream = old.upstream if old is not None and old.git is not None else ""
+        upstream = upstream or "an upstream sglang git checkout, given at run time"
+        pinned = seriesdir.Base(None, files, commit, upstream, cuts=kept)
+    old_base.write_text(seriesdir.render_base(pinned))
     return report
-
-
-def _upstream(patches_dir: Path) -> str:
-    """A git base's repository in words: what the old BASE said, when it was a git base."""
-    try:
-        old = seriesdir.parse_base((patches_dir / "BASE").read_text())
-    except (OSError, SeriesError):
-        old = None
-    if old is not None and old.git is not None and old.upstream:
-        return old.upstream
-    return "an upstream sglang git checkout, given at run time"
 
 
 _IDENT = re.compile(r"^(?P<name>.*) <(?P<email>[^<>]*)> \d+ [+-]\d{4}$")

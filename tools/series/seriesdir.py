@@ -147,24 +147,23 @@ def parse_base(text: str, where: str = "patches/BASE") -> Base:
 
 
 def render_base(base: Base) -> str:
+    lines = [
+        "# The base this series is cut against. Regenerate with: python -m tools.series refresh"
+    ]
     if base.git is not None:
-        lines = [
-            "# The base this series is cut against. Regenerate with: python -m tools.series refresh",
+        lines += [
             f"git: {base.git}",
             f"upstream: {base.upstream}",
             "layout: upstream; the checkout is given at run time",
         ]
-        lines += [f"file: {p} {NEW if d == NEW else 'sha256=' + d}" for p, d in base.files]
-        return "\n".join([*lines, *(cut.line() for cut in base.cuts)]) + "\n"
-    lines = [
-        "# The base this series is cut against. Regenerate with: python -m tools.series refresh",
-        f"release: sglang=={base.version}",
-        f"source: the sglang=={base.version} wheel, as pip download finds it on the index pip "
-        "is configured for",
-        "layout: upstream; python/sglang/ holds the wheel's sglang/ minus compiled extensions",
-    ]
-    for path, digest in base.files:
-        lines.append(f"file: {path} {NEW if digest == NEW else 'sha256=' + digest}")
+    else:
+        lines += [
+            f"release: sglang=={base.version}",
+            f"source: the sglang=={base.version} wheel, as pip download finds it on the index pip "
+            "is configured for",
+            "layout: upstream; python/sglang/ holds the wheel's sglang/ minus compiled extensions",
+        ]
+    lines += [f"file: {p} {NEW if d == NEW else 'sha256=' + d}" for p, d in base.files]
     return "\n".join([*lines, *(cut.line() for cut in base.cuts)]) + "\n"
 
 
