@@ -130,7 +130,6 @@ REPORT_FLAGS = (
 )
 GATE_FLAGS = (
     ("--event", "event payload (default $GITHUB_EVENT_PATH)"),
-    ("--label", "the label that asks for a run (default run-ci)", {"default": "run-ci"}),
     ("--api-url", "GitHub Enterprise base URL (client adds /api/v3)"),
     ("--json", "print the decision as JSON", SWITCH),
 )
@@ -301,7 +300,7 @@ def cmd_gate(args) -> int:
     if facts is None:
         decision = gate.Gate(run=True, fork=False, reason="not a pull_request event")
     else:
-        decision = gate.decide(facts, args.label)
+        decision = gate.decide(facts)
     lines = [
         f"run={'true' if decision.run else 'false'}",
         f"fork={'true' if decision.fork else 'false'}",

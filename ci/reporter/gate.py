@@ -69,25 +69,25 @@ _HOW = {
 }
 
 
-def decide(facts: PullFacts, label: str = RUN_LABEL) -> Gate:
+def decide(facts: PullFacts) -> Gate:
     where = dict(fork=facts.fork, pr=facts.pr, sha=facts.head)
     if not facts.fork:
         return Gate(run=True, reason="branch of the base repository", **where)
     seen = [
         a
         for a in facts.approvals
-        if facts.head and a.sha == facts.head and (a.via != "trigger" or label in facts.labels)
+        if facts.head and a.sha == facts.head and (a.via != "trigger" or RUN_LABEL in facts.labels)
     ]
     if seen:
         who = seen[0]
         reason = f"fork: {who.login} approved {facts.head[:12]} ({_HOW[who.via]})"
         return Gate(run=True, reason=reason, **where)
-    if label in facts.labels or facts.approvals or facts.unchecked:
+    if RUN_LABEL in facts.labels or facts.approvals or facts.unchecked:
         reason = f"fork: no one with write permission approved {facts.head}, the head now"
         if facts.unchecked:
             reason += f" ({facts.unchecked} more naming it were not checked: the bound)"
         return Gate(run=False, state="stale-label", reason=reason, **where)
-    return Gate(run=False, state="missing-label", reason=f"fork without {label!r}", **where)
+    return Gate(run=False, state="missing-label", reason=f"fork without {RUN_LABEL!r}", **where)
 
 
 def event_facts(event: dict) -> PullFacts | None:
