@@ -46,7 +46,6 @@ MAX_TEXT = 4000  # a reason is the last line of an import's stderr: one line, no
 _HEX = re.compile(r"[0-9a-f]{12,64}")
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "compat"
-DEFAULT_VERSIONS = ("0.5.21", "0.5.22", "0.5.23")
 SERIES_PATCH = "0001"  # the fix; 0002 (the test file) applies wherever the tree exists
 PROOFS = ("test/registered", "test/proofs")
 
@@ -199,12 +198,12 @@ def render(rows) -> str:
 
 
 def known_releases() -> list:
-    """Every release the project names: series matrix, compat defaults, overlay shapes."""
+    """Every release the project names: the series matrix's and the overlay shapes'."""
     from packaging.version import Version
 
     from sglang_overlay.shapes import KNOWN_SHAPES
 
-    names = set(matrix.DSV4_RELEASES) | set(DEFAULT_VERSIONS)
+    names = set(matrix.DSV4_RELEASES)
     for shape in KNOWN_SHAPES:
         names.update(part.strip() for part in re.split(r"[-,]", shape.releases) if part.strip())
     return sorted(names, key=Version)
