@@ -200,3 +200,14 @@ def test_merged_shards_keep_every_file_once_and_name_the_shards():
     assert [f.path for f in merged.files] == sorted([ci_samples.FILE, "test/b/test_b.py"])
     assert merged.selection["shards"] == ["0/2", "1/2"] and merged.selection["shard"] is None
     assert len(merged.cases) == 2
+
+
+@pytest.mark.parametrize("hostile", [0, 1])
+def test_a_shard_whose_process_records_are_not_an_object_merges_without_them(hostile):
+    # A shard's results.json is PR code's output: a record of another shape shows nothing,
+    # and never crashes the report (it did: 'list' object has no attribute 'get').
+    named = [("a", _sample_shard("0/2")), ("b", _sample_shard("1/2", path="test/b/test_b.py"))]
+    kept = named[1 - hostile][1].environment["modes"]["change"]
+    name, results = named[hostile]
+    named[hostile] = (name, replace(results, environment={**results.environment, "modes": [1]}))
+    assert merge(named).environment["modes"]["change"] == kept

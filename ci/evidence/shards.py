@@ -139,8 +139,8 @@ def _merged(ordered) -> Results:
     cases = sorted((c for r in everything for c in r.cases), key=lambda c: order.get(c.file, -1))
     records = {
         mode: next(
-            (r.environment["modes"][mode] for r in everything if _recorded(r, mode)),
-            (first.environment.get("modes") or {}).get(mode),
+            (_records(r)[mode] for r in everything if _recorded(r, mode)),
+            _records(first).get(mode),
         )
         for mode in first.modes
     }
@@ -167,6 +167,12 @@ def _merged(ordered) -> Results:
     )
 
 
+def _records(results: Results) -> dict:
+    """Each mode's process record; a shard is PR code's output, so any other shape is none."""
+    records = results.environment.get("modes")
+    return records if isinstance(records, dict) else {}
+
+
 def _recorded(results: Results, mode: str) -> bool:
-    record = (results.environment.get("modes") or {}).get(mode)
+    record = _records(results).get(mode)
     return isinstance(record, dict) and "error" not in record
