@@ -284,9 +284,6 @@ def _names(cases, shown: int = 3) -> str:
     return ", ".join(names) + (f" and {len(cases) - shown} more" if len(cases) > shown else "")
 
 
-RECORD_CHARS = 1 << 20  # the runner keeps no more of a record (ci.runner.launch)
-
-
 def _unwritten(run: FileRun, reported: int) -> tuple[str, ...]:
     """Why a file's channel holds results the runner did not write, if it does: more lines than
     its process's record says the runner sent (the file wrote on the channel itself), or results
@@ -295,7 +292,7 @@ def _unwritten(run: FileRun, reported: int) -> tuple[str, ...]:
     if run.environment is None or not reported:
         return ()
     try:
-        written = json.loads(run.environment[:RECORD_CHARS]).get("results")
+        written = json.loads(run.environment).get("results")  # at most 1 MiB: launch's bound
     except (ValueError, RecursionError, AttributeError):
         written = None
     if not isinstance(written, int) or isinstance(written, bool) or written < 0:
