@@ -19,7 +19,7 @@ def measure(device: str = "cpu", rounds: int = 21, number: int = 20000) -> dict:
 
     records = sglang_overlay.apply()
     if records[0]["state"] != "applied":
-        raise SystemExit(f"overlay not applied here: {records[0]}")
+        raise RuntimeError(f"overlay not applied here: {records[0]}")
     cls = shapes.workspace_class(importlib.import_module(shapes.WORKSPACE_MODULE))
     method = "_reserve" if "_reserve" in vars(cls) else "get"
     variants = {"overlay": vars(cls)[method]}
