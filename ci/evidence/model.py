@@ -172,16 +172,13 @@ class Side:
 
     # "sglang 0.5.23", "sglang 0.5.23 + this change", "sglang 0.5.23 @ 1a2b3c4d5e6f"
     label: str = bounds.checked(bounds.text, 200)
-    sglang: str | None = bounds.checked(
-        bounds.text, 100, default=None
-    )  # what the test process imported
+    # what the test process imported
+    sglang: str | None = bounds.checked(bounds.text, 100, default=None)
     # a source tree first on PYTHONPATH, or None: the installed one
     tree: str | None = bounds.checked(bounds.text, 1000, default=None)
     # that tree's git commit, read by ci run itself
     commit: str | None = bounds.checked(bounds.matching, _HEX, "a hex commit id", default=None)
-    overlay: bool = bounds.checked(
-        bounds.flag, default=False
-    )  # the runtime overlay on in this mode
+    overlay: bool = bounds.checked(bounds.flag, default=False)  # the runtime overlay on in it
 
 
 @dataclass(frozen=True)
@@ -250,9 +247,7 @@ class Results:
     selection: dict = bounds.checked(_object, default_factory=dict)
     environment: dict = bounds.checked(_object, default_factory=dict)
     series: SeriesId | None = bounds.checked(bounds.load_object, SeriesId, default=None)
-    pictures: dict = bounds.checked(
-        _pictures, default_factory=dict
-    )  # case key -> pictures/NAME.png
+    pictures: dict = bounds.checked(_pictures, default_factory=dict)  # case -> pictures/NAME.png
     schema: int = bounds.checked(_schema, default=SCHEMA, required=True)
 
     def __post_init__(self):

@@ -42,11 +42,10 @@ def draw_all(results: Results, out_dir: str) -> dict:
         os.makedirs(os.path.join(out_dir, FOLDER), exist_ok=True)
         try:
             _draw(plt, results, case, os.path.join(out_dir, rel))
-        except (
-            ValueError,
-            TypeError,
-        ):  # PR code names it: bad mathtext (ValueError), a lone surrogate (TypeError from the font layer)
-            plt.close("all")  # no picture for this case; its row in the report stays
+        except (ValueError, TypeError):
+            # PR code names the case: bad mathtext (ValueError), a lone surrogate (TypeError,
+            # from the font layer). No picture for this case; its row in the report stays.
+            plt.close("all")
             continue
         drawn[case.key] = rel
     return drawn
