@@ -27,7 +27,7 @@ class PublishFailed(RuntimeError):
 
 
 # The pause before the second look at a PR body we wrote (Publisher.settle_s); 0 where one
-# writer alone can write it: the tests' rehearsal of the workflows sets it, nobody else.
+# writer alone can write it (the tests' rehearsal of the workflows).
 SETTLE_ENV = "CI_REPORT_SETTLE_S"
 
 
@@ -39,7 +39,13 @@ def _github(repo: str, pr: int | None, api_url: str | None, why: str):
     if not token:
         raise RequestError(f"{why} needs a token in GITHUB_TOKEN")
     owner, name = repo.split("/")
-    settle_s = float(os.environ.get(SETTLE_ENV) or Publisher.settle_s)
+    settle = os.environ.get(SETTLE_ENV, "")
+    try:
+        settle_s = float(settle) if settle else Publisher.settle_s
+    except ValueError:
+        settle_s = -1.0
+    if not 0 <= settle_s <= 60:
+        raise RequestError(f"{SETTLE_ENV}={settle!r}: seconds from 0 to 60")
     try:
         yield Publisher(connect(token, api_url), owner, name, pr, RetryPolicy(), settle_s=settle_s)
     except (github3.exceptions.GitHubException, RuntimeError, ValueError, OSError) as exc:
