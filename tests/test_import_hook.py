@@ -42,6 +42,7 @@ TARGETS = {
 }
 both_patches = pytest.mark.parametrize("target", list(TARGETS))
 RACE_RUNS = 20
+RACING = ("dataclasses", "inspect", "ast")  # what activation imports, stdlib
 # A bound against a hang (a deadlocked first import never finishes), not a measurement: wide
 # enough for a loaded 2-core machine, where each of these processes takes a fraction of it.
 TIMEOUT_S = 120
@@ -161,16 +162,18 @@ def test_first_import_is_patched(overlay_env, known, target):
 
 
 @both_patches
-@pytest.mark.parametrize("racing", ["dataclasses", "inspect", "ast"])
 def test_a_thread_importing_what_activation_imports_never_deadlocks_the_first_import(
-    overlay_env, known, racing, target
+    overlay_env, known, target
 ):
     module, cls, method, _, patch_id = TARGETS[target]
     # CPython holds its global import lock while a finder's find_spec runs. A hook that
-    # imports there deadlocks against a thread that is importing the same module.
+    # imports there deadlocks against a thread that is importing the same module. Each module
+    # activation imports is raced by a thread of its own, all in every process (one process
+    # per module took three times the interpreters for the same races).
     race = f"""
 import threading, time
-threading.Thread(target=__import__, args=({racing!r},), daemon=True).start()
+for racing in {RACING!r}:
+    threading.Thread(target=__import__, args=(racing,), daemon=True).start()
 time.sleep(0.001)
 import sglang
 import {module} as m
