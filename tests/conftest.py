@@ -124,10 +124,12 @@ def runs_program(pid: int, path: str) -> bool:
 def pytest_collection_modifyitems(config, items):
     """One pytest-xdist group per module (``--dist loadgroup``: a module's module-scoped
     fixtures are set up once, on one worker), modules that share a pool process or job
-    (``overlay_runs``) joined into one group, so that process runs once in the session."""
+    (``overlay_runs``) or an expensive session fixture joined into one group, so that process
+    runs, or that fixture is built, once in the session."""
     import overlay_runs  # imports this module: here, not at the top
 
-    names, parent = overlay_runs.pool_names(), {}
+    # drifted_main: a session fixture of three modules that takes a full clone and a commit
+    names, parent = overlay_runs.pool_names() | {"drifted_main"}, {}
 
     def root(module):
         while parent.setdefault(module, module) != module:
