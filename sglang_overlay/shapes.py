@@ -1,9 +1,9 @@
 """Recognise which shape of a patched workspace method a loaded sglang module has.
 
-The one place that knows, for each patch (a ``Site``), which class and method it replaces and
-what each published release's allocating method looks like, by the sha256 of its exact source
-text, or, where only bytecode is deployed, of its code object (``code_sha256``). Reads source
-files; never changes anything.
+The one place that knows, for each method a patch replaces (a ``Site``; a patch has one or
+more), which class and method it is and what each published release's allocating method looks
+like, by the sha256 of its exact source text, or, where only bytecode is deployed, of its code
+object (``code_sha256``). Reads source files; never changes anything.
 """
 
 import ast
@@ -132,9 +132,10 @@ DSV4_Q8KV8_SHAPES = (
 
 @dataclass(frozen=True)
 class Site:
-    """Where one patch applies: the class (under any of its published names), the allocating
-    method (the first of ``methods`` the class defines), the attributes a release-first method
-    sets to None before allocating them anew, and the shapes the overlay knows."""
+    """One method a patch replaces: the class (under any of its published names), the
+    allocating method (the first of ``methods`` the class defines), the attributes a
+    release-first method sets to None before allocating them anew, and the shapes the overlay
+    knows. A patch of several methods is several sites with its id (``SITES``)."""
 
     patch_id: str
     class_names: "tuple[str, ...]"
@@ -243,6 +244,22 @@ def recognise(module, site: "Site | None" = None) -> Recognition:
         + ", ".join(f"{s.source_sha256} ({s.releases})" for s in site.shapes),
         cls=cls,
     )
+
+
+def all_or_none(found: "list[Recognition]") -> Recognition:
+    """One patch's recognition from its sites' (``recognise`` of each, in order): patched only
+    when every method is recognised; a state all share is the patch's; any other mix leaves
+    the patch unsupported, its reason naming each method's state."""
+    if len(found) == 1:
+        return found[0]
+    states = {f.state for f in found}
+    state = states.pop() if len(states) == 1 else "unsupported"
+    reasons = list(dict.fromkeys(f.reason for f in found))
+    if len(reasons) > 1:
+        reasons = [f"{f.target.rsplit('.', 1)[-1]}: {f.reason}" for f in found]
+    if state == "unsupported":
+        reasons.append("the patch replaces all of its methods or none")
+    return Recognition(state, ", ".join(dict.fromkeys(f.target for f in found)), "; ".join(reasons))
 
 
 def _recognise_bytecode(module, site, cls, method, func, target, why) -> Recognition:
@@ -372,4 +389,10 @@ DSV4_Q8KV8 = Site(
     ("_q8kv8_qpad_buf",),
     DSV4_Q8KV8_SHAPES,
 )
-SITES = {site.patch_id: site for site in (DSV4, FUSED_KV, DRAFT_PROBS, DSA_Q8KV8, DSV4_Q8KV8)}
+# Every site, in series order: a patch's method is a row here.
+ALL_SITES = (DSV4, FUSED_KV, DRAFT_PROBS, DSA_Q8KV8, DSV4_Q8KV8)
+# patch id -> its sites, in the order they are recognised and reported
+SITES = {
+    patch_id: tuple(s for s in ALL_SITES if s.patch_id == patch_id)
+    for patch_id in dict.fromkeys(s.patch_id for s in ALL_SITES)
+}
