@@ -1,5 +1,5 @@
 """The release watch's per-patch columns: for every patch the overlay carries, its state on a
-release (with the recognised method's sha256) and whether its series fix applies to the
+release (with the sha256 of each method it read) and whether its series fix applies to the
 release's wheel, so a release that breaks one patch's shape shows in that patch's column.
 
 Pure functions over ``sglang-overlay status --json`` records and ``series matrix`` rows; the
@@ -31,13 +31,14 @@ def from_status(records, fixes: dict) -> list:
         state, reason = str(record.get("state")), str(record.get("reason", ""))
         if state == "failed" and "failed to import " in reason:
             state = "does not import"
-        sha = _SHA256.search(reason)
+        # a patch of several methods names each one's sha256
+        sha = "/".join(dict.fromkeys(_SHA256.findall(reason)))
         number = short_id(record["patch"])
         found.append(
             {
                 "patch": record["patch"],
                 "state": state,
-                "sha256": sha[1] if sha else None,
+                "sha256": sha or None,
                 "series": fixes.get(number, "no such fix in the series"),
             }
         )
