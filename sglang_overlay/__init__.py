@@ -41,6 +41,7 @@ PATCHED_MODULES = {
     "0005-dflash-draft-probs-release-first": ("sglang.srt.speculative.dflash_worker_v2",),
     "0007-dsa-q8kv8-release-first": ("sglang.srt.layers.attention.dsa_backend",),
     "0009-dsv4-q8kv8-qpad-release-first": ("sglang.srt.layers.attention.deepseek_v4_backend",),
+    "0011-dsa-q8kv8-born-q-release-first": ("sglang.srt.layers.attention.dsa_backend",),
 }
 PATCH_IDS = tuple(PATCHED_MODULES)
 

@@ -130,6 +130,23 @@ DSV4_Q8KV8_SHAPES = (
 )  # fmt: skip
 
 
+# The born-fp8 q of the DSA q8kv8 prefill (opt-in SGLANG_ENABLE_DSA_Q8KV8_BORN_FP8_Q): the
+# padded fp8 q buffer and its NaN-filled bf16 sentinel, two methods of one patch, each of the
+# local-variable form; one source text each from 0.5.17 (0.5.16 has neither).
+BORN_Q_SHAPES = (
+    WorkspaceShape(
+        "dsa-q8kv8-born-q", "DeepseekSparseAttnBackend", "q8kv8_acquire_born_q_buffer",
+        "c9be682c090c", "0.5.17-0.5.23",
+    ),
+)  # fmt: skip
+BORN_Q_SENTINEL_SHAPES = (
+    WorkspaceShape(
+        "dsa-q8kv8-born-q-sentinel", "DeepseekSparseAttnBackend", "q8kv8_born_q_sentinel",
+        "61428e17cdd3", "0.5.17-0.5.23",
+    ),
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Site:
     """One method a patch replaces: the class (under any of its published names), the
@@ -389,8 +406,22 @@ DSV4_Q8KV8 = Site(
     ("_q8kv8_qpad_buf",),
     DSV4_Q8KV8_SHAPES,
 )
+BORN_Q = Site(
+    "0011-dsa-q8kv8-born-q-release-first",
+    ("DeepseekSparseAttnBackend",),
+    ("q8kv8_acquire_born_q_buffer",),
+    ("_q8kv8_born_q_buf",),
+    BORN_Q_SHAPES,
+)
+BORN_Q_SENTINEL = Site(
+    "0011-dsa-q8kv8-born-q-release-first",
+    ("DeepseekSparseAttnBackend",),
+    ("q8kv8_born_q_sentinel",),
+    ("_q8kv8_born_q_sentinel",),
+    BORN_Q_SENTINEL_SHAPES,
+)
 # Every site, in series order: a patch's method is a row here.
-ALL_SITES = (DSV4, FUSED_KV, DRAFT_PROBS, DSA_Q8KV8, DSV4_Q8KV8)
+ALL_SITES = (DSV4, FUSED_KV, DRAFT_PROBS, DSA_Q8KV8, DSV4_Q8KV8, BORN_Q, BORN_Q_SENTINEL)
 # patch id -> its sites, in the order they are recognised and reported
 SITES = {
     patch_id: tuple(s for s in ALL_SITES if s.patch_id == patch_id)
