@@ -419,6 +419,7 @@ def test_watch_reports_state_sha256_series_and_ab_verdict_for_a_release(checked_
     patches = {p["patch"][:4]: (p["state"], p["sha256"], p["series"]) for p in row["patches"]}
     assert patches["0007"] == ("applied", "eb7abba41a0a", "clean")
     assert patches["0009"] == ("applied", "891f31d3a954", "clean")
+    assert patches["0011"] == ("applied", "c9be682c090c/61428e17cdd3", "clean")
     assert "| 0.5.23 | applied: kv-buffer-reserve (0.5.23), sha256 08fa9779e685 |" in proc.stdout
     assert (out / "0.5.23" / "results.json").is_file()
 
