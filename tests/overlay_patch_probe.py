@@ -9,9 +9,11 @@ process, printed as one JSON line, so that one process serves each guarantee.
 of a replacement, whether the old tensor was still alive, whether the new contents are what
 sglang's method gives, the patch's record and which methods carry the overlay's mark.
 ``lifecycle`` races eight threads to the first import, then reloads each module, then has a
-spawned child import them.
+spawned child import them, then hooks one of 0011's two methods as another plugin would and
+removes the overlay.
 """
 
+import functools
 import importlib
 import json
 import sys
@@ -45,6 +47,7 @@ PATCHES = {
     ),
 }
 FP8 = torch.float8_e4m3fn
+BORN_Q = "0011-dsa-q8kv8-born-q-release-first"
 
 
 def marks(patch: str) -> list:
@@ -227,6 +230,30 @@ def lifecycle() -> dict:
     process.join(120)
     for p in PATCHES:
         out[p]["spawn"] = [got[p], process.exitcode]
+
+    # Another plugin's hook over the second method of 0011 only (sglang's HookRegistry: an
+    # AROUND calls the overlay's method, a REPLACE only names it), then remove().
+    module, cls, methods = PATCHES[BORN_Q]
+    owner = getattr(sys.modules[module], cls)
+    ours = vars(owner)[methods[1]]
+
+    @functools.wraps(ours)
+    def around(self, *args, **kwargs):
+        return ours(self, *args, **kwargs)
+
+    def replacing(self, *args, **kwargs):
+        return None
+
+    replacing.__wrapped__ = ours
+    seen = {p: [] for p in PATCHES}
+    for hook in (around, replacing):
+        setattr(owner, methods[1], hook)
+        for record in sglang_overlay.status():
+            seen.get(record["patch"], []).append(record["state"])
+    for record in sglang_overlay.remove():
+        seen.get(record["patch"], []).append(record["state"])
+    for p in PATCHES:
+        out[p]["hooks"] = [seen[p], marks(p)]
     return out
 
 

@@ -7,12 +7,13 @@ contents exactly sglang's; threads racing the first import apply each patch once
 error``; ``importlib.reload``; a spawned child; an unknown shape of any one method left
 untouched with its reason (for 0011, two methods of one patch: neither is replaced); the
 methods as each fix leaves them upstream-fixed and untouched; ``SGLANG_OVERLAY_DISABLE``
-naming one patch turns off that one only (0007 and 0011 patch the same class).
+naming one patch turns off that one only (0007 and 0011 patch the same class); another plugin's
+hook over one of 0011's methods is that patch's state, and ``remove()`` leaves it.
 
 Against stand-in modules (``write_standin``) that carry the installed sglang's exact method
 text, with real torch and the Triton and SM90 kernels stood in by torch code. One process per
-guarantee observes every patch, and the threads, the reload and the spawned child follow each
-other in one (``overlay_patch_probe.py``): importing torch is most of what a fresh interpreter
+guarantee observes every patch, and the threads, the reload, the spawned child and another
+plugin's hook follow each other in one (``overlay_patch_probe.py``): importing torch is most of what a fresh interpreter
 costs here.
 """
 
@@ -352,6 +353,18 @@ def test_reload_of_the_module_is_patched_again(lived, patch):
 @pytest.mark.parametrize("patch", PATCHES, ids=IDS)
 def test_a_spawned_child_applies_it_on_its_own_import(lived, patch):
     assert lived[patch]["spawn"] == [[patch] * len(PATCHES[patch]["methods"]), 0]
+
+
+@pytest.mark.parametrize("patch", PATCHES, ids=IDS)
+def test_another_hook_over_one_method_of_0011_is_its_state_and_remove_leaves_it(lived, patch):
+    states, marks = lived[patch]["hooks"]
+    methods = len(PATCHES[patch]["methods"])
+    if patch.startswith("0011"):
+        # an AROUND calls ours, a REPLACE does not; remove() cannot take ours out from under the
+        # hook and says so, and puts back the original of the other method
+        assert (states, marks) == (["wrapped", "replaced", "replaced"], [None] * methods)
+    else:  # the other patches (0007: the same class) stay applied until remove()
+        assert (states, marks) == (["applied", "applied", "pending"], [None] * methods)
 
 
 def test_the_rewrite_refuses_a_method_it_cannot_compile_outside_its_class(tmp_path):
