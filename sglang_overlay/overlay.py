@@ -204,7 +204,10 @@ def apply_to_module(module, patch_id: "str | None" = None) -> None:
     if not patch_ids or not set(patch_ids) <= set(PATCH_IDS):
         raise ValueError(f"no patch of the overlay patches {module.__name__}")
     for one in patch_ids:
-        _apply_patch(module, one)
+        try:
+            _apply_patch(module, one)
+        finally:
+            shapes.module_tree.cache_clear()  # the size of the module: keep none
 
 
 def _apply_patch(module, patch_id: str) -> None:

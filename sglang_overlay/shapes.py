@@ -7,6 +7,7 @@ object (``code_sha256``). Reads source files; never changes anything.
 """
 
 import ast
+import functools
 import hashlib
 import inspect
 import sys
@@ -233,7 +234,7 @@ def recognise(module, site: "Site | None" = None) -> Recognition:
         module_source = inspect.getsource(module)
     except (OSError, TypeError) as exc:
         return _recognise_bytecode(module, site, cls, method, func, target, exc)
-    node = _method_node(ast.parse(module_source), cls.__name__, method)
+    node = _method_node(module_tree(module_source), cls.__name__, method)
     if node is None or func.__code__.co_firstlineno != _first_line(node):
         return Recognition(
             "unsupported",
@@ -277,6 +278,14 @@ def all_or_none(found: "list[Recognition]") -> Recognition:
     if state == "unsupported":
         reasons.append("the patch replaces all of its methods or none")
     return Recognition(state, ", ".join(dict.fromkeys(f.target for f in found)), "; ".join(reasons))
+
+
+@functools.lru_cache(maxsize=1)
+def module_tree(source: str) -> ast.Module:
+    """``source`` parsed, once for every method of a patch (recognised and rewritten): parsing a
+    4,000-line module allocates enough to set off a full garbage collection of an sglang
+    process. Read-only; the overlay drops it once the patch is applied."""
+    return ast.parse(source)
 
 
 def _recognise_bytecode(module, site, cls, method, func, target, why) -> Recognition:
