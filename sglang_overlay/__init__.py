@@ -1,7 +1,7 @@
-"""Release-first replacement of sglang's scratch workspaces: the DSV4 sparse-prefill workspace
-(patch 0001), speculative decoding's fused KV materialisation workspaces (patch 0003),
-DFlash's dense draft-probability buffer (patch 0005) and the
-q8kv8 scratch of the DSA and DSV4 fp8 prefills (patches 0007, 0009).
+"""Release-first replacement of sglang's scratch workspaces: each patch of ``PATCHED_MODULES``
+drops a buffer that a method replaces before allocating its replacement (the DSV4
+sparse-prefill workspace, DFlash's fused KV workspaces and draft probabilities, the q8kv8
+scratch of the DSA and DSV4 fp8 prefills, ...).
 
 The public surface only (README.md, "Using the overlay"): the .pth start-up hook imports this
 module in every interpreter, so it imports nothing itself.
@@ -31,25 +31,24 @@ FUSED_KV_MODULES = (
     "sglang.kernels.ops.speculative.fused_kv_materialize",
     "sglang.srt.speculative.triton_ops.fused_kv_materialize",
 )
-# Each patch (in series order) and the modules it patches right after they run. A new patch
-# is one row here (this module imports nothing, so the start-up hook can read it) and one
-# ``shapes.Site`` with its shapes.
+# Each patch (in series order) and the modules it patches right after they run (under any of
+# the names releases gave them). A new patch is one row here (this module imports nothing, so
+# the start-up hook can read it) and a ``shapes.Site`` per method it replaces, with its shapes;
+# several patches may patch one module, and one class.
 PATCHED_MODULES = {
     PATCH_ID: (WORKSPACE_MODULE,),
     FUSED_KV_PATCH_ID: FUSED_KV_MODULES,
     "0005-dflash-draft-probs-release-first": ("sglang.srt.speculative.dflash_worker_v2",),
     "0007-dsa-q8kv8-release-first": ("sglang.srt.layers.attention.dsa_backend",),
     "0009-dsv4-q8kv8-qpad-release-first": ("sglang.srt.layers.attention.deepseek_v4_backend",),
+    "0011-dsa-q8kv8-born-q-release-first": ("sglang.srt.layers.attention.dsa_backend",),
 }
 PATCH_IDS = tuple(PATCHED_MODULES)
 
 
-def patch_of(module_name) -> "str | None":
-    """The patch that patches ``module_name``, or None."""
-    for patch_id, modules in PATCHED_MODULES.items():
-        if module_name in modules:
-            return patch_id
-    return None
+def patches_of(module_name) -> "tuple[str, ...]":
+    """The patches that patch ``module_name``, in series order (none: empty)."""
+    return tuple(p for p, modules in PATCHED_MODULES.items() if module_name in modules)
 
 
 def apply():

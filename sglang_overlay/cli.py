@@ -84,7 +84,7 @@ def fresh_status(as_json: bool) -> int:
     if as_json:
         print(json.dumps(records, indent=2))
     else:
-        modules = ", ".join(names[0] for names in PATCHED_MODULES.values())
+        modules = ", ".join(dict.fromkeys(names[0] for names in PATCHED_MODULES.values()))
         say(f"checked in a fresh process: {sys.executable} -c 'import {modules}'")
         say(f"overlay {report.get('overlay_version')} at {report.get('overlay_path')}")
         for r in records:
@@ -202,7 +202,7 @@ def fresh_process_status() -> dict:
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        modules = " and ".join(names[0] for names in PATCHED_MODULES.values())
+        modules = " and ".join(dict.fromkeys(names[0] for names in PATCHED_MODULES.values()))
         return _failed(f"a fresh process failed to import {modules}: {tail}")
     report = json.loads(lines[-1][len(MARK) :])
     if not report["hook_ran"]:

@@ -20,7 +20,7 @@ from sglang_overlay import (
     __version__,
     config,
     hook_watch,
-    patch_of,
+    patches_of,
     shapes,
 )
 from sglang_overlay.notices import logger, warn_once
@@ -55,13 +55,23 @@ class PatchStatus:
 
 
 @dataclass(frozen=True)
-class _Applied:
-    patch_id: str
-    module_name: str
+class _Installed:
+    """One method the overlay put on a class: the site it patches and both function objects."""
+
+    site: shapes.Site
     cls: type
     method: str
     original: object
     patched: object
+
+
+@dataclass(frozen=True)
+class _Applied:
+    """One application of a patch to a module: every method it installed, all or none."""
+
+    patch_id: str
+    module_name: str
+    installed: "tuple[_Installed, ...]"
     target: str
     reason: str
 
@@ -178,32 +188,49 @@ def apply() -> list:
     with _lock:
         _removed = False
     records = import_patched_modules()
-    for names in PATCHED_MODULES.values():
+    for patch_id, names in PATCHED_MODULES.items():
         for module in [sys.modules.get(n) for n in names]:
             if module is not None:
                 # The import may have run the start-up hook already; applying again is a no-op.
-                apply_to_module(module)
+                apply_to_module(module, patch_id)
                 records = status()
     return records
 
 
 def apply_to_module(module, patch_id: "str | None" = None) -> None:
-    """Apply ``patch_id`` (by default the patch that names ``module``) to ``module``."""
-    patch_id = patch_id or patch_of(module.__name__)
-    if patch_id not in PATCH_IDS:
+    """Apply ``patch_id`` (by default each patch that names ``module``, in series order) to
+    ``module``: every method of the patch, or none."""
+    patch_ids = (patch_id,) if patch_id else patches_of(module.__name__)
+    if not patch_ids or not set(patch_ids) <= set(PATCH_IDS):
         raise ValueError(f"no patch of the overlay patches {module.__name__}")
-    site = shapes.SITES[patch_id]
+    for one in patch_ids:
+        try:
+            _apply_patch(module, one)
+        finally:
+            shapes.module_tree.cache_clear()  # the size of the module: keep none
+
+
+def _apply_patch(module, patch_id: str) -> None:
+    sites = shapes.SITES[patch_id]
     with _lock:
-        cls = shapes.workspace_class(module, site)
-        done = next((a for a in reversed(_applied) if a.cls is cls), None)
+        # This patch's latest application to these classes (another patch of the same class,
+        # or a reloaded module's new class, is not it).
+        classes = [shapes.workspace_class(module, site) for site in sites]
+        done = next(
+            (
+                a
+                for a in reversed(_applied)
+                if a.patch_id == patch_id and any(i.cls in classes for i in a.installed)
+            ),
+            None,
+        )
         if done is not None:
-            live = vars(cls).get(done.method)
-            if live is done.patched:  # already applied; the other activation path got here first
+            state, reason = _live_state(done)
+            if state == "applied":  # already applied; the other activation path got here first
                 hook_watch.follow(publish)  # (sglang may have loaded its registry since)
                 return
-            hook = hook_watch.foreign_hook(live, done.patched)
-            if hook is not None:  # never stack a second copy under another vendor's hook
-                _record(patch_id, hook[0], done.target, hook[1])
+            if state != "pending":  # never stack a second copy under another vendor's hook
+                _record(patch_id, state, done.target, reason)
                 return
         if _removed:
             _record(patch_id, "pending", module.__name__, _REMOVED_REASON)
@@ -212,7 +239,8 @@ def apply_to_module(module, patch_id: "str | None" = None) -> None:
         if reason is not None:
             _record(patch_id, "disabled", module.__name__, reason)
             return
-        found = shapes.recognise(module, site)
+        each = [shapes.recognise(module, site) for site in sites]
+        found = shapes.all_or_none(each)
         if found.state != "recognised":
             _record(patch_id, found.state, found.target, found.reason)
             if found.state == "unsupported":
@@ -220,34 +248,29 @@ def apply_to_module(module, patch_id: "str | None" = None) -> None:
             return
         from sglang_overlay import release_first  # imports torch: only once sglang has
 
-        method = found.shape.method
-        original = vars(found.cls)[method]
-        patched = functools.update_wrapper(
-            release_first.build(found.shape, module, publish), original
+        installed = []
+        for site, one in zip(sites, each, strict=True):  # built before any is installed
+            original = vars(one.cls)[one.shape.method]
+            patched = functools.update_wrapper(
+                release_first.build(one.shape, module, publish), original
+            )
+            patched.__sglang_overlay_patch__ = patch_id  # for people reading it; never trusted
+            installed.append(_Installed(site, one.cls, one.shape.method, original, patched))
+        for one in installed:
+            setattr(one.cls, one.method, one.patched)
+        _applied.append(
+            _Applied(patch_id, module.__name__, tuple(installed), found.target, found.reason)
         )
-        patched.__sglang_overlay_patch__ = patch_id  # for people reading it; never trusted
-        setattr(found.cls, method, patched)
-        done = _Applied(
-            patch_id,
-            module.__name__,
-            found.cls,
-            method,
-            original,
-            patched,
-            found.target,
-            found.reason,
-        )
-        _applied.append(done)
         hook_watch.follow(publish)  # a hook applied over ours later is published too
         _record(patch_id, "applied", found.target, found.reason)
         logger.info("sglang-overlay: %s applied to %s (%s)", patch_id, found.target, found.reason)
 
 
-def record_failure(module_name: str, reason: str) -> None:
-    """Activation of ``module_name``'s patch raised: this process runs unmodified sglang
-    there, and says why."""
+def record_failure(patch_id: str, module_name: str, reason: str) -> None:
+    """Activation of ``patch_id`` on ``module_name`` raised: this process runs unmodified
+    sglang there, and says why."""
     with _lock:
-        _record(patch_of(module_name) or PATCH_IDS[0], "failed", module_name, reason)
+        _record(patch_id, "failed", module_name, reason)
 
 
 def remove() -> list:
@@ -258,17 +281,23 @@ def remove() -> list:
         kept = []
         while _applied:
             done = _applied.pop()
-            live = vars(done.cls).get(done.method)
-            if live is done.patched:
-                setattr(done.cls, done.method, done.original)
+            hooked, hook = [], None
+            for one in done.installed:
+                live = vars(one.cls).get(one.method)
+                if live is one.patched:
+                    setattr(one.cls, one.method, one.original)
+                    continue
+                found = hook_watch.foreign_hook(live, one.patched)
+                if found is not None:  # ours runs inside someone else's function: say so
+                    hooked.append(one)
+                    hook = found if hook is None or found[0] == "replaced" else hook
+            if hook is None:
                 if outcome[done.patch_id][0] == "pending":
                     outcome[done.patch_id] = ("pending", done.target, _REMOVED_REASON)
                 continue
-            hook = hook_watch.foreign_hook(live, done.patched)
-            if hook is not None:  # ours runs inside someone else's function: say so
-                kept.append(done)
-                why = f"remove() cannot take release-first out: {hook[1]}"
-                outcome[done.patch_id] = (hook[0], done.target, why)
+            kept.append(replace(done, installed=tuple(hooked)))
+            why = f"remove() cannot take release-first out: {hook[1]}"
+            outcome[done.patch_id] = (hook[0], done.target, why)
         _applied.extend(reversed(kept))
         for patch_id, (state, target, reason) in outcome.items():
             _record(patch_id, state, target, reason)
@@ -276,22 +305,23 @@ def remove() -> list:
 
 
 def _live_state(done) -> "tuple[str, str]":
-    """What runs now where the overlay installed ``done.patched``, by identity."""
-    name = f"{done.cls.__name__}.{done.method}"
+    """What runs now where the overlay installed ``done``'s methods, by identity: applied
+    when each is ours, else the worst of them (replaced, wrapped, then pending)."""
     registered = sys.modules.get(done.module_name)
-    site = shapes.SITES[done.patch_id]
-    if registered is None or shapes.workspace_class(registered, site) is done.cls:
-        live = vars(done.cls).get(done.method)
-        if live is done.patched:
-            return "applied", done.reason
-        hook = hook_watch.foreign_hook(live, done.patched)
-        if hook is not None:
-            return hook
-    return (
-        "pending",
-        f"{name} is no longer the patched function (the module was reloaded or the method "
-        "replaced by other code); apply() patches again",
-    )
+    state = ("applied", done.reason)
+    for one in done.installed:
+        live = vars(one.cls).get(one.method)
+        hook = hook_watch.foreign_hook(live, one.patched)
+        current = registered is None or shapes.workspace_class(registered, one.site) is one.cls
+        if not current or (live is not one.patched and hook is None):
+            return (
+                "pending",
+                f"{one.cls.__name__}.{one.method} is no longer the patched function (the module "
+                "was reloaded or the method replaced by other code); apply() patches again",
+            )
+        if hook is not None and state[0] != "replaced":
+            state = hook
+    return state
 
 
 def sglang_version() -> str:

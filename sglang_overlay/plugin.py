@@ -10,7 +10,8 @@ from sglang_overlay import PATCHED_MODULES, activation, import_hook
 def activate() -> None:
     """Entry point for sglang's plugin loader."""
     import_hook.install()
-    loaded = [sys.modules.get(n) for names in PATCHED_MODULES.values() for n in names]
+    names = dict.fromkeys(n for modules in PATCHED_MODULES.values() for n in modules)
+    loaded = [sys.modules.get(n) for n in names]
     for module in [m for m in loaded if m is not None]:
         activation.on_workspace_import(module, via="sglang plugin loader")
     if any(m is not None for m in loaded):

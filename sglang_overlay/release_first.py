@@ -87,9 +87,10 @@ def build(shape, module, publish):
 def _build_rewritten(shape, module, publish):
     from sglang_overlay import rewrite, shapes
 
-    site = next(s for s in shapes.SITES.values() if shape in s.shapes)
+    site = next(s for s in shapes.ALL_SITES if shape in s.shapes)
+    methods = "/".join(s.methods[0] for s in shapes.SITES[site.patch_id])
     method = rewrite.released_method(module, shape.class_name, shape.method, site.released)
-    log = log_of(site.patch_id, f"{shape.class_name}.{shape.method} scratch")
+    log = log_of(site.patch_id, f"{shape.class_name}.{methods} scratch")
     released = site.released
 
     def released_first(self, *args, **kwargs):

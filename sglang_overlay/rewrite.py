@@ -25,7 +25,7 @@ class RewriteError(RuntimeError):
 
 def released_method(module, class_name: str, method: str, released) -> "object":
     """``class_name.method`` of ``module`` with the ``released`` attributes dropped first."""
-    node = shapes._method_node(ast.parse(inspect.getsource(module)), class_name, method)
+    node = shapes._method_node(shapes.module_tree(inspect.getsource(module)), class_name, method)
     if node is None:
         raise RewriteError(f"{module.__name__} defines no {class_name}.{method}")
     node = copy.deepcopy(node)

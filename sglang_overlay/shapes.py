@@ -1,12 +1,13 @@
 """Recognise which shape of a patched workspace method a loaded sglang module has.
 
-The one place that knows, for each patch (a ``Site``), which class and method it replaces and
-what each published release's allocating method looks like, by the sha256 of its exact source
-text, or, where only bytecode is deployed, of its code object (``code_sha256``). Reads source
-files; never changes anything.
+The one place that knows, for each method a patch replaces (a ``Site``; a patch has one or
+more), which class and method it is and what each published release's allocating method looks
+like, by the sha256 of its exact source text, or, where only bytecode is deployed, of its code
+object (``code_sha256``). Reads source files; never changes anything.
 """
 
 import ast
+import functools
 import hashlib
 import inspect
 import sys
@@ -130,11 +131,29 @@ DSV4_Q8KV8_SHAPES = (
 )  # fmt: skip
 
 
+# The born-fp8 q of the DSA q8kv8 prefill (opt-in SGLANG_ENABLE_DSA_Q8KV8_BORN_FP8_Q): the
+# padded fp8 q buffer and its NaN-filled bf16 sentinel, two methods of one patch, each of the
+# local-variable form; one source text each from 0.5.17 (0.5.16 has neither).
+BORN_Q_SHAPES = (
+    WorkspaceShape(
+        "dsa-q8kv8-born-q", "DeepseekSparseAttnBackend", "q8kv8_acquire_born_q_buffer",
+        "c9be682c090c", "0.5.17-0.5.23",
+    ),
+)  # fmt: skip
+BORN_Q_SENTINEL_SHAPES = (
+    WorkspaceShape(
+        "dsa-q8kv8-born-q-sentinel", "DeepseekSparseAttnBackend", "q8kv8_born_q_sentinel",
+        "61428e17cdd3", "0.5.17-0.5.23",
+    ),
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Site:
-    """Where one patch applies: the class (under any of its published names), the allocating
-    method (the first of ``methods`` the class defines), the attributes a release-first method
-    sets to None before allocating them anew, and the shapes the overlay knows."""
+    """One method a patch replaces: the class (under any of its published names), the
+    allocating method (the first of ``methods`` the class defines), the attributes a
+    release-first method sets to None before allocating them anew, and the shapes the overlay
+    knows. A patch of several methods is several sites with its id (``SITES``)."""
 
     patch_id: str
     class_names: "tuple[str, ...]"
@@ -215,7 +234,7 @@ def recognise(module, site: "Site | None" = None) -> Recognition:
         module_source = inspect.getsource(module)
     except (OSError, TypeError) as exc:
         return _recognise_bytecode(module, site, cls, method, func, target, exc)
-    node = _method_node(ast.parse(module_source), cls.__name__, method)
+    node = _method_node(module_tree(module_source), cls.__name__, method)
     if node is None or func.__code__.co_firstlineno != _first_line(node):
         return Recognition(
             "unsupported",
@@ -243,6 +262,30 @@ def recognise(module, site: "Site | None" = None) -> Recognition:
         + ", ".join(f"{s.source_sha256} ({s.releases})" for s in site.shapes),
         cls=cls,
     )
+
+
+def all_or_none(found: "list[Recognition]") -> Recognition:
+    """One patch's recognition from its sites' (``recognise`` of each, in order): patched only
+    when every method is recognised; a state all share is the patch's; any other mix leaves
+    the patch unsupported, its reason naming each method's state."""
+    if len(found) == 1:
+        return found[0]
+    states = {f.state for f in found}
+    state = states.pop() if len(states) == 1 else "unsupported"
+    reasons = list(dict.fromkeys(f.reason for f in found))
+    if len(reasons) > 1:
+        reasons = [f"{f.target.rsplit('.', 1)[-1]}: {f.reason}" for f in found]
+    if state == "unsupported":
+        reasons.append("the patch replaces all of its methods or none")
+    return Recognition(state, ", ".join(dict.fromkeys(f.target for f in found)), "; ".join(reasons))
+
+
+@functools.lru_cache(maxsize=1)
+def module_tree(source: str) -> ast.Module:
+    """``source`` parsed, once for every method of a patch (recognised and rewritten): parsing a
+    4,000-line module allocates enough to set off a full garbage collection of an sglang
+    process. Read-only; the overlay drops it once the patch is applied."""
+    return ast.parse(source)
 
 
 def _recognise_bytecode(module, site, cls, method, func, target, why) -> Recognition:
@@ -372,4 +415,24 @@ DSV4_Q8KV8 = Site(
     ("_q8kv8_qpad_buf",),
     DSV4_Q8KV8_SHAPES,
 )
-SITES = {site.patch_id: site for site in (DSV4, FUSED_KV, DRAFT_PROBS, DSA_Q8KV8, DSV4_Q8KV8)}
+BORN_Q = Site(
+    "0011-dsa-q8kv8-born-q-release-first",
+    ("DeepseekSparseAttnBackend",),
+    ("q8kv8_acquire_born_q_buffer",),
+    ("_q8kv8_born_q_buf",),
+    BORN_Q_SHAPES,
+)
+BORN_Q_SENTINEL = Site(
+    "0011-dsa-q8kv8-born-q-release-first",
+    ("DeepseekSparseAttnBackend",),
+    ("q8kv8_born_q_sentinel",),
+    ("_q8kv8_born_q_sentinel",),
+    BORN_Q_SENTINEL_SHAPES,
+)
+# Every site, in series order: a patch's method is a row here.
+ALL_SITES = (DSV4, FUSED_KV, DRAFT_PROBS, DSA_Q8KV8, DSV4_Q8KV8, BORN_Q, BORN_Q_SENTINEL)
+# patch id -> its sites, in the order they are recognised and reported
+SITES = {
+    patch_id: tuple(s for s in ALL_SITES if s.patch_id == patch_id)
+    for patch_id in dict.fromkeys(s.patch_id for s in ALL_SITES)
+}

@@ -47,6 +47,7 @@ checked_0_5_23 = release_check.checked_0_5_23
 DFLASH_COMPANION = "test/registered/unit/speculative/test_dflash_draft_probs_release_order.py"
 DSA_Q8_COMPANION = "test/registered/unit/layers/attention/test_dsa_q8kv8_release_order.py"
 DSV4_Q8_COMPANION = "test/registered/unit/layers/attention/test_dsv4_q8kv8_qpad_release_order.py"
+BORN_Q_COMPANION = "test/registered/unit/layers/attention/test_dsa_q8kv8_born_q_release_order.py"
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +66,8 @@ def test_the_cpu_tests_reproduce_the_bug_unmodified_and_pass_with_the_overlay(ov
     dflash = DFLASH_COMPANION
     # the DSV4 proof's 4 and its companion's 2; the fused-KV companion's 3 (patch 0003); the
     # DFlash draft-probability companion's 2 (patch 0005); the DSA q8kv8 companion's 3 (patch
-    # 0007) and the DSV4 q8kv8 one's 1 (patch 0009)
-    assert sorted(kinds.values()).count("regression") == 4 + 2 + 3 + 2 + 3 + 1
+    # 0007), the DSV4 q8kv8 one's 1 (patch 0009) and the DSA born-q one's 3 (patch 0011)
+    assert sorted(kinds.values()).count("regression") == 4 + 2 + 3 + 2 + 3 + 1 + 3
     assert kinds[(proof, "test_smaller_request_reuses_storage")] == "preservation"
     assert (
         sorted(k for (f, _), k in kinds.items() if f == companion)
@@ -80,13 +81,17 @@ def test_the_cpu_tests_reproduce_the_bug_unmodified_and_pass_with_the_overlay(ov
         sorted(k for (f, _), k in kinds.items() if f == dflash)
         == ["preservation"] * 3 + ["regression"] * 2
     )
-    for path, counts in ((DSA_Q8_COMPANION, (2, 3)), (DSV4_Q8_COMPANION, (3, 1))):
+    for path, counts in (
+        (DSA_Q8_COMPANION, (2, 3)),
+        (DSV4_Q8_COMPANION, (3, 1)),
+        (BORN_Q_COMPANION, (4, 3)),
+    ):
         assert (
             sorted(k for (f, _), k in kinds.items() if f == path)
             == ["preservation"] * counts[0] + ["regression"] * counts[1]
         )
     assert data["verdict"] == "ok" and sorted(f["path"] for f in data["files"]) == sorted(
-        [proof, companion, fused, dflash, DSA_Q8_COMPANION, DSV4_Q8_COMPANION]
+        [proof, companion, fused, dflash, DSA_Q8_COMPANION, DSV4_Q8_COMPANION, BORN_Q_COMPANION]
     )
     grow = next(c for c in data["cases"] if c["file"] == proof and "grow" in c["test"])
     assert "peaked at 160.0 MiB" in grow["modes"]["unmodified"]["detail"]
@@ -136,9 +141,10 @@ def test_junit_logs_and_def_lines_come_with_the_results(overlay_run):
         DFLASH_COMPANION: "2",
         "test/registered/unit/layers/attention/test_dsa_q8kv8_release_order.py": "3",
         "test/registered/unit/layers/attention/test_dsv4_q8kv8_qpad_release_order.py": "1",
+        BORN_Q_COMPANION: "3",
     }
     changed = ET.parse(out / "junit-change.xml").getroot().findall("testsuite")
-    assert [s.get("errors") for s in changed] == ["0"] * 6
+    assert [s.get("errors") for s in changed] == ["0"] * 7
     for case in data["cases"]:
         source = (REPO / case["file"]).read_text().splitlines()
         name = case["test"].split(".")[-1]

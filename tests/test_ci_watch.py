@@ -236,6 +236,31 @@ def _status_record(patch, state, reason):
             "reason": reason}  # fmt: skip
 
 
+def test_a_patch_of_two_methods_shows_each_methods_sha256_in_its_column():
+    # what status --json says of patch 0011 (two methods of the DSA backend), applied and with
+    # the second method's text changed
+    born = "0011-dsa-q8kv8-born-q-release-first"
+    applied = _status_record(
+        born,
+        "applied",
+        "q8kv8_acquire_born_q_buffer: dsa-q8kv8-born-q (0.5.17-0.5.23), sha256 c9be682c090c; "
+        "q8kv8_born_q_sentinel: dsa-q8kv8-born-q-sentinel (0.5.17-0.5.23), sha256 61428e17cdd3",
+    )
+    broken = _status_record(
+        born,
+        "unsupported",
+        "q8kv8_acquire_born_q_buffer: dsa-q8kv8-born-q (0.5.17-0.5.23), sha256 c9be682c090c; "
+        "q8kv8_born_q_sentinel: unknown source of DeepseekSparseAttnBackend.q8kv8_born_q_sentinel "
+        "(sha256 0123456789ab); known: 61428e17cdd3 (0.5.17-0.5.23); "
+        "the patch replaces all of its methods or none",
+    )
+    (ok,), (bad,) = (
+        watch.patch_columns.from_status([r], {"0011": "clean"}) for r in (applied, broken)
+    )
+    assert (ok["state"], ok["sha256"]) == ("applied", "c9be682c090c/61428e17cdd3")
+    assert (bad["state"], bad["sha256"]) == ("unsupported", "c9be682c090c/0123456789ab")
+
+
 def test_a_release_that_breaks_one_patchs_shape_shows_in_that_patchs_column_and_fails():
     # sglang-overlay status --json of a release where every patch but 0007 still matches, and
     # the series matrix of it (no download: the rows are what check() builds from them)
@@ -394,6 +419,7 @@ def test_watch_reports_state_sha256_series_and_ab_verdict_for_a_release(checked_
     patches = {p["patch"][:4]: (p["state"], p["sha256"], p["series"]) for p in row["patches"]}
     assert patches["0007"] == ("applied", "eb7abba41a0a", "clean")
     assert patches["0009"] == ("applied", "891f31d3a954", "clean")
+    assert patches["0011"] == ("applied", "c9be682c090c/61428e17cdd3", "clean")
     assert "| 0.5.23 | applied: kv-buffer-reserve (0.5.23), sha256 08fa9779e685 |" in proc.stdout
     assert (out / "0.5.23" / "results.json").is_file()
 

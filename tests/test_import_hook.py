@@ -478,10 +478,10 @@ def cli(env, paths, **variables):
 
 def records_of(proc) -> list:
     """The records ``status --json`` printed for the patches the stand-in carries: it has no
-    DFlash worker and no DSA/DSV4 backend, so patches 0005, 0007 and 0009 are not-present there
-    (tests/test_overlay_draft_probs.py and tests/test_overlay_q8kv8.py prove them)."""
+    DFlash worker and no DSA/DSV4 backend, so patches 0005, 0007, 0009 and 0011 are not-present
+    there (tests/test_overlay_patch_guarantees.py proves them)."""
     records = json.loads(proc.stdout)
-    absent = ("0005-", "0007-", "0009-")
+    absent = ("0005-", "0007-", "0009-", "0011-")
     return [r for r in records if not (r["patch"][:5] in absent and r["state"] == "not-present")]
 
 
@@ -726,8 +726,8 @@ def test_disabling_one_patch_leaves_the_other_applied(settings_env, known, value
     expected = [
         "applied" if off not in (None, name) else "disabled" for name in ("dsv4", "fused_kv")
     ]
-    # patches 0005-0009's modules (DFlash's worker, the DSA/DSV4 backends) are never imported
-    assert last_json(proc) == [*expected, *["pending"] * 3] and overlay_warnings(proc) == []
+    # patches 0005-0011's modules (DFlash's worker, the DSA/DSV4 backends) are never imported
+    assert last_json(proc) == [*expected, *["pending"] * 4] and overlay_warnings(proc) == []
 
 
 @pytest.mark.parametrize(

@@ -279,6 +279,7 @@ print(json.dumps([l for l in text.splitlines() if l.startswith("sglang_overlay")
         f'sglang_overlay_patch_state{{overlay_version="{__version__}",patch="0005-dflash-draft-probs-release-first",state="pending"}} 1.0',
         f'sglang_overlay_patch_state{{overlay_version="{__version__}",patch="0007-dsa-q8kv8-release-first",state="pending"}} 1.0',
         f'sglang_overlay_patch_state{{overlay_version="{__version__}",patch="0009-dsv4-q8kv8-qpad-release-first",state="pending"}} 1.0',
+        f'sglang_overlay_patch_state{{overlay_version="{__version__}",patch="0011-dsa-q8kv8-born-q-release-first",state="pending"}} 1.0',
         f'sglang_overlay_workspace_high_water_bytes{{patch="{PATCH_ID}"}} {float(512 * ROW_BYTES)}',
     ]
 

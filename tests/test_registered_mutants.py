@@ -29,6 +29,11 @@ PR_KEY = (
     "test_changing_dtype_at_the_same_address_invalidates_the_cached_prefix",
 )
 PR_FITS = "test_a_request_that_fits_keeps_the_workspace_and_its_prefix"
+BQ_ORDER = (
+    "test_more_tokens_release_the_old_born_q_buffer_before_allocating",
+    "test_a_new_head_dim_releases_the_old_born_q_buffer_before_allocating",
+)
+BQ_SENTINEL = "test_more_tokens_release_the_old_sentinel_before_allocating"
 
 # mutant -> the CPU tests that kill it (every other test lets it survive)
 KILLS = {
@@ -87,6 +92,18 @@ KILLS = {
         "old-buffer-kept-in-the-attribute": set(DFP_ORDER),
         # and the order tests, whose growth then gets a buffer sized for the batch alone
         "released-before-the-reuse-check": {"test_a_batch_that_fits_reuses_the_buffer", *DFP_ORDER},
+    },
+    # two methods of one class: each method's release order has its own tests
+    "0011": {
+        "unmodified": {*BQ_ORDER, BQ_SENTINEL},
+        "born-q-attribute-cleared-local-kept": set(BQ_ORDER),
+        "born-q-local-cleared-attribute-kept": set(BQ_ORDER),
+        "sentinel-fixed-buffer-not": set(BQ_ORDER),
+        "buffer-fixed-sentinel-not": {BQ_SENTINEL},
+        "sentinel-attribute-cleared-local-kept": {BQ_SENTINEL},
+        "born-q-released-on-growth-only": {BQ_ORDER[1]},
+        "born-q-released-before-the-reuse-check": {"test_a_call_that_fits_reuses_the_born_q_buffer"},
+        "sentinel-released-before-the-reuse-check": {"test_a_call_that_fits_reuses_the_sentinel"},
     },
     # fix 0001 cut for upstream main's per-ratio workspace (patches/cuts/per-ratio-workspace)
     "0001-per-ratio": {

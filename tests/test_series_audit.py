@@ -378,6 +378,10 @@ def test_real_0_5_23_site_releases_first_after_its_own_fix(tmp_path, capsys, fix
          ("self._q8kv8_qpad_buf", "self._q8kv8_kv_buf")),
         ("0009", "srt/layers/attention/deepseek_v4_backend.py",
          "DeepseekV4AttnBackend._prepare_q8kv8_q_and_sink", ("self._q8kv8_qpad_buf",)),
+        ("0011", "srt/layers/attention/dsa_backend.py",
+         "DeepseekSparseAttnBackend.q8kv8_acquire_born_q_buffer", ("self._q8kv8_born_q_buf",)),
+        ("0011", "srt/layers/attention/dsa_backend.py",
+         "DeepseekSparseAttnBackend.q8kv8_born_q_sentinel", ("self._q8kv8_born_q_sentinel",)),
     ],
 )  # fmt: skip
 def test_real_0_5_23_buffer_releases_first_after_its_own_fix(
@@ -402,25 +406,46 @@ def test_real_0_5_23_buffer_releases_first_after_its_own_fix(
     assert verdicts() == ["releases-first"] * len(targets)
 
 
-def test_after_series_apply_both_known_sites_release_first(tmp_path, capsys, patched_tree):
+# Every site a fix of the series carries, by file: (method, target) the audit reports.
+CARRIED = {
+    DSV4: [("SparsePrefillKVBuffer._reserve", "self._buffer")],
+    FUSED_KV: [
+        ("FusedKVMaterializeHelper._ensure_workspace", f"self.{w}")
+        for w in ("_proj_workspace", "_k_workspace", "_v_workspace")
+    ],
+    "srt/speculative/dflash_worker_v2.py": [
+        ("DFlashWorkerV2._selector_sampling_accept", "self._draft_probs_buf")
+    ],
+    "srt/layers/attention/dsa_backend.py": [
+        ("DeepseekSparseAttnBackend._forward_flashmla_sparse_q8kv8", "self._q8kv8_qpad_buf"),
+        ("DeepseekSparseAttnBackend._forward_flashmla_sparse_q8kv8", "self._q8kv8_kv_buf"),
+        ("DeepseekSparseAttnBackend.q8kv8_acquire_born_q_buffer", "self._q8kv8_born_q_buf"),
+        ("DeepseekSparseAttnBackend.q8kv8_born_q_sentinel", "self._q8kv8_born_q_sentinel"),
+    ],
+    "srt/layers/attention/deepseek_v4_backend.py": [
+        ("DeepseekV4AttnBackend._prepare_q8kv8_q_and_sink", "self._q8kv8_qpad_buf")
+    ],
+}
+
+
+def test_after_series_apply_every_carried_site_releases_first(tmp_path, capsys, patched_tree):
     # The tree ``git am`` made of the whole series (as ``series apply --to`` does), read by the
-    # audit's command line; only the two files, so that it reads 2 files and not 6,000.
-    for path in (DSV4, FUSED_KV):
+    # audit's command line; only the files the fixes change, so that it reads 5 files and not
+    # 6,000.
+    for path in CARRIED:
         copy = tmp_path / "python/sglang" / path
         copy.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(patched_tree / "python/sglang" / path, copy)
     (tmp_path / "python/sglang/__init__.py").write_text("")
     assert main(["audit", str(tmp_path), "--json"]) == 0
-    known = ("SparsePrefillKVBuffer._reserve", "FusedKVMaterializeHelper._ensure_workspace")
+    carried = {site for sites in CARRIED.values() for site in sites}
     sites = json.loads(capsys.readouterr().out)
-    verdicts = {(s["qualname"], s["target"]): s["verdict"] for s in sites if s["qualname"] in known}
-    assert verdicts == {
-        ("SparsePrefillKVBuffer._reserve", "self._buffer"): "releases-first",
-        **{
-            ("FusedKVMaterializeHelper._ensure_workspace", f"self.{w}"): "releases-first"
-            for w in ("_proj_workspace", "_k_workspace", "_v_workspace")
-        },
+    verdicts = {
+        (s["qualname"], s["target"]): s["verdict"]
+        for s in sites
+        if (s["qualname"], s["target"]) in carried
     }
+    assert verdicts == dict.fromkeys(carried, "releases-first")
 
 
 @pytest.mark.parametrize(

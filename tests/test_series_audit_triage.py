@@ -9,6 +9,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs/grow-while-held-audit-0.5.23.m
 WORTH = ("yes", "next", "measure", "no")
 FUSED = "sglang/kernels/ops/speculative/fused_kv_materialize.py"
 DSV4 = "sglang/srt/layers/attention/deepseek_v4_backend.py"
+DSA = "sglang/srt/layers/attention/dsa_backend.py"
 
 
 def _rows() -> list:
@@ -40,6 +41,13 @@ def test_a_hand_read_site_gets_its_call_and_a_call_on_the_target_wins_over_its_m
     method = "DeepseekV4AttnBackend._prepare_q8kv8_q_and_sink"
     assert calls[(DSV4, method, "self._q8kv8_qpad_buf")][0] == "yes"
     assert calls[(DSV4, method, "self._q8kv8_attn_sink_pad")][0] == "no"
+    # fix 0011: the born-fp8 q buffer and its sentinel, two methods of one patch
+    for method, target in (
+        ("q8kv8_acquire_born_q_buffer", "self._q8kv8_born_q_buf"),
+        ("q8kv8_born_q_sentinel", "self._q8kv8_born_q_sentinel"),
+    ):
+        row = calls[(DSA, f"DeepseekSparseAttnBackend.{method}", target)]
+        assert row[0] == "yes" and "patches/0011" in row[5]
 
 
 def test_every_call_says_where_it_comes_from_and_why():

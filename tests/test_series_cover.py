@@ -30,7 +30,7 @@ def _project_copy(tmp_path):
 def test_the_cover_letter_introduces_every_patch_of_the_series():
     series = seriesdir.load()
     letter = parse_cover((PATCHES_DIR / COVER_NAME).read_bytes())
-    assert series.cover == letter and letter.count == len(series.names) == 10
+    assert series.cover == letter and letter.count == len(series.names) == 12
     assert COVER_NAME not in series.names
     text = (PATCHES_DIR / COVER_NAME).read_text()
     assert all(patch.subject.split()[1] in text for patch in series.patches)  # git's shortlog
@@ -70,7 +70,7 @@ def test_series_may_not_list_the_cover_letter():
 def test_a_cover_letter_for_another_number_of_patches_is_refused(capsys, tmp_path):
     root = _project_copy(tmp_path)
     cover = root / "patches" / COVER_NAME
-    cover.write_bytes(cover.read_bytes().replace(b"[PATCH 00/10]", b"[PATCH 0/3]", 1))
+    cover.write_bytes(cover.read_bytes().replace(b"[PATCH 00/12]", b"[PATCH 0/3]", 1))
     assert main(["--patches", str(root / "patches"), "check"]) == 1
     assert "introduces 3 patches" in capsys.readouterr().err
 

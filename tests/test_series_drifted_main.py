@@ -104,7 +104,7 @@ def test_check_against_the_checkout_takes_the_per_ratio_cut_of_0001_and_passes(
     assert lines[1].startswith("fix 0001 as patches/ cuts it does not apply here: ")
     assert "0001-dsv4-sparse-prefill-release-first.patch failed" in lines[1]
     assert "sparse_prefill_utils.py: hunk #1 @@ -113,12 @@" in lines[1]
-    assert any(x.startswith("10 patches apply to") for x in lines) and lines[-1] == "ok"
+    assert any(x.startswith("12 patches apply to") for x in lines) and lines[-1] == "ok"
     per_ratio = "fix 0001 (0001-dsv4-per-ratio-release-first-and-invalidate.patch, "
     assert any(x.startswith(per_ratio) and "applies alone" in x for x in lines)
 

@@ -55,7 +55,7 @@ def test_check_of_the_rehearsal_main_runs_its_own_hooks_and_its_own_collector(
     hooks = f"sglang @ {commit}: its own hooks (.pre-commit-config.yaml) pass on {touched} files"
     assert f"{hooks}: py-compile, no-conflict-markers\n" in out
     assert (
-        f"sglang @ {commit}: its own test/run_suite.py collects 10 files (10 registrations)" in out
+        f"sglang @ {commit}: its own test/run_suite.py collects 12 files (12 registrations)" in out
     )
     assert out.rstrip().endswith("ok")
 
@@ -170,4 +170,4 @@ def test_the_collector_sees_the_registered_files_the_series_adds_as_upstreams_gl
     added = [
         p for p, new in series.touched_files().items() if new and p.startswith("test/registered/")
     ]
-    assert files == added and len(files) == 10
+    assert files == added and len(files) == 12

@@ -57,8 +57,8 @@ def test_check_applies_the_series_to_the_pinned_base(capsys):
     assert code == 0, err
     assert "identical to the project's file" in out and out.rstrip().endswith("ok")
     assert "upstream hook black 24.10.0: ok" in out and "upstream hook codespell 2.4.1" in out
-    assert "0000-cover-letter.patch: introduces 10 patches (not applied by git am)" in out
-    for fix in ("0001", "0003", "0005", "0007", "0009"):
+    assert "0000-cover-letter.patch: introduces 12 patches (not applied by git am)" in out
+    for fix in ("0001", "0003", "0005", "0007", "0009", "0011"):
         assert f"fix {fix} (" in out and ") applies alone to sglang==0.5.23" in out
 
 
@@ -75,17 +75,17 @@ def test_check_refuses_a_fix_that_needs_the_one_before_it(capsys, tmp_path):
     target.write_text(target.read_text().replace("so a replacement peaks", "so replacing peaks"))
     who = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", **gitcmd.TOOL_IDENTITY}
     gitcmd.run(["commit", "-qam", "[DSV4] Reword the comment"], repo, env=who)
-    name = "0011-dsv4-reword.patch"
+    name = "0013-dsv4-reword.patch"
     gitcmd.run(["format-patch", "-q", "-1", "-o", str(tmp_path / "out")], repo)
     (generated,) = (tmp_path / "out").glob("*.patch")
     shutil.copy2(generated, root / "patches" / name)
     with (root / "patches" / "series").open("a") as listing:
         listing.write(name + "\n")
     cover = root / "patches" / "0000-cover-letter.patch"
-    cover.write_bytes(cover.read_bytes().replace(b"[PATCH 00/10]", b"[PATCH 00/11]", 1))
+    cover.write_bytes(cover.read_bytes().replace(b"[PATCH 00/12]", b"[PATCH 00/13]", 1))
     code, _, err = _run(capsys, "--patches", root / "patches", "check")
     assert code == 1, err
-    assert "fix 0011 does not apply without the rest of the series" in err
+    assert "fix 0013 does not apply without the rest of the series" in err
     assert f"{name}: {FIX}: hunk #1" in err
 
 
@@ -164,7 +164,7 @@ def test_apply_to_checkout_commits_the_series_then_refuses_a_second_time(capsys,
     code, out, err = _run(capsys, "apply", "--to", repo)
     assert code == 0, err
     subjects = gitcmd.out(["log", "--format=%s", f"{start}..HEAD"], repo).splitlines()
-    assert [s.split("]")[0] for s in subjects] == ["[DSV4", "[DSV4", "[DSA", "[DSA"] + [
+    assert [s.split("]")[0] for s in subjects] == ["[DSA", "[DSA", "[DSV4", "[DSV4", "[DSA", "[DSA"] + [
         "[DFlash"
     ] * 4 + ["[DSV4"] * 2
     assert (repo / TEST).read_bytes() == (REPO_ROOT / TEST).read_bytes()
@@ -189,13 +189,13 @@ def test_apply_one_fix_commits_only_its_patches_and_the_other_fix_applies_after_
     assert code == 1 and "already has the series applied" in err
     code, _, err = _run(capsys, "apply", "--fix", "0001", "--to", repo)
     assert code == 0, err
-    for fix in ("0005", "0007", "0009"):
+    for fix in ("0005", "0007", "0009", "0011"):
         code, _, err = _run(capsys, "apply", "--fix", fix, "--to", repo)
         assert code == 0, err
     code, _, err = _run(capsys, "apply", "--to", repo)
     assert code == 1 and "already has the series applied" in err
     code, _, err = _run(capsys, "apply", "--fix", "0002", "--to", repo)
-    assert code == 2 and "no fix starting at that patch (0001, 0003, 0005, 0007, 0009)" in err
+    assert code == 2 and "no fix starting at that patch (0001, 0003, 0005, 0007, 0009, 0011)" in err
 
 
 def test_matrix_tries_each_fix_on_its_own_files(tmp_path):
@@ -219,6 +219,8 @@ def test_matrix_tries_each_fix_on_its_own_files(tmp_path):
         "0008": "clean",
         "0009": "clean",
         "0010": "clean",
+        "0011": "clean",
+        "0012": "clean",
     }
 
 
@@ -292,7 +294,7 @@ def test_refresh_from_the_applied_tree_reproduces_the_series_byte_for_byte(
     assert code == 0, err
     after = {p.name: p.read_bytes() for p in (root / "patches").iterdir() if p.is_file()}
     assert after == before
-    assert out.count(": unchanged") == 11 and "0000-cover-letter.patch: unchanged" in out
+    assert out.count(": unchanged") == 13 and "0000-cover-letter.patch: unchanged" in out
 
 
 def test_refresh_authors_every_patch_and_the_cover_letter_by_the_refresher(
@@ -311,7 +313,7 @@ def test_refresh_authors_every_patch_and_the_cover_letter_by_the_refresher(
         mail = message_from_bytes(patch.read_bytes(), policy=default)
         assert parseaddr(str(mail["From"])) == ("Zoë Maintainer", "zoe@example.org"), patch.name
         assert message_from_bytes(patch.read_bytes())["Date"] == dates[patch.name]  # kept
-    assert "\nZoë Maintainer (10):\n" in (root / "patches" / "0000-cover-letter.patch").read_text()
+    assert "\nZoë Maintainer (12):\n" in (root / "patches" / "0000-cover-letter.patch").read_text()
     # git am takes the author back from the header, non-ASCII name included.
     code, _, err = _run(capsys, "--patches", root / "patches", "check")
     assert code == 0, err

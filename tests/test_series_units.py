@@ -77,8 +77,8 @@ def test_installed_package_gets_python_sglang_files_and_skips_the_rest():
 def test_a_fix_is_a_patch_that_changes_sglang_and_the_test_only_patches_after_it():
     series = load()
     numbers = [(fix.number, len(fix.patches)) for fix in series.fixes]
-    assert numbers == [("0001", 2), ("0003", 2), ("0005", 2), ("0007", 2), ("0009", 2)]
-    dsv4, fused, _draft_probs, dsa_q8, _dsv4_q8 = series.fixes
+    assert numbers == [("0001", 2), ("0003", 2), ("0005", 2), ("0007", 2), ("0009", 2), ("0011", 2)]
+    dsv4, fused, _draft_probs, dsa_q8, _dsv4_q8, born_q = series.fixes
     assert dsv4.touched_files() == {FIX: False, TEST: True, CPU_TEST: True}
     assert list(fused.touched_files()) == [
         "python/sglang/kernels/ops/speculative/fused_kv_materialize.py",
@@ -89,6 +89,12 @@ def test_a_fix_is_a_patch_that_changes_sglang_and_the_test_only_patches_after_it
         "python/sglang/srt/layers/attention/dsa_backend.py",
         "test/registered/kernels/ops/attention/test_dsa_q8kv8_scratch_peak.py",
         "test/registered/unit/layers/attention/test_dsa_q8kv8_release_order.py",
+    ]
+    # a second fix of the same file is a fix of its own
+    assert list(born_q.touched_files()) == [
+        "python/sglang/srt/layers/attention/dsa_backend.py",
+        "test/registered/kernels/ops/attention/test_dsa_q8kv8_born_q_peak.py",
+        "test/registered/unit/layers/attention/test_dsa_q8kv8_born_q_release_order.py",
     ]
     # Each fix's id is made like the series' from its own patches alone.
     assert dsv4.id == seriesdir.series_id("0.5.23", [p.data for p in series.patches[:2]])

@@ -77,6 +77,19 @@ DFP_CPU_ORDER = (
 )
 DFP_CUDA_GROW = "test_growing_256_to_257_requests_peaks_at_the_new_128_mib"
 
+BQ_CPU = "test/registered/unit/layers/attention/test_dsa_q8kv8_born_q_release_order.py"
+BQ_CUDA = "test/registered/kernels/ops/attention/test_dsa_q8kv8_born_q_peak.py"
+BQ_RELEASE = "            self._q8kv8_born_q_buf = buf = None\n"
+BQ_SENTINEL_RELEASE = "            self._q8kv8_born_q_sentinel = buf = None\n"
+BQ_CPU_ORDER = (
+    "test_more_tokens_release_the_old_born_q_buffer_before_allocating",
+    "test_a_new_head_dim_releases_the_old_born_q_buffer_before_allocating",
+)
+BQ_CPU_SENTINEL = "test_more_tokens_release_the_old_sentinel_before_allocating"
+BQ_CUDA_BUF = "test_1024_to_2048_tokens_peaks_at_the_new_72_mib_born_q_buffer"
+BQ_CUDA_SENTINEL = "test_1024_to_2048_tokens_peaks_at_the_new_32_mib_sentinel"
+BQ_CUDA_FITS = "test_a_call_that_fits_allocates_nothing"
+
 CUT = "patches/cuts/per-ratio-workspace/"  # fix 0001 cut for upstream main at 02e8ed1b
 PR_CPU = (
     CUT + "test/registered/unit/layers/attention/test_dsv4_per_ratio_workspace_release_order.py"
@@ -352,6 +365,92 @@ FIXES = {
                     ),
                 ),
                 {"cpu": ("test_a_batch_that_fits_reuses_the_buffer",)},
+            ),
+        ),
+    ),
+    "0011": Fix(
+        patch="patches/0011-dsa-q8kv8-born-q-release-first.patch",
+        source="python/sglang/srt/layers/attention/dsa_backend.py",
+        module="sglang.srt.layers.attention.dsa_backend",
+        tests={"cpu": (BQ_CPU,), "cuda": (BQ_CUDA,)},
+        unmodified_killed_by={
+            "cpu": (*BQ_CPU_ORDER, BQ_CPU_SENTINEL),
+            "cuda": (BQ_CUDA_BUF, BQ_CUDA_SENTINEL),
+        },
+        preserved_by=(
+            "test_after_a_grow_the_born_q_buffer_is_zero_and_the_sentinel_nan",
+            "test_a_failed_grow_leaves_a_backend_that_serves_the_next_call",
+        ),
+        mutants=(
+            Mutant(
+                "born-q-attribute-cleared-local-kept",
+                "clears the born-q attribute, keeps the old buffer in the local while allocating",
+                ((BQ_RELEASE, "            self._q8kv8_born_q_buf = None\n"),),
+                {"cpu": BQ_CPU_ORDER, "cuda": (BQ_CUDA_BUF,)},
+            ),
+            Mutant(
+                "born-q-local-cleared-attribute-kept",
+                "clears the local, keeps the old born-q buffer in the attribute while allocating",
+                ((BQ_RELEASE, "            buf = None\n"),),
+                {"cpu": BQ_CPU_ORDER, "cuda": (BQ_CUDA_BUF,)},
+            ),
+            Mutant(
+                "sentinel-fixed-buffer-not",
+                "releases the sentinel first, allocates the born-q buffer while holding the old",
+                ((BQ_RELEASE, ""),),
+                {"cpu": BQ_CPU_ORDER, "cuda": (BQ_CUDA_BUF,)},
+            ),
+            Mutant(
+                "buffer-fixed-sentinel-not",
+                "releases the born-q buffer first, allocates the sentinel while holding the old",
+                ((BQ_SENTINEL_RELEASE, ""),),
+                {"cpu": (BQ_CPU_SENTINEL,), "cuda": (BQ_CUDA_SENTINEL,)},
+            ),
+            Mutant(
+                "sentinel-attribute-cleared-local-kept",
+                "clears the sentinel attribute, keeps the old sentinel in the local",
+                ((BQ_SENTINEL_RELEASE, "            self._q8kv8_born_q_sentinel = None\n"),),
+                {"cpu": (BQ_CPU_SENTINEL,), "cuda": (BQ_CUDA_SENTINEL,)},
+            ),
+            Mutant(
+                "born-q-released-on-growth-only",
+                "releases the born-q buffer when the tokens grow, not when head_dim changes",
+                (
+                    (
+                        BQ_RELEASE,
+                        "            if buf is None or buf.shape[0] < num_tokens:\n"
+                        "                self._q8kv8_born_q_buf = buf = None\n",
+                    ),
+                ),
+                {"cpu": BQ_CPU_ORDER[1:]},
+            ),
+            Mutant(
+                "born-q-released-before-the-reuse-check",
+                "releases the born-q buffer on every call, so a call that fits reallocates",
+                (
+                    (BQ_RELEASE, ""),
+                    (
+                        "        buf = self._q8kv8_born_q_buf\n",
+                        "        self._q8kv8_born_q_buf = None\n        buf = self._q8kv8_born_q_buf\n",
+                    ),
+                ),
+                {
+                    "cpu": ("test_a_call_that_fits_reuses_the_born_q_buffer",),
+                    "cuda": (BQ_CUDA_FITS,),
+                },
+            ),
+            Mutant(
+                "sentinel-released-before-the-reuse-check",
+                "releases the sentinel on every call, so a call that fits reallocates",
+                (
+                    (BQ_SENTINEL_RELEASE, ""),
+                    (
+                        "        buf = self._q8kv8_born_q_sentinel\n",
+                        "        self._q8kv8_born_q_sentinel = None\n"
+                        "        buf = self._q8kv8_born_q_sentinel\n",
+                    ),
+                ),
+                {"cpu": ("test_a_call_that_fits_reuses_the_sentinel",), "cuda": (BQ_CUDA_FITS,)},
             ),
         ),
     ),

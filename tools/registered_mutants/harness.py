@@ -96,8 +96,10 @@ def load_variant(fix: Fix, text: str, origin: str) -> None:
     module.__spec__ = importlib.util.spec_from_file_location(fix.module, origin)  # find_spec
     package, _, leaf = fix.module.rpartition(".")
     module.__package__ = package
-    exec(compile(text, origin, "exec"), module.__dict__)
+    # In sys.modules before it runs, as an import puts it: a dataclass with string annotations
+    # (the DSA backend's) looks its module up while the class is made.
     sys.modules[fix.module] = module
+    exec(compile(text, origin, "exec"), module.__dict__)
     setattr(sys.modules[package], leaf, module)
 
 

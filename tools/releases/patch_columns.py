@@ -1,5 +1,5 @@
 """The release watch's per-patch columns: for every patch the overlay carries, its state on a
-release (with the recognised method's sha256) and whether its series fix applies to the
+release (with the sha256 of each method it read) and whether its series fix applies to the
 release's wheel, so a release that breaks one patch's shape shows in that patch's column.
 
 Pure functions over ``sglang-overlay status --json`` records and ``series matrix`` rows; the
@@ -35,13 +35,15 @@ def from_status(records, fixes: dict) -> list:
 
 
 def state_of(record: dict) -> tuple:
-    """(state, the method's sha256 or None) of one status record, as the watch names them: a
-    patch whose module status's own child could not import is "does not import"."""
+    """(state, its methods' sha256, ``a/b`` for two, or None) of one status record, as the
+    watch names them: a patch whose module status's own child could not import is "does not
+    import"."""
     state, reason = str(record.get("state")), str(record.get("reason", ""))
     if state == "failed" and "failed to import " in reason:
         state = "does not import"
-    sha = _SHA256.search(reason)
-    return state, sha[1] if sha else None
+    # a patch of several methods names each one's sha256
+    sha = "/".join(dict.fromkeys(_SHA256.findall(reason)))
+    return state, sha or None
 
 
 def header_cells() -> list:

@@ -1,13 +1,15 @@
 """The peak while the q8kv8 prefill scratch grows from 4,096 to 8,192 tokens, on the real
 methods of whichever sglang is imported (the installed wheel with or without the overlay, or
-a tree with fixes 0007/0009 on PYTHONPATH).
+a tree with fixes 0007/0009/0011 on PYTHONPATH).
 
 DSA: DeepseekSparseAttnBackend._forward_flashmla_sparse_q8kv8 at 16 local heads (padded to
 64), head_dim 576 (512 + 64), v_head_dim 512, 4,096 KV tokens, top-k 128: the q pad (36 KiB
 per token) and the outputs (64.5 KiB per token) grow; the Triton cast and the SM90 kernel are
 stood in for by torch code that allocates nothing. DSV4: DeepseekV4AttnBackend.
 _prepare_q8kv8_q_and_sink at 16 local heads x 512 (its cast is torch): the q pad (32 KiB per
-token) grows. Backends are built without their constructors. CPU (default): torch profiler's
+token) grows. DSA born-fp8 q (fix 0011): DeepseekSparseAttnBackend.q8kv8_acquire_born_q_buffer
+(16 local heads padded to 64 x 576 fp8, 36 KiB per token) and q8kv8_born_q_sentinel (16 x 512
+bf16, 16 KiB per token), each grown alone. Backends are built without their constructors. CPU (default): torch profiler's
 [memory] events, running sum of live bytes over both calls (inputs made before). ``cuda``:
 torch.cuda.max_memory_allocated above what was allocated before the backend existed.
 Prints one line per site. Usage: python measure.py [cpu|cuda]
@@ -63,6 +65,12 @@ def dsa_scratch(b):
     return sum(t.nbytes for t in (b._q8kv8_qpad_buf, b._q8kv8_kv_buf, *b._q8kv8_out_bufs))
 
 
+def born_backend():
+    b = dsa.DeepseekSparseAttnBackend.__new__(dsa.DeepseekSparseAttnBackend)
+    b._q8kv8_born_q_buf = b._q8kv8_born_q_sentinel = None
+    return b
+
+
 def v4_call(tokens):
     q = torch.randn((tokens, HEADS, 512), dtype=torch.bfloat16, device=DEVICE)
     return q, torch.randn(HEADS, device=DEVICE)
@@ -113,6 +121,26 @@ with mock.patch.object(dsa, "concat_and_cast_q_fp8_pad", cast), mock.patch.objec
             dsa_scratch,
         ),
     )
+report(
+    f"DSA born-q buffer {dsa.__file__}",
+    *peak_of(
+        born_backend,
+        lambda b, n: b.q8kv8_acquire_born_q_buffer(n, HEADS, 576, torch.device(DEVICE)),
+        SMALL,
+        LARGE,
+        lambda b: b._q8kv8_born_q_buf.nbytes,
+    ),
+)
+report(
+    f"DSA born-q sentinel {dsa.__file__}",
+    *peak_of(
+        born_backend,
+        lambda b, n: b.q8kv8_born_q_sentinel(n, HEADS, 512, torch.device(DEVICE)),
+        SMALL,
+        LARGE,
+        lambda b: b._q8kv8_born_q_sentinel.nbytes,
+    ),
+)
 report(
     f"DSV4 {v4.__file__}",
     *peak_of(

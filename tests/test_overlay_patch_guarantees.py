@@ -1,0 +1,396 @@
+"""The patches that replace a method of a large sglang module (0005, DFlash's draft
+probabilities, by a builder; 0007, 0009 and 0011, the q8kv8 scratch of the DSA and DSV4
+prefills, by the generic rewrite of ``sglang_overlay/rewrite.py``) keep the overlay's
+guarantees, each observed in a fresh interpreter of this venv with the overlay installed:
+applied on first import with the old buffer dead at its replacement's allocation and the new
+contents exactly sglang's; threads racing the first import apply each patch once; ``-W
+error``; ``importlib.reload``; a spawned child; an unknown shape of any one method left
+untouched with its reason (for 0011, two methods of one patch: neither is replaced); the
+methods as each fix leaves them upstream-fixed and untouched; ``SGLANG_OVERLAY_DISABLE``
+naming one patch turns off that one only (0007 and 0011 patch the same class); another plugin's
+hook over one of 0011's methods is that patch's state, and ``remove()`` leaves it.
+
+Against stand-in modules (``write_standin``) that carry the installed sglang's exact method
+text, with real torch and the Triton and SM90 kernels stood in by torch code. One process per
+guarantee observes every patch, and the threads, the reload, the spawned child and another
+plugin's hook follow each other in one (``overlay_patch_probe.py``): importing torch is most of what a fresh interpreter
+costs here.
+"""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+PROBE = Path(__file__).with_name("overlay_patch_probe.py")
+TIMEOUT_S = 300
+
+DFLASH = "sglang.srt.speculative.dflash_worker_v2"
+DSA = "sglang.srt.layers.attention.dsa_backend"
+DSV4 = "sglang.srt.layers.attention.deepseek_v4_backend"
+# class -> the installed methods its stand-in copies (a helper the fix does not touch too)
+COPIED = {
+    (DFLASH, "DFlashWorkerV2"): ("_selector_sampling_accept",),
+    (DSA, "DeepseekSparseAttnBackend"): (
+        "q8kv8_acquire_born_q_buffer",
+        "q8kv8_born_q_sentinel",
+        "_pad_topk_width_buffered",
+        "_forward_flashmla_sparse_q8kv8",
+    ),
+    (DSV4, "DeepseekV4AttnBackend"): ("_prepare_q8kv8_q_and_sink",),
+}
+CLASS_OF = {method: cls for (_, cls), methods in COPIED.items() for method in methods}
+
+
+def release(attr, local, allocation, indent=12):
+    """What a fix inserts: ``self.<attr> = <local> = None`` before ``allocation``."""
+    pad = " " * indent
+    return (allocation, f"{pad}self.{attr} = {local} = None\n{allocation}")
+
+
+# patch -> what the tests expect of it: its methods, each method's shape sha256 (any one
+# release's), the number of allocations a grow makes (the old tensor dead at each, applied),
+# the rows after the grow, the high-water mark the overlay logs, an edit of one method to an
+# unknown shape, the edits the fix makes, and what its upstream-fixed reason names.
+PATCHES = {
+    "0005-dflash-draft-probs-release-first": dict(
+        methods=("_selector_sampling_accept",),
+        sha256=(("a30377ccfd23", "811c71964eb7"),),
+        allocations=1,
+        rows=4,
+        high_water=4 * 3 * 32 * 4,  # (cap 4, gamma 3, vocab 32) float32
+        unknown=("_selector_sampling_accept", "gamma = block - 1\n", "gamma = block - 1  # x\n"),
+        fixed=(
+            (
+                "_selector_sampling_accept",
+                *release("_draft_probs_buf", "buffer", "            buffer = torch.zeros(\n"),
+            ),
+        ),
+        upstream=("_draft_probs_buf",),
+    ),
+    "0007-dsa-q8kv8-release-first": dict(
+        methods=("_forward_flashmla_sparse_q8kv8",),
+        sha256=(("eb7abba41a0a", "f0c6ed52b57c", "13f42ab64c02", "169a7df46251"),),
+        allocations=4,  # the q pad (zeros), then the three outputs (empty)
+        rows=12,
+        # q pad 12 x 64 x 24 fp8, KV rows 160 x 24 fp8, outputs 12 x 64 x 16 bf16 + 2 x 12 x 64 fp32
+        high_water=12 * 64 * 24 + 160 * 24 + 12 * 64 * 16 * 2 + 2 * 12 * 64 * 4,
+        unknown=(
+            "_forward_flashmla_sparse_q8kv8",
+            "dev = q_nope.device\n",
+            "dev = q_nope.device  # x\n",
+        ),
+        fixed=(
+            (
+                "_forward_flashmla_sparse_q8kv8",
+                *release("_q8kv8_qpad_buf", "buf", "                buf = torch.zeros(\n", 16),
+            ),
+            (
+                "_forward_flashmla_sparse_q8kv8",
+                *release("_q8kv8_kv_buf", "kv_buf", "            kv_buf = torch.empty(\n"),
+            ),
+            (
+                "_forward_flashmla_sparse_q8kv8",
+                *release("_q8kv8_out_bufs", "out_bufs", "            out_bufs = (\n"),
+            ),
+        ),
+        upstream=("_q8kv8_qpad_buf, _q8kv8_kv_buf, _q8kv8_out_bufs",),
+    ),
+    "0009-dsv4-q8kv8-qpad-release-first": dict(
+        methods=("_prepare_q8kv8_q_and_sink",),
+        sha256=(("891f31d3a954", "99b96398f867"),),
+        allocations=1,
+        rows=12,
+        high_water=12 * 64 * 512,  # the q pad, fp8
+        unknown=(
+            "_prepare_q8kv8_q_and_sink",
+            "qpad = qpad[:num_tokens]\n",
+            "qpad = qpad[:num_tokens]  # x\n",
+        ),
+        fixed=(
+            (
+                "_prepare_q8kv8_q_and_sink",
+                *release("_q8kv8_qpad_buf", "qpad", "            qpad = torch.empty(\n"),
+            ),
+        ),
+        upstream=("_q8kv8_qpad_buf",),
+    ),
+    "0011-dsa-q8kv8-born-q-release-first": dict(
+        methods=("q8kv8_acquire_born_q_buffer", "q8kv8_born_q_sentinel"),
+        sha256=(("c9be682c090c",), ("61428e17cdd3",)),
+        allocations=2,  # the born-q buffer (zeros), then the sentinel (full)
+        rows=12,
+        high_water=12 * 64 * 24,  # the larger of the two: the born-q buffer, fp8
+        # only the sentinel's text changes: the buffer's method, recognised, stays sglang's too
+        unknown=(
+            "q8kv8_born_q_sentinel",
+            "numel = num_tokens * num_heads * v_head_dim\n",
+            "numel = num_tokens * num_heads * v_head_dim  # x\n",
+        ),
+        fixed=(
+            (
+                "q8kv8_acquire_born_q_buffer",
+                *release("_q8kv8_born_q_buf", "buf", "            buf = torch.zeros(\n"),
+            ),
+            (
+                "q8kv8_born_q_sentinel",
+                *release("_q8kv8_born_q_sentinel", "buf", "            buf = torch.full(\n"),
+            ),
+        ),
+        upstream=("_q8kv8_born_q_buf", "_q8kv8_born_q_sentinel"),
+    ),
+}
+IDS = [p[:4] for p in PATCHES]
+
+KERNEL = '''"""Stand-in for the SM90 q8kv8 kernel module: its contracts in torch."""
+import torch
+
+LAST_Q = []
+
+
+def q8kv8_padded_num_heads(num_heads):
+    return 64 if num_heads <= 64 else 128
+
+
+def cast_q_fp8_for_q8kv8_prefill(q, padded_num_heads=None, out=None):
+    out[:, q.shape[1]:].zero_()
+    out[:, : q.shape[1]].copy_(q)
+    return out, torch.ones(())
+
+
+def sparse_mla_q8kv8_prefill_fwd(*, q, out, max_logits, lse, **kwargs):
+    LAST_Q[:] = [q.clone()]
+    return out, max_logits, lse
+'''
+HEADERS = {
+    DFLASH: "from typing import Tuple\n\nimport torch\n\n\n"
+    "def accept_sampling(*, draft_probs, **kwargs):\n"
+    "    zeros = draft_probs.new_zeros(draft_probs.shape[0])\n"
+    "    return zeros, zeros, None\n",
+    DSA: "from typing import Optional, Tuple\n\nimport torch\n\n\n"
+    "def concat_and_cast_q_fp8_pad(q_fp8, q_nope, q_rope, num_heads):\n"
+    "    q_fp8[:, :num_heads, : q_nope.shape[-1]].copy_(q_nope)\n"
+    "    q_fp8[:, :num_heads, q_nope.shape[-1] :].copy_(q_rope)\n",
+    DSV4: "import torch\n\nfp8_dtype = torch.float8_e4m3fn\n",
+}
+
+
+def installed_methods(module: str, cls: str, methods) -> dict:
+    """Each method's exact lines in the installed sglang's ``module``."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("needs the installed sglang to copy the methods' text")
+    path = Path(spec.submodule_search_locations[0], *module.split(".")[1:]).with_suffix(".py")
+    source = path.read_text()
+    lines = source.splitlines(keepends=True)
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name in methods:
+                    found[item.name] = "".join(lines[item.lineno - 1 : item.end_lineno])
+    missing = set(methods) - set(found)
+    if missing:
+        pytest.skip(f"the installed sglang has no {cls}.{', '.join(sorted(missing))}")
+    return found
+
+
+def write_standin(root: Path, edits=()) -> Path:
+    """The stand-in sglang under ``root``; ``edits`` are (method, old, new), each old text
+    found exactly once in that method."""
+    package = root / "sglang"
+    for sub in ("", "srt", "srt/speculative", "srt/layers", "srt/layers/attention", "kernels",
+                "kernels/ops", "kernels/ops/attention"):  # fmt: skip
+        (package / sub).mkdir(parents=True, exist_ok=True)
+        (package / sub / "__init__.py").write_text("")
+    (package / "version.py").write_text('__version__ = "0.5.23"\n')
+    (package / "__init__.py").write_text("from sglang.version import __version__\n")
+    (package / "kernels/ops/attention/sparse_mla_q8kv8_prefill_sm90.py").write_text(KERNEL)
+    for (module, cls), methods in COPIED.items():
+        texts = installed_methods(module, cls, methods)
+        for method, old, new in edits:
+            if method in texts:
+                assert texts[method].count(old) == 1, (method, old)
+                texts[method] = texts[method].replace(old, new)
+        path = package.joinpath(*module.split(".")[1:]).with_suffix(".py")
+        path.write_text(
+            f'"""Stand-in for {module} (test fixture)."""\n{HEADERS[module]}\n\n'
+            f"class {cls}:\n" + "\n".join(texts[m] for m in methods)
+        )
+    return root
+
+
+def observe(root: Path, what: str, *flags, **env) -> dict:
+    """``overlay_patch_probe.py what`` in a fresh interpreter; its JSON."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_OVERLAY")}
+    environ.update(PYTHONPATH=str(root), **env)
+    proc = subprocess.run(
+        [sys.executable, *flags, str(PROBE), what],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=TIMEOUT_S,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory) -> Path:
+    return write_standin(tmp_path_factory.mktemp("standin"))
+
+
+def observed(name, make):
+    """A module-scoped fixture: ``make(tmp_path_factory, standin)``, once."""
+
+    @pytest.fixture(scope="module", name=name)
+    def fixture(tmp_path_factory, standin):
+        return make(tmp_path_factory, standin)
+
+    return fixture
+
+
+grown = observed("grown", lambda _, root: observe(root, "grow"))
+grown_w_error = observed("grown_w_error", lambda _, root: observe(root, "grow", "-W", "error"))
+lived = observed("lived", lambda _, root: observe(root, "lifecycle"))
+grown_unknown = observed(
+    "grown_unknown",
+    lambda tmp, _: observe(
+        write_standin(tmp.mktemp("unknown"), [p["unknown"] for p in PATCHES.values()]), "grow"
+    ),
+)
+grown_fixed = observed(
+    "grown_fixed",
+    lambda tmp, _: observe(
+        write_standin(tmp.mktemp("fixed"), [e for p in PATCHES.values() for e in p["fixed"]]),
+        "grow",
+    ),
+)
+
+
+@pytest.mark.parametrize("patch", PATCHES, ids=IDS)
+def test_first_import_applies_it_and_the_old_buffer_is_dead_at_each_allocation(grown, patch):
+    out, expect = grown[patch], PATCHES[patch]
+    assert (out["state"], out["marks"]) == ("applied", [patch] * len(expect["methods"]))
+    for alternatives in expect["sha256"]:  # each method recognised by its own text
+        assert any(sha in out["reason"] for sha in alternatives), out["reason"]
+    assert out["old_alive"] == [False] * expect["allocations"]
+    assert (out["rows"], out["exact"]) == (expect["rows"], True)
+    assert out["high_water"] == expect["high_water"]  # the replacement reached the overlay's log
+
+
+@pytest.mark.parametrize("patch", PATCHES, ids=IDS)
+def test_w_error_imports_and_applies_it_with_no_warning(grown_w_error, patch):
+    out = grown_w_error[patch]
+    assert (out["state"], out["old_alive"]) == (
+        "applied",
+        [False] * PATCHES[patch]["allocations"],
+    )
+
+
+@pytest.mark.parametrize("patch", PATCHES, ids=IDS)
+def test_an_unknown_shape_of_any_method_leaves_the_patch_untouched_with_its_reason(
+    grown_unknown, patch
+):
+    out, expect = grown_unknown[patch], PATCHES[patch]
+    method = expect["unknown"][0]
+    assert (out["state"], out["marks"]) == ("unsupported", [None] * len(expect["methods"]))
+    assert f"unknown source of {CLASS_OF[method]}.{method}" in out["reason"]
+    if len(expect["methods"]) > 1:
+        assert "the patch replaces all of its methods or none" in out["reason"]
+    # sglang's own methods: every old tensor alive at its replacement, contents unchanged
+    assert (out["old_alive"], out["exact"]) == ([True] * expect["allocations"], True)
+    assert out["high_water"] == 0
+
+
+@pytest.mark.parametrize("patch", PATCHES, ids=IDS)
+def test_the_methods_as_the_fix_leaves_them_are_upstream_fixed_and_untouched(grown_fixed, patch):
+    out, expect = grown_fixed[patch], PATCHES[patch]
+    assert (out["state"], out["marks"], out["old_alive"]) == (
+        "upstream-fixed",
+        [None] * len(expect["methods"]),
+        [False] * expect["allocations"],
+    )
+    for released in expect["upstream"]:
+        assert f"already drops the old {released} before allocating" in out["reason"]
+    assert out["exact"]
+
+
+@pytest.mark.parametrize("patch", PATCHES, ids=IDS)
+def test_disabling_it_by_number_turns_off_only_this_patch(standin, patch):
+    out = observe(standin, "grow", SGLANG_OVERLAY_DISABLE=patch[:4])
+    expect = PATCHES[patch]
+    assert (out[patch]["state"], out[patch]["marks"], out[patch]["old_alive"]) == (
+        "disabled",
+        [None] * len(expect["methods"]),
+        [True] * expect["allocations"],
+    )
+    assert "disabled" not in out[patch]["others"]
+    for other in set(PATCHES) - {patch}:  # 0007 and 0011 share a class: the other still applies
+        assert (out[other]["state"], out[other]["old_alive"]) == (
+            "applied",
+            [False] * PATCHES[other]["allocations"],
+        )
+
+
+@pytest.mark.parametrize("patch", PATCHES, ids=IDS)
+def test_threads_racing_the_first_import_apply_it_once(lived, patch):
+    assert lived[patch]["threads"] == [1, [patch] * len(PATCHES[patch]["methods"])]
+
+
+@pytest.mark.parametrize("patch", PATCHES, ids=IDS)
+def test_reload_of_the_module_is_patched_again(lived, patch):
+    assert lived[patch]["reload"] == [False, "applied", [patch] * len(PATCHES[patch]["methods"])]
+
+
+@pytest.mark.parametrize("patch", PATCHES, ids=IDS)
+def test_a_spawned_child_applies_it_on_its_own_import(lived, patch):
+    assert lived[patch]["spawn"] == [[patch] * len(PATCHES[patch]["methods"]), 0]
+
+
+@pytest.mark.parametrize("patch", PATCHES, ids=IDS)
+def test_another_hook_over_one_method_of_0011_is_its_state_and_remove_leaves_it(lived, patch):
+    states, marks = lived[patch]["hooks"]
+    methods = len(PATCHES[patch]["methods"])
+    if patch.startswith("0011"):
+        # an AROUND calls ours, a REPLACE does not; remove() cannot take ours out from under the
+        # hook and says so, and puts back the original of the other method
+        assert (states, marks) == (["wrapped", "replaced", "replaced"], [None] * methods)
+    else:  # the other patches (0007: the same class) stay applied until remove()
+        assert (states, marks) == (["applied", "applied", "pending"], [None] * methods)
+
+
+def test_the_rewrite_refuses_a_method_it_cannot_compile_outside_its_class(tmp_path):
+    from sglang_overlay import rewrite
+
+    path = tmp_path / "standin_super.py"
+    path.write_text(
+        "import torch\n\n\nclass A:\n"
+        "    def grow(self, n):\n"
+        "        buf = self._buf\n"
+        "        if buf is None or buf.shape[0] < n:\n"
+        "            buf = torch.zeros(n)\n"
+        "            self._buf = buf\n"
+        "        return super().grow(n)\n"
+    )
+    module = types.ModuleType("standin_super")
+    module.__file__ = str(path)
+    exec(compile(path.read_text(), str(path), "exec"), vars(module))
+    sys.modules["standin_super"] = module
+    try:
+        with pytest.raises(rewrite.RewriteError, match="super"):
+            rewrite.released_method(module, "A", "grow", ("_buf",))
+        path.write_text(path.read_text().replace("super().grow(n)", "buf[:n]"))
+        fixed = rewrite.released_method(module, "A", "grow", ("_buf",))
+        with pytest.raises(rewrite.RewriteError, match="no allocation of _other"):
+            rewrite.released_method(module, "A", "grow", ("_other",))
+    finally:
+        del sys.modules["standin_super"]
+    assert fixed.__code__.co_filename == str(path)
