@@ -121,28 +121,60 @@ def runs_program(pid: int, path: str) -> bool:
     return (exe.st_dev, exe.st_ino) == (target.st_dev, target.st_ino) and fields[25] != "0"
 
 
+# Under pytest-xdist (``make test`` runs ``-n 2 --dist loadfile``) each module runs on one
+# worker, so its module-scoped fixtures are set up once; the modules below run on one worker
+# together, since they share a pool process or job (``overlay_runs``) or an expensive session
+# fixture, which then runs or is built once in the session. The first module of a group names
+# it. ``pytest_collection_modifyitems`` checks this table against what the modules use.
+# (pytest-xdist's own ``--dist loadgroup`` reads groups from node ids it can no longer change
+# under pytest 9, so it scheduled every test on its own: each worker ran the shared processes.)
+XDIST_GROUPS = {
+    "test_activation.py": "test_activation.py",
+    "test_ci_attacks.py": "test_activation.py",
+    "test_control.py": "test_activation.py",
+    "test_operators.py": "test_activation.py",
+    "test_replacement_log.py": "test_activation.py",
+    "test_ci_run.py": "test_ci_run.py",
+    "test_ci_watch.py": "test_ci_run.py",
+    "test_series_checkout_verbs.py": "test_series_checkout_verbs.py",
+    "test_series_drifted_main.py": "test_series_checkout_verbs.py",
+    "test_series_own_checks.py": "test_series_checkout_verbs.py",
+}
+# drifted_main: a session fixture of three modules that takes a full clone and a commit
+SHARED_SESSION_FIXTURES = {"drifted_main"}
+
+
+def group_of(module: str) -> str:
+    return XDIST_GROUPS.get(module, module)
+
+
 def pytest_collection_modifyitems(config, items):
-    """One pytest-xdist group per module (``--dist loadgroup``: a module's module-scoped
-    fixtures are set up once, on one worker), modules that share a pool process or job
-    (``overlay_runs``) or an expensive session fixture joined into one group, so that process
-    runs, or that fixture is built, once in the session."""
+    """Refuse a run whose modules share a pool process, job or shared session fixture without
+    sharing a group of ``XDIST_GROUPS``: under pytest-xdist each worker would run it."""
     import overlay_runs  # imports this module: here, not at the top
 
-    # drifted_main: a session fixture of three modules that takes a full clone and a commit
-    names, parent = overlay_runs.pool_names() | {"drifted_main"}, {}
-
-    def root(module):
-        while parent.setdefault(module, module) != module:
-            module = parent[module]
-        return module
-
-    owner = {}
+    names = overlay_runs.pool_names() | SHARED_SESSION_FIXTURES
+    users = {}
     for item in items:
-        module = root(item.path.name)
         for name in names.intersection(item.fixturenames):
-            other = root(owner.setdefault(name, module))
-            if other != module:
-                parent[max(other, module)] = min(other, module)
-                module = min(other, module)
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(root(item.path.name)))
+            users.setdefault(name, set()).add(item.path.name)
+    for name, modules in sorted(users.items()):
+        if len({group_of(m) for m in modules}) > 1:
+            raise pytest.UsageError(
+                f"tests/conftest.py: {', '.join(sorted(modules))} share {name}; put them in one "
+                "group of XDIST_GROUPS"
+            )
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile``, with each group of ``XDIST_GROUPS`` one unit of work."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupedFiles(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return group_of(path.rsplit("/", 1)[-1])
+
+    return GroupedFiles(config, log)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import standin
-from conftest import WORKSPACE_MODULE, clean_env
+from conftest import WORKSPACE_MODULE, clean_env, group_of
 
 WORKERS = max(2, min(4, os.cpu_count() or 2))
 JOB_TIMEOUT_S = 300  # one process; a bound against hangs, never a measurement
@@ -324,21 +324,15 @@ def pool_names() -> set:
     return set(PROCESSES) | set(_jobs)
 
 
-def group_of(item) -> str | None:
-    marker = item.get_closest_marker("xdist_group")
-    return None if marker is None else (marker.args or (marker.kwargs.get("name"),))[0]
-
-
 def _items_here(request):
     """The tests whose processes this pytest process starts: under pytest-xdist only those of
-    the requesting test's group (``conftest.py`` gives every module one; the modules that share
-    a process share a group, so it runs on one worker), since every worker collects the whole
-    suite but runs only its share; otherwise every selected test."""
+    the requesting test's group (``conftest.XDIST_GROUPS``: the modules that share a process
+    share a group, so it runs on one worker), since every worker collects the whole suite but
+    runs only its share; otherwise every selected test."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return request.session.items
-    here = next(item for item in request.session.items if item.path == request.node.path)
-    group = group_of(here)
-    return [item for item in request.session.items if group_of(item) == group]
+    group = group_of(request.node.path.name)
+    return [item for item in request.session.items if group_of(item.path.name) == group]
 
 
 def serve_until_ready(proc) -> None:
