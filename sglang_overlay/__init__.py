@@ -33,7 +33,7 @@ FUSED_KV_MODULES = (
 )
 # Each patch (in series order) and the modules it patches right after they run (under any of
 # the names releases gave them). A new patch is one row here (this module imports nothing, so
-# the start-up hook can read it) and a ``shapes.Site`` per method it replaces, with its shapes;
+# the start-up hook can read it) and a ``sites.Site`` per method it replaces, with its shapes;
 # several patches may patch one module, and one class.
 PATCHED_MODULES = {
     PATCH_ID: (WORKSPACE_MODULE,),

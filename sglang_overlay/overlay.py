@@ -22,20 +22,12 @@ from sglang_overlay import (
     hook_watch,
     patches_of,
     shapes,
+    sites,
 )
 from sglang_overlay.notices import logger, warn_once
 
-STATES = (
-    "applied",
-    "wrapped",
-    "pending",
-    "not-present",
-    "upstream-fixed",
-    "unsupported",
-    "disabled",
-    "replaced",
-    "failed",
-)
+STATES = ("applied", "wrapped", "pending", "not-present", "upstream-fixed", "unsupported",
+          "disabled", "replaced", "failed")  # fmt: skip
 # States in which a process of this environment runs the code it should: fixed, or on purpose
 # not fixed. Anything else means "unmodified sglang although the overlay is installed".
 OK_STATES = frozenset({"applied", "wrapped", "upstream-fixed", "not-present", "disabled"})
@@ -58,7 +50,7 @@ class PatchStatus:
 class _Installed:
     """One method the overlay put on a class: the site it patches and both function objects."""
 
-    site: shapes.Site
+    site: sites.Site
     cls: type
     method: str
     original: object
@@ -211,11 +203,11 @@ def apply_to_module(module, patch_id: "str | None" = None) -> None:
 
 
 def _apply_patch(module, patch_id: str) -> None:
-    sites = shapes.SITES[patch_id]
+    patch_sites = sites.SITES[patch_id]
     with _lock:
         # This patch's latest application to these classes (another patch of the same class,
         # or a reloaded module's new class, is not it).
-        classes = [shapes.workspace_class(module, site) for site in sites]
+        classes = [shapes.workspace_class(module, site) for site in patch_sites]
         done = next(
             (
                 a
@@ -239,7 +231,7 @@ def _apply_patch(module, patch_id: str) -> None:
         if reason is not None:
             _record(patch_id, "disabled", module.__name__, reason)
             return
-        each = [shapes.recognise(module, site) for site in sites]
+        each = [shapes.recognise(module, site) for site in patch_sites]
         found = shapes.all_or_none(each)
         if found.state != "recognised":
             _record(patch_id, found.state, found.target, found.reason)
@@ -249,7 +241,7 @@ def _apply_patch(module, patch_id: str) -> None:
         from sglang_overlay import release_first  # imports torch: only once sglang has
 
         installed = []
-        for site, one in zip(sites, each, strict=True):  # built before any is installed
+        for site, one in zip(patch_sites, each, strict=True):  # built before any is installed
             original = vars(one.cls)[one.shape.method]
             patched = functools.update_wrapper(
                 release_first.build(one.shape, module, publish), original

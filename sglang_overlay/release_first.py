@@ -1,6 +1,6 @@
 """The fix itself: workspace methods that release the old tensors before allocating anew.
 
-One builder per shape of ``shapes.SITES`` (``BUILDERS``, by shape name), each with the
+One builder per shape of ``sites.SITES`` (``BUILDERS``, by shape name), each with the
 original's signature and reuse rule (a request that fits the current size and dtype gets the
 same storage). Each replacement calls the ``publish`` it was built with (the overlay's: record
 and gauges). A new fix adds its builder here with ``@builds(...)`` and nothing else; a
@@ -85,10 +85,10 @@ def build(shape, module, publish):
 
 
 def _build_rewritten(shape, module, publish):
-    from sglang_overlay import rewrite, shapes
+    from sglang_overlay import rewrite, sites
 
-    site = next(s for s in shapes.ALL_SITES if shape in s.shapes)
-    methods = "/".join(s.methods[0] for s in shapes.SITES[site.patch_id])
+    site = next(s for s in sites.ALL_SITES if shape in s.shapes)
+    methods = "/".join(s.methods[0] for s in sites.SITES[site.patch_id])
     method = rewrite.released_method(module, shape.class_name, shape.method, site.released)
     log = log_of(site.patch_id, f"{shape.class_name}.{methods} scratch")
     released = site.released

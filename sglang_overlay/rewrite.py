@@ -4,7 +4,7 @@ replacement is allocated.
 
 Sites of the local-variable form (``buf = self.x; if ...: buf = torch.zeros(...);
 self.x = buf``) need nothing else: ``release_first.build`` uses this for every shape that has
-no hand-written builder, so a new fix of that form is a ``shapes.Site`` and its shapes only.
+no hand-written builder, so a new fix of that form is a ``sites.Site`` and its shapes only.
 The source is the one ``shapes.recognise`` hashed (exact text, so the rewrite is the same
 every time); it is compiled in the module's globals with the module's file name and line
 numbers. Reads source; imports nothing of sglang.

@@ -106,7 +106,7 @@ def test_discovery_keeps_final_unyanked_releases_newer_than_every_known_one(inde
 
 
 def test_known_releases_cover_the_series_matrix_compat_and_the_overlays_shapes():
-    from sglang_overlay.shapes import KNOWN_SHAPES
+    from sglang_overlay.sites import KNOWN_SHAPES
 
     known = watch.known_releases()
     assert known[-1] == "0.5.23" and "0.5.15.post1" in known

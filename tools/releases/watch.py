@@ -201,7 +201,7 @@ def known_releases() -> list:
     """Every release the project names: the series matrix's and the overlay shapes'."""
     from packaging.version import Version
 
-    from sglang_overlay.shapes import KNOWN_SHAPES
+    from sglang_overlay.sites import KNOWN_SHAPES
 
     names = set(matrix.DSV4_RELEASES)
     for shape in KNOWN_SHAPES:
@@ -329,7 +329,7 @@ def issue_body(rows, newest_known: str, index_url: str, requested: bool = False)
             "one column per carried patch (its state and sha256, and whether its fix applies) "
             "(`python -m tools.series matrix`), and the registered tests unmodified and with the change "
             "(`python -m ci run --backend cpu`). Any verdict but `ok` needs a new shape in "
-            "`sglang_overlay/shapes.py` or a rebased series."
+            "`sglang_overlay/sites.py` or a rebased series."
         )
     else:
         lines.append(f"None: {newest_known} is the newest release there.")
