@@ -29,6 +29,12 @@ PR_KEY = (
     "test_changing_dtype_at_the_same_address_invalidates_the_cached_prefix",
 )
 PR_FITS = "test_a_request_that_fits_keeps_the_workspace_and_its_prefix"
+DSA_QPAD = "test_more_tokens_release_the_old_q_pad_before_allocating"
+DSA_KV = "test_more_kv_rows_release_the_old_kv_buffer_before_allocating"
+DSA_OUT = "test_more_tokens_release_the_old_outputs_before_allocating"
+DSA_FITS = "test_a_call_that_fits_reuses_the_scratch"
+DSV4Q_ORDER = "test_more_tokens_release_the_old_q_pad_before_allocating"
+DSV4Q_FITS = "test_a_call_that_fits_reuses_the_q_pad"
 BQ_ORDER = (
     "test_more_tokens_release_the_old_born_q_buffer_before_allocating",
     "test_a_new_head_dim_releases_the_old_born_q_buffer_before_allocating",
@@ -92,6 +98,28 @@ KILLS = {
         "old-buffer-kept-in-the-attribute": set(DFP_ORDER),
         # and the order tests, whose growth then gets a buffer sized for the batch alone
         "released-before-the-reuse-check": {"test_a_batch_that_fits_reuses_the_buffer", *DFP_ORDER},
+    },
+    # three buffers of one method: each buffer's release has its own order test
+    "0007": {
+        "unmodified": {DSA_QPAD, DSA_KV, DSA_OUT},
+        "q-pad-fixed-others-not": {DSA_KV, DSA_OUT},
+        "kv-rows-fixed-others-not": {DSA_QPAD, DSA_OUT},
+        "outputs-fixed-others-not": {DSA_QPAD, DSA_KV},
+        "q-pad-attribute-cleared-local-kept": {DSA_QPAD},
+        "kv-rows-attribute-cleared-local-kept": {DSA_KV},
+        "outputs-attribute-cleared-local-kept": {DSA_OUT},
+        "locals-cleared-attributes-kept": {DSA_QPAD, DSA_KV, DSA_OUT},
+        "q-pad-released-before-the-reuse-check": {DSA_FITS},
+        # and the other torch.empty buffer's order test, which sees one allocation too many
+        "kv-rows-released-before-the-reuse-check": {DSA_FITS, DSA_OUT},
+        "outputs-released-before-the-reuse-check": {DSA_FITS, DSA_KV},
+        "released-with-del": {"test_a_failed_grow_leaves_a_backend_that_serves_the_next_call"},
+    },
+    "0009": {
+        "unmodified": {DSV4Q_ORDER},
+        "attribute-cleared-local-kept": {DSV4Q_ORDER},
+        "local-cleared-attribute-kept": {DSV4Q_ORDER},
+        "released-before-the-reuse-check": {DSV4Q_FITS},
     },
     # two methods of one class: each method's release order has its own tests
     "0011": {

@@ -6,11 +6,12 @@ fp8 KV rows and kernel outputs to the exact size a larger batch needs. Each grow
 keeps the old buffer in a local as well as in the attribute, so the fix must drop
 both. These tests watch the order on the real method without
 any memory limit: a weak reference to the old buffer must already be dead when
-the allocation of the new one runs. The backend is built without its constructor
-(which needs a model runner); only the fields the method reads are set. The
-Triton q cast and the SM90 kernel are stood in for at their module boundary by
-plain torch code, so the method runs on CPU; the CUDA test in
-test/registered/kernels/ops/attention measures the peak the order saves.
+the allocation of the new one runs, and a call that fits keeps all three. The
+backend is built without its constructor (which needs a model runner); only the
+fields the method reads are set. The Triton q cast and the SM90 kernel are stood
+in for at their module boundary by plain torch code, so the method runs on CPU;
+the CUDA test in test/registered/kernels/ops/attention measures the peak the
+order saves.
 """
 
 import unittest
@@ -146,6 +147,21 @@ class TestDsaQ8kv8ReleaseOrder(CustomTestCase):
             seen, [False, False, False], "the old outputs were alive at the allocation"
         )
         self.assertEqual(backend._q8kv8_out_bufs[0].shape, (12, 64, V_HEAD_DIM))
+
+    def test_a_call_that_fits_reuses_the_scratch(self):
+        backend = make_backend()
+        self.forward(backend, make_call(12, 48))
+        before = (backend._q8kv8_qpad_buf, backend._q8kv8_kv_buf)
+        before += backend._q8kv8_out_bufs
+        call = make_call(8, 32)
+        q_fp8, _ = self.forward(backend, call)
+        after = (backend._q8kv8_qpad_buf, backend._q8kv8_kv_buf)
+        after += backend._q8kv8_out_bufs
+        for old, new in zip(before, after):
+            self.assertIs(new, old, "a call that fits replaced a scratch buffer")
+        expected_q = torch.zeros((8, 64, D_NOPE + D_ROPE), dtype=FP8)
+        concat_and_cast_q_fp8_pad(expected_q, call["q_nope"], call["q_rope"], HEADS)
+        self.assertTrue(torch.equal(q_fp8.float(), expected_q.float()))
 
     def test_after_a_grow_the_kernel_reads_zero_pads_and_this_calls_rows(self):
         backend = make_backend()
