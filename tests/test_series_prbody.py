@@ -350,3 +350,22 @@ def test_a_cpu_runs_description_names_the_cpu_and_no_cuda(capsys, tmp_path):
     environment = next(line for line in out.splitlines() if line.startswith("Environment: "))
     assert environment.startswith("Environment: CPU") and "CUDA" not in environment
     assert "H200" not in environment
+
+
+COMMITTED = sorted(REPO_ROOT.glob("docs/evidence/fix-*/*-pr-body.md"))
+
+
+@pytest.mark.parametrize("committed", COMMITTED, ids=lambda p: f"{p.parent.name}-{p.stem}")
+def test_every_committed_description_is_what_its_results_render_today(capsys, committed):
+    """The committed evidence of each fix still renders (a change of a fix's code or tests
+    changes its id and refuses its old folder) and gives the committed text: nothing stale.
+    Only the format box differs, as ``check`` is not run here."""
+    fix = committed.parent.name.removeprefix("fix-")
+    folder = committed.parent / committed.name.removesuffix("-pr-body.md")
+    code, out, err = _body(capsys, folder, "--fix", fix, "--no-check")
+    assert code == 0, err
+
+    def content(text):
+        return [line for line in text.splitlines() if "Format your code" not in line]
+
+    assert content(out) == content(committed.read_text())
