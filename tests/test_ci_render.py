@@ -3,7 +3,9 @@
 import re
 from dataclasses import replace
 
+import hypothesis
 from ci_samples import FILE, file_run, model, sides, workspace_runs
+from hypothesis import strategies as st
 
 from ci.evidence import judge
 from ci.reporter import render
@@ -114,3 +116,21 @@ def test_a_listed_regression_that_passes_unmodified_is_reported_as_not_reproduci
     assert "does not reproduce the bug" in text
     assert f"{FILE.replace('_', chr(92) + '_')}" in text  # the file is named in the warning
     assert "does not reproduce the bug" in next(iter(render.status_descriptions(m).values()))[1]
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF)))
+def test_a_test_name_is_shown_as_ascii_writes_each_character_and_its_markdown_escaped(name):
+    """The fast path (a table and the ASCII codec) against the definition, one character at
+    a time: printable ASCII as it is, anything else as ``ascii()`` writes it; then each
+    markdown character after a backslash."""
+    from ci.evidence.inert import inert
+    from ci.reporter import escape
+
+    doubled = name.replace("\\", "\\\\")
+    one_by_one = "".join(ch if " " <= ch <= "~" else ascii(ch)[1:-1] for ch in doubled)
+    text = escape.name_text(name)
+    assert text == inert(one_by_one)
+    entities = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    marked = "".join("\\" + ch if ch in "\\`*_[]|~" else ch for ch in entities)
+    assert escape.escape_name(name) == inert(escape._ACTS_ON_GITHUB.sub("\\1\u2060", marked))

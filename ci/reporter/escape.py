@@ -19,13 +19,16 @@ import unicodedata
 from ci.evidence.inert import inert
 
 # Only what can act mid-line: the text never starts a line, where '#', '-' or '+' would matter.
-_MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
+# A table and the ASCII codec, not re.sub with a template and a join per character: a report of
+# 3,000 names of 500 CJK characters (test_ci_attacks) rendered in 13.1 s, now in 3.3 s.
+_MD_PUNCT = str.maketrans({ch: "\\" + ch for ch in "\\`*_[]|~"})
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _LINE_BREAKS = re.compile("\r\n|[\n\r\u2028\u2029]")
 # GitHub finds mentions, issue references and bare links in the rendered text, after entities
 # are decoded; a word joiner (shown escaped when it comes with the input) breaks each one.
 _ACTS_ON_GITHUB = re.compile(r"(@|#|(?<![A-Za-z0-9])GH-|:(?=//)|(?<![A-Za-z0-9])www(?=\.))", re.I)
 _ASCII_HIDDEN = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _NOT_SHOWN = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Mn", "Me"))
 # Letters and symbols that render as nothing at all (Unicode's default-ignorable fillers).
 _FILLERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
@@ -68,13 +71,16 @@ def name_text(text) -> str:
 
 
 def _ascii_only(text: str) -> str:
-    return "".join(ch if " " <= ch <= "~" else _escaped(ch) for ch in text)
+    # ascii()'s escapes: the ASCII controls one by one, the rest as the codec writes them
+    # (the same \xhh, \uhhhh, \Uhhhhhhhh), lone surrogates included.
+    text = _ASCII_CONTROL.sub(lambda m: _escaped(m[0]), text)
+    return text.encode("ascii", "backslashreplace").decode("ascii")
 
 
 def _markdown_inline(text: str) -> str:
     # Entities first, so '<!--' and '-->' can never reach GitHub as comment markers.
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    text = _MD_PUNCT.sub(r"\\\1", text)
+    text = text.translate(_MD_PUNCT)
     return inert(_ACTS_ON_GITHUB.sub("\\1\u2060", text))  # no mentions, references or links
 
 
