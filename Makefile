@@ -54,7 +54,8 @@ install: $(VENV)/.installed
 # sglang's CI runs each file (SGLANG_IS_IN_CI=true: a failed test is retried once): the series'
 # registered tests for this machine's backend (CUDA on a GPU, the CPU companion without one),
 # plus, on CPU, the project's CPU proof (the peaks of live CPU memory); then what the bot would
-# post, the upstream PR description of each fix from its own tests, and last the verdict.
+# post, the upstream PR description of each fix from its own tests on the series' trees
+# (tools.series ab: the release against the release + that fix alone), and last the verdict.
 DEMO := out/demo
 demo: install
 	@echo "the A/B: each test file once per side, in its own process, as sglang's CI runs it"
@@ -65,18 +66,19 @@ demo: install
 	  $(PY) -m ci run --out $(DEMO)-proof --tests test/proofs --backend cpu > $(DEMO)-proof.txt || code=$$?; \
 	fi; \
 	$(PY) -m ci report --results $(DEMO) > $(DEMO)-bot-preview.md || code=$$?; \
-	pr=""; for fix in 0001 0003; do \
-	  body=$(DEMO)-pr-body-$$fix.md; \
-	  if $(PY) -m tools.series pr-body --results $(DEMO) --fix $$fix > $$body 2> $$body.err; then \
-	    pr="$$pr\n  fix $$fix: $$body, from its own tests on $$backend"; \
+	fixes=$$($(PY) -c "import json, sys; print(*(f['patches'][0][:4] for f in json.load(sys.stdin)['fixes']))" < $(DEMO)-series.json); \
+	pr=""; for fix in $$fixes; do \
+	  dir=$(DEMO)-fix-$$fix; rm -rf $$dir; \
+	  if $(PY) -m tools.series ab --fix $$fix --backend $$backend --out $$dir > $$dir.txt 2>&1; then \
+	    pr="$$pr\n  fix $$fix: $$dir/$$backend-pr-body.md"; \
 	  else \
-	    pr="$$pr\n  fix $$fix: none: $$(tail -n 1 $$body.err)"; rm -f $$body; \
+	    code=1; pr="$$pr\n  fix $$fix: none: $$(tail -n 1 $$dir.txt)"; \
 	  fi; \
 	done; \
 	echo; echo "what the bot would post (dry run): $(DEMO)-bot-preview.md"; \
 	echo "the evidence: $(DEMO)/report.md, $(DEMO)/results.json, JUnit and logs in $(DEMO)/"; \
 	if [ "$$backend" = cpu ]; then echo "the project's CPU proof: $(DEMO)-proof/report.md"; fi; \
-	printf '%b\n' "the upstream PR descriptions, one per fix:$$pr"; \
+	printf '%b\n' "the upstream PR descriptions, one per fix (its own tests, the series' base release against it + that fix alone, overlay off):$$pr"; \
 	echo; grep -hE '^(unmodified|change) +=|^ci run: ' $(DEMO).txt $$([ "$$backend" = cpu ] && echo $(DEMO)-proof.txt); \
 	exit $$code
 
