@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from tools.series import SeriesError, base, check, gitcmd, seriesdir
+from tools.series import SeriesError, check, gitcmd, seriesdir
 from tools.series.__main__ import main
 from tools.series.seriesdir import (
     COVER_NAME,
@@ -17,6 +17,8 @@ from tools.series.seriesdir import (
 )
 
 TEST = "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py"
+
+pytest_plugins = ["series_fixtures"]  # its checkout(), imported in the test that uses it
 
 
 def _project_copy(tmp_path):
@@ -91,8 +93,10 @@ def test_pin_date_touches_only_the_date_header():
 
 
 def test_refresh_rewrites_the_shortlog_and_keeps_subject_blurb_and_date(capsys, tmp_path):
+    from series_fixtures import checkout  # a plugin module of the series tests
+
     series = seriesdir.load()
-    repo = base.materialize(series.base.version, tmp_path / "sglang")
+    repo = checkout(series, tmp_path / "sglang")
     check.am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
     gitcmd.run(
         ["commit", "-q", "--amend", "-m", "[DSV4] A new subject for the test commit"],

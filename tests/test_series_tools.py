@@ -5,7 +5,9 @@ a copy of the installed sglang package, or a copy of patches/ that a test corrup
 """
 
 import hashlib
+import os
 import shutil
+import tempfile
 from email import message_from_bytes
 from email.policy import default
 from email.utils import parseaddr
@@ -13,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tools.series import base, gitcmd, matrix, seriesdir
+from tools.series import base, check, gitcmd, matrix, refresh, seriesdir
 from tools.series.__main__ import main
 from tools.series.seriesdir import PATCHES_DIR, REPO_ROOT
 
-# series, pristine_tree and patched_tree: session fixtures shared by the series tests.
+# series and patched_tree: session fixtures shared by the series tests.
 pytest_plugins = ["series_fixtures"]
 
 FIX = "python/sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py"
@@ -48,6 +50,12 @@ def _author_header(patches: Path) -> str:
     return str(message_from_bytes(first, policy=default)["From"])
 
 
+def checkout(series, dest):
+    from series_fixtures import checkout  # a plugin module: imported once pytest loaded it
+
+    return checkout(series, dest)
+
+
 def _head(repo):
     return gitcmd.out(["rev-parse", "HEAD"], repo)
 
@@ -66,10 +74,8 @@ def test_check_refuses_a_fix_that_needs_the_one_before_it(capsys, tmp_path):
     # A third fix whose hunk has 0001's new lines as context: the series applies, the fix alone
     # does not, so it could not be its own pull request.
     root = _project_copy(tmp_path)
-    repo = base.materialize("0.5.23", tmp_path / "sglang")
     series = seriesdir.load(root / "patches")
-    from tools.series import check
-
+    repo = checkout(series, tmp_path / "sglang")
     check.am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
     target = repo / FIX
     target.write_text(target.read_text().replace("so a replacement peaks", "so replacing peaks"))
@@ -144,7 +150,43 @@ BASE_0_5_23 = "dc55f224f0cd424ba9f3dac845f04c01adf15849"
 
 def test_materialized_base_commit_is_reproducible(series, tmp_path):
     assert series.base.version == "0.5.23"
-    assert _head(base.materialize("0.5.23", tmp_path / "sglang")) == BASE_0_5_23
+    repo = base.materialize("0.5.23", tmp_path / "sglang")  # the whole tree, as a user gets it
+    assert _head(repo) == BASE_0_5_23
+    assert (repo / "python/sglang/__init__.py").is_file() and (repo / FIX).is_file()
+
+
+def _other_filesystem(tmp_path) -> Path:
+    """A fresh folder on tmpfs (/dev/shm), a filesystem other than the cached bases' and the
+    tests': as /tmp is on many systems. git cannot hard-link across it."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not os.access(shm, os.W_OK):
+        pytest.skip("no writable /dev/shm on this machine")
+    if shm.stat().st_dev in (base.CACHE_DIR.stat().st_dev, tmp_path.stat().st_dev):
+        pytest.skip("/dev/shm is on the same filesystem as the cache or the tests' folders")
+    return Path(tempfile.mkdtemp(prefix="series-other-fs-", dir=shm))
+
+
+def test_the_tools_clone_across_filesystems(capsys, tmp_path, series, monkeypatch):
+    # git clone --local dies when it cannot hard-link ("Invalid cross-device link"); a plain
+    # clone of a local path links where it can and copies where it cannot.
+    other = _other_filesystem(tmp_path)
+    try:
+        release = base.materialize(series.base.version, other / "release", only=[FIX])
+        assert _head(release) == BASE_0_5_23 and (release / FIX).is_file()
+        here = checkout(series, tmp_path / "sglang")
+        at = base.materialize_checkout(here, "HEAD", other / "checkout")
+        assert _head(at) == BASE_0_5_23
+        # refresh --checkout clones the checkout into a temporary folder: there, on tmpfs.
+        check.am_series(series, here, env=gitcmd.TOOL_IDENTITY)
+        name, email = parseaddr(_author_header(PATCHES_DIR))
+        monkeypatch.setenv("GIT_AUTHOR_NAME", name)
+        monkeypatch.setenv("GIT_AUTHOR_EMAIL", email)
+        monkeypatch.setattr(tempfile, "tempdir", str(other))
+        patches = _project_copy(tmp_path) / "patches"
+        written = refresh.refresh_checkout(patches, here, BASE_0_5_23)
+        assert written and seriesdir.load(patches).base.git == BASE_0_5_23
+    finally:
+        shutil.rmtree(other)
 
 
 def test_run_as_a_git_hook_it_leaves_the_callers_repository_alone(monkeypatch, tmp_path, series):
@@ -153,13 +195,13 @@ def test_run_as_a_git_hook_it_leaves_the_callers_repository_alone(monkeypatch, t
     # What git exports to a hook in a linked worktree (check is a pre-commit hook).
     monkeypatch.setenv("GIT_DIR", str(caller / ".git"))
     monkeypatch.setenv("GIT_INDEX_FILE", str(caller / ".git" / "index"))
-    repo = base.materialize(series.base.version, tmp_path / "sglang")
+    repo = checkout(series, tmp_path / "sglang")
     assert gitcmd.out(["rev-parse", "--show-toplevel"], repo) == str(repo)
     assert not gitcmd.ok(["rev-parse", "-q", "--verify", "HEAD"], caller)  # nothing landed there
 
 
 def test_apply_to_checkout_commits_the_series_then_refuses_a_second_time(capsys, tmp_path, series):
-    repo = base.materialize(series.base.version, tmp_path / "sglang")
+    repo = checkout(series, tmp_path / "sglang")
     start = _head(repo)
     code, out, err = _run(capsys, "apply", "--to", repo)
     assert code == 0, err
@@ -177,7 +219,7 @@ def test_apply_to_checkout_commits_the_series_then_refuses_a_second_time(capsys,
 def test_apply_one_fix_commits_only_its_patches_and_the_other_fix_applies_after_it(
     capsys, tmp_path, series
 ):
-    repo = base.materialize(series.base.version, tmp_path / "sglang")
+    repo = checkout(series, tmp_path / "sglang")
     start = _head(repo)
     code, out, err = _run(capsys, "apply", "--fix", "0003", "--to", repo)
     assert code == 0, err
@@ -225,7 +267,7 @@ def test_matrix_tries_each_fix_on_its_own_files(tmp_path):
 
 
 def test_apply_refuses_a_dirty_checkout_and_one_it_does_not_apply_to(capsys, tmp_path, series):
-    repo = base.materialize(series.base.version, tmp_path / "sglang")
+    repo = checkout(series, tmp_path / "sglang")
     target = repo / FIX
     original = target.read_bytes()
     target.write_bytes(

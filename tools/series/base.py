@@ -161,7 +161,7 @@ def materialize(version: str, dest, only=None) -> Path:
     source = cached_base(version)
     dest.parent.mkdir(parents=True, exist_ok=True)
     sparse = ["--no-checkout"] if only is not None else []
-    gitcmd.run(["clone", "-q", "--local", *sparse, str(source), str(dest)], dest.parent)
+    gitcmd.run(["clone", "-q", *sparse, str(source), str(dest)], dest.parent)
     if only is not None:
         # --stdin: one literal path a line, so no path is read as an option or a glob
         patterns = "".join(f"/{glob_escape(path)}\n" for path in sorted(set(only)))
@@ -207,7 +207,7 @@ def materialize_checkout(checkout, rev: str, dest) -> Path:
     if dest.exists() and any(dest.iterdir()):
         raise usage(f"{dest} exists and is not empty; materialize into a new directory")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    gitcmd.run(["clone", "-q", "--local", "--no-checkout", str(checkout), str(dest)], dest.parent)
+    gitcmd.run(["clone", "-q", "--no-checkout", str(checkout), str(dest)], dest.parent)
     gitcmd.run(["checkout", "-q", "--detach", commit], dest)
     gitcmd.run(["remote", "remove", "origin"], dest)
     # -f: the clone carries the checkout's tags, which may name another commit 'base'.

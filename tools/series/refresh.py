@@ -32,7 +32,7 @@ def refresh_checkout(patches_dir, checkout, rev: str) -> list:
         )
     with tempfile.TemporaryDirectory(prefix="series-refresh-checkout-") as tmp:
         clone = Path(tmp) / "sglang"
-        gitcmd.run(["clone", "-q", "--local", "--no-checkout", str(checkout), str(clone)], tmp)
+        gitcmd.run(["clone", "-q", "--no-checkout", str(checkout), str(clone)], tmp)
         head = gitcmd.out(["rev-parse", "HEAD"], checkout)
         gitcmd.run(["checkout", "-q", "-B", "series", head], clone)
         gitcmd.run(["tag", "-f", base.BASE_TAG, commit], clone)
