@@ -166,6 +166,7 @@ def pytest_collection_modifyitems(config, items):
             )
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest -p no:xdist has no such hook to call
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadfile``, with each group of ``XDIST_GROUPS`` one unit of work."""
     if config.getvalue("dist") != "loadfile":
