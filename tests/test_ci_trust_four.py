@@ -120,12 +120,16 @@ class T(unittest.TestCase):
         if os.environ.get("SGLANG_OVERLAY_DISABLE") != "1" and os.fork() == 0:
             os.setsid()  # out of the file's process group: the runner's kill misses it
             if os.fork() == 0:
-                target = os.path.join(os.environ["REWRITE_OUT"], "report.md")
-                for _ in range(1200):
-                    if os.path.exists(target):
+                # A daemon's manners: it lets go of the file's pipes (ci run would read them
+                # for another 10 s, launch.DRAIN_S, a path test_ci_attacks covers).
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                os.closerange(3, 1024)
+                for _ in range(1200):  # the test says when `ci run` has exited
+                    if os.path.exists(os.environ["EXITED"]):
                         break
                     time.sleep(0.25)
-                time.sleep(3)  # `ci run` has printed its last line and exited
                 shutil.copy(os.environ["GREEN"], os.path.join(os.environ["REWRITE_OUT"], "results.json"))
             os._exit(0)
         self.fail("the change breaks this")
@@ -146,10 +150,12 @@ def test_results_a_leftover_process_rewrote_after_ci_run_exited_are_refused(
     green = tmp_path / "green"
     green.mkdir()
     save(posted(), str(green))
-    env = clean_env(REWRITE_OUT=str(out), GREEN=str(green / "results.json"))
+    exited = tmp_path / "ci-run-exited"
+    env = clean_env(REWRITE_OUT=str(out), GREEN=str(green / "results.json"), EXITED=str(exited))
     argv = [sys.executable, "-m", "ci", "run", "--out", str(out), "--backend", "cpu", "--root",
             str(root), "--tests", "test_rewrite.py", "--regressions", str(tmp_path / "none.txt")]  # fmt: skip
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    exited.touch()
     assert proc.returncode == 1, proc.stdout + proc.stderr
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("results-digest: sha256:"), proc.stdout
