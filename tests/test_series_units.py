@@ -233,3 +233,27 @@ def test_the_base_cache_is_built_by_one_process_at_a_time_and_a_waiter_takes_it(
     first = base.cached_base("0.5.23")
     assert held == [True]  # another builder would have waited on the lock
     assert base.cached_base("0.5.23") == first and builds == ["0.5.23"]
+
+
+@pytest.mark.parametrize(
+    "variables, expected",
+    [
+        ({"XDG_CACHE_HOME": "/x/cache"}, "/x/cache/sglang-overlay"),
+        ({"XDG_CACHE_HOME": "relative/cache", "HOME": "/h"}, "/h/.cache/sglang-overlay"),
+        ({"HOME": "/h"}, "/h/.cache/sglang-overlay"),
+        ({"SGLANG_SERIES_CACHE": "/one/place", "XDG_CACHE_HOME": "/x"}, "/one/place"),
+    ],
+)
+def test_upstreams_hooks_are_kept_per_user_unless_one_cache_folder_is_named(variables, expected):
+    # Installing upstream's hooks took a fresh clone's first check about 40 s: every clone
+    # and worktree of a user shares them, as pre-commit shares its own store.
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("XDG_CACHE_HOME", "SGLANG_SERIES_CACHE", "HOME")}  # fmt: skip
+    code = "from tools.series import base; print(base.HOOKS_CACHE_DIR)"
+    proc = subprocess.run([sys.executable, "-c", code], env={**env, **variables},
+                          cwd=REPO_ROOT, capture_output=True, text=True, check=True)  # fmt: skip
+    assert proc.stdout.strip() == expected

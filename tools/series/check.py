@@ -290,7 +290,9 @@ def ensure_env() -> Path:
     if importlib.util.find_spec("pre_commit") is None:
         raise usage("pre-commit is not installed in this Python; 'make install' installs it")
     config = hooks_config()
-    home = base.CACHE_DIR / "upstream-hooks" / hashlib.sha256(config.encode()).hexdigest()[:12]
+    home = (
+        base.HOOKS_CACHE_DIR / "upstream-hooks" / hashlib.sha256(config.encode()).hexdigest()[:12]
+    )
     if (home / ".installed").is_file():
         return home
     home.mkdir(parents=True, exist_ok=True)

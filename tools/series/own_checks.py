@@ -120,7 +120,7 @@ def _pre_commit(repo: Path, files: list, only: str | None = None) -> tuple:
         for k, v in os.environ.items()
         if k != "SKIP" and not k.startswith(("GIT_", "PRE_COMMIT"))
     }
-    env["PRE_COMMIT_HOME"] = str(base.CACHE_DIR / "checkout-hooks")
+    env["PRE_COMMIT_HOME"] = str(base.HOOKS_CACHE_DIR / "checkout-hooks")
     command = [sys.executable, "-m", "pre_commit", "run", *([only] if only else [])]
     command += ["--color", "never", "--verbose", "--files", *files]
     try:
