@@ -242,6 +242,7 @@ def test_the_base_cache_is_built_by_one_process_at_a_time_and_a_waiter_takes_it(
         ({"XDG_CACHE_HOME": "relative/cache", "HOME": "/h"}, "/h/.cache/sglang-overlay"),
         ({"HOME": "/h"}, "/h/.cache/sglang-overlay"),
         ({"SGLANG_SERIES_CACHE": "/one/place", "XDG_CACHE_HOME": "/x"}, "/one/place"),
+        ({"HOME": ""}, str(REPO_ROOT / ".cache")),  # no home: this clone's own folder
     ],
 )
 def test_upstreams_hooks_are_kept_per_user_unless_one_cache_folder_is_named(variables, expected):
@@ -257,3 +258,15 @@ def test_upstreams_hooks_are_kept_per_user_unless_one_cache_folder_is_named(vari
     proc = subprocess.run([sys.executable, "-c", code], env={**env, **variables},
                           cwd=REPO_ROOT, capture_output=True, text=True, check=True)  # fmt: skip
     assert proc.stdout.strip() == expected
+
+
+def test_a_hooks_folder_that_cannot_be_written_is_one_line_and_exit_2(monkeypatch, tmp_path):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr(base, "HOOKS_CACHE_DIR", tmp_path / "file" / "below")
+    with pytest.raises(SeriesError) as raised:
+        check.ensure_env()
+    said = str(raised.value)
+    assert raised.value.exit_code == 2 and len(said.splitlines()) == 1, said
+    assert said.startswith(f"cannot write upstream's hooks into {tmp_path}/file/below/") and (
+        "Not a directory; set XDG_CACHE_HOME or SGLANG_SERIES_CACHE" in said
+    )

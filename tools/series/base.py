@@ -23,13 +23,18 @@ CACHE_DIR = Path(os.environ.get("SGLANG_SERIES_CACHE", REPO_ROOT / ".cache"))
 # clone and worktree of this user, as pre-commit shares its own store (~/.cache/pre-commit):
 # installing them took a fresh clone's first check about 40 s of its 41. $SGLANG_SERIES_CACHE
 # keeps everything in one place.
-_XDG_CACHE = os.environ.get("XDG_CACHE_HOME", "")  # a relative one is ignored, as XDG says
-HOOKS_CACHE_DIR = (
-    CACHE_DIR
-    if "SGLANG_SERIES_CACHE" in os.environ
-    else (Path(_XDG_CACHE) if os.path.isabs(_XDG_CACHE) else Path.home() / ".cache")
-    / "sglang-overlay"
-)
+def _hooks_cache_dir() -> Path:
+    if "SGLANG_SERIES_CACHE" in os.environ:
+        return CACHE_DIR
+    xdg, home = os.environ.get("XDG_CACHE_HOME", ""), os.path.expanduser("~")
+    if os.path.isabs(xdg):  # a relative one is ignored, as XDG says
+        return Path(xdg) / "sglang-overlay"
+    if os.path.isabs(home) and home != "/":  # HOME empty, or no home at all: this clone's
+        return Path(home) / ".cache" / "sglang-overlay"
+    return CACHE_DIR
+
+
+HOOKS_CACHE_DIR = _hooks_cache_dir()
 BASE_TAG = "base"
 VERSION_KEY = "sglang-series.version"
 CHECKOUT_KEY = "sglang-series.git"  # a base materialised from a checkout: its commit

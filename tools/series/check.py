@@ -295,8 +295,14 @@ def ensure_env() -> Path:
     )
     if (home / ".installed").is_file():
         return home
-    home.mkdir(parents=True, exist_ok=True)
-    (home / CONFIG).write_text(config)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        (home / CONFIG).write_text(config)
+    except OSError as exc:
+        raise usage(
+            f"cannot write upstream's hooks into {home}: {exc.strerror}; set XDG_CACHE_HOME "
+            "or SGLANG_SERIES_CACHE to a folder you can write"
+        ) from None
     with tempfile.TemporaryDirectory(prefix="upstream-hooks-") as scratch:
         gitcmd.run(["init", "-q"], scratch)  # pre-commit works in a git repository
         proc = _pre_commit(home, ["install-hooks"], scratch)
