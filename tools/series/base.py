@@ -19,11 +19,13 @@ from tools.series import SeriesError, gitcmd, usage
 from tools.series.seriesdir import NEW, REPO_ROOT, check_version
 
 CACHE_DIR = Path(os.environ.get("SGLANG_SERIES_CACHE", REPO_ROOT / ".cache"))
-# Upstream's pinned hooks, their environments and their verdicts on exact bytes, shared by every
-# clone and worktree of this user, as pre-commit shares its own store (~/.cache/pre-commit):
-# installing them took a fresh clone's first check about 40 s of its 41. $SGLANG_SERIES_CACHE
-# keeps everything in one place.
+
+
 def _hooks_cache_dir() -> Path:
+    """Where upstream's pinned hooks, their environments and their verdicts on exact bytes
+    live: per user, shared by every clone and worktree as pre-commit shares its own store
+    (installing them took a fresh clone's first check about 40 s of its 41);
+    ``$SGLANG_SERIES_CACHE`` keeps everything in one place."""
     if "SGLANG_SERIES_CACHE" in os.environ:
         return CACHE_DIR
     xdg, home = os.environ.get("XDG_CACHE_HOME", ""), os.path.expanduser("~")
