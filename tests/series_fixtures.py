@@ -19,7 +19,7 @@ def checkout(series, dest):
     """The release base as a git checkout whose work tree holds only the files the series
     touches: its index and history are whole, so git status, am, commit and format-patch (and
     the tools that run them) see what they see in a full checkout. Where a test's subject is not
-    the rest of the tree: writing the release's 5,800 files costs 2.5-5 CPU-s on a 2-core VM
+    the rest of the tree: writing the release's 5,800 files costs 2.4-4.5 CPU-s on a 2-core VM
     (most of it the kernel's), this 0.05 s."""
     from tools.series import base
 
@@ -86,7 +86,7 @@ def _slim_release(series, repo):
     """A new repository at ``repo`` whose one commit holds the release's files that the series
     and a check of main read: the files the series touches and what the collector's import
     loads from the tree (found by importing it from the cached release), byte for byte. Not the
-    other 5,700: every check of a checkout writes its whole tree, 2.5-5 CPU-s each on a 2-core
+    other 5,700: every check of a checkout writes its whole tree, 2.4-4.5 CPU-s each on a 2-core
     VM, and nothing the checks do reads them."""
     import json
     import subprocess
