@@ -101,10 +101,10 @@ def _slim_release(series, repo):
     )  # fmt: skip
     imported = ["python/" + path for path in json.loads(proc.stdout)]
     assert "python/sglang/test/ci/ci_register.py" in imported, proc.stdout
-    paths = {p for p in [*series.touched_files(), *imported] if base.blob(release, p) is not None}
+    blobs = {p: base.blob(release, p) for p in sorted({*series.touched_files(), *imported})}
     gitcmd.run(["init", "-q", str(repo)], repo.parent)
-    return commit_files(repo, {p: base.blob(release, p) for p in sorted(paths)},
-                        f"sglang {series.base.version}: the files main's checks read")  # fmt: skip
+    files = {path: data for path, data in blobs.items() if data is not None}  # not the new ones
+    return commit_files(repo, files, f"sglang {series.base.version}: the files main's checks read")
 
 
 @pytest.fixture(scope="session")
