@@ -26,18 +26,21 @@ $(SITE_READY): requirements/torch.txt requirements/cpu-closure.txt requirements/
 	@# A venv made the other way (with or without the system's site-packages) is made anew.
 	grep -qs '^include-system-site-packages = $(SYSTEM_SITE)$$' $(VENV)/pyvenv.cfg || rm -rf $(VENV)
 	test -x $(PY) || $(PYTHON) -m venv $(if $(filter true,$(SYSTEM_SITE)),--system-site-packages) $(VENV)
+	@echo "set-up 1/2: test tools"
+	$(PIP) install -c requirements/cpu-closure.txt -c requirements/torch.txt -r requirements/dev.txt
+	@# torch's step and the --no-deps step share no package (tests/test_install_plan.py), so they
+	@# run at once: one mostly unpacks torch's libraries, the other mostly byte-compiles. Both
+	@# come after the test tools, whose resolving install would list sglang's unmet pins.
 ifeq ($(TORCH_FROM),system)
 	$(PY) -c 'import torch' || { echo 'USE_SYSTEM_TORCH=1: $(PYTHON) cannot import torch' >&2; exit 2; }
+	@echo "set-up 2/2: the import closure of sglang's DSV4 module and its test utilities; sglang $(SGLANG_VERSION)"
+	$(PIP) install --no-deps -r requirements/cpu-closure.txt sglang==$(SGLANG_VERSION)
 else
-	@echo "set-up 1/4: torch, torchvision and their dependencies (the longest step: minutes)"
-	$(PIP) install -c requirements/cpu-closure.txt -r requirements/torch.txt
+	@echo "set-up 2/2, at once: torch and torchvision with their dependencies (the longest step: minutes); the import closure of sglang's DSV4 module and its test utilities; sglang $(SGLANG_VERSION)"
+	$(PIP) install -c requirements/cpu-closure.txt -r requirements/torch.txt & torch=$$!; \
+	$(PIP) install --no-deps -r requirements/cpu-closure.txt sglang==$(SGLANG_VERSION); rest=$$?; \
+	wait $$torch && exit $$rest
 endif
-	@echo "set-up 2/4: the import closure of sglang's DSV4 module and its test utilities"
-	$(PIP) install --no-deps -r requirements/cpu-closure.txt
-	@echo "set-up 3/4: test tools"
-	$(PIP) install -c requirements/cpu-closure.txt -c requirements/torch.txt -r requirements/dev.txt
-	@echo "set-up 4/4: sglang $(SGLANG_VERSION)"
-	$(PIP) install --no-deps sglang==$(SGLANG_VERSION)
 	rm -f $(VENV)/.ready-sglang-* $(VENV)/.installed
 	touch $@
 

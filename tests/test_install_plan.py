@@ -89,22 +89,53 @@ def make_plan(tmp_path, *assignments) -> list:
     return [line for line in proc.stdout.splitlines() if "pip" in line or " venv " in line]
 
 
-def test_make_installs_torch_with_its_dependencies_and_the_rest_no_deps(tmp_path):
+def test_make_installs_torch_with_its_dependencies_and_the_rest_no_deps_at_once(tmp_path):
     lines = make_plan(tmp_path)
     torch_step = [line for line in lines if "-r requirements/torch.txt" in line]
     closure_step = [line for line in lines if "-r requirements/cpu-closure.txt" in line]
+    dev_step = [line for line in lines if "-r requirements/dev.txt" in line]
     assert len(torch_step) == 1 and "--no-deps" not in torch_step[0]
     assert len(closure_step) == 1 and "--no-deps" in closure_step[0]
-    assert any("--no-deps sglang==" in line for line in lines)
+    assert closure_step[0].split("; rest=")[0].endswith(" sglang==0.5.23")
     assert not any("--system-site-packages" in line for line in lines)
-    assert lines.index(torch_step[0]) < lines.index(closure_step[0])
+    # The test tools first; then torch's step in the background while the --no-deps step runs,
+    # and the recipe waits for both.
+    assert lines.index(dev_step[0]) < lines.index(torch_step[0]) < lines.index(closure_step[0])
+    assert torch_step[0].split("&", 1)[1].startswith(" torch=$!")
+    assert closure_step[0].rstrip(" \\").endswith("rest=$?;")
+
+
+def _dependency_closure(names) -> set:
+    """The canonical names of ``names`` and of everything they need, from this venv's metadata
+    (requirements whose markers hold here, extras left out)."""
+    from importlib import metadata
+
+    seen, todo = set(), [canonicalize_name(n) for n in names]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for text in metadata.requires(name) or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(canonicalize_name(req.name))
+    return seen
+
+
+def test_torchs_step_and_the_no_deps_step_share_no_package():
+    # They run at once: a package in both would be written by two pips at the same time.
+    torch_step = _dependency_closure(["torch", "torchvision"])
+    assert {"numpy", "pillow", "filelock", "typing-extensions"} <= torch_step
+    no_deps_step = set(pins(CLOSURE)) | {"sglang"}
+    assert not torch_step & no_deps_step, sorted(torch_step & no_deps_step)
 
 
 def test_use_system_torch_reuses_the_pythons_torch_through_system_site_packages(tmp_path):
     lines = make_plan(tmp_path, "USE_SYSTEM_TORCH=1")
     assert any("-m venv --system-site-packages" in line for line in lines)
     assert not any("-r requirements/torch.txt" in line for line in lines)
-    assert any("--no-deps -r requirements/cpu-closure.txt" in line for line in lines)
+    assert any("--no-deps -r requirements/cpu-closure.txt sglang==" in line for line in lines)
 
 
 # ------------------------------------------------------------ PyPI as a standard machine sees it
@@ -266,6 +297,8 @@ def test_standard_machine_gets_pypis_torch_with_its_cuda_libraries_and_our_pins(
     assert "cuda-toolkit" in cuda and "nvidia-cudnn-cu13" in cuda, cuda
     for name, version in pins(TORCH).items():
         assert plan[name]["metadata"]["version"] == version, name
+    # The --no-deps step runs at the same time: none of its packages may come from this one.
+    assert not set(plan) & set(pins(CLOSURE)), sorted(set(plan) & set(pins(CLOSURE)))
     assert fetched < FETCH_BUDGET
 
 
