@@ -108,11 +108,20 @@ def test_results_that_are_not_what_ci_run_printed_the_digest_of_are_refused(
     assert pr_states.get_slot(fake.bodies[7], SLOT).startswith(":x:")
 
 
-GRANDCHILD = """
-import os, shutil, sys, time, unittest
-from sglang.test.ci.ci_register import register_cpu_ci
+# These files' subject is the runner, not sglang: registered as sglang's registry reader reads it
+# (a module-level call by its name) without importing sglang, which costs each side's process
+# about 5 CPU-s (tests/fixtures/slow/test_sleeps.py does the same).
+REGISTERED = """
+def register_cpu_ci(**kwargs):  # read by AST: sglang's own would import sglang (seconds)
+    pass
+
 
 register_cpu_ci(est_time=5, suite="base-a-test-cpu")
+"""
+
+GRANDCHILD = """
+import os, shutil, sys, time, unittest
+""" + REGISTERED + """
 
 
 class T(unittest.TestCase):
@@ -247,9 +256,7 @@ def test_the_preload_record_stops_saying_forked_once_its_parent_died(tmp_path):
 
 PASSES = """
 import unittest
-from sglang.test.ci.ci_register import register_cpu_ci
-
-register_cpu_ci(est_time=5, suite="base-a-test-cpu")
+""" + REGISTERED + """
 
 
 class T(unittest.TestCase):
