@@ -237,12 +237,18 @@ def test_gauges_per_process_in_prometheus_multiprocess_mode_end_with_the_process
     assert not [key for key in after if dict(key[1]).get("pid") in {str(p) for p in pids}]
 
 
-def test_status_adds_no_series_to_the_multiprocess_directory(tmp_path):
+def test_status_adds_no_series_to_the_multiprocess_directory(tmp_path, known):
+    # The CLI's fresh process imports the stand-in (first on PYTHONPATH), as it would sglang: the
+    # patch applies there and its gauges would be written (5 targets of the real sglang cost the
+    # probe about 10 CPU-s; whether the probe writes series does not depend on them).
     metrics_dir = tmp_path / "prometheus"
     metrics_dir.mkdir()
+    # A gauge file the probe wrote would be gone after it (marked dead at exit), but creating
+    # or removing one sets the folder's modification time: set in the past here, it must stay.
+    os.utime(metrics_dir, ns=(0, 0))
     proc = subprocess.run(
         [sys.executable, "-m", "sglang_overlay", "status", "--json"],
-        env=clean_env(PROMETHEUS_MULTIPROC_DIR=str(metrics_dir)),
+        env=clean_env(PROMETHEUS_MULTIPROC_DIR=str(metrics_dir), PYTHONPATH=str(known)),
         cwd="/",
         capture_output=True,
         text=True,
@@ -250,6 +256,7 @@ def test_status_adds_no_series_to_the_multiprocess_directory(tmp_path):
     )
     assert json.loads(proc.stdout)[0]["state"] == "applied", proc.stderr[-2000:]
     assert sorted(p.name for p in metrics_dir.iterdir()) == []
+    assert metrics_dir.stat().st_mtime_ns == 0, "the probe wrote into the folder while it ran"
 
 
 def gauge_samples(text: str) -> dict:
