@@ -11,8 +11,8 @@ import sys
 from dataclasses import replace
 
 import ci_samples
+import pytest
 from conftest import NO_RETRY_DELAY, REPO, clean_env
-from test_ci_file_process import run_file_process
 
 from ci.evidence.model import Outcome
 
@@ -125,17 +125,35 @@ if __name__ == "__main__":
 """
 
 
-def _ci_process(tmp_path, source, name):
-    (tmp_path / name).write_text(source)
-    proc, lines, record = run_file_process(
-        tmp_path, name, "-v", PYTHONPATH=str(NO_RETRY_DELAY), SGLANG_IS_IN_CI="true"
-    )
-    return proc, {line["test"]: line for line in lines}, record
+@pytest.fixture(scope="module")
+def custom_runs(tmp_path_factory):
+    """Both files, each in a child of ONE process that imported sglang's test utilities (as
+    `ci run` runs them by default), in sglang's CI mode and without its retry back-off:
+    {file: (its run, its result lines by test)}. Forking both from one import, instead of two
+    fresh interpreters, saves one import of sglang (about 6 CPU-s)."""
+    from ci.runner import launch, modes
+
+    folder = tmp_path_factory.mktemp("custom")
+    files = {"test_every_way.py": EVERY_WAY, "test_pytest_way.py": PYTEST_WAY}
+    for name, source in files.items():
+        (folder / name).write_text(source)
+    base = clean_env(PYTHONPATH=str(NO_RETRY_DELAY))
+    env = modes.environment(modes.ModeSetup("change", overlay=True), base=base)
+    assert env["SGLANG_IS_IN_CI"] == "true"
+    preloads = {}
+    runs = launch.run_all(list(files), {"change": env}, str(folder), 300, 2, lambda _: None,
+                          ("sglang.test.test_utils",), preloads)  # fmt: skip
+    assert preloads["change"]["forked"] is True, preloads
+    found = {}
+    for run in runs:
+        lines = [json.loads(line) for line in run.channel.splitlines()]
+        found[run.path] = (run, {line["test"]: line for line in lines})
+    return found
 
 
-def test_every_way_a_method_runs_has_its_attempts_counted(tmp_path):
-    proc, lines, _ = _ci_process(tmp_path, EVERY_WAY, "test_every_way.py")
-    assert proc.returncode == 1, proc.stderr[-3000:]  # test_static fails
+def test_every_way_a_method_runs_has_its_attempts_counted(custom_runs):
+    run, lines = custom_runs["test_every_way.py"]
+    assert run.returncode == 1, run.output[-3000:]  # test_static fails
     for test in ("AsyncCustom.test_async", "AsyncCustom.test_sync", "OwnCall.test_own",
                  "Restored.test_restored"):  # fmt: skip
         line = lines[test]
@@ -155,9 +173,9 @@ def test_every_way_a_method_runs_has_its_attempts_counted(tmp_path):
     assert not lines["Plain.test_expected"]["detail"].startswith("attempt")
 
 
-def test_a_unittest_case_that_pytest_runs_has_its_attempts_counted(tmp_path):
-    proc, lines, _ = _ci_process(tmp_path, PYTEST_WAY, "test_pytest_way.py")
-    assert proc.returncode == 0, proc.stdout[-3000:]
+def test_a_unittest_case_that_pytest_runs_has_its_attempts_counted(custom_runs):
+    run, lines = custom_runs["test_pytest_way.py"]
+    assert run.returncode == 0, run.output[-3000:]
     assert lines["AsyncCustom.test_async"]["attempts"] == ["fail", "pass"], lines
     # A plain function has no retry to count: a pass, not an unproven one.
     assert lines["test_function"]["outcome"] == "pass"
