@@ -105,6 +105,43 @@ def test_make_installs_torch_with_its_dependencies_and_the_rest_no_deps_at_once(
     assert closure_step[0].rstrip(" \\").endswith("rest=$?;")
 
 
+FAKE_PIP = """#!/bin/sh
+# Records each install; fails the one whose requirements file is $FAIL_ON, after a while.
+echo "$*" >> "$LOG"
+case "$*" in *"$FAIL_ON"*) sleep 0.3; exit 1;; esac
+"""
+
+
+@pytest.mark.parametrize("failing", ["-r requirements/torch.txt", "-r requirements/cpu-closure.txt", ""])
+def test_a_failure_of_either_step_run_at_once_fails_the_set_up(tmp_path, failing):
+    # make's own recipe, with pip replaced by a script and a venv that already exists.
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("include-system-site-packages = false\n")
+    (venv / "bin" / "python").write_text("#!/bin/sh\n")
+    (venv / "bin" / "python").chmod(0o755)
+    pip = tmp_path / "pip"
+    pip.write_text(FAKE_PIP)
+    pip.chmod(0o755)
+    log = tmp_path / "log"
+    proc = subprocess.run(
+        ["make", "-C", str(REPO), f"VENV={venv}", f"PIP={pip}", "venv"],
+        env={**os.environ, "LOG": str(log), "FAIL_ON": failing or "nothing fails"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    ran = log.read_text().splitlines()
+    assert len(ran) == 3, ran  # the test tools, then both steps (each ran to its end)
+    ready = list(venv.glob(".ready-sglang-*"))
+    if failing:
+        assert proc.returncode != 0 and not ready, (proc.stdout, proc.stderr)
+    else:
+        assert proc.returncode == 0 and len(ready) == 1, proc.stderr
+
+
 def _dependency_closure(names) -> set:
     """The canonical names of ``names`` and of everything they need, from this venv's metadata
     (requirements whose markers hold here, extras left out)."""
