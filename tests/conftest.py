@@ -1,7 +1,9 @@
 """Shared helpers for the project's tests: fresh interpreters of the project venv."""
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,10 +38,12 @@ WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
 NO_RETRY_DELAY = REPO / "tests/fixtures/no_retry_delay"
 OVERLAY_ENV = ("SGLANG_OVERLAY_DISABLE", "SGLANG_OVERLAY_STRICT")
 # The processes the tests start write their records here, not into the runtime directory
-# of whoever runs the tests (where `sglang-overlay status --processes` would list them).
-os.environ.setdefault(
-    "SGLANG_OVERLAY_RUNTIME_DIR", tempfile.mkdtemp(prefix="sglang-overlay-test-records-")
-)
+# of whoever runs the tests (where `sglang-overlay status --processes` would list them). The
+# process that made it (pytest-xdist's workers inherit it) removes it when it exits: one run
+# left 1.7 MB in /tmp each time.
+if "SGLANG_OVERLAY_RUNTIME_DIR" not in os.environ:
+    os.environ["SGLANG_OVERLAY_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="sglang-overlay-test-records-")
+    atexit.register(shutil.rmtree, os.environ["SGLANG_OVERLAY_RUNTIME_DIR"], ignore_errors=True)
 
 
 def clean_env(**overrides) -> dict:

@@ -13,7 +13,12 @@ import torch
 
 from tools.benchmark import fused_kv
 
-pytest.importorskip("sglang.kernels.ops.speculative.fused_kv_materialize")
+
+# On the worker that runs this module only: every pytest-xdist worker collects every module,
+# and importing sglang costs a collection 5-6 CPU-s.
+@pytest.fixture(autouse=True, scope="module")
+def _sglang_fused_kv():
+    pytest.importorskip("sglang.kernels.ops.speculative.fused_kv_materialize")
 
 SHAPE = {"n_layers": 2, "num_kv_heads": 2, "head_dim": 4}
 F16, BF16 = torch.float16, torch.bfloat16

@@ -13,18 +13,21 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang.srt.layers.attention.dsv4 import sparse_prefill_utils as workspace_module
 
 import sglang_overlay
 
 DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float32)
-WIDTH = workspace_module.WORKSPACE_DIM
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _overlay_is_applied():
+# Imported on the worker that runs this module only: every pytest-xdist worker collects every
+# module, and importing sglang costs a collection 5-6 CPU-s.
+@pytest.fixture(scope="module")
+def workspace_module():
+    from sglang.srt.layers.attention.dsv4 import sparse_prefill_utils
+
     records = sglang_overlay.apply()
     assert records[0]["state"] == "applied", records
+    return sparse_prefill_utils
 
 
 @dataclass
@@ -53,14 +56,14 @@ requests = st.lists(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests)
-def test_random_request_sequences_match_the_reference_model(sequence):
+def test_random_request_sequences_match_the_reference_model(workspace_module, sequence):
     workspace = workspace_module.SparsePrefillKVBuffer(torch.device("cpu"))
     model = WorkspaceModel()
     previous = None
     for step, (num_tokens, dtype, retain) in enumerate(sequence):
         expect_reuse = model.expect_reuse(num_tokens, dtype)
         rows = workspace.get(num_tokens, dtype)
-        assert rows.shape == (num_tokens, 1, WIDTH) and rows.dtype == dtype
+        assert rows.shape == (num_tokens, 1, workspace_module.WORKSPACE_DIM) and rows.dtype == dtype
         # Identity, not address: released first, a new buffer may get the old address back.
         reused = previous is not None and workspace._buffer is previous()
         assert reused == expect_reuse, f"step {step}: reuse {reused}, model says {expect_reuse}"
@@ -82,7 +85,9 @@ def test_random_request_sequences_match_the_reference_model(sequence):
         del rows
 
 
-def test_get_with_head_reports_filled_only_for_the_same_source_in_the_same_storage():
+def test_get_with_head_reports_filled_only_for_the_same_source_in_the_same_storage(
+    workspace_module,
+):
     workspace = workspace_module.SparsePrefillKVBuffer(torch.device("cpu"))
     key = ("cache", 1, "indices", 2)
     first, filled = workspace.get_with_head(1024, key)
@@ -96,7 +101,9 @@ def test_get_with_head_reports_filled_only_for_the_same_source_in_the_same_stora
     assert filled
 
 
-def test_each_replacement_logs_one_line_with_old_and_new_size_and_dtype(caplog, monkeypatch):
+def test_each_replacement_logs_one_line_with_old_and_new_size_and_dtype(
+    workspace_module, caplog, monkeypatch
+):
     from sglang_overlay import release_first
     from sglang_overlay.replacement_log import ReplacementLog
 
@@ -125,7 +132,7 @@ def test_each_replacement_logs_one_line_with_old_and_new_size_and_dtype(caplog, 
     ]
 
 
-def test_patched_method_keeps_the_original_signature():
+def test_patched_method_keeps_the_original_signature(workspace_module):
     import inspect
 
     patched = vars(workspace_module.SparsePrefillKVBuffer)["_reserve"]
