@@ -69,9 +69,11 @@ def run_transition(transition: Transition, order: str, device: str) -> dict:
 
     module = importlib.import_module(WORKSPACE_MODULE)
     import sglang_overlay  # the child runs in the repository root: always importable
+    from sglang_overlay import overlay as patches
 
     if order == "release-first":
-        sglang_overlay.apply()
+        # This patch alone: apply() imports every patched module, 4 CPU-s more per child.
+        patches.apply_to_module(module, PATCH_ID)
     overlay = next(r["state"] for r in sglang_overlay.status() if r["patch"] == PATCH_ID)
     cls = getattr(module, "SparsePrefillKVBuffer", None)
     if cls is None or not hasattr(cls, "_reserve"):
