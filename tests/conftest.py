@@ -46,6 +46,13 @@ if "SGLANG_OVERLAY_RUNTIME_DIR" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["SGLANG_OVERLAY_RUNTIME_DIR"], ignore_errors=True)
 
 
+
+# In a module-scoped fixture, not at module level: every pytest-xdist worker collects every
+# module, and importing sglang costs a collection 5-6 CPU-s on the worker that never runs them.
+@pytest.fixture(scope="module")
+def fused_kv_importable():
+    pytest.importorskip("sglang.kernels.ops.speculative.fused_kv_materialize")
+
 def clean_env(**overrides) -> dict:
     """This environment without the overlay's switches, plus ``overrides``."""
     env = {k: v for k, v in os.environ.items() if k not in OVERLAY_ENV}

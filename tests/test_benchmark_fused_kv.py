@@ -8,12 +8,7 @@ import pytest
 
 from tools.benchmark import fused_kv
 
-
-# On the worker that runs this module only: every pytest-xdist worker collects every module,
-# and importing sglang costs a collection 5-6 CPU-s.
-@pytest.fixture(autouse=True, scope="module")
-def _sglang_fused_kv():
-    pytest.importorskip("sglang.kernels.ops.speculative.fused_kv_materialize")
+pytestmark = pytest.mark.usefixtures("fused_kv_importable")
 
 
 def test_running_peak_is_the_highest_running_sum_in_time_order():

@@ -13,12 +13,7 @@ import torch
 
 from tools.benchmark import fused_kv
 
-
-# On the worker that runs this module only: every pytest-xdist worker collects every module,
-# and importing sglang costs a collection 5-6 CPU-s.
-@pytest.fixture(autouse=True, scope="module")
-def _sglang_fused_kv():
-    pytest.importorskip("sglang.kernels.ops.speculative.fused_kv_materialize")
+pytestmark = pytest.mark.usefixtures("fused_kv_importable")
 
 SHAPE = {"n_layers": 2, "num_kv_heads": 2, "head_dim": 4}
 F16, BF16 = torch.float16, torch.bfloat16
