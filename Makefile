@@ -107,11 +107,18 @@ compat: install
 bench: install
 	$(PY) -m tools.benchmark
 
-# The release files as the release workflow builds them (the wheel from the sdist), checked.
-dist: $(SITE_READY)
-	rm -rf dist
-	$(PY) -m build --no-isolation --outdir dist .
-	$(PY) -m twine check --strict dist/*
+# The release files as the release workflow builds them (the wheel from the sdist), checked,
+# from a small venv of their own (build, twine, hatchling at dev.txt's pins), not the torch one.
+DIST_VENV := .venv-dist
+$(DIST_VENV)/.ready: requirements/dev.txt
+	@test -x $(DIST_VENV)/bin/python || $(PYTHON) -m venv $(DIST_VENV)
+	@$(DIST_VENV)/bin/python -m pip --disable-pip-version-check -q install -c requirements/dev.txt build twine hatchling
+	@touch $@
+
+dist: $(DIST_VENV)/.ready
+	@rm -rf dist
+	@$(DIST_VENV)/bin/python -m build --no-isolation --outdir dist . >/dev/null
+	$(DIST_VENV)/bin/python -m twine check --strict dist/*
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(DIST_VENV)

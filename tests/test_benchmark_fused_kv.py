@@ -15,21 +15,11 @@ def test_running_peak_is_the_highest_running_sum_in_time_order():
     assert fused_kv.running_peak([(2, -4), (1, 4), (3, 8), (4, -2)]) == (8, 6)
 
 
-def test_unmodified_growth_peaks_at_9_units_where_the_new_total_is_8():
-    row = fused_kv.grow(64, "unmodified")
+@pytest.mark.parametrize("order, peak", [("unmodified", 9), ("overlay", 8), ("released-first", 8)])
+def test_growing_c_to_2c_peaks_one_k_workspace_above_the_new_total_only_unmodified(order, peak):
+    row = fused_kv.grow(64, order)
     assert row["capacity"] == [64, 128]
-    assert (row["old_total_units"], row["new_total_units"], row["peak_units"]) == (4, 8, 9)
-
-
-def test_the_overlays_method_peaks_at_the_new_total():
-    row = fused_kv.grow(64, "overlay")
-    assert row["capacity"] == [64, 128]
-    assert (row["old_total_units"], row["new_total_units"], row["peak_units"]) == (4, 8, 8)
-
-
-def test_releasing_the_old_workspaces_first_peaks_at_the_new_total():
-    row = fused_kv.grow(64, "released-first")
-    assert (row["new_total_units"], row["peak_units"]) == (8, 8)
+    assert (row["old_total_units"], row["new_total_units"], row["peak_units"]) == (4, 8, peak)
 
 
 def test_each_order_leaves_the_overlay_as_it_found_it():

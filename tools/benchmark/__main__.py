@@ -1,11 +1,11 @@
 """``python -m tools.benchmark``: run the side-by-side benchmarks and write the results.
 
 Writes ``tools/benchmark/results/<machine>.json`` (merged: parts not run keep their last figures);
-BENCHMARKS.md is a document, edited by hand from these figures. Parts: peaks (replacement peak / new size), fit (largest replacement under a cap), hot
-(reuse-path cost), startup (.pth hook cost), proof (``ci run`` wall time), hazard (how often a
-release-first replacement gets the old address back: ``tools.benchmark.hazard``). ``--quick`` runs
-fewer rounds and the regression test's transitions only. A part that fails is recorded and
-the others still run. Exit 0 when every part ran, 1 when one failed, 2 for bad usage.
+BENCHMARKS.md is a document, edited by hand from these figures. Parts: peaks (replacement peak /
+new size), fit (largest replacement under a cap), hot (reuse-path cost), startup (.pth hook
+cost), proof (``ci run`` wall time). ``--quick`` runs fewer rounds and the regression test's
+transitions only. A part that fails is recorded and the others still run. Exit 0 when every
+part ran, 1 when one failed, 2 for bad usage.
 """
 
 import argparse
@@ -19,9 +19,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from tools.benchmark import capped, hazard, hot_path, proof, startup
+from tools.benchmark import capped, hot_path, proof, startup
 
-ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -35,8 +34,7 @@ PARTS = {
     "fit": lambda p: {"largest_fit": capped.largest_fit(p.device, p.fit_caps, 1, p.jobs)},
     "hot": lambda p: {"hot_path": hot_path.measure(p.device, **p.hot)},
     "startup": lambda p: {"startup": startup.measure(runs=p.startup_runs)},
-    "proof": lambda p: {"proof": proof.measure(p.device, p.proof_repeats, ROOT)},
-    "hazard": lambda p: {"hazard": hazard.report(p.device, p.jobs)},
+    "proof": lambda p: {"proof": proof.measure(p.device, p.proof_repeats)},
 }
 
 
@@ -48,7 +46,6 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--device", help="workspace device (default: cuda if available)")
     parser.add_argument("--jobs", type=int, help="capped children at once (default: CPUs, max 12)")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     if any(p not in PARTS for p in parts) or not parts:
@@ -74,7 +71,7 @@ def main(argv=None) -> int:
         name = torch.cuda.get_device_name(0).replace(" ", "-").lower()
     else:
         name = f"cpu-{platform.machine()}-{socket.gethostname()[:12]}"
-    path = args.results_dir / f"{name}.json"
+    path = RESULTS / f"{name}.json"
     report = json.loads(path.read_text()) if path.exists() else {}
     report.update(
         machine=name,
@@ -99,7 +96,7 @@ def main(argv=None) -> int:
         took = time.monotonic() - part_started
         print(f"benchmark: {part} took {took:.0f} s", file=sys.stderr, flush=True)
     report["elapsed_s"] = round(time.monotonic() - started, 1)
-    args.results_dir.mkdir(parents=True, exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")
     print(f"benchmark: wrote {path} in {report['elapsed_s']} s", file=sys.stderr)
     return 1 if errors else 0

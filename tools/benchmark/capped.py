@@ -2,7 +2,7 @@
 
 The child caps its own allocator (CPU: ``RLIMIT_AS`` = its address space + the budget, one
 thread; CUDA: ``set_per_process_memory_fraction``), makes the requests on sglang's real class
-and prints one result: pass or OOM, the CUDA peak, a memory snapshot on request. ``peaks``:
+and hands back one result (``launch``): pass or OOM, and the CUDA peak. ``peaks``:
 a replacement's peak over the new size (CPU: the smallest budget that passes, searched);
 ``largest_fit``: the largest replacement under a cap C with X held. By hand, from the root:
 ``python -m tools.benchmark.capped --steps 65536:bfloat16,98304:bfloat16 --device cpu --budget-mib 128``
@@ -11,22 +11,15 @@ a replacement's peak over the new size (CPU: the smallest budget that passes, se
 import argparse
 import importlib
 import inspect
-import json
 import math
-import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-from ci.evidence.model import MODES
-from ci.runner import modes
 from sglang_overlay import WORKSPACE_MODULE
 from sglang_overlay.shapes import workspace_class
-from tools.benchmark import search, summary
+from tools.benchmark import launch, search, summary
+from tools.benchmark.launch import MODES, BenchmarkError
 
-REPO = Path(__file__).resolve().parents[2]
-RESULT_PREFIX = "DSV4_CAPPED_RESULT "
 MIB = 1 << 20
 BF16, FP8 = "bfloat16", "float8_e4m3fn"
 DTYPE_BYTES = {BF16: 2, "float16": 2, "float32": 4, FP8: 1}
@@ -47,7 +40,6 @@ SWEEP_CUDA_ONLY = {
     "grow_bf16_512_to_768_mib": ((524288, BF16), (786432, BF16)),
     "replace_fp8_256_with_bf16_512_mib": ((524288, FP8), (524288, BF16)),
 }
-SNAPSHOT_TRANSITION = "grow_bf16_64_to_96_mib"
 FILL_FRACTIONS = (0.25, 0.50, 0.75)
 # Allocation granularity: CUDA's caching allocator rounds large blocks to 2 MiB; CPU's mmap
 # works in 4 KiB pages, below the searches' 1 MiB resolution.
@@ -60,7 +52,9 @@ def parse_steps(text: str) -> list:
     for item in text.split(","):
         rows, _, dtype = item.strip().partition(":")
         if not rows.isdigit() or int(rows) <= 0 or dtype not in DTYPE_BYTES:
-            raise ValueError(f"bad step {item!r}: use ROWS:DTYPE with DTYPE in {list(DTYPE_BYTES)}")
+            raise BenchmarkError(
+                f"bad step {item!r}: use ROWS:DTYPE with DTYPE in {list(DTYPE_BYTES)}"
+            )
         steps.append((int(rows), dtype))
     return steps
 
@@ -91,7 +85,7 @@ def cap_allocator(torch, device: str, budget_mib: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def run_steps(steps, device: str, budget_mib: int, snapshot=None) -> dict:
+def run_steps(steps, device: str, budget_mib: int) -> dict:
     """The requests in this process, under the cap: the child's whole job."""
     import torch
 
@@ -102,9 +96,6 @@ def run_steps(steps, device: str, budget_mib: int, snapshot=None) -> dict:
     if not takes_dtype and any(dtype != BF16 for _, dtype in steps):
         return {"outcome": "skip", "detail": f"{cls.__name__}.get has no dtype parameter"}
     cap_allocator(torch, device, budget_mib)
-    if snapshot:
-        # Python stacks only: symbolising C++ frames at dump time would cost seconds.
-        torch.cuda.memory._record_memory_history(stacks="python", max_entries=100000)
     result = {"class": cls.__name__, "budget_mib": budget_mib, "outcome": "pass"}
     workspace = cls(torch.device(device))
     try:
@@ -119,47 +110,27 @@ def run_steps(steps, device: str, budget_mib: int, snapshot=None) -> dict:
         result.update(outcome="oom", detail=f"{type(exc).__name__}: {text.splitlines()[0]}")
     if device == "cuda":
         result["peak_allocated_mib"] = torch.cuda.max_memory_allocated() / MIB
-    if snapshot:
-        torch.cuda.memory._dump_snapshot(snapshot)
-        result["snapshot"] = snapshot
     return result
 
 
-class ChildFailed(RuntimeError):
-    """The child ended without a result line (a crash, not an OOM: an OOM is a result)."""
-
-
-def run_child(args: list, mode: str, what: str, timeout_s: float, isolated: bool = True) -> dict:
-    """``python -m <args>`` in a fresh process under ``mode`` (overlay on for ``change``); the
-    result line it printed. ``isolated``: one thread, one malloc arena."""
-    env = modes.environment(modes.ModeSetup(mode, overlay=mode == "change"))
-    if isolated:
-        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="1")
-    command = [sys.executable, "-m", *args]
-    proc = subprocess.run(
-        command, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO
-    )
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX) :])
-    raise ChildFailed(
-        f"{what} exited {proc.returncode} without a result\n{proc.stderr.strip()[-3000:]}"
-    )
-
-
-def launch(steps, device: str, budget_mib: int, mode: str, snapshot=None, timeout_s=300) -> dict:
-    """Run ``steps`` in a fresh capped child under ``mode``; adds the wall time seen from here."""
-    args = ["tools.benchmark.capped", "--steps", format_steps(steps), "--device", device]
-    args += ["--budget-mib", str(budget_mib)] + (["--snapshot", str(snapshot)] if snapshot else [])
-    what = f"{mode} {format_steps(steps)} on {device} under {budget_mib} MiB"
-    started = time.perf_counter()
-    result = run_child(args, mode, what, timeout_s)
-    return {**result, "wall_s": time.perf_counter() - started, "mode": mode}
+def launch_steps(steps, device: str, budget_mib: int, mode: str, timeout_s=300) -> dict:
+    """Run ``steps`` in a fresh capped child under ``mode``, one thread and one malloc arena;
+    its result with the wall time seen from here."""
+    env = launch.side_env(mode)
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="1")
+    command = [sys.executable, "-m", "tools.benchmark.capped", "--steps", format_steps(steps)]
+    command += ["--device", device, "--budget-mib", str(budget_mib)]
+    ran = launch.run(command, env, timeout_s, check=False)
+    if ran.result is None:
+        what = f"{mode} {format_steps(steps)} on {device} under {budget_mib} MiB"
+        tail = ran.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise BenchmarkError(f"{what} exited {ran.returncode} without a result: {tail[0]}")
+    return {**ran.result, "wall_s": ran.wall_s, "mode": mode}
 
 
 def _passes(result: dict) -> bool:
     if result["outcome"] not in ("pass", "oom"):
-        raise ChildFailed(f"unexpected outcome {result['outcome']}: {result}")
+        raise BenchmarkError(f"unexpected outcome {result['outcome']}: {result}")
     return result["outcome"] == "pass"
 
 
@@ -179,7 +150,7 @@ def _alternating(keys, repeats: int, work, jobs: int) -> dict:
     return results
 
 
-def peaks(device: str, repeats: int, jobs: int, quick: bool = False, snapshot_dir=None) -> dict:
+def peaks(device: str, repeats: int, jobs: int, quick: bool = False) -> dict:
     cases = dict(TRANSITIONS)
     if not quick:
         cases |= SWEEP | (SWEEP_CUDA_ONLY if device == "cuda" else {})
@@ -188,21 +159,18 @@ def peaks(device: str, repeats: int, jobs: int, quick: bool = False, snapshot_di
         steps = cases[name]
         old, new = step_mib(steps[-2]), step_mib(steps[-1])
         if device == "cuda":
-            snapshot = None
-            if snapshot_dir and repeat == 0 and name == SNAPSHOT_TRANSITION:
-                snapshot = str(snapshot_dir / f"snapshot-{mode}.pickle")
-            result = launch(steps, device, math.ceil(old + new) + 256, mode, snapshot)
+            result = launch_steps(steps, device, math.ceil(old + new) + 256, mode)
             if not _passes(result):
-                raise ChildFailed(f"{name} {mode} OOM under a generous cap: {result}")
-            return {"peak_mib": result["peak_allocated_mib"], "probes": 1, "snapshot": snapshot}
+                raise BenchmarkError(f"{name} {mode} OOM under a generous cap: {result}")
+            return {"peak_mib": result["peak_allocated_mib"], "probes": 1}
         found = search.smallest_passing(
-            lambda b: _passes(launch(steps, device, b, mode)),
+            lambda b: _passes(launch_steps(steps, device, b, mode)),
             math.ceil(old + new if mode == "unmodified" else max(old, new)),
             floor=math.floor(max(old, new) / 2),
             ceiling=math.ceil(old + new) + 64,
         )
         if found.value is None:
-            raise ChildFailed(f"{name} {mode}: no budget up to old + new + 64 MiB passes")
+            raise BenchmarkError(f"{name} {mode}: no budget up to old + new + 64 MiB passes")
         return {"peak_mib": found.value, "probes": len(found.probes)}
 
     raw = _alternating(list(cases), repeats, work, jobs)
@@ -221,8 +189,6 @@ def peaks(device: str, repeats: int, jobs: int, quick: bool = False, snapshot_di
         for mode in MODES:
             values = [v["peak_mib"] for v in raw[name, mode]]
             row[mode] = {"peak_mib": summary(values), "ratio": summary(v / new for v in values)}
-            if snapshot := raw[name, mode][0].get("snapshot"):  # repeat 0 takes the snapshot
-                row[mode]["snapshot"] = snapshot
     method = (
         "torch.cuda.max_memory_allocated, one child per repeat"
         if device == "cuda"
@@ -241,7 +207,7 @@ def largest_fit(device: str, caps_mib, repeats: int, jobs: int) -> dict:
 
         def fits(size_mib):
             steps = [(held * ROWS_PER_MIB_BF16, BF16), (size_mib * ROWS_PER_MIB_BF16, BF16)]
-            return _passes(launch(steps, device, cap, mode))
+            return _passes(launch_steps(steps, device, cap, mode))
 
         # CPU's cap is relative to the address space at capping time, which can shrink a
         # little afterwards, so the search may find the cap itself: it is allowed to.
@@ -271,16 +237,19 @@ def largest_fit(device: str, caps_mib, repeats: int, jobs: int) -> dict:
     }
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="one capped workspace scenario")
     parser.add_argument("--steps", required=True, help="ROWS:DTYPE,... requested in order")
     parser.add_argument("--device", required=True, choices=["cpu", "cuda"])
     parser.add_argument("--budget-mib", type=int, required=True)
-    parser.add_argument("--snapshot", help="CUDA: dump a memory snapshot (pickle) here")
     args = parser.parse_args(argv)
-    result = run_steps(parse_steps(args.steps), args.device, args.budget_mib, args.snapshot)
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    try:
+        steps = parse_steps(args.steps)
+    except BenchmarkError as exc:
+        parser.error(str(exc))
+    launch.hand_back(run_steps(steps, args.device, args.budget_mib))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -18,11 +18,12 @@ BENCHMARKS.md; the test is tests/test_benchmark_fused_kv.py.
 
 import argparse
 import contextlib
-import json
 import sys
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+
+from tools.benchmark import launch
 
 # A DFlash draft shape (5 draft layers, 8 KV heads of 128, bf16); any shape gives the same units.
 SHAPE = {"n_layers": 5, "num_kv_heads": 8, "head_dim": 128}
@@ -149,12 +150,7 @@ def main(argv=None) -> int:
         parser.error("--device cuda: torch sees no CUDA device here")
     rows = [grow(args.capacity, order, device=args.device) for order in ORDERS]
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    json.dump(
-        {"shape": SHAPE, "device": device, "torch": torch.__version__, "rows": rows},
-        sys.stdout,
-        indent=2,
-    )
-    print()
+    launch.hand_back({"shape": SHAPE, "device": device, "torch": torch.__version__, "rows": rows})
     return 0
 
 

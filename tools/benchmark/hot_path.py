@@ -15,12 +15,12 @@ def measure(device: str = "cpu", rounds: int = 21, number: int = 20000) -> dict:
     import torch
 
     import sglang_overlay
-    from sglang_overlay import shapes
+    from sglang_overlay import WORKSPACE_MODULE, shapes
 
     records = sglang_overlay.apply()
     if records[0]["state"] != "applied":
         raise RuntimeError(f"overlay not applied here: {records[0]}")
-    cls = shapes.workspace_class(importlib.import_module(shapes.WORKSPACE_MODULE))
+    cls = shapes.workspace_class(importlib.import_module(WORKSPACE_MODULE))
     method = "_reserve" if "_reserve" in vars(cls) else "get"
     variants = {"overlay": vars(cls)[method]}
     variants["original"] = variants["overlay"].__wrapped__

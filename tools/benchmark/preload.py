@@ -9,27 +9,22 @@ and forks a child per file), and with ``--preload none`` (each file in a fresh i
 and, as the yardstick, one bare ``python -c "import MODULE"``. Alternated in each repeat so a
 busy machine slows them alike; every command must exit 0. Prints the figures as JSON, with the
 CPU seconds of each command and its children, and writes them to
-``tools/benchmark/results/preload/cpu-<machine>.json``. Goal (issues 26, 35): the default run in
-at most 2.5x the bare import on a 2-core machine.
+``tools/benchmark/results/preload/cpu-<machine>.json``. Goal: the default run in at most 2.5x
+the bare import on a 2-core machine.
 """
 
 import argparse
 import json
 import os
 import platform
-import resource
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from ci.runner import modes
 from sglang_overlay import WORKSPACE_MODULE
-from tools.benchmark import summary
+from tools.benchmark import launch, summary
 from tools.series import gitcmd
 
-ROOT = Path(__file__).resolve().parents[2]
 GOAL = 2.5
 FILE = """import unittest
 
@@ -77,7 +72,7 @@ def make_repo(dest: Path) -> Path:
 
 
 def measure(repeats: int) -> dict:
-    env = modes.environment(modes.ModeSetup("change", overlay=False))
+    env = launch.side_env("unmodified")  # trees from git: the overlay is off on both sides
     walls: dict = {"import": [], "fresh": [], "default": []}
     cpus: dict = {kind: [] for kind in walls}
     with tempfile.TemporaryDirectory(prefix="bench-preload-") as tmp:
@@ -94,13 +89,9 @@ def measure(repeats: int) -> dict:
                     "fresh": [*run, "--preload", "none"],
                     "default": run,
                 }[kind]
-                before = _children_cpu()
-                started = time.perf_counter()
-                proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-                walls[kind].append(time.perf_counter() - started)
-                cpus[kind].append(_children_cpu() - before)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"{kind} exited {proc.returncode}: {proc.stderr[-2000:]}")
+                ran = launch.run(command, env)
+                walls[kind].append(ran.wall_s)
+                cpus[kind].append(ran.cpu_s)
                 if kind != "import":
                     data = json.loads((out / "results.json").read_text())
                     assert len(data["files"]) == 6 and data["verdict"] == "ok", data["reasons"]
@@ -120,12 +111,6 @@ def measure(repeats: int) -> dict:
         },
         "goal": {"default": GOAL},
     }
-
-
-def _children_cpu() -> float:
-    """User and system CPU seconds of this process's ended children so far."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def main(argv=None) -> int:

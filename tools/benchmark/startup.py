@@ -4,27 +4,27 @@ Two throw-away venvs see the project venv's site-packages as a plain path (so it
 ours included, are not run); only the second also gets the overlay package and its .pth.
 """
 
-import json
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
-import time
 from pathlib import Path
 
-from tools.benchmark import summary
+from tools.benchmark import launch, summary
 
 PROGRAMS = ("pass", "import torch")
-PROBE = (
-    "import json, sys; print(json.dumps({m: m in sys.modules for m in "
-    "('sglang_overlay.import_hook', 'torch', 'sglang', 'sglang_overlay.overlay')}))"
+# The two programs hand their figures back on launch's descriptor.
+HAND_BACK = "json.dump({}, open(int(os.environ['BENCH_RESULT_FD']), 'w'))"
+PROBE = "import json, os, sys; " + HAND_BACK.format(
+    "{m: m in sys.modules for m in "
+    "('sglang_overlay.import_hook', 'torch', 'sglang', 'sglang_overlay.overlay')}"
 )
 # Counts the start-up hook's calls during ``import torch`` and times one call: what the
 # installed hook adds to an interpreter that never imports sglang, free of the run-to-run
 # noise of a wall-clock difference between two ``import torch`` processes.
 TRIGGER_COST = """
-import json, timeit
+import json, os, timeit
 import sglang_overlay.import_hook as startup
 finder = type(startup.HOOK)
 original, calls = finder.find_spec, [0]
@@ -36,14 +36,15 @@ import torch
 finder.find_spec = original
 number = 200000
 per_call = timeit.timeit(lambda: startup.HOOK.find_spec("numpy.core", None), number=number) / number
-print(json.dumps({"calls": calls[0], "ns_per_call": per_call * 1e9, "ms": calls[0] * per_call * 1e3}))
-"""
+figures = {"calls": calls[0], "ns_per_call": per_call * 1e9, "ms": calls[0] * per_call * 1e3}
+""" + HAND_BACK.format("figures")
 
 
 def _make_venv(root: Path, with_overlay: bool) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
     python = root / "bin" / "python"
-    site = Path(_run(python, "import sysconfig; print(sysconfig.get_paths()['purelib'])")[0])
+    purelib = HAND_BACK.format("sysconfig.get_paths()['purelib']")
+    site = Path(_run(python, "import json, os, sysconfig; " + purelib)[0])
     project_site = Path(sysconfig.get_paths()["purelib"])
     (site / "project_site.pth").write_text(f"{project_site}\n")
     if with_overlay:
@@ -53,12 +54,9 @@ def _make_venv(root: Path, with_overlay: bool) -> Path:
 
 
 def _run(python: Path, program: str) -> tuple:
-    """``python -c program``: (its stdout, its wall time in seconds)."""
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [str(python), "-c", program], check=True, stdout=subprocess.PIPE, text=True
-    )
-    return proc.stdout.strip(), time.perf_counter() - start
+    """``python -c program``: (what it handed back, its wall time in seconds)."""
+    ran = launch.run([python, "-c", program])
+    return ran.result, ran.wall_s
 
 
 def measure(runs: int = 30) -> dict:
@@ -67,7 +65,7 @@ def measure(runs: int = 30) -> dict:
         with_ = _make_venv(Path(tmp) / "with", with_overlay=True)
         results = {
             "modules_after_start_with_overlay": _run(with_, PROBE)[0],
-            "trigger_cost_import_torch": json.loads(_run(with_, TRIGGER_COST)[0].splitlines()[-1]),
+            "trigger_cost_import_torch": _run(with_, TRIGGER_COST)[0],
         }
         for program in PROGRAMS:
             for python in (without, with_):  # warm the page cache
