@@ -1,5 +1,7 @@
 """``series ab``: a fix's evidence from the series' own trees (base against base + that fix),
-the only evidence ``pr-body`` renders from."""
+run from an environment without this project, the only evidence ``pr-body`` renders from."""
+
+import subprocess
 
 from ci.__main__ import _parser as ci_parser
 from tools.series import ab, seriesdir
@@ -19,6 +21,8 @@ def test_the_plan_runs_the_fixs_own_tests_on_the_base_and_the_base_with_that_fix
     assert made.change.name == f"sglang-{series.base.version}-fix-0003"
     # Source sides only: the overlay is never asked for, and the CI mode is sglang's.
     assert args.outside_upstream_ci is False and args.git_base is None
+    # Each file a fresh interpreter, as the description's commands run it.
+    assert args.preload == "none"
     # The series' id reaches the results as a file (ci run never reads patches/ itself).
     assert args.series == str(tmp_path / "out" / "series.json")
 
@@ -35,3 +39,11 @@ def test_ab_names_the_fixes_there_are_for_a_number_that_is_none(capsys, tmp_path
     code = main(["ab", "--fix", "0002", "--out", str(tmp_path / "o"), "--backend", "cpu"])
     _, err = capsys.readouterr()
     assert code == 2 and "no fix starting at" in err
+
+
+def test_the_plain_environment_imports_sglang_and_not_this_project(tmp_path):
+    python = ab.plain_env(tmp_path / "venv")
+    probe = "import importlib.util as u; print(bool(u.find_spec('sglang')), "
+    probe += "bool(u.find_spec('sglang_overlay')), bool(u.find_spec('ci')))"
+    out = subprocess.run([python, "-c", probe], cwd=tmp_path, capture_output=True, text=True)
+    assert out.stdout.split() == ["True", "False", "False"], out.stderr

@@ -96,11 +96,22 @@ def verify_series_trees(results) -> None:
             )
 
 
+def verify_plain(results) -> None:
+    """A usage error (exit 2) unless ``series ab`` ran both sides from a plain environment
+    (sglang without this project), which it records as ``environment.plain``."""
+    if results.environment.get("plain") is not True:
+        raise usage(
+            "the results do not record a plain environment (sglang without this project); "
+            "make them with python -m tools.series ab --fix N --out DIR"
+        )
+
+
 def select_fix(series, results, number: str | None = None):
     """The fix the description is for: the one ``number`` names, else the one fix whose tests
     the results hold; a usage error (exit 2) when the results hold none of its tests, or tests
     of several fixes and no ``number`` picks one."""
     verify_series_trees(results)
+    verify_plain(results)
     verify_own_tests(series, results)
     ran = {f.path for f in results.files}
     holding = [fix for fix in series.fixes if ran & _added(fix)]
@@ -190,6 +201,8 @@ def ab_table(results, labels: dict) -> list:
     labels = [escape_inline(labels[m]) for m in ("unmodified", "change")]
     lines = [f"| case | kind | {labels[0]} | {labels[1]} |", "| --- | --- | --- | --- |"]
     for case in results.cases:
+        # The runner's peak is the whole process's, not the workspace's growth: not quoted.
+        case = replace(case, modes={m: replace(o, peak_mib=None) for m, o in case.modes.items()})
         group, _, test = case.test.rpartition(".")
         device = next((f" ({d})" for d in ("CUDA", "CPU") if group.endswith(d)), "")
         name = f"`{test}`" if re.fullmatch(r"\w+", test) else escape_inline(test)
@@ -201,16 +214,7 @@ def ab_table(results, labels: dict) -> list:
 def _counts_sentence(results) -> str:
     counts = {k: v for k, v in results.counts().items() if v}
     parts = ", ".join(f"{n} {kind}" for kind, n in counts.items())
-    peaks = any(m.peak_mib is not None for c in results.cases for m in c.modes.values())
-    measured = ""
-    if peaks and results.backend == "cuda":
-        measured = (
-            " Peaks are the CUDA memory allocated during each test, from the caching allocator's "
-            "statistics in the test's own process."
-        )
-    elif peaks:
-        measured = " Peaks are the live CPU memory each test measured in its own process."
-    return f"{len(results.cases)} tests on the {results.backend} backend: {parts}.{measured}"
+    return f"{len(results.cases)} tests on the {results.backend} backend: {parts}."
 
 
 def _durations(results, labels: dict) -> list:
