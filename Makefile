@@ -24,32 +24,33 @@ OCTOKIT_OPENAPI := .cache/octokit-openapi-$(OCTOKIT_OPENAPI_VERSION)/api.github.
 
 $(SITE_READY): requirements/torch.txt requirements/cpu-closure.txt requirements/dev.txt
 	@# A venv made the other way (with or without the system's site-packages) is made anew.
-	grep -qs '^include-system-site-packages = $(SYSTEM_SITE)$$' $(VENV)/pyvenv.cfg || rm -rf $(VENV)
-	test -x $(PY) || $(PYTHON) -m venv $(if $(filter true,$(SYSTEM_SITE)),--system-site-packages) $(VENV)
+	@grep -qs '^include-system-site-packages = $(SYSTEM_SITE)$$' $(VENV)/pyvenv.cfg || rm -rf $(VENV)
+	@test -x $(PY) || $(PYTHON) -m venv $(if $(filter true,$(SYSTEM_SITE)),--system-site-packages) $(VENV)
 	@echo "set-up 1/2: test tools"
-	$(PIP) install -c requirements/cpu-closure.txt -c requirements/torch.txt -r requirements/dev.txt
+	@$(PIP) install -c requirements/cpu-closure.txt -c requirements/torch.txt -r requirements/dev.txt
 	@# torch's step and the --no-deps step share no package (tests/test_install_plan.py), so they
 	@# run at once: one mostly unpacks torch's libraries, the other mostly byte-compiles. Both
 	@# come after the test tools, whose resolving install would list sglang's unmet pins.
 ifeq ($(TORCH_FROM),system)
-	$(PY) -c 'import torch' || { echo 'USE_SYSTEM_TORCH=1: $(PYTHON) cannot import torch' >&2; exit 2; }
+	@$(PY) -c 'import torch' || { echo 'USE_SYSTEM_TORCH=1: $(PYTHON) cannot import torch' >&2; exit 2; }
 	@echo "set-up 2/2: the import closure of sglang's DSV4 module and its test utilities; sglang $(SGLANG_VERSION)"
-	$(PIP) install --no-deps -r requirements/cpu-closure.txt sglang==$(SGLANG_VERSION)
+	@$(PIP) install --no-deps -r requirements/cpu-closure.txt sglang==$(SGLANG_VERSION)
 else
 	@echo "set-up 2/2, at once: torch and torchvision with their dependencies (the longest step: minutes); the import closure of sglang's DSV4 module and its test utilities; sglang $(SGLANG_VERSION)"
-	$(PIP) install -c requirements/cpu-closure.txt -r requirements/torch.txt & torch=$$!; \
+	@$(PIP) install -c requirements/cpu-closure.txt -r requirements/torch.txt & torch=$$!; \
 	$(PIP) install --no-deps -r requirements/cpu-closure.txt sglang==$(SGLANG_VERSION); rest=$$?; \
 	wait $$torch && exit $$rest
 endif
-	rm -f $(VENV)/.ready-sglang-* $(VENV)/.installed
-	touch $@
+	@rm -f $(VENV)/.ready-sglang-* $(VENV)/.installed
+	@touch $@
 
 venv: $(SITE_READY)
 
 # A real (non-editable) install: the .pth start-up hook must sit in site-packages.
 $(VENV)/.installed: $(SITE_READY) $(OVERLAY_SOURCES)
-	$(PIP) install --no-deps --no-build-isolation --force-reinstall .
-	touch $@
+	@echo "install: this project into $(VENV) (non-editable: the .pth start-up hook sits in site-packages)"
+	@$(PIP) install --no-deps --no-build-isolation --force-reinstall .
+	@touch $@
 
 install: $(VENV)/.installed
 
@@ -61,29 +62,30 @@ install: $(VENV)/.installed
 # (tools.series ab: the release against the release + that fix alone), and last the verdict.
 DEMO := out/demo
 demo: install
-	@echo "the A/B: each test file once per side, in its own process, as sglang's CI runs it"
-	@mkdir -p $(dir $(DEMO)); $(PY) -m tools.series describe > $(DEMO)-series.json || exit 2; backend=$$($(PY) -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')"); \
-	$(PY) -m ci run --out $(DEMO) --tests test/registered --backend $$backend --series $(DEMO)-series.json > $(DEMO).txt; \
-	code=$$?; \
-	if [ "$$backend" = cpu ]; then \
-	  $(PY) -m ci run --out $(DEMO)-proof --tests test/proofs --backend cpu > $(DEMO)-proof.txt || code=$$?; \
-	fi; \
-	$(PY) -m ci report --results $(DEMO) > $(DEMO)-bot-preview.md || code=$$?; \
+	@mkdir -p $(dir $(DEMO)); $(PY) -m tools.series describe > $(DEMO)-series.json || exit 2; \
+	backend=$$($(PY) -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')"); \
 	fixes=$$($(PY) -c "import json, sys; print(*(f['patches'][0][:4] for f in json.load(sys.stdin)['fixes']))" < $(DEMO)-series.json); \
-	pr=""; for fix in $$fixes; do \
+	count=$$(echo $$fixes | wc -w); failed=""; \
+	echo "demo 1/3: the registered tests on sglang $(SGLANG_VERSION) ($$backend), each file unmodified and with the overlay, as sglang's CI runs it"; \
+	$(PY) -m ci run --out $(DEMO) --tests test/registered --backend $$backend --series $(DEMO)-series.json > $(DEMO).txt || failed="$$failed the A/B,"; \
+	if [ "$$backend" = cpu ]; then \
+	  echo "demo 1/3: the project's CPU proof (live CPU memory peaks), both sides"; \
+	  $(PY) -m ci run --out $(DEMO)-proof --tests test/proofs --backend cpu > $(DEMO)-proof.txt || failed="$$failed the CPU proof,"; \
+	fi; \
+	echo "demo 2/3: what the bot would post (dry run): $(DEMO)-bot-preview.md"; \
+	$(PY) -m ci report --results $(DEMO) > $(DEMO)-bot-preview.md || failed="$$failed the bot's preview,"; \
+	for fix in $$fixes; do \
 	  dir=$(DEMO)-fix-$$fix; rm -rf $$dir; \
-	  if $(PY) -m tools.series ab --fix $$fix --backend $$backend --out $$dir > $$dir.txt 2>&1; then \
-	    pr="$$pr\n  fix $$fix: $$dir/$$backend-pr-body.md"; \
-	  else \
-	    code=1; pr="$$pr\n  fix $$fix: none: $$(tail -n 1 $$dir.txt)"; \
-	  fi; \
+	  echo "demo 3/3: fix $$fix: its own tests on sglang $(SGLANG_VERSION) and on $(SGLANG_VERSION) + fix $$fix alone: $$dir/$$backend-pr-body.md"; \
+	  $(PY) -m tools.series ab --fix $$fix --backend $$backend --out $$dir > $$dir.txt 2>&1 || failed="$$failed fix $$fix ($$dir.txt),"; \
 	done; \
-	echo; echo "what the bot would post (dry run): $(DEMO)-bot-preview.md"; \
 	echo "the evidence: $(DEMO)/report.md, $(DEMO)/results.json, JUnit and logs in $(DEMO)/"; \
-	if [ "$$backend" = cpu ]; then echo "the project's CPU proof: $(DEMO)-proof/report.md"; fi; \
-	printf '%b\n' "the upstream PR descriptions, one per fix (its own tests, the series' base release against it + that fix alone, overlay off):$$pr"; \
-	echo; grep -hE '^(unmodified|change) +=|^ci run: ' $(DEMO).txt $$([ "$$backend" = cpu ] && echo $(DEMO)-proof.txt); \
-	exit $$code
+	grep -hE '^(unmodified|change) +=|^ci run: ' $(DEMO).txt $$([ "$$backend" = cpu ] && echo $(DEMO)-proof.txt); \
+	if [ -z "$$failed" ]; then \
+	  echo "demo: ok: $$count fixes: every regression test fails on sglang $(SGLANG_VERSION) and passes with its fix"; \
+	else \
+	  echo "demo: FAILED:$${failed%,}"; exit 1; \
+	fi
 
 lint: install
 	$(BIN)/pre-commit run --all-files --show-diff-on-failure

@@ -1,9 +1,8 @@
-"""The release watch: discovery against a fake PyPI index, the per-release check on the installed
-sglang, and the one tracking issue against the fake GitHub through the real github3.py client."""
+"""The release watch: discovery through pip against a local index, the per-release check on the
+installed sglang, rows from another job validated, every cell and the body capped, and the one
+tracking issue against the fake GitHub through the real github3.py client."""
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -13,72 +12,25 @@ from ci_fake_github import FakeGitHub
 
 from ci.reporter.publish import ACTIONS_BOT, RetryPolicy, connect
 from tools.releases import watch
-from tools.releases.__main__ import main
+from tools.releases.__main__ import main, upsert_issue
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "ghs_watchTOKEN"
 BOT = "ci-bot"
 
 
-# ------------------------------------------------------------------------- a fake PyPI index
-
-
-def wheel(version, yanked=False):
-    name = f"sglang-{version}-py3-none-any.whl"
-    return {"filename": name, "url": f"../../files/{name}", "hashes": {}, "yanked": yanked}
-
-
-def sdist(version):
-    name = f"sglang-{version}.tar.gz"
-    return {"filename": name, "url": f"../../files/{name}", "hashes": {}}
-
-
-class FakeIndex:
-    """PEP 691 project pages on loopback; JSON only when asked for it, like PyPI."""
-
-    def __init__(self, files):
-        self.files, self.accepts, self.speaks_json = files, [], True
-        index = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                index.accepts.append(self.headers.get("Accept", ""))
-                if self.path.rstrip("/") != "/simple/sglang":
-                    self.send_error(404)
-                    return
-                if index.speaks_json and watch.SIMPLE_JSON in self.headers.get("Accept", ""):
-                    kind = watch.SIMPLE_JSON
-                    data = json.dumps({"meta": {"api-version": "1.1"}, "name": "sglang",
-                                       "files": index.files}).encode()  # fmt: skip
-                else:
-                    kind, data = "text/html", b"<html><body>sglang</body></html>"
-                self.send_response(200)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.server.server_address[1]}/simple"
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def index():
-    files = [wheel(v) for v in ("0.5.21", "0.5.22", "0.5.23")] + [sdist("0.5.23")]
-    server = FakeIndex(files)
-    yield server
-    server.stop()
+def index(httpserver):
+    """A PEP 503 simple index on loopback: serve(versions) lists a wheel of each."""
+
+    def serve(*names):
+        links = "".join(f'<a href="../../f/{n}#sha256=00">{n}</a>' for n in names)
+        httpserver.expect_request("/simple/sglang/").respond_with_data(
+            f"<html><body>{links}</body></html>", content_type="text/html"
+        )
+        return httpserver.url_for("/simple")
+
+    return serve
 
 
 @pytest.fixture
@@ -89,20 +41,15 @@ def github():
     server.stop()
 
 
-def test_discovery_keeps_final_unyanked_releases_newer_than_every_known_one(index):
-    index.files += [
-        wheel("0.5.24"),
-        sdist("0.5.24"),
-        wheel("0.5.25", yanked="broken wheel"),  # yanked: skipped
-        wheel("0.6.0rc1"),  # pre-release: skipped
-        sdist("0.5.26.dev3"),  # dev release: skipped
-        {"filename": "sglang-latest.zip", "url": "x", "hashes": {}},  # no version: skipped
-        wheel("0.5.9"),  # older than known: skipped
-    ]
-    page = watch.fetch_project_page(index.url)
-    assert watch.SIMPLE_JSON in index.accepts[-1]
-    found = watch.newer_releases(watch.index_versions(page), watch.known_releases())
-    assert found == ["0.5.24"]
+def wheels(*versions):
+    return [f"sglang-{v}-py3-none-any.whl" for v in versions]
+
+
+def test_discovery_keeps_final_releases_newer_than_every_known_one(index):
+    url = index(
+        *wheels("0.5.22", "0.5.23", "0.5.24", "0.6.0rc1", "0.5.9"), "sglang-0.5.26.dev3.tar.gz"
+    )
+    assert watch.newer_releases(watch.index_versions(url), watch.known_releases()) == ["0.5.24"]
 
 
 def test_known_releases_cover_the_series_matrix_compat_and_the_overlays_shapes():
@@ -114,19 +61,17 @@ def test_known_releases_cover_the_series_matrix_compat_and_the_overlays_shapes()
         assert shape.releases.split("-")[0] in known
 
 
-def test_an_index_that_answers_404_or_only_html_is_a_clear_usage_error(index, capsys):
-    assert main(["watch", "--index-url", index.url.replace("/simple", "/nope")]) == 2
-    assert "could not read" in capsys.readouterr().err
-    index.speaks_json = False  # an index without PEP 691 answers HTML whatever it is asked
-    assert main(["watch", "--index-url", index.url]) == 2
-    assert "answered text/html, not application/vnd.pypi.simple.v1+json" in capsys.readouterr().err
+def test_an_index_without_the_project_is_one_line_and_exit_2(httpserver, capsys):
+    assert main(["watch", "--index-url", httpserver.url_for("/nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: pip index versions sglang") and len(err.splitlines()) == 1
 
 
 def test_no_new_release_posts_one_issue_saying_so_and_a_rerun_changes_nothing(
     index, github, monkeypatch, capsys, tmp_path
 ):
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    argv = ["watch", "--index-url", index.url, "--out", str(tmp_path)]
+    argv = ["watch", "--index-url", index(*wheels("0.5.22", "0.5.23")), "--out", str(tmp_path)]
     post = ["--repo", "sgl/sglang", "--api-url", github.url, "--bot-login", BOT, "--post"]
     assert main(argv + post) == 0
     assert "tracking issue #2: created" in capsys.readouterr().err
@@ -142,18 +87,18 @@ def test_no_new_release_posts_one_issue_saying_so_and_a_rerun_changes_nothing(
 # ---------------------------------------------------------------------------- tracking issue
 
 
-def upsert(github, body, author=BOT, title=watch.TITLE):
+def upsert(github, body, author=BOT):
     policy = RetryPolicy(sleep=lambda _: None, base_s=0.01)
-    gh = connect(TOKEN, github.url)
-    return watch.upsert_issue(gh, "sgl", "sglang", title, body, author, policy)
+    return upsert_issue(connect(TOKEN, github.url), "sgl", "sglang", body, author, policy)
 
 
-def test_tracking_issue_is_created_once_then_edited_in_place(github):
+def test_tracking_issue_is_created_once_then_edited_in_place_even_after_a_server_error(github):
+    github.fail_next("POST", r"/issues$", 502)
     first = watch.MARKER + "\nfirst"
     assert upsert(github, first) == ("created", 2)
     assert upsert(github, first) == ("unchanged", 2)
     assert upsert(github, watch.MARKER + "\nsecond") == ("edited", 2)
-    assert github.bodies[2] == watch.MARKER + "\nsecond"
+    assert github.bodies[2] == watch.MARKER + "\nsecond" and list(github.issue_meta) == [2]
     assert github.issue_meta[2]["title"] == watch.TITLE
     assert github.bodies[1].startswith(watch.MARKER)  # the PR quoting the marker: untouched
 
@@ -161,8 +106,6 @@ def test_tracking_issue_is_created_once_then_edited_in_place(github):
 def test_without_a_bot_login_the_issue_is_the_tokens_users_and_a_marker_alone_adopts_nothing(
     monkeypatch, capsys, tmp_path
 ):
-    # Before, no --bot-login meant any author: mallory's older marker issue was edited in place
-    # of ours. Now the author is the token's user (an Actions token: the Actions bot).
     server = FakeGitHub(token=TOKEN, bot=ACTIONS_BOT).start()
     try:
         server.add_pr(1, watch.MARKER + "\na PR that quotes the marker")
@@ -191,12 +134,6 @@ def test_the_tracking_issue_is_found_behind_hundreds_of_newer_issues_without_lis
     assert len(listed) == 1  # one page: the bot's issues only
 
 
-def test_a_marker_issue_opened_by_someone_else_is_not_adopted(github):
-    github.add_issue(watch.TITLE, watch.MARKER + "\nmallory's copy", login="mallory")
-    assert upsert(github, watch.MARKER + "\nours") == ("created", 3)
-    assert github.bodies[2] == watch.MARKER + "\nmallory's copy"
-
-
 def test_duplicates_from_a_race_are_closed_keeping_the_oldest(github):
     for text in ("old", "racing copy"):
         github.add_issue(watch.TITLE, f"{watch.MARKER}\n{text}")
@@ -213,12 +150,6 @@ def test_a_closed_issue_stays_closed_until_its_table_changes(github):
     assert upsert(github, watch.MARKER + "\nnew release") == ("edited", number)
     assert github.issue_meta[number]["state"] == "open"
     assert github.count("POST", r"/issues$") == 0
-
-
-def test_a_server_error_is_retried_without_duplicating_the_issue(github):
-    github.fail_next("POST", r"/issues$", 502)
-    assert upsert(github, watch.MARKER + "\nx") == ("created", 2)
-    assert list(github.issue_meta) == [2]
 
 
 # ----------------------------------------------------------------------------- rows and table
@@ -254,9 +185,7 @@ def test_a_patch_of_two_methods_shows_each_methods_sha256_in_its_column():
         "(sha256 0123456789ab); known: 61428e17cdd3 (0.5.17-0.5.23); "
         "the patch replaces all of its methods or none",
     )
-    (ok,), (bad,) = (
-        watch.patch_columns.from_status([r], {"0011": "clean"}) for r in (applied, broken)
-    )
+    (ok,), (bad,) = (watch.patch_rows([r], {"0011": "clean"}) for r in (applied, broken))
     assert (ok["state"], ok["sha256"]) == ("applied", "c9be682c090c/61428e17cdd3")
     assert (bad["state"], bad["sha256"]) == ("unsupported", "c9be682c090c/0123456789ab")
 
@@ -267,14 +196,14 @@ def test_a_release_that_breaks_one_patchs_shape_shows_in_that_patchs_column_and_
     dsa = "0007-dsa-q8kv8-release-first"
     records = [
         _status_record(patch, "applied", "shape (0.5.23), sha256 0123456789ab")
-        for patch in watch.patch_columns.PATCH_IDS
+        for patch in watch.PATCH_IDS
         if patch != dsa
     ]
     records.append(_status_record(dsa, "unsupported", "unknown source (sha256 ba9876543210)"))
     fixes = {"0001": "clean", "0007": "fails (dsa_backend.py hunk #1)"}
     row = {"version": "0.5.24", "state": "applied", "reason": "kv-buffer-reserve, sha256 x",
            "sha256": "0123456789ab", "counts": {"regression": 4}, "change_ok": True,
-           "patches": watch.patch_columns.from_status(records, fixes)}  # fmt: skip
+           "patches": watch.patch_rows(records, fixes)}  # fmt: skip
     assert watch._row_problem(row) is None
     header = watch.HEADER.strip("| ").split(" | ")
     (line,) = watch.render([row]).splitlines()[2:]
@@ -287,42 +216,10 @@ def test_a_release_that_breaks_one_patchs_shape_shows_in_that_patchs_column_and_
     assert watch.verdict(row) is True  # the same release with that patch upstream-fixed
 
 
-def test_a_rows_patch_records_are_validated():
-    row = {"version": "0.5.24", "state": "applied", "reason": "r", "change_ok": True}
-    bad = [{"patch": "0001", "state": "applied"}]
-    assert "patches" in watch._row_problem({**row, "patches": bad})
-    bad = [{"patch": "0001", "state": 1, "sha256": None, "series": "clean"}]
-    assert "state" in watch._row_problem({**row, "patches": bad})
-
-
 def test_the_operators_compatibility_table_is_the_watch_table():
     readme = (REPO / "docs/operators.md").read_text()
     section = readme.split("## Compatibility", 1)[1].split("\n## ", 1)[0]
     assert watch.HEADER in section
-
-
-@pytest.mark.parametrize(
-    "record, problem",
-    [
-        ({"rows": []}, "newest_known"),
-        ({"newest_known": "0.5.23", "rows": [{"version": "0.5.24"}]}, "no text in state"),
-        (
-            {"newest_known": "0.5.23", "rows": [{"version": "x; rm", "state": "a", "reason": ""}]},
-            "not a release version",
-        ),  # fmt: skip
-        ({"newest_known": "0.5.23", "rows": "nope"}, "expected"),
-    ],
-)
-def test_rows_from_another_job_are_validated_before_anything_is_posted(
-    github, monkeypatch, capsys, tmp_path, record, problem
-):
-    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    rows = tmp_path / "watch.json"
-    rows.write_text(json.dumps(record))
-    argv = ["watch", "--rows", str(rows), "--repo", "sgl/sglang", "--api-url", github.url]
-    assert main(argv + ["--post"]) == 2
-    assert problem in capsys.readouterr().err
-    assert github.requests == []
 
 
 HOSTILE_REASON = (
@@ -360,28 +257,42 @@ def test_the_tracking_issue_renders_release_data_as_data(github, monkeypatch, ca
     assert len(re.findall(r"(?<!\\)\|", line)) == len(watch.HEADER.split(" | ")) + 1
 
 
+A = {"version": "0.5.24", "state": "a", "reason": "r"}
+ONE_PATCH = {"patch": "0001", "state": "applied", "sha256": None, "series": "clean"}
+
+
 @pytest.mark.parametrize(
-    "row, problem",
+    "record, problem",
     [
-        ({"version": "0.5.24", "state": "applied", "reason": "r"}, "no change_ok"),
-        ({"version": "0.5.24", "state": "a", "reason": "r", "counts": [1]}, "counts: list"),
-        ({"version": "0.5.24", "state": "a", "reason": "r", "counts": {"x": "1"}}, "counts"),
-        ({"version": "0.5.24", "state": "a", "reason": "r", "series": "clean"}, "series: str"),
-        ({"version": "0.5.24", "state": "a", "reason": "r", "series": {"x": 1}}, "series"),
-        ({"version": "0.5.24", "state": "a", "reason": "r", "sha256": 5}, "sha256: int"),
-        ({"version": "0.5.24", "state": "a", "reason": "r", "sha256": "<b>"}, "not hex"),
-        ({"version": "0.5.24", "state": "a", "reason": "r" * 5000}, "at most"),
-        ({"version": "0.5.24", "state": "a", "reason": "r", "\n::error::x": 1}, "unknown key"),
-        ({"version": "0.5.24", "state": "a", "reason": "r", "##[add-mask]x": 1}, "unknown key"),
-        ({"version": "0.5.24", "state": ["applied"], "reason": "r"}, "state: list"),
+        ({"rows": []}, "newest_known"),
+        ({"newest_known": "0.5.23", "rows": "nope"}, "expected"),
+        ({**A, "state": "applied"}, "no change_ok"),
+        ({"version": "0.5.24"}, "no text in state"),
+        ({**A, "version": "x; rm"}, "not a release version"),
+        ({**A, "counts": [1]}, "counts: list"),
+        ({**A, "counts": {"x": "1"}}, "counts"),
+        ({**A, "series": "clean"}, "series: str"),
+        ({**A, "series": {"x": 1}}, "series"),
+        ({**A, "sha256": 5}, "sha256: int"),
+        ({**A, "reason": "r" * 5000}, "at most"),
+        ({**A, "\n::error::x": 1}, "unknown key"),
+        ({**A, "##[add-mask]x": 1}, "unknown key"),
+        ({**A, "state": ["applied"]}, "state: list"),
+        ({**A, "patches": [{"patch": "0001", "state": "applied"}]}, "patches"),
+        ({**A, "patches": [{**ONE_PATCH, "state": 1}]}, "patches: state"),
+        ({**A, "patches": [ONE_PATCH] * 33}, "at most 32"),
         ("0.5.24", "expected an object"),
     ],
 )
-def test_a_row_of_the_wrong_shape_is_exit_2_with_one_line_and_posts_nothing(
-    github, monkeypatch, capsys, tmp_path, row, problem
+def test_rows_of_the_wrong_shape_are_exit_2_with_one_line_and_post_nothing(
+    github, monkeypatch, capsys, tmp_path, record, problem
 ):
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    argv = ["watch", "--rows", str(_rows_file(tmp_path, [row])), "--repo", "sgl/sglang"]
+    if "rows" not in record:
+        record = {"newest_known": "0.5.23", "rows": [record]}
+    path = tmp_path / "watch.json"
+    path.write_text(json.dumps(record))
+    argv = ["watch", "--rows", str(path), "--repo", "sgl/sglang"]
     assert main(argv + ["--api-url", github.url, "--post"]) == 2
     err = capsys.readouterr().err
     assert problem in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -389,16 +300,33 @@ def test_a_row_of_the_wrong_shape_is_exit_2_with_one_line_and_posts_nothing(
     assert github.requests == []
 
 
-@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
-def test_a_release_rows_text_reaches_the_log_as_no_workflow_command(
-    monkeypatch, capsys, tmp_path, as_json
-):
+def test_a_release_rows_text_reaches_the_log_as_no_workflow_command(capsys, tmp_path):
     reason = "##[error]x ##[add-mask]y ##[stop-commands]z\n::error::w"
     row = {"version": "0.5.24", "state": "does not import", "reason": reason, "sha256": None}
-    argv = ["watch", "--rows", str(_rows_file(tmp_path, [row]))] + (["--json"] if as_json else [])
-    assert main(argv) == 0
+    assert main(["watch", "--rows", str(_rows_file(tmp_path, [row]))]) == 0
     out = capsys.readouterr()
     assert "##[" not in out.out + out.err and "::" not in out.out + out.err
+
+
+def test_forty_rows_of_4000_character_texts_fit_githubs_limit_and_say_truncated(
+    github, monkeypatch, capsys, tmp_path
+):
+    long = [{"patch": p, "state": "unsupported", "sha256": None, "series": "y" * 3990}
+            for p in watch.PATCH_IDS]  # fmt: skip
+    rows = [{"version": f"0.6.{n}", "state": "unsupported", "reason": f"{n} " + "x" * 3990,
+             "patches": long} for n in range(40)]  # fmt: skip
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    argv = ["watch", "--rows", str(_rows_file(tmp_path, rows)), "--repo", "sgl/sglang"]
+    assert main(argv + ["--api-url", github.url, "--bot-login", BOT, "--post"]) == 1
+    body = github.bodies[2]
+    assert len(body) <= watch.MAX_BODY and "| 0.6.0 | unsupported: 0 xxx" in body
+    shown = body.count("| 0.6.")
+    assert 1 < shown < 40 and f"{40 - shown} more rows (truncated): see watch.json" in body
+    cells = [
+        c for line in body.splitlines() if line.startswith("| 0.6.") for c in line.split(" | ")
+    ]
+    assert max(map(len, cells)) <= watch.MAX_CELL + 20  # the escapes' backslashes
+    assert body.count("y (truncated)") == shown * len(watch.PATCH_IDS)
 
 
 # --------------------------------------------------------- the whole check, on installed 0.5.23
@@ -435,7 +363,10 @@ def test_report_job_posts_the_check_jobs_rows_and_reruns_edit_nothing(
     assert list(github.issue_meta) == [2] and github.count("PATCH", r"/issues/2$") == 0
     body = github.bodies[2]
     # 9 regressions: the DSV4 proof 4 and companion 3, the fused-KV companion 2
-    assert watch.HEADER in body and "| 08fa9779e685 | clean | applied 08fa9779e685; fix clean |" in body
+    assert (
+        watch.HEADER in body
+        and "| 08fa9779e685 | clean | applied 08fa9779e685; fix clean |" in body
+    )
     assert "checked on request" in body
 
 

@@ -1,9 +1,10 @@
-"""The release watch (``python -m tools.releases watch``): sglang releases on PyPI that the project
-does not know yet (or those named with ``--versions``), each checked (``check``, below) and kept
-in ONE tracking issue (ci/README.md). Rows another job wrote (``--rows``) are validated
-against ``ROW_SCHEMA`` before anything is posted. Two jobs run it in two environments (the
-checking one has no github3, the posting one only github3), so the top imports only the project
-and the standard library; each path imports what it needs.
+"""The release watch (``python -m tools.releases watch``): sglang releases on the package index
+that the project does not know yet (or those named with ``--versions``), each checked
+(``check``: the overlay's state per patch with each method's sha256, whether each fix of the
+series applies, the CPU A/B) and kept in ONE tracking issue. Rows another job wrote (``--rows``)
+ran a release's code, so they are validated before anything is posted; every cell and the whole
+body are capped, with a visible "truncated". The checking job has no github3 and the posting
+job only github3: the top imports only the project and the standard library.
 """
 
 import json
@@ -11,24 +12,26 @@ import os
 import re
 import subprocess
 import sys
-import urllib.error
-import urllib.request
+import tempfile
+import zipfile
 from pathlib import Path
 
 from ci.evidence import model as evidence
 from ci.evidence import shards
 from ci.evidence.inert import inert
-from ci.reporter.render import escape_inline
-from ci.runner import modes
-from tools.releases import patch_columns
-from tools.series import SeriesError, matrix, seriesdir
+from ci.reporter.escape import escape_inline
+from sglang_overlay import PATCH_IDS
+from sglang_overlay.config import DISABLE_ENV
+from tools import ToolError
+from tools.series import SeriesError, base, matrix, seriesdir
 from tools.series.seriesdir import RELEASE  # not `packaging`: the posting job has only github3.py
 
-PROJECT = "sglang"
-SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 MARKER = "<!-- sglang-overlay:release-watch -->"
 TITLE = "Release watch: sglang releases newer than the overlay knows"
 ROWS_FILE = "watch.json"
+REPO = Path(__file__).resolve().parents[2]
+CACHE = REPO / ".cache" / "compat"
+PROOFS = ("test/registered", "test/proofs")
 # A row as ``check`` writes it: key -> the types it may have (exactly; True is no count).
 ROW_SCHEMA = {
     "version": (str,),
@@ -39,18 +42,18 @@ ROW_SCHEMA = {
     "counts": (dict,),
     "change_ok": (bool,),
     "error": (str,),
-    "patches": (list,),  # one record per carried patch (patch_columns)
+    "patches": (list,),  # one {patch, state, sha256, series} per carried patch
 }
-REQUIRED = ("version", "state", "reason")
-MAX_TEXT = 4000  # a reason is the last line of an import's stderr: one line, not a book
-_HEX = re.compile(r"[0-9a-f]{12,64}")
-REPO = Path(__file__).resolve().parents[2]
-CACHE = REPO / ".cache" / "compat"
-SERIES_PATCH = "0001"  # the fix; 0002 (the test file) applies wherever the tree exists
-PROOFS = ("test/registered", "test/proofs")
+PATCH_KEYS = {"patch": (str,), "state": (str,), "sha256": (str, type(None)), "series": (str,)}
+MAX_TEXT, MAX_CELL = 4000, 300  # characters of one value in a row, of one rendered cell
+MAX_BODY = 60000  # GitHub refuses an issue body over 65,536 characters
+TRUNCATED = " (truncated)"
+# Fixed, or on purpose not fixed on this release; anything else is the patch's failure there.
+OK_STATES = ("applied", "not-present", "upstream-fixed")
+_SHA256 = re.compile(r"sha256 ([0-9a-f]{12})")
 
 
-class WatchError(RuntimeError):
+class WatchError(ToolError):
     """Discovery, input or a release's install failed; nothing more was checked or posted. The
     message may quote a release's output or a row: it carries no workflow command."""
 
@@ -58,23 +61,95 @@ class WatchError(RuntimeError):
         super().__init__(inert(message))
 
 
+def clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - len(TRUNCATED)] + TRUNCATED
+
+
 def _last_line(text: str) -> str:
-    return (text.strip().splitlines() or ["no output"])[-1]
+    return clip((text.strip().splitlines() or ["no output"])[-1], MAX_TEXT)
+
+
+# ---------------------------------------------------------------------------------- discovery
+
+
+def known_releases() -> list:
+    """Every release the project names: the series matrix's and the overlay shapes'."""
+    from packaging.version import Version
+
+    from sglang_overlay.sites import KNOWN_SHAPES
+
+    names = set(matrix.DSV4_RELEASES)
+    for shape in KNOWN_SHAPES:
+        names.update(part.strip() for part in re.split(r"[-,]", shape.releases) if part.strip())
+    return sorted(names, key=Version)
+
+
+def index_versions(index_url=None) -> list:
+    """sglang's final releases on the index, as ``pip index versions`` finds them (pip's index,
+    or ``index_url``)."""
+    command = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-cache-dir"]
+    command += ["index", "versions", "sglang", "--json"]
+    proc = subprocess.run(
+        command + (["--index-url", index_url] if index_url else []),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    try:
+        return json.loads(proc.stdout)["versions"]
+    except (ValueError, KeyError, TypeError):
+        raise WatchError(f"pip index versions sglang: {_last_line(proc.stderr)}") from None
+
+
+def newer_releases(available, known) -> list:
+    """Final releases (a dev release is a pre-release too) newer than every known one."""
+    from packaging.version import Version
+
+    newest = max(map(Version, known))
+    found = [v for v in map(Version, available) if v > newest and not v.is_prerelease]
+    return [str(version) for version in sorted(found)]
+
+
+# -------------------------------------------------------------------------------- one release
 
 
 def install(version: str) -> Path:
+    """The release's wheel unpacked into the cache (the series' one fetcher downloads it), for
+    ``PYTHONPATH``: the ``--no-deps`` install a ``pip install --target`` would make."""
     target = CACHE / f"sglang-{version}"
     if not (target / "sglang").is_dir():
-        pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        proc = subprocess.run(
-            [*pip, "--no-deps", "--target", str(target), f"sglang=={version}"],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            why = _last_line(proc.stderr)
-            raise WatchError(f"sglang=={version}: pip could not install it: {why}")
+        try:
+            wheel = base.wheel_path(version)
+        except SeriesError as exc:
+            raise WatchError(str(exc).splitlines()[0]) from None
+        CACHE.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".sglang-{version}-", dir=CACHE))
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(staging)
+        os.replace(staging, target)
     return target
+
+
+def patch_rows(records, fixes: dict) -> list:
+    """One {patch, state, sha256, series} per status record; ``fixes`` maps a fix's number to
+    how its first patch applies to the release."""
+    found = []
+    for record in records:
+        if isinstance(record, dict) and isinstance(record.get("patch"), str):
+            state, sha = state_of(record)
+            fix = fixes.get(record["patch"][:4], "no such fix in the series")
+            found.append({"patch": record["patch"], "state": state, "sha256": sha, "series": fix})
+    return found
+
+
+def state_of(record: dict) -> tuple:
+    """(state, the sha256 of each method it read joined by ``/``, or None) of one status
+    record; a patch whose module could not be imported is "does not import"."""
+    state, reason = str(record.get("state")), str(record.get("reason", ""))
+    if state == "failed" and "failed to import " in reason:
+        state = "does not import"
+    sha = "/".join(dict.fromkeys(_SHA256.findall(reason)))
+    return state, sha or None
 
 
 def overlay_state(version: str, env: dict) -> dict:
@@ -95,34 +170,33 @@ def overlay_state(version: str, env: dict) -> dict:
         return {"state": "does not import", "reason": _last_line(status.stderr), "sha256": None}
     if record.get("sglang_version") not in (version, "unknown", None):
         raise WatchError(f"asked for sglang {version}, found {record['sglang_version']}")
-    state, sha = patch_columns.state_of(record)
+    state, sha = state_of(record)
     reason = record["reason"]
     if state == "does not import":  # not testable here; the row keeps the import's error
         reason = reason.partition("failed to import ")[2].partition(": ")[2] or reason
-    return {"state": state, "reason": reason, "sha256": sha, "records": records}
+    return {"state": state, "reason": clip(reason, MAX_TEXT), "sha256": sha, "records": records}
 
 
 def series_status(version: str) -> tuple:
-    """How the series' first patch (the fix) applies to the release's wheel, {status,
-    detail}, and how each fix's first patch does, by fix number (one line each)."""
+    """How the series' first fix applies to the release's wheel, {status, detail}, and how each
+    fix's first patch does, by fix number (one line each)."""
     try:
         series = seriesdir.load()
         row = matrix.release_row(series, version)
     except SeriesError as err:
-        line = str(err).splitlines()[0]
-        return {"status": "not checked", "detail": line}, {}
+        return {"status": "not checked", "detail": clip(str(err).splitlines()[0], MAX_TEXT)}, {}
     fixes = {}
     for fix in series.fixes:
         result = row["patches"][fix.patches[0].name]
         detail = matrix.short_detail(result["detail"])
-        fixes[fix.number] = result["status"] + (f" ({detail})" if detail else "")
-    name = next(n for n in series.names if n.startswith(SERIES_PATCH))
-    result = row["patches"][name]
-    return {"status": result["status"], "detail": matrix.short_detail(result["detail"])}, fixes
+        fixes[fix.number] = clip(result["status"] + (f" ({detail})" if detail else ""), MAX_TEXT)
+    first = row["patches"][series.fixes[0].patches[0].name]
+    detail = clip(matrix.short_detail(first["detail"]), MAX_TEXT)
+    return {"status": first["status"], "detail": detail}, fixes
 
 
 def ab(version: str, env: dict, out: Path) -> dict:
-    """The proofs in both modes on CPU: {counts, change_ok}."""
+    """The proofs on both sides on CPU: {counts, change_ok}."""
     run = subprocess.run(
         [sys.executable, "-m", "ci", "run", "--backend", "cpu", "--out", str(out / version)]
         + ["--tests", *PROOFS],
@@ -135,18 +209,19 @@ def ab(version: str, env: dict, out: Path) -> dict:
     try:
         model = shards.load(str(out / version))
     except evidence.EvidenceError as exc:
-        return {"counts": {}, "change_ok": False, "error": f"{exc}: {_last_line(run.stderr)}"}
+        error = clip(f"{exc}: {_last_line(run.stderr)}", MAX_TEXT)
+        return {"counts": {}, "change_ok": False, "error": error}
     row = {"counts": model.counts(), "change_ok": model.verdict == "ok" and run.returncode == 0}
     if run.returncode != 0:
-        row["error"] = f"ci run exited {run.returncode}: {_last_line(run.stderr)}"
+        row["error"] = clip(f"ci run exited {run.returncode}: {_last_line(run.stderr)}", MAX_TEXT)
     return row
 
 
 def check(version: str, out: Path, installed: bool = False) -> dict:
-    """One release: overlay state and sha256, whether 0001 applies, and (when the overlay
-    applies) the A/B. ``installed`` checks this venv's sglang instead of a fresh install."""
+    """One release: overlay state and sha256, whether each fix applies, and (when the overlay
+    applies) the A/B. ``installed`` checks this venv's sglang instead of the release's wheel."""
     env = dict(os.environ)
-    env.pop(modes.DISABLE_ENV, None)
+    env.pop(DISABLE_ENV, None)
     if installed:
         env.pop("PYTHONPATH", None)
     else:
@@ -154,19 +229,21 @@ def check(version: str, out: Path, installed: bool = False) -> dict:
     overlay = overlay_state(version, env)
     records = overlay.pop("records", [])
     series, fixes = series_status(version)
-    row = {"version": version, **overlay, "series": series}
-    row["patches"] = patch_columns.from_status(records, fixes)
+    row = {"version": version, **overlay, "series": series, "patches": patch_rows(records, fixes)}
     if row["state"] == "applied":
         row.update(ab(version, env, out))
     return row
+
+
+# ------------------------------------------------------------------------------ verdict, table
 
 
 def verdict(row: dict) -> "bool | None":
     """True ok, False failed, None not testable here (the release does not import)."""
     if row["state"] == "does not import":
         return None
-    if patch_columns.broken(row):  # one patch's shape broke on this release
-        return False
+    if any(p["state"] not in OK_STATES for p in row.get("patches") or []):
+        return False  # one patch's shape broke on this release
     if row["state"] != "applied":
         return row["state"] in ("not-present", "upstream-fixed")
     return row["change_ok"] and row["counts"].get("regression", 0) > 0
@@ -175,90 +252,74 @@ def verdict(row: dict) -> "bool | None":
 VERDICTS = {True: "ok", False: "FAILED", None: "not run here"}
 HEADER = (
     "| sglang | overlay | method sha256 | 0001 applies | "
-    + "".join(f"{p} | " for p in patch_columns.header_cells())
+    + "".join(f"{p[:4]} | " for p in PATCH_IDS)
     + "fail unmodified, pass with change | pass both | skipped | verdict |"
 )
 
 
+def _patch_cells(row) -> list:
+    """One cell per carried patch: state, sha256, and whether its fix applies."""
+    by_id = {p["patch"][:4]: p for p in row.get("patches") or []}
+    cells = []
+    for number in (p[:4] for p in PATCH_IDS):
+        patch = by_id.get(number)
+        sha = f" {patch['sha256']}" if patch and patch.get("sha256") else ""
+        cells.append(f"{patch['state']}{sha}; fix {patch['series']}" if patch else "-")
+    return cells
+
+
 def render(rows) -> str:
     """The table; release data is escaped like the sticky comment's text (a pipe or a line
-    break cannot break the row; a mention, a reference, HTML, a link or our marker does nothing)."""
+    break cannot break the row; a mention, a reference, HTML, a link or our marker does
+    nothing), each cell at most MAX_CELL characters."""
     lines = [HEADER, "|" + " --- |" * len(HEADER.split(" | "))]
     for row in rows:
         counts = row.get("counts", {})
         series = row.get("series") or {"status": "-", "detail": ""}
-        patch = series["status"] + (f" ({series['detail']})" if series.get("detail") else "")
-        overlay = f"{row['state']}: {row['reason']}"
-        cells = [row["version"], overlay, row.get("sha256") or "-", patch]
-        cells += patch_columns.cells(row)
+        applies = series["status"] + (f" ({series['detail']})" if series.get("detail") else "")
+        cells = [row["version"], f"{row['state']}: {row['reason']}", row.get("sha256") or "-"]
+        cells += [applies, *_patch_cells(row)]
         cells += [counts.get(kind, "-") for kind in ("regression", "preservation", "skipped")]
         cells.append(VERDICTS[verdict(row)])
-        lines.append("| " + " | ".join(escape_inline(c) for c in cells) + " |")
+        lines.append("| " + " | ".join(escape_inline(clip(str(c), MAX_CELL)) for c in cells) + " |")
     return "\n".join(lines)
 
 
-def known_releases() -> list:
-    """Every release the project names: the series matrix's and the overlay shapes'."""
-    from packaging.version import Version
-
-    from sglang_overlay.sites import KNOWN_SHAPES
-
-    names = set(matrix.DSV4_RELEASES)
-    for shape in KNOWN_SHAPES:
-        names.update(part.strip() for part in re.split(r"[-,]", shape.releases) if part.strip())
-    return sorted(names, key=Version)
-
-
-def index_versions(payload: dict) -> list:
-    """Versions with at least one file that is not yanked, from a PEP 691 project page."""
-    from packaging import utils
-    from packaging.version import InvalidVersion, Version
-
-    if not isinstance(payload, dict) or not isinstance(payload.get("files"), list):
-        raise WatchError("the index answer is not a PEP 691 project page (no 'files' list)")
-    live = set()
-    for item in payload["files"]:
-        if not isinstance(item, dict) or item.get("yanked") not in (None, False):
-            continue
-        name = str(item.get("filename"))  # no version parses from anything but a file name
-        parse = utils.parse_wheel_filename if name.endswith(".whl") else utils.parse_sdist_filename
-        try:
-            live.add(str(parse(name)[1]))
-        except (utils.InvalidWheelFilename, utils.InvalidSdistFilename, InvalidVersion):
-            continue
-    return sorted(live, key=Version)
+def issue_body(rows, newest_known: str, requested: bool = False) -> str:
+    """The tracking issue's text: the marker, then the table of the new releases (or of the
+    ``requested`` ones), cut to MAX_BODY characters by whole rows. No timestamps, so a run that
+    finds nothing new leaves the issue untouched."""
+    known = f"{newest_known} is the newest release the overlay and the patch series know"
+    if requested:
+        lead = f"sglang releases checked on request ({known})."
+    else:
+        lead = f"sglang releases on the package index newer than {newest_known} ({known})."
+    if not rows:
+        return f"{MARKER}\n\n{lead}\n\nNone: {newest_known} is the newest release there.\n"
+    table = render(rows).splitlines()
+    note = (
+        "Each release's wheel over the pinned CPU closure: the overlay's state and the "
+        "allocating method's sha256, whether patch 0001 applies to the wheel, then one column "
+        "per carried patch (its state and sha256, and whether its fix applies) "
+        "(`python -m tools.series matrix`), and the registered tests on both sides "
+        "(`python -m ci run --backend cpu`). Any verdict but `ok` needs a new shape in "
+        "`sglang_overlay/sites.py` or a rebased series."
+    )
+    room = MAX_BODY - len(MARKER) - len(lead) - len(note) - 200
+    kept = 2
+    while kept < len(table) and sum(len(line) + 1 for line in table[: kept + 1]) <= room:
+        kept += 1
+    if kept < len(table):
+        table[kept:] = [f"{len(table) - kept} more rows{TRUNCATED}: see {ROWS_FILE}"]
+    return "\n".join([MARKER, "", lead, "", *table, "", note]) + "\n"
 
 
-def newer_releases(available, known) -> list:
-    """Final releases (a dev release is a pre-release too) newer than every known one."""
-    from packaging.version import Version
-
-    newest = max(map(Version, known))
-    found = [v for v in map(Version, available) if v > newest and not v.is_prerelease]
-    return [str(version) for version in sorted(found)]
-
-
-def fetch_project_page(index_url: str, project: str = PROJECT, timeout: float = 30) -> dict:
-    """The edge to the index: one GET of ``INDEX/PROJECT/`` asking for the JSON form."""
-    url = f"{index_url.rstrip('/')}/{project}/"
-    request = urllib.request.Request(url, headers={"Accept": SIMPLE_JSON})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            kind = response.headers.get("Content-Type", "")
-            data = response.read()
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        raise WatchError(f"could not read {url}: {exc}") from None
-    if SIMPLE_JSON not in kind:
-        raise WatchError(f"{url} answered {kind or 'no content type'}, not {SIMPLE_JSON}")
-    try:
-        return json.loads(data)
-    except ValueError as exc:
-        raise WatchError(f"{url}: not JSON ({exc})") from None
+# ---------------------------------------------------------------------- rows from another job
 
 
 def load_rows(path: Path) -> tuple:
-    """(rows, newest known, requested) that another job wrote; validated, because whatever wrote
-    them ran a release's code."""
+    """(rows, newest known, requested) that another job wrote; validated, because whatever
+    wrote them ran a release's code."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
@@ -270,105 +331,48 @@ def load_rows(path: Path) -> tuple:
     if not isinstance(newest, str) or not RELEASE.fullmatch(newest):
         raise WatchError(f"{path}: newest_known {newest!r} is not a release version")
     for number, row in enumerate(rows):
-        problem = _row_problem(row)
-        if problem:
+        if problem := _row_problem(row):
             raise WatchError(f"{path}: row {number}: {problem}")
     return rows, newest, data.get("requested") is True
 
 
-def _row_problem(row) -> str | None:
-    """What is wrong with one row, in one line (values repr'd), or None."""
-    if not isinstance(row, dict):
-        return f"expected an object, got {type(row).__name__}"
-    missing = [key for key in REQUIRED if key not in row]
-    if missing:
-        return f"no text in {', '.join(missing)}"
-    for key, value in row.items():
-        kinds = ROW_SCHEMA.get(key)
+def _typed(record: dict, schema: dict) -> "str | None":
+    for key, value in record.items():
+        kinds = schema.get(key)
         if kinds is None:
             return f"unknown key {key[:40]!r}"
         if type(value) not in kinds:
             return f"{key}: {type(value).__name__} is not {'/'.join(k.__name__ for k in kinds)}"
         if isinstance(value, str) and len(value) > MAX_TEXT:
             return f"{key}: {len(value)} characters; at most {MAX_TEXT}"
-    if not RELEASE.fullmatch(row["version"]):
-        return f"{row['version'][:40]!r} is not a release version"
-    if row.get("sha256") is not None and not _HEX.fullmatch(row["sha256"]):
-        return f"sha256 {row['sha256'][:80]!r} is not hex"
-    counts = row.get("counts", {})
-    if not all(type(k) is str and type(n) is int and 0 <= n < 10**6 for k, n in counts.items()):
-        return "counts: expected kind -> a count"
-    series = row.get("series") or {}
-    if not all(k in ("status", "detail") and type(v) is str and len(v) <= MAX_TEXT
-               for k, v in series.items()) or (series and "status" not in series):  # fmt: skip
-        return "series: expected {status, detail} text"
-    if "patches" in row:
-        problem = patch_columns.problem(row["patches"], MAX_TEXT)
-        if problem:
-            return problem
-    if row["state"] == "applied" and "change_ok" not in row:
-        return "an applied release's row has no change_ok"
     return None
 
 
-def issue_body(rows, newest_known: str, index_url: str, requested: bool = False) -> str:
-    """The tracking issue's text: the marker, then the compat table of the new releases (or of
-    the ``requested`` ones). No timestamps, so a run that finds nothing new leaves the issue
-    untouched."""
-    known = f"{newest_known} is the newest release the overlay and the patch series know"
-    if requested:
-        lead = f"sglang releases checked on request ({known})."
-    else:
-        lead = f"sglang releases on {index_url} newer than {newest_known} ({known})."
-    lines = [MARKER, "", lead, ""]
-    if rows:
-        lines += [render(rows), ""]
-        lines.append(
-            "Each release installed `--no-deps` over the pinned CPU closure: the overlay's state "
-            "and the allocating method's sha256, whether patch 0001 applies to the wheel, then "
-            "one column per carried patch (its state and sha256, and whether its fix applies) "
-            "(`python -m tools.series matrix`), and the registered tests unmodified and with the change "
-            "(`python -m ci run --backend cpu`). Any verdict but `ok` needs a new shape in "
-            "`sglang_overlay/sites.py` or a rebased series."
-        )
-    else:
-        lines.append(f"None: {newest_known} is the newest release there.")
-    return "\n".join(lines) + "\n"
-
-
-def upsert_issue(gh, owner, repo, title, body, author, policy) -> tuple:
-    """(outcome, number): edit the issue that starts with MARKER and was opened by ``author``,
-    or open one. A closed one is reopened only when its text changes. Duplicates left by two
-    racing runs are closed, keeping the oldest. Only ``author``'s issues are listed (GitHub
-    filters by ``creator``), oldest first: never every issue of the repository."""
-    from github3.issues.issue import ShortIssue  # needs github3: the posting job's alone
-
-    from ci.reporter.publish import Publisher, upsert_sticky
-
-    def create():
-        created = gh.create_issue(owner, repo, title, body)
-        if created is None:
-            raise RuntimeError(f"could not open an issue in {owner}/{repo}")
-        return created
-
-    def authors_issues() -> list:
-        reader = Publisher(gh, owner, repo, None, policy)
-        wanted = {"creator": author, "state": "all", "sort": "created", "direction": "asc"}
-        found = reader.pages(f"issues opened by {author}", "issues", params=wanted)
-        issues = [item for item in found if isinstance(item, dict) and "pull_request" not in item]
-        return [ShortIssue(item, gh.session) for item in issues]
-
-    def once():
-        outcome, issue = upsert_sticky(
-            sorted(authors_issues(), key=lambda issue: issue.number),
-            MARKER,
-            author,
-            create=create,
-            unchanged=lambda keep: keep.body == body and keep.title == title,
-            edit=lambda keep: keep.edit(title=title, body=body, state="open"),
-            retire=lambda duplicate: duplicate.state == "closed" or duplicate.edit(state="closed"),
-        )
-        return outcome, issue.number
-
-    # The whole find-then-write repeats on a retry, so a retried create cannot duplicate.
-    return policy.call("tracking issue", once)
+def _row_problem(row) -> "str | None":
+    """What is wrong with one row, in one line (values repr'd), or None. Text is only
+    escaped and capped when rendered; types are checked so that rendering cannot fail."""
+    if not isinstance(row, dict):
+        return f"expected an object, got {type(row).__name__}"
+    missing = [key for key in ("version", "state", "reason") if key not in row]
+    if missing:
+        return f"no text in {', '.join(missing)}"
+    if problem := _typed(row, ROW_SCHEMA):
+        return problem
+    if not RELEASE.fullmatch(row["version"]):
+        return f"{row['version'][:40]!r} is not a release version"
+    counts = row.get("counts", {})
+    if not all(type(k) is str and type(n) is int for k, n in counts.items()):
+        return "counts: expected kind -> a count"
+    series = row.get("series") or {}
+    if _typed(series, {"status": (str,), "detail": (str,)}) or (series and "status" not in series):
+        return "series: expected {status, detail} text"
+    patches = row.get("patches", [])
+    if len(patches) > 32 or not all(
+        isinstance(p, dict) and set(p) == set(PATCH_KEYS) for p in patches
+    ):
+        return f"patches: expected at most 32 records of exactly {', '.join(PATCH_KEYS)}"
+    if problem := next(filter(None, (_typed(p, PATCH_KEYS) for p in patches)), None):
+        return f"patches: {problem}"
+    if row["state"] == "applied" and "change_ok" not in row:
+        return "an applied release's row has no change_ok"
+    return None
