@@ -1,18 +1,28 @@
-"""The one way this project starts git: the runner (``--git-base/--git-head``, the checkout's
-commit), the series tools and the benchmarks alike, with one command prefix and one
-environment. Variables that name a caller's repository (set inside a git hook) are dropped; the
-system config, a user's hooks or line-ending rewriting and the locale never change what is read
-or written; and no read refreshes the user's index (no optional locks).
+"""The one way this project starts git: the runner, the series tools and the benchmarks alike,
+with one command prefix and one environment. Variables that name a caller's repository (set
+inside a git hook) are dropped; the system config, a user's hooks or line-ending rewriting and
+the locale never change what is read or written; and no read refreshes the user's index.
 """
 
 import os
 import subprocess
+
+from ci.errors import CiError
 
 CALLERS_REPO = frozenset({
     "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY",
     "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_PREFIX",
 })  # fmt: skip
 COMMAND = ("git", "-c", "core.autocrlf=false", "-c", "core.hooksPath=/dev/null")
+# For commits in throwaway trees when the user configured no identity.
+TOOL_IDENTITY = {
+    "GIT_COMMITTER_NAME": "sglang-overlay tools",
+    "GIT_COMMITTER_EMAIL": "tools@sglang-overlay.invalid",
+}
+
+
+class GitError(CiError):
+    """A git command that failed; the message carries git's own words."""
 
 
 def environment(extra=None, ceiling=None) -> dict:
@@ -25,31 +35,53 @@ def environment(extra=None, ceiling=None) -> dict:
     return env
 
 
-def run(args, cwd, env=None, stdin=None, ceiling=None) -> subprocess.CompletedProcess:
-    """``git *args`` in ``cwd``, its output captured as bytes; OSError where git cannot start."""
-    return subprocess.run(
-        [*COMMAND, *args],
-        cwd=cwd,
-        env=environment(env, ceiling),
-        capture_output=True,
-        input=stdin,
+def run(args, cwd, env=None, stdin=None, ceiling=None, check=True) -> subprocess.CompletedProcess:
+    """``git *args`` in ``cwd``, its output captured as bytes; GitError on failure unless
+    ``check`` is false (OSError where git cannot start)."""
+    proc = subprocess.run(
+        [*COMMAND, *args], cwd=cwd, env=environment(env, ceiling), capture_output=True, input=stdin
     )
+    if check and proc.returncode != 0:
+        said = proc.stderr.decode("utf-8", "replace").strip()
+        raise GitError(f"git {' '.join(map(str, args))} failed in {cwd}: {said}")
+    return proc
 
 
-def out(args, cwd, **kwargs) -> str | None:
-    """``git *args``' output, stripped; None where git fails (OSError where it cannot start)."""
-    proc = run(args, cwd, **kwargs)
+def out(args, cwd, check=True, **kwargs) -> str | None:
+    """``git *args``' stdout, stripped; None where git fails and ``check`` is false."""
+    proc = run(args, cwd, check=check, **kwargs)
     return proc.stdout.decode("utf-8", "replace").strip() if proc.returncode == 0 else None
+
+
+def ok(args, cwd, **kwargs) -> bool:
+    return run(args, cwd, check=False, **kwargs).returncode == 0
+
+
+def text(proc) -> str:
+    """stdout and stderr of a finished git run, as one string (for reading git's messages)."""
+    return (proc.stdout + proc.stderr).decode("utf-8", "replace")
 
 
 def changed(repo, untracked: str = "no") -> list | None:
     """The paths ``git status`` lists as changed in ``repo`` (untracked files too with
     ``untracked="normal"``); None where git fails."""
-    proc = run(["status", "--porcelain", f"--untracked-files={untracked}"], repo)
+    proc = run(["status", "--porcelain", f"--untracked-files={untracked}"], repo, check=False)
     if proc.returncode != 0:
         return None
     # "XY PATH": read unstripped, or a line starting " M" would lose its path's first letter.
     return [line[3:] for line in proc.stdout.decode("utf-8", "replace").splitlines() if line]
+
+
+def dirty_paths(repo) -> list:
+    """Tracked changes and untracked files; an operation in progress counts as dirty too."""
+    paths = changed(repo, untracked="normal")
+    if paths is None:
+        raise GitError(f"git status failed in {repo}")
+    git_dir = os.path.join(repo, out(["rev-parse", "--git-dir"], repo))
+    for marker in ("rebase-apply", "rebase-merge", "MERGE_HEAD", "CHERRY_PICK_HEAD"):
+        if os.path.exists(os.path.join(git_dir, marker)):
+            paths.append(f"(a git {marker} is in progress)")
+    return paths
 
 
 def is_top(path) -> bool:
@@ -58,5 +90,5 @@ def is_top(path) -> bool:
     if not os.path.isdir(path):
         return False
     ceiling = os.path.dirname(os.path.abspath(path))
-    top = out(["rev-parse", "--show-toplevel"], path, ceiling=ceiling)
+    top = out(["rev-parse", "--show-toplevel"], path, check=False, ceiling=ceiling)
     return top is not None and os.path.samefile(top, path)

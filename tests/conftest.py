@@ -148,8 +148,6 @@ XDIST_GROUPS = {
     "test_ci_run.py": "test_ci_run.py",
     "test_ci_watch.py": "test_ci_run.py",
     "test_series_checkout_verbs.py": "test_series_checkout_verbs.py",
-    "test_series_drifted_main.py": "test_series_checkout_verbs.py",
-    "test_series_own_checks.py": "test_series_checkout_verbs.py",
 }
 # drifted_main: a session fixture of three modules that takes a full clone and a commit
 SHARED_SESSION_FIXTURES = {"drifted_main"}

@@ -28,7 +28,8 @@ def checkout(series, dest):
 
 @pytest.fixture(scope="session")
 def patched_tree(series, tmp_path_factory):
-    from tools.series import check, gitcmd
+    from ci import gitcmd
+    from tools.series import check
 
     repo = checkout(series, tmp_path_factory.mktemp("patched") / "sglang")
     check.am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
@@ -58,7 +59,7 @@ repos:
 
 def commit_files(repo, files: dict, message: str) -> str:
     """Write ``files`` (path -> bytes) in ``repo`` and commit them; the new commit."""
-    from tools.series import gitcmd
+    from ci import gitcmd
 
     for path, data in files.items():
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
@@ -92,7 +93,8 @@ def _slim_release(series, repo):
     import subprocess
     import sys
 
-    from tools.series import base, gitcmd
+    from ci import gitcmd
+    from tools.series import base
 
     release = base.cached_base(series.base.version)
     proc = subprocess.run(

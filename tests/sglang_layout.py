@@ -64,7 +64,7 @@ SLIM = ("python/sglang/test/ci/ci_register.py",)
 
 
 def _git(repo: Path, *args: str) -> str:
-    from tools.series import gitcmd
+    from ci import gitcmd
 
     return gitcmd.out(list(args), repo, env=IDENTITY)
 

@@ -128,8 +128,8 @@ def test_a_head_that_changes_no_selected_test_has_nothing_to_run(
 def test_every_git_of_the_project_ignores_a_callers_repository(tmp_path, monkeypatch):
     # Inside a git hook GIT_DIR names the caller's repository: the checkout's commit that ci run
     # records, and what the series tools read, must still be the folder's own (ci.gitcmd).
+    from ci import gitcmd
     from ci.runner import environment
-    from tools.series import gitcmd
 
     identity = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid"}
     identity.update(GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.invalid")

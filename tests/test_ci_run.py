@@ -220,7 +220,8 @@ def _ci_run_in_pool(out, *args):
 # file that reads the module's source (a void proof, in processes that never import sglang).
 @overlay_runs.job("trees_runs")
 def _trees_runs(directory):
-    from tools.series import base, check, gitcmd, seriesdir
+    from ci import gitcmd
+    from tools.series import base, check, seriesdir
 
     series = seriesdir.load()
     base_tree = base.materialize(series.base.version, directory / "base" / "sglang")

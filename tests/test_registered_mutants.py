@@ -20,15 +20,6 @@ DFP_ORDER = (
     "test_growing_the_batch_releases_the_old_buffer_before_allocating",
     "test_changing_gamma_releases_the_old_buffer_before_allocating",
 )
-PR_ORDER = (
-    "test_growing_releases_the_old_workspace_before_allocating",
-    "test_changing_dtype_releases_the_old_workspace_before_allocating",
-)
-PR_KEY = (
-    "test_growing_at_the_same_address_invalidates_the_cached_prefix",
-    "test_changing_dtype_at_the_same_address_invalidates_the_cached_prefix",
-)
-PR_FITS = "test_a_request_that_fits_keeps_the_workspace_and_its_prefix"
 DSA_QPAD = "test_more_tokens_release_the_old_q_pad_before_allocating"
 DSA_KV = "test_more_kv_rows_release_the_old_kv_buffer_before_allocating"
 DSA_OUT = "test_more_tokens_release_the_old_outputs_before_allocating"
@@ -132,16 +123,6 @@ KILLS = {
         "born-q-released-on-growth-only": {BQ_ORDER[1]},
         "born-q-released-before-the-reuse-check": {"test_a_call_that_fits_reuses_the_born_q_buffer"},
         "sentinel-released-before-the-reuse-check": {"test_a_call_that_fits_reuses_the_sentinel"},
-    },
-    # fix 0001 cut for upstream main's per-ratio workspace (patches/cuts/per-ratio-workspace)
-    "0001-per-ratio": {
-        "unmodified": {*PR_ORDER, *PR_KEY, PR_FITS},
-        "release-first-alone": set(PR_KEY),
-        "generation-without-release": set(PR_ORDER),
-        "old-workspace-kept-in-a-local": set(PR_ORDER),
-        "released-on-growth-only": {PR_ORDER[1]},
-        "generation-bumped-on-growth-only": {PR_KEY[1]},
-        "released-before-the-capacity-check": {PR_FITS},
     },
 }
 

@@ -12,7 +12,8 @@ from test_series_prbody import FUSED_KV_RESULTS, _results
 from test_series_tools import _author_header, _project_copy
 
 from ci.reporter.render import escape_inline
-from tools.series import ab, basearg, check, gitcmd, seriesdir
+from ci import gitcmd
+from tools.series import ab, basearg, check, seriesdir
 from tools.series.__main__ import main
 
 pytest_plugins = ["series_fixtures"]

@@ -5,7 +5,8 @@ import shutil
 
 import pytest
 
-from tools.series import SeriesError, check, gitcmd, seriesdir
+from ci import gitcmd
+from tools.series import SeriesError, check, seriesdir
 from tools.series.__main__ import main
 from tools.series.seriesdir import (
     COVER_NAME,

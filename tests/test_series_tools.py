@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.series import base, check, gitcmd, matrix, refresh, seriesdir
+from ci import gitcmd
+from tools.series import base, check, matrix, refresh, seriesdir
 from tools.series.__main__ import main
 from tools.series.seriesdir import PATCHES_DIR, REPO_ROOT
 
@@ -128,7 +129,7 @@ def test_check_calls_a_truncated_patch_corrupt(capsys, tmp_path):
 def test_missing_git_is_a_usage_error(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     code, _, err = _run(capsys, "check")
-    assert code == 2 and "git was not found on PATH" in err
+    assert code == 2 and err == "error: git: No such file or directory\n"
 
 
 def test_a_release_that_is_not_on_pypi_is_a_usage_error(capsys, tmp_path):

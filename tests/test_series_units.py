@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tools.series import SeriesError, apply, base, check, gitcmd, matrix, seriesdir
+from ci import gitcmd
+from tools.series import SeriesError, apply, base, check, matrix, seriesdir
 from tools.series.seriesdir import PATCHES_DIR, REPO_ROOT, load, parse_patch
 
 FIX = "python/sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py"
@@ -45,9 +46,9 @@ def test_series_adds_the_projects_registered_test_byte_for_byte(tmp_path):
 def test_hunk_at_finds_the_hunk_git_names_by_its_old_start_line():
     data = _fix_patch_bytes()
     hunk = "hunk #1 @@ -113,12 @@ (class SparsePrefillKVBuffer:)"
-    assert gitcmd.hunk_at(data, FIX, 113) == hunk
-    assert gitcmd.hunk_at(data, FIX, 120) == hunk  # git searched at an offset
-    assert gitcmd.hunk_at(data, TEST, 113) is None
+    assert check.hunk_at(data, FIX, 113) == hunk
+    assert check.hunk_at(data, FIX, 120) == hunk  # git searched at an offset
+    assert check.hunk_at(data, TEST, 113) is None
 
 
 def test_truncated_hunk_is_a_corrupt_patch_naming_the_line():
@@ -160,20 +161,20 @@ def test_am_failure_is_explained_as_patch_file_and_hunk():
         f"error: patch failed: {FIX}:113\nerror: {FIX}: patch does not apply\n"
         "Patch failed at 0001 [DSV4] Free sparse-prefill KV scratch\n"
     )
-    (problem,) = gitcmd.explain(output, patch)
+    (problem,) = check.explain(output, patch)
     assert problem.startswith(f"0001-x.patch: {FIX}: hunk #1 @@ -113,12 @@")
 
 
 def test_package_relative_paths_from_git_apply_are_mapped_back_to_upstream():
     patch = parse_patch(_fix_patch_bytes(), "0001")
     output = "error: patch failed: srt/layers/attention/dsv4/sparse_prefill_utils.py:113\n"
-    (problem,) = gitcmd.explain(output, patch, prefix=apply.UPSTREAM_PACKAGE)
+    (problem,) = check.explain(output, patch, prefix=apply.UPSTREAM_PACKAGE)
     assert f"{FIX}: hunk #1" in problem
 
 
 def test_missing_file_is_reported_as_missing_in_the_target():
     patch = parse_patch(_fix_patch_bytes(), "0001")
-    (problem,) = gitcmd.explain(f"error: {FIX}: does not exist in index\n", patch)
+    (problem,) = check.explain(f"error: {FIX}: does not exist in index\n", patch)
     assert "does not exist in the target" in problem
 
 

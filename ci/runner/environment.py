@@ -80,6 +80,6 @@ def git_commit(cwd: str | None) -> dict:
             return {"commit": None, "dirty": None}
         dirty = gitcmd.changed(cwd)
         dirty = None if dirty is None else bool(dirty)
-        return {"commit": gitcmd.out(["rev-parse", "HEAD"], cwd), "dirty": dirty}
+        return {"commit": gitcmd.out(["rev-parse", "HEAD"], cwd, check=False), "dirty": dirty}
     except OSError:  # no git
         return {"commit": None, "dirty": None}

@@ -44,7 +44,7 @@ class Change:
 def _git(repo: str, *args: str, data: bool = False):
     """``git *args`` in ``repo``: its stdout (bytes with ``data``), or None when git fails."""
     try:
-        proc = gitcmd.run(args, repo)
+        proc = gitcmd.run(args, repo, check=False)
     except OSError as exc:
         raise RequestError(f"--git-base/--git-head need git: {exc.strerror}") from None
     if proc.returncode != 0:
@@ -185,7 +185,7 @@ def _blobs(root: str, oids) -> list:
     if not oids:
         return []
     objects = "".join(f"{oid}\n" for oid in oids).encode()
-    proc = gitcmd.run(["cat-file", "--batch"], root, stdin=objects)
+    proc = gitcmd.run(["cat-file", "--batch"], root, stdin=objects, check=False)
     data, found = proc.stdout, []
     while data:
         header, _, data = data.partition(b"\n")

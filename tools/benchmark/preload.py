@@ -21,9 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ci import gitcmd
 from sglang_overlay import WORKSPACE_MODULE
 from tools.benchmark import launch, summary
-from tools.series import gitcmd
 
 GOAL = 2.5
 FILE = """import unittest

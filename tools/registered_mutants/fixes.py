@@ -54,96 +54,6 @@ DFP_CPU_ORDER = (
 )
 DFP_CUDA_GROW = "test_growing_256_to_257_requests_peaks_at_the_new_128_mib"
 
-CUT = "patches/cuts/per-ratio-workspace/"  # fix 0001 cut for upstream main at 02e8ed1b
-PR_CPU = (
-    CUT + "test/registered/unit/layers/attention/test_dsv4_per_ratio_workspace_release_order.py"
-)
-PR_CUDA = (
-    CUT + "test/registered/kernels/ops/attention/dsv4/test_dsv4_per_ratio_workspace_replacement.py"
-)
-PR_RELEASE = "            self._buffer = None\n            self.generation += 1\n"
-PR_ORDER = (
-    "test_growing_releases_the_old_workspace_before_allocating",
-    "test_changing_dtype_releases_the_old_workspace_before_allocating",
-)
-PR_KEY = (
-    "test_growing_at_the_same_address_invalidates_the_cached_prefix",
-    "test_changing_dtype_at_the_same_address_invalidates_the_cached_prefix",
-)
-PR_CUDA_PEAK = ("test_grow_64_to_96_mib_peaks_at_96_mib",)
-PR_CUDA_KEY = ("test_bf16_to_fp8_in_the_freed_block_invalidates_the_cached_prefix",)
-PR_FITS = ("test_a_request_that_fits_keeps_the_workspace_and_its_prefix",)
-PER_RATIO = Fix(
-    patch=CUT + "patches/0001-dsv4-per-ratio-release-first-and-invalidate.patch",
-    source="python/sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py",
-    module="sglang.srt.layers.attention.dsv4.sparse_prefill_utils",
-    tests={"cpu": (PR_CPU,), "cuda": (PR_CUDA,)},
-    unmodified_killed_by={
-        "cpu": (*PR_ORDER, *PR_KEY, *PR_FITS),
-        "cuda": PR_CUDA_PEAK + PR_CUDA_KEY,
-    },
-    mutants=(
-        Mutant(
-            "release-first-alone",
-            "releases the workspace first but never bumps the generation",
-            (("            self.generation += 1\n", ""),),
-            {"cpu": PR_KEY, "cuda": PR_CUDA_KEY},
-        ),
-        Mutant(
-            "generation-without-release",
-            "bumps the generation but allocates while holding the old workspace",
-            ((PR_RELEASE, "            self.generation += 1\n"),),
-            {"cpu": PR_ORDER, "cuda": PR_CUDA_PEAK},
-        ),
-        Mutant(
-            "old-workspace-kept-in-a-local",
-            "clears the attribute but keeps the old workspace in a local while allocating",
-            (
-                (
-                    "            self._buffer = None\n",
-                    "            old, self._buffer = self._buffer, None\n",
-                ),
-            ),
-            {"cpu": PR_ORDER, "cuda": PR_CUDA_PEAK},
-        ),
-        Mutant(
-            "released-on-growth-only",
-            "releases the workspace when it grows, not when the dtype changes",
-            (
-                (
-                    "            self._buffer = None\n",
-                    "            if num_tokens > current_capacity:\n                self._buffer = None\n",
-                ),
-            ),
-            {"cpu": PR_ORDER[1:]},
-        ),
-        Mutant(
-            "generation-bumped-on-growth-only",
-            "bumps the generation when the workspace grows, not when the dtype changes",
-            (
-                (
-                    "            self.generation += 1\n",
-                    "            if num_tokens > current_capacity:\n                self.generation += 1\n",
-                ),
-            ),
-            {"cpu": PR_KEY[1:], "cuda": PR_CUDA_KEY},
-        ),
-        Mutant(
-            "released-before-the-capacity-check",
-            "releases and bumps on every request, so one that fits reallocates",
-            (
-                (
-                    "        assert num_tokens > 0\n",
-                    "        assert num_tokens > 0\n        self._buffer = None\n        self.generation += 1\n",
-                ),
-            ),
-            {"cpu": PR_FITS},
-        ),
-    ),
-    base_file="tests/fixtures/upstream_main/sparse_prefill_utils-02e8ed1b.py.txt",
-    pins=CUT + "patches/BASE",
-)
-
 FIXES = {
     "0001": Fix(
         patch="patches/0001-dsv4-sparse-prefill-release-first.patch",
@@ -333,5 +243,4 @@ FIXES = {
         ),
     ),
     **Q8KV8_FIXES,
-    "0001-per-ratio": PER_RATIO,
 }

@@ -7,7 +7,9 @@ import json
 import os
 import sys
 
+from ci.errors import CiError
 from tools.series import (
+    BAD_USAGE,
     OK,
     SeriesError,
     ab,
@@ -16,7 +18,6 @@ from tools.series import (
     base,
     basearg,
     check,
-    cuts,
     matrix,
     pr_description,
     refresh,
@@ -55,8 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = verbs.add_parser(
         "check",
         help="git am the series, and each fix alone, onto a fresh base; the tests it adds are "
-        "the project's; upstream's pinned hooks pass on what it touches (on a checkout base, "
-        "also its own hooks and collector)",
+        "the project's; upstream's pinned hooks pass on what it touches",
     )
     p.add_argument("--version", **release)
     basearg.add_arguments(p)
@@ -96,12 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     basearg.add_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    p = verbs.add_parser(
+    verbs.add_parser(
         "describe",
         help="the series' id, release, patches and fixes as JSON, for 'python -m ci run --series'",
-    )
-    p.add_argument(
-        "--checkout", metavar="PATH", help="an upstream checkout: each fix as cut for its shape"
     )
 
     p = verbs.add_parser(
@@ -167,10 +164,7 @@ def run(args) -> str:
             return f"{repo}: {where.checkout} at {where.commit[:12]}, tagged '{base.BASE_TAG}'\n"
         return f"{repo}: {where.name} in upstream layout, base commit tagged '{base.BASE_TAG}'\n"
     if args.verb == "describe":
-        series = seriesdir.load(args.patches)
-        if args.checkout:  # each fix as cut for the checkout's shape
-            series, _ = cuts.for_tree(series, base.checkout_tree(args.checkout))
-        return json.dumps(seriesdir.summary(series), indent=2) + "\n"
+        return json.dumps(seriesdir.summary(seriesdir.load(args.patches)), indent=2) + "\n"
     series = seriesdir.load(args.patches)
     if args.verb == "check":
         return _lines([*check.run_check(series, basearg.resolve(args, series.base)), "ok"])
@@ -268,6 +262,8 @@ def _lines(lines) -> str:
 
 
 def main(argv=None) -> int:
+    """The exit rule: 0 ok, 1 a check failed or a target was refused, 2 bad input or a missing
+    prerequisite (git, a path that cannot be read), told in one line, never a traceback."""
     args = build_parser().parse_args(argv)
     try:
         sys.stdout.write(run(args))
@@ -275,6 +271,10 @@ def main(argv=None) -> int:
     except SeriesError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
+    except (CiError, OSError) as err:  # a git that failed or is missing, an unreadable path
+        said = f"{err.filename}: {err.strerror}" if getattr(err, "strerror", None) else str(err)
+        print(f"error: {said}".splitlines()[0], file=sys.stderr)
+        return BAD_USAGE
 
 
 if __name__ == "__main__":

@@ -10,22 +10,23 @@ import os
 from importlib.metadata import PathDistribution
 from pathlib import Path
 
-from tools.series import SeriesError, base, check, cuts, gitcmd, usage
+from ci import gitcmd
+from tools.series import SeriesError, base, check, usage
 
 UPSTREAM_PACKAGE = "python/sglang/"  # where a checkout keeps what site-packages/sglang/ holds
 
 
 def apply_to(series, path, fix=None, at=None) -> list:
-    """Apply the series, or only ``fix`` (a ``seriesdir.Fix``: one pull request's branch),
-    each fix as cut for the target's shape (tools/series/cuts.py). ``at``: the base commit
+    """Apply the series, or only ``fix`` (a ``seriesdir.Fix``: one pull request's branch).
+    ``at``: the base commit
     (a git base, or ``--rev``) a checkout's HEAD must be at."""
     path = Path(path).resolve()
     if not path.is_dir():
         raise usage(f"{path} is not a directory")
     if (path / "python" / "sglang").is_dir():
-        if not gitcmd.is_work_tree(path):
+        if not gitcmd.is_top(path):
             raise usage(f"{path} has python/sglang/ but is not the top of a git checkout")
-        return _apply_checkout(_as_cut(series, path, "", fix), path, at)
+        return _apply_checkout(series if fix is None else series.alone(fix), path, at)
     for candidate in (path, path / "sglang"):
         if (candidate / "__init__.py").is_file() and (candidate / "srt").is_dir():
             if at is not None:
@@ -33,7 +34,8 @@ def apply_to(series, path, fix=None, at=None) -> list:
                     f"{candidate} is an installed package, which has no commit; the base is "
                     f"commit {at}: apply to an upstream checkout at it"
                 )
-            return _apply_package(_as_cut(series, candidate, UPSTREAM_PACKAGE, fix), candidate)
+            selected = series if fix is None else series.alone(fix)
+            return _apply_package(selected, candidate)
     raise usage(
         f"{path} is neither an upstream sglang checkout (a git work tree with python/sglang/) "
         "nor an installed sglang package (site-packages/sglang)"
@@ -49,11 +51,6 @@ def _refuse_another_base(repo: Path, at: str) -> None:
             f"{repo} is at {head[:12]}, but the base is {at} ({commit[:12]}); "
             f"git checkout {commit[:12]} there first, or give --rev"
         )
-
-
-def _as_cut(series, tree: Path, strip: str, fix):
-    series, _ = cuts.for_tree(series, tree, strip)
-    return series if fix is None else cuts.only(series, series.fix(fix.number))
 
 
 def _refuse_if_applied(states, where):
@@ -159,7 +156,7 @@ def _locate(package: Path, work) -> list:
     for _name, mapped, path, patch in work:
         proc = _git_apply(package, [path], mapped, ["--check", "-v"])
         if proc.returncode != 0:
-            return gitcmd.explain(gitcmd.text(proc), patch, prefix=UPSTREAM_PACKAGE)
+            return check.explain(gitcmd.text(proc), patch, prefix=UPSTREAM_PACKAGE)
     return ["the patches conflict with each other when applied together"]
 
 

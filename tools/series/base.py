@@ -15,7 +15,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from tools.series import SeriesError, gitcmd, usage
+from ci import gitcmd
+from tools.series import SeriesError, usage
 from tools.series.seriesdir import NEW, REPO_ROOT, check_version
 
 CACHE_DIR = Path(os.environ.get("SGLANG_SERIES_CACHE", REPO_ROOT / ".cache"))
@@ -200,7 +201,7 @@ def glob_escape(path: str) -> str:
 def checkout_tree(checkout) -> Path:
     """``checkout``, refused in one line unless it is an sglang git checkout."""
     checkout = Path(checkout)
-    if not gitcmd.is_work_tree(checkout) or not (checkout / "python" / "sglang").is_dir():
+    if not gitcmd.is_top(checkout) or not (checkout / "python" / "sglang").is_dir():
         raise usage(f"{checkout} is not an sglang git checkout (a work tree with python/sglang/)")
     return checkout
 

@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from tools.series import SeriesError, base, basearg, cuts, gitcmd, own_checks, usage
+from ci import gitcmd
+from tools.series import SeriesError, base, basearg, usage
 from tools.series.hookdiff import introduced, problem_lines  # noqa: F401 (check's API)
 from tools.series.seriesdir import COVER_NAME, NEW
 
@@ -48,21 +49,16 @@ def run_check(series, where=None) -> list:
     """Return report lines; raise SeriesError (exit 1) naming what failed. With more than one
     fix, each must also apply alone to the base: it goes upstream as its own pull request.
     ``where`` (a ``basearg.Where``; default: patches/BASE's release) is the base: a release, or
-    a commit of an upstream git checkout, whose own hooks and collector then run too
-    (``own_checks``)."""
+    a commit of an upstream git checkout."""
     where = where or basearg.Where(series.base.version)
     report, name = [], where.name
     with tempfile.TemporaryDirectory(prefix="series-check-") as tmp:
-        # A release base: only the files the series (and any cut of it) touches, written.
-        repo = where.materialize(Path(tmp) / "sglang", only=_touched_anywhere(series))
+        # A release base: only the files the series touches, written.
+        repo = where.materialize(Path(tmp) / "sglang", only=series.touched_files())
         pinned = (where.commit or where.version) in (series.base.git, series.base.version)
         if pinned:
             verify_base_hashes(series, repo)
             report.append(f"base {name}: pinned files match patches/BASE")
-        cut_series, taken = cuts.for_tree(series, repo)  # a fix cut for this base's shape
-        report.extend(cuts.notes(taken, repo))
-        report.extend(the_cut_replaced(series, cut.fix, repo) for cut, _ in taken)
-        series = cut_series
         am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
         report.append(f"{len(series.names)} patches apply to {name} with git am")
         if series.cover is not None:
@@ -71,19 +67,9 @@ def run_check(series, where=None) -> list:
             )
         report.extend(verify_mirrored_files(series, repo))
         report.extend(verify_hooks(series, repo))
-        if where.checkout is not None:
-            report.extend(own_checks.run(series, repo, name))
         if len(series.fixes) > 1:
             report.extend(verify_fixes_alone(series, repo, name))
     return report
-
-
-def _touched_anywhere(series) -> list:
-    """Every upstream path the series, or a cut of it, reads or touches."""
-    paths = [*series.touched_files()]
-    for cut in series.base.cuts:
-        paths += [cut.path, *cuts.load(series, cut).touched_files()]
-    return paths
 
 
 def verify_fixes_alone(series, repo: Path, name: str) -> list:
@@ -91,10 +77,8 @@ def verify_fixes_alone(series, repo: Path, name: str) -> list:
     report = []
     for fix in series.fixes:
         gitcmd.run(["reset", "-q", "--hard", base.BASE_TAG], repo)
-        alone = cuts.only(series, fix)
-        patches = list(zip(alone.names, alone.paths(), alone.patches, strict=True))
         try:
-            am_patches(patches, repo, env=gitcmd.TOOL_IDENTITY)
+            am_series(series.alone(fix), repo, env=gitcmd.TOOL_IDENTITY)
         except SeriesError as err:
             raise SeriesError(
                 f"fix {fix.number} does not apply without the rest of the series, so it "
@@ -102,19 +86,6 @@ def verify_fixes_alone(series, repo: Path, name: str) -> list:
             ) from None
         report.append(f"fix {fix.number} ({', '.join(fix.names)}) applies alone to {name}")
     return report
-
-
-def the_cut_replaced(series, number: str, repo: Path) -> str:
-    """Whether fix ``number`` as patches/ cuts it applies to the pristine base in ``repo``
-    (a cut for this shape was taken instead): its failing file and hunk, in one line."""
-    alone = cuts.only(series, series.fix(number))
-    try:
-        patches = list(zip(alone.names, alone.paths(), alone.patches, strict=True))
-        am_patches(patches, repo, env=gitcmd.TOOL_IDENTITY)
-    except SeriesError as err:
-        return f"fix {number} as patches/ cuts it does not apply here: {err}"
-    gitcmd.run(["reset", "-q", "--hard", base.BASE_TAG], repo)
-    return f"fix {number} as patches/ cuts it applies here too; the base's shape chose the cut"
 
 
 def verify_base_hashes(series, repo: Path) -> None:
@@ -153,7 +124,7 @@ def am_patches(patches, repo: Path, env=None) -> None:
     if failed is None:
         raise SeriesError(f"git am failed before naming a patch:\n{output.strip()}")
     name, _, patch = patches[int(failed.group(1)) - 1]
-    problems = gitcmd.explain(output, patch)
+    problems = explain(output, patch)
     # One line, whatever git said: the patch, the file and the hunk.
     raise SeriesError(
         f"the series does not apply ({name} failed; git am aborted, nothing applied): "
@@ -161,12 +132,56 @@ def am_patches(patches, repo: Path, env=None) -> None:
     )
 
 
+_FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
+_MISSING = re.compile(
+    r"^error: (.+?): (?:does not exist in index|No such file or directory)$", re.M
+)
+_EXISTS = re.compile(r"^error: (.+?): already exists in (?:index|working directory)$", re.M)
+_HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+\S+ @@(.*)$", re.M)
+
+
+def hunk_at(data: bytes, path: str, line: int):
+    """The hunk of ``path`` in patch ``data`` that git means by 'patch failed: PATH:LINE',
+    described; None when the patch has no hunk there. LINE is the hunk's old start, or a line
+    after it when git searched at an offset: the nearest start at or before it wins."""
+    section = data.partition(f"diff --git a/{path} b/{path}\n".encode())[2]
+    hunks = _HUNK.findall(section.split(b"\ndiff --git ", 1)[0])
+    if not hunks:
+        return None
+    index = max((i for i, hunk in enumerate(hunks) if int(hunk[0]) <= line), default=0)
+    start, length, where = (part.decode("utf-8", "replace").strip() for part in hunks[index])
+    return f"hunk #{index + 1} @@ -{start},{length or 1} @@" + (f" ({where})" if where else "")
+
+
+def explain(output: str, patch, prefix: str = "") -> list:
+    """One line per problem git reported for ``patch`` (a ``seriesdir.Patch``); ``prefix`` maps
+    the paths git printed back to upstream paths (``python/sglang/`` for an installed package).
+    """
+    problems = []
+    for path, line in _FAILED_AT.findall(output):
+        where = hunk_at(patch.data, prefix + path, int(line)) or f"the hunk at line {line}"
+        problems.append(f"{patch.name}: {prefix + path}: {where} does not apply")
+    for path in _MISSING.findall(output):
+        problems.append(f"{patch.name}: {prefix + path}: the file does not exist in the target")
+    for path in _EXISTS.findall(output):
+        problems.append(
+            f"{patch.name}: {prefix + path}: the file it adds already exists in the target"
+        )
+    if not problems:
+        detail = next(
+            (ln for ln in output.splitlines() if ln.startswith(("error:", "fatal:"))),
+            output.strip().splitlines()[-1] if output.strip() else "no output",
+        )
+        problems.append(f"{patch.name}: does not apply ({detail})")
+    return problems
+
+
 def verify_mirrored_files(series, repo: Path) -> list:
     report = []
     for path in series.touched_files():
         if not path.startswith(MIRRORED_PREFIX):
             continue
-        ours = cuts.project_copy(series, path)
+        ours = series.root.parent / path
         if not ours.is_file():
             raise SeriesError(f"the series adds {path}, but the project has no such file")
         expected, actual = ours.read_bytes(), (repo / path).read_bytes()

@@ -23,7 +23,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file by pre-commit: make ``series`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.series import audit, audit_marks, audit_read, gitcmd  # noqa: E402
+from ci import gitcmd  # noqa: E402
+from tools.series import audit, audit_marks, audit_read  # noqa: E402
 
 HOW_TO_FIX = (
     "release the old value first (self.x = None, then allocate), or say why it must stay: "

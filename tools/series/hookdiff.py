@@ -1,6 +1,6 @@
 """What a hook says is wrong, compared before and after the series: a failure counts against
 the series only where it brought the problem in (``check``'s pinned hooks, and a checkout's own
-hooks in ``own_checks``). Pure functions of the hooks' output.
+hooks). Pure functions of the hooks' output.
 """
 
 import re

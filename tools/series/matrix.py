@@ -9,7 +9,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from tools.series import base, gitcmd
+from ci import gitcmd
+from tools.series import base, check
 
 # Releases that ship the DSV4 sparse-prefill workspace (see shared/reference/upstream.md).
 DSV4_RELEASES = tuple(
@@ -74,7 +75,7 @@ def _try(tree: Path, path: Path, patch) -> dict:
     fuzzy = exact if exact.returncode == 0 else _apply(tree, path, ["--check", "-v", "-C1"])
     status, detail = classify(exact.returncode == 0, gitcmd.text(exact), fuzzy.returncode == 0)
     if status == "fails":
-        problems = gitcmd.explain(gitcmd.text(exact), patch)
+        problems = check.explain(gitcmd.text(exact), patch)
         detail = "; ".join(problem.split(": ", 1)[1] for problem in problems)
     else:
         _apply(tree, path, [] if status == "clean" else ["-C1"])

@@ -9,7 +9,8 @@ import re
 import tempfile
 from pathlib import Path
 
-from tools.series import SeriesError, base, gitcmd, seriesdir, usage
+from ci import gitcmd
+from tools.series import SeriesError, base, seriesdir, usage
 from tools.series.seriesdir import COVER_NAME
 
 # Options that keep the output independent of the user's git config and git version.
@@ -44,7 +45,7 @@ def refresh(patches_dir, source) -> list:
     """``refresh --from DIR``: DIR made by ``materialize`` (a release, or a checkout's commit:
     a git base) with the edited commits on top of its ``base`` tag."""
     patches_dir, source = Path(patches_dir), Path(source).resolve()
-    if not gitcmd.is_work_tree(source):
+    if not gitcmd.is_top(source):
         raise usage(f"{source} is not a git checkout made by 'materialize'")
     version = gitcmd.out(["config", base.VERSION_KEY], source, check=False)
     commit = gitcmd.out(["config", base.CHECKOUT_KEY], source, check=False)
@@ -96,16 +97,15 @@ def refresh(patches_dir, source) -> list:
     files = tuple(base.pins(source, touched).items())
     old_base = patches_dir / "BASE"
     old = seriesdir.parse_base(old_base.read_text()) if old_base.is_file() else None
-    kept = old.cuts if old is not None else ()
     if version:
-        pinned = seriesdir.Base(version, files, cuts=kept)
+        pinned = seriesdir.Base(version, files)
     else:
         if gitcmd.out(["rev-parse", f"{base.BASE_TAG}^{{commit}}"], source) != commit:
             raise SeriesError(f"{source}: its '{base.BASE_TAG}' tag is not commit {commit[:12]}")
         # A git base's repository in words: what the old BASE said, when it was a git base.
         upstream = old.upstream if old is not None and old.git is not None else ""
         upstream = upstream or "an upstream sglang git checkout, given at run time"
-        pinned = seriesdir.Base(None, files, commit, upstream, cuts=kept)
+        pinned = seriesdir.Base(None, files, commit, upstream)
     old_base.write_text(seriesdir.render_base(pinned))
     return report
 

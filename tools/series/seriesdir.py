@@ -10,10 +10,11 @@ import email.policy
 import hashlib
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tools.series import SeriesError, gitcmd, usage
+from ci import gitcmd
+from tools.series import SeriesError, usage
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PATCHES_DIR = REPO_ROOT / "patches"
@@ -69,30 +70,12 @@ def check_version(version: str) -> str:
     return version
 
 
-_CUT_RE = re.compile(r"([0-9]{4}) (\S+) when (\S+) contains (\S+)")
-
-
-@dataclass(frozen=True)
-class Cut:
-    """``cut:`` in BASE: where the base's ``path`` contains ``marker``, fix ``fix`` is the
-    series in ``folder`` (under patches/) instead (tools/series/cuts.py)."""
-
-    fix: str  # the number of the fix it stands in for
-    folder: str
-    path: str
-    marker: str
-
-    def line(self) -> str:
-        return f"cut: {self.fix} {self.folder} when {self.path} contains {self.marker}"
-
-
 @dataclass(frozen=True)
 class Base:
     version: str | None  # the release, or None for a git base
     files: tuple  # (upstream path, sha256 hex or NEW)
     git: str | None = None  # the upstream commit (40 hex) of a git base
     upstream: str = ""  # a git base's repository, in words
-    cuts: tuple = ()  # Cut: a fix's cut for bases of another shape
 
     @property
     def key(self) -> str:  # what the ids and describe name the base by
@@ -109,7 +92,7 @@ class Base:
 
 
 def parse_base(text: str, where: str = "patches/BASE") -> Base:
-    version, files, git, upstream, cuts = None, [], None, "", []
+    version, files, git, upstream = None, [], None, ""
     for number, line in _lines(text):
         key, _, value = (part.strip() for part in line.partition(":"))
         if key == "git":
@@ -129,21 +112,13 @@ def parse_base(text: str, where: str = "patches/BASE") -> Base:
             if digest != NEW and not re.fullmatch(r"[0-9a-f]{64}", digest):
                 raise SeriesError(f"{where}:{number}: {path} needs sha256=<64 hex> or 'new'")
             files.append((path, digest))
-        elif key == "cut":
-            match = _CUT_RE.fullmatch(value)
-            if not match or Path(match.group(2)).is_absolute() or ".." in match.group(2):
-                raise SeriesError(
-                    f"{where}:{number}: expected 'cut: NNNN FOLDER when PATH contains TEXT' "
-                    "(FOLDER inside patches/)"
-                )
-            cuts.append(Cut(*match.groups()))
         elif key not in ("source", "layout"):
             raise SeriesError(f"{where}:{number}: unknown key {key!r}")
     if (version is None) == (git is None):
         raise SeriesError(
             f"{where}: one base: a 'release: sglang==X.Y.Z' line or a 'git: <commit>' line"
         )
-    return Base(version, tuple(files), git, upstream, tuple(cuts))
+    return Base(version, tuple(files), git, upstream)
 
 
 def render_base(base: Base) -> str:
@@ -164,7 +139,7 @@ def render_base(base: Base) -> str:
             "layout: upstream; python/sglang/ holds the wheel's sglang/ minus compiled extensions",
         ]
     lines += [f"file: {p} {NEW if d == NEW else 'sha256=' + d}" for p, d in base.files]
-    return "\n".join([*lines, *(cut.line() for cut in base.cuts)]) + "\n"
+    return "\n".join(lines) + "\n"
 
 
 def _mail(data: bytes):
@@ -325,15 +300,17 @@ class SeriesDir:
     base: Base
     patches: tuple  # Patch, in series order
     cover: Cover | None = None
-    homes: tuple = ()  # each patch's folder where it is not root (a cut's, tools/series/cuts.py)
 
     @property
     def id(self) -> str:
         return series_id(self.base.key, (patch.data for patch in self.patches))
 
     def paths(self):
-        homes = self.homes or (self.root,) * len(self.names)
-        return [home / name for home, name in zip(homes, self.names, strict=True)]
+        return [self.root / name for name in self.names]
+
+    def alone(self, fix: "Fix") -> "SeriesDir":
+        """The series of ``fix``'s patches alone (one pull request's branch)."""
+        return replace(self, names=fix.names, patches=fix.patches)
 
     def touched_files(self) -> dict:
         """Every upstream path the series touches, first-touch order -> added by the series."""
