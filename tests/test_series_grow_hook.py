@@ -27,7 +27,7 @@ HOOK_FILES = (
     "tools/series/audit_expr.py",
     "tools/series/audit_marks.py",
     "tools/series/audit_read.py",
-    "tools/series/gitcmd.py",
+    "ci/errors.py",
     "tools/series/grow_hook.py",
 )
 OLD = """\
