@@ -3,8 +3,8 @@ drops a buffer that a method replaces before allocating its replacement (the DSV
 sparse-prefill workspace, DFlash's fused KV workspaces and draft probabilities, the q8kv8
 scratch of the DSA and DSV4 fp8 prefills, ...).
 
-The public surface only (README.md, "Using the overlay"): the .pth start-up hook imports this
-module in every interpreter, so it imports nothing itself.
+The public surface only: the .pth start-up hook imports this module in every interpreter, so
+it imports nothing itself.
 """
 
 __all__ = [
@@ -16,12 +16,18 @@ __all__ = [
     "PATCH_IDS",
     "PATCHED_MODULES",
     "WORKSPACE_MODULE",
+    "OverlayError",
     "__version__",
 ]
 
 # The one place the version lives: the build reads it from here (pyproject.toml), the CLI
 # and every process record report it. Bumped with every release (CHANGELOG.md).
 __version__ = "0.2.0"
+
+
+class OverlayError(Exception):
+    """The base of every exception the overlay raises on purpose."""
+
 
 PATCH_ID = "0001-dsv4-sparse-prefill-release-first"
 WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"

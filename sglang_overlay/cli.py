@@ -1,7 +1,7 @@
 """``sglang-overlay``: what a new sglang process of this environment gets (``status``, asked of
 a fresh interpreter, never patching in this one), and what the running ones got
-(``status --processes``). Exit 0 when all run the fixed code or are unfixed on purpose, 1
-otherwise or on an unrecognised setting, 2 for bad usage (README.md, "Control and visibility").
+(``status --processes``). Exit 0 when every process runs the fixed code or is unfixed on
+purpose, 1 otherwise or on an unrecognised setting, 2 for bad usage; ``main`` alone decides.
 """
 
 import argparse
@@ -10,34 +10,34 @@ import os
 import subprocess
 import sys
 
-from sglang_overlay import PATCH_ID, PATCHED_MODULES, __version__
+from sglang_overlay import PATCH_IDS, PATCHED_MODULES, OverlayError, __version__
 
-# The fresh process: note whether the .pth ran, import as a user's process would, report.
-PROBE = """
-import json, sys
-hook_ran = "sglang_overlay.import_hook" in sys.modules
-import sglang_overlay
-from sglang_overlay import overlay
-records = overlay.import_patched_modules(keep_going=True)
-print("SGLANG_OVERLAY_STATUS " + json.dumps({"hook_ran": hook_ran, "records": records,
-    "overlay_version": sglang_overlay.__version__,
-    "overlay_path": sglang_overlay.__path__[0]}))
-"""
-MARK = "SGLANG_OVERLAY_STATUS "
+# The fresh process notes whether the .pth ran before anything of ours is imported.
+PROBE = (
+    "import sys; hook_ran = 'sglang_overlay.activation' in sys.modules\n"
+    "from sglang_overlay.cli import probe; probe(hook_ran)\n"
+)
 PROBE_TIMEOUT_S = 600
 MIB = float(1 << 20)
+BAD_ROWS = ("invalid-record", "misconfigured", "unpatched")
 
 
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not a usage block
-        self.exit(2, f"sglang-overlay: {message} (see sglang-overlay --help)\n")
+        raise OverlayError(f"{message} (see sglang-overlay --help)")
+
+
+def pid(text: str) -> int:
+    if not text.isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"not a process id: {text!r}")
+    return int(text)
 
 
 def main(argv=None) -> int:
     parser = Parser(
         prog="sglang-overlay",
-        description="Release-first scratch workspaces (DSV4 sparse prefill, fused KV "
-        "materialisation) for installed sglang releases.",
+        description="Release-first scratch workspaces for installed sglang releases: what a new "
+        "process gets, and what the running ones got.",
     )
     parser.add_argument("--version", action="version", version=f"sglang-overlay {__version__}")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
@@ -50,30 +50,34 @@ def main(argv=None) -> int:
     )
     show.add_argument("--json", action="store_true", help="print JSON for machines")
     show.add_argument(
-        "--processes",
-        action="store_true",
-        help="every live sglang process: its state, overlay build and workspace high-water mark",
+        "--processes", action="store_true", help="every live sglang process, one row each"
     )
     show.add_argument(
-        "--pid",
-        type=int,
-        action="append",
-        metavar="PID",
-        help="with --processes: only this process (repeatable)",
+        "--pid", type=pid, action="append", metavar="PID", help="with --processes: only this one"
     )
-    args = parser.parse_args(argv)
-    if args.pid and not args.processes:
-        show.error("--pid needs --processes")
     try:
-        if args.processes:
-            return processes_status(args.json, set(args.pid) if args.pid else None)
-        return fresh_status(args.json)
+        args = parser.parse_args(argv)
+        if args.pid and not args.processes:
+            raise OverlayError("--pid needs --processes")
+        pids = set(args.pid) if args.pid else None
+        lines, ok = processes_status(args.json, pids) if args.processes else fresh_status(args.json)
+    except OverlayError as exc:
+        print(f"sglang-overlay: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("sglang-overlay: interrupted", file=sys.stderr)
         return 130
+    code = 0 if ok else 1
+    try:
+        for line in lines:  # JSON escapes what a terminal must not see on its own
+            print(line) if args.json else say(line)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head -1`: the reader has what it wanted; the verdict stands
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return code
 
 
-def fresh_status(as_json: bool) -> int:
+def fresh_status(as_json: bool) -> "tuple[list[str], bool]":
     from sglang_overlay import config
     from sglang_overlay.overlay import OK_STATES
 
@@ -81,89 +85,79 @@ def fresh_status(as_json: bool) -> int:
     records, problems = report["records"], config.problems()
     for r in records:
         r.update(overlay_version=report.get("overlay_version"), misconfigured=problems)
+    ok = all(r["state"] in OK_STATES for r in records) and not problems
     if as_json:
-        print(json.dumps(records, indent=2))
-    else:
-        modules = ", ".join(dict.fromkeys(names[0] for names in PATCHED_MODULES.values()))
-        say(f"checked in a fresh process: {sys.executable} -c 'import {modules}'")
-        say(f"overlay {report.get('overlay_version')} at {report.get('overlay_path')}")
-        for r in records:
-            say(f"{r['patch']}  {r['state']}  sglang {r['sglang_version']}  {r['target']}")
-            say(f"    {r['reason']}")
-        for problem in problems:
-            say(f"not recognised: {problem}")
-    return 0 if all(r["state"] in OK_STATES for r in records) and not problems else 1
+        return [json.dumps(records, indent=2)], ok
+    modules = ", ".join(dict.fromkeys(names[0] for names in PATCHED_MODULES.values()))
+    lines = [f"checked in a fresh process: {sys.executable} -c 'import {modules}'"]
+    lines.append(f"overlay {report.get('overlay_version')} at {report.get('overlay_path')}")
+    for r in records:
+        lines.append(f"{r['patch']}  {r['state']}  sglang {r['sglang_version']}  {r['target']}")
+        lines.append(f"    {r['reason']}")
+    return lines + [f"not recognised: {problem}" for problem in problems], ok
 
 
-def processes_status(as_json: bool, pids: "set[int] | None" = None) -> int:
-    from sglang_overlay import records
+def processes_status(as_json: bool, pids: "set[int] | None" = None) -> "tuple[list[str], bool]":
+    from sglang_overlay import observe
 
-    records.prune(os.getuid())
-    rows = [row for p in records.processes(pids) for row in process_rows(p)]
+    observe.prune_records(os.getuid())
+    folder = observe.multiprocess_dir()
+    if folder and os.path.isdir(folder):
+        observe.sweep_dead_gauges(folder)
+    listed = [(p, process_rows(p)) for p in observe.processes(pids)]
+    ok = all(row_ok(r) for _, rows in listed for r in rows)
     if as_json:
-        print(json.dumps(rows, indent=2))
-    elif not rows:
+        return [json.dumps([r for _, rows in listed for r in rows], indent=2)], ok
+    if not listed:
         among = f" among pids {', '.join(map(str, sorted(pids)))}" if pids else ""
-        say(f"no live sglang process on this machine{among}")
-    for r in rows if not as_json else ():
-        say(
-            f"pid {r['pid']}  {r['state']}  overlay {r['overlay_version']}  high-water "
-            f"{r['high_water_bytes'] / MIB:.1f} MiB  sglang {r['sglang_version']}  {r['command']}"
+        return [f"no live sglang process on this machine{among}"], ok
+    short = [p.split("-")[0] for p in PATCH_IDS]
+    lines = ["  ".join([f"{'PID':>7}", *(f"{s:<15}" for s in short), "COMMAND"])]
+    for process, rows in listed:
+        states = [r["state"] for r in rows]
+        command = process["command"][:60] + ("..." if len(process["command"]) > 60 else "")
+        lines.append("  ".join([f"{process['pid']:>7}", *(f"{s:<15}" for s in states), command]))
+        reasons = dict.fromkeys(
+            r["reason"] for r in rows if not row_ok(r) or r["state"] == "failed"
         )
-        say(f"    {r['reason']}")
-    return 0 if all(row_ok(r) for r in rows) else 1
+        lines.extend(f"{'':>9}{reason}" for reason in reasons)
+    return lines, ok
 
 
 def row_ok(row: dict) -> bool:
     """Whether a live process's row passes: it runs the fixed code, is unfixed on purpose, or
-    has not imported the patch's module; never a record not believed or a setting not
-    recognised."""
+    has not imported the patch's module; never one without a believed record or with a
+    setting the overlay does not recognise."""
     from sglang_overlay.overlay import OK_STATES
 
-    if row["state"] in ("invalid-record", "misconfigured"):
+    if row["state"] in BAD_ROWS:
         return False
     return row["state"] in OK_STATES or row["workspace_imported"] is False
 
 
 def process_rows(process: dict) -> "list[dict]":
     """One row per patch of a live process, from its record: ``unpatched`` without one,
-    ``invalid-record`` when the record found is not believed (records.py says why),
-    ``misconfigured`` when the process started with a setting the overlay does not recognise."""
-    from sglang_overlay import records
-
+    ``invalid-record`` when its record or folder is wrong, ``misconfigured`` when it started
+    with a setting the overlay does not recognise (its patch's own state in ``patch_state``)."""
     base = {"pid": process["pid"], "command": process["command"][:200]}
     record = process["record"]
     if record is None:
-        refused = records.refused_dirs(process["uid"])
-        if process.get("problem"):
-            state = "invalid-record"
-            reason = f"its record is not believed: {process['problem']}"
-        elif refused:
-            state = "invalid-record"
-            reason = f"no record could be written: {'; '.join(refused)}"
-        else:
-            state = "unpatched"
-            reason = (
+        state, reason = (
+            "unpatched",
+            (
                 "no record: the process started before the overlay was installed, or the "
                 "overlay did not load in it; restart it to get the fix"
-            )
+            ),
+        )
+        if process["problem"]:
+            state, reason = "invalid-record", process["problem"]
+        empty = dict.fromkeys(("sglang_version", "overlay_version", "workspace_imported"))
         return [
-            {
-                **base,
-                "patch": PATCH_ID,
-                "state": state,
-                "reason": reason,
-                "sglang_version": None,
-                "overlay_version": None,
-                "high_water_bytes": 0,
-                "workspace_imported": None,
-            }
+            {**base, **empty, "patch": p, "state": state, "reason": reason, "high_water_bytes": 0}
+            for p in PATCH_IDS
         ]
-    keep = ("high_water_bytes", "workspace_imported", "overlay_version", "overlay_path", "python")
-    # a patch's own high-water mark and import flag win over the record's (the DSV4's); the
-    # pid and command stay /proc's, whatever a patch entry claims
-    common = {k: record.get(k) for k in keep}
-    rows = [{**base, **common, **patch, **base} for patch in record["patches"]]
+    keep = ("overlay_version", "overlay_path", "python")
+    rows = [{**patch, **{k: record.get(k) for k in keep}, **base} for patch in record["patches"]]
     problems = record.get("misconfigured") or []
     for row in rows if problems else ():
         row["reason"] = f"not recognised: {'; '.join(problems)}; so: {row['reason']}"
@@ -172,39 +166,37 @@ def process_rows(process: dict) -> "list[dict]":
 
 
 def say(line: str) -> None:
-    """Print ``line``; what stdout cannot encode (a reason quoting the user's setting on an
-    ASCII terminal) comes out as escapes, not as a traceback instead of the report."""
+    """Print ``line`` safe for a terminal: record text and argv are anyone's, and root reads
+    them, so every control, format or separator character is shown as an escape; what stdout
+    cannot encode comes out as escapes too, not as a traceback instead of the report."""
+    line = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in line)
     encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
-    print(inert(line).encode(encoding, "backslashreplace").decode(encoding))
-
-
-def inert(text: str) -> str:
-    """TEXT safe for a terminal: ESC (so CSI and OSC), CR, the other C0 and C1 controls, DEL,
-    bidi overrides and every other format or separator character shown as a visible escape.
-    Record text and argv are anyone's, and root reads them."""
-    return "".join(
-        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text
-    )
+    print(line.encode(encoding, "backslashreplace").decode(encoding))
 
 
 def fresh_process_status() -> dict:
-    """The status report of a fresh interpreter of this Python and environment."""
+    """The status report of a fresh interpreter of this Python and environment, without
+    prometheus_client's multiprocess folder (the probe must add no series to /metrics)."""
+    hidden = ("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir")
+    env = {k: v for k, v in os.environ.items() if k not in hidden}
     try:
         proc = subprocess.run(
             [sys.executable, "-c", PROBE],
-            env=probe_env(),
+            env=env,
             capture_output=True,
             text=True,
             timeout=PROBE_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:
         return _failed(f"a fresh process did not finish within {PROBE_TIMEOUT_S} s")
-    lines = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
-    if proc.returncode != 0 or not lines:
+    try:
+        report = json.loads(proc.stdout)
+    except ValueError:
+        report = None
+    if proc.returncode != 0 or not isinstance(report, dict):
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         modules = " and ".join(dict.fromkeys(names[0] for names in PATCHED_MODULES.values()))
         return _failed(f"a fresh process failed to import {modules}: {tail}")
-    report = json.loads(lines[-1][len(MARK) :])
     if not report["hook_ran"]:
         for r in report["records"]:
             if r["state"] == "pending":
@@ -215,11 +207,25 @@ def fresh_process_status() -> dict:
     return report
 
 
-def probe_env() -> dict:
-    """This environment for the fresh process, without prometheus_client's multiprocess
-    directory: the probe must add no series to the host's /metrics."""
-    multiprocess = ("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir")
-    return {k: v for k, v in os.environ.items() if k not in multiprocess}
+def probe(hook_ran: bool) -> None:
+    """The fresh process's side: import as a user's process would, and hand back one JSON
+    document on stdout; what the imports print goes to stderr meanwhile."""
+    channel = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    import sglang_overlay
+    from sglang_overlay import overlay
+
+    records = overlay.import_patched_modules(keep_going=True)
+    with channel:
+        json.dump(
+            {
+                "hook_ran": hook_ran,
+                "records": records,
+                "overlay_version": sglang_overlay.__version__,
+                "overlay_path": sglang_overlay.__path__[0],
+            },
+            channel,
+        )
 
 
 def _failed(reason: str) -> dict:
@@ -239,7 +245,3 @@ def _failed(reason: str) -> dict:
             for p, m in PATCHED_MODULES.items()
         ]
     }
-
-
-if __name__ == "__main__":
-    sys.exit(main())

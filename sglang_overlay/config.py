@@ -1,13 +1,12 @@
-"""The environment switches (README.md, the table of ``SGLANG_OVERLAY_DISABLE``,
-``SGLANG_OVERLAY_STRICT`` and ``SGLANG_PLUGINS``), validated. A value it does not recognise
-fails safe (every patch off, or strict) with one WARNING; ``problems()`` names it so that
-``sglang-overlay status`` fails on it. Nothing here patches or imports sglang.
+"""The environment switches ``SGLANG_OVERLAY_DISABLE``, ``SGLANG_OVERLAY_STRICT`` and
+``SGLANG_PLUGINS``, validated. A value it does not recognise fails safe (every patch off, or
+strict) with one WARNING; ``problems()`` names it so that ``sglang-overlay status`` fails on it.
 """
 
 import os
 
 from sglang_overlay import PATCH_IDS
-from sglang_overlay.notices import warn_once
+from sglang_overlay.observe import warn_once
 
 DISABLE_ENV = "SGLANG_OVERLAY_DISABLE"
 STRICT_ENV = "SGLANG_OVERLAY_STRICT"
@@ -16,12 +15,9 @@ PLUGIN_NAME = "sglang_overlay"  # the entry point's name in group sglang.srt.plu
 
 OFF = frozenset({"", "0", "false", "no", "off"})
 ON = frozenset({"1", "true", "yes", "on"})
-ALL = ON | {"all"}
-
 DISABLE_FORMS = (
-    f"unset/0/false/no/off (all on), 1/true/yes/on/all (all off), "
-    f"or a comma list of patch ids or their leading parts ({', '.join(PATCH_IDS)}; "
-    f"{', '.join(p.split('-')[0] for p in PATCH_IDS)})"
+    "unset/0/false/no/off (all on), 1/true/yes/on/all (all off), or a comma list of patch ids "
+    f"or their leading parts ({', '.join(PATCH_IDS)}; {', '.join(p[:4] for p in PATCH_IDS)})"
 )
 STRICT_FORMS = "unset/0/false/no/off (warn) or 1/true/yes/on (raise)"
 
@@ -29,17 +25,16 @@ STRICT_FORMS = "unset/0/false/no/off (warn) or 1/true/yes/on (raise)"
 def patch_ids_named(name: str) -> "list[str]":
     """The patch ids ``name`` stands for: the whole id or a leading part ending at a ``-``."""
     name = name.strip().lower()
-    return [
-        p for p in PATCH_IDS if name and (p.lower() == name or p.lower().startswith(name + "-"))
-    ]
+    return [p for p in PATCH_IDS if name and (p == name or p.startswith(name + "-"))]
 
 
 def disabled_patches(raw: "str | None") -> "tuple[frozenset, str | None]":
     """The patch ids a ``SGLANG_OVERLAY_DISABLE`` value turns off, and, when part of it is not
     recognised, what (then every patch is off: fail safe)."""
-    if raw is None or raw.strip().lower() in OFF:
+    value = (raw or "").strip().lower()
+    if value in OFF:
         return frozenset(), None
-    if raw.strip().lower() in ALL:
+    if value in ON | {"all"}:
         return frozenset(PATCH_IDS), None
     named = [part.strip() for part in raw.split(",") if part.strip()]
     unknown = [n for n in named if len(patch_ids_named(n)) != 1]
@@ -51,23 +46,24 @@ def disabled_patches(raw: "str | None") -> "tuple[frozenset, str | None]":
 
 def strict_setting(raw: "str | None") -> "tuple[bool, str | None]":
     """Whether a ``SGLANG_OVERLAY_STRICT`` value means strict, and what is wrong with it."""
-    if raw is None or raw.strip().lower() in OFF:
-        return False, None
-    if raw.strip().lower() in ON:
-        return True, None
+    value = (raw or "").strip().lower()
+    if value in OFF or value in ON:
+        return value in ON, None
     return True, f"{STRICT_ENV}={raw!r} not recognised"
 
 
 def problems() -> "list[str]":
     """Each setting that the overlay does not recognise, with the forms it accepts."""
-    found = []
     _, disable = disabled_patches(os.environ.get(DISABLE_ENV))
-    if disable:
-        found.append(f"{disable}; every patch is off (fail safe); accepted: {DISABLE_FORMS}")
-    _, strict_problem = strict_setting(os.environ.get(STRICT_ENV))
-    if strict_problem:
-        found.append(f"{strict_problem}; treated as strict; accepted: {STRICT_FORMS}")
-    return found
+    _, strict = strict_setting(os.environ.get(STRICT_ENV))
+    return [
+        *(
+            [f"{disable}; every patch is off (fail safe); accepted: {DISABLE_FORMS}"]
+            if disable
+            else []
+        ),
+        *([f"{strict}; treated as strict; accepted: {STRICT_FORMS}"] if strict else []),
+    ]
 
 
 def disabled_reason(patch_id: str) -> "str | None":
@@ -82,16 +78,12 @@ def disabled_reason(patch_id: str) -> "str | None":
     raw = os.environ.get(DISABLE_ENV)
     off, problem = disabled_patches(raw)
     if problem:
-        warn_once(
-            ("disable", raw),
-            "sglang-overlay: %s; accepted: %s. Every patch is off.",
-            problem,
-            DISABLE_FORMS,
-        )
+        message = "sglang-overlay: %s; accepted: %s. Every patch is off."
+        warn_once(("disable", raw), message, problem, DISABLE_FORMS)
         return f"{DISABLE_ENV}={raw!r} is not recognised, so every patch is off (fail safe)"
     if patch_id not in off:
         return None
-    if raw.strip().lower() in ALL:
+    if raw.strip().lower() in ON | {"all"}:
         return f"{DISABLE_ENV}={raw.strip()} turns every patch off"
     return f"{DISABLE_ENV} lists {patch_id}"
 
@@ -100,10 +92,6 @@ def strict() -> bool:
     raw = os.environ.get(STRICT_ENV)
     on, problem = strict_setting(raw)
     if problem:
-        warn_once(
-            ("strict", raw),
-            "sglang-overlay: %s; accepted: %s. Treated as strict.",
-            problem,
-            STRICT_FORMS,
-        )
+        message = "sglang-overlay: %s; accepted: %s. Treated as strict."
+        warn_once(("strict", raw), message, problem, STRICT_FORMS)
     return on

@@ -2,9 +2,8 @@
 
 Applying twice is a no-op; removing puts back the exact original function objects.
 ``status()`` checks each kept record against the live class by identity: a method is the
-overlay's only if it is the very function object installed here (README.md, "Control and
-visibility"). Each change of state is published for operators (``publish``: the per-process
-record and the gauges).
+overlay's only if it is the very function object installed here. Each change of state is
+published for operators (``observe.publish``: the per-process record and the gauges).
 """
 
 import functools
@@ -17,14 +16,15 @@ from dataclasses import asdict, dataclass, replace
 from sglang_overlay import (
     PATCH_IDS,
     PATCHED_MODULES,
+    OverlayError,
     __version__,
     config,
-    hook_watch,
+    observe,
     patches_of,
     shapes,
     sites,
 )
-from sglang_overlay.notices import logger, warn_once
+from sglang_overlay.observe import logger, warn_once
 
 STATES = ("applied", "wrapped", "pending", "not-present", "upstream-fixed", "unsupported",
           "disabled", "replaced", "failed")  # fmt: skip
@@ -33,7 +33,7 @@ STATES = ("applied", "wrapped", "pending", "not-present", "upstream-fixed", "uns
 OK_STATES = frozenset({"applied", "wrapped", "upstream-fixed", "not-present", "disabled"})
 
 
-class UnsupportedShapeError(RuntimeError):
+class UnsupportedShapeError(OverlayError):
     """Raised instead of a warning when SGLANG_OVERLAY_STRICT=1."""
 
 
@@ -47,9 +47,7 @@ class PatchStatus:
 
 
 @dataclass(frozen=True)
-class _Installed:
-    """One method the overlay put on a class: the site it patches and both function objects."""
-
+class _Installed:  # one method the overlay put on a class, and both function objects
     site: sites.Site
     cls: type
     method: str
@@ -58,9 +56,7 @@ class _Installed:
 
 
 @dataclass(frozen=True)
-class _Applied:
-    """One application of a patch to a module: every method it installed, all or none."""
-
+class _Applied:  # one application of a patch to a module: every method it installed, or none
     patch_id: str
     module_name: str
     installed: "tuple[_Installed, ...]"
@@ -71,7 +67,6 @@ class _Applied:
 _lock = threading.RLock()
 _applied: "list[_Applied]" = []
 _removed = False  # remove() keeps it off until apply()
-_published = None  # what publish() last wrote
 
 
 def _waiting_reason(patch_id: str) -> str:
@@ -99,10 +94,9 @@ def _new_lock_in_child() -> None:
     # the child a lock no thread of the child can release (sglang's load_plugins() there, or
     # status(), would wait forever). The child's only thread starts with a free one, and a
     # record of its own: it runs what its parent patched.
-    global _lock, _published
+    global _lock
     _lock = threading.RLock()
-    if _published is not None:
-        _published = None
+    if observe.forget_published():
         publish()
 
 
@@ -125,7 +119,10 @@ def _patch_status(patch_id: str) -> PatchStatus:
                 record = replace(record, state=state, reason=reason)
         elif record.reason == _waiting_reason(patch_id):
             seen = next((m for m in PATCHED_MODULES[patch_id] if m in sys.modules), None)
-            if seen is not None:
+            disabled = config.disabled_reason(patch_id)
+            if disabled is not None:  # what the setting does once the module is imported
+                record = replace(record, state="disabled", reason=disabled)
+            elif seen is not None:
                 record = replace(record, reason=_unseen_reason(seen))
     if record.sglang_version == "unknown":  # nothing has looked yet
         record = replace(record, sglang_version=sglang_version())
@@ -133,13 +130,10 @@ def _patch_status(patch_id: str) -> PatchStatus:
 
 
 def import_patched_modules(keep_going: bool = False) -> list:
-    """Import each patch's module as any sglang process would and report; patches nothing
-    itself (in a process with the start-up hook, the import does). A patch whose module this
-    release lacks (under every name it had) is ``not-present``; so is a later patch's module
-    that this environment cannot import (the fused-KV one needs triton): no process here runs
-    it. A module whose import raises otherwise (strict mode's refusal included) is ``failed``
-    and the exception propagates, as in any sglang process; with ``keep_going`` (``status``'s
-    fresh process) the next patch's module is imported all the same, and reported on its own."""
+    """Import each patch's module as any sglang process would (the start-up hook patches) and
+    report. A module this release lacks, or a later patch's module this environment cannot
+    import (no process here runs it), is ``not-present``; any other raise is ``failed`` and
+    propagates, unless ``keep_going`` (``status``'s fresh process reports every patch)."""
     for patch_id, names in PATCHED_MODULES.items():
         missing = None
         for name in names:
@@ -147,10 +141,7 @@ def import_patched_modules(keep_going: bool = False) -> list:
                 importlib.import_module(name)
                 break
             except Exception as exc:
-                own = (
-                    isinstance(exc, ModuleNotFoundError) and exc.name and name.startswith(exc.name)
-                )
-                if own:
+                if isinstance(exc, ModuleNotFoundError) and name.startswith(exc.name or "\0"):
                     missing = missing or exc.name
                     continue
                 why = f"importing {name} raised {type(exc).__name__}: {exc}"
@@ -164,11 +155,8 @@ def import_patched_modules(keep_going: bool = False) -> list:
                     raise
                 break
         else:
-            reason = (
-                "sglang is not installed"
-                if missing == "sglang"
-                else f"sglang {sglang_version()} has no {' or '.join(names)}"
-            )
+            reason = f"sglang {sglang_version()} has no {' or '.join(names)}"
+            reason = "sglang is not installed" if missing == "sglang" else reason
             with _lock:
                 _record(patch_id, "not-present", names[0], reason)
     return status()
@@ -208,18 +196,12 @@ def _apply_patch(module, patch_id: str) -> None:
         # This patch's latest application to these classes (another patch of the same class,
         # or a reloaded module's new class, is not it).
         classes = [shapes.workspace_class(module, site) for site in patch_sites]
-        done = next(
-            (
-                a
-                for a in reversed(_applied)
-                if a.patch_id == patch_id and any(i.cls in classes for i in a.installed)
-            ),
-            None,
-        )
+        mine = (a for a in reversed(_applied) if a.patch_id == patch_id)
+        done = next((a for a in mine if any(i.cls in classes for i in a.installed)), None)
         if done is not None:
             state, reason = _live_state(done)
             if state == "applied":  # already applied; the other activation path got here first
-                hook_watch.follow(publish)  # (sglang may have loaded its registry since)
+                follow_registry()  # (sglang may have loaded its registry since)
                 return
             if state != "pending":  # never stack a second copy under another vendor's hook
                 _record(patch_id, state, done.target, reason)
@@ -253,16 +235,19 @@ def _apply_patch(module, patch_id: str) -> None:
         _applied.append(
             _Applied(patch_id, module.__name__, tuple(installed), found.target, found.reason)
         )
-        hook_watch.follow(publish)  # a hook applied over ours later is published too
+        follow_registry()  # a hook applied over ours later is published too
         _record(patch_id, "applied", found.target, found.reason)
         logger.info("sglang-overlay: %s applied to %s (%s)", patch_id, found.target, found.reason)
 
 
-def record_failure(patch_id: str, module_name: str, reason: str) -> None:
+def record_failure(patch_id: str, module_name: str, via: str, exc: Exception) -> None:
     """Activation of ``patch_id`` on ``module_name`` raised: this process runs unmodified
-    sglang there, and says why."""
+    sglang there, and says why (once per cause)."""
+    reason = f"activation via the {via} raised {type(exc).__name__}: {exc}"
     with _lock:
         _record(patch_id, "failed", module_name, reason)
+    message = "sglang-overlay: %s left unpatched (this process runs unmodified sglang): %s"
+    warn_once(("failed", type(exc).__name__, str(exc)), message, module_name, reason)
 
 
 def remove() -> list:
@@ -279,7 +264,7 @@ def remove() -> list:
                 if live is one.patched:
                     setattr(one.cls, one.method, one.original)
                     continue
-                found = hook_watch.foreign_hook(live, one.patched)
+                found = foreign_hook(live, one.patched)
                 if found is not None:  # ours runs inside someone else's function: say so
                     hooked.append(one)
                     hook = found if hook is None or found[0] == "replaced" else hook
@@ -303,7 +288,7 @@ def _live_state(done) -> "tuple[str, str]":
     state = ("applied", done.reason)
     for one in done.installed:
         live = vars(one.cls).get(one.method)
-        hook = hook_watch.foreign_hook(live, one.patched)
+        hook = foreign_hook(live, one.patched)
         current = registered is None or shapes.workspace_class(registered, one.site) is one.cls
         if not current or (live is not one.patched and hook is None):
             return (
@@ -311,9 +296,72 @@ def _live_state(done) -> "tuple[str, str]":
                 f"{one.cls.__name__}.{one.method} is no longer the patched function (the module "
                 "was reloaded or the method replaced by other code); apply() patches again",
             )
-        if hook is not None and state[0] != "replaced":
-            state = hook
+        state = hook if hook is not None and state[0] != "replaced" else state
     return state
+
+
+REGISTRY_MODULE = "sglang.srt.plugins.hook_registry"
+_FOLLOWS = "__sglang_overlay_publishes__"
+
+
+def follow_registry() -> None:
+    """Publish again each time sglang's ``HookRegistry.apply_hooks`` ran (once per process):
+    that is where another plugin's REPLACE or AROUND lands on a patched class, and without it
+    the record would keep saying ``applied`` for a process that runs unmodified sglang. Only a
+    registry that sglang itself loaded is followed."""
+    registry = getattr(sys.modules.get(REGISTRY_MODULE), "HookRegistry", None)
+    current = vars(registry).get("apply_hooks") if isinstance(registry, type) else None
+    if not isinstance(current, classmethod) or getattr(current.__func__, _FOLLOWS, False):
+        return
+    apply_hooks = current.__func__
+
+    @functools.wraps(apply_hooks)
+    def then_publish(cls, *args, **kwargs):
+        try:
+            return apply_hooks(cls, *args, **kwargs)
+        finally:
+            publish()
+
+    setattr(then_publish, _FOLLOWS, True)
+    registry.apply_hooks = classmethod(then_publish)
+
+
+def foreign_hook(live, ours) -> "tuple[str, str] | None":
+    """``("wrapped" | "replaced", reason)`` when ``live`` is another hook's function whose
+    ``__wrapped__`` chain leads to ``ours``: wrapped when each link holds the next in its
+    closure (it can call it: sglang's AROUND, BEFORE, AFTER), replaced when one does not
+    (sglang's REPLACE only names the original)."""
+    calls, outer = True, live
+    for _ in range(100):  # a chain, not a cycle
+        inner = getattr(outer, "__wrapped__", None)
+        if inner is None or outer is ours:
+            return None
+        calls = calls and any(_cell(c) is inner for c in getattr(outer, "__closure__", None) or ())
+        if inner is ours:
+            code = getattr(live, "__code__", None)
+            where = (
+                f"{code.co_name} in {code.co_filename}:{code.co_firstlineno}"
+                if code
+                else repr(live)
+            )
+            if calls:
+                return "wrapped", (
+                    f"another hook's function ({where}) wraps the overlay's release-first "
+                    "method and can call it: release-first runs where that hook calls through"
+                )
+            return "replaced", (
+                f"another hook's function ({where}) names the overlay's release-first method "
+                "as __wrapped__ but does not hold it: that hook runs instead, release-first does not"
+            )
+        outer = inner
+    return None
+
+
+def _cell(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
 
 
 def sglang_version() -> str:
@@ -334,54 +382,18 @@ def sglang_version() -> str:
 
 
 def publish() -> None:
-    """Write this process's record and set its gauges, when its state or its workspace's
-    high-water mark changed since the last time; never raises: what stops it is said once."""
-    global _published
+    """Publish this process's records, each with its workspace's high-water mark."""
+    logs = sys.modules.get("sglang_overlay.release_first")  # imported once a patch applied
     with _lock:
-        try:
-            replacements = sys.modules.get("sglang_overlay.release_first")
-            patches = [
-                {
-                    **record,
-                    "high_water_bytes": (
-                        replacements.high_water_bytes(record["patch"]) if replacements else 0
-                    ),
-                    "workspace_imported": any(
-                        m in sys.modules for m in PATCHED_MODULES[record["patch"]]
-                    ),
-                }
-                for record in status()
-            ]
-            misconfigured = config.problems()
-            key = (
-                tuple((r["state"], r["reason"], r["high_water_bytes"]) for r in patches),
-                *misconfigured,
-            )
-            if key == _published:
-                return
-            _published = key
-            fields = {
-                "patches": patches,
-                # the DSV4 patch's also at the top level, for readers that know one patch only
-                "high_water_bytes": patches[0]["high_water_bytes"],
-                "workspace_imported": patches[0]["workspace_imported"],
-                "misconfigured": misconfigured,
-                "overlay_version": __version__,
-                "overlay_path": os.path.dirname(os.path.abspath(__file__)),
-                "python": sys.executable,
-            }
-            from sglang_overlay import metrics, records
-
-            records.write(fields)
-            metrics.update(fields, STATES)
-        except Exception as exc:  # inside sglang's import or allocation: never break it, say it
-            warn_once(
-                ("publish", type(exc).__name__, str(exc)),
-                "sglang-overlay: this process's record or gauges were not updated (%s: %s); "
-                "status --processes and /metrics may show an older state",
-                type(exc).__name__,
-                exc,
-            )
+        patches = [
+            {**r, "high_water_bytes": logs.high_water_bytes(r["patch"]) if logs else 0,
+             "workspace_imported": any(m in sys.modules for m in PATCHED_MODULES[r["patch"]])}
+            for r in status()
+        ]  # fmt: skip
+        fields = {"misconfigured": config.problems(), "overlay_version": __version__,
+                  "overlay_path": os.path.dirname(os.path.abspath(__file__)),
+                  "python": sys.executable}  # fmt: skip
+        observe.publish(patches, fields, STATES)
 
 
 def _record(patch_id: str, state: str, target: str, reason: str) -> None:

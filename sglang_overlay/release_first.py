@@ -11,10 +11,10 @@ needs no code here.
 import torch
 
 from sglang_overlay import FUSED_KV_PATCH_ID, PATCH_ID
-from sglang_overlay.replacement_log import MIB, ReplacementLog
+from sglang_overlay.observe import MIB, ReplacementLog
 
-REPLACEMENTS = ReplacementLog()  # the DSV4 sparse-prefill workspace's
-FUSED_KV_REPLACEMENTS = ReplacementLog(what="fused KV materialisation workspace")
+REPLACEMENTS = ReplacementLog("DSV4 sparse-prefill workspace")
+FUSED_KV_REPLACEMENTS = ReplacementLog("fused KV materialisation workspace")
 # patch id -> its replacements' log; a patch's first replacement makes its log (``log_of``)
 LOGS = {PATCH_ID: REPLACEMENTS, FUSED_KV_PATCH_ID: FUSED_KV_REPLACEMENTS}
 BUILDERS = {}  # shape name -> (module, publish) -> the release-first method
@@ -22,7 +22,7 @@ BUILDERS = {}  # shape name -> (module, publish) -> the release-first method
 
 def log_of(patch_id: str, what: str) -> ReplacementLog:
     """``patch_id``'s replacement log (``what`` names its workspace in the log)."""
-    return LOGS.setdefault(patch_id, ReplacementLog(what=what))
+    return LOGS.setdefault(patch_id, ReplacementLog(what))
 
 
 def high_water_bytes(patch_id: str) -> int:

@@ -16,10 +16,10 @@ import ast
 import copy
 import inspect
 
-from sglang_overlay import shapes
+from sglang_overlay import OverlayError, shapes
 
 
-class RewriteError(RuntimeError):
+class RewriteError(OverlayError):
     """The method does not have the form this rewrite knows; nothing was patched."""
 
 

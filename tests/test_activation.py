@@ -52,7 +52,7 @@ def test_plain_python_c_that_never_imports_the_overlay_gets_the_fix(default_proc
 
 
 def test_interpreter_start_loads_only_the_hook_and_nothing_it_would_need_later(default_process):
-    assert default_process.value(START_MODULES) == ["sglang_overlay", "sglang_overlay.import_hook"]
+    assert default_process.value(START_MODULES) == ["sglang_overlay", "sglang_overlay.activation"]
 
 
 def test_second_activation_path_is_a_no_op(default_process):
@@ -96,7 +96,7 @@ def test_multiprocessing_spawn_child_gets_the_fix(spawn_child_run):
 
 PLUGIN_LOADER_ONLY = """
 import json, sys
-import sglang_overlay.import_hook as hook
+import sglang_overlay.activation as hook
 sys.meta_path.remove(hook.HOOK)  # only sglang's own plugin loader can activate us now
 from sglang.srt.plugins import load_plugins
 {body}
@@ -117,7 +117,7 @@ PLUGIN_LOADER_AFTER = overlay_runs.observe(
     "plugin_loader_after_process",
     "plugin_loader_after",
     """
-    import sglang_overlay.import_hook as hook
+    import sglang_overlay.activation as hook
     sys.meta_path.remove(hook.HOOK)  # only sglang's own plugin loader can activate us now
     from sglang.srt.plugins import load_plugins
     load_plugins()

@@ -135,7 +135,7 @@ def test_the_record_is_rewritten_on_a_replacement_never_on_reuse(default_process
     assert seen["record_mode"] == "0o600"
     assert seen["record_after_reuse"] is False
     assert seen["record_after_replacement"] is not None, "no record after the replacement"
-    assert seen["record_after_replacement"]["high_water_bytes"] == 8192 * ROW_BYTES
+    assert seen["record_after_replacement"]["patches"][0]["high_water_bytes"] == 8192 * ROW_BYTES
     # no temporary left
     assert seen["files_after_replacement"] == [f"{seen['pid']}.json"]
 
@@ -363,8 +363,8 @@ def replace(self, num_tokens, dtype):
 HookRegistry.register(target, {"AROUND": around, "REPLACE": replace}[HOOK], HookType[HOOK])
 HookRegistry.apply_hooks()
 hooked = vars(m.SparsePrefillKVBuffer)["_reserve"]
-from sglang_overlay import records
-record, problem = records.read(__import__("os").getpid(), __import__("os").getuid())
+from sglang_overlay import observe
+record, problem = observe.read_record(__import__("os").getpid(), __import__("os").getuid())
 steps = [record and record["patches"][0]["state"], problem]  # what status --processes reads
 steps.append(sglang_overlay.status()[0])
 steps.append(sglang_overlay.apply()[0])

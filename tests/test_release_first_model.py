@@ -105,9 +105,9 @@ def test_each_replacement_logs_one_line_with_old_and_new_size_and_dtype(
     workspace_module, caplog, monkeypatch
 ):
     from sglang_overlay import release_first
-    from sglang_overlay.replacement_log import ReplacementLog
+    from sglang_overlay.observe import ReplacementLog
 
-    monkeypatch.setattr(release_first, "REPLACEMENTS", ReplacementLog())  # fresh high-water
+    monkeypatch.setattr(release_first, "REPLACEMENTS", ReplacementLog("DSV4 sparse-prefill workspace"))  # fresh high-water
     workspace = workspace_module.SparsePrefillKVBuffer(torch.device("cpu"))
     with caplog.at_level(logging.DEBUG, logger="sglang_overlay"):
         workspace.get(2048, torch.bfloat16)

@@ -4,7 +4,7 @@ import logging
 
 import overlay_runs
 
-from sglang_overlay.replacement_log import MIB, ReplacementLog
+from sglang_overlay.observe import MIB, ReplacementLog
 
 default_process = overlay_runs.fixture("default_process")
 
@@ -22,7 +22,7 @@ def records_of(caplog, level):
 
 
 def test_info_only_when_the_size_passes_its_high_water_mark(caplog):
-    log = ReplacementLog(clock=Clock())
+    log = ReplacementLog("DSV4 sparse-prefill workspace", clock=Clock())
     with caplog.at_level(logging.DEBUG, logger="sglang_overlay"):
         for size in (64, 32, 64, 96, 96, 48, 128):
             log.replaced("old", "new", int(size * MIB))
@@ -33,7 +33,7 @@ def test_info_only_when_the_size_passes_its_high_water_mark(caplog):
 
 def test_thrashing_warns_at_most_once_a_minute(caplog):
     clock = Clock()
-    log = ReplacementLog(clock=clock, thrash_per_minute=100)
+    log = ReplacementLog("DSV4 sparse-prefill workspace", clock=clock, thrash_per_minute=100)
     with caplog.at_level(logging.INFO, logger="sglang_overlay"):
         for _ in range(3):  # three minutes of 1,000 replacements each
             for _ in range(1000):
@@ -49,7 +49,7 @@ def test_thrashing_warns_at_most_once_a_minute(caplog):
 
 def test_a_steady_rate_below_the_threshold_never_warns(caplog):
     clock = Clock()
-    log = ReplacementLog(clock=clock, thrash_per_minute=100)
+    log = ReplacementLog("DSV4 sparse-prefill workspace", clock=clock, thrash_per_minute=100)
     with caplog.at_level(logging.INFO, logger="sglang_overlay"):
         for _ in range(500):  # 50 a minute for ten minutes
             log.replaced("a", "b", 1)

@@ -18,14 +18,14 @@ PROGRAMS = ("pass", "import torch")
 HAND_BACK = "json.dump({}, open(int(os.environ['BENCH_RESULT_FD']), 'w'))"
 PROBE = "import json, os, sys; " + HAND_BACK.format(
     "{m: m in sys.modules for m in "
-    "('sglang_overlay.import_hook', 'torch', 'sglang', 'sglang_overlay.overlay')}"
+    "('sglang_overlay.activation', 'torch', 'sglang', 'sglang_overlay.overlay')}"
 )
 # Counts the start-up hook's calls during ``import torch`` and times one call: what the
 # installed hook adds to an interpreter that never imports sglang, free of the run-to-run
 # noise of a wall-clock difference between two ``import torch`` processes.
 TRIGGER_COST = """
 import json, os, timeit
-import sglang_overlay.import_hook as startup
+import sglang_overlay.activation as startup
 finder = type(startup.HOOK)
 original, calls = finder.find_spec, [0]
 def counting(self, name, path=None, target=None):

@@ -1,0 +1,360 @@
+"""What operators see of the overlay in a process: log records (once per cause), the log of
+workspace replacements, the per-process record that ``status --processes`` reads, and the
+Prometheus gauges. Writing happens inside sglang's imports and allocations, so it never raises;
+reading looks only at ``/proc`` and the runtime folder, never at the process itself.
+
+Records live in one runtime folder per user, as systemd's runtime directories do: trusted
+because it is a directory of that user that nobody else may write (0700). A folder that is not
+is named by ``folder_problem``, and nothing is written into it.
+"""
+
+import atexit
+import json
+import logging
+import os
+import re
+import stat
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from sglang_overlay import OverlayError
+
+logger = logging.getLogger("sglang_overlay")
+RUNTIME_DIR_ENV = "SGLANG_OVERLAY_RUNTIME_DIR"
+PROC = Path("/proc")
+MIB = float(1 << 20)
+STATE_GAUGE = "sglang_overlay_patch_state"
+HIGH_WATER_GAUGE = "sglang_overlay_workspace_high_water_bytes"
+
+_said: "set[tuple]" = set()
+_lock = threading.Lock()
+
+
+def warn_once(cause: tuple, message: str, *args) -> bool:
+    """Log ``message`` as one WARNING unless ``cause`` was already reported; True if logged.
+    Never ``warnings.warn``: under ``-W error`` it would raise inside the import it protects."""
+    with _lock:
+        if cause in _said:
+            return False
+        _said.add(cause)
+    logger.warning(message, *args)
+    return True
+
+
+class ReplacementLog:
+    """A workspace's replacements in the log without flooding it: INFO when one passes the
+    high-water mark, DEBUG for the others, at most one WARNING a minute while they thrash
+    (mixed dtypes or sizes replace the buffer on every call)."""
+
+    def __init__(self, what: str, clock=time.monotonic, thrash_per_minute: int = 100):
+        self.what, self._clock, self._thrash = what, clock, thrash_per_minute
+        self._lock = threading.Lock()
+        self.high_water_bytes = 0
+        self._window_start = self._last_warning = None
+        self._in_window = 0
+
+    def replaced(self, old: str, new: str, new_bytes: int) -> None:
+        now = self._clock()
+        with self._lock:
+            if self._window_start is None or now - self._window_start >= 60:
+                self._window_start, self._in_window = now, 0
+            self._in_window += 1
+            passed = new_bytes > self.high_water_bytes
+            self.high_water_bytes = max(self.high_water_bytes, new_bytes)
+            thrashing = self._in_window > self._thrash and (
+                self._last_warning is None or now - self._last_warning >= 60
+            )
+            if thrashing:
+                self._last_warning = now
+            count = self._in_window
+        if passed:
+            logger.info(
+                "%s replaced (release-first): %s -> %s; high-water now %.1f MiB",
+                self.what, old, new, new_bytes / MIB,
+            )  # fmt: skip
+        elif logger.isEnabledFor(logging.DEBUG):
+            logger.debug("%s replaced (release-first): %s -> %s", self.what, old, new)
+        if thrashing:
+            logger.warning(
+                "sglang-overlay: %d %s replacements in the last minute (mixed dtypes or sizes "
+                "replace the buffer each time); high-water %.1f MiB",
+                count, self.what, self.high_water_bytes / MIB,
+            )  # fmt: skip
+
+
+# ------------------------------------------------------------------------ the runtime folder
+
+
+def runtime_dir(uid: int) -> Path:
+    """Where the processes of ``uid`` keep their records: ``$SGLANG_OVERLAY_RUNTIME_DIR`` (for
+    this uid), else ``/run/user/UID/sglang-overlay`` where the user's runtime dir exists, else
+    ``<tmp>/sglang-overlay-UID``."""
+    override = os.environ.get(RUNTIME_DIR_ENV)
+    if override and uid == os.getuid():
+        return Path(override)
+    user_run = Path(f"/run/user/{uid}")
+    if user_run.is_dir():
+        return user_run / "sglang-overlay"
+    return Path(tempfile.gettempdir(), f"sglang-overlay-{uid}")
+
+
+def folder_problem(folder: Path, uid: int) -> "str | None":
+    """Why ``folder`` cannot hold ``uid``'s records, or None (also when it does not exist yet)."""
+    try:
+        info = os.stat(folder)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{folder} cannot be read ({exc.strerror})"
+    mode = stat.filemode(info.st_mode)
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{folder} is not a directory ({mode})"
+    if info.st_uid != uid:
+        return f"{folder} belongs to uid {info.st_uid}, not {uid}"
+    if info.st_mode & 0o022:
+        return f"{folder} may be written by others ({mode}; it must be 0700)"
+    if info.st_mode & 0o700 != 0o700:
+        return f"{folder} is not writable by its owner ({mode}; it must be 0700)"
+    return None
+
+
+def start_time(pid: int) -> "str | None":
+    """The pid's start time in clock ticks since boot (``/proc/PID/stat`` field 22): a record
+    with another start time belongs to an earlier process of that pid."""
+    try:
+        fields = (PROC / str(pid) / "stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return fields[19] if len(fields) > 19 else None
+
+
+def write_record(fields: dict) -> None:
+    """Replace this process's record with ``fields`` (atomically); raises ``FolderError`` (or
+    OSError) when the runtime folder cannot hold it."""
+    pid, uid = os.getpid(), os.getuid()
+    folder = runtime_dir(uid)
+    if not os.path.lexists(folder):
+        folder.mkdir(mode=0o700)
+    problem = folder_problem(folder, uid)
+    if problem is not None:
+        raise FolderError(problem)
+    temporary = folder / f".{pid}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump({**fields, "pid": pid, "start_time": start_time(pid)}, handle)
+    os.replace(temporary, folder / f"{pid}.json")
+
+
+class FolderError(OverlayError):
+    """The runtime folder cannot hold records; its text says why."""
+
+
+def read_record(pid: int, uid: int) -> "tuple[dict | None, str | None]":
+    """The record of the live process ``pid`` of ``uid`` (None when it has none, or one of an
+    earlier process of that pid), and what is wrong with its folder or its record, if anything."""
+    folder = runtime_dir(uid)
+    problem = folder_problem(folder, uid)
+    if problem is not None:
+        return None, f"no record can be kept there: {problem}"
+    try:
+        record = json.loads((folder / f"{pid}.json").read_text())
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as exc:
+        return None, f"its record {folder / f'{pid}.json'} is unreadable ({exc})"
+    if not isinstance(record, dict) or record.get("start_time") != start_time(pid):
+        return None, None
+    patches = record.get("patches")
+    if not isinstance(patches, list) or not patches or not all(
+        isinstance(p, dict) and all(isinstance(p.get(k), str) for k in ("patch", "state", "reason"))
+        for p in patches
+    ):  # fmt: skip
+        return None, f"its record {folder / f'{pid}.json'} lists no patch with a state"
+    return record, None
+
+
+def prune_records(uid: int) -> None:
+    """Delete ``uid``'s records of processes that are gone (or whose pid another one took)."""
+    folder = runtime_dir(uid)
+    if folder_problem(folder, uid) is not None or not folder.is_dir():
+        return
+    for path in folder.glob("*.json"):
+        try:
+            if json.loads(path.read_text()).get("start_time") != start_time(int(path.stem)):
+                path.unlink()
+        except (OSError, ValueError, AttributeError):
+            continue
+
+
+# Options of the interpreter that take a value, attached (-Wignore) or as the next word.
+_VALUED = frozenset("WX")
+
+
+def runs_sglang(argv: "list[str]") -> bool:
+    """Whether a command line is an sglang process: a console script (``sglang serve``), a
+    process sglang renamed (``sglang::scheduler_TP0``), ``python [options] -m sglang...`` or
+    ``python [options] path/to/sglang*``."""
+    if not argv:
+        return False
+    if _sglang_name(os.path.basename(argv[0])):
+        return True
+    if not os.path.basename(argv[0]).startswith("python"):
+        return False
+    words = argv[1:]
+    i = 0
+    while i < len(words):
+        word, following = words[i], (words[i + 1] if i + 1 < len(words) else "")
+        if word == "--" or not word.startswith("-") or word == "-":
+            script = following if word == "--" else word
+            return word != "-" and _sglang_name(os.path.basename(script))
+        if word.startswith("--"):
+            i += 2 if word == "--check-hash-based-pycs" else 1
+            continue
+        for position, flag in enumerate(word[1:], 2):
+            if flag == "m":
+                return (word[position:] or following).split(".")[0] == "sglang"
+            if flag == "c":
+                return False
+            if flag in _VALUED:
+                i += 0 if word[position:] else 1
+                break
+        i += 1
+    return False
+
+
+def _sglang_name(name: str) -> bool:
+    return name.startswith("sglang") and not name.startswith(("sglang-overlay", "sglang_overlay"))
+
+
+def processes(pids: "set[int] | None" = None) -> "list[dict]":
+    """Every live process (of ``pids``, when given) that runs sglang or has a record: pid,
+    command, record, and what is wrong with its record or folder."""
+    found = []
+    for entry in PROC.iterdir() if PROC.is_dir() else ():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        pid = int(entry.name)
+        if pids is not None and pid not in pids:
+            continue
+        try:
+            argv = [
+                a
+                for a in (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+                if a
+            ]
+            uid = entry.stat().st_uid
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        record, problem = read_record(pid, uid)
+        if record is not None or runs_sglang(argv):
+            found.append(
+                {"pid": pid, "command": " ".join(argv), "record": record, "problem": problem}
+            )
+    return sorted(found, key=lambda p: p["pid"])
+
+
+# ---------------------------------------------------------------------- Prometheus gauges
+
+_gauges = None  # registered once per process
+
+
+def multiprocess_dir() -> "str | None":
+    """prometheus_client's multiprocess folder, as it reads it."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir")
+
+
+def set_gauges(patches: "list[dict]", overlay_version: str, states) -> None:
+    """Set this process's gauges, where there are any. prometheus_client picks its mode when
+    first imported and sglang sets ``PROMETHEUS_MULTIPROC_DIR`` before importing it, so it is
+    imported here only where the host already has, or the variable is set: never first."""
+    global _gauges
+    if _gauges is None:
+        folder = multiprocess_dir()
+        if "prometheus_client" not in sys.modules and not folder:
+            return
+        try:
+            from prometheus_client import Gauge
+        except ImportError:
+            return
+        _gauges = (
+            Gauge(STATE_GAUGE, "sglang-overlay patch state in this process (1 = the state it is in)",
+                  ["patch", "state", "overlay_version"], multiprocess_mode="liveall"),
+            Gauge(HIGH_WATER_GAUGE, "Largest workspace the patch's method allocated in this "
+                  "process, bytes", ["patch"], multiprocess_mode="liveall"),
+        )  # fmt: skip
+        if folder and os.path.isdir(folder):
+            sweep_dead_gauges(folder)
+            atexit.register(_mark_dead, folder, os.getpid())
+    state_gauge, high_water_gauge = _gauges
+    for record in patches:
+        for state in states:
+            value = 1 if state == record["state"] else 0
+            state_gauge.labels(record["patch"], state, overlay_version).set(value)
+        high_water_gauge.labels(record["patch"]).set(record["high_water_bytes"])
+
+
+_LIVE_FILE = re.compile(r"gauge_live\w+_(\d+)\.db")
+
+
+def sweep_dead_gauges(folder: str) -> "list[int]":
+    """Remove the live gauges of processes that are gone (killed: no exit handler ran) from
+    ``folder``, with prometheus_client's own ``mark_process_dead``; the pids swept."""
+    from prometheus_client import multiprocess
+
+    dead = set()
+    for name in os.listdir(folder):
+        found = _LIVE_FILE.fullmatch(name)
+        if found and not (PROC / found[1]).exists():
+            dead.add(int(found[1]))
+    for pid in dead:
+        multiprocess.mark_process_dead(pid, folder)
+    return sorted(dead)
+
+
+def _mark_dead(folder: str, pid: int) -> None:
+    if os.getpid() != pid:  # a forked child that inherited the handler: not its gauges
+        return
+    from prometheus_client import multiprocess
+
+    try:
+        multiprocess.mark_process_dead(pid, folder)
+    except OSError as exc:  # the folder went away meanwhile
+        logger.warning("sglang-overlay: gauges of this process left in %s: %s", folder, exc)
+
+
+# ------------------------------------------------------------------------------- publish
+
+_published = None  # what publish() last wrote, so an unchanged state writes nothing
+
+
+def publish(patches: "list[dict]", fields: dict, states) -> None:
+    """Write this process's record and set its gauges when ``patches`` or ``fields`` changed
+    since the last time; never raises: what stops it is said once."""
+    global _published
+    key = json.dumps([patches, fields], sort_keys=True)
+    if key == _published:
+        return
+    _published = key
+    for what, write in (
+        ("record was", lambda: write_record({**fields, "patches": patches})),
+        ("gauges were", lambda: set_gauges(patches, fields["overlay_version"], states)),
+    ):
+        try:
+            write()
+        except Exception as exc:  # inside sglang's import or allocation: never break it
+            warn_once(
+                (what, type(exc).__name__),
+                "sglang-overlay: this process's %s not updated (%s: %s); "
+                "status --processes and /metrics may show an older state",
+                what, type(exc).__name__, exc,
+            )  # fmt: skip
+
+
+def forget_published() -> bool:
+    """In a forked child: whether the parent had published (then the child publishes its own)."""
+    global _published
+    had, _published = _published is not None, None
+    return had

@@ -1,0 +1,243 @@
+"""``sglang-overlay status --processes`` as an operator and a health check run it: one row per
+live sglang process with a column per patch, every state a record can hold, the runtime folder
+it trusts, dead processes' records and gauges cleaned up, and answers that never crash a pipe.
+Run in this process (``cli.main``) against sleepers that carry sglang's process names and
+records planted as the overlay writes them; the writer itself is observed in real sglang
+processes (``test_operators.py``).
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+from conftest import clean_env, runs_program, until
+
+from sglang_overlay import PATCH_IDS, cli, observe
+from sglang_overlay.observe import runs_sglang
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def runtime_dir(tmp_path, monkeypatch):
+    path = tmp_path / "records"
+    path.mkdir(mode=0o700)
+    monkeypatch.setenv("SGLANG_OVERLAY_RUNTIME_DIR", str(path))
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    return path
+
+
+def start_sleeper(name="sglang::scheduler_TP0"):
+    """A live process under a name sglang gives its processes, with no record of its own."""
+    sleep = shutil.which("sleep")
+    proc = subprocess.Popen([name, "300"], executable=sleep)
+    assert until(lambda: runs_program(proc.pid, sleep)), "the sleeper never ran sleep"
+    return proc
+
+
+@pytest.fixture
+def sleeper():
+    proc = start_sleeper()
+    yield proc.pid
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+
+
+def plant(folder, pid, states, **fields) -> dict:
+    """A record of ``pid`` as the overlay writes it, one state per patch."""
+    record = {
+        "patches": [
+            {"patch": p, "target": "t", "sglang_version": "0.5.23", "state": s, "reason": f"why {s}",
+             "high_water_bytes": 0, "workspace_imported": s != "pending"}
+            for p, s in zip(PATCH_IDS, states, strict=True)
+        ],
+        "misconfigured": [], "overlay_version": "0.2.0", "pid": pid,
+        "start_time": observe.start_time(pid), **fields,
+    }  # fmt: skip
+    (folder / f"{pid}.json").write_text(json.dumps(record))
+    return record
+
+
+def status(capsys, *args) -> "tuple[int, str]":
+    code = cli.main(["status", "--processes", *args])
+    return code, capsys.readouterr().out
+
+
+def rows_of(capsys, pid) -> "tuple[int, dict]":
+    code, out = status(capsys, "--json", "--pid", str(pid))
+    return code, {r["patch"]: r for r in json.loads(out)}
+
+
+@pytest.mark.parametrize(
+    "argv, sglang",
+    [
+        ("python -W ignore -m sglang.launch_server", True),
+        ("python3 -S -W ignore -m sglang.launch_server --port 1", True),
+        ("python -X importtime -m sglang.launch_server", True),
+        ("python -Xfrozen_modules=off -I -u -O -OO -m sglang.launch_server", True),
+        ("python -SW ignore -m sglang.launch_server", True),
+        ("python -SWignore -msglang.launch_server", True),
+        ("python3.12 -Im sglang", True),
+        ("python --check-hash-based-pycs never -m sglang.bench_serving", True),
+        ("/venv/bin/python /venv/bin/sglang serve --model-path m", True),
+        ("sglang serve --model-path m", True),
+        ("sglang::scheduler_TP0", True),
+        ("python -W ignore script.py", False),
+        ("python -X importtime -c import sglang", False),
+        ("python -m sglang_overlay status", False),
+        ("/venv/bin/python /venv/bin/sglang-overlay status", False),
+        ("python -W", False),
+        ("python -", False),
+        ("bash sglang", False),
+    ],
+)
+def test_sglang_command_lines_are_found_whatever_interpreter_options_precede_them(argv, sglang):
+    assert runs_sglang(argv.split()) is sglang
+
+
+def test_one_row_per_process_a_column_per_patch_and_reasons_only_where_it_fails(
+    runtime_dir, sleeper, capsys
+):
+    states = ["applied", "disabled", "pending", "failed", "upstream-fixed", "not-present"]
+    plant(runtime_dir, sleeper, states)
+    code, out = status(capsys, "--pid", str(sleeper))
+    header, row, *reasons = out.splitlines()
+    assert header.split() == ["PID", *(p.split("-")[0] for p in PATCH_IDS), "COMMAND"]
+    assert row.split() == [str(sleeper), *states, "sglang::scheduler_TP0", "300"]
+    assert [r.strip() for r in reasons] == ["why failed"] and code == 1
+
+
+@pytest.mark.parametrize(
+    "states, misconfigured, state, code",
+    [
+        (["applied"] * 6, [], "applied", 0),
+        (["disabled"] * 6, [], "disabled", 0),
+        (["applied"] + ["pending"] * 5, [], "applied", 0),  # a client: modules never imported
+        (["unsupported"] * 6, [], "unsupported", 1),
+        (["applied"] * 6, ["SGLANG_OVERLAY_DISABLE='none' not recognised"], "misconfigured", 1),
+    ],
+)
+def test_the_verdict_follows_each_patchs_recorded_state(
+    runtime_dir, sleeper, capsys, states, misconfigured, state, code
+):
+    plant(runtime_dir, sleeper, states, misconfigured=misconfigured)
+    got, rows = rows_of(capsys, sleeper)
+    assert (rows[PATCH_IDS[0]]["state"], got) == (state, code)
+    assert all(
+        r["pid"] == sleeper and r["command"] == "sglang::scheduler_TP0 300" for r in rows.values()
+    )
+
+
+def test_a_process_without_a_record_or_with_an_earlier_pids_is_unpatched(
+    runtime_dir, sleeper, capsys
+):
+    plant(runtime_dir, sleeper, ["applied"] * 6, start_time="1")  # another process of that pid
+    code, rows = rows_of(capsys, sleeper)
+    assert {r["state"] for r in rows.values()} == {"unpatched"} and code == 1
+    assert "restart it" in rows[PATCH_IDS[0]]["reason"]
+
+
+def make_file(path):
+    path.rmdir()
+    path.write_text("")
+
+
+FOLDER_PROBLEMS = {
+    "read-only": (lambda p: p.chmod(0o500), "is not writable by its owner"),
+    "a file": (make_file, "is not a directory"),
+    "mode 0777": (lambda p: p.chmod(0o777), "may be written by others"),
+    "group-writable": (lambda p: p.chmod(0o770), "may be written by others"),
+    "another owner": (lambda p: os.chown(p, NOBODY, NOBODY), f"belongs to uid {NOBODY}"),
+}
+
+
+@pytest.mark.parametrize("problem", FOLDER_PROBLEMS)
+def test_a_runtime_folder_that_cannot_hold_records_is_named_instead_of_restart_it(
+    runtime_dir, sleeper, capsys, problem
+):
+    if problem == "another owner" and os.geteuid() != 0:
+        pytest.skip("only root can give the folder to another user")
+    spoil, says = FOLDER_PROBLEMS[problem]
+    spoil(runtime_dir)
+    with pytest.raises(observe.FolderError, match=says):  # the writer refuses it too
+        observe.write_record({"patches": []})
+    code, rows = rows_of(capsys, sleeper)
+    row = rows[PATCH_IDS[0]]
+    assert (row["state"], code) == ("invalid-record", 1)
+    assert str(runtime_dir) in row["reason"] and says in row["reason"]
+    assert "restart" not in row["reason"]
+
+
+def test_dead_processes_records_are_pruned_and_nothing_else(runtime_dir, capsys):
+    dead = runtime_dir / "4194000.json"  # above any pid this machine hands out
+    dead.write_text(json.dumps({"start_time": "1", "patches": []}))
+    kept = runtime_dir / "notes.txt"
+    kept.write_text("not a record")
+    status(capsys, "--pid", str(os.getpid()))
+    assert (dead.exists(), kept.exists()) == (False, True)
+
+
+def test_dead_processes_gauge_files_are_swept_by_status(
+    runtime_dir, sleeper, tmp_path, monkeypatch, capsys
+):
+    folder = tmp_path / "prometheus"
+    folder.mkdir()
+    for pid in (4194000, sleeper):  # killed without running its exit handler; alive
+        (folder / f"gauge_liveall_{pid}.db").write_bytes(b"")
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(folder))
+    status(capsys, "--pid", str(sleeper))
+    assert sorted(p.name for p in folder.iterdir()) == [f"gauge_liveall_{sleeper}.db"]
+
+
+HOSTILE = "ok\x1b[1A\x1b[2K\r\x1b]0;title\x07\x9b2J\u202eapplied\u2066\x7f"
+DEFUSED = r"ok\x1b[1A\x1b[2K\r\x1b]0;title\x07\x9b2J\u202eapplied\u2066\x7f"
+
+
+def test_record_text_and_argv_are_printed_inert_for_a_terminal(runtime_dir, capsys):
+    proc = start_sleeper("sglang::" + HOSTILE)
+    try:
+        record = plant(runtime_dir, proc.pid, ["failed"] * 6)
+        for patch in record["patches"]:
+            patch["reason"] = HOSTILE
+        (runtime_dir / f"{proc.pid}.json").write_text(json.dumps(record))
+        code, out = status(capsys, "--pid", str(proc.pid))
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    assert not any(ch in out for ch in "\x1b\r\x07\x9b\u202e\u2066\x7f"), repr(out)
+    assert f"sglang::{DEFUSED}" in out and out.splitlines()[2].strip() == DEFUSED and code == 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["frobnicate"],
+        ["status", "--bogus"],
+        ["status", "--json", "extra"],
+        ["status", "--pid", "1"],
+        ["status", "--processes", "--pid", "one"],
+        ["status", "--processes", "--pid", "-5"],
+        ["status", "--processes", "--pid", "0"],
+    ],
+)
+def test_bad_usage_is_one_line_and_exit_two(argv, capsys):
+    assert cli.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and err.startswith("sglang-overlay: ")
+
+
+@pytest.mark.parametrize("args", [[], ["--json"]], ids=["text", "json"])
+def test_a_reader_that_stops_early_gets_the_verdict_and_no_traceback(args, sleeper):
+    # `status --processes | head -1` under pipefail: the exit code is the verdict's.
+    for pids, verdict in (([str(os.getpid())], 0), ([str(sleeper)], 1)):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sglang_overlay", "status", "--processes", *args, "--pid", *pids],
+            env=clean_env(), cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        proc.stdout.close()  # the reader is gone before the first line
+        assert (proc.wait(timeout=60), proc.stderr.read()) == (verdict, b"")
