@@ -68,19 +68,21 @@ demo: install
 	count=$$(echo $$fixes | wc -w); failed=""; \
 	echo "demo 1/3: the registered tests on sglang $(SGLANG_VERSION) ($$backend), each file unmodified and with the overlay, as sglang's CI runs it"; \
 	$(PY) -m ci run --out $(DEMO) --tests test/registered --backend $$backend --series $(DEMO)-series.json > $(DEMO).txt || failed="$$failed the A/B,"; \
+	sed -n 's/^ci run: /  the A\/B: /p' $(DEMO).txt; \
 	if [ "$$backend" = cpu ]; then \
 	  echo "demo 1/3: the project's CPU proof (live CPU memory peaks), both sides"; \
 	  $(PY) -m ci run --out $(DEMO)-proof --tests test/proofs --backend cpu > $(DEMO)-proof.txt || failed="$$failed the CPU proof,"; \
+	  sed -n 's/^ci run: /  the CPU proof: /p' $(DEMO)-proof.txt; \
 	fi; \
 	echo "demo 2/3: what the bot would post (dry run): $(DEMO)-bot-preview.md"; \
 	$(PY) -m ci report --results $(DEMO) > $(DEMO)-bot-preview.md || failed="$$failed the bot's preview,"; \
 	for fix in $$fixes; do \
 	  dir=$(DEMO)-fix-$$fix; rm -rf $$dir; \
 	  echo "demo 3/3: fix $$fix: its own tests on sglang $(SGLANG_VERSION) and on $(SGLANG_VERSION) + fix $$fix alone: $$dir/$$backend-pr-body.md"; \
-	  $(PY) -m tools.series ab --fix $$fix --backend $$backend --out $$dir > $$dir.txt 2>&1 || failed="$$failed fix $$fix ($$dir.txt),"; \
+	  $(PY) -m tools.series ab --fix $$fix --backend $$backend --out $$dir > $$dir.txt || failed="$$failed fix $$fix ($$dir.txt),"; \
+	  sed -n "s/^ci run: /  fix $$fix: /p" $$dir.txt; \
 	done; \
 	echo "the evidence: $(DEMO)/report.md, $(DEMO)/results.json, JUnit and logs in $(DEMO)/"; \
-	grep -hE '^(unmodified|change) +=|^ci run: ' $(DEMO).txt $$([ "$$backend" = cpu ] && echo $(DEMO)-proof.txt); \
 	if [ -z "$$failed" ]; then \
 	  echo "demo: ok: $$count fixes: every regression test fails on sglang $(SGLANG_VERSION) and passes with its fix"; \
 	else \
