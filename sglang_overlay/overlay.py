@@ -264,7 +264,7 @@ def remove() -> list:
                 if live is one.patched:
                     setattr(one.cls, one.method, one.original)
                     continue
-                found = foreign_hook(live, one.patched)
+                found = shapes.foreign_hook(live, one.patched)
                 if found is not None:  # ours runs inside someone else's function: say so
                     hooked.append(one)
                     hook = found if hook is None or found[0] == "replaced" else hook
@@ -288,7 +288,7 @@ def _live_state(done) -> "tuple[str, str]":
     state = ("applied", done.reason)
     for one in done.installed:
         live = vars(one.cls).get(one.method)
-        hook = foreign_hook(live, one.patched)
+        hook = shapes.foreign_hook(live, one.patched)
         current = registered is None or shapes.workspace_class(registered, one.site) is one.cls
         if not current or (live is not one.patched and hook is None):
             return (
@@ -324,44 +324,6 @@ def follow_registry() -> None:
 
     setattr(then_publish, _FOLLOWS, True)
     registry.apply_hooks = classmethod(then_publish)
-
-
-def foreign_hook(live, ours) -> "tuple[str, str] | None":
-    """``("wrapped" | "replaced", reason)`` when ``live`` is another hook's function whose
-    ``__wrapped__`` chain leads to ``ours``: wrapped when each link holds the next in its
-    closure (it can call it: sglang's AROUND, BEFORE, AFTER), replaced when one does not
-    (sglang's REPLACE only names the original)."""
-    calls, outer = True, live
-    for _ in range(100):  # a chain, not a cycle
-        inner = getattr(outer, "__wrapped__", None)
-        if inner is None or outer is ours:
-            return None
-        calls = calls and any(_cell(c) is inner for c in getattr(outer, "__closure__", None) or ())
-        if inner is ours:
-            code = getattr(live, "__code__", None)
-            where = (
-                f"{code.co_name} in {code.co_filename}:{code.co_firstlineno}"
-                if code
-                else repr(live)
-            )
-            if calls:
-                return "wrapped", (
-                    f"another hook's function ({where}) wraps the overlay's release-first "
-                    "method and can call it: release-first runs where that hook calls through"
-                )
-            return "replaced", (
-                f"another hook's function ({where}) names the overlay's release-first method "
-                "as __wrapped__ but does not hold it: that hook runs instead, release-first does not"
-            )
-        outer = inner
-    return None
-
-
-def _cell(cell):
-    try:
-        return cell.cell_contents
-    except ValueError:  # an empty cell
-        return None
 
 
 def sglang_version() -> str:

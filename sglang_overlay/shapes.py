@@ -2,7 +2,8 @@
 
 Each method a patch replaces (a ``sites.Site``) is matched against the shapes ``sites`` knows:
 the sha256 of the loaded method's exact source text, or, where only bytecode is deployed, of
-its code object (``code_sha256``). Reads source files; never changes anything.
+its code object (``code_sha256``); and whether another plugin's hook now stands over the
+overlay's method (``foreign_hook``). Reads source files; never changes anything.
 """
 
 import ast
@@ -214,3 +215,41 @@ def _self_attr(target: ast.expr) -> "str | None":
     if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
         return target.attr if target.value.id == "self" else None
     return None
+
+
+def foreign_hook(live, ours) -> "tuple[str, str] | None":
+    """``("wrapped" | "replaced", reason)`` when ``live`` is another hook's function whose
+    ``__wrapped__`` chain leads to ``ours``: wrapped when each link holds the next in its
+    closure (it can call it: sglang's AROUND, BEFORE, AFTER), replaced when one does not
+    (sglang's REPLACE only names the original)."""
+    calls, outer = True, live
+    for _ in range(100):  # a chain, not a cycle
+        inner = getattr(outer, "__wrapped__", None)
+        if inner is None or outer is ours:
+            return None
+        calls = calls and any(_cell(c) is inner for c in getattr(outer, "__closure__", None) or ())
+        if inner is ours:
+            code = getattr(live, "__code__", None)
+            where = (
+                f"{code.co_name} in {code.co_filename}:{code.co_firstlineno}"
+                if code
+                else repr(live)
+            )
+            if calls:
+                return "wrapped", (
+                    f"another hook's function ({where}) wraps the overlay's release-first "
+                    "method and can call it: release-first runs where that hook calls through"
+                )
+            return "replaced", (
+                f"another hook's function ({where}) names the overlay's release-first method "
+                "as __wrapped__ but does not hold it: that hook runs instead, release-first does not"
+            )
+        outer = inner
+    return None
+
+
+def _cell(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None

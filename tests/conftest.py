@@ -142,9 +142,6 @@ def runs_program(pid: int, path: str) -> bool:
 XDIST_GROUPS = {
     "test_activation.py": "test_activation.py",
     "test_ci_attacks.py": "test_activation.py",
-    "test_control.py": "test_activation.py",
-    "test_operators.py": "test_activation.py",
-    "test_replacement_log.py": "test_activation.py",
     "test_ci_run.py": "test_ci_run.py",
     "test_ci_watch.py": "test_ci_run.py",
     "test_series_checkout_verbs.py": "test_series_checkout_verbs.py",

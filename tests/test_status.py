@@ -7,19 +7,23 @@ processes (``test_operators.py``).
 """
 
 import json
+import logging
 import os
 import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import standin
 from conftest import clean_env, runs_program, until
 
-from sglang_overlay import PATCH_IDS, cli, observe
+from sglang_overlay import PATCH_IDS, __version__, cli, observe
 from sglang_overlay.observe import runs_sglang
 
 NOBODY = 65534
+ROW_BYTES = 512 * 2  # one bf16 row of the DSV4 workspace
 
 
 @pytest.fixture
@@ -241,3 +245,187 @@ def test_a_reader_that_stops_early_gets_the_verdict_and_no_traceback(args, sleep
         )  # fmt: skip
         proc.stdout.close()  # the reader is gone before the first line
         assert (proc.wait(timeout=60), proc.stderr.read()) == (verdict, b"")
+
+
+# -------------------------------------------------------------------- gauges and the log
+
+# Replaces once, says its pid, and lives until its stdin closes.
+REPLACE_AND_WAIT = """
+import os, sys, torch
+import sglang.srt.layers.attention.dsv4.sparse_prefill_utils as m
+m.SparsePrefillKVBuffer(torch.device("cpu")).get(int(sys.argv[1]))
+print(os.getpid(), flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture(scope="module")
+def known(tmp_path_factory):
+    return standin.write(tmp_path_factory.mktemp("standin"))
+
+
+def standin_python(known, code, *args, **env) -> subprocess.CompletedProcess:
+    prelude = f"import sys; sys.path[:0] = [{str(known)!r}]\n"
+    return subprocess.run(
+        [sys.executable, "-c", prelude + code, *args],
+        env=clean_env(**env), cwd="/", capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def samples(text: str) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = text_string_to_metric_families(text)
+    return {(s.name, frozenset(s.labels.items())): s.value for f in families for s in f.samples}
+
+
+def test_gauges_per_process_in_multiprocess_mode_leave_with_the_process_even_killed(
+    tmp_path, known, capsys, monkeypatch
+):
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    folder = tmp_path / "prometheus"
+    folder.mkdir()
+    prelude = f"import sys; sys.path[:0] = [{str(known)!r}]\n"
+    started = {
+        rows: subprocess.Popen(
+            [sys.executable, "-c", prelude + REPLACE_AND_WAIT, str(rows)],
+            env=clean_env(PROMETHEUS_MULTIPROC_DIR=str(folder)),
+            cwd="/",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for rows in (1024, 3072)  # two processes side by side
+    }
+    try:
+        pids = {int(proc.stdout.readline()): rows for rows, proc in started.items()}
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=str(folder))
+        live = samples(generate_latest(registry).decode())
+        started[1024].communicate("", timeout=60)  # a clean exit: marked dead at exit
+        started[3072].kill()  # no exit handler runs
+        started[3072].wait(timeout=60)
+    finally:
+        for proc in started.values():
+            proc.kill()
+    for pid, rows in pids.items():
+        labels = {"patch": PATCH_IDS[0], "pid": str(pid)}
+        state = {**labels, "overlay_version": __version__}
+        assert live[(observe.STATE_GAUGE, frozenset({**state, "state": "applied"}.items()))] == 1
+        assert live[(observe.STATE_GAUGE, frozenset({**state, "state": "pending"}.items()))] == 0
+        assert live[(observe.HIGH_WATER_GAUGE, frozenset(labels.items()))] == rows * ROW_BYTES
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(folder))
+    cli.main(["status", "--processes", "--pid", str(os.getpid())])  # sweeps the killed one's
+    assert not [p for p in folder.iterdir() if any(str(pid) in p.name for pid in pids)]
+
+
+def test_status_adds_no_series_to_the_multiprocess_folder(tmp_path, known):
+    folder = tmp_path / "prometheus"
+    folder.mkdir()
+    # A gauge file created and removed again still sets the folder's modification time.
+    os.utime(folder, ns=(0, 0))
+    env = clean_env(PROMETHEUS_MULTIPROC_DIR=str(folder), PYTHONPATH=str(known))
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_overlay", "status", "--json"],
+        env=env, cwd="/", capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert json.loads(proc.stdout)[0]["state"] == "applied", proc.stderr[-2000:]
+    assert list(folder.iterdir()) == [] and folder.stat().st_mtime_ns == 0
+
+
+GROW = """
+import json, torch
+import sglang.srt.layers.attention.dsv4.sparse_prefill_utils as m
+for rows in (512, 1024, 2048):  # three replacements, each published
+    m.SparsePrefillKVBuffer(torch.device("cpu")).get(rows)
+import sglang_overlay
+print(json.dumps([sglang_overlay.status()[0]["state"], sys.modules.get("prometheus_client") is not None]))
+"""
+
+
+@pytest.mark.parametrize(
+    "setting, prometheus, said",
+    [
+        ({}, False, None),  # never imported first: it fixes the mode sglang's metrics need
+        ({"PROMETHEUS_MULTIPROC_DIR": "gone"}, True, "gauges were not updated (FileNotFoundError"),
+        ({"PROMETHEUS_MULTIPROC_DIR": "missing-package"}, False, None),
+    ],
+)
+def test_gauges_never_cost_the_patch_and_a_failure_is_said_once(
+    known, tmp_path, setting, prometheus, said
+):
+    code = GROW
+    if setting.get("PROMETHEUS_MULTIPROC_DIR") == "missing-package":
+        code = 'sys.modules["prometheus_client"] = None\n' + code
+    env = {k: str(tmp_path / v) for k, v in setting.items()}
+    proc = standin_python(known, code, **env)
+    assert json.loads(proc.stdout.splitlines()[-1]) == ["applied", prometheus], proc.stderr
+    told = [line for line in proc.stderr.splitlines() if line.startswith("sglang-overlay:")]
+    assert told == [] if said is None else (len(told) == 1 and said in told[0]), told
+
+
+def test_gauges_in_one_process_mode_where_the_host_loaded_prometheus_client(known):
+    proc = standin_python(
+        known,
+        "import prometheus_client\n" + GROW.replace("print(", "text = prometheus_client.generate_latest().decode()\nprint(")
+        .replace('json.dumps([', 'json.dumps([[l for l in text.splitlines() if l.startswith("sglang_overlay") and not l.endswith(" 0.0")], '),
+    )  # fmt: skip
+    lines = json.loads(proc.stdout.splitlines()[-1])[0]
+    version = f'overlay_version="{__version__}"'
+    states = ["applied"] + ["pending"] * 5
+    assert lines == [
+        *(f'sglang_overlay_patch_state{{{version},patch="{p}",state="{s}"}} 1.0' for p, s in zip(PATCH_IDS, states, strict=True)),
+        f'sglang_overlay_workspace_high_water_bytes{{patch="{PATCH_IDS[0]}"}} 2.097152e+06',  # 2048 rows
+    ]  # fmt: skip
+
+
+def test_an_environment_without_sglang_reports_not_present_without_importing_torch(tmp_path):
+    # The base interpreter, isolated, with only a copy of the overlay on its path.
+    shutil.copytree(Path(observe.__file__).parent, tmp_path / "sglang_overlay")
+    code = (
+        f"import sys, json; sys.path.insert(0, {str(tmp_path)!r}); import sglang_overlay; "
+        "print(json.dumps([sglang_overlay.apply()[0], 'torch' in sys.modules]))"
+    )
+    proc = subprocess.run([sys._base_executable, "-I", "-c", code], capture_output=True, text=True)
+    record, torch_loaded = json.loads(proc.stdout)
+    assert (record["state"], record["reason"], torch_loaded) == (
+        "not-present", "sglang is not installed", False,
+    )  # fmt: skip
+
+
+class Clock:
+    now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_the_replacement_log_says_each_new_high_water_mark_at_info(caplog):
+    log = observe.ReplacementLog("DSV4 sparse-prefill workspace", clock=Clock())
+    with caplog.at_level(logging.DEBUG, logger="sglang_overlay"):
+        for size in (64, 32, 64, 96, 96, 48, 128):
+            log.replaced("old", "new", int(size * observe.MIB))
+    infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert [m.split("high-water now ")[1] for m in infos] == ["64.0 MiB", "96.0 MiB", "128.0 MiB"]
+    assert len([r for r in caplog.records if r.levelno == logging.DEBUG]) == 4
+
+
+@pytest.mark.parametrize("per_minute, warnings", [(1000, 3), (50, 0)])
+def test_thrashing_warns_at_most_once_a_minute_and_never_below_the_threshold(
+    caplog, per_minute, warnings
+):
+    clock = Clock()
+    log = observe.ReplacementLog("DSV4 sparse-prefill workspace", clock=clock)
+    with caplog.at_level(logging.INFO, logger="sglang_overlay"):
+        for _ in range(3):  # three minutes, the replacements in the first 50 s of each
+            for _ in range(per_minute):
+                log.replaced("a", "b", 1)
+                clock.now += 50 / per_minute
+            clock.now += 10
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == warnings
+    assert (
+        not said or "101 DSV4 sparse-prefill workspace replacements in the last minute" in said[0]
+    )
