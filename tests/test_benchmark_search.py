@@ -25,11 +25,6 @@ def test_largest_passing_finds_the_threshold_whatever_the_guess_within_its_range
     assert all(32 <= c < 132 for c in calls)
 
 
-def test_an_exact_guess_costs_two_probes():
-    found = search.smallest_passing(lambda x: x >= 161, 161, floor=48, ceiling=224)
-    assert found.probes == [(161, True), (160, False)]
-
-
 def test_steps_round_trip_and_bad_ones_are_refused_with_the_item_named():
     steps = [(65536, "bfloat16"), (98304, "float8_e4m3fn")]
     assert capped.parse_steps(capped.format_steps(steps)) == steps

@@ -10,6 +10,7 @@ installed sglang with the overlay off (``unmodified``) or on (``change``).
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -69,6 +70,23 @@ def run(command, env=None, timeout_s: float = 600, check: bool = True) -> Ran:
             f"{' '.join(map(str, command))[:200]} exited {proc.returncode}: {tail[0]}"
         )
     return ran
+
+
+def alternate(commands: dict, repeats: int, env=None) -> dict:
+    """Each command once per repeat, in order then in reverse, so that a busy machine slows
+    them alike: {name: [Ran of each repeat]}. A command may be a function of the repeat."""
+    runs: dict = {name: [] for name in commands}
+    for r in range(repeats):
+        for name in list(commands)[:: 1 if r % 2 == 0 else -1]:
+            command = commands[name]
+            runs[name].append(run(command(r) if callable(command) else command, env))
+    return runs
+
+
+def over(runs: dict, kinds, yardstick: str) -> dict:
+    """The median wall time of each of ``kinds`` over the ``yardstick``'s."""
+    median = {k: statistics.median(r.wall_s for r in runs[k]) for k in (*kinds, yardstick)}
+    return {kind: round(median[kind] / median[yardstick], 2) for kind in kinds}
 
 
 def hand_back(result) -> None:

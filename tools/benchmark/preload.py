@@ -72,43 +72,35 @@ def make_repo(dest: Path) -> Path:
 
 
 def measure(repeats: int) -> dict:
-    env = launch.side_env("unmodified")  # trees from git: the overlay is off on both sides
-    walls: dict = {"import": [], "fresh": [], "default": []}
-    cpus: dict = {kind: [] for kind in walls}
     with tempfile.TemporaryDirectory(prefix="bench-preload-") as tmp:
         repo = make_repo(Path(tmp) / "sglang")
-        sides = ["--root", str(repo), "--git-base", "main", "--git-head", "six"]
-        for r in range(repeats):
-            order = ("import", "fresh", "default") if r % 2 == 0 else ("default", "fresh", "import")
-            for kind in order:
-                out = Path(tmp) / f"out-{kind}-{r}"
-                run = [sys.executable, "-m", "ci", "run", "--out", str(out), "--backend", "cpu"]
-                run += [*sides, "--jobs", "2", "--json"]
-                command = {
-                    "import": [sys.executable, "-c", f"import {WORKSPACE_MODULE}"],
-                    "fresh": [*run, "--preload", "none"],
-                    "default": run,
-                }[kind]
-                ran = launch.run(command, env)
-                walls[kind].append(ran.wall_s)
-                cpus[kind].append(ran.cpu_s)
-                if kind != "import":
-                    data = json.loads((out / "results.json").read_text())
-                    assert len(data["files"]) == 6 and data["verdict"] == "ok", data["reasons"]
-                    preload = data["environment"].get("preload", {})
-                    forked = bool(preload) and all(p["forked"] for p in preload.values())
-                    assert forked == (kind == "default"), preload
-    bare = summary(walls["import"])["median"]
+        ci_run = [sys.executable, "-m", "ci", "run", "--backend", "cpu", "--jobs", "2", "--json"]
+        ci_run += ["--root", str(repo), "--git-base", "main", "--git-head", "six"]
+        runs = launch.alternate(
+            {
+                "import": [sys.executable, "-c", f"import {WORKSPACE_MODULE}"],
+                "fresh": lambda r: [*ci_run, "--preload", "none", "--out", f"{tmp}/fresh-{r}"],
+                "default": lambda r: [*ci_run, "--out", f"{tmp}/default-{r}"],
+            },
+            repeats,
+            launch.side_env("unmodified"),  # trees from git: the overlay is off on both sides
+        )
+        for kind, r in ((k, r) for k in ("fresh", "default") for r in range(repeats)):
+            data = json.loads(Path(f"{tmp}/{kind}-{r}/results.json").read_text())
+            preload = data["environment"].get("preload", {})
+            forked = bool(preload) and all(p["forked"] for p in preload.values())
+            if len(data["files"]) != 6 or data["verdict"] != "ok" or forked != (kind == "default"):
+                raise launch.BenchmarkError(
+                    f"{kind} run {r} is not what it measures: {data['reasons']}"
+                )
     return {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "module": WORKSPACE_MODULE,
         "file_runs": 12,
         "repeats": repeats,
-        "seconds": {kind: summary(values) for kind, values in walls.items()},
-        "cpu_seconds": {kind: summary(values) for kind, values in cpus.items()},
-        "over_bare_import": {
-            kind: round(summary(walls[kind])["median"] / bare, 2) for kind in ("fresh", "default")
-        },
+        "seconds": {kind: summary(r.wall_s for r in ran) for kind, ran in runs.items()},
+        "cpu_seconds": {kind: summary(r.cpu_s for r in ran) for kind, ran in runs.items()},
+        "over_bare_import": launch.over(runs, ("fresh", "default"), "import"),
         "goal": {"default": GOAL},
     }
 

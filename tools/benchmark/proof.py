@@ -20,25 +20,21 @@ GOALS = {"file": 1.5, "ab": 1.5}  # over one bare import, on CUDA
 
 def measure(device: str, repeats: int) -> dict:
     proof_file = PROOF_FILES[device]
-    env = launch.side_env("change")
-    walls: dict = {"import": [], "file": [], "ab": []}
-    for r in range(repeats):
-        for kind in ("import", "file", "ab") if r % 2 == 0 else ("ab", "file", "import"):
-            with tempfile.TemporaryDirectory() as out:
-                command = {
-                    "import": [sys.executable, "-c", f"import {WORKSPACE_MODULE}"],
-                    "file": [sys.executable, proof_file, "-v"],
-                    "ab": [sys.executable, "-m", "ci", "run", "--out", out, "--backend", device]
-                    + ["--tests", proof_file, "--jobs", "2", "--json"],
-                }[kind]
-                walls[kind].append(launch.run(command, env).wall_s)
-    bare = summary(walls["import"])["median"]
+    with tempfile.TemporaryDirectory() as out:
+        ci_run = [sys.executable, "-m", "ci", "run", "--backend", device, "--tests", proof_file]
+        runs = launch.alternate(
+            {
+                "import": [sys.executable, "-c", f"import {WORKSPACE_MODULE}"],
+                "file": [sys.executable, proof_file, "-v"],
+                "ab": lambda r: [*ci_run, "--jobs", "2", "--json", "--out", f"{out}/{r}"],
+            },
+            repeats,
+            launch.side_env("change"),
+        )
     return {
         "file": proof_file,
         "repeats": repeats,
-        "seconds": {kind: summary(values) for kind, values in walls.items()},
-        "over_bare_import": {
-            k: round(summary(walls[k])["median"] / bare, 2) for k in ("file", "ab")
-        },
+        "seconds": {kind: summary(r.wall_s for r in ran) for kind, ran in runs.items()},
+        "over_bare_import": launch.over(runs, ("file", "ab"), "import"),
         "goals": dict(GOALS) if device == "cuda" else {},
     }

@@ -85,20 +85,15 @@ def known_releases() -> list:
 
 
 def index_versions(index_url=None) -> list:
-    """sglang's final releases on the index, as ``pip index versions`` finds them (pip's index,
-    or ``index_url``)."""
+    """sglang's final releases on the index, as ``pip index versions`` lists them (pip's index,
+    or ``index_url``); its text form, which every pip since 21.2 prints."""
     command = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-cache-dir"]
-    command += ["index", "versions", "sglang", "--json"]
-    proc = subprocess.run(
-        command + (["--index-url", index_url] if index_url else []),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    try:
-        return json.loads(proc.stdout)["versions"]
-    except (ValueError, KeyError, TypeError):
-        raise WatchError(f"pip index versions sglang: {_last_line(proc.stderr)}") from None
+    command += ["index", "versions", "sglang"] + (["--index-url", index_url] if index_url else [])
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    for line in proc.stdout.splitlines():
+        if line.startswith("Available versions:"):
+            return [v.strip() for v in line.partition(":")[2].split(",") if v.strip()]
+    raise WatchError(f"pip index versions sglang: {_last_line(proc.stderr)}")
 
 
 def newer_releases(available, known) -> list:
