@@ -115,14 +115,17 @@ bench: install
 # from a small venv of their own (build, twine, hatchling at dev.txt's pins), not the torch one.
 DIST_VENV := .venv-dist
 $(DIST_VENV)/.ready: requirements/dev.txt
+	@echo "dist: a venv of its own with build, twine and hatchling (.venv-dist)"
 	@test -x $(DIST_VENV)/bin/python || $(PYTHON) -m venv $(DIST_VENV)
 	@$(DIST_VENV)/bin/python -m pip --disable-pip-version-check -q install -c requirements/dev.txt build twine hatchling
 	@touch $@
 
 dist: $(DIST_VENV)/.ready
 	@rm -rf dist
-	@$(DIST_VENV)/bin/python -m build --no-isolation --outdir dist . >/dev/null
-	$(DIST_VENV)/bin/python -m twine check --strict dist/*
+	@echo "dist: the sdist, and the wheel built from it, in dist/"
+	@$(DIST_VENV)/bin/python -m build --no-isolation --outdir dist . > $(DIST_VENV)/build.log 2>&1 \
+	  || { tail -n 20 $(DIST_VENV)/build.log; exit 1; }
+	@$(DIST_VENV)/bin/python -m twine check --strict dist/*
 
 clean:
 	rm -rf $(VENV) $(DIST_VENV)

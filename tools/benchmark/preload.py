@@ -109,7 +109,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.benchmark.preload", description=__doc__)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args(argv)
-    report = measure(args.repeats)
+    try:
+        report = measure(args.repeats)
+    except launch.BenchmarkError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(json.dumps(report, indent=2))
     # Beside the tables' results, not among them: BENCHMARKS.md renders every results/*.json.
     folder = Path(__file__).resolve().parent / "results" / "preload"
