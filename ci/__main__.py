@@ -17,7 +17,7 @@ import os
 import sys
 from importlib import metadata
 
-from ci.evidence.inert import inert, one_line  # what the bot prints can quote an artifact
+from ci.reporter.escape import inert, one_line  # what the bot prints can quote an artifact
 from ci.reporter.pr_states import DEFAULT_LABEL, DEFAULT_SLOT, REPORT_STATES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130

@@ -64,3 +64,24 @@ def test_slot_text_that_could_break_the_block_is_refused(text):
 def test_slot_names_are_restricted():
     with pytest.raises(ValueError):
         pr_states.markers("bad name -->")
+
+
+SLOT = "<!-- slot:s:start -->shown<!-- slot:s:end -->"
+
+
+@pytest.mark.parametrize(
+    "example",
+    [
+        f"```\n{pr_states.BLOCK_START}\nL: {SLOT}\n{pr_states.BLOCK_END}\n```",
+        f"    {pr_states.BLOCK_START}\n    L: {SLOT}\n    {pr_states.BLOCK_END}",  # indented
+        f"`{pr_states.BLOCK_START} L: {SLOT} {pr_states.BLOCK_END}`",  # inline code
+        f"<pre>\n{pr_states.BLOCK_START}\nL: {SLOT}\n{pr_states.BLOCK_END}\n</pre>",
+        f"> {pr_states.BLOCK_START}\n> L: {SLOT}\n> {pr_states.BLOCK_END}",  # a quote
+    ],
+)
+def test_the_authors_example_of_the_block_is_never_edited(example):
+    body = pr_states.set_slot(f"Intro\n\n{example}\n", "s", "L", "ours")
+    assert body.startswith(f"Intro\n\n{example}\n") and pr_states.get_slot(body, "s") == "ours"
+    again = pr_states.set_slot(body, "s", "L", "again")
+    assert again.count(pr_states.BLOCK_START) == body.count(pr_states.BLOCK_START)
+    assert again == body.replace(">ours<", ">again<")

@@ -10,7 +10,7 @@ from ci_samples import model, posted
 from ci.__main__ import main
 from ci.evidence.model import save
 from ci.reporter import pr_states, render
-from ci.reporter.publish import GaveUp, Publisher, RetryPolicy, connect
+from ci.reporter.publish import Publisher, PublishFailed, RetryPolicy, connect
 
 TOKEN = "ghs_s3cr3tTOKENvalue"
 AUTHOR = "## Motivation\r\nAuthor's words, with a | pipe and <!-- their own comment -->.\r\n"
@@ -152,7 +152,7 @@ def test_429_without_retry_after_backs_off_and_a_persistent_5xx_gives_up(fake):
     sleeps = []
     pub = publisher(fake, sleeps=sleeps, settle_s=0)
     pub.update_slot("dsv4", LABEL, [":x:"])
-    with pytest.raises(GaveUp):
+    with pytest.raises(PublishFailed):
         pub.set_status("abc1234", "ctx", "success", "ok")
     assert len([s for s in sleeps if s > 0]) == 1 + 4
 

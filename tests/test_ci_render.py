@@ -1,136 +1,153 @@
-"""Pure rendering: evidence table, slot text, statuses, escaping and the size limit."""
+"""Rendering, pure: what a reviewer reads (verdict words, the failed assertion, one short
+environment line, a comment under 10 KB for the project's own evidence), and that no text from
+a test can break the markdown, pose as another name or start a workflow command."""
 
+import glob
 import re
 from dataclasses import replace
 
 import hypothesis
+import pytest
 from ci_samples import FILE, file_run, model, sides, workspace_runs
 from hypothesis import strategies as st
 
 from ci.evidence import judge
-from ci.reporter import render
-from ci.reporter.pr_states import BODY_LIMIT, MISSING_LABEL
+from ci.evidence import model as evidence
+from ci.reporter import escape, render
+from ci.reporter.pr_states import MISSING_LABEL
 
 NASTY = "test_`x`|y <!-- slot:dsv4:end --> *z* [l](u) @team\nFAIL: -->"
 
 
-def test_evidence_table_names_each_side_by_what_it_ran_and_shows_the_peaks():
-    text = render.comment(
-        model(), "dsv4", run_id=7, run_url="https://ci/7", artifacts_url="https://ci/7#a"
-    )
+def rows(text):
+    return [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+
+
+def test_the_table_says_fixed_or_unchanged_and_shows_the_assertion_that_failed_unmodified():
+    text = render.comment(model(), "dsv4", run_id=7, run_url="https://ci/7")
     assert text.startswith(render.comment_marker("dsv4") + "\n")
-    assert "| Case | Kind | sglang 0.5.23 | sglang 0.5.23 + this change |" in text
-    assert "fail on sglang 0.5.23 and pass on sglang 0.5.23 + this change" in text
-    assert "main" not in text
-    row = next(line for line in text.splitlines() if "grow" in line and line.startswith("|"))
-    assert "| regression | Fail · peak 160.0 MiB | Pass · peak 96.0 MiB |" in row
-    assert "| preservation | Pass · peak 96.0 MiB | Pass · peak 96.0 MiB |" in text
-    assert "NVIDIA H200 (driver 580.65)" in text and "torch 2.11.0" in text
-    assert "[Run #7](https://ci/7)" in text and "(https://ci/7#a)" in text
+    header, grow, reuse = rows(text)
+    assert header == "| Case | Verdict | sglang 0.5.23 | sglang 0.5.23 + this change |"
+    assert "| fixed by this PR | Fail: AssertionError: 160.0 not less than" in grow
+    assert grow.endswith("· peak 160.0 MiB | Pass · peak 96.0 MiB |")
+    assert "| unchanged | Pass · peak 96.0 MiB | Pass · peak 96.0 MiB |" in reuse
+    assert "**1** fixed by this PR (fail on sglang 0.5.23 and pass with" in text
+    assert "[Run #7](https://ci/7)" in text
 
 
-PROOF = "test/proofs/cpu/test_dsv4_workspace_cpu_peak.py"
-# A CPU run of a CUDA build of torch on a machine with a GPU: only the CPU ran the tests.
-CPU_RUN = {
-    "gpus": [{"name": "NVIDIA H200", "driver": "580.65", "memory": "143771 MiB"}],
-    "modes": {
-        "change": {"torch": "2.11.0+cu130", "cuda": "13.0", "cuda_available": False},
-    },
-}
-
-
-def cpu_proof_model():
-    runs = [
-        file_run(mode, [("test_grow", "pass", "", None)], path=PROOF)
-        for mode in ("unmodified", "change")
-    ]
-    return judge.build(runs, "cpu", sides(), {PROOF: "base-a-test-cpu"}, [], environment=CPU_RUN)
-
-
-def test_the_heading_names_what_ran_and_the_environment_the_device_that_ran():
-    text = render.comment(cpu_proof_model(), "dsv4")
-    heading = next(line for line in text.splitlines() if line.startswith("### "))
-    assert heading.endswith(f"A/B of {render.escape_inline(PROOF)} on cpu")
+def test_the_comment_for_the_projects_own_evidence_is_under_10_kb():
+    loaded = [evidence.load(p) for p in sorted(glob.glob("docs/evidence/fix-*/*/results.json"))]
+    files = {f.path: f for r in loaded for f in r.files}
+    cases = {c.key: c for r in loaded for c in r.cases}
+    run = replace(loaded[0], files=tuple(files.values()), cases=tuple(cases.values()))
+    text = render.comment(run, "dsv4", run_id=1, run_url="https://github.com/o/r/actions/runs/1")
+    assert len(cases) >= 37 and len(text.encode()) <= 10 * 1024, len(text.encode())
     environment = next(line for line in text.splitlines() if line.startswith("Environment:"))
-    assert environment.startswith("Environment: CPU") and "torch 2.11.0+cu130" in environment
-    assert "CUDA" not in environment and "H200" not in environment
-    assert "A/B of the registered tests on cuda" in render.comment(model(), "dsv4")
+    assert len(environment) <= 250 and "overlay" not in environment
 
 
-def test_a_test_name_full_of_markdown_and_comment_markers_cannot_break_anything():
-    m = model()
-    first = m.cases[0]  # names reach us from logs, so assume anything
-    excerpt = NASTY + "\n```\n<!-- pr-states:end -->"
-    first.modes["unmodified"] = replace(first.modes["unmodified"], detail=excerpt)
-    m = replace(m, cases=[replace(first, test=NASTY), *m.cases[1:]])
-    text = render.comment(m, "dsv4")
-    # The only comment markers left are our own hidden marker.
-    assert text.count("<!--") == 1 and text.count("-->") == 1
-    for line in text.splitlines():
-        if line.startswith("| ") and "Case" not in line and "---" not in line:
-            assert len(re.findall(r"(?<!\\)\|", line)) == 5  # 4 cells, no extra columns
+def test_the_environment_line_names_the_device_that_ran_the_tests():
+    cpu_env = {"gpus": [{"name": "NVIDIA H200"}], "modes": {"change": {"cuda": "13.0"}}}
+    runs = [file_run(m, [("test_grow", "pass", "", None)]) for m in ("unmodified", "change")]
+    cpu = judge.build(runs, "cpu", sides(), {FILE: "s"}, [], environment=cpu_env)
+    assert render.environment_line(cpu.environment, "cpu") == "CPU"
+    line = render.environment_line(model().environment)
+    assert line == (
+        "NVIDIA H200 (driver 580.65) · torch 2.11.0+cu130 · CUDA 13.0 · sglang 0.5.23 · Python 3.12.3"
+    )
+    assert render.environment_line({"gpus": "x", "modes": [1]}) == "no CUDA"  # any shape
+    assert "on cpu" in render.comment(cpu, "s")
 
 
-def test_escape_inline_defuses_markers_pipes_backticks_newlines_and_mentions():
-    out = render.escape_inline(NASTY)
-    assert "\n" not in out and "<!--" not in out and "-->" not in out and "@team" not in out
-    assert "\\|" in out and "\\`" in out and "|" not in out.replace("\\|", "")
+@pytest.mark.parametrize(
+    "runs, state, status",
+    [
+        (workspace_runs(), "success", "success"),
+        (workspace_runs(grow_unmodified="pass"), "not-reproduced", "failure"),  # void
+        (workspace_runs(grow_unmodified="skip"), "not-reproduced", "failure"),
+    ],
+    ids=["ok", "void-passes-unmodified", "void-skips-unmodified"],
+)
+def test_only_an_ok_run_posts_success_statuses(runs, state, status):
+    run = model(runs)
+    assert render.overall_state(run) == state
+    ((posted, description),) = render.status_descriptions(run).values()
+    assert posted == status and len(description) <= 140
 
 
-def test_escape_block_picks_a_fence_longer_than_any_backtick_run():
-    block = render.escape_block("```` four\n<!-- hi -->")
-    fence = block.split("text", 1)[0]
-    assert fence == "`````" and "<!--" not in block and "-->" not in block
+def test_status_descriptions_fit_140_characters_with_any_suite_name():
+    ((_, description),) = render.status_descriptions(model(suite="s" * 500)).values()
+    assert len(description) <= 140 and "1 fixed by this PR" in description
 
 
-def test_a_huge_comment_is_shrunk_under_the_limit_with_a_pointer_to_the_artifacts():
-    m = model()
-    m = replace(m, cases=m.cases * 2000)  # thousands of rows and excerpts
-    text = render.comment(m, "dsv4", artifacts_url="https://ci/7#artifacts")
-    assert len(text) <= BODY_LIMIT
-    assert "Shortened to fit" in text and "https://ci/7#artifacts" in text
-    assert "more cases" in text
-
-
-def test_status_descriptions_fit_140_characters_even_with_long_suite_names():
-    statuses = render.status_descriptions(model(suite="s" * 500))
-    assert all(len(d) <= 140 for _, d in statuses.values())
-    ((state, description),) = statuses.values()
-    assert state == "success" and "1 regression" in description
-
-
-def test_slot_text_states():
+def test_slot_text_is_a_state_and_a_link():
     assert (
         render.slot_text("success", 3, "https://ci/3")
         == ":white_check_mark: [Run #3](https://ci/3)"
     )
-    assert render.slot_text("failure") == ":x:"
+    assert render.slot_text("failure", note="a @b") == ":x: -- a @\u2060b"
     assert render.slot_text("missing-label") == MISSING_LABEL
-    assert MISSING_LABEL == ":x: **Missing `run-ci` label** -- add it to run CI tests."
 
 
-def test_a_listed_regression_that_passes_unmodified_is_reported_as_not_reproducing():
-    m = model(workspace_runs(grow_unmodified="pass"))
-    assert render.overall_state(m) == "not-reproduced"
-    text = render.comment(m, "dsv4")
-    assert "does not reproduce the bug" in text
-    assert f"{FILE.replace('_', chr(92) + '_')}" in text  # the file is named in the warning
-    assert "does not reproduce the bug" in next(iter(render.status_descriptions(m).values()))[1]
+def test_a_test_name_full_of_markdown_and_comment_markers_cannot_break_anything():
+    run = model()
+    first = run.cases[0]
+    detail = NASTY + "\n```\n<!-- pr-states:end -->"
+    modes = {**first.modes, "change": replace(first.modes["change"], outcome="fail", detail=detail)}
+    run = judge.with_verdict(
+        replace(run, cases=[replace(first, test=NASTY, modes=modes, kind="broken"), *run.cases[1:]])
+    )
+    text = render.comment(run, "dsv4")
+    assert "<details><summary>Log excerpts (1)</summary>" in text  # collapsed
+    assert text.count("<!--") == 1 and text.count("-->") == 1  # our own marker alone
+    for line in rows(text):
+        assert len(re.findall(r"(?<!\\)\|", line)) == 5 and "@team" not in line
+
+
+def test_a_look_alike_name_is_ascii_in_the_table_and_in_the_reason_line():
+    lookalike = "TestX.test_gr\u0430w"  # a Cyrillic a
+    runs = [file_run(m, [("test_gr\u0430w", o, "boom", None)], path=FILE)
+            for m, o in (("unmodified", "fail"), ("change", "fail"))]  # fmt: skip
+    text = render.comment(judge.build(runs, "cuda", sides(), {FILE: "s"}, []), "s")
+    assert "\u0430" not in text and lookalike not in text
+    assert text.count("gr\\\\u0430w") >= 2  # the row and the reason
+
+
+def test_a_capped_body_says_truncated_and_never_ends_inside_a_fence():
+    body = "head\n" + escape.escape_block("x\n" * 5000) + "\ntail\n"
+    for limit in (100, 1000, 8000):
+        capped = escape.cap(body, limit)
+        assert len(capped.encode()) <= limit and "truncated" in capped
+        assert capped.count("```") % 2 == 0
+    assert escape.cap("short\n", 100) == "short\n"
+    assert len(escape.cap("\u00e9\n" * 1000, 500).encode()) <= 500  # bytes, not characters
+
+
+def test_escape_block_picks_a_fence_longer_than_any_backtick_run():
+    block = escape.escape_block("```` four\n<!-- hi -->")
+    assert block.split("text", 1)[0] == "`````" and "<!--" not in block
+
+
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        ("tests/x.py::T.test_a", "tests/x.py::T.test_a"),  # ids stay copy-pasteable
+        ("::error::pwned", ":\u2060:error::pwned"),
+        ("  ::add-mask::x", "  :\u2060:add-mask::x"),
+        ("a\n::warning::b", "a\n:\u2060:warning::b"),
+        ("x ##[error]y", "x #\u2060#[error]y"),
+    ],
+)
+def test_inert_breaks_only_what_the_runner_would_obey(text, shown):
+    assert escape.inert(text) == shown
 
 
 @hypothesis.settings(max_examples=300, deadline=None)
 @hypothesis.given(st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF)))
-def test_a_test_name_is_shown_as_ascii_writes_each_character_and_its_markdown_escaped(name):
-    """The fast path (a table and the ASCII codec) against the definition, one character at
-    a time: printable ASCII as it is, anything else as ``ascii()`` writes it; then each
-    markdown character after a backslash."""
-    from ci.evidence.inert import inert
-    from ci.reporter import escape
-
+def test_a_name_is_shown_in_ascii_one_to_one_and_escaped_for_markdown(name):
     doubled = name.replace("\\", "\\\\")
     one_by_one = "".join(ch if " " <= ch <= "~" else ascii(ch)[1:-1] for ch in doubled)
-    text = escape.name_text(name)
-    assert text == inert(one_by_one)
-    entities = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    marked = "".join("\\" + ch if ch in "\\`*_[]|~" else ch for ch in entities)
-    assert escape.escape_name(name) == inert(escape._ACTS_ON_GITHUB.sub("\\1\u2060", marked))
+    assert escape.name_text(name) == escape.inert(one_by_one)
+    shown = escape.escape_name(name)
+    assert shown.replace(escape.JOINER, "").isascii() and "<" not in shown and "\n" not in shown
+    assert not re.search(r"(?<!\\)[`*_\[\]|~]", shown.replace("\\\\", ""))

@@ -39,7 +39,7 @@ def test_report_dry_run_prints_the_slot_comment_and_statuses(tmp_path, capsys, m
         "<!-- slot:dsv4-workspace:start -->:white_check_mark:<!-- slot:dsv4-workspace:end -->"
         in out
     )
-    assert "| Case | Kind | sglang 0.5.23 | sglang 0.5.23 + this change |" in out
+    assert "| Case | Verdict | sglang 0.5.23 | sglang 0.5.23 + this change |" in out
     assert '"context": "dsv4-workspace/base-b-test-1-gpu-small"' in out
     assert "ghs_never_printed" not in out
 

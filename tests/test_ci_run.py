@@ -111,10 +111,10 @@ def test_the_cpu_tests_reproduce_the_bug_unmodified_and_pass_with_the_overlay(ov
 
 
 def test_the_report_judges_the_real_run_as_ci_run_did(overlay_run):
-    from ci.reporter import artifact
+    from ci.evidence import shards
 
     _, out, data = overlay_run
-    model = artifact.load_results(str(out))
+    model = shards.load(str(out))
     assert (model.verdict, list(model.reasons)) == (data["verdict"], data["reasons"]) == ("ok", [])
 
 

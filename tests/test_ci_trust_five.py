@@ -252,59 +252,6 @@ def test_an_async_custom_test_case_that_passes_on_its_retry_is_flaky_in_ci_run(t
     assert os.path.isfile(tmp_path / "out" / "report.md")
 
 
-# --- 4: a file that reports more results than the runner wrote is broken -------------------------
-
-WRITES_ITS_OWN = """
-import json, os, unittest
-
-
-def channel():
-    args = open("/proc/self/cmdline", "rb").read().split(b"\\0")
-    return int(args[args.index(b"--results-fd") + 1])
-
-
-def forge(test):
-    line = {"test": test, "outcome": "pass", "duration_s": 0.1, "detail": ""}
-    os.write(channel(), (json.dumps(line) + "\\n").encode())
-
-
-class T(unittest.TestCase):
-    def test_fails(self):
-        self.fail("the change breaks this")
-
-    def test_passes(self):
-        pass
-
-
-if __name__ == "__main__":
-    if os.path.basename(__file__) == "test_exits.py":
-        forge("T.test_fails")  # a pass for the failing test, then no run at all
-        os._exit(0)
-    forge("T.test_ghost")  # one more result than the file has tests
-    unittest.main()
-"""
-
-
-def test_results_the_runner_did_not_write_make_the_file_broken(tmp_path):
-    from ci.evidence import judge
-    from ci.runner import launch, modes
-
-    for name in ("test_exits.py", "test_extra.py"):
-        (tmp_path / name).write_text(WRITES_ITS_OWN)
-    env = modes.environment(modes.ModeSetup("change", overlay=True), base=clean_env())
-    runs = launch.run_all(["test_exits.py", "test_extra.py"], {"change": env}, str(tmp_path), 120,
-                          2, lambda _: None, (), {})  # fmt: skip
-    m = judge.build(runs, "cpu", {"change": ci_samples.sides()["change"]}, {})
-    kinds = {c.key: c.kind for c in m.cases}
-    assert kinds["test_exits.py::T.test_fails"] == "broken", kinds
-    assert kinds["test_exits.py::(whole file)"] == "broken", kinds
-    assert kinds["test_extra.py::(whole file)"] == "broken", kinds
-    whole = {c.file: c.modes["change"].detail for c in m.cases if c.test == "(whole file)"}
-    assert "ended without the runner's record" in whole["test_exits.py"], whole
-    assert "3 results on its channel; the runner wrote 2" in whole["test_extra.py"], whole
-    assert m.verdict == "failed"
-
-
 # --- 9: hostile trees end in one line -----------------------------------------------------------
 
 REGISTERED = """import unittest

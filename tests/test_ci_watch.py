@@ -265,7 +265,7 @@ def test_rows_of_the_wrong_shape_are_exit_2_with_one_line_and_post_nothing(
     assert main(argv + ["--api-url", github.url, "--post"]) == 2
     err = capsys.readouterr().err
     assert problem in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    assert "##[" not in err and "::" not in err  # the runner parses "##[" anywhere in a line
+    assert "##[" not in err and "\n::" not in err  # "##[" anywhere, "::" at a line's start
     assert github.requests == []
 
 
@@ -274,7 +274,7 @@ def test_a_release_rows_text_reaches_the_log_as_no_workflow_command(capsys, tmp_
     row = {"version": "0.5.24", "state": "does not import", "reason": reason, "sha256": None}
     assert main(["watch", "--rows", str(_rows_file(tmp_path, [row]))]) == 0
     out = capsys.readouterr()
-    assert "##[" not in out.out + out.err and "::" not in out.out + out.err
+    assert "##[" not in out.out + out.err and "\n::" not in "\n" + out.out + out.err
 
 
 def test_forty_rows_of_4000_character_texts_fit_githubs_limit_and_say_truncated(

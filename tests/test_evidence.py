@@ -15,6 +15,7 @@ from ci.evidence.model import (
     FixId,
     Results,
     SeriesId,
+    TestResult,
     load,
     read_channel,
     save,
@@ -68,6 +69,28 @@ def test_a_bad_channel_line_fails_the_file_with_a_case_of_its_own():
         FILE_CASE: "error",
     }
     assert m.verdict == "failed"
+
+
+def _side(result):
+    if result == "absent":
+        return None
+    outcome = {"retry": "pass", "unseen": "pass"}.get(result, result)
+    attempts = ("fail", "pass") if result == "retry" else ()
+    return TestResult("T.t", outcome, attempts=attempts, unobserved=result == "unseen")
+
+
+@pytest.mark.parametrize("listed", [False, True])
+@pytest.mark.parametrize("base", judge.SIDE_RESULTS)
+@pytest.mark.parametrize("change", judge.SIDE_RESULTS)
+def test_the_truth_table_decides_every_combination_of_the_two_sides(change, base, listed):
+    outcomes = {m: r for m, r in (("change", _side(change)), ("unmodified", _side(base))) if r}
+    assert judge.side_result(outcomes.get("change")) == change
+    kind = judge.kind_of(outcomes, listed)
+    assert (kind == "broken") == (change in ("fail", "missing"))
+    if kind == "regression":  # the one proof of a fix: fails unmodified, passes with it
+        assert base == "fail" and change in ("pass", "absent")
+    if kind in ("preservation", "no-baseline"):
+        assert change in ("pass", "absent") and not (listed and base in ("pass", "skip", "missing"))
 
 
 def test_kinds_are_the_truth_table_of_both_outcomes():
@@ -252,6 +275,9 @@ def _mutated(tmp_path, mutate):
             "integer of 401 digits",
         ),
         (lambda d: d["files"][0].update(suite="a b"), "suite"),
+        (lambda d: d["files"][0].update(suite="base-a-test-cpu\n"), "suite"),  # fullmatch
+        (lambda d: d["cases"][0].update(file="test/x.py\n"), "relative test-file path"),
+        (lambda d: d["files"][0]["modes"]["change"].update(log="logs/a\n"), "log"),
         (lambda d: d["sides"]["change"].update(label=7), "label"),
         (lambda d: d["sides"]["change"].update(commit="not hex"), "commit"),
         (lambda d: d.update(pictures={"k": "../x.png"}), "pictures"),

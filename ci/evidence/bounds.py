@@ -7,15 +7,11 @@ import functools
 import math
 from dataclasses import MISSING, field, fields
 
-from ci.evidence.inert import inert
+from ci.errors import CiError
 
 
-class EvidenceError(ValueError):
-    """Evidence that is not what the runner writes; the message names the field (and quotes no
-    workflow command: ``inert``)."""
-
-    def __init__(self, message: str):
-        super().__init__(inert(message))
+class EvidenceError(CiError, ValueError):
+    """Evidence that is not what the runner writes; the message names the field."""
 
 
 def checked(check, *args, nullable=False, required=None, **kwargs):
@@ -37,7 +33,7 @@ def text(value, where, limit) -> str:
 
 
 def matching(value, where, pattern, what) -> str:
-    if not (isinstance(value, str) and pattern.match(value)):
+    if not (isinstance(value, str) and pattern.fullmatch(value)):
         raise EvidenceError(f"{where}: {str(value)[:80]!r} is not {what}")
     return value
 

@@ -4,7 +4,6 @@ the truth table), and whether the run is ok, failed (something fails with the ch
 """
 
 import fnmatch
-import json
 import os
 from dataclasses import dataclass, replace
 
@@ -42,8 +41,7 @@ class FileRun:
     timed_out: bool
     output: str  # for the log, never parsed
     channel: str = ""  # what the file wrote on its result channel: one JSON line per test
-    # what its process wrote about itself (file_process), raw; None: made without one (samples)
-    environment: str | None = None
+    environment: str | None = None  # what its process wrote about itself, raw
     log: str | None = None  # logs/NAME, once written
 
 
@@ -60,30 +58,51 @@ def listed(patterns, file: str, test: str) -> bool:
     return any(fnmatch.fnmatchcase(f"{file}::{test}", p) for p in patterns)
 
 
+# What a case proves, first matching row wins: (with the change, unmodified, listed in
+# regressions.txt) -> kind. Each side's result is one of: absent (the mode did not run), skip,
+# missing (ran, never reported), fail (fail or error), retry (passed after a failed attempt),
+# unseen (passed, attempts not counted), pass. "*" is any; "|" separates alternatives.
+TRUTH_TABLE = (
+    ("fail|missing", "*", "*", Kind.BROKEN),
+    ("skip", "*", "*", Kind.SKIPPED),
+    ("retry", "*", "*", Kind.FLAKY),  # upstream's retry would hide this failure of the change
+    ("unseen", "*", "*", Kind.UNPROVEN),
+    ("pass", "skip|missing", "yes", Kind.NOT_REPRODUCED),  # listed: a skip there is no proof
+    ("absent", "absent|skip|missing", "*", Kind.SKIPPED),
+    ("pass", "absent|skip|missing", "*", Kind.NO_BASELINE),
+    ("*", "retry", "*", Kind.MASKED_BY_RETRY),  # upstream's CI would pass the bug
+    ("*", "unseen", "*", Kind.UNPROVEN),
+    ("*", "fail", "*", Kind.REGRESSION),
+    ("*", "pass", "yes", Kind.NOT_REPRODUCED),
+    ("*", "pass", "no", Kind.PRESERVATION),
+)
+SIDE_RESULTS = ("absent", "skip", "missing", "fail", "retry", "unseen", "pass")
+
+
+def side_result(result: TestResult | None) -> str:
+    """One side's result as the truth table reads it."""
+    if result is None:
+        return "absent"
+    if result.outcome in FAILED:
+        return "fail"
+    if result.outcome != Outcome.PASS:
+        return str(result.outcome)  # skip, missing
+    return "retry" if result.passed_on_retry else "unseen" if result.unproven else "pass"
+
+
 def kind_of(outcomes: dict, expected_regression: bool) -> Kind:
-    """What one case proves from its outcome per mode."""
-    change, base = outcomes.get("change"), outcomes.get("unmodified")
-    if change is not None:
-        if change.outcome in (*FAILED, Outcome.MISSING):
-            return Kind.BROKEN
-        if change.outcome == Outcome.SKIP:
-            return Kind.SKIPPED
-        if change.passed_on_retry:
-            return Kind.FLAKY
-        if change.unproven:
-            return Kind.UNPROVEN
-    if base is not None and base.outcome in (Outcome.SKIP, Outcome.MISSING) and expected_regression:
-        # ci/regressions.txt says it must fail unmodified: a skip or no result there is no proof
-        return Kind.NOT_REPRODUCED if change is not None else Kind.SKIPPED
-    if base is None or base.outcome in (Outcome.SKIP, Outcome.MISSING):
-        return Kind.NO_BASELINE if change is not None else Kind.SKIPPED
-    if base.passed_on_retry:
-        return Kind.MASKED_BY_RETRY
-    if base.unproven:
-        return Kind.UNPROVEN
-    if base.outcome in FAILED:
-        return Kind.REGRESSION
-    return Kind.NOT_REPRODUCED if expected_regression else Kind.PRESERVATION
+    """What one case proves from its outcome per mode (``TRUTH_TABLE``)."""
+    row = (
+        side_result(outcomes.get("change")),
+        side_result(outcomes.get("unmodified")),
+        "yes" if expected_regression else "no",
+    )
+    for *pattern, kind in TRUTH_TABLE:
+        if all(
+            want == "*" or have in want.split("|") for want, have in zip(pattern, row, strict=True)
+        ):
+            return kind
+    raise AssertionError(f"no row of TRUTH_TABLE for {row}")  # the table covers every row
 
 
 def _base_outcome(case):
@@ -215,63 +234,18 @@ def rejudge(results: Results, patterns) -> Results:
     return with_verdict(replace(results, cases=cases, files=files), problems)
 
 
-MAX_PROBLEMS = 5  # lines of them in the verdict's reasons; the rest are counted
-
-
 def record_problems(results: Results, patterns) -> list[str]:
-    """Where a stored record is not one ``judge`` makes (the report's check of an artifact): both
-    sides present; a process record for every case's file; each file's process on each side, as
-    it ended, explained by its cases (an exit other than 0, a time-out or no test reported means
-    some case of the file fails there; a clean process reports at least as many tests as its
-    cases claim); every listed regression of a file that ran present as a case. One line each,
-    a few at most."""
+    """Why a stored run cannot be judged an A/B (the report's check of an artifact): a side
+    missing, or a listed regression of a file that ran absent from the cases."""
     problems = [f"no {mode} side: an A/B needs both" for mode in MODES if mode not in results.modes]
-    by_file: dict = {}
-    for case in results.cases:
-        by_file.setdefault(case.file, []).append(case)
-    for file in results.files:
-        cases = by_file.get(file.path, [])
-        for mode in results.modes:
-            problem = _process_problem(file, cases, mode, results.label(mode))
-            if problem:
-                problems.append(problem)
-    ran = {f.path for f in results.files}
-    problems += [
-        f"{path}: cases without a record of its process" for path in by_file if path not in ran
-    ]
-    keys = [c.key for c in results.cases]
+    ran, keys = [f.path for f in results.files], [c.key for c in results.cases]
     for pattern in patterns:
         path = pattern.split("::", 1)[0]
-        listed_file = any(fnmatch.fnmatchcase(p, path) for p in ran)
-        if listed_file and not any(fnmatch.fnmatchcase(key, pattern) for key in keys):
+        if any(fnmatch.fnmatchcase(p, path) for p in ran) and not any(
+            fnmatch.fnmatchcase(key, pattern) for key in keys
+        ):
             problems.append(f"the listed regression {pattern} is not among the cases")
-    if len(problems) > MAX_PROBLEMS:
-        more = len(problems) - MAX_PROBLEMS + 1
-        problems = [*problems[: MAX_PROBLEMS - 1], f"and {more} more mismatches in the record"]
-    return problems
-
-
-def _process_problem(file: FileResult, cases, mode: str, label: str) -> str | None:
-    end = file.modes.get(mode)
-    if end is None:
-        return f"{file.path}: no record of its process on {label}"
-    outcomes = {c.test: c.modes[mode].outcome for c in cases if mode in c.modes}
-    failing = [test for test, outcome in outcomes.items() if outcome in FAILED]
-    if end.timed_out or end.returncode != 0 or end.tests == 0:
-        why = (
-            "timed out" if end.timed_out
-            else f"exited {end.returncode}" if end.returncode != 0
-            else "reported no test"
-        )  # fmt: skip
-        if not failing:
-            return f"{file.path} {why} on {label}, yet no case of it fails there"
-        return None
-    claimed = [t for t, o in outcomes.items() if t != FILE_CASE and o != Outcome.MISSING]
-    if FILE_CASE not in failing and len(claimed) > end.tests:
-        return (
-            f"{file.path}: {len(claimed)} cases claim a result on {label}; it reported {end.tests}"
-        )
-    return None
+    return problems[:5]
 
 
 def tail(text: str, limit: int = EXCERPT_CHARS) -> str:
@@ -284,38 +258,10 @@ def _names(cases, shown: int = 3) -> str:
     return ", ".join(names) + (f" and {len(cases) - shown} more" if len(cases) > shown else "")
 
 
-def _unwritten(run: FileRun, reported: int) -> tuple[str, ...]:
-    """Why a file's channel holds results the runner did not write, if it does: more lines than
-    its process's record says the runner sent (the file wrote on the channel itself), or results
-    from a process that exited 0 without the record (``os._exit``: nothing vouches for them).
-    One that crashed or was killed is broken anyway, and keeps the results it sent."""
-    if run.environment is None or not reported:
-        return ()
-    try:
-        written = json.loads(run.environment).get("results")  # at most 1 MiB: launch's bound
-    except (ValueError, RecursionError, AttributeError):
-        written = None
-    if not isinstance(written, int) or isinstance(written, bool) or written < 0:
-        if run.returncode != 0:  # crashed or killed: broken anyway, its results kept as sent
-            return ()
-        return (
-            f"{reported} results, and its process ended without the runner's record of how "
-            "many it wrote: results nothing vouches for (a broken file)",
-        )
-    if reported > written:
-        return (
-            f"{reported} results on its channel; the runner wrote {written}: more results than "
-            "tests it ran (a broken file)",
-        )
-    return ()
-
-
 def _mode_results(run: FileRun) -> tuple[dict, TestResult | None, ProcessEnd]:
     """test -> result for one file in one mode (its channel parsed), the process's own failure,
     if any, and how it ended."""
     tests, errors = read_channel(run.channel)
-    unvouched = _unwritten(run, len(tests))
-    errors = (*errors, *unvouched)
     end = ProcessEnd(run.returncode, run.duration_s, run.timed_out, len(tests), run.log)
     results = {}
     for t in tests:
@@ -327,13 +273,6 @@ def _mode_results(run: FileRun) -> tuple[dict, TestResult | None, ProcessEnd]:
             if seen.outcome in FAILED:
                 continue
         results[t.test] = replace(t, detail=tail(t.detail))
-    if unvouched:  # which of them the file wrote itself cannot be told: none is a pass
-        results = {
-            test: r
-            if r.outcome in FAILED
-            else replace(r, outcome=Outcome.ERROR, detail=unvouched[0])
-            for test, r in results.items()
-        }
     explained = any(t.outcome in FAILED for t in results.values())
     if end.timed_out or errors or not results or (end.returncode != 0 and not explained):
         why = "timed out" if end.timed_out else f"exited {end.returncode}"

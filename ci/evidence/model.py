@@ -28,12 +28,13 @@ MAX_MIB = 10**7  # a peak beyond 10 TiB is not a measurement
 MAX_ATTEMPTS = 20  # CustomTestCase retries once in CI; SGLANG_TEST_MAX_RETRY may ask for more
 MAX_S = 10**7
 MAX_NESTING = 16
-_SUITE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-_TEST_PATH = re.compile(r"^(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_./-]{1,300}\.py$")
-_PICTURE = re.compile(r"^pictures/[A-Za-z0-9_.-]{1,130}\.png$")
-_LOG = re.compile(r"^logs/[\w.-]+$")
-_HEX = re.compile(r"^[0-9a-f]{7,64}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# Each is matched whole (fullmatch): a trailing newline is not part of a name.
+_SUITE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+_TEST_PATH = re.compile(r"(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_./-]{1,300}\.py")
+_PICTURE = re.compile(r"pictures/[A-Za-z0-9_.-]{1,130}\.png")
+_LOG = re.compile(r"logs/[A-Za-z0-9_.-]+")
+_HEX = re.compile(r"[0-9a-f]{7,64}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 # ---- checks: (value, where, *args) -> the value as the model holds it ----
@@ -74,7 +75,7 @@ def _pictures(value, where) -> dict:
         not isinstance(value, dict)
         or len(value) > MAX_CASES
         or not all(
-            isinstance(k, str) and isinstance(v, str) and _PICTURE.match(v)
+            isinstance(k, str) and isinstance(v, str) and _PICTURE.fullmatch(v)
             for k, v in value.items()
         )
     ):

@@ -16,13 +16,13 @@ from dataclasses import replace
 from ci.evidence import judge, model
 from ci.evidence.model import EvidenceError, Results
 
-_SHARD = re.compile(r"^(\d{1,4})/(\d{1,4})$")
+_SHARD = re.compile(r"(\d{1,4})/(\d{1,4})")
 
 
 def shard_of(results: Results, name: str) -> tuple[int, int]:
     """(I, N) that ``results`` records, or EvidenceError: it was made without ``--shard``."""
     text = results.selection.get("shard")
-    found = _SHARD.match(text) if isinstance(text, str) else None
+    found = _SHARD.fullmatch(text) if isinstance(text, str) else None
     if found is None or not 0 <= int(found[1]) < int(found[2]):
         raise EvidenceError(f"{name}: not a shard (selection.shard is {text!r:.40}, not I/N)")
     return int(found[1]), int(found[2])
@@ -54,26 +54,19 @@ def _retry_mode(environment: dict) -> str:
     return f"as sglang's CI runs it ({json.dumps(settings, sort_keys=True, default=repr)})"
 
 
-def load(paths, names=None, check=None) -> Results:
+def load(paths, names=None) -> Results:
     """One judged run from ``paths`` (results.json files or the folders holding them), each
     read and checked whole (``model.load``): a single one that records no shard as it is, else
     every shard of one run merged; then judged again with this checkout's listed regressions,
     never with the kinds, flags and verdict a file claims. ``names``: what an error calls each
-    path (by default its repr; given, a load error is prefixed with it); ``check(name, results,
-    index)``: the caller's own test of each, before the merge. EvidenceError otherwise."""
+    path (an artifact's name). EvidenceError otherwise."""
     paths = (paths,) if isinstance(paths, str) else tuple(paths)
-    called = names if names is not None else map(repr, paths)
     named = []
-    for index, (name, path) in enumerate(zip(called, paths, strict=True)):
+    for name, path in zip(names or map(repr, paths), paths, strict=True):
         try:
-            results = model.load(path)
+            named.append((name, model.load(path)))
         except EvidenceError as exc:
-            if names is None:
-                raise
-            raise EvidenceError(f"{name}: {exc}") from None
-        if check is not None:
-            check(name, results, index)
-        named.append((name, results))
+            raise EvidenceError(f"{name}: {exc}" if names else str(exc)) from None
     one = len(named) == 1 and not named[0][1].selection.get("shard")
     merged = named[0][1] if one else merge(named)
     return judge.rejudge(merged, judge.load_patterns(judge.REGRESSIONS))

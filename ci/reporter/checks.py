@@ -5,7 +5,7 @@ no clock: ``ci.reporter.publish`` sends what this builds.
 """
 
 from ci.evidence.model import MODES, Case, Results
-from ci.reporter.escape import clip, escape_inline, name_text, visible
+from ci.reporter.escape import cap, clip, escape_inline, name_text, visible
 from ci.reporter.render import retry_note
 
 NAME = "DSV4 workspace A/B"
@@ -34,7 +34,7 @@ def bodies(results: Results, head_sha: str, summary: str, now: str, details_url=
     if len(notes) > MAX_ANNOTATIONS:
         title += f" (annotations on the first {MAX_ANNOTATIONS} of {len(notes)})"
         notes = notes[:MAX_ANNOTATIONS]
-    output = {"title": clip(title, 255), "summary": clip(summary, SUMMARY_LIMIT)}
+    output = {"title": clip(title, 255), "summary": cap(summary, SUMMARY_LIMIT)}
     step = ANNOTATIONS_PER_REQUEST
     batches = [notes[i : i + step] for i in range(0, len(notes), step)] or [[]]
     outputs = [{**output, "annotations": batch} for batch in batches]

@@ -15,9 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 RUN_LABEL = "run-ci"
 COMMIT_SHA = re.compile(r"[0-9a-f]{40}")  # a full commit id, as GitHub sends it
-RUN_COMMENT = re.compile(r"/run-ci +([0-9a-f]{40})[ \t]*")  # the whole line, at its start
-_FENCE_OPEN = re.compile(r" {0,3}(`{3,}(?=[^`]*$)|~{3,})")
-_QUOTE = re.compile(r" {0,3}>")
+RUN_COMMENT = re.compile(r"/run-ci +([0-9a-f]{40})")  # a whole line of the comment
 SUBMITTED = ("APPROVED", "COMMENTED", "CHANGES_REQUESTED")  # not PENDING, not DISMISSED
 WRITE = ("admin", "write")  # GitHub's ``permission`` field; maintain reads as write
 # GitHub's ``author_association``, most plausible writer first: whose permission is read first.
@@ -136,32 +134,12 @@ def approvals(reviews, comments, trigger: str | None = None, before: str | None 
 
 
 def run_ci_shas(body: str) -> list:
-    """The commits a comment approves: each line that is exactly ``/run-ci SHA``, written as the
-    commenter's own words. A line inside fenced code, indented, in a ``>`` quote (a quote goes
-    on over the lines after it until a blank one: markdown's lazy continuation) or in an HTML
-    comment only shows the command, as in "I will NOT /run-ci this", or hides it."""
-    shas, fence, quoted, hidden = [], None, False, False
-    for line in body.splitlines():  # \r\n too: the web editor's line end
-        if hidden:
-            hidden = "-->" not in line
-            continue
-        if fence is not None:
-            closing = re.fullmatch(f" {{0,3}}{fence[0]}{{{len(fence)},}}[ \t]*", line)
-            fence = None if closing else fence
-            continue
-        opened = _FENCE_OPEN.match(line)
-        if opened:
-            fence = opened[1]  # unclosed, it runs to the end of the comment
-            continue
-        if not line.strip():
-            quoted = False
-            continue
-        quoted = quoted or bool(_QUOTE.match(line))
-        match = RUN_COMMENT.fullmatch(line)
-        if match and not quoted:
-            shas.append(match[1])
-        hidden = "<!--" in line and "-->" not in line.rsplit("<!--", 1)[1]
-    return shas
+    """The commits a comment approves: each line that is exactly ``/run-ci SHA`` in the
+    commenter's own words (``markdown.own_lines``); in code, HTML or a quote it only shows the
+    command, as in "I will NOT /run-ci this"."""
+    from ci.reporter import markdown  # the report's dependency: the gate job installs it
+
+    return [m[1] for m in map(RUN_COMMENT.fullmatch, markdown.own_lines(body)) if m]
 
 
 def candidates(found, head: str | None) -> list:
@@ -188,7 +166,6 @@ def _association(item: dict) -> str:
 CONCLUSIONS = (  # of a finished run
     "success failure cancelled timed_out skipped neutral action_required stale startup_failure"
 ).split()
-WORKFLOW_PATH = re.compile(r"^\.github/workflows/[A-Za-z0-9_.-]{1,100}\.ya?ml$")
 
 
 @dataclass(frozen=True)
@@ -199,11 +176,9 @@ class FinishedRun:
     html_url: str
     head_repo: str | None
     repo: str
-    path: str  # the workflow file that ran
     head_branch: str
     actor: str | None  # who triggered it: the labeler, a pusher, a re-runner
     created_at: str
-    default_branch: str
 
 
 def finished_run(event: dict) -> FinishedRun:
@@ -228,16 +203,13 @@ def finished_run(event: dict) -> FinishedRun:
     head_repo = field_object(run, "head_repository", "workflow_run.head_repository").get(
         "full_name"
     )
-    path, branch = run.get("path"), run.get("head_branch")
-    if not isinstance(path, str) or not WORKFLOW_PATH.match(path):
-        raise ValueError(f"workflow_run.path {str(path)[:80]!r} is not a workflow file")
+    branch = run.get("head_branch")
     if not isinstance(branch, str) or not branch:
         raise ValueError("workflow_run.head_branch is missing")
     actor = field_object(run, "triggering_actor", "workflow_run.triggering_actor").get("login")
     actor = actor or field_object(run, "actor", "workflow_run.actor").get("login")
     if not isinstance(run.get("created_at"), str):
         raise ValueError("workflow_run.created_at is missing")
-    default = repository.get("default_branch")
     return FinishedRun(
         run_id=run_id,
         head_sha=sha,
@@ -245,11 +217,9 @@ def finished_run(event: dict) -> FinishedRun:
         html_url=str(run.get("html_url") or ""),
         head_repo=head_repo if isinstance(head_repo, str) else None,
         repo=repo,
-        path=path,
         head_branch=branch,
         actor=actor if isinstance(actor, str) else None,
         created_at=run["created_at"],
-        default_branch=default if isinstance(default, str) and default else "main",
     )
 
 

@@ -12,18 +12,12 @@ from dataclasses import replace
 
 import github3.exceptions
 
+from ci.evidence.model import EvidenceError
 from ci.reporter import artifact, gate, render
 from ci.reporter.plan import ReportPlan, ReportRequest, RequestError
-from ci.reporter.publish import Publisher, RetryPolicy, TooLarge, connect
+from ci.reporter.publish import Publisher, PublishFailed, RetryPolicy, TooLarge, connect
 
 MAX_ARTIFACT_BYTES = 256 * 1024 * 1024  # the zip: results.json, report.md, JUnit, logs, pictures
-# No check of the bot's own code in the fork's commit: the test job runs the PR's code in the
-# interpreter that runs `ci run` (the overlay's start-up hook) and beside it, so no list of
-# folders could be complete. The anchor is the approval of that exact commit (ci/README.md).
-
-
-class PublishFailed(RuntimeError):
-    """GitHub refused or never answered; the message has the token redacted."""
 
 
 # The pause before the second look at a PR body we wrote (Publisher.settle_s); 0 where one
@@ -101,8 +95,7 @@ def _publish(request: ReportRequest, report: ReportPlan, publisher: Publisher, s
 def fork(request: ReportRequest, folder: str):
     """(request, note) for a fork run, with everything but the raw outcomes asked of GitHub:
     the open PR whose head is the run's head, whether someone with write permission approved
-    that commit before the run started, whether the run's workflow file is the default
-    branch's, each results artifact's size before it is downloaded into ``folder`` (one, or
+    that commit before the run started, each results artifact's size before it is downloaded into ``folder`` (one, or
     with ``shards`` one per shard: NAME-0 .. NAME-(N-1)). ``note`` (or None) is a line for the
     log. (None, why) when there is nothing to report: no such PR, or an approved run that ran
     no tests."""
@@ -131,13 +124,7 @@ def fork(request: ReportRequest, folder: str):
             if ran:
                 return None, f"run {run.run_id} left no {', '.join(names)}: it ran no tests"
             return replace(request, test_result=run.conclusion), None
-        if github.sha_of(run.path, run.head_sha) != github.sha_of(run.path, run.default_branch):
-            untrusted = f"{run.path} differs from {run.default_branch}"
-            return replace(request, untrusted=untrusted), None
-        twice, missing = (
-            artifact.given_twice(run.run_id, listed),
-            artifact.missing(run.run_id, listed),
-        )
+        twice, missing = artifact.listing_problem(run.run_id, listed)
         if twice or (missing and ran):
             return replace(request, invalid=twice or missing), None
         if missing:  # a shard's job ended before its upload: the slot says so, as for one
@@ -146,7 +133,7 @@ def fork(request: ReportRequest, folder: str):
         for name, into in zip(names, folders, strict=True):
             try:
                 artifact.fetch(github, listed[name][0], into, MAX_ARTIFACT_BYTES)
-            except (TooLarge, artifact.ArtifactError) as exc:
+            except (TooLarge, EvidenceError) as exc:
                 return replace(request, invalid=f"{name}: {exc}"), None
         # The conclusion stays: green results of a run that did not succeed are never green.
         if request.shards is None:

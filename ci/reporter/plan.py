@@ -10,8 +10,12 @@ import os
 import re
 from dataclasses import asdict, dataclass, replace
 
+from ci.errors import CiError
+from ci.evidence import shards
+from ci.evidence.model import EvidenceError
 from ci.reporter import artifact, checks, gate, pr_states, render
-from ci.reporter.pr_states import DEFAULT_LABEL, DEFAULT_SLOT
+from ci.reporter.escape import cap
+from ci.reporter.pr_states import BODY_LIMIT, DEFAULT_LABEL, DEFAULT_SLOT
 
 INVALID_NOTE = "invalid artifact"
 STEP_SUMMARY_BYTES = 1024 * 1024  # GitHub drops a step's summary whole past 1 MiB
@@ -20,7 +24,7 @@ MAX_SHARDS = 256  # GitHub runs at most 256 jobs of one matrix
 ARTIFACT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
 
-class RequestError(ValueError):
+class RequestError(CiError, ValueError):
     """Arguments or inputs that cannot make a report; the message says which."""
 
 
@@ -132,15 +136,15 @@ def plan(request: ReportRequest) -> ReportPlan:
     elif state == "results" and request.test_result and not _has_results(request.results):
         # The test job left nothing behind (it failed early, timed out or was cancelled).
         state = "cancelled" if request.test_result in ("cancelled", "skipped") else "failure"
-    model, comment, statuses = None, None, []
+    model, comment, statuses, full = None, None, [], None
     if state == "results":
         if not request.results:
             raise RequestError("--results DIR is required: the folder `ci run --out` wrote")
         try:
             if request.results_digest is not None:
                 artifact.check_digests(_paths(request.results), request.results_digest)
-            model = artifact.load_results(request.results, request.sha, request.shard_artifacts)
-        except artifact.ArtifactError as exc:
+            model = shards.load(request.results, request.shard_artifacts)
+        except EvidenceError as exc:
             # Refused whole, and said so: a slot left pending would read as "still running".
             state, invalid = "failure", str(exc)
     if model is not None and render.overall_state(model) == "success":
@@ -151,7 +155,8 @@ def plan(request: ReportRequest) -> ReportPlan:
             state = "cancelled" if request.test_result == "cancelled" else "failure"
     if model is not None:
         state = render.overall_state(model)
-        comment = render.comment(model, request.slot, **links)
+        full = render.comment(model, request.slot, **links)  # rendered once, capped per place
+        comment = cap(full, BODY_LIMIT)
         statuses = [
             {
                 "context": f"{request.slot}/{suite}",
@@ -167,7 +172,7 @@ def plan(request: ReportRequest) -> ReportPlan:
     texts = (render.slot_text(state, **links, note=note), render.slot_text(state, note=note))
     summary = None
     if request.summary:
-        summary = _step_summary(model, request.slot, links) if model else f"{texts[0]}\n"
+        summary = cap(full, STEP_SUMMARY_BYTES) if full else f"{texts[0]}\n"
     return ReportPlan(
         repo=request.repo,
         pr=request.pr,
@@ -176,7 +181,7 @@ def plan(request: ReportRequest) -> ReportPlan:
         comment=comment,
         statuses=tuple(statuses) if request.sha else (),
         sha=request.sha,
-        check_run=_check_run(request, model, state, invalid),
+        check_run=_check_run(request, model, state, invalid, full),
         texts=texts,
         statuses_skipped=bool(statuses and not request.sha),
         summary=summary,
@@ -203,19 +208,7 @@ def _has_results(results) -> bool:
     return bool(paths) and all(artifact.has_results(p) for p in paths)
 
 
-def _step_summary(model, slot: str, links: dict) -> str:
-    """The report for $GITHUB_STEP_SUMMARY, at most 1 MiB of UTF-8: names of many-byte
-    characters would otherwise push a character-limited report over and lose all of it."""
-    limit = STEP_SUMMARY_BYTES
-    while True:
-        text = render.comment(model, slot, **links, limit=limit)
-        size = len(text.encode("utf-8"))
-        if size <= STEP_SUMMARY_BYTES:
-            return text
-        limit = min(limit - 1, limit * STEP_SUMMARY_BYTES // size)
-
-
-def _check_run(request: ReportRequest, model, state: str, invalid: str | None):
+def _check_run(request: ReportRequest, model, state: str, invalid: str | None, full):
     if not request.check_run or state in ("pending", "missing-label", "stale-label"):
         return None
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -224,8 +217,7 @@ def _check_run(request: ReportRequest, model, state: str, invalid: str | None):
         refused = refused if refused[1] else None
         create = checks.without_results(state, request.sha, now, request.run_url, refused)
         return {"create": create}
-    summary = render.comment(model, request.slot, limit=checks.SUMMARY_LIMIT, **request.links)
-    summary = summary.split("\n", 1)[1]  # the marker line is for the sticky comment only
+    summary = full.split("\n", 1)[1]  # the marker line is for the sticky comment only
     create, updates = checks.bodies(model, request.sha, summary, now, request.run_url)
     return {"create": create, "updates": updates}
 

@@ -3,10 +3,12 @@
 For editing text only: given a PR body, put our slot's text in, touching nothing else. The
 block has upstream's shape (``<!-- pr-states:start -->``, a rule, ``### CI States``, one
 ``Label: <!-- slot:NAME:start -->TEXT<!-- slot:NAME:end -->`` line per writer,
-``<!-- pr-states:end -->``). Every byte outside our slot's text is kept. It does not talk to
-GitHub and does not escape: callers pass text that is already one safe line.
+``<!-- pr-states:end -->``). Markers count only where CommonMark reads them as HTML
+(``ci.reporter.markdown``), never in the author's code or quotes. Every byte outside our slot's
+text is kept. It does not talk to GitHub and does not escape: callers pass one safe line.
 """
 
+import bisect
 import re
 
 DEFAULT_SLOT = "dsv4-workspace"
@@ -18,11 +20,11 @@ BLOCK_END = "<!-- pr-states:end -->"
 BLOCK_TITLE = "### CI States"
 BODY_LIMIT = 65536  # GitHub's limit for issue, PR and comment bodies
 MISSING_LABEL = ":x: **Missing `run-ci` label** -- add it to run CI tests."
-_SLOT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_SLOT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 def markers(slot: str) -> tuple[str, str]:
-    if not _SLOT_NAME.match(slot):
+    if not _SLOT_NAME.fullmatch(slot):
         raise ValueError(f"slot name {slot!r}: use letters, digits, '.', '_' and '-'")
     return f"<!-- slot:{slot}:start -->", f"<!-- slot:{slot}:end -->"
 
@@ -52,7 +54,7 @@ def set_slot(body: str | None, slot: str, label: str, text: str) -> str:
         return body[: found[0]] + text + body[found[1] :]
     # GitHub keeps the author's line endings; new lines follow them.
     newline = "\r\n" if "\r\n" in body else "\n"
-    block = _find_block(body)
+    block = _find_block(body, _Html(body))
     if block is not None:
         end = block[1]
         lead = "" if body[:end].endswith(("\n", "\r")) else newline
@@ -61,48 +63,39 @@ def set_slot(body: str | None, slot: str, label: str, text: str) -> str:
         gap = ""
     else:
         gap = newline if body.endswith(newline) else newline * 2
-    new_block = newline.join([BLOCK_START, "---", BLOCK_TITLE, "", line, BLOCK_END])
-    return body + gap + new_block
+    from ci.reporter import markdown
+
+    fence = markdown.open_fence(body)  # closed first, or it would run over our block
+    lines = [BLOCK_START, "---", BLOCK_TITLE, "", line, BLOCK_END]
+    return body + gap + newline.join(([fence, ""] if fence else []) + lines)
 
 
-def _find_block(body: str) -> tuple[int, int] | None:
-    """(start of the block-start marker, start of the block-end marker), outside code fences."""
-    fences = _fences(body)
-    start = _find_outside(body, BLOCK_START, 0, len(body), fences)
-    if start < 0:
-        return None
-    end = _find_outside(body, BLOCK_END, start + len(BLOCK_START), len(body), fences)
+class _Html:
+    """Where a body's raw HTML sits (``markdown.raw_html``): a marker counts only there, never
+    in the author's code, quotes or lists."""
+
+    def __init__(self, body: str):
+        from ci.reporter import markdown  # the report's dependency: `ci run` never edits a body
+
+        self.body, self.pieces = body, markdown.raw_html(body)
+        self.starts = [0] + [m.end() for m in markdown.LINE_END.finditer(body)]
+        self.line_end = markdown.LINE_END
+
+    def find(self, marker: str, first: int, last: int) -> int:
+        at = self.body.find(marker, first, last)
+        while at >= 0:
+            line = bisect.bisect_right(self.starts, at) - 1
+            if any(a <= line < b and marker in html for a, b, html in self.pieces):
+                return at
+            at = self.body.find(marker, at + len(marker), last)
+        return -1
+
+
+def _find_block(body: str, html: _Html) -> tuple[int, int] | None:
+    """(start of the block-start marker, start of the block-end marker)."""
+    start = html.find(BLOCK_START, 0, len(body))
+    end = -1 if start < 0 else html.find(BLOCK_END, start + len(BLOCK_START), len(body))
     return None if end < 0 else (start, end)
-
-
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
-_FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}(?=[^`]*$)|~{3,})")
-
-
-def _fences(body: str) -> list[tuple[int, int]]:
-    """(first, last) offsets of each fenced code block: the author's examples, not our block."""
-    spans, opened, offset = [], None, 0
-    for line in _LINE.findall(body):  # CommonMark's line endings only: \n, \r\n, \r
-        text = line.rstrip("\r\n")
-        if opened is None:
-            match = _FENCE_OPEN.match(text)
-            if match:
-                opened = (offset, match[1])
-        # The closing fence: up to 3 spaces, at least as long a run of the same character, blanks.
-        elif re.fullmatch(f" {{0,3}}{opened[1][0]}{{{len(opened[1])},}}[ \t]*", text):
-            spans.append((opened[0], offset + len(line)))
-            opened = None
-        offset += len(line)
-    # An unclosed fence is left out: it would run to the end of the body, over the block we
-    # append there, and every later run would append another one.
-    return spans
-
-
-def _find_outside(body: str, marker: str, first: int, last: int, fences) -> int:
-    at = body.find(marker, first, last)
-    while at >= 0 and any(a <= at < b for a, b in fences):
-        at = body.find(marker, at + len(marker), last)
-    return at
 
 
 def _find_slot(body: str, slot: str) -> tuple[int, int] | None:
@@ -112,19 +105,17 @@ def _find_slot(body: str, slot: str) -> tuple[int, int] | None:
     text (an unclosed marker, an example) and is skipped, so nothing between it and a later
     slot is ever taken for our text.
     """
-    block = _find_block(body)
+    html = _Html(body)
+    block = _find_block(body, html)
     if block is None:
         return None
     start_marker, end_marker = markers(slot)
-    fences = _fences(body)
-    start = _find_outside(body, start_marker, block[0], block[1], fences)
+    start = html.find(start_marker, block[0], block[1])
     while start >= 0:
         first = start + len(start_marker)
-        line_end = min(
-            (i for i in (body.find(c, first, block[1]) for c in "\r\n") if i >= 0), default=block[1]
-        )
-        last = body.find(end_marker, first, line_end)
+        line_end = html.line_end.search(body, first, block[1])
+        last = html.find(end_marker, first, line_end.start() if line_end else block[1])
         if last >= 0:
             return first, last
-        start = _find_outside(body, start_marker, first, block[1], fences)
+        start = html.find(start_marker, first, block[1])
     return None

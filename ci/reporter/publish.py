@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import github3
 import github3.exceptions as gh_errors
 
+from ci.errors import EXIT_FAILED, CiError
 from ci.reporter import gate, pr_states
 
 # Who writes with the Actions GITHUB_TOKEN; that token cannot call GET /user to say so itself.
@@ -27,8 +28,10 @@ MAX_APPROVERS = 25
 MAX_WAIT_S = 300.0
 
 
-class GaveUp(RuntimeError):
-    """The call kept failing in a retryable way; the last error is chained."""
+class PublishFailed(CiError, RuntimeError):
+    """GitHub refused, or kept failing in a retryable way (the last error chained): exit 1."""
+
+    code = EXIT_FAILED
 
 
 class TooLarge(ValueError):
@@ -57,7 +60,7 @@ class RetryPolicy:
                 if wait is None:
                     raise
                 if attempt == self.attempts:
-                    raise GaveUp(f"{what}: gave up after {attempt} attempts: {exc}") from exc
+                    raise PublishFailed(f"{what}: gave up after {attempt} attempts: {exc}") from exc
                 self.pause(wait)
 
     def _wait(self, exc: gh_errors.GitHubException, attempt: int) -> float | None:

@@ -1,24 +1,17 @@
-"""Pure rendering: the evidence in, markdown and the check run's request bodies out.
-
-No GitHub, no clock: the sticky comment (each case on the two sides the run compared, named by
-what each ran), the PR-body slot text, one commit-status description per suite, the check run.
-Every piece of untrusted text (test names, log excerpts, reasons) goes through
-``ci.reporter.escape`` on its way in, so that nothing from a test can break the markdown, a table, or
-the hidden markers the publisher searches for, hide itself, or pose as another name.
+"""Pure rendering: the evidence in, markdown out (the sticky comment, which is also report.md,
+the check run's summary and the step summary; the PR-body slot text; one commit-status
+description per suite). No GitHub, no clock. Every piece of untrusted text goes through
+``ci.reporter.escape`` on its way in. The kinds a reviewer reads are words ("fixed by this PR",
+"unchanged"); results.json keeps the exact kinds.
 """
 
 import os
+import re
 from collections import Counter
 
 from ci.evidence.model import FILE_CASE, Case, Results
-from ci.reporter.escape import (
-    clip,
-    escape_block,
-    escape_inline,
-    escape_name,
-    safe_clip,
-)
-from ci.reporter.pr_states import BODY_LIMIT, DEFAULT_SLOT, MISSING_LABEL
+from ci.reporter.escape import clip, escape_block, escape_inline, escape_name, safe_clip
+from ci.reporter.pr_states import DEFAULT_SLOT, MISSING_LABEL
 
 STATUS_LIMIT = 140
 STATES = {
@@ -31,20 +24,21 @@ STATES = {
 STALE_LABEL = (
     ":x: **No approval of this commit** -- a maintainer reviews it, then adds `run-ci` again."
 )
-_EXCERPT_CHARS = 1200
-_MORE_LINE = 60  # room for each "... N more" line of a shortened comment
-# The side whose failure a case's log excerpt shows.
-_EXCERPT_SIDE = {
-    "broken": "change",
-    "flaky": "change",
-    "regression": "unmodified",
-    "not-reproduced": "unmodified",
-    "masked-by-retry": "unmodified",
+# kind -> what it means to a reviewer of the pull request, and the side whose log excerpt shows
+# why (a regression's assertion is in its row; its log in the artifacts).
+VERDICTS = {
+    "regression": ("fixed by this PR", None),
+    "preservation": ("unchanged", None),
+    "not-reproduced": ("bug not reproduced", None),
+    "broken": ("broken by this PR", "change"),
+    "skipped": ("skipped", None),
+    "no-baseline": ("no baseline", None),
+    "masked-by-retry": ("hidden by a retry", "unmodified"),
+    "flaky": ("flaky with this PR", "change"),
+    "unproven": ("not proven", None),
 }
-# The log excerpts' fold around them: the lines that open and close it, one newline each.
-_DETAILS = ("", "<details><summary>Log excerpts</summary>", "", "</details>")
-_DETAILS_CHARS = sum(len(line) + 1 for line in _DETAILS)
-ENV_CHARS = 2000  # the environment line comes from the runner: bounded like any input
+EXCERPT_CHARS = 600
+_RAISED = re.compile(r"^[\w.]*(?:Error|Exception|Failure|Interrupt|Exit)\b.*$", re.M)
 
 
 def comment_marker(slot: str) -> str:
@@ -73,41 +67,41 @@ def slot_text(state: str, run_id=None, run_url=None, artifacts_url=None, note=No
 
 
 def status_descriptions(results: Results) -> dict:
-    """suite -> (state, description <= 140 chars) for one commit status per suite."""
+    """suite -> (state, description <= 140 chars): success only where the whole run is ok."""
     statuses = {}
     for suite, cases in results.suites().items():
-        broken = [c for c in cases if c.kind == "broken"]
-        state = "failure" if broken or results.verdict == "failed" else "success"
-        counts = Counter(case.kind for case in cases)
+        broken = sum(case.kind == "broken" for case in cases)
+        counts = Counter(VERDICTS[case.kind][0] for case in cases)
         text = ", ".join(f"{n} {k}" for k, n in counts.items()) or "no cases ran"
-        if broken:
-            text = f"{len(broken)} failing with the change; " + text
-        if counts["not-reproduced"]:
-            text += "; does not reproduce the bug"
-        if counts["masked-by-retry"] or counts["flaky"] or counts["unproven"]:
-            text = f"{retry_note(cases)}; " + text
+        if results.verdict != "ok":
+            text = f"{results.verdict}: {text}"
+        state = "success" if results.verdict == "ok" and not broken else "failure"
         statuses[suite] = (state, clip(f"A/B {results.backend}: {text}", STATUS_LIMIT))
     return statuses
 
 
 def retry_note(cases) -> str | None:
-    """What the retries hid, in words (None when no test passed only on a retry): the CI
-    States slot, a status and the check run's title say it."""
+    """What the retries hid, in words (None when no test passed only on a retry)."""
     counts = Counter(case.kind for case in cases)
-    parts = []
-    if counts["masked-by-retry"]:
-        parts.append(
-            f"{counts['masked-by-retry']} masked by retry (upstream's CI would pass "
-            f"{'it' if counts['masked-by-retry'] == 1 else 'them'} on the unmodified code)"
-        )
-    if counts["flaky"]:
-        parts.append(f"{counts['flaky']} flaky with the change (passed only on a retry)")
-    if counts["unproven"]:
-        parts.append(f"{counts['unproven']} not proven (passed, attempts not seen)")
+    parts = [
+        f"{counts[kind]} {VERDICTS[kind][0]}"
+        for kind in ("masked-by-retry", "flaky", "unproven")
+        if counts[kind]
+    ]
     return "; ".join(parts) or None
 
 
-def cell(case: Case, mode: str) -> str:
+def failure_line(detail: str) -> str:
+    """The assertion a failure's traceback ends in: its first AssertionError, else the last
+    exception it names, else its last line."""
+    raised = _RAISED.findall(detail or "")
+    asserted = [line for line in raised if line.startswith("AssertionError")]
+    lines = asserted[:1] or raised[-1:] or (detail or "").strip().splitlines()[-1:]
+    return lines[0].strip() if lines else ""
+
+
+def cell(case: Case, mode: str, assertion: bool = False) -> str:
+    """One side's outcome for a table cell: the word, with ``assertion`` what failed, the peak."""
     outcome = case.modes.get(mode)
     if outcome is None or outcome.outcome == "missing":
         return "\u2014"
@@ -116,23 +110,23 @@ def cell(case: Case, mode: str) -> str:
         word = f"Fail, then Pass on retry ({len(outcome.attempts)} attempts)"
     elif outcome.unproven:
         word = "Pass, attempts not seen"
+    elif assertion and outcome.outcome in ("fail", "error") and failure_line(outcome.detail):
+        word += ": " + safe_clip(escape_inline(failure_line(outcome.detail)), 110)
     if outcome.peak_mib is not None and outcome.outcome != "skip":
         word += f" \u00b7 peak {outcome.peak_mib:.1f} MiB"
     return word
 
 
 def environment_line(environment: dict, backend: str = "cuda") -> str:
-    """The runner's environment in one line, naming the device the tests ran on: the GPUs and
-    CUDA of a CUDA run; "CPU" for a CPU run, whatever CUDA build torch carries or GPUs the
-    machine has (``ci run --backend cpu``). A record of any other shape shows what it can."""
+    """Where the tests ran, in one line: the device (the GPUs of a CUDA run, "CPU" for a CPU
+    run whatever the machine has), torch, CUDA, sglang, whether as sglang's CI runs them, Python.
+    A record of any other shape shows what it can."""
     env = _mapping(environment)
     modes = _mapping(env.get("modes"))
-    change = _mapping(modes.get("change"))
-    probe = change or _mapping(next(iter(modes.values()), {}))
+    probe = _mapping(modes.get("change")) or _mapping(next(iter(modes.values()), {}))
     on_cuda = backend != "cpu"
     parts = [] if on_cuda else ["CPU"]
-    for gpu in _sequence(env.get("gpus")) if on_cuda else ():
-        gpu = _mapping(gpu)
+    for gpu in map(_mapping, _sequence(env.get("gpus")) if on_cuda else ()):
         parts.append(f"{gpu.get('name')} (driver {gpu.get('driver')})")
     if probe.get("torch"):
         parts.append(f"torch {probe['torch']}")
@@ -140,32 +134,25 @@ def environment_line(environment: dict, backend: str = "cuda") -> str:
         parts.append(f"CUDA {probe['cuda']}" if probe.get("cuda") else "no CUDA")
     if probe.get("sglang"):
         parts.append(f"sglang {probe['sglang']}")
-    for mode, info in modes.items():
-        for record in _sequence(_mapping(info).get("overlay")):
-            record = _mapping(record)
-            parts.append(f"overlay {record.get('patch')} {record.get('state')} ({mode})")
-    ci_env = env.get("upstream_ci")
-    if isinstance(ci_env, dict):
-        settings = ", ".join(f"{k}={v}" for k, v in list(ci_env.items())[:8])
-        parts.append(f"as sglang's CI runs it ({settings})")
+    settings = env.get("upstream_ci")
+    if isinstance(settings, dict):
+        shown = ", ".join(f"{k}={v}" for k, v in list(settings.items())[:8])
+        parts.append(f"as sglang's CI runs it ({shown})")
     elif "upstream_ci" in env:
         parts.append("outside sglang's CI (no SGLANG_IS_IN_CI: no retries)")
-    git = _mapping(env.get("git"))
-    if git.get("commit"):
-        parts.append(f"commit {str(git['commit'])[:12]}" + (" (dirty)" if git.get("dirty") else ""))
     if probe.get("python"):
         parts.append(f"Python {probe['python']}")
-    return " \u00b7 ".join(escape_inline(p) for p in parts)
+    return " \u00b7 ".join(safe_clip(escape_inline(p), 200) for p in parts)
 
 
 def what_ran(results: Results) -> str:
     """The heading's name for the files that ran: the registered tests, the one file, or how
-    many (a CPU demo runs only the project's CPU proof)."""
+    many."""
     paths = [file.path for file in results.files]
     if paths and all(p.startswith("test/registered/") for p in paths):
         return "the registered tests"
     if len(paths) == 1:
-        return safe_clip(escape_inline(paths[0]), 120)
+        return safe_clip(escape_name(paths[0]), 120)
     return f"{len(paths)} test files"
 
 
@@ -177,82 +164,16 @@ def _sequence(value) -> list:
     return value if isinstance(value, list) else []
 
 
-def comment(results, slot, run_id=None, run_url=None, artifacts_url=None, limit=BODY_LIMIT) -> str:
-    """The sticky evidence comment, at most ``limit`` characters, shortened only in whole pieces.
-
-    Everything fits: the full report. Otherwise the heading, the summary, the table header, the
-    environment line, the links and a note saying what was left out always stay; flagged-file
-    lines, table rows and log excerpts are then added whole, in that order, while they fit. A
-    piece is a line or a fenced block, so a cut never lands inside an entity, a row or a fence.
-    """
-    head, all_flags, header, all_rows, tail = _parts(results, slot, run_id, run_url, artifacts_url)
-
-    def assemble(flags, rows, excerpts, note=None) -> str:
-        lines = [*head, *([*flags, ""] if flags else []), *header, *rows, *tail]
-        if note:
-            lines += ["", note]
-        if excerpts:
-            lines += [*_DETAILS[:-1], *excerpts, _DETAILS[-1]]
-        return "\n".join(lines) + "\n"
-
-    # The excerpts are built one by one, only while the whole report still fits.
-    excerpts, room = [], limit - len(assemble(all_flags, all_rows, [])) - _DETAILS_CHARS
-    for excerpt in _excerpts(results, _EXCERPT_CHARS):
-        room -= len(excerpt) + 1
-        if room < 0:
-            break
-        excerpts.append(excerpt)
-    else:
-        text = assemble(all_flags, all_rows, excerpts)
-        if len(text) <= limit:
-            return text
-    where = artifacts_url or run_url
-    where = f"[the artifacts]({_url(where)})" if where else "the run's artifacts"
-    # Room for the longest note (the real one is shorter) and the two "more" lines.
-    fixed = len(assemble([], [], [], "x" * 200)) + len(where) + 2 * _MORE_LINE
-    if fixed > limit:
-        raise ValueError(f"the comment's fixed part alone exceeds {limit} characters")
-    flags, room = _take(all_flags, limit - fixed)
-    rows, room = _take(all_rows, room)
-    # Shortened: shorter excerpts, so that more of them fit after every row has.
-    excerpts, _ = _take(_excerpts(results, 300), room - _DETAILS_CHARS)
-    more_flags, more_rows = len(all_flags) - len(flags), len(all_rows) - len(rows)
-    dropped = (("flagged-file lines", more_flags), ("table rows", more_rows))
-    left_out = ", ".join(f"{n} {what}" for what, n in dropped if n)
-    what = f"{left_out} and log excerpts" if left_out else "log excerpts"
-    note = (
-        f"_Shortened to fit GitHub's comment limit ({what} left out); the full report is "
-        f"report.md in {where}._"
-    )
-    if more_flags:
-        flags.append(f"\u2026 {more_flags} more flagged files")
-    if more_rows:
-        rows.append(f"| \u2026 {more_rows} more cases | | | |")
-    return assemble(flags, rows, excerpts, note)
-
-
-def not_run_lines(results, shown: int = 20) -> list:
-    """One line per selected file that did not run on this backend, and why (the runner's
-    ``selection.not_run``; an artifact's, so every value is checked and escaped)."""
-    entries = results.selection.get("not_run")
-    entries = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+def comment(results, slot, run_id=None, run_url=None, artifacts_url=None) -> str:
+    """The whole report, rendered once: heading, verdict, one row per case, the log excerpts
+    collapsed, the environment in one line. Callers cap it to where it goes (``escape.cap``)."""
+    side = {mode: _side(results, mode) for mode in ("unmodified", "change")}
     lines = [
-        f"Not run on {escape_inline(results.backend)}: {safe_clip(escape_name(e.get('file')), 300)} "
-        f"({safe_clip(escape_inline(e.get('why')), 100)})"
-        for e in entries[:shown]
-        if isinstance(e.get("file"), str) and isinstance(e.get("why"), str)
-    ]
-    return [*lines, ""] if lines else []
-
-
-def _parts(results, slot, run_id, run_url, artifacts_url) -> tuple:
-    """(heading and summary, flagged-file lines, table header, table rows, the lines after)."""
-    head = [
         comment_marker(slot),
         f"### {STATES[overall_state(results)]} A/B of {what_ran(results)} on "
         + safe_clip(escape_inline(results.backend), 40),
         "",
-        _summary_sentence(results),
+        _summary_sentence(results, side),
         "",
     ]
     flags = [
@@ -261,15 +182,20 @@ def _parts(results, slot, run_id, run_url, artifacts_url) -> tuple:
         for file in results.files
         for flag in file.flags
     ]
-    rows = []
+    lines += [*flags, ""] if flags else []
+    lines += [f"| Case | Verdict | {side['unmodified']} | {side['change']} |", "|---|---|---|---|"]
     for case in results.cases:
         name = case.test if case.test != FILE_CASE else f"{case.file} {FILE_CASE}"
-        rows.append(
-            f"| {safe_clip(escape_name(name), 300)} | {case.kind} | "
-            f"{cell(case, 'unmodified')} | {cell(case, 'change')} |"
+        lines.append(
+            f"| {safe_clip(escape_name(name), 300)} | {VERDICTS[case.kind][0]} | "
+            f"{cell(case, 'unmodified', True)} | {cell(case, 'change', True)} |"
         )
-    environment = environment_line(results.environment, results.backend)
-    tail = ["", *not_run_lines(results), f"Environment: {safe_clip(environment, ENV_CHARS)}"]
+    excerpts = list(_excerpts(results, side))
+    if excerpts:
+        summary = f"Log excerpts ({len(excerpts)})"
+        lines += ["", f"<details><summary>{summary}</summary>", "", *excerpts, "</details>"]
+    lines += ["", *_not_run_lines(results)]
+    lines.append(f"Environment: {environment_line(results.environment, results.backend)}")
     links = []
     if run_url:
         label = f"Run #{safe_clip(escape_inline(run_id), 40)}" if run_id else "run"
@@ -277,91 +203,65 @@ def _parts(results, slot, run_id, run_url, artifacts_url) -> tuple:
     if artifacts_url:
         links.append(f"[results.json, report.md, JUnit and logs]({_url(artifacts_url)})")
     if links:
-        tail.append("Artifacts: " + " \u00b7 ".join(links))
+        lines.append("Artifacts: " + " \u00b7 ".join(links))
     if results.pictures:
-        names = ", ".join(escape_inline(p) for p in results.pictures.values())
-        where = f"[the artifacts]({_url(artifacts_url)})" if artifacts_url else "the artifacts"
-        tail.append(
-            f"Memory pictures (unmodified vs this change, per regression case) in {where}: "
-            + safe_clip(names, 1500)
-        )
-    header = [
-        f"| Case | Kind | {_side(results, 'unmodified')} | {_side(results, 'change')} |",
-        "| --- | --- | --- | --- |",
+        lines.append(f"Memory pictures: {len(results.pictures)} in the artifacts (pictures/).")
+    return "\n".join(lines) + "\n"
+
+
+def _not_run_lines(results, shown: int = 20) -> list:
+    """One line per selected file that did not run on this backend, and why."""
+    entries = results.selection.get("not_run")
+    entries = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+    lines = [
+        f"Not run on {escape_inline(results.backend)}: {safe_clip(escape_name(e['file']), 300)} "
+        f"({safe_clip(escape_inline(e['why']), 100)})"
+        for e in entries[:shown]
+        if isinstance(e.get("file"), str) and isinstance(e.get("why"), str)
     ]
-    return head, flags, header, rows, tail
-
-
-def _take(pieces: list, room: int) -> tuple[list, int]:
-    """The leading pieces that fit in ``room`` characters (a newline each), and the room left."""
-    taken = []
-    for piece in pieces:
-        if len(piece) + 1 > room:
-            break
-        taken.append(piece)
-        room -= len(piece) + 1
-    return taken, room
+    return [*lines, ""] if lines else []
 
 
 def _side(results: Results, mode: str) -> str:
     return safe_clip(escape_inline(results.label(mode)), 100) if mode in results.modes else mode
 
 
-def _summary_sentence(results: Results) -> str:
+def _summary_sentence(results: Results, side: dict) -> str:
     counts = results.counts()
-    unmodified, change = _side(results, "unmodified"), _side(results, "change")
-    phrases = (
-        ("regression", "regression case", f"fail on {unmodified} and pass on {change}"),
-        ("preservation", "preservation case", "pass both ways"),
-        ("not-reproduced", "regression case", "do not reproduce the bug"),
-        ("broken", "case", f"fail on {change}"),
-        (
-            "masked-by-retry",
-            "case",
-            f"fail on {unmodified} at first and pass on the retry: masked by retry, upstream's "
-            f"CI would pass them there",
-        ),
-        ("flaky", "case", f"fail on {change} at first and pass on the retry: flaky"),
-        (
-            "unproven",
-            "case",
-            "pass where the runner could not count their attempts: not proven",
-        ),
-    )
-    parts = [f"{_n(counts[kind], noun)} {what}" for kind, noun, what in phrases if counts[kind]]
-    parts += [f"{counts[kind]} {kind}" for kind in ("skipped", "no-baseline") if counts[kind]]
+    meaning = {
+        "regression": f"fail on {side['unmodified']} and pass with {side['change']}",
+        "preservation": "pass both ways",
+        "broken": f"fail with {side['change']}",
+    }
+    parts = [
+        f"**{n}** {VERDICTS[kind][0]}" + (f" ({meaning[kind]})" if kind in meaning else "")
+        for kind, n in counts.items()
+        if n
+    ]
     sentence = ("; ".join(parts) or "No cases ran") + "."
-    reasons = [safe_clip(escape_inline(r), 300) for r in results.reasons]
-    return " ".join([sentence, *(f"**{r}**" for r in reasons)])
+    reasons = [f"**{safe_clip(escape_name(r), 300)}**" for r in results.reasons]
+    return " ".join([sentence, *reasons])
 
 
-def _n(count: int, noun: str) -> str:
-    return f"**{count}** {noun}{'' if count == 1 else 's'}"
-
-
-def _excerpts(results: Results, chars: int):
-    """One whole block per case worth showing, a bold name line and a fenced excerpt, made as
-    the caller takes them (a results.json may hold 10,000 cases)."""
-    sides = {mode: _side(results, mode) for mode in set(_EXCERPT_SIDE.values())}
+def _excerpts(results: Results, side: dict):
+    """A bold name line and a fenced excerpt per case whose failure explains its verdict."""
     for case in results.cases:
-        mode = _EXCERPT_SIDE.get(case.kind)
-        outcome = case.modes.get(mode) if mode else None  # an artifact may leave a mode out
-        shown = outcome is not None and (
-            outcome.outcome in ("fail", "error") or outcome.passed_on_retry
-        )
-        if not shown or not outcome.detail:
+        mode = VERDICTS[case.kind][1]
+        outcome = case.modes.get(mode) if mode else None
+        if outcome is None or not outcome.detail:
             continue
-        text = outcome.detail
-        if len(text) > chars:
-            text = "[...]\n" + text[-chars:]
+        if outcome.outcome not in ("fail", "error") and not outcome.passed_on_retry:
+            continue
+        text = outcome.detail.strip()
+        text = text if len(text) <= EXCERPT_CHARS else "[...]\n" + text[-EXCERPT_CHARS:]
         name = safe_clip(escape_name(case.test), 300)
-        yield f"**{name}** ({sides[mode]})\n\n{escape_block(text)}\n"
+        yield f"**{name}** ({side[mode]})\n\n{escape_block(text)}\n"
 
 
 def write_full_report(results: Results, out: str) -> None:
-    """report.md: the whole report, never shortened, for the artifact."""
+    """report.md: the whole report, for the artifact."""
     with open(os.path.join(out, "report.md"), "w", encoding="utf-8", errors="replace") as handle:
-        handle.write(comment(results, DEFAULT_SLOT, limit=10**9))
+        handle.write(comment(results, DEFAULT_SLOT))
 
 
 def _url(url) -> str:

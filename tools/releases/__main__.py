@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from ci.evidence.inert import inert
+from ci.reporter.escape import inert
 from tools import ToolError
 from tools.releases import watch
 
@@ -102,7 +102,7 @@ def _rows(args) -> tuple:
 def _post(args, body) -> bool:
     import github3.exceptions
 
-    from ci.reporter.publish import GaveUp, Publisher, RetryPolicy, connect
+    from ci.reporter.publish import Publisher, PublishFailed, RetryPolicy, connect
 
     token = os.environ["GITHUB_TOKEN"]
     owner, name = args.repo.split("/")
@@ -111,7 +111,7 @@ def _post(args, body) -> bool:
         # Our issue is the one by our login: --bot-login, else the token's user, as for comments.
         author = Publisher(gh, owner, name, None, policy).identity(args.bot_login)
         outcome, number = upsert_issue(gh, owner, name, body, author, policy)
-    except (GaveUp, github3.exceptions.GitHubException, RuntimeError) as exc:
+    except (PublishFailed, github3.exceptions.GitHubException, RuntimeError) as exc:
         print(f"error: tracking issue: {inert(str(exc).replace(token, '***'))}", file=sys.stderr)
         return False
     print(f"tracking issue #{number}: {outcome}", file=sys.stderr)

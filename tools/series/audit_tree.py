@@ -9,7 +9,7 @@ or the folder holding one (site-packages). Files are named from the package down
 import os
 from pathlib import Path
 
-from ci.evidence.inert import printable  # a file name is anyone's: shown, not obeyed
+from ci.reporter.escape import printable  # a file name is anyone's: shown, not obeyed
 from tools.series import audit, audit_read, usage
 
 

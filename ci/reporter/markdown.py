@@ -1,0 +1,56 @@
+"""What of a comment or a PR body GitHub shows as its author's own text, and where its raw HTML
+sits, as a CommonMark parser (markdown-it-py) reads it: the one reading behind the gate's
+``/run-ci SHA`` approvals and the PR-body slot. Code (fenced, indented, inline, ``<pre>``),
+quotes, lists and headings only show text; they never approve and never hold our slot.
+"""
+
+import re
+
+from markdown_it import MarkdownIt
+
+_PARSER = MarkdownIt("commonmark")
+_SHOWN_AS_IS = re.compile(r"<(pre|script|style|textarea)\b", re.I)  # HTML blocks of raw text
+LINE_END = re.compile(r"\r\n|\r|\n")  # CommonMark's line endings, and no others
+
+
+def own_lines(text: str) -> list[str]:
+    """The lines of the top-level paragraphs, each made of plain text alone: a line with a code
+    span, HTML, a link or emphasis in it keeps a NUL where they were."""
+    tokens, lines = _PARSER.parse(text), []
+    for before, token in zip(tokens, tokens[1:], strict=False):
+        if token.type == "inline" and before.type == "paragraph_open" and before.level == 0:
+            parts = [
+                c.content if c.type == "text" else "\n" if c.type.endswith("break") else "\0"
+                for c in token.children or ()
+            ]
+            lines += "".join(parts).split("\n")
+    return lines
+
+
+def raw_html(text: str) -> list[tuple[int, int, str]]:
+    """(first line, line after the last, HTML) of each piece of raw HTML outside code, quotes
+    and lists: an HTML block's content, or an HTML span of a top-level paragraph."""
+    tokens, found = _PARSER.parse(text), []
+    for before, token in zip([None, *tokens], tokens, strict=False):
+        if token.type == "html_block" and not token.level:
+            if not _SHOWN_AS_IS.match(token.content.lstrip()):
+                found.append((*token.map, token.content))
+        elif token.type == "inline" and before.type == "paragraph_open" and not before.level:
+            found += [(*token.map, c.content) for c in token.children if c.type == "html_inline"]
+    return found
+
+
+def open_fence(text: str) -> str | None:
+    """The fence of a code block that ``text`` leaves open (it would run over anything
+    appended), or None."""
+    tokens = _PARSER.parse(text)
+    if not tokens or tokens[-1].type != "fence":
+        return None
+    fence, lines = tokens[-1], LINE_END.split(text)
+    if lines[-1] == "":
+        lines.pop()
+    first, end = fence.map
+    closing = re.escape(fence.markup[0]) + f"{{{len(fence.markup)},}}[ \\t]*"
+    if end < len(lines) or (end - first > 1 and re.fullmatch(r" {0,3}" + closing, lines[end - 1])):
+        return None
+    return fence.markup
