@@ -289,8 +289,8 @@ def test_selecting_files_imports_neither_sglang_nor_torch():
         "'test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py', "
         "'test/registered/kernels/ops/attention/test_dsa_q8kv8_born_q_peak.py', "
         "'test/registered/kernels/ops/attention/test_dsa_q8kv8_scratch_peak.py', "
-        "'test/registered/kernels/ops/speculative/test_fused_kv_workspace_peak.py', "
-        "'test/registered/spec/dflash/test_dflash_draft_probs_peak.py'] []"
+        "'test/registered/kernels/ops/speculative/test_dflash_draft_probs_peak.py', "
+        "'test/registered/kernels/ops/speculative/test_fused_kv_workspace_peak.py'] []"
     )
 
 
