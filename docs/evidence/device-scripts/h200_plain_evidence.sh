@@ -6,7 +6,7 @@
 #  a. `ci run --backend cuda --tests test/registered` with this project's wheel installed: the
 #     installed 0.5.23 with the overlay off (unmodified) against on (change): every regression.
 #  b. each fix's test files with that fix's overlay patch off on the change side: each fails.
-#  d. the CUDA mutants: tests/test_registered_mutants.py and `tools.registered_mutants`.
+#  d. the CUDA mutants: tests/test_registered_mutants.py (its table is tests/registered_mutants.py).
 #  e. `tools.series ab --fix N --backend cuda` for every fix: plain sides (a venv without this
 #     project), 0.5.23 against 0.5.23 + that fix alone.
 # `bash .whl/h200_plain_evidence.sh` with the .whl/ set of README.md and this project's wheel;
@@ -56,8 +56,6 @@ for fix in $FIXES; do
 done
 ( SGLANG_OVERLAY_DISABLE=1 timeout 420 python3 -m pytest -q -p no:xdist -p no:cacheprovider \
     tests/test_registered_mutants.py > "$W/mutants-pytest.txt" 2>&1; echo "exit $?" >> "$W/mutants-pytest.txt" ) &
-( SGLANG_OVERLAY_DISABLE=1 timeout 420 python3 -m tools.registered_mutants --backend cuda \
-    > "$W/mutants-cuda.txt" 2>&1; echo "exit $?" >> "$W/mutants-cuda.txt" ) &
 for fix in $FIXES; do
   ( timeout 420 python3 -m tools.series ab --fix "$fix" --backend cuda --out "$W/fix-$fix" --no-check \
       > "$W/fix-$fix.log" 2>&1; echo "exit $?" >> "$W/fix-$fix.log" ) &
@@ -66,7 +64,7 @@ wait
 echo "== done at $SECONDS s"
 echo "-- a"; grep -v "^\[" "$W/a.log" | tail -40
 for fix in $FIXES; do echo "-- b $fix"; grep -v "^\[\|^preservation\|^regression" "$W/b-$fix.log" | tail -5; done
-echo "-- d"; tail -5 "$W/mutants-pytest.txt"; grep -v "^  File\|^    \|[Ww]arn" "$W/mutants-cuda.txt" | tail -90
+echo "-- d"; tail -60 "$W/mutants-pytest.txt"
 for fix in $FIXES; do echo "-- e $fix"; grep -v "^regression\|^preservation" "$W/fix-$fix.log" | tail -8; done
 echo "-- est_time"; cat "$W/est_time.txt"
 rm -rf "$S" "$W"/fix-*/trees "$W"/*/pictures "$W"/fix-*/*/pictures "$W"/*/sides
