@@ -1,7 +1,7 @@
 """How the overlay reads its settings (``SGLANG_OVERLAY_DISABLE``, ``SGLANG_OVERLAY_STRICT``,
 sglang's ``SGLANG_PLUGINS``): string handling of its own, the same on every Python, so read
 here in this process; that a setting reaches an sglang process is tested there
-(``test_import_hook.py``, ``test_control.py``).
+(``test_import_hook.py``, ``test_activation.py``).
 """
 
 import pytest

@@ -3,7 +3,7 @@ live sglang process with a column per patch, every state a record can hold, the 
 it trusts, dead processes' records and gauges cleaned up, and answers that never crash a pipe.
 Run in this process (``cli.main``) against sleepers that carry sglang's process names and
 records planted as the overlay writes them; the writer itself is observed in real sglang
-processes (``test_operators.py``).
+processes (``test_activation.py``).
 """
 
 import json
