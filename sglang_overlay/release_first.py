@@ -1,11 +1,10 @@
 """The fix itself: workspace methods that release the old tensors before allocating anew.
 
-One builder per shape of ``sites.SITES`` (``BUILDERS``, by shape name), each with the
-original's signature and reuse rule (a request that fits the current size and dtype gets the
-same storage). Each replacement calls the ``publish`` it was built with (the overlay's: record
-and gauges). A new fix adds its builder here with ``@builds(...)`` and nothing else; a
-shape without one gets the generic rewrite (``build``), so a fix of the local-variable form
-needs no code here.
+One builder per shape of ``sites.SITES`` (``BUILDERS``, by shape name, at the end), each with
+the original's signature and reuse rule (a request that fits the current size and dtype gets
+the same storage). Each replacement calls the ``publish`` it was built with (the overlay's:
+record and gauges). A shape without a builder gets the generic rewrite (``build``), so a fix
+of the local-variable form needs no code here.
 """
 
 import torch
@@ -17,7 +16,6 @@ REPLACEMENTS = ReplacementLog("DSV4 sparse-prefill workspace")
 FUSED_KV_REPLACEMENTS = ReplacementLog("fused KV materialisation workspace")
 # patch id -> its replacements' log; a patch's first replacement makes its log (``log_of``)
 LOGS = {PATCH_ID: REPLACEMENTS, FUSED_KV_PATCH_ID: FUSED_KV_REPLACEMENTS}
-BUILDERS = {}  # shape name -> (module, publish) -> the release-first method
 
 
 def log_of(patch_id: str, what: str) -> ReplacementLog:
@@ -29,17 +27,6 @@ def high_water_bytes(patch_id: str) -> int:
     """The largest workspace ``patch_id``'s method allocated in this process, bytes."""
     log = LOGS.get(patch_id)
     return log.high_water_bytes if log else 0
-
-
-def builds(*shape_names):
-    """Register the decorated builder for each of ``shape_names``."""
-
-    def register(builder):
-        for name in shape_names:
-            BUILDERS[name] = builder
-        return builder
-
-    return register
 
 
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
@@ -130,7 +117,6 @@ def _shapes_text(described) -> str:
     )
 
 
-@builds("kv-buffer-reserve")
 def _build_reserve(module, publish):
     def _reserve(self, num_tokens: int, dtype: torch.dtype) -> torch.Tensor:
         assert num_tokens > 0
@@ -143,7 +129,6 @@ def _build_reserve(module, publish):
     return _reserve
 
 
-@builds("workspace-get-dtype")
 def _build_get_dtype(module, publish):
     def get(self, num_tokens: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
         assert num_tokens > 0
@@ -156,7 +141,6 @@ def _build_get_dtype(module, publish):
     return get
 
 
-@builds("workspace-get-bf16")
 def _build_get_bf16(module, publish):
     def get(self, num_tokens: int) -> torch.Tensor:
         assert num_tokens > 0
@@ -171,7 +155,6 @@ def _build_get_bf16(module, publish):
     return get
 
 
-@builds("fused-kv-ensure-workspace")
 def _build_ensure_workspace(module, publish):
     """``FusedKVMaterializeHelper._ensure_workspace``: the same reuse rule and doubling, with
     the three old workspaces (and the capacity and dtype they stand for) dropped first."""
@@ -225,12 +208,10 @@ def _describe_fused(helper) -> str:
     )
 
 
-@builds("dflash-selector-accept-block-verification")
 def _build_selector_sampling_accept_block(module, publish):
     return _build_selector_sampling_accept(module, publish, passes_block=True)
 
 
-@builds("dflash-selector-accept")
 def _build_selector_sampling_accept(module, publish, passes_block=False):
     """``DFlashWorkerV2._selector_sampling_accept``: the same reuse rule and doubling, with the
     old dense draft-probability buffer dropped (the attribute and the local) before
@@ -282,3 +263,14 @@ def _describe_probs(buffer) -> str:
     if buffer is None:
         return "none"
     return f"{tuple(buffer.shape)} float32 {_nbytes(buffer) / MIB:.1f} MiB"
+
+
+# shape name -> (module, publish) -> the release-first method
+BUILDERS = {
+    "kv-buffer-reserve": _build_reserve,
+    "workspace-get-dtype": _build_get_dtype,
+    "workspace-get-bf16": _build_get_bf16,
+    "fused-kv-ensure-workspace": _build_ensure_workspace,
+    "dflash-selector-accept-block-verification": _build_selector_sampling_accept_block,
+    "dflash-selector-accept": _build_selector_sampling_accept,
+}

@@ -94,12 +94,6 @@ PROCESSES = {
         ),
         runtime_dir=True,
     ),
-    # The same with every patch turned off.
-    "disabled_process": Process(
-        order=("disable_all", "serve"),
-        variables={"SGLANG_OVERLAY_DISABLE": "1"},
-        runtime_dir=True,
-    ),
     # No start-up hook at the first import: only sglang's plugin loader can activate us.
     "plugin_loader_after_process": Process(order=("plugin_loader_after", "hook_REPLACE")),
 }

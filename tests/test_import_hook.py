@@ -206,24 +206,6 @@ import sglang
     assert all(o[:2] == (0, marks) for o in outputs), outputs[:3]
 
 
-def test_finding_a_spec_is_not_an_import_and_activates_nothing(overlay_env, known):
-    out = last_json(
-        run(
-            overlay_env,
-            f"""
-import importlib.util, json
-specs = [importlib.util.find_spec(n) is not None for n in ("sglang", {WORKSPACE_MODULE!r})]
-# (find_spec of a submodule imports its parents: sglang, whose import the overlay records;
-# never the workspace module, never the fix)
-loaded = [m for m in ("sglang_overlay.release_first", {WORKSPACE_MODULE!r}) if m in sys.modules]
-print(json.dumps([specs, loaded]))
-""",
-            [known],
-        )
-    )
-    assert out == [[True, True], []]
-
-
 def test_warnings_as_errors_never_break_the_import_of_an_unknown_shape(overlay_env, unknown):
     proc = run(overlay_env, report(), [unknown], flags=["-W", "error"])
     for out in last_json(proc).values():
@@ -256,54 +238,145 @@ def test_a_failed_activation_keeps_the_import_says_why_and_is_retried(one_env, k
     assert "left unpatched" in warning and "runs unmodified sglang" in warning
 
 
-def test_sglang_plugin_loader_retries_after_a_failed_activation(one_env, known):
-    out = last_json(
-        run(
-            one_env,
-            f"""
-import json
-sys.modules["sglang_overlay.release_first"] = None
-import {WORKSPACE_MODULE} as m
-import sglang_overlay
-from sglang_overlay import activation
-first = sglang_overlay.status()[0]["state"]
-del sys.modules["sglang_overlay.release_first"]
-activation.activate()  # what sglang's load_plugins() calls
-print(json.dumps([first, sglang_overlay.status()[0]["state"]]))
-""",
-            [known],
-        )
-    )
-    assert out == ["failed", "applied"]
-
-
-def test_strict_mode_raises_on_every_import_attempt(one_env, unknown):
-    out = last_json(
-        run(
-            one_env,
-            f"""
-import importlib, json
-errors = []
-for _ in range(2):
-    try:
-        importlib.import_module({WORKSPACE_MODULE!r})
-        errors.append(None)
-    except Exception as exc:
-        errors.append(type(exc).__name__)
-print(json.dumps(errors))
-""",
-            [unknown],
-            SGLANG_OVERLAY_STRICT="1",
-        )
-    )
-    assert out == ["UnsupportedShapeError", "UnsupportedShapeError"]
-
-
 def test_an_unrecognised_strict_value_means_strict_with_one_warning(one_env, unknown):
     proc = run(one_env, REPORT, [unknown], SGLANG_OVERLAY_STRICT="maybe")
     assert proc.returncode != 0 and "UnsupportedShapeError" in proc.stderr
     (warning,) = overlay_warnings(proc)
     assert "SGLANG_OVERLAY_STRICT='maybe' not recognised" in warning
+
+
+# Import-system cases, on every declared Python: (program, stand-in, expected JSON).
+HOOK_CASES = {
+    # find_spec only finds: it imports the parents (sglang), never the module, never the fix
+    "find_spec activates nothing": (
+        """
+import importlib.util, json
+specs = [importlib.util.find_spec(n) is not None for n in ("sglang", MODULE)]
+print(json.dumps([specs, [m for m in ("sglang_overlay.release_first", MODULE) if m in sys.modules]]))
+""",
+        "known",
+        [[True, True], []],
+    ),
+    # a neighbour that serves the module itself is asked, in order, and what it serves patched
+    "a finder after the hook": (
+        """
+import importlib.machinery, json
+asked = []
+class Neighbour:
+    def find_spec(self, name, path=None, target=None):
+        asked.append(name)
+        return importlib.machinery.PathFinder.find_spec(name, path, target)
+sys.meta_path.insert(1, Neighbour())
+m = __import__(MODULE, fromlist=["x"])
+print(json.dumps(["sglang" in asked, MODULE in asked, MARK(m), type(m.__loader__).__name__]))
+""",
+        "known",
+        [True, True, PATCH_ID, "SourceFileLoader"],
+    ),
+    # copy.deepcopy and pickle build the wrapped loader without calling __init__
+    "a found spec copied and pickled": (
+        """
+import copy, importlib.util, json, pickle
+spec = importlib.util.find_spec(MODULE)
+copies = [copy.deepcopy(spec), pickle.loads(pickle.dumps(spec))]
+print(json.dumps([c.loader.get_filename(c.name).endswith("sparse_prefill_utils.py") for c in copies]))
+""",
+        "known",
+        [True, True],
+    ),
+    # Ctrl-C between marking the thread as searching and the try that unmarks it
+    "a keyboard interrupt inside the hook": (
+        """
+import importlib, json
+from sglang_overlay import activation
+class InterruptOnce(set):
+    fired = False
+    def add(self, item):
+        super().add(item)
+        if not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt
+activation.HOOK._searching = InterruptOnce()
+try:
+    importlib.import_module(MODULE)
+    first = "imported"
+except KeyboardInterrupt:
+    first = "interrupted"
+print(json.dumps([first, MARK(importlib.import_module(MODULE))]))
+""",
+        "known",
+        ["interrupted", PATCH_ID],
+    ),
+}
+# The overlay's own bookkeeping, on one declared Python: (program, stand-in, settings, JSON).
+STATE_CASES = {
+    "strict raises on every attempt": ("""
+import importlib, json
+errors = []
+for _ in range(2):
+    try:
+        importlib.import_module(MODULE)
+        errors.append(None)
+    except Exception as exc:
+        errors.append(type(exc).__name__)
+print(json.dumps(errors))
+""", "unknown", {"SGLANG_OVERLAY_STRICT": "1"}, ["UnsupportedShapeError"] * 2),
+    "never applied for a class it no longer patches": ("""
+import importlib, json, sglang_overlay
+from sglang_overlay import activation
+m = importlib.import_module(MODULE)
+sys.meta_path[:] = [f for f in sys.meta_path if f is not activation.HOOK]  # the hook gone
+importlib.reload(m)
+r = sglang_overlay.status()[0]
+print(json.dumps([r["state"], "no longer the patched function" in r["reason"]]))
+""", "known", {}, ["pending", True]),
+    "the version read without importing sglang or torch": ("""
+import json, sglang_overlay
+r = sglang_overlay.status()[0]
+print(json.dumps([r["state"], r["sglang_version"], [m for m in ("sglang", "torch") if m in sys.modules]]))
+""", "known", {}, ["pending", "0.5.23", []]),
+    # a finder ahead of the hook served the module: unmodified sglang runs, not "waiting"
+    "an import the hook never saw": ("""
+import importlib, importlib.machinery, json, sglang_overlay
+class Ahead:
+    def find_spec(self, name, path=None, target=None):
+        if name == MODULE:
+            return importlib.machinery.PathFinder.find_spec(name, path, target)
+sys.meta_path.insert(0, Ahead())
+importlib.import_module(MODULE)
+r = sglang_overlay.status()[0]
+print(json.dumps([r["state"], "waiting" in r["reason"], "without the start-up hook" in r["reason"]]))
+""", "known", {}, ["pending", False, True]),
+    "sglang's plugin loader retries a failed activation": ("""
+import json, sglang_overlay
+sys.modules["sglang_overlay.release_first"] = None
+__import__(MODULE)
+from sglang_overlay import activation
+first = sglang_overlay.status()[0]["state"]
+del sys.modules["sglang_overlay.release_first"]
+activation.activate()  # what sglang's load_plugins() calls
+print(json.dumps([first, sglang_overlay.status()[0]["state"]]))
+""", "known", {}, ["failed", "applied"]),
+}  # fmt: skip
+PRELUDE = (
+    f"MODULE = {WORKSPACE_MODULE!r}\n"
+    "def MARK(m):\n"
+    "    return getattr(m.SparsePrefillKVBuffer._reserve, '__sglang_overlay_patch__', None)\n"
+)
+
+
+@pytest.mark.parametrize("case", HOOK_CASES)
+def test_the_start_up_hook_stays_out_of_the_import_systems_way(overlay_env, case, request):
+    program, standin_name, expected = HOOK_CASES[case]
+    root = request.getfixturevalue(standin_name)
+    assert last_json(run(overlay_env, PRELUDE + program, [root])) == expected
+
+
+@pytest.mark.parametrize("case", STATE_CASES)
+def test_status_says_what_runs_in_this_process(one_env, case, request):
+    program, standin_name, variables, expected = STATE_CASES[case]
+    root = request.getfixturevalue(standin_name)
+    assert last_json(run(one_env, PRELUDE + program, [root], **variables)) == expected
 
 
 RELOAD = """
@@ -336,66 +409,6 @@ def test_reload_reapplies_and_remove_apply_keep_working_across_reloads(overlay_e
             [None, "pending"],
             [patch_id, "applied"],
         ]
-
-
-def test_status_never_reports_applied_for_a_class_it_no_longer_patches(one_env, known):
-    out = last_json(
-        run(
-            one_env,
-            f"""
-import json
-import {WORKSPACE_MODULE} as m
-import sglang_overlay
-from sglang_overlay import activation
-sys.meta_path[:] = [f for f in sys.meta_path if f is not activation.HOOK]  # hook gone
-import importlib; importlib.reload(m)
-print(json.dumps(sglang_overlay.status()[0]))
-""",
-            [known],
-        )
-    )
-    assert out["state"] == "pending" and "no longer the patched function" in out["reason"]
-
-
-def test_a_finder_after_the_hook_is_still_asked_and_its_module_patched(overlay_env, known):
-    # The neighbour serves the workspace module itself: the hook must ask it, in order, and
-    # patch what it serves; it must also see every other import, sglang's included.
-    out = last_json(
-        run(
-            overlay_env,
-            f"""
-import importlib.machinery, json
-asked = []
-class Neighbour:
-    def find_spec(self, name, path=None, target=None):
-        asked.append(name)
-        return importlib.machinery.PathFinder.find_spec(name, path, target)
-sys.meta_path.insert(1, Neighbour())
-import {WORKSPACE_MODULE} as m
-print(json.dumps(["sglang" in asked, {WORKSPACE_MODULE!r} in asked,
-                  getattr(m.SparsePrefillKVBuffer._reserve, "__sglang_overlay_patch__", None),
-                  type(m.__loader__).__name__]))
-""",
-            [known],
-        )
-    )
-    assert out == [True, True, PATCH_ID, "SourceFileLoader"]
-
-
-def test_status_reads_the_version_without_importing_sglang_or_torch(one_env, known):
-    out = last_json(
-        run(
-            one_env,
-            """
-import json, sglang_overlay
-record = sglang_overlay.status()[0]
-print(json.dumps([record["state"], record["sglang_version"],
-                  [m for m in ("sglang", "torch") if m in sys.modules]]))
-""",
-            [known],
-        )
-    )
-    assert out == ["pending", "0.5.23", []]
 
 
 def test_isolated_mode_and_spawn_and_forkserver_children_are_patched(overlay_env, known, tmp_path):
@@ -480,9 +493,6 @@ def test_cli_status_says_so_when_the_start_up_hook_is_missing(one_env, known, tm
         assert "start-up hook did not run in a fresh process" in record["reason"]
 
 
-# Found by trying to break the hook as an operator's environment would (issue 8's review).
-
-
 def test_cli_status_prints_a_reason_its_stdout_cannot_encode(one_env, known):
     proc = run(
         one_env,
@@ -536,51 +546,6 @@ def test_a_child_forked_while_the_overlay_logs_can_still_use_it(overlay_env, kno
     assert '"applied"' in proc.stdout
 
 
-def test_status_never_says_waiting_for_an_import_that_happened_without_the_hook(one_env, known):
-    # An instrumenting finder ahead of the hook serves the module itself, so the hook never
-    # sees it: the process runs unmodified sglang and status() must say so, not "waiting".
-    out = last_json(
-        run(
-            one_env,
-            f"""
-import importlib.machinery, json
-class Ahead:
-    def find_spec(self, name, path=None, target=None):
-        if name == {WORKSPACE_MODULE!r}:
-            return importlib.machinery.PathFinder.find_spec(name, path, target)
-sys.meta_path.insert(0, Ahead())
-import {WORKSPACE_MODULE} as m
-import sglang_overlay
-record = sglang_overlay.status()[0]
-print(json.dumps([record["state"], record["reason"]]))
-""",
-            [known],
-        )
-    )
-    state, reason = out
-    assert state == "pending" and "waiting" not in reason
-    assert "imported without the start-up hook" in reason and "apply()" in reason
-
-
-def test_a_spec_found_before_the_import_can_be_copied_and_pickled(overlay_env, known):
-    # find_spec hands back the wrapped loader; copy.deepcopy and pickle build the wrapper
-    # without calling __init__ and then look up __setstate__ on it.
-    out = last_json(
-        run(
-            overlay_env,
-            f"""
-import copy, importlib.util, json, pickle
-spec = importlib.util.find_spec({WORKSPACE_MODULE!r})
-copies = [copy.deepcopy(spec), pickle.loads(pickle.dumps(spec))]
-print(json.dumps([c.loader.get_filename(c.name).endswith("sparse_prefill_utils.py")
-                  for c in copies]))
-""",
-            [known],
-        )
-    )
-    assert out == [True, True]
-
-
 def test_a_reload_of_the_module_does_not_repeat_a_warning(one_env, known):
     code = f"""
 import importlib
@@ -591,9 +556,6 @@ print("{{}}")
     proc = run(one_env, code, [known], SGLANG_OVERLAY_DISABLE="banana")
     assert last_json(proc) == {}
     assert len(overlay_warnings(proc)) == 1, proc.stderr
-
-
-# Found by issue 19 (operators): a stale install, bytecode-only deployments, Ctrl-C, settings.
 
 
 def test_a_stale_pth_whose_package_is_gone_is_silent(overlay_env, tmp_path):
@@ -627,39 +589,6 @@ def test_sglang_deployed_as_bytecode_only_is_recognised_by_its_code_objects(
         else:
             assert (out["patched"], out["status"]["state"]) == (TARGETS[name][4], "applied")
             assert "bytecode only" in out["status"]["reason"]
-
-
-def test_a_keyboard_interrupt_right_after_the_hook_marks_its_thread_does_not_unpatch_it(
-    overlay_env, known
-):
-    # The signal can land between marking the thread as searching and entering the try
-    # that unmarks it; the thread's later imports must still be patched.
-    out = last_json(
-        run(
-            overlay_env,
-            f"""
-import importlib, json
-from sglang_overlay import activation
-class InterruptOnce(set):
-    fired = False
-    def add(self, item):
-        super().add(item)
-        if not self.fired:
-            self.fired = True
-            raise KeyboardInterrupt
-activation.HOOK._searching = InterruptOnce()
-try:
-    import {WORKSPACE_MODULE}
-    first = "imported"
-except KeyboardInterrupt:
-    first = "interrupted"
-m = importlib.import_module({WORKSPACE_MODULE!r})
-print(json.dumps([first, getattr(m.SparsePrefillKVBuffer._reserve, "__sglang_overlay_patch__", None)]))
-""",
-            [known],
-        )
-    )
-    assert out == ["interrupted", PATCH_ID]
 
 
 def test_settings_reach_the_process_one_patch_disabled_the_plugin_allow_list_a_junk_value(

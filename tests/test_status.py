@@ -115,6 +115,27 @@ def test_one_row_per_process_a_column_per_patch_and_reasons_only_where_it_fails(
     assert [r.strip() for r in reasons] == ["why failed"] and code == 1
 
 
+def test_a_server_started_with_every_patch_disabled_shows_disabled_in_every_column(
+    runtime_dir, known, capsys
+):
+    serve = (
+        "import sglang.srt.layers.attention.dsv4.sparse_prefill_utils\nprint(flush=True)\ninput()\n"
+    )
+    env = clean_env(SGLANG_OVERLAY_DISABLE="1", SGLANG_OVERLAY_RUNTIME_DIR=str(runtime_dir))
+    prelude = f"import sys; sys.path[:0] = [{str(known)!r}]\n"
+    server = subprocess.Popen(
+        [sys.executable, "-c", prelude + serve],
+        env=env, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        server.stdout.readline()  # imported: its record is written
+        code, out = status(capsys, "--pid", str(server.pid))
+    finally:
+        server.kill()
+        server.wait(timeout=60)
+    assert out.splitlines()[1].split()[:7] == [str(server.pid), *["disabled"] * 6] and code == 0
+
+
 @pytest.mark.parametrize(
     "states, misconfigured, state, code",
     [
