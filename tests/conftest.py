@@ -144,10 +144,7 @@ XDIST_GROUPS = {
     "test_ci_attacks.py": "test_activation.py",
     "test_ci_run.py": "test_ci_run.py",
     "test_ci_watch.py": "test_ci_run.py",
-    "test_series_checkout_verbs.py": "test_series_checkout_verbs.py",
 }
-# drifted_main: a session fixture of three modules that takes a full clone and a commit
-SHARED_SESSION_FIXTURES = {"drifted_main"}
 
 
 def group_of(module: str) -> str:
@@ -155,11 +152,11 @@ def group_of(module: str) -> str:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Refuse a run whose modules share a pool process, job or shared session fixture without
-    sharing a group of ``XDIST_GROUPS``: under pytest-xdist each worker would run it."""
+    """Refuse a run whose modules share a pool process or job without sharing a group of
+    ``XDIST_GROUPS``: under pytest-xdist each worker would run it."""
     import overlay_runs  # imports this module: here, not at the top
 
-    names = overlay_runs.pool_names() | SHARED_SESSION_FIXTURES
+    names = overlay_runs.pool_names()
     users = {}
     for item in items:
         for name in names.intersection(item.fixturenames):

@@ -1,10 +1,9 @@
-"""``python -m tools.series VERB``: the command line of the series tools (patches/README.md). It only
-parses arguments and prints; each verb lives in its own module.
+"""``python -m tools.series VERB``: the command line of the series tools (patches/README.md). It
+parses arguments, prints, and holds the exit rule; each verb lives in its own module.
 """
 
 import argparse
 import json
-import os
 import sys
 
 from ci.errors import CiError
@@ -16,13 +15,12 @@ from tools.series import (
     apply,
     audit_tree,
     base,
-    basearg,
     check,
+    hooks,
     matrix,
     pr_description,
     refresh,
     seriesdir,
-    usage,
 )
 
 
@@ -38,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m tools.series",
         description="Keep the upstream patch series in patches/ healthy.",
         epilog="Exit codes: 0 ok, 1 check failed or target refused (nothing changed), "
-        "2 bad usage or a missing prerequisite (git, a release that is not on PyPI).",
+        "2 bad usage or a missing prerequisite (git, a release that is not on the index).",
     )
     parser.add_argument(
         "--patches",
@@ -50,7 +48,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verbs.add_parser("materialize", help="a git repo of a release in upstream layout")
     p.add_argument("--version", **release)
-    basearg.add_arguments(p)
     p.add_argument("dir", help="new directory for the repository")
 
     p = verbs.add_parser(
@@ -59,16 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
         "the project's; upstream's pinned hooks pass on what it touches",
     )
     p.add_argument("--version", **release)
-    basearg.add_arguments(p)
 
     p = verbs.add_parser("apply", help="apply the series to a checkout or installed package")
     p.add_argument(
         "--to",
+        required=True,
         metavar="PATH",
-        help="an upstream git checkout, site-packages/sglang, or site-packages "
-        "(default: the --checkout)",
+        help="an upstream git checkout, site-packages/sglang, or site-packages",
     )
-    basearg.add_arguments(p)
     p.add_argument(
         "--fix",
         metavar="NNNN",
@@ -79,11 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--from",
         dest="source",
+        required=True,
         metavar="DIR",
-        help="a repository made by materialize, with the edited commits "
-        "(or --checkout: a checkout with them on top of --rev)",
+        help="a repository made by materialize, with the edited commits",
     )
-    basearg.add_arguments(p)
 
     p = verbs.add_parser("matrix", help="how each patch applies to each release")
     p.add_argument(
@@ -91,9 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         type=_version,
         metavar="V",
-        help="releases to try (default: every release with the workspace; none with --checkout)",
+        help="releases to try (default: every release with the workspace)",
     )
-    basearg.add_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     verbs.add_parser(
@@ -117,7 +110,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not run 'check' (the format and style boxes stay unticked)",
     )
-    basearg.add_arguments(p)
 
     p = verbs.add_parser(
         "ab",
@@ -128,7 +120,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="DIR", help="a new folder")
     p.add_argument("--backend", choices=("cpu", "cuda"), required=True)
     p.add_argument("--no-check", action="store_true", help="pr-body without 'check'")
-    basearg.add_arguments(p)
 
     p = verbs.add_parser(
         "audit",
@@ -140,40 +131,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _audit(args) -> str:
-    sites, skipped = audit_tree.audit_package(audit_tree.package_root(args.tree))
-    for line in skipped:
-        print(f"skipped {line}", file=sys.stderr)
-    if args.json:
-        return json.dumps([s.to_dict() for s in sites], indent=2) + "\n"
-    return audit_tree.render_table(sites) + "\n" + audit_tree.summary(sites) + "\n"
-
-
 def run(args) -> str:
     """What the verb prints on stdout."""
     if args.verb == "audit":
-        return _audit(args)
-    # Told the release, or the checkout and its commit, materialize needs no series.
-    pinned = _Pinned(args.patches)
+        sites, skipped = audit_tree.audit_package(audit_tree.package_root(args.tree))
+        for line in skipped:
+            print(f"skipped {line}", file=sys.stderr)
+        if args.json:
+            return json.dumps([s.to_dict() for s in sites], indent=2) + "\n"
+        return audit_tree.render_table(sites) + "\n" + audit_tree.summary(sites) + "\n"
     if args.verb == "refresh":
-        return _lines(_refresh(args, pinned))
-    if args.verb == "materialize":
-        where = basearg.resolve(args, pinned)
-        repo = where.materialize(args.dir)
-        if where.checkout is not None:
-            return f"{repo}: {where.checkout} at {where.commit[:12]}, tagged '{base.BASE_TAG}'\n"
-        return f"{repo}: {where.name} in upstream layout, base commit tagged '{base.BASE_TAG}'\n"
-    if args.verb == "describe":
-        return json.dumps(seriesdir.summary(seriesdir.load(args.patches)), indent=2) + "\n"
+        return _lines(refresh.refresh(args.patches, args.source))
+    if args.verb == "materialize" and args.version:  # a named release needs no series
+        return _materialized(args.version, args.dir)
     series = seriesdir.load(args.patches)
+    if args.verb == "materialize":
+        return _materialized(series.base.version, args.dir)
+    if args.verb == "describe":
+        return json.dumps(seriesdir.summary(series), indent=2) + "\n"
     if args.verb == "check":
-        return _lines([*check.run_check(series, basearg.resolve(args, series.base)), "ok"])
+        return _lines([*check.run_check(series, args.version), "ok"])
     if args.verb == "apply":
         fix = series.fix(args.fix) if args.fix else None
-        return _lines(_apply(series, args, fix))
+        return _lines(apply.apply_to(series, args.to, fix))
     if args.verb == "ab":
-        where = basearg.resolve(args, series.base)
-        code, made = ab.run_ab(series, series.fix(args.fix), args.out, args.backend, where)
+        code, made = ab.run_ab(series, series.fix(args.fix), args.out, args.backend)
         if code != 0:
             raise SeriesError(f"ci run exited {code}; its report: {made.results}/report.md")
         body = made.results.parent / f"{args.backend}-pr-body.md"
@@ -182,79 +164,35 @@ def run(args) -> str:
         return f"{made.results}: the A/B; {body}: the description of fix {args.fix}\n"
     if args.verb == "pr-body":
         return _pr_body(series, args)
-    return _matrix(series, args)
-
-
-class _Pinned:
-    """patches/BASE, read only when a verb's base needs what it pins (``basearg.resolve``)."""
-
-    def __init__(self, patches):
-        self._patches, self._base = patches, None
-
-    def __getattr__(self, name):
-        if self._base is None:
-            self._base = seriesdir.load(self._patches).base
-        return getattr(self._base, name)
-
-
-def _refresh(args, pinned) -> list:
-    checkout = basearg.checkout_given(args)
-    if args.source and (args.checkout or args.rev):
-        raise usage("--from DIR is the source; --checkout and --rev name another, give one")
-    if args.source:
-        return refresh.refresh(args.patches, args.source)
-    if not checkout:
-        raise usage("refresh needs --from DIR (made by materialize) or --checkout PATH")
-    rev = args.rev or pinned.git
-    if rev is None:
-        raise usage("--rev: the upstream commit the series' commits sit on in the checkout")
-    return refresh.refresh_checkout(args.patches, checkout, rev)
-
-
-def _apply(series, args, fix) -> list:
-    checkout = basearg.checkout_given(args)
-    target = args.to or checkout
-    if target is None:
-        raise usage("apply needs --to PATH (or --checkout PATH, or $SGLANG_CHECKOUT)")
-    if args.to and args.checkout and os.path.abspath(args.to) != os.path.abspath(args.checkout):
-        raise usage("--to and --checkout name two targets; give one")
-    # A git base is a commit the checkout must be at; a release base is not checked (as before).
-    return apply.apply_to(series, target, fix, at=args.rev or series.base.git)
-
-
-def _matrix(series, args) -> str:
-    at = None
-    if basearg.checkout_given(args) or args.rev:
-        at = basearg.resolve(args, series.base)  # bad input: exit 2 before any download
-    versions = args.versions or ([] if at else list(matrix.DSV4_RELEASES))
+    versions = args.versions or list(matrix.DSV4_RELEASES)
     rows = [matrix.release_row(series, version) for version in versions]
-    rows += [matrix.checkout_row(series, at)] if at else []
     return (
         json.dumps(rows, indent=2) + "\n" if args.json else matrix.render_table(series.names, rows)
     )
 
 
+def _materialized(version: str, dest) -> str:
+    repo = base.materialize(version, dest)
+    return f"{repo}: sglang=={version} in upstream layout, base commit tagged '{base.BASE_TAG}'\n"
+
+
 def _pr_body(series, args) -> str:
-    known, where = series.base, None
-    if basearg.checkout_given(args) or args.rev or not args.no_check:
-        where = basearg.resolve(args, series.base)  # bad input: exit 2 before anything runs
-        known = where.upstream(series.base) if where.checkout is not None else known
     results = pr_description.load_results(args.results)
     # Refuse before the slow check.
     fix = pr_description.select_fix(series, results, args.fix)
-    pr_description.verify_results_match(series, fix, results, known)
+    pr_description.verify_results_match(series, fix, results)
     # Named as upstream knows them: the description names no command of this project.
-    hooks = ", ".join(name for name, *_ in check.HOOKS if " " in name) + ", pre-commit-hooks"
-    state = pr_description.CheckState(None, f"upstream's pinned hooks ({hooks}) not run")
-    if where is not None and not args.no_check:
+    names = ", ".join(name for name, *_ in hooks.HOOKS if " " in name) + ", pre-commit-hooks"
+    state = pr_description.CheckState(None, f"upstream's pinned hooks ({names}) not run")
+    if not args.no_check:
         try:
-            check.run_check(series, where)
+            check.run_check(series)
             state = pr_description.CheckState(
-                True, f"upstream's pinned hooks pass on every file it touches: {hooks}"
+                True, f"upstream's pinned hooks pass on every file it touches: {names}"
             )
         except SeriesError as err:
             state = pr_description.CheckState(False, str(err).splitlines()[0])
-    return pr_description.render(series, results, state, fix.number, known)
+    return pr_description.render(series, results, state, fix.number)
 
 
 def _lines(lines) -> str:

@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ci.evidence import model
-from tools.series import apply, basearg, seriesdir, usage
+from tools.series import apply, base, seriesdir, usage
 from tools.series.seriesdir import REPO_ROOT
 
 PROJECT = "sglang-overlay"  # the distribution a plain environment leaves out
@@ -41,12 +41,11 @@ class Plan:
     env: Path  # the plain environment ci run runs from
 
 
-def plan(series, fix, out, backend: str, where=None) -> Plan:
+def plan(series, fix, out, backend: str) -> Plan:
     """The trees and the ``ci run`` that prove ``fix`` on ``backend``: every test the fix adds
-    (ci run keeps the files registered for that backend). ``where`` (a ``basearg.Where``;
-    default: patches/BASE's release) is the base: a release or a checkout's commit."""
+    (ci run keeps the files registered for that backend), on patches/BASE's release."""
     out = Path(out).resolve()
-    version = (where or basearg.Where(series.base.version)).short
+    version = series.base.version
     tests = sorted(path for path, new in fix.touched_files().items() if new)
     if not tests:
         raise usage(f"fix {fix.number} adds no test file: there is nothing to run")
@@ -96,15 +95,14 @@ def record_plain(results_dir: Path) -> None:
     path.write_bytes(model.dumps(replace(results, environment=environment)))
 
 
-def run_ab(series, fix, out, backend: str, where=None) -> tuple:
+def run_ab(series, fix, out, backend: str) -> tuple:
     """(ci run's exit code, the plan) after making the trees and running the A/B; the trees
     are made fresh, so an existing ``out/trees`` is refused (exit 2)."""
-    where = where or basearg.Where(series.base.version)
-    made = plan(series, fix, out, backend, where)
+    made = plan(series, fix, out, backend)
     if made.unmodified.parent.exists():
         raise usage(f"{made.unmodified.parent} exists; give ab a new --out folder")
-    where.materialize(made.unmodified)
-    where.materialize(made.change)
+    base.materialize(series.base.version, made.unmodified)
+    base.materialize(series.base.version, made.change)
     apply.apply_to(series, made.change, fix)
     python = plain_env(made.env)
     described = seriesdir.describe(seriesdir.PATCHES_DIR)

@@ -11,46 +11,28 @@ from importlib.metadata import PathDistribution
 from pathlib import Path
 
 from ci import gitcmd
-from tools.series import SeriesError, base, check, usage
+from tools.series import SeriesError, check, usage
 
 UPSTREAM_PACKAGE = "python/sglang/"  # where a checkout keeps what site-packages/sglang/ holds
 
 
-def apply_to(series, path, fix=None, at=None) -> list:
-    """Apply the series, or only ``fix`` (a ``seriesdir.Fix``: one pull request's branch).
-    ``at``: the base commit
-    (a git base, or ``--rev``) a checkout's HEAD must be at."""
+def apply_to(series, path, fix=None) -> list:
+    """Apply the series, or only ``fix`` (a ``seriesdir.Fix``: one pull request's branch)."""
     path = Path(path).resolve()
     if not path.is_dir():
         raise usage(f"{path} is not a directory")
     if (path / "python" / "sglang").is_dir():
         if not gitcmd.is_top(path):
             raise usage(f"{path} has python/sglang/ but is not the top of a git checkout")
-        return _apply_checkout(series if fix is None else series.alone(fix), path, at)
+        return _apply_checkout(series if fix is None else series.alone(fix), path)
     for candidate in (path, path / "sglang"):
         if (candidate / "__init__.py").is_file() and (candidate / "srt").is_dir():
-            if at is not None:
-                raise usage(
-                    f"{candidate} is an installed package, which has no commit; the base is "
-                    f"commit {at}: apply to an upstream checkout at it"
-                )
             selected = series if fix is None else series.alone(fix)
             return _apply_package(selected, candidate)
     raise usage(
         f"{path} is neither an upstream sglang checkout (a git work tree with python/sglang/) "
         "nor an installed sglang package (site-packages/sglang)"
     )
-
-
-def _refuse_another_base(repo: Path, at: str) -> None:
-    """A usage error unless ``repo``'s HEAD is the commit ``at`` names: the series is cut
-    against that commit, and ``git am`` puts it on whatever HEAD is."""
-    commit, head = base.commit_of(repo, at), gitcmd.out(["rev-parse", "HEAD"], repo)
-    if head != commit:
-        raise usage(
-            f"{repo} is at {head[:12]}, but the base is {at} ({commit[:12]}); "
-            f"git checkout {commit[:12]} there first, or give --rev"
-        )
 
 
 def _refuse_if_applied(states, where):
@@ -66,7 +48,7 @@ def _refuse_if_applied(states, where):
     )
 
 
-def _apply_checkout(series, repo: Path, at=None) -> list:
+def _apply_checkout(series, repo: Path) -> list:
     dirty = gitcmd.dirty_paths(repo)
     if dirty:
         shown = "\n  ".join(dirty[:10]) + ("\n  ..." if len(dirty) > 10 else "")
@@ -76,8 +58,6 @@ def _apply_checkout(series, repo: Path, at=None) -> list:
         for name, patch in zip(series.names, series.paths(), strict=True)
     ]
     _refuse_if_applied(states, str(repo))
-    if at is not None:
-        _refuse_another_base(repo, at)
     env = None if gitcmd.ok(["config", "user.email"], repo) else gitcmd.TOOL_IDENTITY
     try:
         check.am_series(series, repo, env=env)

@@ -1,32 +1,25 @@
 """Find every method that replaces a tensor it still references by allocating the new one first.
 
 ``self.buf = torch.empty(...)`` evaluates the right-hand side while ``self.buf`` still owns the
-old tensor, so the replacement briefly needs old + new. This module reads Python source with
-``ast`` only (it never imports what it reads) and classifies each such site; it knows nothing
-about sglang's layout (``audit_tree`` does) and prints nothing. It is stdlib only on purpose:
-``grow_hook.py`` runs it as a plain file from a pre-commit hook.
-
-What counts as an allocation: ``torch.X(...)`` for X in ``TORCH_ALLOCATORS`` and ``t.new_X(...)``,
-also at the root of a method chain (``torch.zeros(n).to(dev)``), directly or through a local
-bound to one. Not counted: ``.to(...)``, ``.clone()``, ``torch.cat``/``stack`` of the old value:
-the new tensor is copied from the old one, so both must live during the copy whatever the order;
-and ``torch.tensor``/``as_tensor`` (built from host data, not sized by a request).
+old tensor, so the replacement briefly needs old + new. This module reads one module's source
+(never through a link) with ``ast`` only, never importing it, and classifies each such site;
+``audit_tree`` walks sglang's layout. Stdlib only: ``grow_hook.py`` runs it as a plain file.
 """
 
 import ast
+import io
+import os
+import stat
+import tokenize
 from dataclasses import asdict, dataclass, replace
 
+from tools.series import SeriesError
 from tools.series import audit_expr as expr
-from tools.series import audit_marks, audit_read
-from tools.series.audit_class import INIT_METHODS, construction_only, released_at_top
+from tools.series.audit_expr import INIT_METHODS, construction_only, released_at_top
 
 ALL = "*"  # in _Path.once: everything on this path is built once
-VERDICTS = (
-    "grows-while-held",
-    "releases-first",
-    "keeps-old-on-purpose",
-    "views-escape",
-    "init-only",
+VERDICTS = tuple(
+    "grows-while-held releases-first keeps-old-on-purpose views-escape init-only".split()
 )
 
 
@@ -50,17 +43,53 @@ class Site:
 
 def audit_source(source: str, file: str) -> "list[Site]":
     """Every replacement-by-allocation site in one module's source (SyntaxError propagates;
-    a module nested too deep to analyse raises ``audit_read.Unreadable``)."""
+    a module nested too deep to analyse raises ``Unreadable``)."""
     try:
         tree = ast.parse(source)
-        lines = audit_marks.comments(source)
+        lines = expr.comments(source)
         sites = []
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 sites.extend(_ClassAudit(node, file, lines).sites())
     except (RecursionError, MemoryError) as exc:
-        raise audit_read.Unreadable(f"nested too deep to analyse ({type(exc).__name__})") from None
+        raise Unreadable(f"nested too deep to analyse ({type(exc).__name__})") from None
     return sorted(sites, key=lambda s: s.line)
+
+
+# -- reading a module ---------------------------------------------------------------------------
+
+MAX_BYTES = 4 * 1024 * 1024  # the largest module read: sglang's biggest is under 300 kB
+
+
+class Unreadable(SeriesError):
+    """A file the audit cannot read or analyse; the message says why in one line."""
+
+
+def decode(data: bytes) -> str:
+    """Source bytes as text, honouring a PEP 263 coding line or a BOM (Unreadable if not)."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding)
+    except (SyntaxError, LookupError, UnicodeDecodeError) as exc:
+        raise Unreadable(f"cannot decode: {exc}") from None
+
+
+def read_source(path: "str | os.PathLike") -> str:
+    """A module's text, read without following a link, only from a regular file of at most
+    ``MAX_BYTES``, decoded as PEP 263 says; anything else raises ``Unreadable``."""
+    try:
+        if os.path.islink(path):
+            raise Unreadable("a link, not followed")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with open(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise Unreadable("not a regular file")
+            data = file.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise Unreadable(exc.strerror or type(exc).__name__) from None
+    if len(data) > MAX_BYTES:
+        raise Unreadable(f"over the {MAX_BYTES}-byte bound")
+    return decode(data)
 
 
 # -- one class ----------------------------------------------------------------------------------
@@ -363,7 +392,7 @@ class _ClassAudit:
             numbers.append(above)
             above -= 1
         for number in numbers:
-            reason = audit_marks.marker_reason(self.lines.get(number, ("", False))[0])
+            reason = expr.marker_reason(self.lines.get(number, ("", False))[0])
             if reason:
                 return reason
         return None

@@ -1,10 +1,21 @@
-"""The expression vocabulary of the grow-while-held analysis (``tools/series/audit.py``): what is an
-allocation, which value a target names, what a test proves about a target, which names say what
-a size grows with. Pure functions of ``ast`` nodes; stdlib only, like the analysis itself.
+"""The vocabulary of the grow-while-held analysis (``audit.py``): what is an allocation, which
+value a target names, what a test proves about a target, which names say what a size grows
+with, what a class's methods say about each other, and the marker comment that exempts a site.
+Pure functions of ``ast`` nodes and source text; stdlib only (``grow_hook.py`` runs it as a
+plain file).
+
+What counts as an allocation: ``torch.X(...)`` for X in ``TORCH_ALLOCATORS`` and ``t.new_X(...)``,
+also at the root of a method chain (``torch.zeros(n).to(dev)``), directly or through a local
+bound to one. Not counted: ``.to(...)``, ``.clone()``, ``torch.cat``/``stack`` of the old value:
+the new tensor is copied from the old one, so both must live during the copy whatever the order;
+and ``torch.tensor``/``as_tensor`` (built from host data, not sized by a request).
 """
 
 import ast
+import io
 import re
+import tokenize
+import unicodedata
 
 TORCH_ALLOCATORS = frozenset(
     "empty zeros ones full empty_like zeros_like ones_like full_like empty_strided "
@@ -280,3 +291,91 @@ def self_name(func) -> "str | None":
         return None
     args = func.args.posonlyargs + func.args.args
     return args[0].arg if args else None
+
+
+# Construction, and unittest's per-test set-up (a fresh TestCase instance per test).
+INIT_METHODS = frozenset({"__init__", "__post_init__", "__new__", "setUp", "setup_method"})
+
+
+def released_at_top(func) -> "set[str]":
+    """The targets a method releases in its own top-level statements (``self.x = None``,
+    ``self.x = []``, ``del self.x``): calling it releases them."""
+    roots = {self_name(func): "self"}
+    out = set()
+    for stmt in func.body:
+        if isinstance(stmt, ast.Assign) and (is_none(stmt.value) or is_empty_holder(stmt.value)):
+            out |= {k for k in (chain(t, roots) for t in stmt.targets) if k}
+        elif isinstance(stmt, ast.Delete):
+            out |= {k for k in (chain(t, roots) for t in stmt.targets) if k}
+    return out
+
+
+def construction_only(methods: "dict[str, ast.FunctionDef]") -> "set[str]":
+    """The methods that run only while the object is built: construction and per-test set-up,
+    and any private helper that only such methods call (``methods``: name -> its definition)."""
+    callers: dict[str, set[str]] = {name: set() for name in methods}
+    for name, func in methods.items():
+        me = self_name(func)
+        for node in ast.walk(func):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == me
+                and node.attr in callers
+                and node.attr != name
+            ):
+                callers[node.attr].add(name)
+    init_only = set(INIT_METHODS) & set(methods)
+    changed = True
+    while changed:  # a private helper that only init-only methods call
+        changed = False
+        for name, by in callers.items():
+            private = name.startswith("_") and not name.startswith("__")
+            if name not in init_only and private and by and by <= init_only:
+                init_only.add(name)
+                changed = True
+    return init_only
+
+
+MARKER = re.compile(r"#\s*grows-while-held:\s*keeps-old-on-purpose\b[ \t:,-]*(?P<reason>.*)")
+# Visible text: letters, digits, punctuation, symbols (not spaces, controls, format characters).
+_VISIBLE = ("L", "N", "P", "S")
+
+
+def comments(source: str) -> "dict[int, tuple[str, bool]]":
+    """Each line's comment text (from ``tokenize``: never a string's or docstring's text), and
+    whether the line holds nothing but the comment."""
+    found, code_lines = {}, set()
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                found[tok.start[0]] = tok.string
+            elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+                code_lines.update(range(tok.start[0], tok.end[0] + 1))
+    except (tokenize.TokenError, SyntaxError):
+        pass  # what was read so far stands; a marker beyond it exempts nothing
+    return {n: (text, n not in code_lines) for n, text in found.items()}
+
+
+def visible(text: str) -> bool:
+    """Whether ``text`` has a character one can see (not only spaces, controls, format marks)."""
+    return any(unicodedata.category(ch)[0] in _VISIBLE for ch in text)
+
+
+def marker_reason(comment: str) -> "str | None":
+    """The reason a marker comment gives, or None (no marker, or a reason with nothing visible)."""
+    match = MARKER.search(comment)
+    if not match or not visible(match.group("reason")):
+        return None
+    return match.group("reason").strip()
+
+
+def marker_without_reason(comment: str) -> bool:
+    """A keeps-old-on-purpose marker comment that does not say why (the hook refuses it)."""
+    match = MARKER.search(comment)
+    return bool(match) and not visible(match.group("reason"))
+
+
+def bare_markers(source: str) -> "list[int]":
+    """The lines whose comment is a marker without a visible reason."""
+    return sorted(n for n, (text, _) in comments(source).items() if marker_without_reason(text))

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from ci.reporter.escape import printable  # a file name is anyone's: shown, not obeyed
-from tools.series import audit, audit_read, usage
+from tools.series import audit, usage
 
 
 def package_root(tree: str) -> Path:
@@ -33,8 +33,8 @@ def audit_package(root: Path) -> "tuple[list[audit.Site], list[str]]":
     for path in _python_files(root, skipped):
         name = f"sglang/{path.relative_to(root).as_posix()}"
         try:
-            sites.extend(audit.audit_source(audit_read.read_source(path), name))
-        except audit_read.Unreadable as exc:
+            sites.extend(audit.audit_source(audit.read_source(path), name))
+        except audit.Unreadable as exc:
             skipped.append(f"{printable(name)}: {exc}")
         except (SyntaxError, ValueError) as exc:
             skipped.append(f"{printable(name)}: {type(exc).__name__}: {printable(str(exc))}")

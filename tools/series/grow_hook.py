@@ -24,7 +24,7 @@ if __package__ in (None, ""):  # run as a file by pre-commit: make ``series`` im
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ci import gitcmd  # noqa: E402
-from tools.series import audit, audit_marks, audit_read  # noqa: E402
+from tools.series import audit, audit_expr  # noqa: E402
 
 HOW_TO_FIX = (
     "release the old value first (self.x = None, then allocate), or say why it must stay: "
@@ -50,15 +50,15 @@ def new_sites(current: "list[audit.Site]", before: "list[audit.Site]") -> "list[
 def check_file(path: str, base_source: "str | None") -> "list[str]":
     """The hook's complaints about one file (empty: it passes)."""
     try:
-        source = audit_read.read_source(path)
+        source = audit.read_source(path)
         current = audit.audit_source(source, path)
-    except audit_read.Unreadable as exc:
+    except audit.Unreadable as exc:
         return [f"{_inert(path)}: cannot be checked: {exc}"]
     except SyntaxError:
         return []  # not this hook's business: the interpreter and other hooks say it
     try:
         before = audit.audit_source(base_source, path) if base_source else []
-    except (SyntaxError, audit_read.Unreadable):
+    except (SyntaxError, audit.Unreadable):
         before = []
     complaints = [
         f"{_inert(path)}:{s.line}: {s.qualname} allocates the new {s.target} while still holding the "
@@ -68,7 +68,7 @@ def check_file(path: str, base_source: "str | None") -> "list[str]":
     ]
     complaints += [
         f"{_inert(path)}:{number}: a keeps-old-on-purpose marker must say why"
-        for number in audit_marks.bare_markers(source)
+        for number in audit_expr.bare_markers(source)
     ]
     return complaints
 
@@ -81,11 +81,11 @@ def _inert(text: str) -> str:
 def base_source(path: str, rev: str) -> "str | None":
     """The file at ``rev``, or None where it did not exist (or there is no git history)."""
     shown = gitcmd.run(["show", f"{rev}:./{path}"], None, check=False)
-    if shown.returncode != 0 or len(shown.stdout) > audit_read.MAX_BYTES:
+    if shown.returncode != 0 or len(shown.stdout) > audit.MAX_BYTES:
         return None
     try:
-        return audit_read.decode(shown.stdout)
-    except audit_read.Unreadable:
+        return audit.decode(shown.stdout)
+    except audit.Unreadable:
         return None
 
 

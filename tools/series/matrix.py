@@ -42,15 +42,6 @@ def release_row(series, version: str) -> dict:
         return {"version": version, "patches": _row(series, read)}
 
 
-def checkout_row(series, where) -> dict:
-    """The row of a git base (``basearg.Where`` of a checkout): the files at its commit."""
-
-    def read(path):
-        return base.commit_blob(where.checkout, where.commit, path)
-
-    return {"version": where.name.removeprefix("sglang "), "patches": _row(series, read)}
-
-
 def _row(series, read) -> dict:
     """Each patch's result, each fix tried on its own copy of the files it touches (``read``:
     upstream path -> the base's bytes, or None where the base lacks it)."""

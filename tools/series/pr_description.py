@@ -162,8 +162,8 @@ def verify_results_match(series, fix, results, known=None) -> str:
         )
     known = known or series.base
     base = results.sides.get("unmodified")
-    ran_on = None if base is None else base.sglang if known.git is None else base.commit
-    if ran_on != (known.version if known.git is None else known.git):
+    ran_on = None if base is None else base.sglang
+    if ran_on != known.version:
         ran = base.label if base is not None else "no unmodified side"
         raise SeriesError(
             f"the results ran on {ran}, but the base is {known.upstream_name()}; "

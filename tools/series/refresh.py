@@ -20,40 +20,15 @@ FORMAT_PATCH = (
 ).split()
 
 
-def refresh_checkout(patches_dir, checkout, rev: str) -> list:
-    """``refresh --checkout PATH --rev REV``: the commits on top of ``rev`` in an upstream
-    checkout (its work tree clean), with a git base: the patches, and ``BASE`` pinning that
-    commit. Refreshed from a clone whose ``base`` tag is ``rev``: the checkout is not touched."""
-    checkout = Path(checkout).resolve()
-    commit = base.commit_of(checkout, rev)
-    dirty = gitcmd.dirty_paths(checkout)
-    if dirty:
-        raise usage(
-            f"{checkout} has uncommitted changes (first: {dirty[0]}); refresh reads commits"
-        )
-    with tempfile.TemporaryDirectory(prefix="series-refresh-checkout-") as tmp:
-        clone = Path(tmp) / "sglang"
-        gitcmd.run(["clone", "-q", "--no-checkout", str(checkout), str(clone)], tmp)
-        head = gitcmd.out(["rev-parse", "HEAD"], checkout)
-        gitcmd.run(["checkout", "-q", "-B", "series", head], clone)
-        gitcmd.run(["tag", "-f", base.BASE_TAG, commit], clone)
-        gitcmd.run(["config", base.CHECKOUT_KEY, commit], clone)
-        return refresh(patches_dir, clone)
-
-
 def refresh(patches_dir, source) -> list:
-    """``refresh --from DIR``: DIR made by ``materialize`` (a release, or a checkout's commit:
-    a git base) with the edited commits on top of its ``base`` tag."""
+    """``refresh --from DIR``: DIR made by ``materialize``, with the edited commits on top of
+    its ``base`` tag."""
     patches_dir, source = Path(patches_dir), Path(source).resolve()
     if not gitcmd.is_top(source):
         raise usage(f"{source} is not a git checkout made by 'materialize'")
     version = gitcmd.out(["config", base.VERSION_KEY], source, check=False)
-    commit = gitcmd.out(["config", base.CHECKOUT_KEY], source, check=False)
-    if not version and not commit:
-        raise usage(
-            f"{source} was not made by 'materialize' (no {base.VERSION_KEY} or "
-            f"{base.CHECKOUT_KEY} in its git config)"
-        )
+    if not version:
+        raise usage(f"{source} was not made by 'materialize' (no {base.VERSION_KEY} in its config)")
     if not base.has_base_tag(source):
         raise usage(f"{source} has no '{base.BASE_TAG}' tag marking the pristine release")
     dirty = gitcmd.dirty_paths(source)
@@ -95,18 +70,7 @@ def refresh(patches_dir, source) -> list:
     series_file.write_text(seriesdir.render_series(names))
     touched = dict.fromkeys(path for patch in patches for path, _ in patch.files)
     files = tuple(base.pins(source, touched).items())
-    old_base = patches_dir / "BASE"
-    old = seriesdir.parse_base(old_base.read_text()) if old_base.is_file() else None
-    if version:
-        pinned = seriesdir.Base(version, files)
-    else:
-        if gitcmd.out(["rev-parse", f"{base.BASE_TAG}^{{commit}}"], source) != commit:
-            raise SeriesError(f"{source}: its '{base.BASE_TAG}' tag is not commit {commit[:12]}")
-        # A git base's repository in words: what the old BASE said, when it was a git base.
-        upstream = old.upstream if old is not None and old.git is not None else ""
-        upstream = upstream or "an upstream sglang git checkout, given at run time"
-        pinned = seriesdir.Base(None, files, commit, upstream)
-    old_base.write_text(seriesdir.render_base(pinned))
+    (patches_dir / "BASE").write_text(seriesdir.render_base(seriesdir.Base(version, files)))
     return report
 
 

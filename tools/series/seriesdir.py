@@ -72,36 +72,27 @@ def check_version(version: str) -> str:
 
 @dataclass(frozen=True)
 class Base:
-    version: str | None  # the release, or None for a git base
+    version: str  # the release
     files: tuple  # (upstream path, sha256 hex or NEW)
-    git: str | None = None  # the upstream commit (40 hex) of a git base
-    upstream: str = ""  # a git base's repository, in words
 
     @property
     def key(self) -> str:  # what the ids and describe name the base by
-        return self.version if self.git is None else f"git:{self.git}"
+        return self.version
 
     def upstream_name(self) -> str:
-        """The base as upstream knows it: the release, or the upstream commit."""
-        return f"sglang {self.version}" if self.git is None else f"sglang @ {self.git[:12]}"
+        return f"sglang {self.version}"
 
     def upstream_revision(self) -> str:
-        """What ``git checkout`` takes on an sglang checkout: a release's tag (sglang tags
-        releases v0.5.7, v0.5.8, ...; read in sgl-project/sglang#17950) or the commit."""
-        return f"v{self.version}" if self.git is None else self.git
+        """What ``git checkout`` takes on an sglang checkout: the release's tag (sglang tags
+        releases v0.5.7, v0.5.8, ...)."""
+        return f"v{self.version}"
 
 
 def parse_base(text: str, where: str = "patches/BASE") -> Base:
-    version, files, git, upstream = None, [], None, ""
+    version, files = None, []
     for number, line in _lines(text):
         key, _, value = (part.strip() for part in line.partition(":"))
-        if key == "git":
-            if not re.fullmatch(r"[0-9a-f]{40}", value):
-                raise SeriesError(f"{where}:{number}: expected 'git: <40 hex upstream commit>'")
-            git = value
-        elif key == "upstream":
-            upstream = value
-        elif key == "release":
+        if key == "release":
             package, _, version = value.partition("==")
             if package != "sglang" or not version:
                 raise SeriesError(f"{where}:{number}: expected 'release: sglang==X.Y.Z'")
@@ -114,30 +105,19 @@ def parse_base(text: str, where: str = "patches/BASE") -> Base:
             files.append((path, digest))
         elif key not in ("source", "layout"):
             raise SeriesError(f"{where}:{number}: unknown key {key!r}")
-    if (version is None) == (git is None):
-        raise SeriesError(
-            f"{where}: one base: a 'release: sglang==X.Y.Z' line or a 'git: <commit>' line"
-        )
-    return Base(version, tuple(files), git, upstream)
+    if version is None:
+        raise SeriesError(f"{where}: no 'release: sglang==X.Y.Z' line")
+    return Base(version, tuple(files))
 
 
 def render_base(base: Base) -> str:
     lines = [
-        "# The base this series is cut against. Regenerate with: python -m tools.series refresh"
+        "# The base this series is cut against. Regenerate with: python -m tools.series refresh",
+        f"release: sglang=={base.version}",
+        f"source: the sglang=={base.version} wheel, as pip download finds it on the index pip "
+        "is configured for",
+        "layout: upstream; python/sglang/ holds the wheel's sglang/ minus compiled extensions",
     ]
-    if base.git is not None:
-        lines += [
-            f"git: {base.git}",
-            f"upstream: {base.upstream}",
-            "layout: upstream; the checkout is given at run time",
-        ]
-    else:
-        lines += [
-            f"release: sglang=={base.version}",
-            f"source: the sglang=={base.version} wheel, as pip download finds it on the index pip "
-            "is configured for",
-            "layout: upstream; python/sglang/ holds the wheel's sglang/ minus compiled extensions",
-        ]
     lines += [f"file: {p} {NEW if d == NEW else 'sha256=' + d}" for p, d in base.files]
     return "\n".join(lines) + "\n"
 

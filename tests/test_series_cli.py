@@ -1,7 +1,7 @@
-"""The series tools end to end: check, apply --to, refresh, materialize and their refusals.
-
-Each test drives ``tools.series.__main__.main`` (the CLI) on throwaway copies: a materialised checkout,
-a copy of the installed sglang package, or a copy of patches/ that a test corrupts on purpose.
+"""``python -m tools.series`` end to end: check, apply --to, refresh, materialize, matrix and
+their refusals (one line; exit 1 for a failed check or a refused target, 2 for bad input).
+Each test drives the CLI on throwaway copies: a materialised release, a copy of the installed
+sglang package, or a copy of patches/ that a test changes on purpose.
 """
 
 import hashlib
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ci import gitcmd
-from tools.series import base, check, matrix, refresh, seriesdir
+from tools.series import base, check, matrix, seriesdir
 from tools.series.__main__ import main
 from tools.series.seriesdir import PATCHES_DIR, REPO_ROOT
 
@@ -71,73 +71,99 @@ def test_check_applies_the_series_to_the_pinned_base(capsys):
         assert f"fix {fix} (" in out and ") applies alone to sglang==0.5.23" in out
 
 
-def test_check_refuses_a_fix_that_needs_the_one_before_it(capsys, tmp_path):
-    # A third fix whose hunk has 0001's new lines as context: the series applies, the fix alone
-    # does not, so it could not be its own pull request.
-    root = _project_copy(tmp_path)
-    series = seriesdir.load(root / "patches")
+def _add_patch(series, root, tmp_path, edit, subject) -> str:
+    """A 13th patch in the copy ``root``: ``edit(repo)`` on the applied series, committed."""
     repo = checkout(series, tmp_path / "sglang")
     check.am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
-    target = repo / FIX
-    target.write_text(target.read_text().replace("so a replacement peaks", "so replacing peaks"))
+    edit(repo)
     who = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", **gitcmd.TOOL_IDENTITY}
-    gitcmd.run(["commit", "-qam", "[DSV4] Reword the comment"], repo, env=who)
-    name = "0013-dsv4-reword.patch"
+    gitcmd.run(["add", "-A", "--sparse"], repo)
+    gitcmd.run(["commit", "-qm", subject], repo, env=who)
     gitcmd.run(["format-patch", "-q", "-1", "-o", str(tmp_path / "out")], repo)
     (generated,) = (tmp_path / "out").glob("*.patch")
+    name = "0013-" + generated.name.split("-", 1)[1]
     shutil.copy2(generated, root / "patches" / name)
     with (root / "patches" / "series").open("a") as listing:
         listing.write(name + "\n")
     cover = root / "patches" / "0000-cover-letter.patch"
     cover.write_bytes(cover.read_bytes().replace(b"[PATCH 00/12]", b"[PATCH 00/13]", 1))
+    return name
+
+
+def test_check_refuses_a_fix_that_needs_the_one_before_it(capsys, tmp_path, series):
+    # Its hunk has 0001's new lines as context: the series applies, the fix alone does not.
+    root = _project_copy(tmp_path)
+
+    def reword(repo):
+        text = (repo / FIX).read_text()
+        (repo / FIX).write_text(text.replace("so a replacement peaks", "so replacing peaks"))
+
+    name = _add_patch(series, root, tmp_path, reword, "[DSV4] Reword the comment")
     code, _, err = _run(capsys, "--patches", root / "patches", "check")
     assert code == 1, err
     assert "fix 0013 does not apply without the rest of the series" in err
     assert f"{name}: {FIX}: hunk #1" in err
 
 
-def test_check_fails_when_the_series_test_differs_from_the_projects_file(capsys, tmp_path):
+def test_check_never_reads_through_a_link_the_series_adds(capsys, tmp_path, series):
+    secret = tmp_path / "secret.py"
+    secret.write_text("x=  'SECRET-TOKEN-123'\n")  # what black would print back, were it read
     root = _project_copy(tmp_path)
-    text = (root / TEST).read_text().replace("MIB = 1 << 20", "MIB = 1 << 21")
-    (root / TEST).write_text(text)
-    code, _, err = _run(capsys, "--patches", root / "patches", "check")
-    assert code == 1
-    assert "0002-" in err and "differs from the project's file" in err and "line " in err
+
+    def link(repo):
+        (repo / "python/sglang/leak.py").symlink_to(secret)
+
+    _add_patch(series, root, tmp_path, link, "Add a link")
+    code, out, err = _run(capsys, "--patches", root / "patches", "check")
+    assert "SECRET-TOKEN-123" not in out + err
+    assert code == 1 and "check-ast fails on python/sglang/leak.py" in err  # the link text
 
 
-def test_check_names_patch_file_and_hunk_when_a_hunk_does_not_apply(capsys, tmp_path):
+def _corrupt(root, name, old, new):
+    path = next(root.glob(name))
+    data = path.read_bytes()
+    assert old in data
+    path.write_bytes(data.replace(old, new, 1) if new is not None else data[:-400])
+
+
+# (file in the project copy, bytes replaced, replacement or None: cut the end) -> what err says
+CHECK_REFUSALS = {
+    "test-differs": ((TEST, b"MIB = 1 << 20", b"MIB = 1 << 21"),
+                     ("0002-", "differs from the project's file", "first difference at line ")),
+    "hunk-does-not-apply": (("patches/0001-*.patch", b" current_dtype = self._buffer.dtype",
+                             b" current_dtype = self.dt"),
+                            (f"0001-dsv4-sparse-prefill-release-first.patch: {FIX}: hunk #1",
+                             "git am aborted, nothing applied")),
+    "truncated": (("patches/0001-*.patch", b"\n", None), ("corrupt patch: 0001-", "corrupt patch at line")),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CHECK_REFUSALS)
+def test_check_names_what_fails_in_one_line_and_exits_1(capsys, tmp_path, case):
+    (path, old, new), said = CHECK_REFUSALS[case]
     root = _project_copy(tmp_path)
-    fix = next((root / "patches").glob("0001-*.patch"))
-    data = fix.read_bytes().replace(
-        b" current_dtype = self._buffer.dtype", b" current_dtype = self.dt", 1
-    )
-    fix.write_bytes(data)
-    code, _, err = _run(capsys, "--patches", root / "patches", "check")
-    assert code == 1
-    assert f"0001-dsv4-sparse-prefill-release-first.patch: {FIX}: hunk #1" in err
-    assert "git am aborted, nothing applied" in err
+    _corrupt(root, path, old, new)
+    code, out, err = _run(capsys, "--patches", root / "patches", "check")
+    assert code == 1 and out == "", err
+    assert all(part in err for part in said), err
 
 
-def test_check_calls_a_truncated_patch_corrupt(capsys, tmp_path):
-    root = _project_copy(tmp_path)
-    fix = next((root / "patches").glob("0001-*.patch"))
-    fix.write_bytes(fix.read_bytes()[:-400])
-    code, _, err = _run(capsys, "--patches", root / "patches", "check")
-    assert code == 1 and "corrupt patch: 0001-" in err and "corrupt patch at line" in err
-
-
-def test_missing_git_is_a_usage_error(capsys, monkeypatch, tmp_path):
+def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch):
+    cases = [
+        (["materialize", "--version", "0.0.0.post999", tmp_path / "x"],
+         "sglang==0.0.0.post999 is not on PyPI"),
+        (["apply", "--to", tmp_path / "nowhere"], "is not a directory"),
+        (["apply", "--to", tmp_path], "is neither an upstream sglang checkout"),
+        (["apply", "--fix", "0002", "--to", tmp_path], "no fix starting at that patch"),
+        (["refresh", "--from", tmp_path], "is not a git checkout made by 'materialize'"),
+        (["--patches", tmp_path, "describe"], "series is missing"),
+    ]  # fmt: skip
+    for argv, said in cases:
+        code, out, err = _run(capsys, *argv)
+        assert (code, out, len(err.splitlines())) == (2, "", 1) and said in err, (argv, err)
     monkeypatch.setenv("PATH", str(tmp_path))
     code, _, err = _run(capsys, "check")
     assert code == 2 and err == "error: git: No such file or directory\n"
-
-
-def test_a_release_that_is_not_on_pypi_is_a_usage_error(capsys, tmp_path):
-    code, _, err = _run(capsys, "materialize", "--version", "0.0.0.post999", tmp_path / "x")
-    assert code == 2 and "sglang==0.0.0.post999 is not on PyPI" in err
-
-
-def test_bad_arguments_exit_2():
     with pytest.raises(SystemExit) as exc:
         main(["check", "--version", "latest"])
     assert exc.value.code == 2
@@ -167,25 +193,13 @@ def _other_filesystem(tmp_path) -> Path:
     return Path(tempfile.mkdtemp(prefix="series-other-fs-", dir=shm))
 
 
-def test_the_tools_clone_across_filesystems(capsys, tmp_path, series, monkeypatch):
+def test_the_tools_clone_across_filesystems(tmp_path, series):
     # git clone --local dies when it cannot hard-link ("Invalid cross-device link"); a plain
     # clone of a local path links where it can and copies where it cannot.
     other = _other_filesystem(tmp_path)
     try:
         release = base.materialize(series.base.version, other / "release", only=[FIX])
         assert _head(release) == BASE_0_5_23 and (release / FIX).is_file()
-        here = checkout(series, tmp_path / "sglang")
-        at = base.materialize_checkout(here, "HEAD", other / "checkout")
-        assert _head(at) == BASE_0_5_23
-        # refresh --checkout clones the checkout into a temporary folder: there, on tmpfs.
-        check.am_series(series, here, env=gitcmd.TOOL_IDENTITY)
-        name, email = parseaddr(_author_header(PATCHES_DIR))
-        monkeypatch.setenv("GIT_AUTHOR_NAME", name)
-        monkeypatch.setenv("GIT_AUTHOR_EMAIL", email)
-        monkeypatch.setattr(tempfile, "tempdir", str(other))
-        patches = _project_copy(tmp_path) / "patches"
-        written = refresh.refresh_checkout(patches, here, BASE_0_5_23)
-        assert written and seriesdir.load(patches).base.git == BASE_0_5_23
     finally:
         shutil.rmtree(other)
 
@@ -207,9 +221,14 @@ def test_apply_to_checkout_commits_the_series_then_refuses_a_second_time(capsys,
     code, out, err = _run(capsys, "apply", "--to", repo)
     assert code == 0, err
     subjects = gitcmd.out(["log", "--format=%s", f"{start}..HEAD"], repo).splitlines()
-    assert [s.split("]")[0] for s in subjects] == ["[DSA", "[DSA", "[DSV4", "[DSV4", "[DSA", "[DSA"] + [
-        "[DFlash"
-    ] * 4 + ["[DSV4"] * 2
+    assert [s.split("]")[0] for s in subjects] == [
+        "[DSA",
+        "[DSA",
+        "[DSV4",
+        "[DSV4",
+        "[DSA",
+        "[DSA",
+    ] + ["[DFlash"] * 4 + ["[DSV4"] * 2
     assert (repo / TEST).read_bytes() == (REPO_ROOT / TEST).read_bytes()
     applied = _head(repo)
     code, _, err = _run(capsys, "apply", "--to", repo)
@@ -251,20 +270,7 @@ def test_matrix_tries_each_fix_on_its_own_files(tmp_path):
     )
     row = matrix.release_row(seriesdir.load(root / "patches"), "0.5.23")
     statuses = {name.split("-", 1)[0]: result["status"] for name, result in row["patches"].items()}
-    assert statuses == {
-        "0001": "fails",
-        "0002": "clean",
-        "0003": "clean",
-        "0004": "clean",
-        "0005": "clean",
-        "0006": "clean",
-        "0007": "clean",
-        "0008": "clean",
-        "0009": "clean",
-        "0010": "clean",
-        "0011": "clean",
-        "0012": "clean",
-    }
+    assert statuses == {f"{n:04d}": "fails" if n == 1 else "clean" for n in range(1, 13)}
 
 
 def test_apply_refuses_a_dirty_checkout_and_one_it_does_not_apply_to(capsys, tmp_path, series):
