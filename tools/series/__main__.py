@@ -212,7 +212,7 @@ def main(argv=None) -> int:
     except (CiError, OSError) as err:  # a git that failed or is missing, an unreadable path
         said = f"{err.filename}: {err.strerror}" if getattr(err, "strerror", None) else str(err)
         print(f"error: {said}".splitlines()[0], file=sys.stderr)
-        return BAD_USAGE
+        return getattr(err, "code", BAD_USAGE)
 
 
 if __name__ == "__main__":
