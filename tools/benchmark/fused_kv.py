@@ -1,19 +1,10 @@
 """``python -m tools.benchmark.fused_kv``: the peak memory while sglang's speculative-decoding
-``FusedKVMaterializeHelper._ensure_workspace`` grows its three workspaces, on the real method.
-
-The helper is built without its constructor (which needs a draft model's layers): only the
-fields ``_ensure_workspace`` reads are set. Three methods, side by side in one process:
-``unmodified`` (the method as sglang ships it: each new workspace is allocated while the old
-one is still referenced), ``overlay`` (the method the installed overlay puts in its place,
-patch 0003) and ``released-first`` (sglang's method with the three old workspaces dropped
-before the call: the physical limit, the new total). The unit is the K workspace at the old
-capacity.
-
-On CPU, torch's profiler (``profile_memory=True``) records every tensor allocation and release
-in order, as in the project's CPU proof; their running sum is the live bytes. On CUDA
-(``--device cuda``) the caching allocator's peak (``torch.cuda.max_memory_allocated``) above
-what was allocated before the growth. Used by docs/grow-while-held-audit-0.5.23.md and
-BENCHMARKS.md; the test is tests/test_benchmark_fused_kv.py.
+``FusedKVMaterializeHelper._ensure_workspace`` grows its three workspaces, on the real method,
+built without its constructor (only the fields the method reads are set). Three methods side by
+side: ``unmodified`` (sglang's), ``overlay`` (patch 0003's) and ``released-first`` (sglang's
+with the old workspaces dropped first: the physical limit), in units of the K workspace at the
+old capacity. CPU: the running sum of torch's profiler memory events (as the CPU proof reads
+them); CUDA: the caching allocator's peak above what was allocated before the growth.
 """
 
 import argparse
