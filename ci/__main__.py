@@ -52,7 +52,6 @@ def _version() -> str:
 # --help order. The README says more about each flag.
 SWITCH = {"action": "store_true"}
 DIR, FILE, REV = {"metavar": "DIR"}, {"metavar": "FILE"}, {"metavar": "REV"}
-RESULTS_DIGEST = "results-digest: "  # the last line `ci run` prints, then sha256:HEX
 TEST_RESULTS = ("success", "failure", "cancelled", "skipped")
 RUN_FLAGS = (
     ("--out", "folder for results.json, JUnit, the report and logs", {"required": True}),
@@ -102,11 +101,6 @@ REPORT_FLAGS = (
     ("--slot-label", "text before the slot", {"default": DEFAULT_LABEL}),
     ("--state", "what to report (only results reads results)", {"choices": REPORT_STATES}),
     ("--test-result", "the test job's result (needs.test.result)", {"choices": TEST_RESULTS}),
-    (
-        "--results-digest",
-        "what `ci run` printed last (sha256:HEX), one per --results: others are refused",
-        {"nargs": "+", "metavar": "DIGEST"},
-    ),
     ("--require-head", "post only while --sha is still the PR's head", SWITCH),
     ("--check-run", "also create a check run on --sha (needs an installation token)", SWITCH),
     ("--summary", "append the full report here ($GITHUB_STEP_SUMMARY)"),
@@ -211,7 +205,7 @@ def cmd_run(args) -> int:
         refused = None
     except evidence.EvidenceError as exc:
         refused = str(exc)
-    digest = evidence.save(results, out)
+    evidence.save(results, out)
     render.write_full_report(results, out)
     if args.json:
         summary = {"verdict": results.verdict, "reasons": list(results.reasons)}
@@ -219,12 +213,9 @@ def cmd_run(args) -> int:
     else:
         print("\n".join(one_line(line) for line in run.summary_lines(results)))
     if refused is not None:
-        # Kept in --out, but no digest: the report would call them an invalid artifact.
+        # Kept in --out: the report would call them an invalid artifact.
         print(f"error: ci report would refuse these results: {one_line(refused)}", file=sys.stderr)
         return EXIT_FAILED
-    # Last, on a line of its own: the workflow passes it on to `ci report --results-digest`,
-    # which refuses a results.json changed after this process exited.
-    print(f"{RESULTS_DIGEST}{digest}", flush=True)
     return EXIT_OK if results.verdict == "ok" else EXIT_FAILED
 
 
@@ -238,8 +229,6 @@ def cmd_report(args) -> int:
 
     if args.results is not None:  # one folder, or the shards of one run
         args.results = args.results[0] if len(args.results) == 1 else tuple(args.results)
-    if args.results_digest is not None:
-        args.results_digest = tuple(args.results_digest)
     try:
         request = reporting.prepare(
             reporting.ReportRequest(**_fields(reporting.ReportRequest, args))

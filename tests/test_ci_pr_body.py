@@ -66,17 +66,18 @@ def test_slot_names_are_restricted():
         pr_states.markers("bad name -->")
 
 
-SLOT = "<!-- slot:s:start -->shown<!-- slot:s:end -->"
+SHOWN = "<!-- slot:s:start -->shown<!-- slot:s:end -->"
+SLOT = "dsv4-workspace"
 
 
 @pytest.mark.parametrize(
     "example",
     [
-        f"```\n{pr_states.BLOCK_START}\nL: {SLOT}\n{pr_states.BLOCK_END}\n```",
-        f"    {pr_states.BLOCK_START}\n    L: {SLOT}\n    {pr_states.BLOCK_END}",  # indented
-        f"`{pr_states.BLOCK_START} L: {SLOT} {pr_states.BLOCK_END}`",  # inline code
-        f"<pre>\n{pr_states.BLOCK_START}\nL: {SLOT}\n{pr_states.BLOCK_END}\n</pre>",
-        f"> {pr_states.BLOCK_START}\n> L: {SLOT}\n> {pr_states.BLOCK_END}",  # a quote
+        f"```\n{pr_states.BLOCK_START}\nL: {SHOWN}\n{pr_states.BLOCK_END}\n```",
+        f"    {pr_states.BLOCK_START}\n    L: {SHOWN}\n    {pr_states.BLOCK_END}",  # indented
+        f"`{pr_states.BLOCK_START} L: {SHOWN} {pr_states.BLOCK_END}`",  # inline code
+        f"<pre>\n{pr_states.BLOCK_START}\nL: {SHOWN}\n{pr_states.BLOCK_END}\n</pre>",
+        f"> {pr_states.BLOCK_START}\n> L: {SHOWN}\n> {pr_states.BLOCK_END}",  # a quote
     ],
 )
 def test_the_authors_example_of_the_block_is_never_edited(example):
@@ -85,3 +86,23 @@ def test_the_authors_example_of_the_block_is_never_edited(example):
     again = pr_states.set_slot(body, "s", "L", "again")
     assert again.count(pr_states.BLOCK_START) == body.count(pr_states.BLOCK_START)
     assert again == body.replace(">ours<", ">again<")
+
+
+def test_a_block_end_marker_inside_a_code_block_does_not_end_the_block():
+    start, end = pr_states.markers(SLOT)
+    body = (
+        "Text\n<!-- pr-states:start -->\n---\n### CI States\n\n"
+        "Other bot: <!-- slot:other:start -->ok<!-- slot:other:end -->\n"
+        "```\n<!-- pr-states:end -->\n```\n"
+        f"Label: {start}old{end}\n<!-- pr-states:end -->\n"
+    )
+    new = pr_states.set_slot(body, SLOT, "Label", "new")
+    assert new == body.replace(f"{start}old{end}", f"{start}new{end}")
+
+
+def test_a_body_ending_in_an_unclosed_fence_gets_one_block_however_many_runs():
+    body = "Text\n```\ncode without its closing fence\n"
+    for text in ("a", "b", "c"):
+        body = pr_states.set_slot(body, SLOT, "Label", text)
+    assert body.count(pr_states.BLOCK_START) == 1 and pr_states.get_slot(body, SLOT) == "c"
+    assert body.startswith("Text\n```\ncode without its closing fence\n")

@@ -3,19 +3,23 @@ environment line, a comment under 10 KB for the project's own evidence), and tha
 a test can break the markdown, pose as another name or start a workflow command."""
 
 import glob
+import html
 import re
+import unicodedata
 from dataclasses import replace
 
 import hypothesis
 import pytest
 from ci_samples import FILE, file_run, model, sides, workspace_runs
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ci.evidence import judge
 from ci.evidence import model as evidence
-from ci.reporter import escape, render
+from ci.reporter import checks, escape, render
 from ci.reporter.pr_states import MISSING_LABEL
 
+SLOT, HEAD = "dsv4-workspace", "c0ffee" + "0" * 34
 NASTY = "test_`x`|y <!-- slot:dsv4:end --> *z* [l](u) @team\nFAIL: -->"
 
 
@@ -151,3 +155,71 @@ def test_a_name_is_shown_in_ascii_one_to_one_and_escaped_for_markdown(name):
     shown = escape.escape_name(name)
     assert shown.replace(escape.JOINER, "").isascii() and "<" not in shown and "\n" not in shown
     assert not re.search(r"(?<!\\)[`*_\[\]|~]", shown.replace("\\\\", ""))
+
+
+def test_every_control_and_format_character_of_this_unicode_database_is_shown_escaped():
+    hostile = "".join(
+        chr(i)
+        for i in range(0x110000)
+        if unicodedata.category(chr(i)) in ("Cc", "Cf") and chr(i) not in "\t\n\r"
+    )
+    shown = html.unescape(render.escape_inline("a" + hostile + "b"))
+    block = render.escape_block("a" + hostile + "b")
+    for text in (shown, block):
+        assert text.isascii() and not set(hostile) & set(text)
+    for ch in "\u202e\u200b\x85\U000e0041":
+        assert ascii(ch)[1:-1] in shown and ascii(ch)[1:-1] in block
+
+
+LOOK_ALIKES = [
+    "test_grow",
+    "test_grow\u3164",  # Hangul filler
+    "test_grow\u115f",  # Hangul choseong filler
+    "test_grow\u034f",  # combining grapheme joiner
+    "test_grow\ufe0f",  # variation selector
+    "test_grow\u200b",  # zero-width space
+    "test_grow\u2800",  # braille blank
+    "test_grow\u00a0",  # no-break space
+    "test_gr\u043ew",  # a Cyrillic o
+    "test_grow\\u3164",  # the escape itself, written out
+    "test_gro\u0301w",  # a combining accent
+    "test_gr\u00f3w",  # the same accent, precomposed
+]
+
+
+def test_two_different_case_names_never_render_alike():
+    m = model()
+    first = m.cases[0]
+    cases = [replace(first, test=f"{name}") for name in LOOK_ALIKES]
+    text = render.comment(replace(m, cases=cases), SLOT)
+    rows = [html.unescape(line) for line in text.splitlines() if line.startswith("| test")]
+    names = [row.split(" | ")[0] for row in rows]
+    assert len(set(names)) == len(LOOK_ALIKES)
+    assert all(name.isascii() for name in names)  # no letter of another script passes for ours
+    create, _ = checks.bodies(replace(m, cases=cases), HEAD, "s", "2026-01-01T00:00:00Z")
+    titles = [note["title"] for note in create["output"]["annotations"]]
+    assert len(set(titles)) == len(LOOK_ALIKES) and all(t.isascii() for t in titles)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=8), st.text(max_size=8))
+def test_escape_name_is_one_to_one(a, b):
+    if a != b:
+        assert render.escape_name(a) != render.escape_name(b)
+        assert escape.name_text(a) != escape.name_text(b)
+
+
+@pytest.mark.parametrize(
+    "name", ["ping @maintainers", "fixes #1", "sgl-project/sglang#1", "see GH-12 and @a-b"]
+)
+def test_a_test_name_can_neither_mention_nor_reference_after_entities_are_decoded(name):
+    # GitHub turns markdown into HTML first (entities like &#64; become '@') and finds
+    # mentions and issue references in that text; the escape must hold after decoding.
+    shown = html.unescape(render.escape_inline(name))
+    assert not re.search(r"(?:^|\W)@[A-Za-z0-9]", shown), shown
+    assert not re.search(r"#\d", shown) and not re.search(r"GH-\d", shown), shown
+
+
+def test_safe_clip_backs_off_from_a_partial_entity_and_a_lone_backslash():
+    assert render.safe_clip("abc &amp; def", 7) == "abc \u2026"
+    assert render.safe_clip("ab\\|cd", 4) == "ab\u2026"

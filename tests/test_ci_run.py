@@ -312,8 +312,8 @@ def test_a_run_whose_base_already_has_the_change_is_void_and_exits_1(trees_runs)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     # The file reads sglang's source and never imports it, so its processes saw no version.
     assert (
-        proc.stdout.splitlines()[-2]
-        == (  # the last is the results' digest
+        proc.stdout.splitlines()[-1]
+        == (
             "ci run: the bug did not reproduce: 1 listed regressions pass on "
             "sglang (version unknown) @ "
             f"{data['sides']['unmodified']['commit'][:12]} "

@@ -5,14 +5,27 @@ import json
 import re
 from dataclasses import FrozenInstanceError, replace
 
+import ci_samples
 import pytest
-from ci_samples import CLS, FILE, GROW, REUSE, channel_line, file_run, model, sides, workspace_runs
+from ci_samples import (
+    CLS,
+    FILE,
+    GROW,
+    REUSE,
+    channel_line,
+    file_run,
+    model,
+    sides,
+    workspace_runs,
+)
+from conftest import REPO
 
 from ci.evidence import judge
 from ci.evidence.model import (
     FILE_CASE,
     EvidenceError,
     FixId,
+    Outcome,
     Results,
     SeriesId,
     TestResult,
@@ -324,7 +337,6 @@ def test_the_loaded_model_is_exactly_what_was_judged():
 
 
 def test_every_command_in_the_committed_evidence_names_a_module_of_this_repository():
-    from conftest import REPO
 
     commands = {
         module
@@ -337,3 +349,59 @@ def test_every_command_in_the_committed_evidence_names_a_module_of_this_reposito
         m for m, p in sorted(where.items()) if not (p.is_dir() or p.with_suffix(".py").exists())
     ]
     assert stale == []  # e.g. tools.series, renamed to series
+
+
+def _with(run, test, **fields):
+    lines = []
+    for text in run.channel.splitlines():
+        line = json.loads(text)
+        if line["test"].endswith(test):
+            line.update(fields)
+        lines.append(json.dumps(line))
+    return replace(run, channel="\n".join(lines) + "\n")
+
+
+def test_a_pass_whose_attempts_went_unseen_is_unproven_on_either_side_never_green():
+    unmodified, change = ci_samples.workspace_runs()
+    for runs, side in (
+        ([unmodified, _with(change, ci_samples.REUSE, unobserved=True)], "change"),
+        ([_with(unmodified, ci_samples.REUSE, unobserved=True), change], "unmodified"),
+    ):
+        m = ci_samples.model(runs)
+        (reuse,) = [c for c in m.cases if c.test.endswith(ci_samples.REUSE)]
+        assert reuse.kind == "unproven" and reuse.modes[side].outcome == Outcome.PASS, side
+        assert m.verdict == "failed", (side, m.verdict)
+        assert any(r.startswith("1 not proven") for r in m.reasons), m.reasons
+    # An expected failure's attempts end in the failure: a pass, not a retried one.
+    expected = _with(change, ci_samples.REUSE, attempts=["fail"])
+    m = ci_samples.model([unmodified, expected])
+    (reuse,) = [c for c in m.cases if c.test.endswith(ci_samples.REUSE)]
+    assert reuse.kind == "preservation", reuse.kind
+
+
+def _without_grow_on_base():
+    unmodified, change = ci_samples.workspace_runs()
+    lines = [line for line in unmodified.channel.splitlines() if ci_samples.GROW not in line]
+    return [replace(unmodified, channel="\n".join(lines) + "\n", returncode=0), change]
+
+
+@pytest.mark.parametrize("base", ["skip", "missing"])
+def test_a_listed_regression_that_skips_or_is_missing_on_base_is_not_green(base):
+    runs = ci_samples.workspace_runs("skip") if base == "skip" else _without_grow_on_base()
+    m = ci_samples.model(runs)
+    (grow,) = [c for c in m.cases if c.test.endswith(ci_samples.GROW)]
+    assert grow.kind == "not-reproduced" and m.verdict == "void", (grow.kind, m.verdict)
+    assert any("skip or give no result" in r for r in m.reasons), m.reasons
+
+
+def test_a_file_that_reports_one_id_twice_is_broken_and_its_failure_is_not_overwritten():
+    unmodified, change = ci_samples.workspace_runs()
+    fail = ci_samples.channel_line(ci_samples.REUSE, "fail", ci_samples.TRACEBACK)
+    again = ci_samples.channel_line(ci_samples.REUSE, "pass")
+    change = replace(change, channel=change.channel + fail + "\n" + again + "\n", returncode=0)
+    m = ci_samples.model([unmodified, change])
+    (reuse,) = [c for c in m.cases if c.test.endswith(ci_samples.REUSE)]
+    assert reuse.modes["change"].outcome == "fail" and reuse.kind == "broken", reuse
+    assert m.verdict == "failed"
+    (whole,) = [c for c in m.cases if c.test == "(whole file)"]
+    assert "reported more than once: a broken file" in whole.modes["change"].detail

@@ -6,7 +6,6 @@ every shape and bound (each field through the check its metadata names); it rais
 """
 
 import enum
-import hashlib
 import json
 import os
 import re
@@ -345,27 +344,10 @@ def dumps(results: Results) -> bytes:
     return (text + "\n").encode("ascii")
 
 
-def digest(data: bytes) -> str:
-    """What `ci run` prints last and `ci report --results-digest` checks: sha256:HEX."""
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def digest_of_file(path: str) -> str:
-    """``digest`` of a file's bytes, read without following a link at its end."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    sha = hashlib.sha256()
-    with os.fdopen(fd, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            sha.update(block)
-    return "sha256:" + sha.hexdigest()
-
-
-def save(results: Results, folder: str) -> str:
-    """results.json written into ``folder``; returns its digest (``digest``)."""
-    data = dumps(results)
+def save(results: Results, folder: str) -> None:
+    """results.json written into ``folder``."""
     with open(os.path.join(folder, "results.json"), "wb") as handle:
-        handle.write(data)
-    return digest(data)
+        handle.write(dumps(results))
 
 
 def read_channel(text: str) -> tuple[tuple[TestResult, ...], tuple[str, ...]]:

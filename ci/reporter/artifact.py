@@ -75,23 +75,6 @@ def extract_results(zip_path: str, folder: str) -> None:
         handle.write(data)
 
 
-def check_digests(paths, digests) -> None:
-    """Each of ``paths``' results.json is byte for byte what `ci run` printed the digest of."""
-    if len(digests) != len(paths):
-        raise EvidenceError(f"{len(digests)} results digests for {len(paths)} results")
-    for path, expected in zip(paths, digests, strict=True):
-        file = path if os.path.isfile(path) else os.path.join(path, "results.json")
-        try:
-            found = evidence.digest_of_file(file)
-        except OSError as exc:
-            raise EvidenceError(f"{os.path.basename(file)!r}: {exc.strerror}") from None
-        if found != expected:
-            raise EvidenceError(
-                f"results.json has digest {found[:19]}..., `ci run` printed {expected[:19]!r}: "
-                "written after `ci run` exited, or not by it"
-            )
-
-
 def has_results(path: str | None) -> bool:
     """Whether ``path`` names results: the file or its folder."""
     return bool(path) and (

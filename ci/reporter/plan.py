@@ -39,7 +39,6 @@ class ReportRequest:
     slot_label: str = DEFAULT_LABEL
     state: str = "results"
     test_result: str | None = None  # trusted: the test job's result, or the run's conclusion
-    results_digest: tuple | None = None  # trusted: what `ci run` printed last, one per results
     require_head: bool = False
     check_run: bool = False
     summary: str | None = None
@@ -141,8 +140,6 @@ def plan(request: ReportRequest) -> ReportPlan:
         if not request.results:
             raise RequestError("--results DIR is required: the folder `ci run --out` wrote")
         try:
-            if request.results_digest is not None:
-                artifact.check_digests(_paths(request.results), request.results_digest)
             model = shards.load(request.results, request.shard_artifacts)
         except EvidenceError as exc:
             # Refused whole, and said so: a slot left pending would read as "still running".

@@ -1,14 +1,9 @@
-"""The bot's trust rules against the fake GitHub, through the real github3.py client.
-
-Comments: only the bot's own identity is edited, never a marker alone. Fork PRs: a read-only
-token fails cleanly; the workflow_run path trusts nothing of the fork's run but its raw outcomes:
-the PR, its approval, the run's workflow file and bot code (blob SHAs against the default
-branch) and the artifact's size (before the download) are asked of GitHub. Check runs: summary plus one annotation per regression or broken case,
-batched 50 per request. Oversize results: shortened in whole pieces, never silently.
+"""A fork PR's report (``ci report --workflow-run``): GitHub's account of the finished run, the
+approval of exactly that commit, the artifact fetched within its cap, and the identity the bot
+writes with (a marker alone never adopts a comment); the check run and its annotations.
 """
 
 import json
-import os
 from dataclasses import replace
 
 import ci_samples
@@ -18,14 +13,17 @@ from ci_samples import FILE, file_run, model, posted, refused
 
 from ci.__main__ import main
 from ci.evidence import model as evidence_model
-from ci.evidence import shards
-from ci.evidence.model import EvidenceError, save
+from ci.evidence.model import save
 from ci.reporter import checks, github_io, pr_states, render
 from ci.reporter.publish import Publisher, RetryPolicy, connect
-from ci.runner import collect
 
 ACTIONS_TOKEN = "ghs_actionsINSTALLATIONtoken"
+
+
 HEAD = "c0ffee" + "0" * 34
+
+
+SLOT = "dsv4-workspace"
 RUN = {"id": 4242, "html_url": "https://github.example/runs/4242"}
 
 
@@ -57,7 +55,12 @@ def _report(fake, monkeypatch, *args):
     return main(["report", "--api-url", fake.url, *args])
 
 
-# --- comments: identity, never the marker alone ---------------------------------------------
+def _nothing_green(server):
+    slot = pr_states.get_slot(server.bodies[7], SLOT)
+    assert not slot.startswith(":white_check_mark:"), slot
+    assert all(s["state"] != "success" for s in server.statuses), server.statuses
+    assert all(r["conclusion"] != "success" for r in server.check_runs.values())
+    return slot
 
 
 def test_a_spoofed_marker_comment_by_another_user_is_left_alone(fake, tmp_path, monkeypatch):
@@ -90,9 +93,6 @@ def test_upsert_without_an_author_is_refused(fake):
         _publisher(fake).upsert_comment("<!-- m -->", "<!-- m -->\nx", None)
 
 
-# --- fork PRs: read-only token, workflow_run --------------------------------------------------
-
-
 def test_a_fork_prs_read_only_token_fails_cleanly_and_changes_nothing(tmp_path, monkeypatch):
     server = FakeGitHub(token=ACTIONS_TOKEN, read_only=True).start()
     try:
@@ -106,6 +106,8 @@ def test_a_fork_prs_read_only_token_fails_cleanly_and_changes_nothing(tmp_path, 
 
 
 WORKFLOW = ".github/workflows/pr-test-dsv4-workspace.yml"
+
+
 REVIEWED, STARTED, LATER = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z", "2026-01-01T00:10:00Z"
 
 
@@ -254,6 +256,20 @@ def test_a_run_triggered_by_someone_without_write_permission_is_not_approved_by_
     assert not bare.comments and not bare.statuses
 
 
+@pytest.mark.parametrize(
+    "conclusion, emoji", [("failure", ":x:"), ("cancelled", ":no_entry_sign:")]
+)
+def test_a_fork_run_that_did_not_succeed_never_posts_green_from_a_green_artifact(
+    bare, tmp_path, monkeypatch, conclusion, emoji
+):
+    _fork_pr(bare)  # a green results artifact
+    assert _fork_report(bare, monkeypatch, tmp_path, conclusion=conclusion) == 0
+    slot = _nothing_green(bare)
+    assert slot.startswith(emoji) and f"result is {conclusion}" in slot, slot
+    (run,) = bare.check_runs.values()
+    assert run["conclusion"] == conclusion
+
+
 def test_an_artifact_over_the_cap_is_refused_before_it_is_downloaded(bare, tmp_path, monkeypatch):
     _fork_pr(bare, size=github_io.MAX_ARTIFACT_BYTES + 1)
     assert _fork_report(bare, monkeypatch, tmp_path) == 2
@@ -351,9 +367,6 @@ def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
     assert fake.requests == []
 
 
-# --- check runs ----------------------------------------------------------------------------
-
-
 def test_check_run_has_the_table_and_a_notice_at_the_regression_tests_line(fake):
     m = model()
     m = replace(m, cases=[replace(m.cases[0], line=123), *m.cases[1:]])
@@ -391,57 +404,3 @@ def test_120_annotations_go_out_50_per_request_and_broken_cases_are_failures(fak
     levels = [a["annotation_level"] for a in run["annotations"]]
     assert len(levels) == 120 and levels.count("failure") == 1 and run["conclusion"] == "failure"
     assert fake.count("PATCH", r"/check-runs/\d+$") == 2
-
-
-def test_run_records_each_cases_def_line_for_its_annotation(tmp_path):
-    lines = collect.test_lines(".", FILE)
-    assert lines and all(isinstance(n, int) and n > 1 for n in lines.values())
-    with open(FILE) as handle:
-        source = handle.read().splitlines()
-    for key, line in lines.items():
-        assert source[line - 1].lstrip().startswith(("def " + key.split(".")[-1], "async def "))
-    assert collect.line_of(lines, "TestX.test_y[3]") is None
-    assert collect.line_of({"test_y": 7}, "test_y[3]") == 7
-
-
-def test_safe_clip_backs_off_from_a_partial_entity_and_a_lone_backslash():
-    assert render.safe_clip("abc &amp; def", 7) == "abc \u2026"
-    assert render.safe_clip("ab\\|cd", 4) == "ab\u2026"
-
-
-# --- the artifact is untrusted input ----------------------------------------------------------
-
-
-def test_artifact_with_a_path_outside_the_repo_or_huge_counts_is_rejected(tmp_path):
-    m = model()
-    m = replace(m, cases=[replace(m.cases[0], file="../../etc/passwd.py"), *m.cases[1:]])
-    folder = _results_dir(tmp_path, m)
-    with pytest.raises(EvidenceError, match="relative test-file path"):
-        shards.load(str(folder))
-    m = replace(model(), backend="cuda\n<script>")
-    with pytest.raises(EvidenceError, match="backend"):
-        shards.load(str(_results_dir(tmp_path, m, "b")))
-
-
-def test_artifact_results_json_over_the_size_cap_or_a_symlink_is_rejected(tmp_path, monkeypatch):
-    folder = _results_dir(tmp_path)
-    monkeypatch.setattr(evidence_model, "MAX_RESULTS_BYTES", 100)
-    with pytest.raises(EvidenceError, match="larger than 100 bytes"):
-        shards.load(str(folder))
-    other = tmp_path / "link"
-    other.mkdir()
-    os.symlink(folder / "results.json", other / "results.json")
-    monkeypatch.setattr(evidence_model, "MAX_RESULTS_BYTES", 10**6)
-    with pytest.raises(EvidenceError, match="not a plain file"):
-        shards.load(str(other))
-
-
-def test_bad_results_from_the_artifact_are_exit_2_and_a_failure_slot_saying_so(
-    fake, tmp_path, monkeypatch
-):
-    folder = tmp_path / "r"
-    folder.mkdir()
-    (folder / "results.json").write_text('{"schema": 1}')
-    args = ["--results", str(folder), "--repo", "sgl/sglang", "--pr", "7", "--post"]
-    assert _report(fake, monkeypatch, *args) == 2
-    refused(fake)

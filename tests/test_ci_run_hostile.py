@@ -1,22 +1,20 @@
-"""Trust, part four (issue 34), the rest: every way a test method can run has its attempts
-counted (a pass the runner could not count is `unproven`, never green), a file that reports
-more results than the runner wrote is broken, hostile trees and names end in one line, and
-`ci run` refuses results its own report would. Each test here reproduced its break before the
-fix (the commit that added it says so)."""
+"""``ci run`` against hostile registered files and trees (the test process is PR code): every way
+a test method runs has its attempts counted, a retry upstream's CI would hide is flaky, hostile
+trees and file names end in one line, nothing printed starts a workflow command, and results
+its own report would refuse fail the run.
+"""
 
 import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
 
-import ci_samples
 import pytest
+from ci_samples import FILE
 from conftest import NO_RETRY_DELAY, REPO, clean_env
 
-from ci.evidence.model import Outcome
-
-# --- 2: a retry the bot cannot see --------------------------------------------------------------
+from ci.__main__ import main
+from ci.runner import collect, launch, modes
 
 # Each test fails its first call and passes the second; the file calls its methods every way
 # the issue found: an asyncio CustomTestCase (upstream's pattern), sync and async methods; a
@@ -100,6 +98,7 @@ if __name__ == "__main__":
     unittest.main()
 """
 
+
 PYTEST_WAY = """
 import sys
 import unittest
@@ -131,7 +130,6 @@ def custom_runs(tmp_path_factory):
     `ci run` runs them by default), in sglang's CI mode and without its retry back-off:
     {file: (its run, its result lines by test)}. Forking both from one import, instead of two
     fresh interpreters, saves one import of sglang (about 6 CPU-s)."""
-    from ci.runner import launch, modes
 
     folder = tmp_path_factory.mktemp("custom")
     files = {"test_every_way.py": EVERY_WAY, "test_pytest_way.py": PYTEST_WAY}
@@ -181,34 +179,6 @@ def test_a_unittest_case_that_pytest_runs_has_its_attempts_counted(custom_runs):
     assert "unobserved" not in lines["test_function"]
 
 
-def _with(run, test, **fields):
-    lines = []
-    for text in run.channel.splitlines():
-        line = json.loads(text)
-        if line["test"].endswith(test):
-            line.update(fields)
-        lines.append(json.dumps(line))
-    return replace(run, channel="\n".join(lines) + "\n")
-
-
-def test_a_pass_whose_attempts_went_unseen_is_unproven_on_either_side_never_green():
-    unmodified, change = ci_samples.workspace_runs()
-    for runs, side in (
-        ([unmodified, _with(change, ci_samples.REUSE, unobserved=True)], "change"),
-        ([_with(unmodified, ci_samples.REUSE, unobserved=True), change], "unmodified"),
-    ):
-        m = ci_samples.model(runs)
-        (reuse,) = [c for c in m.cases if c.test.endswith(ci_samples.REUSE)]
-        assert reuse.kind == "unproven" and reuse.modes[side].outcome == Outcome.PASS, side
-        assert m.verdict == "failed", (side, m.verdict)
-        assert any(r.startswith("1 not proven") for r in m.reasons), m.reasons
-    # An expected failure's attempts end in the failure: a pass, not a retried one.
-    expected = _with(change, ci_samples.REUSE, attempts=["fail"])
-    m = ci_samples.model([unmodified, expected])
-    (reuse,) = [c for c in m.cases if c.test.endswith(ci_samples.REUSE)]
-    assert reuse.kind == "preservation", reuse.kind
-
-
 ASYNC_FLAKY = """
 import os
 import tempfile
@@ -251,8 +221,6 @@ def test_an_async_custom_test_case_that_passes_on_its_retry_is_flaky_in_ci_run(t
     assert "1 flaky with" in proc.stdout, proc.stdout
     assert os.path.isfile(tmp_path / "out" / "report.md")
 
-
-# --- 9: hostile trees end in one line -----------------------------------------------------------
 
 REGISTERED = """import unittest
 from sglang.test.ci.ci_register import register_cpu_ci
@@ -299,7 +267,6 @@ def _checkout(tmp_path, head: dict) -> str:
 
 
 def _refused(capsys, *args) -> str:
-    from ci.__main__ import main
 
     code = main(["run", "--backend", "cpu", *map(str, args)])
     err = capsys.readouterr().err.strip()
@@ -402,7 +369,6 @@ def test_a_run_through_a_looping_link_and_removed_logs_and_a_version_the_report_
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "ci report would refuse these results" in errors[0], said
     assert "sides.change.sglang: 127 characters; at most 100" in errors[0], errors
-    assert "results-digest:" not in proc.stdout  # nothing a report could take
     assert sorted(p.name for p in (out / "logs").iterdir()) == [
         "tests_test_logs.py.change.log",
         "tests_test_logs.py.unmodified.log",
@@ -411,3 +377,112 @@ def test_a_run_through_a_looping_link_and_removed_logs_and_a_version_the_report_
     assert {"file": "tests/loop", "why": "a link to a folder: not followed (its tests are not "
             "run through it)"} in data["selection"]["not_run"]  # fmt: skip
     assert [c["kind"] for c in data["cases"]] == ["preservation"]
+
+
+def test_the_dirty_tree_message_names_the_whole_path(tmp_path):
+    from ci.runner import git_sides
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "abc.py").write_text("x = 1\n")
+    git("add", "abc.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    (tmp_path / "abc.py").write_text("x = 2\n")  # " M abc.py": modified, not staged
+    with pytest.raises(git_sides.RequestError) as refused:
+        git_sides.read_change(str(tmp_path), "HEAD", "HEAD")
+    assert "uncommitted changes (abc.py...)" in str(refused.value), refused.value
+
+
+KILLS_ITS_PARENT = """
+import os, signal, unittest
+
+
+class T(unittest.TestCase):
+    def test_x(self):
+        pass
+
+
+if __name__ == "__main__":
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as handle:
+        parent = handle.read()
+    # only ever the preloading parent, never the test run that started it all (RUNNER)
+    if b"preload.py" in parent and os.getppid() != RUNNER:
+        os.kill(os.getppid(), signal.SIGKILL)
+    unittest.main()
+"""
+
+
+def test_the_preload_record_stops_saying_forked_once_its_parent_died(tmp_path):
+
+    for name in ("test_a.py", "test_b.py"):
+        (tmp_path / name).write_text(f"RUNNER = {os.getpid()}\n" + KILLS_ITS_PARENT)
+    env = modes.environment(modes.ModeSetup("change", overlay=True), base=clean_env())
+    preloads = {}
+    runs = launch.run_all(["test_a.py", "test_b.py"], {"change": env}, str(tmp_path), 60, 1,
+                          lambda _: None, ("json",), preloads)  # fmt: skip
+    assert len(runs) == 2
+    record = preloads["change"]
+    assert record["forked"] is False and "preloading parent failed" in record["error"], record
+
+
+PASSES = (
+    """
+import unittest
+"""
+    + REGISTERED
+    + """
+
+
+class T(unittest.TestCase):
+    def test_x(self):
+        pass
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+)
+
+
+def test_a_file_name_never_starts_a_workflow_command_on_stderr_or_stdout(tmp_path):
+    forged = "\n::error title=forged::the bot says so"
+    root = tmp_path / "root"
+    (root / "tests").mkdir(parents=True)
+    (root / "tests" / f"test_x{forged}.py").write_text(PASSES)
+    (root / "tests" / "test_ok.py").write_text(PASSES)
+    (tmp_path / "none.txt").write_text("")
+
+    def ci_run(*tests):
+        argv = [sys.executable, "-m", "ci", "run", "--out", str(tmp_path / "out"), "--backend",
+                "cpu", "--root", str(root), "--tests", *tests,
+                "--regressions", str(tmp_path / "none.txt")]  # fmt: skip
+        proc = subprocess.run(
+            argv, cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=600
+        )
+        for line in (proc.stdout + proc.stderr).splitlines():
+            assert not line.strip().startswith("::"), line
+            assert "##[" not in line, line
+        return proc
+
+    # Such a file name is refused before it runs (issue 34, break 10): named, in one line.
+    refused = ci_run(f"tests/test_x{forged}.py")
+    assert refused.returncode == 2 and "a test file name the report refuses" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    # A folder link's name reaches the progress lines: defused there too.
+    os.rename(root / "tests" / f"test_x{forged}.py", tmp_path / "away.py")
+    os.symlink(".", root / "tests" / f"loop{forged}")
+    ran = ci_run("tests")
+    assert "exit 0" in ran.stderr and "a link to a folder: not followed" in ran.stderr, ran.stderr
+
+
+def test_run_records_each_cases_def_line_for_its_annotation(tmp_path):
+    lines = collect.test_lines(".", FILE)
+    assert lines and all(isinstance(n, int) and n > 1 for n in lines.values())
+    with open(FILE) as handle:
+        source = handle.read().splitlines()
+    for key, line in lines.items():
+        assert source[line - 1].lstrip().startswith(("def " + key.split(".")[-1], "async def "))
+    assert collect.line_of(lines, "TestX.test_y[3]") is None
+    assert collect.line_of({"test_y": 7}, "test_y[3]") == 7
