@@ -1,10 +1,9 @@
 """``python -m tools.series`` end to end: check, apply --to, refresh, materialize, matrix and
 their refusals (one line; exit 1 for a failed check or a refused target, 2 for bad input).
-Each test drives the CLI on throwaway copies: a materialised release, a copy of the installed
-sglang package, or a copy of patches/ that a test changes on purpose.
+Each test drives the CLI on throwaway copies: a materialised release, or a copy of patches/
+that a test changes on purpose.
 """
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -152,8 +151,8 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch):
     cases = [
         (["materialize", "--version", "0.0.0.post999", tmp_path / "x"],
          "sglang==0.0.0.post999 is not on PyPI"),
-        (["apply", "--to", tmp_path / "nowhere"], "is not a directory"),
-        (["apply", "--to", tmp_path], "is neither an upstream sglang checkout"),
+        (["apply", "--to", tmp_path / "nowhere"], "is not an upstream sglang checkout"),
+        (["apply", "--to", tmp_path], "is not an upstream sglang checkout"),
         (["apply", "--fix", "0002", "--to", tmp_path], "no fix starting at that patch"),
         (["refresh", "--from", tmp_path], "is not a git checkout made by 'materialize'"),
         (["--patches", tmp_path, "describe"], "series is missing"),
@@ -291,43 +290,6 @@ def test_apply_refuses_a_dirty_checkout_and_one_it_does_not_apply_to(capsys, tmp
     code, _, err = _run(capsys, "apply", "--to", repo)
     assert code == 1 and "hunk #1" in err and "is unchanged" in err
     assert _head(repo) == head and gitcmd.dirty_paths(repo) == []
-
-
-def _installed_copy(tmp_path) -> Path:
-    import sglang
-
-    installed = Path(sglang.__file__).parent
-    site = tmp_path / "site-packages"
-    shutil.copytree(
-        installed, site / "sglang", ignore=shutil.ignore_patterns("__pycache__", "*.so")
-    )
-    for dist_info in installed.parent.glob("sglang-*.dist-info"):
-        shutil.copytree(dist_info, site / dist_info.name)
-    return site / "sglang"
-
-
-def test_apply_to_installed_package_patches_source_and_skips_the_test(
-    capsys, tmp_path, patched_tree
-):
-    package = _installed_copy(tmp_path)
-    target = package / "srt/layers/attention/dsv4/sparse_prefill_utils.py"
-    original = target.read_bytes()
-
-    target.write_bytes(original + b"# local edit\n")
-    code, _, err = _run(capsys, "apply", "--to", package)
-    assert code == 1 and "differ from the installed distribution's RECORD" in err
-    target.write_bytes(original)
-
-    code, out, err = _run(capsys, "apply", "--to", package.parent)  # site-packages works too
-    assert code == 0, err
-    assert f"skipped {TEST}" in out and "0002-" in out
-    assert target.read_bytes() == (patched_tree / FIX).read_bytes()
-    assert not (package / "registered").exists() and not (package.parent / "test").exists()
-
-    digest = hashlib.sha256(target.read_bytes()).hexdigest()
-    code, _, err = _run(capsys, "apply", "--to", package)
-    assert code == 1 and "already has the series applied" in err
-    assert hashlib.sha256(target.read_bytes()).hexdigest() == digest
 
 
 def test_refresh_from_the_applied_tree_reproduces_the_series_byte_for_byte(

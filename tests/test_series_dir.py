@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ci import gitcmd
-from tools.series import SeriesError, apply, base, check, matrix, seriesdir
+from tools.series import SeriesError, base, check, matrix, seriesdir
 from tools.series.seriesdir import PATCHES_DIR, REPO_ROOT, load, parse_patch
 
 FIX = "python/sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py"
@@ -123,34 +123,26 @@ HUNK = "hunk #1 @@ -113,12 @@ (class SparsePrefillKVBuffer:)"
 
 
 @pytest.mark.parametrize(
-    "output, prefix, said",
+    "output, said",
     [
-        (f"error: patch failed: {FIX}:113\nerror: {FIX}: patch does not apply\n", "",
+        (f"error: patch failed: {FIX}:113\nerror: {FIX}: patch does not apply\n",
          f"0001-x.patch: {FIX}: {HUNK} does not apply"),
-        (f"error: patch failed: {FIX}:120\n", "", f"0001-x.patch: {FIX}: {HUNK} does not apply"),
-        ("error: patch failed: srt/layers/attention/dsv4/sparse_prefill_utils.py:113\n",
-         apply.UPSTREAM_PACKAGE, f"0001-x.patch: {FIX}: {HUNK} does not apply"),
-        (f"error: {FIX}: does not exist in index\n", "",
+        (f"error: patch failed: {FIX}:120\n", f"0001-x.patch: {FIX}: {HUNK} does not apply"),
+        (f"error: {FIX}: does not exist in index\n",
          f"0001-x.patch: {FIX}: the file does not exist in the target"),
-        (f"error: {TEST}: already exists in working directory\n", "",
+        (f"error: {TEST}: already exists in working directory\n",
          f"0001-x.patch: {TEST}: the file it adds already exists in the target"),
-        ("fatal: something else\n", "", "0001-x.patch: does not apply (fatal: something else)"),
+        ("fatal: something else\n", "0001-x.patch: does not apply (fatal: something else)"),
     ],
-    ids=["at-its-start", "at-an-offset", "package-relative", "missing", "exists", "other"],
+    ids=["at-its-start", "at-an-offset", "missing", "exists", "other"],
 )  # fmt: skip
-def test_gits_failure_is_told_as_patch_file_and_hunk(output, prefix, said):
-    assert check.explain(output, parse_patch(FIX_BYTES, "0001-x.patch"), prefix) == [said]
+def test_gits_failure_is_told_as_patch_file_and_hunk(output, said):
+    assert check.explain(output, parse_patch(FIX_BYTES, "0001-x.patch")) == [said]
 
 
 def test_first_difference_names_the_line():
     assert check.first_difference(b"a\nb\nc\n", b"a\nB\nc\n") == "line 2"
     assert "longer" in check.first_difference(b"a\n", b"a\nb\n")
-
-
-def test_an_installed_package_gets_python_sglang_files_and_skips_the_rest():
-    (_, fix, fix_skipped), (_, test, test_skipped), *_ = apply._package_plan(load())
-    assert (fix, fix_skipped) == (["srt/layers/attention/dsv4/sparse_prefill_utils.py"], [])
-    assert (test, test_skipped) == ([], [TEST, CPU_TEST])
 
 
 def test_wheel_members_map_to_upstream_without_dist_info_or_compiled_extensions(tmp_path):

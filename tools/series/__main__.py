@@ -12,7 +12,6 @@ from tools.series import (
     OK,
     SeriesError,
     ab,
-    apply,
     audit_tree,
     base,
     check,
@@ -57,12 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", **release)
 
-    p = verbs.add_parser("apply", help="apply the series to a checkout or installed package")
+    p = verbs.add_parser("apply", help="commit the series into an upstream sglang checkout")
     p.add_argument(
         "--to",
         required=True,
         metavar="PATH",
-        help="an upstream git checkout, site-packages/sglang, or site-packages",
+        help="an upstream sglang git checkout (a clean work tree)",
     )
     p.add_argument(
         "--fix",
@@ -153,7 +152,7 @@ def run(args) -> str:
         return _lines([*check.run_check(series, args.version), "ok"])
     if args.verb == "apply":
         fix = series.fix(args.fix) if args.fix else None
-        return _lines(apply.apply_to(series, args.to, fix))
+        return _lines(check.apply_to(series, args.to, fix))
     if args.verb == "ab":
         code, made = ab.run_ab(series, series.fix(args.fix), args.out, args.backend)
         if code != 0:

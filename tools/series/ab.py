@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ci.evidence import model
-from tools.series import apply, base, seriesdir, usage
+from tools.series import base, check, seriesdir, usage
 from tools.series.seriesdir import REPO_ROOT
 
 PROJECT = "sglang-overlay"  # the distribution a plain environment leaves out
@@ -103,7 +103,7 @@ def run_ab(series, fix, out, backend: str) -> tuple:
         raise usage(f"{made.unmodified.parent} exists; give ab a new --out folder")
     base.materialize(series.base.version, made.unmodified)
     base.materialize(series.base.version, made.change)
-    apply.apply_to(series, made.change, fix)
+    check.apply_to(series, made.change, fix)
     python = plain_env(made.env)
     described = seriesdir.describe(seriesdir.PATCHES_DIR)
     (made.unmodified.parent.parent / "series.json").write_text(json.dumps(described))

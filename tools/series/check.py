@@ -1,7 +1,8 @@
 """``check``: the series applies with ``git am`` to a fresh base whose files still hash to
-``patches/BASE``, every file it adds under ``test/registered/`` is the project's copy byte for
-byte, and upstream sglang's pinned hooks (``HOOKS``, run by pre-commit on scratch copies) pass
-where the series changed something (patches/README.md). Not for applying to a user's tree.
+``patches/BASE``, each fix applies alone, every file it adds under ``test/registered/`` is the
+project's copy byte for byte, and upstream's pinned hooks pass on what it changes. ``apply``:
+the series, or one fix, committed into a user's upstream checkout. Both tell git's failures as
+patch, file and hunk (``explain``).
 """
 
 import os
@@ -10,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from ci import gitcmd
-from tools.series import SeriesError, base, hooks
+from tools.series import SeriesError, base, hooks, usage
 from tools.series.seriesdir import COVER_NAME, NEW
 
 # Files the series adds under this prefix must equal the project's copy byte for byte.
@@ -72,18 +73,11 @@ def verify_base_hashes(series, repo: Path) -> None:
 
 
 def am_series(series, repo: Path, env=None) -> None:
-    """``git am`` every patch in one session; on failure abort it and explain."""
-    am_patches(list(zip(series.names, series.paths(), series.patches, strict=True)), repo, env)
-
-
-def am_patches(patches, repo: Path, env=None) -> None:
-    """``git am`` the (name, path, Patch) ``patches`` in one session; on failure abort it and
-    explain."""
+    """``git am`` every patch in one session; on failure abort it and raise one line naming
+    the patch, the file and the hunk."""
+    paths = [str(path) for path in series.paths()]
     proc = gitcmd.run(
-        ["am", "--quiet", "--no-3way", "--keep-non-patch", *(str(p) for _, p, _ in patches)],
-        repo,
-        env=env,
-        check=False,
+        ["am", "--quiet", "--no-3way", "--keep-non-patch", *paths], repo, env=env, check=False
     )
     if proc.returncode == 0:
         return
@@ -91,14 +85,45 @@ def am_patches(patches, repo: Path, env=None) -> None:
     gitcmd.run(["am", "--abort"], repo, env=env, check=False)
     failed = re.search(r"^Patch failed at (\d+) ", output, re.M)
     if failed is None:
-        raise SeriesError(f"git am failed before naming a patch:\n{output.strip()}")
-    name, _, patch = patches[int(failed.group(1)) - 1]
-    problems = explain(output, patch)
-    # One line, whatever git said: the patch, the file and the hunk.
+        raise SeriesError(f"git am failed before naming a patch: {output.strip()}")
+    patch = series.patches[int(failed.group(1)) - 1]
     raise SeriesError(
-        f"the series does not apply ({name} failed; git am aborted, nothing applied): "
-        + "; ".join(problems)
+        f"the series does not apply ({patch.name} failed; git am aborted, nothing applied): "
+        + "; ".join(explain(output, patch))
     )
+
+
+def apply_to(series, path, fix=None) -> list:
+    """The series, or only ``fix`` (one pull request's branch), committed into the upstream
+    checkout at ``path``; refused, and nothing changed, when the checkout is dirty or any of
+    it is already applied."""
+    repo = Path(path).resolve()
+    if not (repo / "python" / "sglang").is_dir() or not gitcmd.is_top(repo):
+        raise usage(
+            f"{repo} is not an upstream sglang checkout (a git work tree with python/sglang/)"
+        )
+    series = series if fix is None else series.alone(fix)
+    dirty = gitcmd.dirty_paths(repo)
+    if dirty:
+        raise SeriesError(
+            f"{repo} has uncommitted changes; commit or stash them first: {', '.join(dirty[:10])}"
+        )
+    paths = zip(series.names, series.paths(), strict=True)
+    applied = [
+        name for name, path in paths if gitcmd.ok(["apply", "--check", "-R", str(path)], repo)
+    ]
+    if applied:
+        missing = [name for name in series.names if name not in applied]
+        state = f"partly patched ({', '.join(applied)} applied, {', '.join(missing)} not)"
+        raise SeriesError(
+            f"{repo} {state if missing else 'already has the series applied'}; nothing changed"
+        )
+    env = None if gitcmd.ok(["config", "user.email"], repo) else gitcmd.TOOL_IDENTITY
+    try:
+        am_series(series, repo, env=env)
+    except SeriesError as err:
+        raise SeriesError(f"{err}; {repo} is unchanged") from None
+    return [f"{name}: committed in {repo}" for name in series.names]
 
 
 _FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
@@ -122,20 +147,16 @@ def hunk_at(data: bytes, path: str, line: int):
     return f"hunk #{index + 1} @@ -{start},{length or 1} @@" + (f" ({where})" if where else "")
 
 
-def explain(output: str, patch, prefix: str = "") -> list:
-    """One line per problem git reported for ``patch`` (a ``seriesdir.Patch``); ``prefix`` maps
-    the paths git printed back to upstream paths (``python/sglang/`` for an installed package).
-    """
+def explain(output: str, patch) -> list:
+    """One line per problem git reported for ``patch`` (a ``seriesdir.Patch``)."""
     problems = []
     for path, line in _FAILED_AT.findall(output):
-        where = hunk_at(patch.data, prefix + path, int(line)) or f"the hunk at line {line}"
-        problems.append(f"{patch.name}: {prefix + path}: {where} does not apply")
+        where = hunk_at(patch.data, path, int(line)) or f"the hunk at line {line}"
+        problems.append(f"{patch.name}: {path}: {where} does not apply")
     for path in _MISSING.findall(output):
-        problems.append(f"{patch.name}: {prefix + path}: the file does not exist in the target")
+        problems.append(f"{patch.name}: {path}: the file does not exist in the target")
     for path in _EXISTS.findall(output):
-        problems.append(
-            f"{patch.name}: {prefix + path}: the file it adds already exists in the target"
-        )
+        problems.append(f"{patch.name}: {path}: the file it adds already exists in the target")
     if not problems:
         detail = next(
             (ln for ln in output.splitlines() if ln.startswith(("error:", "fatal:"))),
