@@ -130,7 +130,7 @@ def _mail(data: bytes):
     return mail.get_unixfrom(), None if subject is None else str(subject), text
 
 
-class CoverError(ValueError):
+class CoverError(SeriesError):
     """The cover letter is not what format-patch writes; the message names the problem."""
 
 
