@@ -24,17 +24,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 UNIT, KERNELS = "test/registered/unit/", "test/registered/kernels/ops/"
 
-# Edits shared by rows below.
-DSV4_RELEASE = "            self._buffer = None\n"
-DSV4_HEAD_FIRST = (
-    "            self._head_source = None\n            self._buffer = torch.empty(",
-    "            self._buffer = torch.empty(",
-)
-FKV_CLEAR = (
-    "        self._proj_workspace = None\n        self._k_workspace = None\n"
-    "        self._v_workspace = None\n        self._workspace_capacity = 0\n"
-    "        self._workspace_dtype = None\n"
-)
+# Edits shared by rows below: the fixed file's release lines.
+DSV4 = "            self._buffer = None\n"
+DSV4_HEAD = "            self._head_source = None\n"
+CAP = "        self._workspace_capacity = 0\n        self._workspace_dtype = None\n"
+FKV = "        self._proj_workspace = None\n        self._k_workspace = None\n"
+FKV += "        self._v_workspace = None\n" + CAP
+ALLOC = "        self._proj_workspace = torch.empty("
+ENSURE = "    def _ensure_workspace(self, total_ctx: int, dtype: torch.dtype) -> None:\n"
 DFP = "            self._draft_probs_buf = buffer = None\n"
 QPAD = "                self._q8kv8_qpad_buf = buf = None\n"
 KV = "            self._q8kv8_kv_buf = kv_buf = None\n"
@@ -44,6 +41,31 @@ BQ = "            self._q8kv8_born_q_buf = buf = None\n"
 SENT = "            self._q8kv8_born_q_sentinel = buf = None\n"
 
 
+def _parts(release: str) -> tuple:
+    """(indent, attribute, local) of a ``self.x = x = None`` release line."""
+    indent = release[: len(release) - len(release.lstrip())]
+    attribute, local, _ = (part.strip() for part in release.split("="))
+    return indent, attribute, local
+
+
+def keeps(release: str, which: str) -> tuple:
+    """The release clearing only the attribute (``which="local"``: the local keeps the old
+    buffer alive) or only the local (``which="attribute"``)."""
+    indent, attribute, local = _parts(release)
+    return (release, f"{indent}{attribute if which == 'local' else local} = None\n")
+
+
+def deleted(release: str) -> tuple:
+    """``del`` instead of ``= None``: a failed allocation leaves no attribute at all."""
+    indent, attribute, local = _parts(release)
+    return (release, f"{indent}del {attribute}, {local}\n")
+
+
+def on_growth_only(release: str, condition: str) -> tuple:
+    indent = release[: len(release) - len(release.lstrip())]
+    return (release, f"{indent}if {condition}:\n    " + release)
+
+
 def early(release: str, read: str) -> tuple:
     """Edits that release a buffer on every call, before the check that would reuse it."""
     attribute = release.split(" = ")[0].strip()
@@ -51,7 +73,7 @@ def early(release: str, read: str) -> tuple:
     return ((release, ""), (read, f"{indent}{attribute} = None\n" + read))
 
 
-# fix -> (patch, module, {backend: test file}, {variant: (edits, cpu killers, cuda killers)}).
+# fix -> (patch, module, {backend: test file}, {variant: (edits, CPU killers, CUDA killers)}).
 # "unmodified" is the base file; every other variant is the fixed file with its edits.
 FIXES = {
     "0001": (
@@ -63,47 +85,41 @@ FIXES = {
         },
         {
             "unmodified": ((), "growing changing_dtype", "grow_64 replace_48 shrink"),
-            "head-never-cleared": ((DSV4_HEAD_FIRST,), "failed", ""),
+            "head-never-cleared": (((DSV4_HEAD, ""),), "failed", ""),
             "head-cleared-after-allocating": (
                 (
-                    DSV4_HEAD_FIRST,
+                    (DSV4_HEAD, ""),
                     (
-                        "            )\n        return self._buffer[:num_tokens]",
-                        "            )\n            self._head_source = None\n"
-                        "        return self._buffer[:num_tokens]",
+                        "            )\n        return self._buffer[",
+                        "            )\n" + DSV4_HEAD + "        return self._buffer[",
                     ),
                 ),
                 "failed",
                 "",
             ),
             "old-scratch-kept-in-a-local": (
-                ((DSV4_RELEASE, "            old, self._buffer = self._buffer, None\n"),),
+                ((DSV4, "            old, self._buffer = self._buffer, None\n"),),
                 "growing changing_dtype",
                 "grow_64 replace_48 shrink",
             ),
             "released-on-growth-only": (
-                (
-                    (
-                        DSV4_RELEASE,
-                        "            if num_tokens > current_capacity:\n    " + DSV4_RELEASE,
-                    ),
-                ),
+                (on_growth_only(DSV4, "num_tokens > current_capacity"),),
                 "changing_dtype",
                 "replace_48 shrink",
             ),
             "released-before-the-capacity-check": (
-                (("        assert num_tokens > 0\n", "        assert num_tokens > 0\n" + DSV4_RELEASE[4:]),),
+                early(DSV4, "        current_capacity = "),
                 "fits",
                 "",
             ),
             "grown-in-place": (
                 (
                     (
-                        DSV4_RELEASE,
+                        DSV4,
                         "            if self._buffer is not None and dtype == current_dtype:\n"
                         "                self._head_source = None\n"
                         "                self._buffer.resize_((num_tokens, 1, WORKSPACE_DIM))\n"
-                        "                return self._buffer[:num_tokens]\n" + DSV4_RELEASE,
+                        "                return self._buffer[:num_tokens]\n" + DSV4,
                     ),
                 ),
                 "growing view failed",
@@ -121,56 +137,33 @@ FIXES = {
         {
             "unmodified": ((), "growing changing_dtype failed", "grow float16"),
             "only-the-projection-released": (
-                (
-                    (
-                        "        self._k_workspace = None\n        self._v_workspace = None\n",
-                        "",
-                    ),
-                ),
+                (("        self._k_workspace = None\n        self._v_workspace = None\n", ""),),
                 "growing changing_dtype",
                 "grow float16",
             ),
-            "old-workspaces-kept-in-locals": (
-                (
-                    (
-                        FKV_CLEAR,
-                        "        old = (self._proj_workspace, self._k_workspace, "
-                        "self._v_workspace)\n" + FKV_CLEAR,
-                    ),
-                ),
+            "old-workspaces-kept-in-a-local": (
+                ((FKV, "        old = (self._k_workspace, self._v_workspace)\n" + FKV),),
                 "growing changing_dtype",
                 "grow float16",
             ),
             "capacity-and-dtype-kept": (
-                (
-                    (
-                        "        self._workspace_capacity = 0\n        self._workspace_dtype = None\n",
-                        "",
-                    ),
-                ),
+                ((CAP + ALLOC, ALLOC),),
                 "failed",
                 "",
             ),
             "released-on-growth-only": (
                 (
                     (
-                        FKV_CLEAR,
+                        FKV,
                         "        if total_ctx > self._workspace_capacity:\n"
-                        + "".join("    " + line for line in FKV_CLEAR.splitlines(True)),
+                        + "".join("    " + line for line in FKV.splitlines(True)),
                     ),
                 ),
                 "changing_dtype failed",
                 "float16",
             ),
             "released-before-the-reuse-check": (
-                (
-                    (FKV_CLEAR, ""),
-                    (
-                        "    def _ensure_workspace(self, total_ctx: int, dtype: torch.dtype) -> None:\n",
-                        "    def _ensure_workspace(self, total_ctx: int, dtype: torch.dtype) -> None:\n"
-                        + FKV_CLEAR,
-                    ),
-                ),
+                ((FKV, ""), (ENSURE, ENSURE + FKV)),
                 "growing fits",
                 "grow float16",
             ),
@@ -185,13 +178,9 @@ FIXES = {
         },
         {
             "unmodified": ((), "growing gamma", "growing"),
-            "old-buffer-kept-in-the-local": (
-                ((DFP, "            self._draft_probs_buf = None\n"),),
-                "growing gamma",
-                "growing",
-            ),
+            "old-buffer-kept-in-the-local": ((keeps(DFP, "local"),), "growing gamma", "growing"),
             "old-buffer-kept-in-the-attribute": (
-                ((DFP, "            buffer = None\n"),),
+                (keeps(DFP, "attribute"),),
                 "growing gamma",
                 "growing",
             ),
@@ -200,11 +189,7 @@ FIXES = {
                 "growing fits",
                 "growing",
             ),
-            "released-with-del": (
-                ((DFP, "            del self._draft_probs_buf, buffer\n"),),
-                "failed",
-                "",
-            ),
+            "released-with-del": ((deleted(DFP),), "failed", ""),
         },
     ),
     "0007": (
@@ -218,16 +203,13 @@ FIXES = {
             "unmodified": ((), "q_pad kv_buffer outputs", "1024 65536"),
             "q-pad-fixed-others-not": (((KV, ""), (OUT, "")), "kv_buffer outputs", "1024 65536"),
             "kv-rows-fixed-others-not": (((QPAD, ""), (OUT, "")), "q_pad outputs", "1024"),
+            # the q pad's extra 36 MiB stays below the 100.5 MiB the outputs' growth reaches
             "outputs-fixed-others-not": (((QPAD, ""), (KV, "")), "q_pad kv_buffer", "65536"),
-            "q-pad-local-kept": (((QPAD, "                self._q8kv8_qpad_buf = None\n"),), "q_pad", ""),
-            "kv-rows-local-kept": (((KV, "            self._q8kv8_kv_buf = None\n"),), "kv_buffer", "65536"),
-            "outputs-local-kept": (((OUT, "            self._q8kv8_out_bufs = None\n"),), "outputs", "1024"),
+            "q-pad-local-kept": ((keeps(QPAD, "local"),), "q_pad", ""),
+            "kv-rows-local-kept": ((keeps(KV, "local"),), "kv_buffer", "65536"),
+            "outputs-local-kept": ((keeps(OUT, "local"),), "outputs", "1024"),
             "attributes-kept": (
-                (
-                    (QPAD, "                buf = None\n"),
-                    (KV, "            kv_buf = None\n"),
-                    (OUT, "            out_bufs = None\n"),
-                ),
+                tuple(keeps(release, "attribute") for release in (QPAD, KV, OUT)),
                 "q_pad kv_buffer outputs",
                 "1024 65536",
             ),
@@ -236,7 +218,7 @@ FIXES = {
                 "fits",
                 "",
             ),
-            # and the order test of the other torch.empty buffer, which sees one more allocation
+            # and the other torch.empty buffer's order test, which sees one more allocation
             "kv-rows-released-before-the-reuse-check": (
                 early(KV, "        kv_buf = self._q8kv8_kv_buf\n"),
                 "fits outputs",
@@ -247,15 +229,7 @@ FIXES = {
                 "fits kv_buffer",
                 "",
             ),
-            "released-with-del": (
-                (
-                    (QPAD, "                del self._q8kv8_qpad_buf, buf\n"),
-                    (KV, "            del self._q8kv8_kv_buf, kv_buf\n"),
-                    (OUT, "            del self._q8kv8_out_bufs, out_bufs\n"),
-                ),
-                "failed",
-                "",
-            ),
+            "released-with-del": (tuple(deleted(r) for r in (QPAD, KV, OUT)), "failed", ""),
         },
     ),
     "0009": (
@@ -267,8 +241,8 @@ FIXES = {
         },
         {
             "unmodified": ((), "more_tokens", "2048"),
-            "local-kept": (((DSV4Q, "            self._q8kv8_qpad_buf = None\n"),), "more_tokens", "2048"),
-            "attribute-kept": (((DSV4Q, "            qpad = None\n"),), "more_tokens", "2048"),
+            "local-kept": ((keeps(DSV4Q, "local"),), "more_tokens", "2048"),
+            "attribute-kept": ((keeps(DSV4Q, "attribute"),), "more_tokens", "2048"),
             "released-before-the-reuse-check": (
                 early(DSV4Q, '        qpad = getattr(self, "_q8kv8_qpad_buf", None)\n'),
                 "fits",
@@ -284,26 +258,17 @@ FIXES = {
             "cuda": KERNELS + "attention/test_dsa_q8kv8_born_q_peak.py",
         },
         {
-            "unmodified": ((), "tokens_release_the_old_born head_dim sentinel_before", "72_mib 32_mib"),
-            "born-q-local-kept": (
-                ((BQ, "            self._q8kv8_born_q_buf = None\n"),),
-                "tokens_release_the_old_born head_dim",
+            "unmodified": ((), "release_the_old_born head_dim sentinel_before", "72_mib 32_mib"),
+            "born-q-local-kept": ((keeps(BQ, "local"),), "release_the_old_born head_dim", "72_mib"),
+            "born-q-attribute-kept": (
+                (keeps(BQ, "attribute"),),
+                "release_the_old_born head_dim",
                 "72_mib",
             ),
-            "born-q-attribute-kept": (((BQ, "            buf = None\n"),), "tokens_release_the_old_born head_dim", "72_mib"),
-            "sentinel-local-kept": (
-                ((SENT, "            self._q8kv8_born_q_sentinel = None\n"),),
-                "sentinel_before",
-                "32_mib",
-            ),
-            "sentinel-attribute-kept": (((SENT, "            buf = None\n"),), "sentinel_before", "32_mib"),
+            "sentinel-local-kept": ((keeps(SENT, "local"),), "sentinel_before", "32_mib"),
+            "sentinel-attribute-kept": ((keeps(SENT, "attribute"),), "sentinel_before", "32_mib"),
             "born-q-released-on-growth-only": (
-                (
-                    (
-                        BQ,
-                        "            if buf is None or buf.shape[0] < num_tokens:\n    " + BQ,
-                    ),
-                ),
+                (on_growth_only(BQ, "buf is None or buf.shape[0] < num_tokens"),),
                 "head_dim",
                 "",
             ),
@@ -317,14 +282,7 @@ FIXES = {
                 "reuses_the_sentinel",
                 "",
             ),
-            "released-with-del": (
-                (
-                    (BQ, "            del self._q8kv8_born_q_buf, buf\n"),
-                    (SENT, "            del self._q8kv8_born_q_sentinel, buf\n"),
-                ),
-                "failed",
-                "",
-            ),
+            "released-with-del": ((deleted(BQ), deleted(SENT)), "failed", ""),
         },
     ),
 }
@@ -437,7 +395,9 @@ def problems(backend: str, report: dict) -> list:
             killed = {t for t, r in outcomes[variant].items() if r == "fail"}
             killed_somewhere |= killed
             if killed != expected:
-                out.append(f"{number} {variant}: killed by {sorted(killed)}, not {sorted(expected)}")
+                out.append(
+                    f"{number} {variant}: killed by {sorted(killed)}, not {sorted(expected)}"
+                )
         out += [f"{number}: {t} kills no variant" for t in tests if t not in killed_somewhere]
     return out
 

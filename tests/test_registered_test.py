@@ -75,8 +75,11 @@ def test_the_registered_test_follows_upstreams_test_guide(path):
     source = path.read_text()
     tree = ast.parse(source)
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
-    cases = [c for c in classes if any(f.name.startswith("test_") for f in c.body
-                                       if isinstance(f, ast.FunctionDef))]
+    cases = [
+        c
+        for c in classes
+        if any(f.name.startswith("test_") for f in c.body if isinstance(f, ast.FunctionDef))
+    ]
     assert cases and all([ast.unparse(b) for b in c.bases] == ["CustomTestCase"] for c in cases)
     imported = {
         alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names
