@@ -1,9 +1,10 @@
-"""``python -m tools.releases watch``: the command line of the release watch.
-
-Exit 0 when every release checked is ok (or there is none), 1 when one is not or the tracking
-issue could not be written, 2 for bad usage or input (one line, no traceback). Two jobs run it
-in two environments (the checking one has no github3, the posting one only github3): the
-posting path imports github3 when it posts.
+"""``python -m tools.releases watch``: finds final sglang releases on the package index newer
+than the newest the project knows (or checks those given with --versions) and, for each,
+reports the overlay's state per patch with each method's sha256, whether each fix applies and
+the CPU A/B, as the compatibility table of docs/operators.md; --post keeps one tracking issue.
+Exit 0 when every release checked is ok (or there is none), 1 when one is not or the issue could
+not be written, 2 for bad usage or input (one line, no traceback). The checking job has no
+github3 and the posting job only github3: the posting path imports it when it posts.
 """
 
 import argparse
@@ -21,20 +22,9 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m tools.releases",
-        description="New sglang releases, judged as docs/operators.md's compatibility table is.",
-    )
+    parser = argparse.ArgumentParser(prog="python -m tools.releases")
     verbs = parser.add_subparsers(dest="verb", required=True)
-    cmd = verbs.add_parser(
-        "watch",
-        help="check sglang releases newer than the project knows; keep one tracking issue",
-        description="Finds final sglang releases on the index newer than the newest the "
-        "project knows (or checks those given with --versions) and, for each, reports the "
-        "overlay's state per patch with each method's sha256, whether each fix applies and "
-        "the CPU A/B, as the compatibility table of docs/operators.md. Exit 0 when every "
-        "release checked is ok (or there is none), 1 when one is not, 2 for bad usage or input.",
-    )
+    cmd = verbs.add_parser("watch", help="check new sglang releases", description=__doc__)
     cmd.add_argument("--index-url", help="the package index to ask (default: pip's)")
     cmd.add_argument("--versions", nargs="+", help="check these releases, skip discovery")
     cmd.add_argument(

@@ -18,8 +18,7 @@ from pathlib import Path
 
 from ci.evidence import model as evidence
 from ci.evidence import shards
-from ci.reporter.escape import inert
-from ci.reporter.escape import escape_inline
+from ci.reporter.escape import escape_inline, inert
 from sglang_overlay import PATCH_IDS
 from sglang_overlay.config import DISABLE_ENV
 from tools import ToolError
