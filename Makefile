@@ -61,17 +61,18 @@ install: $(VENV)/.installed
 # post, the upstream PR description of each fix from its own tests on the series' trees
 # (tools.series ab: the release against the release + that fix alone), and last the verdict.
 DEMO := out/demo
+DEMO_SIDES := --unmodified-env SGLANG_OVERLAY_DISABLE=1 --change-env SGLANG_OVERLAY_DISABLE=0
 demo: install
 	@mkdir -p $(dir $(DEMO)); $(PY) -m tools.series describe > $(DEMO)-series.json || exit 2; \
 	backend=$$($(PY) -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')"); \
 	fixes=$$($(PY) -c "import json, sys; print(*(f['patches'][0][:4] for f in json.load(sys.stdin)['fixes']))" < $(DEMO)-series.json); \
 	count=$$(echo $$fixes | wc -w); failed=""; \
 	echo "demo 1/3: the registered tests on sglang $(SGLANG_VERSION) ($$backend), each file unmodified and with the overlay, as sglang's CI runs it"; \
-	$(PY) -m ci run --out $(DEMO) --tests test/registered --backend $$backend --series $(DEMO)-series.json > $(DEMO).txt || failed="$$failed the A/B,"; \
+	$(PY) -m ci run --out $(DEMO) --tests test/registered --backend $$backend --series $(DEMO)-series.json $(DEMO_SIDES) > $(DEMO).txt || failed="$$failed the A/B,"; \
 	sed -n 's/^ci run: /  the A\/B: /p' $(DEMO).txt; \
 	if [ "$$backend" = cpu ]; then \
 	  echo "demo 1/3: the project's CPU proof (live CPU memory peaks), both sides"; \
-	  $(PY) -m ci run --out $(DEMO)-proof --tests test/proofs --backend cpu > $(DEMO)-proof.txt || failed="$$failed the CPU proof,"; \
+	  $(PY) -m ci run --out $(DEMO)-proof --tests test/proofs --backend cpu $(DEMO_SIDES) > $(DEMO)-proof.txt || failed="$$failed the CPU proof,"; \
 	  sed -n 's/^ci run: /  the CPU proof: /p' $(DEMO)-proof.txt; \
 	fi; \
 	echo "demo 2/3: what the bot would post (dry run): $(DEMO)-bot-preview.md"; \

@@ -17,10 +17,7 @@ import os
 import sys
 from importlib import metadata
 
-from ci.reporter.escape import inert, one_line  # what the bot prints can quote an artifact
-from ci.reporter.pr_states import DEFAULT_LABEL, DEFAULT_SLOT, REPORT_STATES
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+from ci.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CiError
 
 
 def main(argv=None) -> int:
@@ -28,16 +25,34 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except UsageError as exc:
-        print(f"error: {one_line(str(exc))}", file=sys.stderr)
+    except (CiError, UsageError) as exc:
+        print(f"error: {_line(args.verb, exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted: every test process this run started is stopped", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # a reader that stopped early (``| head``): the verdict still counts
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return getattr(args, "exit_code", EXIT_FAILED)
 
 
-class UsageError(Exception):
+class UsageError(CiError):
     pass
+
+
+def printable(text) -> str:
+    """``text`` as one line: each character that does not print as its escape (``\\n``)."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(text))
+
+
+def _line(verb: str, text) -> str:
+    """An error line: plain for ``ci run`` (its job's log, where PR code writes anyway), with no
+    workflow command for the verbs that hold a token (the reporter's one escape)."""
+    if verb == "run":
+        return printable(text)
+    from ci.reporter.escape import one_line
+
+    return one_line(text)
 
 
 def _version() -> str:
@@ -52,6 +67,8 @@ def _version() -> str:
 # --help order. The README says more about each flag.
 SWITCH = {"action": "store_true"}
 DIR, FILE, REV = {"metavar": "DIR"}, {"metavar": "FILE"}, {"metavar": "REV"}
+ENV = {"action": "append", "metavar": "NAME=VALUE", "default": []}
+REPORT_STATES = ("results", "pending", "missing-label", "stale-label", "failure", "cancelled")
 TEST_RESULTS = ("success", "failure", "cancelled", "skipped")
 RUN_FLAGS = (
     ("--out", "folder for results.json, JUnit, the report and logs", {"required": True}),
@@ -59,8 +76,10 @@ RUN_FLAGS = (
     ("--backend", "default: cuda when nvidia-smi exists, else cpu", {"choices": ["cuda", "cpu"]}),
     ("--shard", "I/N: run partition I (0-based) of N, split by est_time"),
     ("--modes", "comma list (default both: unmodified,change)"),
-    ("--unmodified-src", "a tree holding python/sglang for this side; overlay off", DIR),
-    ("--change-src", "a tree holding python/sglang for this side; overlay off", DIR),
+    ("--unmodified-src", "a tree holding python/sglang for this side", DIR),
+    ("--change-src", "a tree holding python/sglang for this side", DIR),
+    ("--unmodified-env", "a setting of this side's test processes (repeatable)", ENV),
+    ("--change-env", "a setting of this side's test processes (repeatable)", ENV),
     ("--git-base", "both sides from git: the base commit of the checkout at --root", REV),
     ("--git-head", "the head commit: its added/modified registered tests run on both", REV),
     ("--regressions", "tests that must fail unmodified (default ci/regressions.txt)", FILE),
@@ -97,8 +116,8 @@ REPORT_FLAGS = (
     ("--pr", "pull request number (required with --post)", {"type": int}),
     ("--sha", "head commit for the statuses (none are set without it)"),
     ("--api-url", "GitHub Enterprise base URL (client adds /api/v3)"),
-    ("--slot", f"slot name (default {DEFAULT_SLOT})", {"default": DEFAULT_SLOT}),
-    ("--slot-label", "text before the slot", {"default": DEFAULT_LABEL}),
+    ("--slot", "slot name (default dsv4-workspace)"),
+    ("--slot-label", "text before the slot"),
     ("--state", "what to report (only results reads results)", {"choices": REPORT_STATES}),
     ("--test-result", "the test job's result (needs.test.result)", {"choices": TEST_RESULTS}),
     ("--require-head", "post only while --sha is still the PR's head", SWITCH),
@@ -139,12 +158,12 @@ def _parser() -> argparse.ArgumentParser:
     verbs = parser.add_subparsers(dest="verb", required=True)
     run = verbs.add_parser(
         "run",
-        help="run registered test files on both sides; write results.json, JUnit and the report",
-        description="Each selected file runs as its own `python FILE -v` process once per mode, "
+        help="run registered test files on both sides; write results.json, JUnit, logs",
+        description="Each selected file runs as its own `python FILE -v` process once per side, "
         "unchanged, in the environment sglang's CI gives it (SGLANG_IS_IN_CI=true: "
-        "CustomTestCase retries a failed test once). Sides: the installed sglang with the "
-        "overlay off and on, two source trees, or two commits of an sglang checkout "
-        "(--git-base/--git-head). Exit 0 when every test passes (or skips) on the change side "
+        "CustomTestCase retries a failed test once). A side is a tree (the installed sglang, "
+        "--*-src, or a commit with --git-base/--git-head) plus the settings --*-env gives its "
+        "processes; the two sides must differ. Exit 0 when every test passes (or skips) on the change side "
         "at its first attempt and the listed regressions fail on the unmodified side, retry "
         "included; 1, with one line saying why, otherwise.",
     )
@@ -182,41 +201,28 @@ def cmd_run(args) -> int:
     from ci.runner import run
 
     args.tests = tuple(args.tests or ())
+    args.unmodified_env, args.change_env = tuple(args.unmodified_env), tuple(args.change_env)
     request = run.RunRequest(**_fields(run.RunRequest, args))
-    # Progress lines quote file names (PR code's): the same defusing as every other line.
-    log = lambda line: print(one_line(str(line)), file=sys.stderr, flush=True)  # noqa: E731
+    # Plain text: what it prints is a test job's log, where PR code writes what it likes anyway.
+    log = lambda line: print(printable(line), file=sys.stderr, flush=True)  # noqa: E731
     try:
         results = run.execute(request, log)
-    except run.RequestError as exc:
-        raise UsageError(str(exc)) from None
     except run.RegistrationError as exc:
-        print(f"error: registration: {one_line(str(exc))}", file=sys.stderr)
+        print(f"error: registration: {printable(exc)}", file=sys.stderr)
         return EXIT_FAILED
     except run.NothingToRun as exc:
-        print(f"ci run: nothing to run: {one_line(str(exc))}")
+        print(f"ci run: nothing to run: {printable(exc)}")
         return EXIT_OK
-    from ci.evidence import model as evidence
-    from ci.reporter import pictures, render
-
-    out = os.path.abspath(args.out)
-    results = dataclasses.replace(results, pictures=pictures.draw_all(results, out))
-    try:  # what `ci report` will read back: refused there, not ok here
-        evidence.checked(results)
-        refused = None
-    except evidence.EvidenceError as exc:
-        refused = str(exc)
-    evidence.save(results, out)
-    render.write_full_report(results, out)
+    refused = run.write(results, args.out)
+    args.exit_code = EXIT_OK if results.verdict == "ok" and refused is None else EXIT_FAILED
     if args.json:
         summary = {"verdict": results.verdict, "reasons": list(results.reasons)}
-        print(inert(json.dumps({**summary, "counts": results.counts()}, indent=2)))
+        print(json.dumps({**summary, "counts": results.counts()}, indent=2))
     else:
-        print("\n".join(one_line(line) for line in run.summary_lines(results)))
+        print("\n".join(printable(line) for line in run.summary_lines(results)))
     if refused is not None:
-        # Kept in --out: the report would call them an invalid artifact.
-        print(f"error: ci report would refuse these results: {one_line(refused)}", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK if results.verdict == "ok" else EXIT_FAILED
+        print(f"error: ci report would refuse these results: {printable(refused)}", file=sys.stderr)
+    return args.exit_code
 
 
 def cmd_report(args) -> int:
@@ -226,6 +232,7 @@ def cmd_report(args) -> int:
     # side's client), only the report jobs do.
     from ci.reporter import github_io
     from ci.reporter import plan as reporting
+    from ci.reporter.escape import inert, one_line
 
     if args.results is not None:  # one folder, or the shards of one run
         args.results = args.results[0] if len(args.results) == 1 else tuple(args.results)
@@ -233,6 +240,8 @@ def cmd_report(args) -> int:
         request = reporting.prepare(
             reporting.ReportRequest(**_fields(reporting.ReportRequest, args))
         )
+        if not request.post and isinstance(request.results, str):
+            _write_report(request.results)
         with tempfile.TemporaryDirectory(prefix="ci-report-") as folder:
             if request.workflow_run:
                 request, why = github_io.fork(request, folder)
@@ -256,6 +265,20 @@ def cmd_report(args) -> int:
     return EXIT_USAGE if plan.invalid else EXIT_OK
 
 
+def _write_report(results: str) -> None:
+    """report.md (and the memory pictures) beside a run's results.json, for the dry run."""
+    from ci.evidence import shards
+    from ci.reporter import pictures, render
+
+    folder = results if os.path.isdir(results) else os.path.dirname(os.path.abspath(results))
+    try:
+        model = shards.load(results)
+    except (OSError, ValueError):  # refused by the report itself, which says why
+        return
+    model = dataclasses.replace(model, pictures=pictures.draw_all(model, folder))
+    render.write_full_report(model, folder)
+
+
 def _fields(record_type, args) -> dict:
     """The parsed arguments a request record has fields for; a flag not given takes the
     record's default."""
@@ -265,6 +288,7 @@ def _fields(record_type, args) -> dict:
 
 def cmd_gate(args) -> int:
     from ci.reporter import gate
+    from ci.reporter.escape import inert, one_line
 
     path = args.event or os.environ.get("GITHUB_EVENT_PATH")
     if not path:

@@ -1,7 +1,5 @@
-"""A hostile registered file against ``ci run`` itself (the test process is PR code): JSON
-nested past the parser on the result channel or the environment record, or nested a few hundred
-deep; a process the file leaves behind holding its pipes (in its session, or one that left it);
-megabytes on every pipe; lone surrogates (``"\\ud800"`` in JSON) that no UTF-8 writer takes, on
+"""What a hostile registered file hands on through ``ci run`` (the test process is PR code): lone
+surrogates (``"\\ud800"`` in JSON) that no UTF-8 writer takes, on
 their way to report.md, JUnit and the report; a regression case matplotlib cannot draw; an
 sglang whose ``ci_register.py`` raises; and sglang's registry reader found as a namespace
 package, twice, or after the real import.
@@ -10,11 +8,8 @@ package, twice, or after the real import.
 import importlib.util
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
-import threading
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 
@@ -22,13 +17,13 @@ import overlay_runs
 import pytest
 from ci_fake_github import FakeGitHub
 from ci_samples import file_run, model, workspace_runs
-from conftest import REPO, alive, clean_env, until
+from conftest import REPO, clean_env
 
 from ci.__main__ import main
 from ci.evidence import junit, shards
 from ci.evidence.model import save
 from ci.reporter import pictures, render
-from ci.runner import environment, launch, modes
+from ci.runner import sides
 
 TOKEN = "ghs_actionsINSTALLATIONtoken"
 HEAD = "c0ffee" + "0" * 34
@@ -54,115 +49,6 @@ def _post_results(fake, monkeypatch, folder):
     return _report(fake, monkeypatch, *args, "--post")
 
 
-FIND_FDS = """
-import os, sys
-with open("/proc/self/cmdline", "rb") as own:
-    cmdline = own.read().split(bytes(1))
-RECORD = int(cmdline[cmdline.index(b"--environment-fd") + 1])
-CHANNEL = int(cmdline[cmdline.index(b"--results-fd") + 1])
-"""
-
-
-def _run_file(tmp_path, source, **env):
-    """The stand-in file through the real runner, as ``ci run`` starts a registered file."""
-    (tmp_path / "test_hostile.py").write_text(FIND_FDS + source)
-    env = modes.environment(modes.ModeSetup("change", overlay=True), base=clean_env(**env))
-    return launch.run_file("test_hostile.py", "change", env, str(tmp_path), timeout_s=60)
-
-
-def test_json_nested_past_the_parser_on_either_pipe_is_an_error_not_a_crash(tmp_path):
-    deep = "[" * 5000  # a few KB: far under every size cap
-    # Parses (the parser allows ~1000 levels), then breaks asdict and json.dump in ci run.
-    parses = '{"test": "T.test_x", "outcome": "pass", "detail": %s}'
-    channel = f"{deep}\n{parses % ('[' * 600 + ']' * 600)}\n"
-    run = replace(file_run("change", []), channel=channel, environment=deep)
-    records = environment.records_by_mode([run], ["change"])
-    assert "error" in records["change"]
-    m = model([run], patterns=[], environment={"modes": records})
-    (case,) = m.cases
-    assert "result line 1" in case.modes["change"].detail
-    assert "result line 2: nested deeper than 16" in case.modes["change"].detail
-    save(m, str(tmp_path))
-
-
-LINGERS = """
-pid = os.fork()
-if pid == 0:  # holds stdout, the result channel and the record open, then sleeps
-    if os.environ.get("OWN_SESSION"):
-        os.setsid()
-    import time
-    time.sleep(120)
-    os._exit(0)
-print("grandchild", pid, flush=True)
-"""
-
-
-def test_a_process_the_file_leaves_behind_dies_with_it_and_holds_nothing_up(tmp_path, monkeypatch):
-    # The grandchild sleeps 120 s holding every pipe. Were it not killed with the file's
-    # process group, reading would stop only at DRAIN_S and the log would say so.
-    monkeypatch.setattr(launch, "DRAIN_S", 90.0)
-    run = _run_file(tmp_path, LINGERS)
-    pid = int(re.search(r"grandchild (\d+)", run.output).group(1))
-    try:
-        assert (run.returncode, run.timed_out) == (0, False)
-        assert "still held" not in run.output  # the pipes closed with the group
-        assert until(lambda: not alive(pid), within_s=60.0)  # SIGKILL lands asynchronously
-    finally:
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
-
-
-def test_ctrl_c_between_starting_a_file_and_registering_it_still_stops_it(tmp_path, monkeypatch):
-    # Ctrl-C kills the groups registered so far; a file started just before that and
-    # registered just after must not run on (here it would sleep until the run's timeout).
-    stopping = threading.Event()
-    monkeypatch.setattr(launch, "_STOPPING", stopping)
-    started = subprocess.Popen
-
-    def popen_then_ctrl_c(*args, **kwargs):
-        proc = started(*args, **kwargs)
-        stopping.set()  # ci run's Ctrl-C path ran here, before run_file registered proc
-        return proc
-
-    monkeypatch.setattr(launch.subprocess, "Popen", popen_then_ctrl_c)
-    (tmp_path / "test_sleeps.py").write_text("import time\ntime.sleep(600)\n")
-    env = modes.environment(modes.ModeSetup("change", overlay=True), base=clean_env())
-    run = launch.run_file("test_sleeps.py", "change", env, str(tmp_path), timeout_s=30)
-    assert (run.returncode, run.timed_out) == (-signal.SIGKILL, False), run.output
-
-
-def test_a_process_that_leaves_the_files_session_costs_one_drain_wait_at_most(
-    tmp_path, monkeypatch
-):
-    monkeypatch.setattr(launch, "DRAIN_S", 1.0)
-    run = _run_file(tmp_path, LINGERS, OWN_SESSION="1")
-    pid = int(re.search(r"grandchild (\d+)", run.output).group(1))
-    try:
-        assert run.returncode == 0
-        assert "still held" in run.output  # the log says why reading stopped
-        assert alive(pid)  # ci run went on without waiting for it to end
-    finally:
-        os.kill(pid, signal.SIGKILL)  # out of reach of a process group: ours to end
-
-
-FLOODS = """
-block = b"x" * (1 << 20)
-for _ in range(8):
-    for fd in (RECORD, CHANNEL, 1):
-        os.write(fd, block)
-"""
-
-
-def test_megabytes_on_every_pipe_keep_only_what_ci_run_can_use(tmp_path, monkeypatch):
-    monkeypatch.setattr(launch, "OUTPUT_BYTES", 1 << 20)
-    monkeypatch.setattr(launch, "CHANNEL_BYTES", 1 << 20)
-    run = _run_file(tmp_path, FLOODS)
-    assert run.returncode == 0  # read to the end: the writer was never blocked
-    assert len(run.environment) <= launch.RECORD_BYTES < 8 << 20
-    assert len(run.channel) <= 1 << 20
-    assert len(run.output) < (1 << 20) + 200 and "dropped" in run.output[-200:]
-
-
 def test_lone_surrogates_from_a_test_process_reach_neither_report_md_nor_the_report(
     fake, tmp_path, monkeypatch
 ):
@@ -172,7 +58,9 @@ def test_lone_surrogates_from_a_test_process_reach_neither_report_md_nor_the_rep
     change = replace(
         runs[1], channel=runs[1].channel + line + "\n", environment=r'{"torch": "2.0\udfff"}'
     )
-    records = environment.records_by_mode([runs[0], change], MODES)
+    records = {
+        m: sides.record_of(r.environment) for m, r in zip(MODES, (runs[0], change), strict=True)
+    }
     env = {"gpus": [{"name": "H\ud800"}], "modes": records}
     m = model([runs[0], change], environment=env)
     out = tmp_path / "r"
@@ -197,7 +85,8 @@ def test_an_sglang_whose_ci_register_raises_is_a_usage_error_not_a_traceback(tmp
     (tmp_path / "site" / "sglang" / "__init__.py").write_text("")
     (reader / "ci_register.py").write_text("raise RuntimeError('the PR broke the reader')\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "ci", "run", "--out", str(tmp_path / "out"), "--backend", "cpu"],
+        [sys.executable, "-m", "ci", "run", "--out", str(tmp_path / "out"), "--backend", "cpu"]
+        + ["--change-env", "A=1"],
         cwd=REPO,
         env=clean_env(PYTHONPATH=str(tmp_path / "site")),
         capture_output=True,

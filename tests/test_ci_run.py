@@ -32,9 +32,16 @@ PYTEST_STYLE = f"{FIXTURES}/test_release_first_pytest.py"
 SOURCE_STYLE = f"{FIXTURES}/test_release_first_source.py"
 
 
+# The overlay's A/B as two sides of `ci run`, as the Makefile and the workflow give them.
+OVERLAY_SIDES = ["--unmodified-env", "SGLANG_OVERLAY_DISABLE=1"]
+OVERLAY_SIDES += ["--change-env", "SGLANG_OVERLAY_DISABLE=0"]
+OFF, ON = "sglang 0.5.23 (SGLANG_OVERLAY_DISABLE=1)", "sglang 0.5.23 (SGLANG_OVERLAY_DISABLE=0)"
+
+
 def ci_run(out, *args, env=None):
     return subprocess.run(
-        [sys.executable, "-m", "ci", "run", "--out", str(out), "--backend", "cpu", *args],
+        [sys.executable, "-m", "ci", "run", "--out", str(out), "--backend", "cpu", *args]
+        + OVERLAY_SIDES,
         cwd=REPO,
         env=env or clean_env(),
         capture_output=True,
@@ -98,12 +105,11 @@ def test_the_cpu_tests_reproduce_the_bug_unmodified_and_pass_with_the_overlay(ov
     # The proof publishes the live CPU memory it measured: each side's peak, as on CUDA.
     peaks = {m: grow["modes"][m]["peak_mib"] for m in ("unmodified", "change")}
     assert peaks == {"unmodified": 160.0, "change": 96.0}
-    # The CUDA test under test/registered did not run here, and the report says why.
-    report = (overlay_run[1] / "report.md").read_text()
-    assert (
-        "Not run on cpu: test/registered/kernels/ops/attention/dsv4/"
-        "test\\_dsv4\\_sparse\\_prefill\\_workspace.py (registered for cuda only)" in report
-    )
+    # The CUDA test under test/registered did not run here, and the results say why.
+    assert {
+        "file": "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py",
+        "why": "registered for cuda only",
+    } in data["selection"]["not_run"]
     # As sglang's CI runs them: every regression failed its retry too.
     for case in data["cases"]:
         if case["kind"] == "regression":
@@ -121,18 +127,18 @@ def test_the_report_judges_the_real_run_as_ci_run_did(overlay_run):
 def test_the_sides_are_named_by_what_they_ran(overlay_run):
     proc, out, data = overlay_run
     labels = {mode: side["label"] for mode, side in data["sides"].items()}
-    assert labels == {"unmodified": "sglang 0.5.23", "change": "sglang 0.5.23 + this change"}
-    report = (out / "report.md").read_text()
-    assert "| Case | Kind | sglang 0.5.23 | sglang 0.5.23 + this change |" in report
-    assert "main" not in report.split("Environment:")[0]
-    overlay = {m: r["overlay"][0]["state"] for m, r in data["environment"]["modes"].items()}
-    assert overlay["change"] == "applied" and overlay["unmodified"] != "applied"
+    assert labels == {"unmodified": OFF, "change": ON}
+    settings = {m: s["env"] for m, s in data["environment"]["sides"].items()}
+    assert settings == {
+        "unmodified": {"SGLANG_OVERLAY_DISABLE": "1"},
+        "change": {"SGLANG_OVERLAY_DISABLE": "0"},
+    }
 
 
 def test_junit_logs_and_def_lines_come_with_the_results(overlay_run):
     _, out, data = overlay_run
     unmodified = ET.parse(out / "junit-unmodified.xml").getroot()
-    assert unmodified.get("name") == "sglang 0.5.23 (cpu)"
+    assert unmodified.get("name") == f"{OFF} (cpu)"
     errors = {s.get("name"): s.get("errors") for s in unmodified.findall("testsuite")}
     assert errors == {
         str(CPU_COMPANION.relative_to(REPO)): "2",
@@ -227,7 +233,14 @@ def _trees_runs(directory):
     base_tree = base.materialize(series.base.version, directory / "base" / "sglang")
     head = base.materialize(series.base.version, directory / "head" / "sglang")
     check.am_series(series, head, env=gitcmd.TOOL_IDENTITY)
+    # the trees are the sides: the runtime overlay off on both
     sides = ["--unmodified-src", str(base_tree), "--change-src", str(head)]
+    sides += [
+        "--unmodified-env",
+        "SGLANG_OVERLAY_DISABLE=1",
+        "--change-env",
+        "SGLANG_OVERLAY_DISABLE=1",
+    ]
     fused_kv = str(FUSED_KV_COMPANION.relative_to(REPO))
     proc = _ci_run_in_pool(
         directory / "out", "--tests", "test/proofs", PYTEST_STYLE, fused_kv, *sides
@@ -235,7 +248,7 @@ def _trees_runs(directory):
     listed = directory / "regressions.txt"
     listed.write_text(f"{SOURCE_STYLE}::*.test_replacement_releases_*\n")
     void_args = ["--tests", SOURCE_STYLE, "--regressions", str(listed)]
-    both_head = ["--unmodified-src", str(head), "--change-src", str(head)]
+    both_head = ["--unmodified-src", str(head), "--change-src", str(head), "--change-env", "A=1"]
     void = _ci_run_in_pool(directory / "void", *void_args, *both_head)
     return {
         "trees": (base_tree, head),
@@ -311,15 +324,12 @@ def test_a_run_whose_base_already_has_the_change_is_void_and_exits_1(trees_runs)
     proc, data = trees_runs["void"]
     assert proc.returncode == 1, proc.stdout + proc.stderr
     # The file reads sglang's source and never imports it, so its processes saw no version.
-    assert (
-        proc.stdout.splitlines()[-1]
-        == (
-            "ci run: the bug did not reproduce: 1 listed regressions pass on "
-            "sglang (version unknown) @ "
-            f"{data['sides']['unmodified']['commit'][:12]} "
-            "(TestReserveSource.test_replacement_releases_the_old_scratch_before_allocating); "
-            "is the change already in it?"
-        )
+    assert proc.stdout.splitlines()[-1] == (
+        "ci run: the bug did not reproduce: 1 listed regressions pass on "
+        "sglang (version unknown) @ "
+        f"{data['sides']['unmodified']['commit'][:12]} "
+        "(TestReserveSource.test_replacement_releases_the_old_scratch_before_allocating); "
+        "is the change already in it?"
     )
 
 
@@ -333,7 +343,8 @@ RETRIED = f"{FIXTURES}/test_retried_in_ci.py"
 def _retry_run(directory):
     listed = directory / "regressions.txt"
     listed.write_text(f"{RETRIED}::*.test_state_built_*\n{RETRIED}::*.test_fails_every_*\n")
-    proc = _ci_run_in_pool(directory / "out", "--tests", RETRIED, "--regressions", str(listed))
+    args = ["--tests", RETRIED, "--regressions", str(listed), *OVERLAY_SIDES]
+    proc = _ci_run_in_pool(directory / "out", *args)
     return proc, directory / "out"
 
 
@@ -354,14 +365,11 @@ def test_a_regression_that_passes_on_upstreams_retry_is_masked_and_fails_the_run
     }
     masked = [line for line in proc.stdout.splitlines() if "masked by retry" in line]
     assert masked == [
-        "ci run: 1 masked by retry on sglang 0.5.23: upstream's CI would pass them on the "
+        f"ci run: 1 masked by retry on {OFF}: upstream's CI would pass them on the "
         "unmodified code, failing first and passing on the retry "
         "(TestRetriedInCI.test_state_built_in_setup_passes_on_the_retry)"
     ]
-    assert any(
-        line.startswith("ci run: 1 flaky with sglang 0.5.23 + this change")
-        for line in proc.stdout.splitlines()
-    )
+    assert any(line.startswith(f"ci run: 1 flaky with {ON}") for line in proc.stdout.splitlines())
 
 
 def test_every_attempt_is_recorded_and_said_in_words_everywhere(retry_run):
@@ -378,14 +386,6 @@ def test_every_attempt_is_recorded_and_said_in_words_everywhere(retry_run):
     ]
     assert modes["test_fails_every_attempt_unmodified"]["change"]["attempts"] == ["pass"]
     assert data["environment"]["upstream_ci"]["SGLANG_IS_IN_CI"] == "true"
-    report = (out / "report.md").read_text()
-    assert "| masked-by-retry | Fail, then Pass on retry (2 attempts) | Pass |" in report
-    assert "upstream's CI would pass them there" in report
-    junit = ET.parse(out / "junit-unmodified.xml").getroot()
-    flaky = junit.findall(
-        ".//testcase[@name='test_state_built_in_setup_passes_on_the_retry']/flakyFailure"
-    )
-    assert [f.get("message").split(":")[0] for f in flaky] == ["masked by retry"]
     plan = subprocess.run(
         [sys.executable, "-m", "ci", "report", "--results", str(out), "--json"],
         cwd=REPO,
@@ -394,6 +394,14 @@ def test_every_attempt_is_recorded_and_said_in_words_everywhere(retry_run):
         text=True,
         timeout=120,
     )
+    report = (out / "report.md").read_text()  # the dry run writes it beside results.json
+    assert "| masked-by-retry | Fail, then Pass on retry (2 attempts) | Pass |" in report
+    assert "upstream's CI would pass them there" in report
+    junit = ET.parse(out / "junit-unmodified.xml").getroot()
+    flaky = junit.findall(
+        ".//testcase[@name='test_state_built_in_setup_passes_on_the_retry']/flakyFailure"
+    )
+    assert [f.get("message").split(":")[0] for f in flaky] == ["masked by retry"]
     slot = json.loads(plan.stdout)["slot_line"]
     assert ":x:" in slot and "1 masked by retry (upstream" in slot and "1 flaky" in slot
 
@@ -403,7 +411,8 @@ def test_ctrl_c_stops_every_test_process_and_prints_one_line(tmp_path):
     sleepers.mkdir()
     proc = subprocess.Popen(
         with_default_sigint("-m", "ci", "run", "--out", str(tmp_path / "out"), "--backend", "cpu")
-        + ["--tests", "tests/fixtures/slow"],
+        + ["--tests", "tests/fixtures/slow", *OVERLAY_SIDES]
+        + ["--unmodified-env", f"SLEEPERS={sleepers}", "--change-env", f"SLEEPERS={sleepers}"],
         cwd=REPO,
         env=clean_env(SLEEPERS=str(sleepers)),
         stdout=subprocess.PIPE,
@@ -431,17 +440,17 @@ def test_ctrl_c_stops_every_test_process_and_prints_one_line(tmp_path):
 # in the main thread, when that thread runs. Here a helper thread takes it.
 CTRL_C_TO_ANOTHER_THREAD = """
 import os, signal, sys, threading, time
-from ci.runner import launch, modes
+from ci.runner import launch, sides
 sleepers = sys.argv[1]
 def ctrl_c_to_this_thread():
     while len(os.listdir(sleepers)) < 2:
         time.sleep(0.05)
     signal.pthread_kill(threading.get_ident(), signal.SIGINT)
 threading.Thread(target=ctrl_c_to_this_thread, daemon=True).start()
-env = dict(modes.environment(modes.ModeSetup("change", overlay=True)), SLEEPERS=sleepers)
+env = dict(sides.test_environment(), SLEEPERS=sleepers)
 try:
     launch.run_all(["tests/fixtures/slow/test_sleeps.py"], {"unmodified": env, "change": env},
-                   ".", 600, 2, print)
+                   ".", 600, 2, print, sys.argv[2])
 except KeyboardInterrupt:
     print("interrupted")
 """
@@ -453,7 +462,7 @@ def test_ctrl_c_that_the_kernel_hands_to_another_thread_still_stops_the_run(tmp_
     sleepers = tmp_path / "pids"
     sleepers.mkdir()
     proc = subprocess.Popen(
-        with_default_sigint("-c", CTRL_C_TO_ANOTHER_THREAD, str(sleepers)),
+        with_default_sigint("-c", CTRL_C_TO_ANOTHER_THREAD, str(sleepers), str(tmp_path)),
         cwd=REPO,
         env=clean_env(),
         stdout=subprocess.PIPE,
@@ -480,9 +489,20 @@ def test_ctrl_c_that_the_kernel_hands_to_another_thread_still_stops_the_run(tmp_
             ["report", "--results", ".", "--summary", "/nonexistent/x.md"],
             "error: --summary /nonexistent/x.md: its folder does not exist",
         ),
-        (["run", "--out", "/dev/null", "--tests", PYTEST_STYLE], "error: --out /dev/null: not a"),
+        (
+            ["run", "--out", "/dev/null", "--tests", PYTEST_STYLE, *OVERLAY_SIDES],
+            "error: --out /dev/null: not a",
+        ),
         (["run", "--out", "x", "--jobs", "0"], "error: --jobs 0: at least 1"),
-        (["run", "--out", "x", "--tests", "no/such/dir"], "error: --tests no/such/dir: no such"),
+        (
+            ["run", "--out", "x", "--tests", "no/such/dir", *OVERLAY_SIDES],
+            "error: --tests no/such/dir: no such",
+        ),
+        (
+            ["run", "--out", "x", "--change-env", "A"],
+            "error: --change-env 'A': expected NAME=VALUE",
+        ),
+        (["run", "--out", "x"], "error: both sides are the same"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, line):
@@ -504,7 +524,8 @@ def test_ci_run_and_the_watch_check_start_where_no_github3_is_installed(tmp_path
     blocked = "import runpy, sys; sys.modules['github3'] = None; sys.argv = sys.argv[1:]; "
     blocked += "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"
     for args in (
-        ["ci", "run", "--out", str(tmp_path / "out"), "--tests", f"{FIXTURES}/test_exits_early.py"],
+        ["ci", "run", "--out", str(tmp_path / "out"), "--tests", f"{FIXTURES}/test_exits_early.py"]
+        + OVERLAY_SIDES,
         ["tools.releases", "watch", "--help"],
     ):
         proc = subprocess.run(

@@ -1,12 +1,18 @@
 """The trust boundary, read from the imports (AST) of every module: the runner (runs PR code, no
 token) never imports the reporter or github3; the reporter (holds the token) never imports the
-runner; ``ci/`` never imports ``tools/``. An import inside a function counts like one at the top.
-The checker is run on synthetic trees too, so that it is seen to fail when an import crosses."""
+runner; ``ci/`` never imports ``tools/`` nor the product it proves (``sglang_overlay``), and never
+names it. An import inside a function counts like one at the top. The checker is run on synthetic
+trees too, so that it is seen to fail when an import crosses. And on processes: a real ``ci run``
+loads no reporter module and no github3, and its test processes hold no token."""
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import clean_env
 
 REPO = Path(__file__).resolve().parents[1]
 # (package whose modules are read, the module prefixes none of them may import, why)
@@ -14,7 +20,9 @@ RULES = (
     ("ci/runner", ("ci.reporter", "github3"), "the runner runs PR code and holds no token"),
     ("ci/reporter", ("ci.runner",), "the reporter holds the token and never imports PR code"),
     ("ci", ("tools",), "the bot never imports the maintainer tools"),
+    ("ci", ("sglang_overlay",), "the bot proves any sglang change and knows no product"),
 )
+PRODUCT_NAMES = ("sglang_overlay", "SGLANG_OVERLAY")
 
 
 def _imports(path: Path, package: str):
@@ -50,6 +58,80 @@ def crossings(root: Path, rules=RULES) -> list:
 def test_no_import_crosses_the_trust_boundary():
     assert (REPO / "ci/runner").is_dir() and (REPO / "ci/reporter").is_dir()
     assert crossings(REPO) == []
+
+
+def test_the_bots_code_names_none_of_the_products_modules_or_settings():
+    named = [
+        f"{path.relative_to(REPO)}: {name}"
+        for path in sorted((REPO / "ci").rglob("*.py"))
+        for name in PRODUCT_NAMES
+        if name in path.read_text()
+    ]
+    assert named == []
+
+
+# A registered file that says what its process holds; it runs without importing sglang.
+SAYS_WHAT_IT_HOLDS = """
+import json, os, sys, unittest
+
+
+def register_cpu_ci(**kwargs):  # read by AST
+    pass
+
+
+register_cpu_ci(est_time=1, suite="base-a-test-cpu")
+
+
+class T(unittest.TestCase):
+    def test_holds(self):
+        held = {"env": sorted(os.environ), "modules": sorted(sys.modules)}
+        with open(os.path.join(os.environ["SEEN"], f"{os.getpid()}.json"), "w") as out:
+            json.dump(held, out)
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+# What `ci run` itself loaded, printed at its exit: it runs `ci.__main__` as `python -m ci` does.
+LOADED_AT_EXIT = (
+    "import atexit, json, runpy, sys; "
+    "atexit.register(lambda: print('LOADED', json.dumps(sorted(sys.modules)))); "
+    "sys.argv = ['ci', *sys.argv[1:]]; runpy.run_module('ci', run_name='__main__')"
+)
+SECRETS = {"GITHUB_TOKEN": "ghs_x", "GH_PAT": "x", "SSH_AUTH_SOCK": "/tmp/agent", "AWS_SECRET_ACCESS_KEY": "x",
+           "DATABASE_URL": "postgres://u:p@h/d", "OPENAI_KEY": "x", "PYPI_PASS": "x"}  # fmt: skip
+
+
+def test_a_real_ci_run_loads_no_reporter_code_and_its_tests_hold_no_secret(tmp_path):
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "test_holds.py").write_text(SAYS_WHAT_IT_HOLDS)
+    (tmp_path / "seen").mkdir()
+    (tmp_path / "none.txt").write_text("")
+    argv = ["run", "--out", str(tmp_path / "out"), "--backend", "cpu", "--root", str(tmp_path / "root"),
+            "--tests", "test_holds.py", "--regressions", str(tmp_path / "none.txt"), "--preload", "none",
+            "--unmodified-env", "SEEN=" + str(tmp_path / "seen"), "--change-env", "SEEN=" + str(tmp_path / "seen"),
+            "--change-env", "SIDE=change"]  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", LOADED_AT_EXIT, *argv],
+        cwd=REPO,
+        env=clean_env(**SECRETS),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (loaded,) = [
+        json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("LOADED ")
+    ]
+    assert "ci.runner.run" in loaded
+    # (sglang_overlay's start-up hook is this venv's, loaded by site before any code of ci)
+    assert [m for m in loaded if m.startswith(("ci.reporter", "github3"))] == []
+    held = [json.loads(p.read_text()) for p in sorted((tmp_path / "seen").iterdir())]
+    assert len(held) == 2  # one test process per side
+    for process in held:
+        assert set(SECRETS).isdisjoint(process["env"]), process["env"]
+        assert "SGLANG_IS_IN_CI" in process["env"] and "PATH" in process["env"]
+        assert not any(m.startswith(("ci.", "github3")) for m in process["modules"])
 
 
 def _tree(tmp_path, files: dict) -> Path:

@@ -1,7 +1,7 @@
 """Which registered test files a CI run executes, decided by sglang's own registry reader
 (``ci_register.collect_tests``, the AST reader upstream's runner uses), loaded on its own from the
-first given source tree that has it, else the installed sglang. It never imports or runs a test
-file, nor the sglang package.
+first given source tree that has it, else the installed sglang. The test tree is scanned once and
+each file parsed once (``Tree``); no test file and no sglang package is imported or run here.
 """
 
 import ast
@@ -9,19 +9,21 @@ import fnmatch
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ci.runner import RequestError
 
-# The reader's own name in sys.modules when it is loaded without its package.
-READER_MODULE = "_sglang_ci_register_reader"
+READER_MODULE = "_sglang_ci_register_reader"  # the reader's name when loaded without its package
 REGISTERED_ROOT = "test/registered"
+FRESH_MARK = "# ci: fresh-interpreter"
+# What a side preloads when not told: the modules of these packages the files import. On CUDA
+# only torch: importing sglang initialises CUDA on some machines, which a fork cannot use.
+PRELOADED_PACKAGES = {"cpu": ("torch", "sglang"), "cuda": ("torch",)}
+_ENV_CALLS = {"update", "setdefault", "pop", "clear", "popitem", "__setitem__", "__delitem__"}
 
 
 @dataclass(frozen=True)
 class Selected:
-    """One file to run, with the registration that selected it."""
-
     path: str  # relative to the repository root
     suite: str | None
 
@@ -39,112 +41,196 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     return index, size
 
 
-def shard_text(text: str | None) -> str | None:
-    """A ``--shard`` as results record it: ``"I/N"``, or None."""
-    shard = parse_shard(text)
-    return f"{shard[0]}/{shard[1]}" if shard else None
+@dataclass
+class Tree:
+    """The test files under ``tests`` (folders or files relative to ``root``, default
+    test/registered), each parsed once. A link to a folder is never followed (one that points
+    at its own folder would run the same files again at every depth): ``links`` names them."""
 
+    root: str
+    tests: tuple = ()
+    files: list = field(default_factory=list)  # absolute paths, sorted
+    links: list = field(default_factory=list)
+    parsed: dict = field(default_factory=dict)  # absolute path -> ast.Module or None
 
-def scan(root: str, tests=()) -> tuple[list[str], list[str]]:
-    """(every ``test_*.py`` under each of ``tests``, sorted, each once; the links to folders
-    among them, relative to ``root``). ``tests`` are folders or files relative to ``root``,
-    default ``root``/test/registered. A link to a folder is never followed: one that points at
-    its own folder would run the same files again at every depth."""
-    found, links = set(), set()
-    for entry in tests or (REGISTERED_ROOT,):
-        path = os.path.join(root, entry)
-        if os.path.isfile(path):
-            found.add(os.path.abspath(path))
-        elif os.path.isdir(path):
+    def __post_init__(self):
+        self.root = os.path.abspath(self.root)
+        found = set()
+        for entry in self.tests or (REGISTERED_ROOT,):
+            path = os.path.join(self.root, entry)
+            if os.path.isfile(path):
+                found.add(os.path.abspath(path))
+                continue
+            if not os.path.isdir(path):
+                raise RequestError(f"--tests {entry}: no such file or folder under {self.root}")
             for folder, dirs, files in os.walk(path, onerror=_unreadable):
-                # as glob's ** does: hidden names left out
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # as glob's ** does
                 for name in [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
                     dirs.remove(name)
-                    links.add(os.path.relpath(os.path.join(folder, name), root))
+                    self.links.append(os.path.relpath(os.path.join(folder, name), self.root))
                 found.update(
-                    os.path.abspath(os.path.join(folder, name))
-                    for name in files
-                    if fnmatch.fnmatchcase(name, "test_*.py")
+                    os.path.abspath(os.path.join(folder, n))
+                    for n in files
+                    if fnmatch.fnmatchcase(n, "test_*.py")
                 )
-        else:
-            raise RequestError(f"--tests {entry}: no such file or folder under {root}")
-    top = os.path.realpath(root)
-    outside = [p for p in found if os.path.commonpath([top, os.path.realpath(p)]) != top]
-    if outside:
-        raise RequestError(f"--tests: {outside[0]} is outside --root {root}")
-    return sorted(found), sorted(links)
+        top = os.path.realpath(self.root)
+        for path in found:
+            if os.path.commonpath([top, os.path.realpath(path)]) != top:
+                raise RequestError(f"--tests: {path} is outside --root {self.root}")
+        self.files = sorted(found)
+        for path in self.files:
+            try:
+                with open(path, "rb") as handle:
+                    self.parsed[path] = ast.parse(handle.read())
+            except (SyntaxError, ValueError, OSError):
+                self.parsed[path] = None
+
+    def rel(self, path: str) -> str:
+        return os.path.relpath(path, self.root)
+
+    def select(self, backend, suite=None, stage=None, shard=None, nightly=False, trees=()):
+        """(the files to run as ``Selected``, the files registered only for other backends
+        with why), for one backend, filtered by suite, stage and nightly, and sharded."""
+        reader = registry_reader(trees)
+        parsed = [p for p in self.files if self.parsed[p] is not None]
+        registries = reader.collect_tests(parsed, sanity_check=True)
+        wanted = reader.HWBackend[backend.upper()]
+        chosen, backends = {}, {}
+        for r in registries:
+            backends.setdefault(r.filename, set()).add(r.backend.name.lower())
+            if (
+                r.backend == wanted
+                and r.disabled is None
+                and (nightly or not r.nightly)
+                and suite in (None, r.effective_suite)
+                and stage in (None, r.stage)
+            ):
+                chosen.setdefault(r.filename, r)  # registered twice: runs once, in one shard
+        units = list(chosen.values())
+        if shard is not None:
+            units = reader.auto_partition(units, shard[0], shard[1])
+            # Newer readers bundle an ``in_process_group`` into one unit with its ``members``.
+            units = [m for unit in units for m in getattr(unit, "members", None) or [unit]]
+        units = sorted(units, key=lambda r: r.filename)
+        selected = [Selected(self.rel(r.filename), r.effective_suite) for r in units]
+        # A file that does not parse has no registration: it runs (in the first shard), and its
+        # own process says why it fails, as a case of the report.
+        if shard is None or shard[0] == 0:
+            selected += [Selected(self.rel(p), None) for p in self.files if self.parsed[p] is None]
+        elsewhere = [
+            {"file": self.rel(path), "why": f"registered for {', '.join(sorted(on))} only"}
+            for path, on in sorted(backends.items())
+            if backend not in on
+        ]
+        return selected, elsewhere
+
+    def fresh_reason(self, rel: str) -> str | None:
+        """Why a file must start in a fresh interpreter, not a fork of a preloaded one: it asks
+        (``FRESH_MARK``), or it changes the environment as it is imported, after the preloaded
+        modules read it."""
+        tree = self.parsed.get(os.path.join(self.root, rel))
+        if tree is None:
+            return None
+        for node in _module_level(tree.body):
+            if _changes_environment(node):
+                return f"it changes the environment as it is imported (line {node.lineno})"
+        with open(os.path.join(self.root, rel), encoding="utf-8", errors="replace") as handle:
+            for number, line in enumerate(handle, 1):
+                if line.strip() == FRESH_MARK:
+                    return f"it asks for one (line {number})"
+        return None
+
+    def default_preload(self, rels, backend: str) -> tuple:
+        """The modules of ``PRELOADED_PACKAGES[backend]`` that the forkable files import at
+        module level, torch first; on CUDA a file importing sglang brings torch."""
+        wanted, found = PRELOADED_PACKAGES[backend], set()
+        for rel in rels:
+            tree = self.parsed.get(os.path.join(self.root, rel))
+            if tree is None or self.fresh_reason(rel) is not None:
+                continue
+            for node in _module_level(tree.body):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                for name in names:
+                    top = name.partition(".")[0]
+                    if top in wanted:
+                        found.add(name)
+                    elif top == "sglang" and backend == "cuda":
+                        found.add("torch")
+        return tuple(sorted(found, key=lambda name: (not name.startswith("torch"), name)))
+
+    def test_lines(self, rel: str) -> dict:
+        """``Class.test_name`` (or a function's name) -> the line of its ``def``; a method
+        inherited from a class of the same file has the base's."""
+        tree = self.parsed.get(os.path.join(self.root, rel))
+        if tree is None:
+            return {}
+        classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+        functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+        def methods(name: str, seen: frozenset) -> dict:
+            node = classes.get(name)
+            if node is None or name in seen:
+                return {}
+            found = {}
+            for base in reversed(node.bases):
+                if isinstance(base, ast.Name):
+                    found.update(methods(base.id, seen | {name}))
+            found.update({i.name: i.lineno for i in node.body if isinstance(i, functions)})
+            return found
+
+        lines = {node.name: node.lineno for node in tree.body if isinstance(node, functions)}
+        for cls in classes:
+            lines.update({f"{cls}.{fn}": n for fn, n in methods(cls, frozenset()).items()})
+        return lines
+
+
+def line_of(lines: dict, test: str) -> int | None:
+    """The ``def`` line of a test id, parametrized ids (``test_x[1]``) included."""
+    return lines.get(test) or lines.get(test.split("[", 1)[0])
 
 
 def _unreadable(error: OSError) -> None:
     raise RequestError(f"--tests: {error.filename}: {error.strerror}")
 
 
-def select(root, backend, suite=None, stage=None, shard=None, nightly=False, tests=(), trees=()):
-    """Registered files (``Selected``) among ``tests`` for one backend, filtered by suite, stage
-    and nightly, and sharded (``shard``: index, size)."""
-    files, unparsable = [], []
-    for path in scan(root, tests)[0]:
-        (files if _parsed(path) else unparsable).append(path)
-    reader = registry_reader(trees)
-    wanted = reader.HWBackend[backend.upper()]
-    registries = [
-        r
-        for r in reader.collect_tests(files, sanity_check=True)
-        if r.backend == wanted
-        and r.disabled is None
-        and (nightly or not r.nightly)
-        and (suite is None or r.effective_suite == suite)
-        and (stage is None or r.stage == stage)
-    ]
-    chosen = {}
-    for r in registries:
-        # A file registered twice for one backend runs once, so in one shard only.
-        chosen.setdefault(r.filename, r)
-    registries = list(chosen.values())
-    if shard is not None:
-        units = reader.auto_partition(registries, shard[0], shard[1])
-        # Newer readers bundle an ``in_process_group`` into one unit with its ``members``.
-        registries = [m for unit in units for m in getattr(unit, "members", None) or [unit]]
-    registries = sorted(registries, key=lambda r: r.filename)
-    selected = [Selected(os.path.relpath(r.filename, root), r.effective_suite) for r in registries]
-    # A file that does not parse has no registration anyone can read: it runs anyway (in the
-    # first shard), and its own process says why it fails, as a case of the report.
-    if shard is None or shard[0] == 0:
-        selected += [Selected(os.path.relpath(p, root), None) for p in unparsable]
-    return selected
+def _module_level(body):
+    """Statements that run as the module is imported: not function or class bodies."""
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        yield node
+        for name in ("body", "orelse", "finalbody", "handlers"):
+            inner = getattr(node, name, None)
+            if isinstance(inner, list):
+                yield from _module_level(inner)
 
 
-def not_here(root, backend, tests=(), trees=()) -> list:
-    """Files among ``tests`` registered for other backends only, each with why it did not run
-    on ``backend`` (the report says so: a CUDA test is not silently missing from a CPU run)."""
-    files = [p for p in scan(root, tests)[0] if _parsed(p)]
-    reader = registry_reader(trees)
-    backends: dict = {}
-    for r in reader.collect_tests(files, sanity_check=False):
-        backends.setdefault(r.filename, set()).add(r.backend.name.lower())
-    return [
-        {"file": os.path.relpath(path, root), "why": f"registered for {', '.join(sorted(on))} only"}
-        for path, on in sorted(backends.items())
-        if backend not in on
-    ]
+def _is_environ(node) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
+        isinstance(node, ast.Name) and node.id == "environ"
+    )
 
 
-def _parsed(path: str) -> ast.Module | None:
-    try:
-        with open(path, "rb") as handle:
-            return ast.parse(handle.read())
-    except (SyntaxError, ValueError, OSError):
-        return None
+def _changes_environment(node) -> bool:
+    if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+        targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
+        return any(isinstance(t, ast.Subscript) and _is_environ(t.value) for t in targets)
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        func = node.value.func
+        if isinstance(func, ast.Attribute):
+            if func.attr in _ENV_CALLS and _is_environ(func.value):
+                return True
+            return func.attr in ("putenv", "unsetenv")
+    return False
 
 
 def registry_reader(trees=()):
     """sglang's ``ci_register`` module from the first of ``trees`` (folders holding
     ``python/sglang``) that has one, else the installed sglang; ImportError when none loads.
-
     Not through the sglang package: the reader needs only the standard library, while ``import
-    sglang`` costs seconds and puts CUDA state in the CI process before any test could start.
-    """
+    sglang`` costs seconds and puts CUDA state in the CI process."""
     loaded = sys.modules.get(READER_MODULE)
     if loaded is not None:
         return loaded
@@ -166,39 +252,3 @@ def registry_reader(trees=()):
             raise ImportError(f"{path}: {type(exc).__name__}: {exc}") from exc
         raise
     return module
-
-
-def test_lines(root: str, path: str) -> dict:
-    """``Class.test_name`` (or a pytest function's name) -> the line of its ``def`` in a test
-    file, for annotations; a method inherited from a class of the same file has the base's."""
-    tree = _parsed(os.path.join(root, path))
-    if tree is None:
-        return {}
-    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-
-    def methods(name: str, seen: frozenset) -> dict:
-        node = classes.get(name)
-        if node is None or name in seen:
-            return {}
-        found = {}
-        for base in reversed(node.bases):
-            if isinstance(base, ast.Name):
-                found.update(methods(base.id, seen | {name}))
-        for item in node.body:
-            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                found[item.name] = item.lineno
-        return found
-
-    lines = {
-        node.name: node.lineno
-        for node in tree.body
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-    }
-    for cls in classes:
-        lines.update({f"{cls}.{fn}": line for fn, line in methods(cls, frozenset()).items()})
-    return lines
-
-
-def line_of(lines: dict, test: str) -> int | None:
-    """The ``def`` line of a test id, parametrized ids (``test_x[1]``) included."""
-    return lines.get(test) or lines.get(test.split("[", 1)[0])

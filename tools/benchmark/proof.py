@@ -9,6 +9,7 @@ import sys
 import tempfile
 
 from sglang_overlay import WORKSPACE_MODULE
+from sglang_overlay.config import DISABLE_ENV
 from tools.benchmark import launch, summary
 
 PROOF_FILES = {
@@ -22,6 +23,7 @@ def measure(device: str, repeats: int) -> dict:
     proof_file = PROOF_FILES[device]
     with tempfile.TemporaryDirectory() as out:
         ci_run = [sys.executable, "-m", "ci", "run", "--backend", device, "--tests", proof_file]
+        ci_run += [f"--unmodified-env={DISABLE_ENV}=1", f"--change-env={DISABLE_ENV}=0"]
         runs = launch.alternate(
             {
                 "import": [sys.executable, "-c", f"import {WORKSPACE_MODULE}"],

@@ -193,7 +193,8 @@ def ab(version: str, env: dict, out: Path) -> dict:
     """The proofs on both sides on CPU: {counts, change_ok}."""
     run = subprocess.run(
         [sys.executable, "-m", "ci", "run", "--backend", "cpu", "--out", str(out / version)]
-        + ["--tests", *PROOFS],
+        + ["--tests", *PROOFS]
+        + [f"--unmodified-env={DISABLE_ENV}=1", f"--change-env={DISABLE_ENV}=0"],
         env=env,
         cwd=REPO,
         capture_output=True,

@@ -156,7 +156,7 @@ def run(args) -> str:
     if args.verb == "ab":
         code, made = ab.run_ab(series, series.fix(args.fix), args.out, args.backend)
         if code != 0:
-            raise SeriesError(f"ci run exited {code}; its report: {made.results}/report.md")
+            raise SeriesError(f"ci run exited {code}; its summary: {made.results}/summary.txt")
         body = made.results.parent / f"{args.backend}-pr-body.md"
         args = argparse.Namespace(**{**vars(args), "results": str(made.results)})
         body.write_text(_pr_body(series, args))

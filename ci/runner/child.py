@@ -1,0 +1,464 @@
+"""The process a test file runs in under ``ci run``: ``python FILE ARGS`` plus a result channel
+the runner owns, so the file stays exactly as upstream writes it (after sglang's
+``fork_test_worker.py``).
+
+``python child.py run RESULTS FILE ARGS...`` runs FILE as ``__main__`` and writes each finished
+test as one JSON line to the file RESULTS (from unittest's result class, each call of a test
+method so that a retry is seen, and a plugin handed to ``pytest.main``), then one last line
+``{"process": {...}}`` saying what the process ran with.
+
+``python child.py serve FD MODULE...`` imports MODULEs once (never CUDA), answers
+``{"ready": ...}`` on fd FD, then reads one JSON command a line on stdin, ``{"id", "path", "args", "results",
+"log"}``, and forks a child per command in its own session, writing the file's output to
+``log``; it answers ``{"id", "pid"}`` at the fork and ``{"id", "exit"}`` once the child ended
+and its session was killed. It is the PR's process: it imports nothing of the bot.
+"""
+
+import atexit
+import functools
+import inspect
+import json
+import os
+import runpy
+import select
+import signal
+import sys
+import time
+import traceback
+import unittest
+
+DETAIL_CHARS = 8000  # a traceback's end is where it says what failed
+MAX_ATTEMPTS = 20
+BACKEND_ENV = "CI_RUN_BACKEND"
+MIB = 1024 * 1024
+UNOBSERVED = (
+    "passed, but the runner saw no call of its method (it ran outside TestCase.run): a retry "
+    "there would be invisible"
+)
+
+
+class Channel:
+    """One JSON line per finished test; lines from a process the file forked are dropped."""
+
+    def __init__(self, path: str):
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.pid, self.started = os.getpid(), {}
+
+    def start(self, test_id: str) -> None:
+        self.started[test_id] = time.monotonic()
+        _cuda("reset_peak_memory_stats")
+
+    def send(self, test_id, outcome, detail="", attempts=(), unobserved=False) -> None:
+        if os.getpid() != self.pid:
+            return
+        started = self.started.pop(test_id, None)
+        line = {
+            "test": test_id,
+            "outcome": outcome,
+            "duration_s": None if started is None else round(time.monotonic() - started, 3),
+            "detail": str(detail)[-DETAIL_CHARS:],
+            "attempts": list(attempts)[:MAX_ATTEMPTS],
+        }
+        # A CPU run's peak is what the file measured itself (PEAKS_MIB on __main__, by method).
+        peak = _cuda("max_memory_allocated") if os.environ.get(BACKEND_ENV) != "cpu" else None
+        if started is not None and peak is not None:
+            line["peak_mib"] = round(peak / MIB, 2)
+        else:
+            peaks = getattr(sys.modules.get("__main__"), "PEAKS_MIB", None)
+            value = peaks.get(test_id.rpartition(".")[2]) if isinstance(peaks, dict) else None
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e7:
+                line["peak_mib"] = round(float(value), 2)
+        if unobserved:
+            line["unobserved"] = True
+        self.write(line)
+
+    def write(self, line: dict) -> None:
+        os.write(self.fd, (json.dumps(line, default=str) + "\n").encode())
+
+
+def _cuda(call: str):
+    """``torch.cuda.<call>()`` where this process holds a CUDA context the file made."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            return getattr(torch.cuda, call)()
+    except RuntimeError as exc:  # the test broke the device: no peak, said
+        print(f"ci child: torch.cuda.{call}() raised {exc!r}", file=sys.stderr)
+    return None
+
+
+# ---- unittest: each call of a test's method, and the base result class every runner uses ----
+
+
+def unittest_id(test) -> str:
+    """``Class.test_name``; ``Class.setUpClass`` (or the module's name) for a fixture."""
+    method = getattr(test, "_testMethodName", None)
+    if method is not None:
+        return f"{type(test).__name__}.{method}"
+    fixture, _, where = str(test).partition(" (")
+    if fixture in ("setUpClass", "tearDownClass"):
+        return f"{where.rstrip(')').split('.')[-1]}.{fixture}"
+    return str(test)
+
+
+def _counting(method, calls: list, failure):
+    """``method``, appending each call's outcome to ``calls``; a coroutine function stays one,
+    so an asyncio test case still awaits it."""
+
+    def ended(exc):
+        if exc is None:
+            calls.append(("pass", ""))
+        elif not isinstance(exc, unittest.SkipTest):
+            outcome = "fail" if isinstance(exc, failure) else "error"
+            calls.append((outcome, "".join(traceback.format_exception(exc))))
+
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def attempt(*args, **kwargs):
+            try:
+                value = await method(*args, **kwargs)
+            except BaseException as exc:
+                ended(exc)
+                raise
+            ended(None)
+            return value
+
+        return attempt
+
+    @functools.wraps(method)
+    def attempt(*args, **kwargs):
+        try:
+            value = method(*args, **kwargs)
+        except BaseException as exc:
+            ended(exc)
+            raise
+        ended(None)
+        return value
+
+    return attempt
+
+
+def retried(outcome: str, detail: str, calls):
+    """(detail, attempts, unobserved) of a finished test from its ``calls`` (None: unseen)."""
+    if outcome == "pass" and not calls:
+        return UNOBSERVED, [], True
+    failures = [(n, d) for n, (o, d) in enumerate(calls or (), 1) if o != "pass"]
+    if outcome == "pass" and failures and calls[-1][0] == "pass":
+        number, first = failures[0]
+        detail = f"attempt {number} of {len(calls)} failed, the last passed:\n{first}"
+    elif outcome == "error" and failures and failures[-1][1]:
+        detail = failures[-1][1]  # the assertion itself, not the retry's wrapper around it
+    return detail, [o for o, _ in calls or ()], False
+
+
+def hook_unittest(channel: Channel, calls: dict) -> None:
+    """Count each call of every test's method (the instance holds a counting wrapper while its
+    run lasts, whoever calls it: TestCase, an asyncio case, sglang's CustomTestCase retry) and
+    report each test at stopTest, a class or module fixture at once."""
+    run, result = unittest.case.TestCase.run, unittest.result.TestResult
+    ended: dict = {}  # test id -> (outcome, detail) so far
+
+    def counted_run(test, result=None):
+        name = getattr(test, "_testMethodName", None)
+        method = getattr(test, name, None) if isinstance(name, str) else None
+        if method is None:
+            return run(test, result)
+        own = test.__dict__.get(name)  # pytest sets the method on the instance
+        setattr(
+            test,
+            name,
+            _counting(method, calls.setdefault(unittest_id(test), []), test.failureException),
+        )
+        try:
+            return run(test, result)
+        finally:
+            if own is None:
+                test.__dict__.pop(name, None)
+            else:
+                test.__dict__[name] = own
+
+    def record(self, test, outcome, err=None, text=None):
+        if err is not None:
+            try:
+                text = self._exc_info_to_string(err, test)
+            except Exception as exc:
+                text = f"{err[0].__name__} ({type(exc).__name__} formatting it)"
+        test_id = unittest_id(test)
+        if not hasattr(test, "_testMethodName"):
+            channel.send(test_id, outcome, text or "")
+        elif test_id not in ended or ended[test_id][0] == "pass":
+            ended[test_id] = (outcome, text or "")
+
+    def stop_test(self, test):
+        test_id = unittest_id(test)
+        outcome, detail = ended.pop(test_id, ("error", "the test ended without a result"))
+        channel.send(test_id, outcome, *retried(outcome, detail, calls.pop(test_id, None)))
+
+    def sub_test(self, test, subtest, err):
+        if err is not None:
+            failed = issubclass(err[0], test.failureException)
+            record(self, test, "fail" if failed else "error", err)
+
+    hooks = {
+        "startTest": lambda self, test: channel.start(unittest_id(test)),
+        "stopTest": stop_test,
+        "addSuccess": lambda self, test: record(self, test, "pass"),
+        "addExpectedFailure": lambda self, test, err: record(self, test, "pass", err),
+        "addFailure": lambda self, test, err: record(self, test, "fail", err),
+        "addError": lambda self, test, err: record(self, test, "error", err),
+        "addSkip": lambda self, test, why: record(self, test, "skip", text=why),
+        "addUnexpectedSuccess": lambda self, test: record(
+            self, test, "fail", text="unexpected success"
+        ),
+        "addSubTest": sub_test,
+    }
+    for name, hook in hooks.items():
+        original = getattr(result, name)
+        setattr(result, name, functools.partialmethod(_then, hook, original))
+    unittest.case.TestCase.run = counted_run
+
+
+def _then(self, hook, original, *args):
+    hook(self, *args)
+    return original(self, *args)
+
+
+# ---- pytest: a plugin handed to every pytest.main ----
+
+
+class PytestResults:
+    """One result per test item from its setup, call and teardown reports."""
+
+    def __init__(self, channel: Channel, calls: dict):
+        self.channel, self.calls, self.reports, self.cases = channel, calls, {}, set()
+
+    def pytest_collection_modifyitems(self, session, config, items):
+        cases = [i for i in items if isinstance(getattr(i, "cls", None), type)]
+        self.cases |= {i.nodeid for i in cases if issubclass(i.cls, unittest.TestCase)}
+
+    @staticmethod
+    def test_id(nodeid: str) -> str:
+        return nodeid.split("::", 1)[-1].replace("::", ".")
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        self.channel.start(self.test_id(nodeid))
+
+    def pytest_runtest_logreport(self, report):
+        self.reports.setdefault(report.nodeid, []).append(report)
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        outcome, detail = "pass", ""
+        for report in self.reports.pop(nodeid, []):
+            if report.failed:
+                outcome = "fail" if report.when == "call" else "error"
+                detail = report.longreprtext
+                break
+            if report.skipped:
+                skip = report.longrepr
+                outcome = "skip"
+                detail = skip[2] if isinstance(skip, tuple) and len(skip) == 3 else str(skip)
+                detail = detail.removeprefix("Skipped: ")
+        test_id = self.test_id(nodeid)
+        counted = self.calls.pop(test_id, None)
+        found = retried(outcome, detail, counted) if nodeid in self.cases else (detail,)
+        self.channel.send(test_id, outcome, *found)
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            where = f"collecting {report.nodeid or 'the file'}"
+            self.channel.send(where, "error", report.longreprtext)
+
+
+def hook_pytest(pytest, channel: Channel, calls: dict) -> None:
+    real = pytest.main
+    if getattr(real, "ci_results", False):
+        return
+
+    def main(args=None, plugins=None, **kwargs):
+        return real(args, [*(plugins or ()), PytestResults(channel, calls)], **kwargs)
+
+    main.ci_results = True
+    pytest.main = main
+
+
+class AfterImport:
+    """Meta-path finder for one module: the real spec with its loader wrapped, so ``then(module)``
+    runs once the module executed. ``find_spec`` imports nothing, never edits sys.meta_path."""
+
+    def __init__(self, name: str, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        finders = sys.meta_path[sys.meta_path.index(self) + 1 :] if self in sys.meta_path else []
+        for finder in finders:
+            spec = getattr(finder, "find_spec", lambda *a: None)(fullname, path, target)
+            if spec is not None:
+                if hasattr(spec.loader, "exec_module"):
+                    spec.loader = ThenLoader(spec.loader, self.then)
+                return spec
+        return None
+
+
+class ThenLoader:
+    """A module's own loader, then a hook."""
+
+    def __init__(self, loader, then):
+        self.loader, self.then = loader, then
+
+    def __getattr__(self, name):
+        if name in ("loader", "then"):  # not set yet (copy, unpickling): never recurse
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+    def create_module(self, spec):
+        return getattr(self.loader, "create_module", lambda spec: None)(spec)
+
+    def exec_module(self, module):
+        for holder in (module, getattr(module, "__spec__", None)):
+            if getattr(holder, "__loader__" if holder is module else "loader", None) is self:
+                setattr(holder, "__loader__" if holder is module else "loader", self.loader)
+        self.loader.exec_module(module)
+        self.then(module)
+
+
+# ---- one file ----
+
+
+def describe(preloaded=()) -> dict:
+    """What this process ran with; what cannot be read says why."""
+    info: dict = {"python": sys.version.split()[0]}
+    torch = sys.modules.get("torch")
+    try:
+        if torch is None:
+            info["torch_error"] = "torch was not imported"
+        else:
+            info.update(torch=torch.__version__, cuda=torch.version.cuda)
+            if torch.cuda.is_initialized():
+                info["gpu"] = torch.cuda.get_device_name()
+    except Exception as exc:
+        info["torch_error"] = f"{type(exc).__name__}: {exc}"
+    sglang = sys.modules.get("sglang")
+    if sglang is None:
+        info["sglang_error"] = "this process did not import sglang"
+    else:
+        info["sglang_path"] = getattr(sglang, "__file__", None)
+        info["sglang"] = getattr(sglang, "__version__", None)
+    if preloaded:
+        info["preloaded"] = ",".join(preloaded)
+    return info
+
+
+def run(results: str, path: str, args, preloaded=()) -> int:
+    """Run ``path`` as ``python FILE ARGS`` does, its tests reported on ``results``; its exit."""
+    channel, calls = Channel(results), {}
+    hook_unittest(channel, calls)
+    if "pytest" in sys.modules:
+        hook_pytest(sys.modules["pytest"], channel, calls)
+    else:
+        sys.meta_path.insert(0, AfterImport("pytest", lambda m: hook_pytest(m, channel, calls)))
+    sys.argv = [path, *args]
+    sys.path[0] = os.path.dirname(os.path.realpath(path))  # as ``python FILE`` sets it
+    code = 1
+    try:
+        runpy.run_path(path, run_name="__main__")
+        code = 0
+    except SystemExit as exc:
+        code = 0 if exc.code is None else exc.code
+        if not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        if os.getpid() == channel.pid:  # the starting process's record, not a fork's
+            channel.write({"process": describe(preloaded)})
+    return code
+
+
+# ---- serve: one preloaded parent per side, a fork per file ----
+
+
+def serve(modules, answers: int) -> None:
+    def answer(message):
+        os.write(answers, (json.dumps(message) + "\n").encode())
+
+    for name in modules:
+        try:
+            __import__(name)
+        except BaseException as exc:
+            return answer({"error": f"preloading {name}: {type(exc).__name__}: {exc}"})
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return answer({"error": "CUDA was initialised while preloading: a fork cannot use it"})
+    answer({"ready": list(modules)})
+    children, buffer, reading = {}, b"", True
+    while reading or children:
+        ready, _, _ = select.select([0] if reading else [], [], [], 0.05)
+        if ready:
+            data = os.read(0, 65536)
+            reading, buffer = bool(data), buffer + data
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                command = json.loads(line)
+                session, started = os.pipe()
+                pid = os.fork()
+                if pid == 0:
+                    os.close(session)
+                    os.setsid()
+                    os.close(started)  # the session exists: its group can be killed
+                    _forked(command, modules, answers)
+                os.close(started)
+                os.read(session, 1)
+                os.close(session)
+                children[pid] = command["id"]
+                answer({"id": command["id"], "pid": pid})
+        while children:
+            ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            if ended is None:
+                break
+            try:  # the unreaped child keeps its id: the group is still its own
+                os.killpg(ended.si_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _, status = os.waitpid(ended.si_pid, 0)
+            if ended.si_pid in children:
+                exit_code = os.waitstatus_to_exitcode(status)
+                answer({"id": children.pop(ended.si_pid), "exit": exit_code})
+
+
+def _forked(command: dict, modules, answers: int) -> None:
+    code = 1
+    try:
+        log = os.open(command["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        for fd, to in ((devnull, 0), (log, 1), (log, 2)):
+            os.dup2(fd, to)
+        for fd in (devnull, log, answers):
+            os.close(fd)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        code = run(command["results"], command["path"], command["args"], modules)
+    finally:
+        try:
+            atexit._run_exitfuncs()  # as the interpreter's own exit would
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code & 0xFF)
+
+
+def main(argv) -> int:
+    if argv[:1] == ["run"] and len(argv) >= 3:
+        return run(argv[1], argv[2], argv[3:])
+    if argv[:1] == ["serve"] and len(argv) >= 2 and argv[1].isdigit():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner ends this process's group
+        serve(argv[2:], int(argv[1]))
+        return 0
+    print("usage: child.py run RESULTS FILE [ARGS...] | serve FD MODULE...", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

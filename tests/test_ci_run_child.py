@@ -1,0 +1,250 @@
+"""How ``ci run`` runs one test file (``ci/runner/launch.py`` and ``child.py``): each file's tests
+come back as results whatever style the file is written in, the same whether the file starts in
+a fresh interpreter or as a fork of a preloaded one, and nothing the file started outlives it.
+The files here register nothing and import no sglang: the subject is the runner."""
+
+import os
+import signal
+
+import pytest
+from conftest import alive, clean_env, until
+
+from ci.evidence import judge
+from ci.runner import collect, launch, sides
+
+FILES = {
+    "test_unittest.py": """
+import unittest
+
+
+class T(unittest.TestCase):
+    def test_pass(self):
+        pass
+
+    def test_fail(self):
+        self.assertEqual(1, 2, "one is not two")
+
+    def test_error(self):
+        raise RuntimeError("boom")
+
+    @unittest.skip("not here")
+    def test_skip(self):
+        pass
+
+    @unittest.expectedFailure
+    def test_expected(self):
+        self.fail("expected")
+
+    def test_sub(self):
+        for i in range(2):
+            with self.subTest(i=i):
+                self.assertEqual(i, 0)
+
+
+class Broken(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        raise RuntimeError("the server never came up")
+
+    def test_never(self):
+        pass
+
+
+if __name__ == "__main__":
+    unittest.main()
+""",
+    "test_pytest_style.py": """
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_param(n):
+    assert n == 1
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
+""",
+    "test_retried.py": """
+import unittest
+
+
+class Retried(unittest.TestCase):
+    calls = 0
+
+    def _callTestMethod(self, method):  # a retry as sglang's CustomTestCase makes it
+        try:
+            method()
+        except AssertionError:
+            method()
+
+    def test_second_call_passes(self):
+        type(self).calls += 1
+        self.assertGreater(type(self).calls, 1, "the first call fails")
+
+
+if __name__ == "__main__":
+    unittest.main()
+""",
+    "test_forks.py": """
+import os, time, unittest
+
+
+class T(unittest.TestCase):
+    def test_leaves_a_process(self):
+        pid = os.fork()
+        if pid == 0:  # a child that reports too, then lingers: neither may count
+            unittest.TextTestRunner().run(unittest.defaultTestLoader.loadTestsFromTestCase(Ghost))
+            time.sleep(120)
+            os._exit(0)
+        print("grandchild", pid, flush=True)
+
+
+class Ghost(unittest.TestCase):
+    def test_ghost(self):
+        pass
+
+
+if __name__ == "__main__":
+    unittest.main(defaultTest="T")
+""",
+    "test_sets_env.py": """
+import os, unittest
+
+os.environ["CHANGED_AT_IMPORT"] = "1"
+
+
+class T(unittest.TestCase):
+    def test_pass(self):
+        pass
+
+
+if __name__ == "__main__":
+    unittest.main()
+""",
+}
+EXPECTED = {
+    "test_unittest.py": {
+        "T.test_pass": "pass",
+        "T.test_fail": "fail",
+        "T.test_error": "error",
+        "T.test_skip": "skip",
+        "T.test_expected": "pass",
+        "T.test_sub": "fail",
+        "Broken.setUpClass": "error",
+    },
+    "test_pytest_style.py": {"test_param[1]": "pass", "test_param[2]": "fail"},
+    "test_retried.py": {"Retried.test_second_call_passes": "pass"},
+    "test_forks.py": {"T.test_leaves_a_process": "pass"},
+    "test_sets_env.py": {"T.test_pass": "pass"},
+}
+
+
+@pytest.fixture(scope="module", params=["fresh", "forked"])
+def ran(request, tmp_path_factory):
+    """Every file once, fresh or forked from one process that preloaded ``json``."""
+    folder = tmp_path_factory.mktemp(request.param)
+    (folder / "logs").mkdir()
+    for name, source in FILES.items():
+        (folder / name).write_text(source)
+    env = sides.environment(sides.SideSetup("change"), base=clean_env())
+    preload = ("json",) if request.param == "forked" else ()
+    tree = collect.Tree(str(folder), tuple(FILES))
+    fresh = {p: why for p in FILES if (why := tree.fresh_reason(p))}
+    runs, preloads = launch.run_all(list(FILES), {"change": env}, str(folder), 120, 2,
+                                    lambda _: None, str(folder / "logs"), preload, fresh)  # fmt: skip
+    return {run.path: run for run in runs}, preloads, fresh
+
+
+@pytest.mark.parametrize("path", EXPECTED)
+def test_every_style_of_test_file_reports_each_test_once_fresh_or_forked(ran, path):
+    runs, _, _ = ran
+    tests, errors = judge.read_channel(runs[path].channel)
+    assert errors == ()
+    assert {t.test: t.outcome for t in tests} == EXPECTED[path], runs[path].output[-2000:]
+
+
+def test_a_retry_inside_the_test_case_is_counted_and_the_first_failure_kept(ran):
+    runs, _, _ = ran
+    (test,) = judge.read_channel(runs["test_retried.py"].channel)[0]
+    assert test.attempts == ("fail", "pass")
+    assert test.detail.startswith("attempt 1 of 2 failed") and "the first call fails" in test.detail
+
+
+def test_the_process_record_comes_last_and_apart_from_the_results(ran):
+    runs, _, _ = ran
+    for run in runs.values():
+        assert run.environment is not None and '"python"' in run.environment
+        assert '"process"' not in run.channel
+
+
+def test_a_file_that_changes_the_environment_as_it_is_imported_starts_fresh(ran):
+    runs, preloads, fresh = ran
+    assert list(fresh) == ["test_sets_env.py"]
+    assert "line 4" in fresh["test_sets_env.py"]
+    if preloads:
+        assert preloads["change"]["forked"] is True
+        assert "preloaded" not in runs["test_sets_env.py"].environment
+        assert "preloaded" in runs["test_unittest.py"].environment
+
+
+def test_what_a_file_left_running_dies_with_it(ran):
+    runs, _, _ = ran
+    run = runs["test_forks.py"]
+    pid = int(run.output.split("grandchild ", 1)[1].split()[0])
+    try:
+        assert run.returncode == 0 and run.duration_s < 60
+        assert until(lambda: not alive(pid), within_s=30.0)
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("preload", [(), ("json",)], ids=["fresh", "forked"])
+def test_a_file_past_its_timeout_is_killed_and_said_so(tmp_path, preload):
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "test_sleeps.py").write_text("import time\ntime.sleep(600)\n")
+    env = sides.environment(sides.SideSetup("change"), base=clean_env())
+    runs, _ = launch.run_all(["test_sleeps.py"], {"change": env}, str(tmp_path), 2, 1,
+                             lambda _: None, str(tmp_path / "logs"), preload)  # fmt: skip
+    (run,) = runs
+    assert run.timed_out and run.returncode is None and run.duration_s < 30
+    assert run.log == "logs/test_sleeps.py.change.log"
+
+
+@pytest.mark.parametrize(
+    "settings, kept, dropped",
+    [
+        ({"GH_PAT": "x", "PATH": "/bin", "LANG": "C.UTF-8"}, ["PATH", "LANG"], ["GH_PAT"]),
+        (
+            {"SSH_AUTH_SOCK": "/s", "DATABASE_URL": "x", "CUDA_VISIBLE_DEVICES": "0"},
+            ["CUDA_VISIBLE_DEVICES"],
+            ["SSH_AUTH_SOCK", "DATABASE_URL"],
+        ),  # fmt: skip
+        ({"SGLANG_TEST_MAX_RETRY": "5", "SGLANG_X": "1"}, ["SGLANG_X"], ["SGLANG_TEST_MAX_RETRY"]),
+    ],
+)
+def test_a_test_process_gets_an_allowlisted_environment_and_its_sides_settings(
+    settings, kept, dropped
+):
+    env = sides.environment(sides.SideSetup("change", env={"MINE": "1"}), base=settings)
+    assert set(kept) <= set(env) and not set(dropped) & set(env)
+    assert env["MINE"] == "1" and env["SGLANG_IS_IN_CI"] == "true"
+
+
+@pytest.mark.parametrize(
+    "items, said",
+    [(["NOEQUALS"], "expected NAME=VALUE"), (["1X=2"], "expected NAME=VALUE"), (["=v"], "NAME")],
+)
+def test_a_side_setting_that_is_not_name_equals_value_is_refused(items, said):
+    with pytest.raises(sides.RequestError, match=said):
+        sides.parse_env(items, "--change-env")
+
+
+def test_two_sides_that_are_the_same_are_refused():
+    with pytest.raises(sides.RequestError, match="both sides are the same"):
+        sides.setups(("unmodified", "change"), {}, {})
+    made = sides.setups(("unmodified", "change"), {}, {"unmodified": {"A": "1"}})
+    assert made["unmodified"].env == {"A": "1"} and made["change"].env == {}
