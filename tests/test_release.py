@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import standin
-from overlay_envs import REPO, build_wheel, find_interpreter, make_env
+from overlay_envs import REPO, find_interpreter, make_env
 
 import sglang_overlay
 
@@ -94,10 +94,10 @@ def _previous_wheel(out: Path) -> Path:
     return wheel
 
 
-def test_upgrading_from_the_previous_layout_replaces_its_start_up_hook(tmp_path):
+def test_upgrading_from_the_previous_layout_replaces_its_start_up_hook(tmp_path, dist):
     interpreter = find_interpreter("3.11") or Path(sys._base_executable)
     old = _previous_wheel(tmp_path / "old")
-    new = build_wheel(tmp_path / "new")
+    (new,) = dist.glob("*.whl")
     env = make_env(interpreter, "3.11", old, tmp_path / "venv")
     assert (env.site_packages / "sglang_overlay" / "_startup.py").exists()
     assert "_startup" in (env.site_packages / "sglang_overlay.pth").read_text()
