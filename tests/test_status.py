@@ -6,6 +6,7 @@ records planted as the overlay writes them; the writer itself is observed in rea
 processes (``test_activation.py``).
 """
 
+import io
 import json
 import logging
 import os
@@ -235,6 +236,15 @@ def test_record_text_and_argv_are_printed_inert_for_a_terminal(runtime_dir, caps
         proc.wait(timeout=60)
     assert not any(ch in out for ch in "\x1b\r\x07\x9b\u202e\u2066\x7f"), repr(out)
     assert f"sglang::{DEFUSED}" in out and out.splitlines()[2].strip() == DEFUSED and code == 1
+
+
+def test_text_stdout_cannot_encode_is_printed_as_escapes(monkeypatch):
+    # a reason quoting the user's setting, on an ASCII terminal: the report, not a traceback
+    out = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(out, encoding="ascii"))
+    cli.say("not recognised: SGLANG_OVERLAY_DISABLE='\u00fcberall'")
+    sys.stdout.flush()
+    assert out.getvalue() == b"not recognised: SGLANG_OVERLAY_DISABLE='\\xfcberall'\n"
 
 
 @pytest.mark.parametrize(
