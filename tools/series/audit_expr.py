@@ -167,17 +167,9 @@ def flag_test(test, roots: dict) -> "tuple[str, bool] | None":
         return negated[0] if negated else None
     negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
     node = test.operand if negated else test
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id == "getattr"
-        and len(node.args) >= 2
-        and isinstance(node.args[1], ast.Constant)
-    ):
-        base = chain(node.args[0], roots)
-        key = base and f"{base}.{node.args[1].value}"
-    else:
-        key = chain(node, roots) if isinstance(node, ast.Attribute) else None
+    key = by_name(node, roots, "getattr") or (
+        chain(node, roots) if isinstance(node, ast.Attribute) else None
+    )
     return (key, not negated) if key else None
 
 
@@ -234,16 +226,8 @@ def once_test(test, roots: dict) -> "tuple[str, bool] | None":
             base = chain(right, roots)
             slot = base and f"{base}[{slice_text(test.left)}]"
             return slot and (slot, isinstance(op, ast.NotIn) != negated)
-    if (
-        isinstance(test, ast.Call)
-        and isinstance(test.func, ast.Name)
-        and test.func.id == "hasattr"
-        and len(test.args) == 2
-        and isinstance(test.args[1], ast.Constant)
-    ):
-        base = chain(test.args[0], roots)
-        return base and (f"{base}.{test.args[1].value}", negated)
-    return None
+    key = by_name(test, roots, "hasattr")
+    return (key, negated) if key else None
 
 
 def probe(value, roots: dict) -> "str | None":
@@ -255,15 +239,21 @@ def probe(value, roots: dict) -> "str | None":
     if isinstance(func, ast.Attribute) and func.attr == "get" and len(value.args) <= 2:
         base = chain(func.value, roots)
         return base and f"{base}[{slice_text(value.args[0])}]"
-    if (
-        isinstance(func, ast.Name)
-        and func.id == "getattr"
-        and len(value.args) >= 2
-        and isinstance(value.args[1], ast.Constant)
+    return by_name(value, roots, "getattr")
+
+
+def by_name(call, roots: dict, function: str) -> "str | None":
+    """``getattr(self, "x", ...)`` or ``hasattr(self, "x")`` (``function``) -> "self.x"."""
+    if not (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id == function
+        and len(call.args) >= 2
+        and isinstance(call.args[1], ast.Constant)
     ):
-        base = chain(value.args[0], roots)
-        return base and f"{base}.{value.args[1].value}"
-    return None
+        return None
+    base = chain(call.args[0], roots)
+    return base and f"{base}.{call.args[1].value}"
 
 
 def is_none(node) -> bool:
