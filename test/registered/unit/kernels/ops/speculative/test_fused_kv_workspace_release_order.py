@@ -61,7 +61,9 @@ class TestFusedKVWorkspaceReleaseOrder(CustomTestCase):
         helper._ensure_workspace(64, torch.bfloat16)
         with OnAllocation(helper) as mode:
             helper._ensure_workspace(65, torch.bfloat16)
-        self.assertEqual(mode.alive, [0, 0, 0], "old workspaces were alive")
+        self.assertEqual(
+            mode.alive, [0, 0, 0], "workspaces were alive while allocating"
+        )
         self.assertEqual(helper._workspace_capacity, 128)
 
     def test_changing_dtype_releases_the_old_workspaces_before_allocating(self):
@@ -69,7 +71,9 @@ class TestFusedKVWorkspaceReleaseOrder(CustomTestCase):
         helper._ensure_workspace(64, torch.float16)
         with OnAllocation(helper) as mode:
             helper._ensure_workspace(64, torch.bfloat16)
-        self.assertEqual(mode.alive, [0, 0, 0], "float16 workspaces were alive")
+        self.assertEqual(
+            mode.alive, [0, 0, 0], "float16 workspaces were alive while allocating"
+        )
 
     def test_a_request_that_fits_reuses_the_workspaces(self):
         helper = make_helper()
