@@ -318,6 +318,8 @@ def test_gauges_per_process_in_multiprocess_mode_leave_with_the_process_even_kil
 
     folder = tmp_path / "prometheus"
     folder.mkdir()
+    killed_before = folder / "gauge_liveall_4194000.db"  # above any pid handed out here
+    killed_before.write_bytes(b"")
     prelude = f"import sys; sys.path[:0] = [{str(known)!r}]\n"
     started = {
         rows: subprocess.Popen(
@@ -332,6 +334,7 @@ def test_gauges_per_process_in_multiprocess_mode_leave_with_the_process_even_kil
     }
     try:
         pids = {int(proc.stdout.readline()): rows for rows, proc in started.items()}
+        assert not killed_before.exists()  # swept by the first process that set its gauges
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=str(folder))
         live = samples(generate_latest(registry).decode())
