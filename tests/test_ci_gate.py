@@ -338,3 +338,30 @@ def test_an_event_nested_past_the_json_parser_is_one_line_and_exit_2(tmp_path, c
 def test_a_head_sha_with_a_trailing_line_break_is_no_commit_id():
     payload = event(head=Y + "\n")
     assert gate.event_facts(payload).head is None
+
+
+# --- approvals as a CommonMark reader sees them ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body, approves",
+    [
+        (f"/run-ci {Y}", True),
+        (f"looks fine\r\n/run-ci {Y}  \n", True),
+        (f"`\n/run-ci {Y}\n`", False),  # an inline code span over three lines
+        (f"<pre>\n/run-ci {Y}\n</pre>", False),
+        (f"```\n/run-ci {Y}\n```", False),
+        (f"    /run-ci {Y}", False),  # indented code
+        (f"> quoted\n/run-ci {Y}", False),  # a quote's lazy continuation
+        (f"<!--\n/run-ci {Y}\n-->", False),
+        (f"x <!-- a\n/run-ci {Y}\n-->", False),
+        (f"not\u2028/run-ci {Y}", False),  # not a CommonMark line ending
+        (f"not\u0085/run-ci {Y}", False),
+        (f"not\v/run-ci {Y}", False),
+        (f"- /run-ci {Y}", False),
+        (f"*/run-ci {Y}*", False),
+        (f"do not /run-ci {Y}", False),
+    ],
+)
+def test_only_a_line_of_the_commenters_own_words_approves(body, approves):
+    assert gate.run_ci_shas(body) == ([Y] if approves else [])
