@@ -26,7 +26,7 @@ def test_the_first_fix_parses_to_one_file_one_hunk_releasing_before_allocating()
     assert patch.files == ((FIX, False),)
     diff = seriesdir.diff_section(patch.data)
     assert diff.count(b"\n@@ ") == 1 and b"\n+            self._buffer = None\n" in diff
-    assert patch.subject.startswith("[DSV4] ")
+    assert patch.subject.startswith("DSV4: ")  # a prefix plain git am keeps
     for section in ("Motivation", "Modifications", "Tests"):
         assert f"\n{section}\n" in f"\n{patch.body}\n"
 

@@ -163,7 +163,7 @@ def test_each_fix_is_described_from_its_own_patches_and_tests_only(capsys):
     assert code == 0, err
     # The environment line says what the run's processes held (the installed overlay among it).
     text = "\n".join(line for line in out.splitlines() if not line.startswith("Environment: "))
-    assert text.count("**[DFlash]") == 2 and "DSV4" not in text and "sparse" not in text
+    assert text.count("**DFlash: ") == 2 and "DSV4" not in text and "sparse" not in text
     rows = [line for line in out.splitlines() if line.startswith("| `test_")]
     data = json.loads((FUSED_KV_RESULTS / "results.json").read_text())
     assert len(rows) == len(data["cases"]) == 4

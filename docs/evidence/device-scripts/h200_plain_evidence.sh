@@ -43,21 +43,21 @@ echo "== c. est_time on 0.5.23 + the series, 2 at a time"; cat "$W/cuda_files.tx
 SGLANG_OVERLAY_DISABLE=1 SGLANG_IS_IN_CI=true PYTHONPATH="$S/python" \
   xargs -P 2 -n 1 python3 "$W/cuda_files.py" < "$W/cuda_files.txt" 2>&1 | grep "est_time=" | tee "$W/est_time.txt"
 echo "== side by side from $SECONDS s"
-( timeout 420 python3 -m ci run --out "$W/a" --backend cuda --tests test/registered --jobs 4 \
+( timeout 330 python3 -m ci run --out "$W/a" --backend cuda --tests test/registered --jobs 4 \
     --unmodified-env SGLANG_OVERLAY_DISABLE=1 > "$W/a.log" 2>&1; echo "exit $?" >> "$W/a.log" ) &
 tests_of() {  # the test files fix $1 adds
   python3 -c "from tools.series import seriesdir as s; print(*sorted(p for p, new in s.load().fix('$1').touched_files().items() if new))"
 }
 for fix in $FIXES; do
   # shellcheck disable=SC2046  # the files, one word each
-  ( timeout 420 python3 -m ci run --out "$W/b-$fix" --backend cuda --tests $(tests_of "$fix") \
+  ( timeout 330 python3 -m ci run --out "$W/b-$fix" --backend cuda --tests $(tests_of "$fix") \
       --unmodified-env SGLANG_OVERLAY_DISABLE=1 --change-env SGLANG_OVERLAY_DISABLE="$fix" \
       > "$W/b-$fix.log" 2>&1; echo "exit $?" >> "$W/b-$fix.log" ) &
 done
-( SGLANG_OVERLAY_DISABLE=1 timeout 420 python3 -m pytest -q -p no:xdist -p no:cacheprovider \
+( SGLANG_OVERLAY_DISABLE=1 timeout 330 python3 -m pytest -v -p no:xdist -p no:cacheprovider \
     tests/test_registered_mutants.py > "$W/mutants-pytest.txt" 2>&1; echo "exit $?" >> "$W/mutants-pytest.txt" ) &
 for fix in $FIXES; do
-  ( timeout 420 python3 -m tools.series ab --fix "$fix" --backend cuda --out "$W/fix-$fix" --no-check \
+  ( timeout 330 python3 -m tools.series ab --fix "$fix" --backend cuda --out "$W/fix-$fix" --no-check \
       > "$W/fix-$fix.log" 2>&1; echo "exit $?" >> "$W/fix-$fix.log" ) &
 done
 wait
