@@ -1,13 +1,9 @@
 """``python -m ci``: run registered tests A/B, report it on the PR, gate fork PRs.
 
-The command line only: it parses arguments, hands them to the orchestration (``ci.runner.run``,
-``ci.reporter.plan``, ``ci.reporter.github_io``, ``ci.reporter.gate``) and maps outcomes to exit
-codes (0 ok, 1 failed checks or a void proof, 2 bad usage or bad input, 130 interrupted). It sits
-above both sides of the trust boundary: ``ci run`` writes report.md with the pure renderers
-(``ci.reporter.render``, ``ci.reporter.pictures``: the evidence model in, text and pictures out,
-no token, no github3), so the test job's folder holds the report it uploads; the modules that
-talk to GitHub (``github_io``, ``publish``) are imported by ``ci report`` and ``ci gate`` only,
-which the test job never runs.
+The command line only: arguments in, the orchestration (``ci.runner.run``, ``ci.reporter.plan``,
+``ci.reporter.github_io``, ``ci.reporter.gate``) called, exit codes out (``ci.errors``). It sits
+above both sides of the trust boundary, so it imports the reporter only inside ``ci report`` and
+``ci gate``: ``ci run``, in the job that runs PR code, loads no reporter code and no github3.
 """
 
 import argparse
@@ -163,9 +159,9 @@ def _parser() -> argparse.ArgumentParser:
         "unchanged, in the environment sglang's CI gives it (SGLANG_IS_IN_CI=true: "
         "CustomTestCase retries a failed test once). A side is a tree (the installed sglang, "
         "--*-src, or a commit with --git-base/--git-head) plus the settings --*-env gives its "
-        "processes; the two sides must differ. Exit 0 when every test passes (or skips) on the change side "
-        "at its first attempt and the listed regressions fail on the unmodified side, retry "
-        "included; 1, with one line saying why, otherwise.",
+        "processes; the two sides must differ. Exit 0 when every test passes (or skips) on the "
+        "change side at its first attempt and the listed regressions fail on the unmodified "
+        "side, retry included; 1, with one line saying why, otherwise.",
     )
     _flags(run, RUN_FLAGS)
     _flags(run.add_mutually_exclusive_group(), SUITE_OR_STAGE)

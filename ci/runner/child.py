@@ -1,20 +1,19 @@
 """The process a test file runs in under ``ci run``: ``python FILE ARGS`` plus a result channel
 the runner owns, so the file stays exactly as upstream writes it (after sglang's
-``fork_test_worker.py``).
+``fork_test_worker.py``). It is the PR's process: it imports nothing of the bot.
 
-``python child.py run RESULTS FILE ARGS...`` runs FILE as ``__main__`` and writes each finished
-test as one JSON line to the file RESULTS (from unittest's result class, each call of a test
-method so that a retry is seen, and a plugin handed to ``pytest.main``), then one last line
-``{"process": {...}}`` saying what the process ran with.
+``child.py run RESULTS FILE ARGS...``: FILE as ``__main__``; each finished test one JSON line
+on the file RESULTS (unittest's result class, each call of a test method so that a retry is
+seen, a plugin handed to ``pytest.main``), then ``{"process": {...}}``, what it ran with.
 
-``python child.py serve FD MODULE...`` imports MODULEs once (never CUDA), answers
-``{"ready": ...}`` on fd FD, then reads one JSON command a line on stdin, ``{"id", "path", "args", "results",
-"log"}``, and forks a child per command in its own session, writing the file's output to
-``log``; it answers ``{"id", "pid"}`` at the fork and ``{"id", "exit"}`` once the child ended
-and its session was killed. It is the PR's process: it imports nothing of the bot.
+``child.py serve FD MODULE...``: imports MODULEs once (never CUDA), answers ``{"ready"}`` on FD,
+then per JSON line ``{"id", "path", "args", "results", "log"}`` on stdin forks a child in its own
+session, its output to ``log``, and answers ``{"id", "pid"}``, then ``{"id", "exit"}`` once the
+child ended and its session was killed.
 """
 
 import atexit
+import contextlib
 import functools
 import inspect
 import json
@@ -30,11 +29,7 @@ import unittest
 DETAIL_CHARS = 8000  # a traceback's end is where it says what failed
 MAX_ATTEMPTS = 20
 BACKEND_ENV = "CI_RUN_BACKEND"
-MIB = 1024 * 1024
-UNOBSERVED = (
-    "passed, but the runner saw no call of its method (it ran outside TestCase.run): a retry "
-    "there would be invisible"
-)
+UNOBSERVED = "passed, but no call of its method was seen: a retry there would be invisible"
 
 
 class Channel:
@@ -61,16 +56,14 @@ class Channel:
         }
         # A CPU run's peak is what the file measured itself (PEAKS_MIB on __main__, by method).
         peak = _cuda("max_memory_allocated") if os.environ.get(BACKEND_ENV) != "cpu" else None
-        if started is not None and peak is not None:
-            line["peak_mib"] = round(peak / MIB, 2)
+        if None not in (started, peak):
+            line["peak_mib"] = round(peak / 2**20, 2)
         else:
             peaks = getattr(sys.modules.get("__main__"), "PEAKS_MIB", None)
             value = peaks.get(test_id.rpartition(".")[2]) if isinstance(peaks, dict) else None
             if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e7:
                 line["peak_mib"] = round(float(value), 2)
-        if unobserved:
-            line["unobserved"] = True
-        self.write(line)
+        self.write({**line, "unobserved": True} if unobserved else line)
 
     def write(self, line: dict) -> None:
         os.write(self.fd, (json.dumps(line, default=str) + "\n").encode())
@@ -80,11 +73,9 @@ def _cuda(call: str):
     """``torch.cuda.<call>()`` where this process holds a CUDA context the file made."""
     torch = sys.modules.get("torch")
     try:
-        if torch is not None and torch.cuda.is_initialized():
-            return getattr(torch.cuda, call)()
+        return getattr(torch.cuda, call)() if torch and torch.cuda.is_initialized() else None
     except RuntimeError as exc:  # the test broke the device: no peak, said
         print(f"ci child: torch.cuda.{call}() raised {exc!r}", file=sys.stderr)
-    return None
 
 
 # ---- unittest: each call of a test's method, and the base result class every runner uses ----
@@ -105,38 +96,32 @@ def _counting(method, calls: list, failure):
     """``method``, appending each call's outcome to ``calls``; a coroutine function stays one,
     so an asyncio test case still awaits it."""
 
-    def ended(exc):
+    def ended(exc=None):
         if exc is None:
             calls.append(("pass", ""))
         elif not isinstance(exc, unittest.SkipTest):
             outcome = "fail" if isinstance(exc, failure) else "error"
             calls.append((outcome, "".join(traceback.format_exception(exc))))
 
-    if inspect.iscoroutinefunction(method):
+    async def awaited(*args, **kwargs):
+        try:
+            value = await method(*args, **kwargs)
+        except BaseException as exc:
+            ended(exc)
+            raise
+        ended()
+        return value
 
-        @functools.wraps(method)
-        async def attempt(*args, **kwargs):
-            try:
-                value = await method(*args, **kwargs)
-            except BaseException as exc:
-                ended(exc)
-                raise
-            ended(None)
-            return value
-
-        return attempt
-
-    @functools.wraps(method)
-    def attempt(*args, **kwargs):
+    def called(*args, **kwargs):
         try:
             value = method(*args, **kwargs)
         except BaseException as exc:
             ended(exc)
             raise
-        ended(None)
+        ended()
         return value
 
-    return attempt
+    return functools.wraps(method)(awaited if inspect.iscoroutinefunction(method) else called)
 
 
 def retried(outcome: str, detail: str, calls):
@@ -224,9 +209,6 @@ def _then(self, hook, original, *args):
     return original(self, *args)
 
 
-# ---- pytest: a plugin handed to every pytest.main ----
-
-
 class PytestResults:
     """One result per test item from its setup, call and teardown reports."""
 
@@ -282,94 +264,46 @@ def hook_pytest(pytest, channel: Channel, calls: dict) -> None:
     pytest.main = main
 
 
-class AfterImport:
-    """Meta-path finder for one module: the real spec with its loader wrapped, so ``then(module)``
-    runs once the module executed. ``find_spec`` imports nothing, never edits sys.meta_path."""
-
-    def __init__(self, name: str, then):
-        self.name, self.then = name, then
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name:
-            return None
-        finders = sys.meta_path[sys.meta_path.index(self) + 1 :] if self in sys.meta_path else []
-        for finder in finders:
-            spec = getattr(finder, "find_spec", lambda *a: None)(fullname, path, target)
-            if spec is not None:
-                if hasattr(spec.loader, "exec_module"):
-                    spec.loader = ThenLoader(spec.loader, self.then)
-                return spec
-        return None
-
-
-class ThenLoader:
-    """A module's own loader, then a hook."""
-
-    def __init__(self, loader, then):
-        self.loader, self.then = loader, then
-
-    def __getattr__(self, name):
-        if name in ("loader", "then"):  # not set yet (copy, unpickling): never recurse
-            raise AttributeError(name)
-        return getattr(self.loader, name)
-
-    def create_module(self, spec):
-        return getattr(self.loader, "create_module", lambda spec: None)(spec)
-
-    def exec_module(self, module):
-        for holder in (module, getattr(module, "__spec__", None)):
-            if getattr(holder, "__loader__" if holder is module else "loader", None) is self:
-                setattr(holder, "__loader__" if holder is module else "loader", self.loader)
-        self.loader.exec_module(module)
-        self.then(module)
-
-
-# ---- one file ----
-
-
 def describe(preloaded=()) -> dict:
-    """What this process ran with; what cannot be read says why."""
-    info: dict = {"python": sys.version.split()[0]}
-    torch = sys.modules.get("torch")
+    """What this process ran with, as far as the file imported it (nothing is imported here)."""
+    torch, sglang = sys.modules.get("torch"), sys.modules.get("sglang")
+    info = {"python": sys.version.split()[0], "preloaded": ",".join(preloaded) or None}
     try:
-        if torch is None:
-            info["torch_error"] = "torch was not imported"
-        else:
+        if torch is not None:
             info.update(torch=torch.__version__, cuda=torch.version.cuda)
-            if torch.cuda.is_initialized():
-                info["gpu"] = torch.cuda.get_device_name()
+            info["gpu"] = torch.cuda.get_device_name() if torch.cuda.is_initialized() else None
     except Exception as exc:
         info["torch_error"] = f"{type(exc).__name__}: {exc}"
-    sglang = sys.modules.get("sglang")
-    if sglang is None:
-        info["sglang_error"] = "this process did not import sglang"
-    else:
-        info["sglang_path"] = getattr(sglang, "__file__", None)
-        info["sglang"] = getattr(sglang, "__version__", None)
-    if preloaded:
-        info["preloaded"] = ",".join(preloaded)
-    return info
+    if sglang is not None:
+        info.update(
+            sglang=getattr(sglang, "__version__", None),
+            sglang_path=getattr(sglang, "__file__", None),
+        )
+    return {k: v for k, v in info.items() if v is not None}
 
 
 def run(results: str, path: str, args, preloaded=()) -> int:
     """Run ``path`` as ``python FILE ARGS`` does, its tests reported on ``results``; its exit."""
     channel, calls = Channel(results), {}
     hook_unittest(channel, calls)
-    if "pytest" in sys.modules:
-        hook_pytest(sys.modules["pytest"], channel, calls)
-    else:
-        sys.meta_path.insert(0, AfterImport("pytest", lambda m: hook_pytest(m, channel, calls)))
+    try:  # a file that runs pytest.main names pytest: imported only then (it costs a start-up)
+        with open(path, "rb") as source:
+            if b"pytest" in source.read():
+                import pytest
+
+                hook_pytest(pytest, channel, calls)
+    except (OSError, ImportError):
+        pass  # python FILE says what is wrong with an unreadable file; no pytest, no plugin
     sys.argv = [path, *args]
     sys.path[0] = os.path.dirname(os.path.realpath(path))  # as ``python FILE`` sets it
     code = 1
     try:
         runpy.run_path(path, run_name="__main__")
         code = 0
-    except SystemExit as exc:
-        code = 0 if exc.code is None else exc.code
-        if not isinstance(code, int):
-            print(code, file=sys.stderr)
-            code = 1
+    except SystemExit as exc:  # as the interpreter exits: a code, None, or a message
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        if code and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
     except BaseException:
         traceback.print_exc()
     finally:
@@ -419,10 +353,8 @@ def serve(modules, answers: int) -> None:
             ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             if ended is None:
                 break
-            try:  # the unreaped child keeps its id: the group is still its own
+            with contextlib.suppress(ProcessLookupError):  # unreaped, the group is still its
                 os.killpg(ended.si_pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             _, status = os.waitpid(ended.si_pid, 0)
             if ended.si_pid in children:
                 exit_code = os.waitstatus_to_exitcode(status)
