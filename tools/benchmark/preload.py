@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ci import gitcmd
 from sglang_overlay import WORKSPACE_MODULE
+from sglang_overlay.config import DISABLE_ENV
 from tools.benchmark import launch, summary
 
 GOAL = 2.5
@@ -76,6 +77,8 @@ def measure(repeats: int) -> dict:
         repo = make_repo(Path(tmp) / "sglang")
         ci_run = [sys.executable, "-m", "ci", "run", "--backend", "cpu", "--jobs", "2", "--json"]
         ci_run += ["--root", str(repo), "--git-base", "main", "--git-head", "six"]
+        # The trees are the sides: the overlay is off on both.
+        ci_run += [f"--unmodified-env={DISABLE_ENV}=1", f"--change-env={DISABLE_ENV}=1"]
         runs = launch.alternate(
             {
                 "import": [sys.executable, "-c", f"import {WORKSPACE_MODULE}"],
@@ -83,7 +86,7 @@ def measure(repeats: int) -> dict:
                 "default": lambda r: [*ci_run, "--out", f"{tmp}/default-{r}"],
             },
             repeats,
-            launch.side_env("unmodified"),  # trees from git: the overlay is off on both sides
+            launch.side_env("unmodified"),
         )
         for kind, r in ((k, r) for k in ("fresh", "default") for r in range(repeats)):
             data = json.loads(Path(f"{tmp}/{kind}-{r}/results.json").read_text())
