@@ -20,7 +20,9 @@ def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, not at exit: a reader gone early is seen below
+        return code
     except (CiError, UsageError) as exc:
         print(f"error: {_line(args.verb, exc)}", file=sys.stderr)
         return EXIT_USAGE

@@ -518,6 +518,20 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, line):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+def test_a_reader_that_stops_early_ends_ci_run_quietly_with_the_verdicts_code(
+    tmp_path, monkeypatch, capsys
+):
+    # `ci run ... | head -1`: the reader is gone before the summary is printed.
+    from ci.__main__ import main
+
+    read, write = os.pipe()
+    os.close(read)
+    monkeypatch.setattr(sys, "stdout", os.fdopen(write, "w"))
+    argv = ["run", "--out", str(tmp_path / "out"), "--backend", "cpu", "--modes", "change"]
+    assert main([*argv, "--tests", f"{FIXTURES}/test_exits_early.py"]) == 1
+    assert "Traceback" not in capsys.readouterr().err
+
+
 def test_ci_run_and_the_watch_check_start_where_no_github3_is_installed(tmp_path):
     # The GPU test job and the release watch's check job install no github3 (only the report
     # jobs do): their commands must not import it.

@@ -59,6 +59,7 @@ def test_the_machine_and_the_series_it_is_given_are_recorded(checkout, tmp_path)
     out, series = tmp_path / "out", tmp_path / "series.json"
     series.write_text(json.dumps(seriesdir.describe(checkout / "patches")))
     argv = ["run", "--root", str(checkout), "--out", str(out), "--series", str(series)]
+    argv += ["--unmodified-env", "SIDE=unmodified", "--change-env", "SIDE=change"]
     proc = subprocess.run(
         [sys.executable, "-m", "ci", *argv],
         cwd=REPO,
