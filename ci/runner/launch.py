@@ -11,6 +11,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -237,9 +238,7 @@ def run_all(paths, envs: dict, cwd: str, timeout_s: float, jobs: int, progress, 
         pool.shutdown(wait=True, cancel_futures=True)
         for worker in workers.values():
             worker.stop()
-        for name in os.listdir(folder):
-            os.remove(os.path.join(folder, name))
-        os.rmdir(folder)
+        shutil.rmtree(folder, ignore_errors=True)
     return [future.result() for future in futures], preloads
 
 
