@@ -202,6 +202,8 @@ def test_upstream_style_files_that_fail_outside_their_tests_are_reported_not_cra
     )
     assert "SyntaxError" in cases[("test_does_not_compile.py", "(whole file)")]["detail"]
     assert data["verdict"] == "failed" and "ci run: failed" in proc.stdout
+    # Test ids as plain text, as pytest takes them: no invisible joiner inside "::".
+    assert f"{FIXTURES}/test_setup_class_fails.py::TestNeedsAServer.setUpClass" in proc.stdout
     # The report's check of a record finds nothing in one ci run wrote, crashes and all, but
     # that it compares nothing: one side only.
     from ci.evidence import judge
@@ -494,6 +496,10 @@ def test_ctrl_c_that_the_kernel_hands_to_another_thread_still_stops_the_run(tmp_
             "error: --out /dev/null: not a",
         ),
         (["run", "--out", "x", "--jobs", "0"], "error: --jobs 0: at least 1"),
+        (
+            ["run", "--out", "/proc/version/out", *OVERLAY_SIDES],
+            "error: --out /proc/version/out: Not a directory",
+        ),
         (
             ["run", "--out", "x", "--tests", "no/such/dir", *OVERLAY_SIDES],
             "error: --tests no/such/dir: no such",
