@@ -107,10 +107,10 @@ test: install lint $(OCTOKIT_OPENAPI)
 	OCTOKIT_OPENAPI=$(CURDIR)/$(OCTOKIT_OPENAPI) $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 compat: install
-	$(PY) -m tools.releases watch --versions 0.5.21 0.5.22 0.5.23 --out out/compat
+	@$(PY) -m tools.releases watch --versions 0.5.21 0.5.22 0.5.23 --out out/compat
 
 bench: install
-	$(PY) -m tools.benchmark
+	@$(PY) -m tools.benchmark
 
 # The release files as the release workflow builds them (the wheel from the sdist), checked,
 # from a small venv of their own (build, twine, hatchling at dev.txt's pins), not the torch one.
