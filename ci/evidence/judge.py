@@ -152,44 +152,37 @@ def file_flags(ends: dict, cases) -> tuple[str, ...]:
     return tuple(flags)
 
 
+# kind -> the reason it fails the run ({n} cases, the sides' labels, their names).
+FAILS_THE_RUN = {
+    Kind.BROKEN: "{n} fail with {change}: {names}",
+    Kind.FLAKY: "{n} flaky with {change}: failed first and passed on a retry ({names})",
+    Kind.MASKED_BY_RETRY: "{n} masked by retry on {unmodified}: upstream's CI would pass them "
+    "on the unmodified code, failing first and passing on the retry ({names})",
+    Kind.UNPROVEN: "{n} not proven: passed, but the runner could not count the calls of their "
+    "method, so a retry may hide a failure ({names})",
+}
+_NO_VERDICT = (Outcome.SKIP, Outcome.MISSING)
+
+
 def with_verdict(results: Results, problems=()) -> Results:
     """``results`` with its verdict ("ok", "failed" or "void") and one line per reason;
     ``problems`` (``record_problems``) fail it first."""
-    modes, cases = results.modes, results.cases
-    failed, void = list(problems), []
-    if not cases:
-        failed.append("no test reported a result")
-    # Only the change side breaks a case or times a file out against the run.
-    broken = [c for c in cases if c.kind == Kind.BROKEN]
-    if broken:
-        failed.append(f"{len(broken)} fail with {results.label('change')}: {_names(broken)}")
-    flaky = [c for c in cases if c.kind == Kind.FLAKY]
-    if flaky:
-        failed.append(
-            f"{len(flaky)} flaky with {results.label('change')}: failed first and passed on "
-            f"a retry ({_names(flaky)})"
-        )
-    masked = [c for c in cases if c.kind == Kind.MASKED_BY_RETRY]
-    if masked:
-        failed.append(
-            f"{len(masked)} masked by retry on {results.label('unmodified')}: upstream's CI "
-            f"would pass them on the unmodified code, failing first and passing on the retry "
-            f"({_names(masked)})"
-        )
-    unseen = [c for c in cases if c.kind == Kind.UNPROVEN]
-    if unseen:
-        failed.append(
-            f"{len(unseen)} not proven: passed, but the runner could not count the calls of "
-            f"their method, so a retry may hide a failure ({_names(unseen)})"
-        )
+    cases, labels = results.cases, {m: results.label(m) for m in MODES}
+    failed = [*problems, *([] if cases else ["no test reported a result"])]
+    for kind, why in FAILS_THE_RUN.items():
+        these = [c for c in cases if c.kind == kind]
+        if these:
+            failed.append(why.format(n=len(these), names=_names(these), **labels))
+    # Only the change side times a file out against the run.
     late = [f.path for f in results.files if getattr(f.modes.get("change"), "timed_out", False)]
     if late:
-        failed.append(f"timed out with {results.label('change')}: {', '.join(late)}")
-    if "unmodified" in modes and cases:
-        base = results.label("unmodified")
+        failed.append(f"timed out with {labels['change']}: {', '.join(late)}")
+    void = []
+    if "unmodified" in results.modes and cases:
+        base = labels["unmodified"]
         missed = [c for c in cases if c.kind == Kind.NOT_REPRODUCED]
-        passed = [c for c in missed if _base_outcome(c) not in (Outcome.SKIP, Outcome.MISSING)]
-        unproven = [c for c in missed if c not in passed]
+        unproven = [c for c in missed if _base_outcome(c) in _NO_VERDICT]
+        passed = [c for c in missed if c not in unproven]
         if passed:
             void.append(
                 f"the bug did not reproduce: {len(passed)} listed regressions pass on {base} "
@@ -200,9 +193,7 @@ def with_verdict(results: Results, problems=()) -> Results:
                 f"the bug did not reproduce: {len(unproven)} listed regressions skip or give no "
                 f"result on {base} ({_names(unproven)}); ci/regressions.txt says they fail there"
             )
-        ran = [c.modes.get("unmodified") for c in cases]
-        verdicts = [r for r in ran if r is not None and r.outcome in (Outcome.PASS, *FAILED)]
-        if not verdicts:
+        if all(_base_outcome(c) in (None, *_NO_VERDICT) for c in cases):
             void.append(f"the unmodified side ({base}) gave no verdict: no test ran there")
     if failed:
         return replace(results, verdict="failed", reasons=(*failed, *void))

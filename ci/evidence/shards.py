@@ -29,29 +29,19 @@ def shard_of(results: Results, name: str) -> tuple[int, int]:
 
 
 def _identity(results: Results) -> dict:
-    """What every shard of one run shares: the backend, the modes, the series, the commits from
-    git, and per side the commit and overlay (the release only where a process imported one)."""
+    """What every shard of one run shares: the backend, the modes, how sglang's CI settings
+    were (retries included), the series, the commits, and per side the commit and overlay."""
     git = results.selection.get("git") or {}
-    env = results.environment if isinstance(results.environment, dict) else {}
+    ci = results.environment.get("upstream_ci", "not recorded")
+    retry = "outside sglang's CI" if ci is None else ci
     return {
         "backend": results.backend,
         "modes": results.modes,
-        # as sglang's CI runs it (its settings, retries included) or outside it
-        "retry mode": _retry_mode(env),
+        "retry mode": json.dumps(retry, sort_keys=True, default=repr),
         "series": results.series.id if results.series else None,
         "git": (git.get("base"), git.get("head")) if isinstance(git, dict) else git,
         **{f"{m} side": (s.commit, s.overlay) for m, s in sorted(results.sides.items())},
     }
-
-
-def _retry_mode(environment: dict) -> str:
-    """As sglang's CI runs each file (with which settings), or outside it: a shard's mode."""
-    if "upstream_ci" not in environment:
-        return "not recorded"
-    settings = environment["upstream_ci"]
-    if settings is None:
-        return "outside sglang's CI"
-    return f"as sglang's CI runs it ({json.dumps(settings, sort_keys=True, default=repr)})"
 
 
 def load(paths, names=None) -> Results:
@@ -96,8 +86,8 @@ def merge(named) -> Results:
         for key, value in _identity(results).items():
             if value != expected[key]:
                 raise EvidenceError(
-                    f"{name}: {key} {value!r:.120} differs from {first_name}'s "
-                    f"{expected[key]!r:.120}: shards of different runs"
+                    f"{name}: {key} {value!s:.120} differs from {first_name}'s "
+                    f"{expected[key]!s:.120}: shards of different runs"
                 )
         _same_releases(first_name, first, name, results)
     owner = {}
