@@ -10,10 +10,12 @@
 #  e. `tools.series ab --fix N --backend cuda` for every fix: plain sides (a venv without this
 #     project), 0.5.23 against 0.5.23 + that fix alone.
 # `bash .whl/h200_plain_evidence.sh` with the .whl/ set of README.md and this project's wheel;
-# $OUT/summary.txt and $OUT/evidence.tgz come back.
+# $OUT/summary.txt and $OUT/evidence.tgz come back. PARTS picks the parts (default: all five).
 . "$(dirname "$0")/preamble.sh"
 stub_kernels
 S=/tmp/ev/sglang-0.5.23-series W=/tmp/ev FIXES=${FIXES:-0001 0003 0005 0007 0009 0011}
+PARTS=" ${PARTS:-a b c d e} "
+part() { [[ $PARTS == *" $1 "* ]]; }
 rm -rf "$W" && mkdir -p "$W"
 set -o pipefail
 main() {
@@ -40,25 +42,25 @@ for reg in collect_tests(files, sanity_check=True):
     print(f"{reg.filename} est_time={reg.est_time:g} wall={time.monotonic() - start:.1f}s rc={code}", flush=True)
 PY
 SGLANG_OVERLAY_DISABLE=1 python3 "$W/cuda_files.py" > "$W/cuda_files.txt" || exit 1
-echo "== c. est_time on 0.5.23 + the series, 2 at a time (EST=0: skipped)"; cat "$W/cuda_files.txt"
-[ "${EST:-1}" = 0 ] || SGLANG_OVERLAY_DISABLE=1 SGLANG_IS_IN_CI=true PYTHONPATH="$S/python" \
+echo "== c. est_time on 0.5.23 + the series, 2 at a time"; cat "$W/cuda_files.txt"
+! part c || SGLANG_OVERLAY_DISABLE=1 SGLANG_IS_IN_CI=true PYTHONPATH="$S/python" \
   xargs -P 2 -n 1 python3 "$W/cuda_files.py" < "$W/cuda_files.txt" > "$W/est_time.log" 2>&1
 grep "est_time=" "$W/est_time.log"
 echo "== side by side from $SECONDS s"
-( timeout ${LIMIT:-330} python3 -m ci run --out "$W/a" --backend cuda --tests test/registered --jobs 4 \
+part a && ( timeout ${LIMIT:-330} python3 -m ci run --out "$W/a" --backend cuda --tests test/registered --jobs 4 \
     --unmodified-env SGLANG_OVERLAY_DISABLE=1 > "$W/a.log" 2>&1; echo "exit $?" >> "$W/a.log" ) &
 tests_of() {  # the test files fix $1 adds
   python3 -c "from tools.series import seriesdir as s; print(*sorted(p for p, new in s.load().fix('$1').touched_files().items() if new))"
 }
-for fix in $FIXES; do
+part b && for fix in $FIXES; do
   # shellcheck disable=SC2046  # the files, one word each
   ( timeout ${LIMIT:-330} python3 -m ci run --out "$W/b-$fix" --backend cuda --tests $(tests_of "$fix") \
       --unmodified-env SGLANG_OVERLAY_DISABLE=1 --change-env SGLANG_OVERLAY_DISABLE="$fix" \
       > "$W/b-$fix.log" 2>&1; echo "exit $?" >> "$W/b-$fix.log" ) &
 done
-( SGLANG_OVERLAY_DISABLE=1 timeout ${LIMIT:-330} python3 -m pytest -v -p no:xdist -p no:cacheprovider \
+part d && ( SGLANG_OVERLAY_DISABLE=1 timeout ${LIMIT:-330} python3 -m pytest -v -p no:xdist -p no:cacheprovider \
     tests/test_registered_mutants.py > "$W/mutants-pytest.txt" 2>&1; echo "exit $?" >> "$W/mutants-pytest.txt" ) &
-for fix in $FIXES; do
+part e && for fix in $FIXES; do
   ( timeout ${LIMIT:-330} python3 -m tools.series ab --fix "$fix" --backend cuda --out "$W/fix-$fix" --no-check \
       > "$W/fix-$fix.log" 2>&1; echo "exit $?" >> "$W/fix-$fix.log" ) &
 done
