@@ -65,15 +65,10 @@ class Process:
     runtime_dir: bool = False
 
 
-# Why this order: nothing before the first import looks at anything (the start-up state and
-# the plain first import come first); the replacement log needs a workspace high-water mark of
-# zero and the prometheus check a process that never loaded prometheus_client, so both come
-# before sglang's plugin loader and torch.compile load anything else. The server's record must
-# say "applied" and pass the 512 rows reached so far, and the edited copies of the module
-# replace the process's status record with their own, so the copies come after the server;
-# remove() (in apply/remove and the hook's check) turns the overlay off for any later copy, so
-# the observations that change the class come last; then the registry reader's, which only needs
-# sglang imported.
+# Why this order: nothing before the first import looks at anything; torch.compile and
+# sglang's plugin loader come before the server, whose record must say "applied"; the hook
+# stays on the class once applied, so it comes last but for the registry reader, which only
+# needs sglang imported.
 PROCESSES = {
     # The environment a user's process gets: no overlay setting, the start-up hook installed;
     # its record in a directory of its own. It serves as a server that keeps running, too.
@@ -81,21 +76,14 @@ PROCESSES = {
         order=(
             "start_modules",
             "first_import",
-            "replacement_log",
-            "prometheus_not_first",
             "second_activation",
             "torch_compile",
             "serve",
-            "variant_unknown",
-            "variant_fixed",
-            "apply_remove",
             "hook_AROUND",
             "reader_after_the_real_import",
         ),
         runtime_dir=True,
     ),
-    # No start-up hook at the first import: only sglang's plugin loader can activate us.
-    "plugin_loader_after_process": Process(order=("plugin_loader_after", "hook_REPLACE")),
 }
 
 _observations: "dict[str, dict[str, str]]" = {name: {} for name in PROCESSES}

@@ -138,33 +138,26 @@ def test_a_server_started_with_every_patch_disabled_shows_disabled_in_every_colu
 
 
 @pytest.mark.parametrize(
-    "states, misconfigured, state, code",
+    "states, fields, state, code",
     [
-        (["applied"] * 6, [], "applied", 0),
-        (["disabled"] * 6, [], "disabled", 0),
-        (["applied"] + ["pending"] * 5, [], "applied", 0),  # a client: modules never imported
-        (["unsupported"] * 6, [], "unsupported", 1),
-        (["applied"] * 6, ["SGLANG_OVERLAY_DISABLE='none' not recognised"], "misconfigured", 1),
+        (["applied"] * 6, {}, "applied", 0),
+        (["disabled"] * 6, {}, "disabled", 0),
+        (["applied"] + ["pending"] * 5, {}, "applied", 0),  # a client: modules never imported
+        (["unsupported"] * 6, {}, "unsupported", 1),
+        (["applied"] * 6, {"misconfigured": ["STRICT='x' not recognised"]}, "misconfigured", 1),
+        (["applied"] * 6, {"start_time": "1"}, "unpatched", 1),  # an earlier process's pid
     ],
 )
 def test_the_verdict_follows_each_patchs_recorded_state(
-    runtime_dir, sleeper, capsys, states, misconfigured, state, code
+    runtime_dir, sleeper, capsys, states, fields, state, code
 ):
-    plant(runtime_dir, sleeper, states, misconfigured=misconfigured)
+    plant(runtime_dir, sleeper, states, **fields)
     got, rows = rows_of(capsys, sleeper)
     assert (rows[PATCH_IDS[0]]["state"], got) == (state, code)
+    assert state != "unpatched" or "restart it" in rows[PATCH_IDS[0]]["reason"]
     assert all(
         r["pid"] == sleeper and r["command"] == "sglang::scheduler_TP0 300" for r in rows.values()
     )
-
-
-def test_a_process_without_a_record_or_with_an_earlier_pids_is_unpatched(
-    runtime_dir, sleeper, capsys
-):
-    plant(runtime_dir, sleeper, ["applied"] * 6, start_time="1")  # another process of that pid
-    code, rows = rows_of(capsys, sleeper)
-    assert {r["state"] for r in rows.values()} == {"unpatched"} and code == 1
-    assert "restart it" in rows[PATCH_IDS[0]]["reason"]
 
 
 def make_file(path):
@@ -401,12 +394,16 @@ def test_gauges_never_cost_the_patch_and_a_failure_is_said_once(
 
 
 def test_gauges_in_one_process_mode_where_the_host_loaded_prometheus_client(known):
-    proc = standin_python(
-        known,
-        "import prometheus_client\n" + GROW.replace("print(", "text = prometheus_client.generate_latest().decode()\nprint(")
-        .replace('json.dumps([', 'json.dumps([[l for l in text.splitlines() if l.startswith("sglang_overlay") and not l.endswith(" 0.0")], '),
-    )  # fmt: skip
-    lines = json.loads(proc.stdout.splitlines()[-1])[0]
+    code = (
+        "import prometheus_client\n"
+        + GROW
+        + (
+            "text = prometheus_client.generate_latest().decode()\n"
+            "print(json.dumps([l for l in text.splitlines() "
+            "if l.startswith('sglang_overlay') and not l.endswith(' 0.0')]))\n"
+        )
+    )
+    lines = json.loads(standin_python(known, code).stdout.splitlines()[-1])
     version = f'overlay_version="{__version__}"'
     states = ["applied"] + ["pending"] * 5
     assert lines == [
