@@ -360,6 +360,8 @@ def test_a_head_sha_with_a_trailing_line_break_is_no_commit_id():
         (f"not\v/run-ci {Y}", False),
         (f"- /run-ci {Y}", False),
         (f"*/run-ci {Y}*", False),
+        (f"*a\n/run-ci {Y}\nb*", False),  # emphasis over three lines
+        (f"[a\n/run-ci {Y}\nb](https://example.com)", False),  # a link's text
         (f"do not /run-ci {Y}", False),
     ],
 )

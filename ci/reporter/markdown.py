@@ -19,10 +19,11 @@ def own_lines(text: str) -> list[str]:
     tokens, lines = _PARSER.parse(text), []
     for before, token in zip(tokens, tokens[1:], strict=False):
         if token.type == "inline" and before.type == "paragraph_open" and before.level == 0:
-            parts = [
-                c.content if c.type == "text" else "\n" if c.type.endswith("break") else "\0"
-                for c in token.children or ()
-            ]
+            parts, depth = [], 0  # inside a link or emphasis, over line ends too
+            for c in token.children or ():
+                depth += c.nesting
+                own = c.type == "text" and not depth
+                parts.append(c.content if own else "\n" if c.type.endswith("break") else "\0")
             lines += "".join(parts).split("\n")
     return lines
 
