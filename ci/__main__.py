@@ -318,9 +318,13 @@ def cmd_gate(args) -> int:
         f"state={decision.state}",
         f"sha={decision.sha or ''}",
     ]
-    if os.environ.get("GITHUB_OUTPUT"):
-        with open(os.environ["GITHUB_OUTPUT"], "a") as handle:
-            handle.write("\n".join(lines) + "\n")
+    output = os.environ.get("GITHUB_OUTPUT")
+    if output:
+        try:
+            with open(output, "a") as handle:
+                handle.write("\n".join(lines) + "\n")
+        except OSError as exc:
+            raise UsageError(f"GITHUB_OUTPUT {output}: {exc.strerror}") from None
     if args.json:
         print(inert(json.dumps(decision.to_json())))
     else:

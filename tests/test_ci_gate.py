@@ -327,6 +327,18 @@ def test_a_malformed_pull_request_payload_is_one_line_and_exit_2(
     assert github.requests == []
 
 
+@pytest.mark.parametrize("output", ["missing/out", "."], ids=["folder-missing", "a-folder"])
+def test_a_github_output_that_cannot_be_written_is_one_line_and_exit_2(
+    tmp_path, monkeypatch, capsys, output
+):
+    path = tmp_path / "event.json"
+    path.write_text(json.dumps({"action": "opened"}))  # not a pull_request event: runs
+    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / output))
+    assert main(["gate", "--event", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: GITHUB_OUTPUT") and len(err.strip().splitlines()) == 1, err
+
+
 def test_an_event_nested_past_the_json_parser_is_one_line_and_exit_2(tmp_path, capsys):
     path = tmp_path / "event.json"
     path.write_text("[" * 100_000 + "]" * 100_000)
