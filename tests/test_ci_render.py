@@ -117,12 +117,17 @@ def test_a_look_alike_name_is_ascii_in_the_table_and_in_the_reason_line():
     assert text.count("gr\\\\u0430w") >= 2  # the row and the reason
 
 
-def test_a_capped_body_says_truncated_and_never_ends_inside_a_fence():
-    body = "head\n" + escape.escape_block("x\n" * 5000) + "\ntail\n"
+@pytest.mark.parametrize("fold", [False, True], ids=["open", "in-collapsed-details"])
+def test_a_capped_body_says_truncated_and_never_ends_inside_a_fence(fold):
+    block = escape.escape_block("x\n" * 5000)
+    if fold:  # the log excerpts: the note must not be folded away with them
+        block = f"<details><summary>Log excerpts</summary>\n\n{block}\n</details>"
+    body = "head\n" + block + "\ntail\n"
     for limit in (100, 1000, 8000):
         capped = escape.cap(body, limit)
         assert len(capped.encode()) <= limit and "truncated" in capped
         assert capped.count("```") % 2 == 0
+        assert capped.count("<details>") == capped.count("</details>")
     assert escape.cap("short\n", 100) == "short\n"
     assert len(escape.cap("\u00e9\n" * 1000, 500).encode()) <= 500  # bytes, not characters
 

@@ -115,6 +115,7 @@ def safe_clip(escaped: str, limit: int) -> str:
     return cut + "\u2026"
 
 
+_FOLD_END = "\n</details>\n"
 TRUNCATED = "\n\n_(truncated: the full text is report.md in the run's artifacts)_\n"
 
 
@@ -123,14 +124,17 @@ def cap(body: str, limit: int) -> str:
     "truncated" where it was cut: cut at a line end, never inside a fenced block."""
     if len(body) <= limit and len(body.encode("utf-8")) <= limit:
         return body
-    room = limit - len(TRUNCATED)
+    room = limit - len(TRUNCATED) - len(_FOLD_END)
     cut = body.encode("utf-8")[:room].decode("utf-8", "ignore")[:room]
-    cut, fence, opened, at = cut[: cut.rfind("\n") + 1], None, 0, 0
+    cut, fence, opened, at, folded = cut[: cut.rfind("\n") + 1], None, 0, 0, False
     for line in cut.splitlines(keepends=True):
         run = re.match(r"`{3,}|~{3,}", line)
         if fence is None and run:
             fence, opened = run[0], at
         elif fence and run and run[0][0] == fence[0] and len(run[0]) >= len(fence):
             fence = None
+        elif fence is None and line.startswith(("<details>", "</details>")):
+            folded = line.startswith("<details>")
         at += len(line)
-    return (cut if fence is None else cut[:opened]) + TRUNCATED
+    # A cut inside a collapsed section closes it, or the note would be folded away with it.
+    return (cut if fence is None else cut[:opened]) + (_FOLD_END if folded else "") + TRUNCATED
