@@ -81,3 +81,12 @@ def test_the_settle_pause_is_settable_and_a_bad_value_is_a_usage_error(
         err = capsys.readouterr().err
         assert f"CI_REPORT_SETTLE_S={bad!r}: seconds from 0 to 60" in err
         assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("summary", [".", "missing/summary.md"], ids=["a-folder", "folder-missing"])
+def test_a_summary_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, capsys, summary):
+    save(posted(), str(tmp_path))
+    args = ["report", "--results", str(tmp_path), "--summary", str(tmp_path / summary)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --summary") and len(err.strip().splitlines()) == 1, err

@@ -221,8 +221,11 @@ def _check_run(request: ReportRequest, model, state: str, invalid: str | None, f
 
 def write_summary(request: ReportRequest, report: ReportPlan) -> None:
     if request.summary and report.summary is not None:
-        with open(request.summary, "a", encoding="utf-8") as handle:
-            handle.write(report.summary)
+        try:
+            with open(request.summary, "a", encoding="utf-8") as handle:
+                handle.write(report.summary)
+        except OSError as exc:
+            raise RequestError(f"--summary {request.summary}: {exc.strerror}") from None
 
 
 def dry_run_text(report: ReportPlan, as_json: bool) -> str:
