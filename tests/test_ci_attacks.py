@@ -1,9 +1,6 @@
 """What a hostile registered file hands on through ``ci run`` (the test process is PR code): lone
-surrogates (``"\\ud800"`` in JSON) that no UTF-8 writer takes, on
-their way to report.md, JUnit and the report; a regression case matplotlib cannot draw; an
-sglang whose ``ci_register.py`` raises; and sglang's registry reader found as a namespace
-package, twice, or after the real import.
-"""
+surrogates that no UTF-8 writer takes, a case matplotlib cannot draw, an sglang whose
+``ci_register.py`` raises; and sglang's registry reader however sglang is found."""
 
 import importlib.util
 import json
@@ -23,7 +20,6 @@ from ci.__main__ import main
 from ci.evidence import junit, shards
 from ci.evidence.model import save
 from ci.reporter import pictures, render
-from ci.runner import sides
 
 TOKEN = "ghs_actionsINSTALLATIONtoken"
 HEAD = "c0ffee" + "0" * 34
@@ -44,25 +40,15 @@ def _report(fake, monkeypatch, *args):
     return main(["report", "--api-url", fake.url, *args])
 
 
-def _post_results(fake, monkeypatch, folder):
-    args = ["--results", str(folder), "--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD]
-    return _report(fake, monkeypatch, *args, "--post")
-
-
 def test_lone_surrogates_from_a_test_process_reach_neither_report_md_nor_the_report(
     fake, tmp_path, monkeypatch
 ):
     # json.loads turns "\\ud800" into a lone surrogate, which no UTF-8 writer accepts.
-    runs = workspace_runs()
+    base, change = workspace_runs()
     line = json.dumps({"test": "TestW.test_\ud800x", "outcome": "pass"})
-    change = replace(
-        runs[1], channel=runs[1].channel + line + "\n", environment=r'{"torch": "2.0\udfff"}'
-    )
-    records = {
-        m: sides.record_of(r.environment) for m, r in zip(MODES, (runs[0], change), strict=True)
-    }
-    env = {"gpus": [{"name": "H\ud800"}], "modes": records}
-    m = model([runs[0], change], environment=env)
+    change = replace(change, channel=change.channel + line + "\n")
+    environment = {"gpus": [{"name": "H\ud800"}], "modes": {"change": {"torch": "2.0\udfff"}}}
+    m = model([base, change], environment=environment)
     out = tmp_path / "r"
     out.mkdir()
     save(m, str(out))
@@ -73,7 +59,8 @@ def test_lone_surrogates_from_a_test_process_reach_neither_report_md_nor_the_rep
         ET.parse(out / f"junit-{mode}.xml")  # well-formed XML, no &#55296;
     summary = tmp_path / "summary.md"
     assert _report(fake, monkeypatch, "--results", str(out), "--summary", str(summary)) == 0
-    assert _post_results(fake, monkeypatch, out) == 0
+    post = ["--results", str(out), "--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD, "--post"]
+    assert _report(fake, monkeypatch, *post) == 0
     (comment,) = [c["body"] for c in fake.comments.values()]
     # Shown as their escapes (ASCII), never raw.
     assert "torch 2.0\\\\udfff" in comment and "test\\_\\\\ud800x" in comment
@@ -96,10 +83,6 @@ def test_an_sglang_whose_ci_register_raises_is_a_usage_error_not_a_traceback(tmp
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "ci_register.py: RuntimeError: the PR broke the reader" in proc.stderr
-
-
-def _reader_program(code: str) -> str:
-    return f"import sys\nfrom ci.runner import collect\n{code}\n"
 
 
 # After sglang itself was imported the reader must still be sglang's: the last observation of
@@ -139,7 +122,7 @@ def test_the_registry_reader_is_sglangs_whichever_way_sglang_is_found(tmp_path, 
         env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
     command = [sys.executable, *(["-S"] if layout == "namespace" else []), "-c"]
     proc = subprocess.run(
-        [*command, _reader_program(code), str(tmp_path)],
+        [*command, f"import sys\nfrom ci.runner import collect\n{code}", str(tmp_path)],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -15,6 +15,7 @@ import sglang_layout
 from conftest import REPO, clean_env
 from sglang_layout import ADDED, MODIFIED
 
+from ci.__main__ import main
 from ci.evidence.model import MODES, EvidenceError
 from ci.evidence.shards import merge
 from ci.runner import collect
@@ -43,9 +44,8 @@ def _shard(root, text):
 
 
 def test_shards_split_by_est_time_longest_first_to_the_lightest(tmp_path):
-    for name, est in (("test_a.py", 10), ("test_b.py", 7), ("test_c.py", 5), ("test_d.py", 4)):
-        _registered(tmp_path, name, est)
-    _registered(tmp_path, "test_e.py", 2)
+    for name, est in zip("abcde", (10, 7, 5, 4, 2), strict=True):
+        _registered(tmp_path, f"test_{name}.py", est)
     # 10 -> 0; 7 -> 1; 5 -> 1 (7 < 10); 4 -> 0 (10 < 12); 2 -> 1 (12 < 14).
     assert _shard(tmp_path, "0/2") == ["test_a.py", "test_d.py"]
     assert _shard(tmp_path, "1/2") == ["test_b.py", "test_c.py", "test_e.py"]
@@ -77,52 +77,54 @@ def ci(*args):
 
 @pytest.fixture(scope="module")
 def shards(checkout, tmp_path_factory):
-    """Shard results of the fix branch (0/2, 1/2, an empty 2/3) and of the branch without it."""
+    """Shard results of the fix branch (0/2, 1/2, an empty 2/3), and a results.json that is no
+    run at all."""
     folder = tmp_path_factory.mktemp("shards")
     made = {}
-    for name, head, shard in (
-        ("0", "fix", "0/2"),
-        ("1", "fix", "1/2"),
-        ("1-no-fix", "tests-only", "1/2"),
-    ):
-        out = folder / name
-        git = ["--root", checkout, "--git-base", "main", "--git-head", head, "--shard", shard]
-        made[name] = (ci("run", "--out", out, "--backend", "cpu", *git), out)
+    for name, shard in (("0", "0/2"), ("1", "1/2"), ("2", "2/3")):
+        git = ["--root", checkout, "--git-base", "main", "--git-head", "fix", "--shard", shard]
+        made[name] = (ci("run", "--out", folder / name, "--backend", "cpu", *git), folder / name)
+    (folder / "bad").mkdir()
+    (folder / "bad" / "results.json").write_text('{"schema": 2}')
+    made["bad"] = (None, folder / "bad")
     return made
 
 
-def test_each_shard_records_its_index_and_runs_its_part(shards):
-    for name, expected in (("0", [MODIFIED]), ("1", [ADDED])):
+def test_each_shard_records_its_index_and_runs_its_part_or_says_it_has_none(shards):
+    for name, shard, expected in (
+        ("0", "0/2", [MODIFIED]),
+        ("1", "1/2", [ADDED]),
+        ("2", "2/3", []),
+    ):
         proc, out = shards[name]
         data = json.loads((out / "results.json").read_text())
-        assert data["selection"]["shard"] == f"{name}/2"
+        assert data["selection"]["shard"] == shard
         assert data["selection"]["files"] == expected, proc.stderr
-
-
-def test_a_shard_that_gets_no_file_is_ok_and_says_so(checkout, tmp_path):
-    git = ["--root", checkout, "--git-base", "main", "--git-head", "fix"]
-    proc = ci("run", "--out", tmp_path, "--backend", "cpu", *git, "--shard", "2/3")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().splitlines()[-1] == (
+    assert shards["2"][0].returncode == 0 and shards["2"][0].stdout.strip().splitlines()[-1] == (
         "ci run: shard 2/3: every selected file falls in another shard"
     )
-    assert json.loads((tmp_path / "results.json").read_text())["files"] == []
 
 
-def _head(checkout, branch="fix"):
-    return subprocess.run(
-        ["git", "rev-parse", branch], cwd=checkout, capture_output=True, text=True
+def report(capsys, *args):
+    code = main(["report", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_two_shards_render_into_one_report_with_both_shards_cases(shards, checkout, capsys):
+    head = subprocess.run(
+        ["git", "rev-parse", "fix"], cwd=checkout, capture_output=True, text=True
     ).stdout.strip()
-
-
-def test_two_shards_render_into_one_report_with_both_shards_cases(shards, checkout):
-    head = _head(checkout)
-    proc = ci("report", "--results", shards["1"][1], shards["0"][1], "--sha", head, "--json")
-    assert proc.returncode == 0, proc.stderr
-    plan = json.loads(proc.stdout)
+    code, out, err = report(
+        capsys, "--results", shards["1"][1], shards["0"][1], "--sha", head, "--json"
+    )
+    assert code == 0, err
+    plan = json.loads(out)
     assert plan["comment"].count("<!-- sglang-overlay-ci:") == 1
-    rows = [line for line in plan["comment"].splitlines() if line.startswith("| Test")]
-    assert [row.split(" | ")[:2] for row in rows] == [
+    rows = [
+        line.split(" | ")[:2] for line in plan["comment"].splitlines() if line.startswith("| Test")
+    ]
+    assert rows == [
         [
             "| TestReserveSource.test\\_replacement\\_releases\\_the\\_old\\_scratch\\_before\\_allocating",
             "fixed by this PR",
@@ -135,69 +137,52 @@ def test_two_shards_render_into_one_report_with_both_shards_cases(shards, checko
 
 @pytest.mark.parametrize(
     "which, said",
-    [
-        (("0",), "shard 1/2 missing (given: 1 of 2)"),
-        (("0", "0"), "shard 0/2 given twice"),
-        (("0", "1-no-fix"), "1-no-fix': git ("),
-    ],
+    [(("0",), "shard 1/2 missing (given: 1 of 2)"), (("0", "bad"), "results.json: missing field")],
 )
-def test_a_missing_duplicated_or_foreign_shard_is_named_and_fails_the_report(shards, which, said):
-    proc = ci("report", "--results", *(shards[name][1] for name in which))
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.startswith("error: invalid artifact: ") and said in proc.stderr
-    assert len(proc.stderr.splitlines()) == 1
-    assert ":x:" in proc.stdout and "invalid artifact" in proc.stdout
+def test_a_missing_or_invalid_shard_is_named_and_fails_the_report(shards, capsys, which, said):
+    code, out, err = report(capsys, "--results", *(shards[name][1] for name in which))
+    assert code == 2, out + err
+    assert err.startswith("error: invalid artifact: ") and said in err
+    assert len(err.splitlines()) == 1
+    assert ":x:" in out and "invalid artifact" in out
 
 
-def test_an_invalid_shard_is_named(shards, tmp_path):
-    (tmp_path / "results.json").write_text('{"schema": 2}')
-    proc = ci("report", "--results", shards["0"][1], tmp_path)
-    assert proc.returncode == 2
-    assert f"{tmp_path / 'results.json'}: missing field" in proc.stderr
-
-
-def _sample_shard(shard, version="0.5.23", path=ci_samples.FILE):
+def _sample_shard(shard, version="0.5.23", path=ci_samples.FILE, head="fix"):
     runs = [ci_samples.file_run(m, [(ci_samples.GROW, "pass")], path=path) for m in MODES]
-    results = ci_samples.model(runs, selection={"shard": shard})
-    return replace(results, sides=ci_samples.sides(version))
+    selection = {"shard": shard, "git": {"base": "main", "head": head}}
+    return replace(ci_samples.model(runs, selection=selection), sides=ci_samples.sides(version))
+
+
+OTHER = "test/b/test_b.py"
 
 
 @pytest.mark.parametrize(
-    "shards, said",
+    "more, said",
     [
-        (
-            [("a", "0/2", "0.5.23"), ("b", "1/2", "0.5.24")],
-            "b: unmodified ran sglang '0.5.24', a '0.5.23'",
-        ),
-        ([("a", "0/2", "0.5.23"), ("b", "1/3", "0.5.23")], "b: shard 1/3, while the first is of 2"),
-        (
-            [("a", "0/2", "0.5.23"), ("b", None, "0.5.23")],
-            "b: not a shard (selection.shard is None",
-        ),
-        ([("a", "0/2", "0.5.23"), ("b", "1/2", "0.5.23")], f"{ci_samples.FILE} ran in a and in b"),
+        ([], "shard 1/2 missing (given: 1 of 2)"),
+        ([("b", "0/2", "0.5.23", OTHER)], "shard 0/2 given twice: a and b"),
+        ([("b", "1/3")], "b: shard 1/3, while the first is of 2"),
+        ([("b", None)], "b: not a shard (selection.shard is None"),
+        ([("b", "1/2", "0.5.24", OTHER)], "b: unmodified ran sglang '0.5.24', a '0.5.23'"),
+        ([("b", "1/2", "0.5.23", OTHER, "tests-only")], "b: git ('main', 'tests-only') differs"),
+        ([("b", "1/2")], f"{ci_samples.FILE} ran in a and in b"),
     ],
+    ids=["missing", "twice", "other-count", "no-shard", "other-release", "other-run", "file-twice"],
 )
-def test_shards_of_other_releases_counts_or_files_are_refused(shards, said):
-    named = [(name, _sample_shard(shard, version)) for name, shard, version in shards]
+def test_shards_that_are_not_every_part_of_one_run_are_refused_by_name(more, said):
+    named = [("a", _sample_shard("0/2"))] + [(name, _sample_shard(*a)) for name, *a in more]
     with pytest.raises(EvidenceError) as refused:
         merge(named)
     assert str(refused.value).startswith(said), str(refused.value)
 
 
-def test_merged_shards_keep_every_file_once_and_name_the_shards():
-    named = [("b", _sample_shard("1/2", path="test/b/test_b.py")), ("a", _sample_shard("0/2"))]
-    merged = merge(named)
-    assert [f.path for f in merged.files] == sorted([ci_samples.FILE, "test/b/test_b.py"])
+def test_merged_shards_keep_every_file_once_name_the_shards_and_any_shape_of_records():
+    b = _sample_shard("1/2", path=OTHER)
+    a = _sample_shard("0/2")
+    # a shard's records are PR code's output: one of another shape shows nothing, never a crash
+    a = replace(a, environment={**a.environment, "modes": [1]})
+    merged = merge([("b", b), ("a", a)])
+    assert [f.path for f in merged.files] == sorted([ci_samples.FILE, OTHER])
     assert merged.selection["shards"] == ["0/2", "1/2"] and merged.selection["shard"] is None
     assert len(merged.cases) == 2
-
-
-@pytest.mark.parametrize("hostile", [0, 1])
-def test_a_shard_whose_process_records_are_not_an_object_merges_without_them(hostile):
-    # A shard's results.json is PR code's output: a record of another shape shows nothing,
-    # and never crashes the report (it did: 'list' object has no attribute 'get').
-    named = [("a", _sample_shard("0/2")), ("b", _sample_shard("1/2", path="test/b/test_b.py"))]
-    kept = named[1 - hostile][1].environment["modes"]["change"]
-    name, results = named[hostile]
-    named[hostile] = (name, replace(results, environment={**results.environment, "modes": [1]}))
-    assert merge(named).environment["modes"]["change"] == kept
+    assert merged.environment["modes"]["change"] == b.environment["modes"]["change"]
