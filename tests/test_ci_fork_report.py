@@ -335,7 +335,7 @@ def test_a_failed_test_job_that_left_results_is_reported_by_them_however_they_ar
     fake, tmp_path, monkeypatch, named
 ):
     # The change fails a test, so the test job fails on purpose; the results it wrote are the
-    # report (green results of a failed job are never green: tests/test_ci_trust_four.py).
+    # report (green results of a failed job are never green: test_ci_intake.py).
     broken = [file_run(m, [(ci_samples.GROW, "fail")]) for m in ("unmodified", "change")]
     folder = _results_dir(tmp_path, model(broken))
     results = folder if named == "folder" else folder / "results.json"

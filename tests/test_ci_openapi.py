@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 from ci_fake_github import FakeGitHub
 from ci_samples import model
-from test_ci_trust import ACTIONS_TOKEN, HEAD, _fork_pr, _results_dir, _workflow_run
+from test_ci_fork_report import ACTIONS_TOKEN, HEAD, _fork_pr, _results_dir, _workflow_run
 
 from ci.__main__ import main
 from ci.reporter import checks
@@ -88,7 +88,6 @@ def test_every_request_of_every_report_path_is_in_githubs_description(tmp_path, 
     assert "/repos/{owner}/{repo}/check-runs" in templates
     assert "/repos/{owner}/{repo}/collaborators/{username}/permission" in templates
     assert "/repos/{owner}/{repo}/pulls/{pull_number}/reviews" in templates
-    assert "/repos/{owner}/{repo}/contents/{path}" in templates
     assert "/repos/{owner}/{repo}/actions/runs/{run_id}/artifacts" in templates
     assert "/repos/{owner}/{repo}/actions/artifacts/{artifact_id}/{archive_format}" in templates
     assert "/repos/{owner}/{repo}/check-runs/{check_run_id}" in templates

@@ -12,6 +12,8 @@ import re
 from ci.evidence.model import MODES, Results
 
 FOLDER = "pictures"
+# A results.json may list thousands of regression cases; each picture costs matplotlib ~0.1 s.
+MAX_PICTURES = 30
 
 
 def _pyplot():
@@ -32,7 +34,7 @@ def draw_all(results: Results, out_dir: str) -> dict:
         c
         for c in results.cases
         if c.kind == "regression" and all(c.modes[m].peak_mib is not None for m in MODES)
-    ]
+    ][:MAX_PICTURES]
     plt = _pyplot() if cases else None
     if plt is None:
         return {}
@@ -64,7 +66,8 @@ def _draw(plt, results, case, path) -> None:
     memory = "CUDA memory allocated" if results.backend == "cuda" else "live CPU memory"
     ax.set_ylabel(f"{memory} at the peak (MiB)", fontsize=7)
     ax.set_ylim(0, max(peaks) * 1.3 + 1)
-    ax.set_title(case.test.split(".")[-1].replace("_", " ").replace("$", ""), fontsize=8)
+    title = case.test.split(".")[-1][:80]
+    ax.set_title(title.replace("_", " ").replace("$", ""), fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
