@@ -39,6 +39,32 @@ def test_the_series_adds_the_projects_registered_tests_byte_for_byte(tmp_path):
         assert (tmp_path / test).read_bytes() == (REPO_ROOT / test).read_bytes()
 
 
+def _git_quoted(path: str) -> str:
+    """``path`` as git writes it in a patch: C-quoted where it holds a quote, a backslash, a
+    control or a non-ASCII character (a space alone is not quoted)."""
+    escapes = {'"': '\\"', "\\": "\\\\", "\t": "\\t", "\n": "\\n"}
+    if not any(c in escapes or not c.isascii() for c in path):
+        return path
+    octal = lambda c: "".join(f"\\{b:03o}" for b in c.encode())  # noqa: E731
+    return '"' + "".join(escapes.get(c, c) if c.isascii() else octal(c) for c in path) + '"'
+
+
+def _adding(path: str) -> bytes:
+    """A format-patch that adds ``path``."""
+    a, b = _git_quoted("a/" + path), _git_quoted("b/" + path)
+    head = FIX_BYTES[: FIX_BYTES.index(b"\ndiff --git ") + 1]
+    diff = f"diff --git {a} {b}\nnew file mode 100644\nindex 0000000..7ed6ff8\n--- /dev/null\n"
+    return head + f"{diff}+++ {b}\n@@ -0,0 +1 @@\n+5\n".encode()
+
+
+@pytest.mark.parametrize("name", ["odd name.py", "caf\u00e9.py", 'a"b.py', "tab\tx.py"])
+def test_a_patch_adding_an_odd_name_is_read_with_that_name(name):
+    # check compares each added test/registered/ file with the project's: a name read wrong
+    # (still quoted, or cut at a space) would slip past that comparison.
+    path = "test/registered/" + name
+    assert parse_patch(_adding(path), "0013").files == ((path, True),)
+
+
 @pytest.mark.parametrize(
     "data, said",
     [

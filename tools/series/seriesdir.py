@@ -5,6 +5,7 @@ release and each patch's diff section) ties a ``ci run`` results folder to the s
 each fix.
 """
 
+import codecs
 import email
 import email.policy
 import hashlib
@@ -192,11 +193,20 @@ def parse_patch(data: bytes, name: str = "<patch>") -> Patch:
     if proc.returncode != 0:
         raise SeriesError(f"corrupt patch: {name}: {stat.replace('error: ', '')}")
     lines = stat.splitlines()
-    created = {line.split()[-1] for line in lines if line.split()[:2] == ["create", "mode"]}
-    paths = [line.split("\t")[2] for line in lines if line.count("\t") == 2]
+    create = [line.split(None, 3) for line in lines if line.split()[:2] == ["create", "mode"]]
+    created = {_unquoted(words[3]) for words in create}
+    paths = [_unquoted(line.split("\t")[2]) for line in lines if line.count("\t") == 2]
     body = text.split("\n---\n", 1)[0].strip()  # the diffstat follows the '---' line
     files = tuple((path, path in created) for path in paths)
     return Patch(name, _SUBJECT_TAG_RE.sub("", subject), body, data, files)
+
+
+def _unquoted(path: str) -> str:
+    """A path as git prints it: C-quoted where it holds a quote, a control or a non-ASCII
+    character (``"caf\\303\\251.py"``)."""
+    if len(path) < 2 or not path[0] == path[-1] == '"':
+        return path
+    return codecs.escape_decode(path[1:-1].encode())[0].decode("utf-8", "replace")
 
 
 def diff_section(data: bytes) -> bytes:
