@@ -1,20 +1,20 @@
 """How the overlay reaches every sglang process, by two paths that end in ``on_import``:
 
 - the start-up hook: ``sglang_overlay.pth`` calls ``install()`` in every interpreter, which puts
-  a meta-path finder first; it wraps the real loader of sglang and of each patched module, and
+  a meta-path finder first; it wraps the loader of sglang and of each patched module, and
   activates right after the module ran;
 - sglang's plugin loader (entry point group ``sglang.srt.plugins``) calls ``activate()``.
 
-Applying is idempotent, so whichever path comes second changes nothing. importlib holds its
-global lock while ``find_spec`` runs, so ``find_spec`` imports nothing; the work happens after
-``exec_module``, outside the lock. This module imports only ``sys`` and ``_thread`` at start-up.
-A failed activation never breaks the user's import unless ``SGLANG_OVERLAY_STRICT=1``.
+Applying is idempotent, so the second path changes nothing. importlib holds its lock while
+``find_spec`` runs, so ``find_spec`` imports nothing; the work happens after ``exec_module``.
+This module imports only ``sys`` and ``_thread`` at start-up. A failed activation never breaks
+the user's import unless ``SGLANG_OVERLAY_STRICT=1``.
 """
 
 import _thread
 import sys
 
-from sglang_overlay import PATCHED_MODULES, patches_of
+from sglang_overlay.patches import PATCHED_MODULES, patches_of
 
 # The patched modules, and sglang itself: a process that imported sglang records that it has
 # the overlay, whether or not it ever imports a patched module.
@@ -25,37 +25,28 @@ class WorkspaceImportHook:
     """Meta-path finder for the watched modules; never finds anything itself."""
 
     def __init__(self):
-        # Thread idents inside find_spec: another finder that calls importlib.util.find_spec
-        # from its own find_spec must not recurse into us.
+        # Threads inside find_spec: a finder that calls importlib.util.find_spec from its own
+        # find_spec must not recurse into us.
         self._searching = set()
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in WATCHED:
-            return None
         me = _thread.get_ident()
-        if me in self._searching:
+        if fullname not in WATCHED or me in self._searching:
             return None
         try:  # the add inside: a KeyboardInterrupt right after it must not leave us marked
             self._searching.add(me)
-            spec = self._spec_from_later_finders(fullname, path, target)
+            spec = None
+            finders = list(sys.meta_path)  # a snapshot: another thread may be iterating it
+            for finder in finders[finders.index(self) + 1 :] if self in finders else finders:
+                if finder is not self and hasattr(finder, "find_spec"):
+                    spec = finder.find_spec(fullname, path, target)
+                    if spec is not None:
+                        break
         finally:
             self._searching.discard(me)
-        if spec is None or not hasattr(spec.loader, "exec_module"):
-            return spec  # a legacy loader: the plugin path or apply() still covers it
-        spec.loader = ActivatingLoader(spec.loader)
+        if spec is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = ActivatingLoader(spec.loader)
         return spec
-
-    def _spec_from_later_finders(self, fullname, path, target):
-        # A snapshot: importlib may be iterating the live list in this or another thread.
-        finders = list(sys.meta_path)
-        start = finders.index(self) + 1 if self in finders else 0
-        for finder in finders[start:]:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                return spec
-        return None
 
 
 class ActivatingLoader:
@@ -77,9 +68,8 @@ class ActivatingLoader:
         # Put the real loader back first: the module must look as if we were never here.
         if getattr(module, "__loader__", None) is self:
             module.__loader__ = self.loader
-        spec = getattr(module, "__spec__", None)
-        if spec is not None and spec.loader is self:
-            spec.loader = self.loader
+        if module.__spec__.loader is self:
+            module.__spec__.loader = self.loader
         self.loader.exec_module(module)
         on_import(module, via="start-up hook")
 
@@ -92,8 +82,7 @@ def installed() -> bool:
 
 
 def install() -> None:
-    """Put the finder first on ``sys.meta_path`` once. Never called from a finder: an insert
-    at the front can make a concurrent import ask one finder twice, but never skip one."""
+    """Put the finder first on ``sys.meta_path`` once (never from a finder)."""
     if not installed():
         sys.meta_path.insert(0, HOOK)
 
@@ -126,3 +115,24 @@ def on_import(module, via: str) -> None:
             if isinstance(exc, overlay.UnsupportedShapeError) or config.strict():
                 raise  # the user asked for an exception, on every attempt
             overlay.record_failure(patch_id, module.__name__, via, exc)
+
+
+def apply():
+    """Import the patched modules and patch them now; returns the patches' status records."""
+    from sglang_overlay import overlay
+
+    return overlay.apply()
+
+
+def remove():
+    """Put back the original methods and keep the overlay off here until ``apply()``."""
+    from sglang_overlay import overlay
+
+    return overlay.remove()
+
+
+def status():
+    """This process's records, one per patch, checked against the live classes."""
+    from sglang_overlay import overlay
+
+    return overlay.status()

@@ -1,12 +1,12 @@
-"""The environment switches ``SGLANG_OVERLAY_DISABLE``, ``SGLANG_OVERLAY_STRICT`` and
-``SGLANG_PLUGINS``, validated. A value it does not recognise fails safe (every patch off, or
-strict) with one WARNING; ``problems()`` names it so that ``sglang-overlay status`` fails on it.
+"""The switches ``SGLANG_OVERLAY_DISABLE``, ``SGLANG_OVERLAY_STRICT`` and ``SGLANG_PLUGINS``.
+A value the overlay does not recognise fails safe (every patch off, or strict) with one
+WARNING, and ``problems()`` names it so that ``sglang-overlay status`` fails on it.
 """
 
 import os
 
-from sglang_overlay import PATCH_IDS
 from sglang_overlay.observe import warn_once
+from sglang_overlay.patches import PATCH_IDS
 
 DISABLE_ENV = "SGLANG_OVERLAY_DISABLE"
 STRICT_ENV = "SGLANG_OVERLAY_STRICT"
@@ -29,8 +29,8 @@ def patch_ids_named(name: str) -> "list[str]":
 
 
 def disabled_patches(raw: "str | None") -> "tuple[frozenset, str | None]":
-    """The patch ids a ``SGLANG_OVERLAY_DISABLE`` value turns off, and, when part of it is not
-    recognised, what (then every patch is off: fail safe)."""
+    """The patch ids a ``SGLANG_OVERLAY_DISABLE`` value turns off, and what in it is not
+    recognised (then every patch is off: fail safe)."""
     value = (raw or "").strip().lower()
     if value in OFF:
         return frozenset(), None
@@ -56,14 +56,9 @@ def problems() -> "list[str]":
     """Each setting that the overlay does not recognise, with the forms it accepts."""
     _, disable = disabled_patches(os.environ.get(DISABLE_ENV))
     _, strict = strict_setting(os.environ.get(STRICT_ENV))
-    return [
-        *(
-            [f"{disable}; every patch is off (fail safe); accepted: {DISABLE_FORMS}"]
-            if disable
-            else []
-        ),
-        *([f"{strict}; treated as strict; accepted: {STRICT_FORMS}"] if strict else []),
-    ]
+    return [f"{disable}; every patch is off (fail safe); accepted: {DISABLE_FORMS}"] * bool(
+        disable
+    ) + [f"{strict}; treated as strict; accepted: {STRICT_FORMS}"] * bool(strict)
 
 
 def disabled_reason(patch_id: str) -> "str | None":

@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from sglang_overlay import OverlayError
+from sglang_overlay.patches import OverlayError
 
 logger = logging.getLogger("sglang_overlay")
 RUNTIME_DIR_ENV = "SGLANG_OVERLAY_RUNTIME_DIR"

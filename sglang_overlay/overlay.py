@@ -13,18 +13,9 @@ import sys
 import threading
 from dataclasses import asdict, dataclass, replace
 
-from sglang_overlay import (
-    PATCH_IDS,
-    PATCHED_MODULES,
-    OverlayError,
-    __version__,
-    config,
-    observe,
-    patches_of,
-    shapes,
-    sites,
-)
+from sglang_overlay import config, observe, shapes, sites
 from sglang_overlay.observe import logger, warn_once
+from sglang_overlay.patches import PATCH_IDS, PATCHED_MODULES, OverlayError, __version__, patches_of
 
 STATES = ("applied", "wrapped", "pending", "not-present", "upstream-fixed", "unsupported",
           "disabled", "replaced", "failed")  # fmt: skip
@@ -100,8 +91,7 @@ def _new_lock_in_child() -> None:
         publish()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_in_child)
+os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def status() -> list:

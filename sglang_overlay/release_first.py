@@ -1,16 +1,23 @@
 """The fix itself: workspace methods that release the old tensors before allocating anew.
 
-One builder per shape of ``sites.SITES`` (``BUILDERS``, by shape name, at the end), each with
-the original's signature and reuse rule (a request that fits the current size and dtype gets
-the same storage). Each replacement calls the ``publish`` it was built with (the overlay's:
-record and gauges). A shape without a builder gets the generic rewrite (``build``), so a fix
-of the local-variable form needs no code here.
+A shape with a builder (``BUILDERS``) gets a hand-written method with the original's signature
+and reuse rule; every other shape gets its own source with each released attribute (and the
+local holding its old value) set to None right before the allocation (``released_method``), so
+a fix of that form is a ``sites.Site`` and its shapes only. Each replacement is logged and
+published (the record and gauges), outside a torch.compile graph.
 """
+
+import __future__
+
+import ast
+import copy
+import inspect
 
 import torch
 
-from sglang_overlay import FUSED_KV_PATCH_ID, PATCH_ID
+from sglang_overlay import shapes, sites
 from sglang_overlay.observe import MIB, ReplacementLog
+from sglang_overlay.patches import FUSED_KV_PATCH_ID, PATCH_ID, OverlayError
 
 REPLACEMENTS = ReplacementLog("DSV4 sparse-prefill workspace")
 FUSED_KV_REPLACEMENTS = ReplacementLog("fused KV materialisation workspace")
@@ -64,19 +71,15 @@ def _replace(workspace, num_tokens: int, dtype, width: int, forget_head: bool, p
 
 def build(shape, module, publish):
     """The release-first method for ``shape``, bound to ``module`` (its globals); it calls
-    ``publish()`` after each replacement (outside a torch.compile graph). A shape with no
-    builder of its own gets the generic one: its method's source with each released attribute
-    and the local holding it dropped before the allocation (``rewrite.py``)."""
+    ``publish()`` after each replacement."""
     builder = BUILDERS.get(shape.name)
     return builder(module, publish) if builder else _build_rewritten(shape, module, publish)
 
 
 def _build_rewritten(shape, module, publish):
-    from sglang_overlay import rewrite, sites
-
     site = next(s for s in sites.ALL_SITES if shape in s.shapes)
     methods = "/".join(s.methods[0] for s in sites.SITES[site.patch_id])
-    method = rewrite.released_method(module, shape.class_name, shape.method, site.released)
+    method = released_method(module, shape.class_name, shape.method, site.released)
     log = log_of(site.patch_id, f"{shape.class_name}.{methods} scratch")
     released = site.released
 
@@ -117,40 +120,34 @@ def _shapes_text(described) -> str:
     )
 
 
+def _workspace(self, num_tokens, dtype, module, forget_head, publish) -> torch.Tensor:
+    assert num_tokens > 0
+    buffer = self._buffer
+    if buffer is not None and num_tokens <= buffer.shape[0] and dtype == buffer.dtype:
+        return buffer[:num_tokens]
+    del buffer  # a local reference would keep the old storage alive
+    return _replace(self, num_tokens, dtype, module.WORKSPACE_DIM, forget_head, publish)[
+        :num_tokens
+    ]
+
+
 def _build_reserve(module, publish):
     def _reserve(self, num_tokens: int, dtype: torch.dtype) -> torch.Tensor:
-        assert num_tokens > 0
-        buffer = self._buffer
-        if buffer is not None and num_tokens <= buffer.shape[0] and dtype == buffer.dtype:
-            return buffer[:num_tokens]
-        del buffer  # a local reference would keep the old storage alive
-        return _replace(self, num_tokens, dtype, module.WORKSPACE_DIM, True, publish)[:num_tokens]
+        return _workspace(self, num_tokens, dtype, module, True, publish)
 
     return _reserve
 
 
 def _build_get_dtype(module, publish):
     def get(self, num_tokens: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-        assert num_tokens > 0
-        buffer = self._buffer
-        if buffer is not None and num_tokens <= buffer.shape[0] and dtype == buffer.dtype:
-            return buffer[:num_tokens]
-        del buffer
-        return _replace(self, num_tokens, dtype, module.WORKSPACE_DIM, False, publish)[:num_tokens]
+        return _workspace(self, num_tokens, dtype, module, False, publish)
 
     return get
 
 
 def _build_get_bf16(module, publish):
     def get(self, num_tokens: int) -> torch.Tensor:
-        assert num_tokens > 0
-        buffer = self._buffer
-        if buffer is not None and num_tokens <= buffer.shape[0]:
-            return buffer[:num_tokens]
-        del buffer
-        return _replace(self, num_tokens, torch.bfloat16, module.WORKSPACE_DIM, False, publish)[
-            :num_tokens
-        ]
+        return _workspace(self, num_tokens, torch.bfloat16, module, False, publish)
 
     return get
 
@@ -274,3 +271,101 @@ BUILDERS = {
     "dflash-selector-accept-block-verification": _build_selector_sampling_accept_block,
     "dflash-selector-accept": _build_selector_sampling_accept,
 }
+
+
+# ------------------------------------------------------------ the generic rewrite
+
+
+class RewriteError(OverlayError):
+    """The method does not have the form this rewrite knows; nothing was patched."""
+
+
+def released_method(module, class_name: str, method: str, released) -> "object":
+    """``class_name.method`` of ``module`` with the ``released`` attributes dropped first: the
+    source ``shapes.recognise`` hashed, compiled in the module's globals, file and lines."""
+    node = shapes._method_node(shapes.module_tree(inspect.getsource(module)), class_name, method)
+    if node is None:
+        raise RewriteError(f"{module.__name__} defines no {class_name}.{method}")
+    node = copy.deepcopy(node)
+    _refuse_class_scoped(node, class_name, method)
+    dropped = [attr for attr in released if _drop_before_allocation(node, attr)]
+    if not dropped or not shapes.releases_first(node, tuple(dropped)):
+        raise RewriteError(
+            f"{class_name}.{method}: no allocation of {', '.join(released)} to drop first"
+        )
+    node.decorator_list = []
+    tree = ast.fix_missing_locations(ast.Module(body=[node], type_ignores=[]))
+    # Annotations stay strings: names imported only under TYPE_CHECKING must not be looked up.
+    flags = __future__.annotations.compiler_flag
+    code = compile(tree, inspect.getsourcefile(module), "exec", flags=flags, dont_inherit=True)
+    namespace = {}
+    exec(code, vars(module), namespace)  # the def only: the module's globals, as the original's
+    return namespace[method]
+
+
+def _refuse_class_scoped(node, class_name, method) -> None:
+    # Compiled outside its class, the method would lose zero-argument super() (no __class__
+    # cell) and private-name mangling: refuse rather than change what it does.
+    for sub in ast.walk(node):
+        name = sub.attr if isinstance(sub, ast.Attribute) else getattr(sub, "id", None)
+        call_super = isinstance(sub, ast.Call) and getattr(sub.func, "id", None) == "super"
+        mangled = isinstance(name, str) and name.startswith("__") and not name.endswith("__")
+        if (call_super and not sub.args) or mangled:
+            raise RewriteError(f"{class_name}.{method} uses super() or a private name")
+    if node.decorator_list:
+        raise RewriteError(f"{class_name}.{method} is decorated")
+
+
+def _drop_before_allocation(node, attr: str) -> bool:
+    """Insert ``self.<attr> = <local> = None`` before the statement that allocates what
+    ``self.<attr> = <local>`` stores (or ``self.<attr> = None`` before ``self.<attr> = <call>``),
+    in every statement list of ``node``. True when one was inserted."""
+    done = False
+    for body in list(_statement_lists(node)):
+        inserts = []  # (position, statement), made after the scan so no index shifts under it
+        for index, stmt in enumerate(body):
+            if not _stores(stmt, attr):
+                continue
+            if isinstance(stmt.value, ast.Call):
+                inserts.append((index, _none_assign(stmt, attr, None)))
+            elif isinstance(stmt.value, ast.Name):
+                local = stmt.value.id
+                at = next((i for i in range(index - 1, -1, -1) if _assigns(body[i], local)), None)
+                if at is not None and _allocates(body[at].value):
+                    inserts.append((at, _none_assign(body[at], attr, local)))
+        for position, statement in sorted(inserts, key=lambda item: -item[0]):
+            body.insert(position, statement)
+        done = done or bool(inserts)
+    return done
+
+
+def _statement_lists(node):
+    for sub in ast.walk(node):
+        for field in ("body", "orelse", "finalbody"):
+            value = getattr(sub, field, None)
+            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                yield value
+
+
+def _stores(stmt, attr) -> bool:
+    return isinstance(stmt, ast.Assign) and any(shapes._self_attr(t) == attr for t in stmt.targets)
+
+
+def _assigns(stmt, local) -> bool:
+    return isinstance(stmt, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id == local for t in stmt.targets
+    )
+
+
+def _allocates(value) -> bool:
+    """A call, or a tuple of calls (several buffers kept together)."""
+    if isinstance(value, ast.Tuple):
+        return bool(value.elts) and all(isinstance(e, ast.Call) for e in value.elts)
+    return isinstance(value, ast.Call)
+
+
+def _none_assign(where, attr, local):
+    targets = [ast.Attribute(value=ast.Name(id="self", ctx=ast.Load()), attr=attr, ctx=ast.Store())]
+    if local is not None:
+        targets.append(ast.Name(id=local, ctx=ast.Store()))
+    return ast.copy_location(ast.Assign(targets=targets, value=ast.Constant(value=None)), where)

@@ -8,7 +8,7 @@ the hazard checks sites name; imports nothing of sglang.
 
 from dataclasses import dataclass
 
-from sglang_overlay import FUSED_KV_PATCH_ID, PATCH_ID
+from sglang_overlay.patches import FUSED_KV_PATCH_ID, PATCH_ID
 
 WORKSPACE_CLASSES = ("SparsePrefillKVBuffer", "SparsePrefillWorkspace")
 

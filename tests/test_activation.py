@@ -58,7 +58,10 @@ SECOND_ACTIVATION = overlay_runs.observe(
     "observation, expected",
     [
         (FIRST_IMPORT, PATCH_ID),  # plain `python -c`: nothing of the user's imports the overlay
-        (START_MODULES, ["sglang_overlay", "sglang_overlay.activation"]),  # nothing else at start
+        (
+            START_MODULES,
+            ["sglang_overlay", "sglang_overlay.activation", "sglang_overlay.patches"],
+        ),  # nothing else at start
         (SECOND_ACTIVATION, [True, "_reserve", "applied"]),  # sglang's plugin loader: a no-op
     ],
 )

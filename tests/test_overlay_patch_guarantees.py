@@ -336,7 +336,7 @@ def test_threads_reload_a_spawned_child_and_another_hook(lived, patch):
 
 
 def test_the_rewrite_refuses_a_method_it_cannot_compile_outside_its_class(tmp_path):
-    from sglang_overlay import rewrite
+    from sglang_overlay import release_first as rewrite
 
     path = tmp_path / "standin_super.py"
     path.write_text(

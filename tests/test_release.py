@@ -2,14 +2,18 @@
 sdist and a wheel that ``twine check`` accepts.
 """
 
+import os
 import re
+import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import clean_env
 from overlay_envs import REPO
 
 import sglang_overlay
@@ -66,3 +70,40 @@ def test_sdist_and_wheel_pass_twine_check_and_hold_the_start_up_hook(dist):
         "PKG-INFO",
         ".gitignore",
     }
+
+
+def readme_operator_commands() -> list:
+    """The commands of the README's operator block, comments dropped."""
+    text = (REPO / "README.md").read_text().split("**Operators**", 1)[1]
+    block = text.split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line.split(" #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_the_readmes_operator_commands_give_every_patch_applied(tmp_path):
+    # A fresh clone's files, and an environment that runs sglang: a venv that sees this venv's
+    # packages (sglang, torch, pip, hatchling) but not its overlay, with a `pip` of its own.
+    checkout = tmp_path / "checkout"
+    for name in ("sglang_overlay", "README.md", "CHANGELOG.md", "LICENSE", "pyproject.toml"):
+        (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, checkout / name)
+    env, shared = tmp_path / "sglang-env", tmp_path / "shared"
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    shared.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.startswith("sglang_overlay") and entry.suffix != ".pth":
+            (shared / entry.name).symlink_to(entry)
+    (next((env / "lib").glob("python3*")) / "site-packages" / "shared.pth").write_text(
+        f"{shared}\n"
+    )
+    (env / "bin" / "pip").write_text('#!/bin/sh\nexec "$(dirname "$0")/python" -m pip "$@"\n')
+    (env / "bin" / "pip").chmod(0o755)
+    path = f"{env / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    variables = clean_env(PATH=path, PIP_NO_INDEX="1", PIP_NO_BUILD_ISOLATION="0")
+    for command in readme_operator_commands():
+        proc = subprocess.run(
+            command, shell=True, cwd=checkout, env=variables, capture_output=True, text=True,
+            timeout=600,
+        )  # fmt: skip
+        assert proc.returncode == 0, (command, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert command == "sglang-overlay status" and str(env) in proc.stdout
+    states = [line.split()[1] for line in proc.stdout.splitlines() if line[:4].isdigit()]
+    assert states == ["applied"] * 6, proc.stdout
