@@ -4,8 +4,10 @@ bash with the environment the workflow gives it (``${{ }}`` answered from a tabl
 fails the test), GITHUB_ENV and GITHUB_OUTPUT carried as Actions carries them, each ``uses:``
 step done by its local equivalent (checkout: a clone; upload: a folder and a zip the fake GitHub
 serves as the run's artifact). The repository is ``sglang_layout``'s; GitHub is the fake on
-loopback (the real github3.py client). Deviations: BACKEND is cpu, nothing is preloaded, and a
-step that pip-installs pinned packages this venv holds at those versions is done by nothing.
+loopback (the real github3.py client). Deviations: BACKEND is cpu, nothing is preloaded, no job
+container (SGLANG_AB_IMAGE=none: the step that kills leftovers is skipped, as on a VM), the
+head's dependencies are this venv's (the install step makes ab-venv's python run this one),
+and a step that pip-installs pinned packages this venv holds at those versions does nothing.
 """
 
 import importlib.metadata
@@ -69,7 +71,7 @@ def installed(command: str) -> bool:
 class Rehearsal:
     """Jobs of one workflow run, played locally."""
 
-    def __init__(self, tmp, fake, repo, base):
+    def __init__(self, tmp, fake, repo, base, head):
         self.tmp, self.fake, self.repo, self.log = tmp, fake, repo, ""
         self.artifacts = tmp / "artifacts"
         self.artifacts.mkdir(exist_ok=True)
@@ -80,6 +82,10 @@ class Rehearsal:
             "github.run_id": str(RUN_ID),
             "github.token": TOKEN,
             "github.event.pull_request.base.sha": base,
+            "github.event.workflow_run.head_sha": head,
+            "vars.SGLANG_AB_SHARDS": "2",
+            "vars.SGLANG_AB_RUNNER": '["self-hosted", "linux", "gpu"]',
+            "vars.SGLANG_AB_IMAGE": "none",
             "vars.SGLANG_OVERLAY_REPOSITORY": "sgl/sglang-overlay",
             "vars.SGLANG_OVERLAY_REF": git(REPO, "rev-parse", "HEAD"),
             "vars.SGLANG_OVERLAY_PYTHON || 'python3'": sys.executable,
@@ -120,6 +126,7 @@ class Rehearsal:
             GITHUB_STEP_SUMMARY=str(files["summary"]),
             GITHUB_EVENT_PATH=str(self.tmp / event),
             GITHUB_REPOSITORY="sgl/sglang",
+            GITHUB_API_URL=f"{self.fake.url}/api/v3",
             GITHUB_RUN_ID=str(RUN_ID),
         )
         env.pop("GITHUB_TOKEN", None)
@@ -132,13 +139,22 @@ class Rehearsal:
             if condition == "steps.ab.outcome == 'failure'":
                 if outcomes.get("ab") != "failure":
                     continue
+            elif condition == "always() && vars.SGLANG_AB_IMAGE != 'none'":
+                continue  # no job container here
             elif condition not in (None, "always()"):
                 raise AssertionError(f"the rehearsal cannot evaluate if: {condition}")
+            assert "kill -KILL -1" not in step.get("run", ""), "never on this machine"
             carried = dict(line.split("=", 1) for line in files["env"].read_text().splitlines())
             step_env = {**env, **carried}
             step_env.update({k: self.value(v, extra) for k, v in step.get("env", {}).items()})
             if "uses" in step:
                 ok = self.action(step, extra, workspace)
+            elif step.get("id") == "install":
+                venv = temp / "ab-venv" / "bin"
+                venv.mkdir(parents=True)
+                (venv / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+                (venv / "python").chmod(0o755)
+                ok = True
             elif installed(step["run"]):
                 ok = True
             else:
@@ -216,7 +232,7 @@ def report_fork_run(tmp, fake, repo, base, head, conclusion, fork):
     repository = {"full_name": "sgl/sglang", "default_branch": "main"}
     payload = {"action": "completed", "workflow_run": run, "repository": repository}
     event = _event(tmp, "workflow_run.json", payload)
-    play = Rehearsal(tmp, fake, repo, base)
+    play = Rehearsal(tmp, fake, repo, base, head)
     result, _, summary = play.job("report", flow=load(REPORT_FLOW), event=event)
     return result, summary, play
 
@@ -236,19 +252,27 @@ def rehearse(tmp, repo, branch, fork=None) -> dict:
     payload = {"action": "opened", "pull_request": pull_request, "repository": repository}
     _event(tmp, "event.json", {**payload, "sender": {"login": "contributor"}})
     fake = new_fake()
+    # GitHub's contents API serves the head's list of regressions (each report job reads it).
+    path = load()["env"]["REGRESSIONS"]
+    listed = subprocess.run(["git", "show", f"{head}:{path}"], cwd=repo, capture_output=True)
+    for _ in range(2 if fork else 1) if listed.returncode == 0 else ():
+        route = f"/contents/{re.escape(path)}\\?ref={head}$"
+        fake.faults.append(("GET", route, 200, listed.stdout, {}))
     try:
         if fork:
             fork_pr(fake, head, fork)
         else:
             fake.add_pr(PR, "Adds a regression test.", head_sha=head)
         fake.read_only = bool(fork)
-        play = Rehearsal(tmp, fake, repo, base)
+        play = Rehearsal(tmp, fake, repo, base, head)
         gate, outputs, _ = play.job("gate")
         assert gate == "success", play.log
         needs = {f"needs.gate.outputs.{k}": v for k, v in outputs.items()}
+        matrix = play.flow["jobs"]["test"]["strategy"]["matrix"]["shard"]
+        assert matrix == "${{ fromJSON(needs.gate.outputs.shards) }}", matrix
         shards = [
             play.job("test", {**needs, "matrix.shard": str(shard)})[0]
-            for shard in play.flow["jobs"]["test"]["strategy"]["matrix"]["shard"]
+            for shard in json.loads(outputs["shards"])
         ]
         test_result = "success" if set(shards) == {"success"} else "failure"
         report, _, summary = play.job("report", {**needs, "needs.test.result": test_result})

@@ -1,6 +1,6 @@
 """The drop-in workflows for sglang's repository (ci/workflows/sglang-pr-ab.yml, and for fork PRs
 sglang-pr-ab-report.yml), rehearsed end to end (``sglang_rehearsal``): a same-repo PR, a PR whose
-head fails its own test, an approved fork's PR (a read-only run, then the workflow_run report
+own list of regressions names a test that passes on the base, an approved fork's PR (a read-only run, then the workflow_run report
 that reads every shard's artifact from GitHub itself), and that report on shard artifacts the
 fork's PR code could have left missing or doubled.
 """
@@ -12,6 +12,7 @@ from sglang_rehearsal import (
     RUN_ID,
     fork_pr,
     git,
+    load,
     new_fake,
     rehearse,
     report_fork_run,
@@ -52,12 +53,26 @@ def test_a_same_repo_pr_runs_every_shard_and_gets_one_report_of_both(layout, tmp
     assert all(case in comment["body"] for case in BOTH_SHARDS)
 
 
-def test_a_head_that_fails_its_own_test_fails_its_shard_and_the_report_says_so(layout, tmp_path):
-    played = rehearse(tmp_path, layout, "tests-only")
-    # The added test (est 1 s) is shard 1's; the modified one (2 s) shard 0's.
-    assert played["shards"] == ["success", "failure"], played["play"].log
+def test_the_heads_own_list_of_regressions_judges_its_shards_and_its_report(layout, tmp_path):
+    """REGRESSIONS in the head's tree lists a test that passes on the base: the bug did not
+    reproduce, so that test's shard fails, and the report, reading the list from GitHub, says why."""
+    path = load()["env"]["REGRESSIONS"]
+    git(layout, "checkout", "-q", "-b", "listed", "fix")
+    (layout / path).write_text(f"{sglang_layout.MODIFIED}::*.test_modified\n")
+    git(layout, "add", path)
+    git(layout, "-c", "user.name=c", "-c", "user.email=c@example.invalid", "commit", "-qm", "list")
+    git(layout, "checkout", "-q", "main")
+    played = rehearse(tmp_path, layout, "listed")
+    # The modified test (est 2 s) is shard 0's; the added one (1 s) shard 1's.
+    assert played["shards"] == ["failure", "success"], played["play"].log
     assert played["report"] == "success", played["play"].log
-    _reported(played["fake"], ":x:", "failure")
+    fake = played["fake"]  # void: the slot warns, the status fails
+    assert pr_states.get_slot(fake.bodies[PR], "ab").startswith(":warning:")
+    assert [(s["context"], s["state"]) for s in fake.statuses] == [
+        ("ab/base-a-test-cpu", "failure")
+    ]
+    (comment,) = fake.comments.values()
+    assert "the bug did not reproduce: 1 listed regressions pass" in comment["body"]
 
 
 @pytest.fixture(scope="module")
