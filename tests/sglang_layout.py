@@ -1,19 +1,11 @@
-"""A local git repository in sglang's own layout, for the tests of ``ci run --git-base/--git-head``
-and of the drop-in workflow: sglang 0.5.23 from PyPI (``tools.series.base``), a ``main`` that adds
-upstream-style registered CPU tests, and two pull-request branches off it:
-
-- ``fix``: patch 0001 (the fix) and 0002 (its tests) by ``git am``, less 0002's CPU companion
-  (it imports sglang: seconds per process), a CPU test that reads the workspace's release order
-  from the tree's own source (added), and a modified existing test;
-- ``tests-only``: the same tests, without the fix.
-
-The CPU tests read sglang's source and import no sglang, so each of their processes is cheap,
-and nothing here needs the rest of the release: the tree is slim, the release's files that the
-patches touch and the registry reader ``ci run`` loads from a side (``SLIM``), a few dozen KB
-instead of ~6,000 files, so each ``ci run --git-base/--git-head`` writes two small sides. It is
-built once per content (``.cache/layouts/<digest>``, under a lock: pytest-xdist workers build it
-once between them) and copied per use. The full release tree stays the series tools' (tests of
-the reproducible base use ``tools.series.base`` directly).
+"""A local git repository in sglang's own layout, for ``ci run --git-base/--git-head`` and the
+drop-in workflow: sglang 0.5.23 slimmed to the files the DSV4 patches touch plus the registry
+reader (``SLIM``), a ``main`` that adds upstream-style registered CPU tests, and two pull-request
+branches off it: ``fix`` (patch 0001 and its tests by ``git am``, less the CPU companion that
+imports sglang, plus a test that reads the release order from the tree's source, and a modified
+test) and ``tests-only`` (the same tests without the fix). Its CPU tests import no sglang, so each
+process is cheap. Built once per content under ``.cache/layouts/`` (locked: xdist workers share
+it) and copied per use.
 """
 
 import fcntl
@@ -58,8 +50,7 @@ if __name__ == "__main__":
 """
 
 
-# The release's files the layout keeps besides what the DSV4 patches touch: sglang's registry
-# reader (``ci.runner.collect`` loads it from the first side that has it).
+# kept besides what the DSV4 patches touch: the registry reader ``ci.runner.collect`` loads
 SLIM = ("python/sglang/test/ci/ci_register.py",)
 
 
@@ -75,10 +66,8 @@ def _write(repo: Path, path: str, text: str) -> None:
 
 
 def make_repo(dest: Path) -> Path:
-    """The repository at ``dest``, on branch ``main``; branches ``fix`` and ``tests-only``
-    (a copy of the cached one)."""
-    cached = _cached()
-    shutil.copytree(cached, dest, symlinks=True)
+    """A copy of the cached repository at ``dest``, on branch ``main``."""
+    shutil.copytree(_cached(), dest, symlinks=True)
     return dest
 
 
@@ -91,7 +80,6 @@ def _patches():
 
 
 def _cached() -> Path:
-    """The layout repository under ``.cache/layouts/``, built on first use for this content."""
     from tools.series import base
 
     series, fix, cuda_test = _patches()
@@ -119,8 +107,6 @@ def _touched(patch: Path) -> list:
 
 
 def _build(repo: Path, series, fix: Path, cuda_test: Path) -> None:
-    """The slim release (tag ``base``, as ``tools.series.base`` tags the full one), ``main`` and
-    the two branches, as the module docstring says."""
     from tools.series import base
 
     release = base.cached_base(series.base.version)
