@@ -5,7 +5,7 @@ sglang's does: over one fixed sequence of requests (a start from capacity 0, dou
 and equal requests, dtype changes at the same capacity) both end every step in the same state
 and reuse or replace the same workspaces. And an allocation that raises leaves no capacity or
 dtype claiming workspaces the helper does not hold; the next request recovers. (Found by trying
-to break the patch; the peaks themselves are tests/test_benchmark_fused_kv.py's.)
+to break the patch; the peaks themselves are tests/test_benchmark.py's.)
 """
 
 import pytest

@@ -1,9 +1,103 @@
-"""Benchmarks: every figure is a ratio or difference measured side by side in one run."""
+"""Benchmarks: every figure compares sglang unmodified with the change, measured side by side in
+one run (A B A B where time is measured)."""
 
+import contextlib
 import statistics
+import subprocess
+import time
+from pathlib import Path
+
+from tools import ToolError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class BenchmarkError(ToolError):
+    """A command failed or a figure cannot be measured; the part that raised it is recorded."""
 
 
 def summary(values) -> dict:
-    """Median, min and max of interleaved measurements: nothing else."""
     values = list(values)
     return dict(median=statistics.median(values), min=min(values), max=max(values), n=len(values))
+
+
+@contextlib.contextmanager
+def overlay(on: bool, patch: str):
+    """The overlay's methods (``on``, ``patch`` must then apply) or sglang's own while the block
+    runs; the overlay's state before it is put back after."""
+    import sglang_overlay
+
+    def applied() -> bool:
+        return next(r for r in sglang_overlay.status() if r["patch"] == patch)["state"] == "applied"
+
+    was = applied()
+    if on:
+        sglang_overlay.apply()
+        if not applied():
+            raise BenchmarkError(f"the overlay's {patch} is not applied here")
+    elif was:
+        sglang_overlay.remove()
+    try:
+        yield
+    finally:
+        if was != on:
+            (sglang_overlay.apply if was else sglang_overlay.remove)()
+
+
+def running_peak(changes) -> tuple:
+    """(peak, final) of the running sum of (time, signed bytes) events, in time order."""
+    live = peak = 0
+    for _, nbytes in sorted(changes):
+        live += nbytes
+        peak = max(peak, live)
+    return peak, live
+
+
+def live_bytes(work, device: str) -> tuple:
+    """(peak, final) bytes live while ``work()`` runs, above what was live before: CUDA, the
+    caching allocator's figures; CPU, the running sum of torch's profiler memory events."""
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        work()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base, torch.cuda.memory_allocated() - base
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        work()
+    events = prof.profiler.kineto_results.events()
+    changes = [(e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"]
+    if not changes:
+        raise BenchmarkError("the profiler recorded no allocation")
+    return running_peak(changes)
+
+
+def timed(command, env=None) -> tuple:
+    """(wall seconds, stdout) of ``command`` from the repository root; a non-zero exit is a
+    BenchmarkError (the time of a command that failed measures nothing)."""
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [str(c) for c in command], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise BenchmarkError(
+            f"{' '.join(map(str, command))[:200]} exited {proc.returncode}: {tail}"
+        )
+    return wall, proc.stdout
+
+
+def alternate(commands: dict, repeats: int, env=None) -> dict:
+    """Each command once per repeat, in order then in reverse, so that a busy machine slows
+    them alike: {name: [wall seconds of each repeat]}. A command may be a function of the repeat."""
+    walls: dict = {name: [] for name in commands}
+    for r in range(repeats):
+        for name in list(commands)[:: 1 if r % 2 == 0 else -1]:
+            command = commands[name]
+            walls[name].append(timed(command(r) if callable(command) else command, env)[0])
+    return walls

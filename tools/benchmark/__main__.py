@@ -1,40 +1,32 @@
-"""``python -m tools.benchmark``: run the side-by-side benchmarks and write the results.
-
-Writes ``tools/benchmark/results/<machine>.json`` (merged: parts not run keep their last figures);
-BENCHMARKS.md is a document, edited by hand from these figures. Parts: peaks (replacement peak /
-new size), fit (largest replacement under a cap), hot (reuse-path cost), startup (.pth hook
-cost), proof (``ci run`` wall time). ``--quick`` runs fewer rounds and the regression test's
-transitions only. A part that fails is recorded and the others still run. Exit 0 when every
-part ran, 1 when one failed, 2 for bad usage.
-"""
+"""``python -m tools.benchmark`` (``make bench``): the parts below, written to
+``tools/benchmark/results/<machine>.json`` (merged: parts not run keep their figures; a part
+that fails is recorded and the others still run). BENCHMARKS.md is written from it by hand.
+Exit 0 when every part ran, 1 when one failed, 2 for bad usage."""
 
 import argparse
 import datetime
 import json
-import os
 import platform
 import socket
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
-from tools.benchmark import capped, hot_path, proof, startup
+from tools.benchmark import hot_path, peaks, proof, startup
 
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def _peaks(plan) -> dict:
-    return {"peaks": capped.peaks(plan.device, plan.peak_repeats, plan.jobs, plan.quick)}
-
-
-# Each part: the plan -> the keys it sets in the report.
+# Each part: (what it measures, plan -> the keys it sets in the results).
 PARTS = {
-    "peaks": _peaks,
-    "fit": lambda p: {"largest_fit": capped.largest_fit(p.device, p.fit_caps, 1, p.jobs)},
-    "hot": lambda p: {"hot_path": hot_path.measure(p.device, **p.hot)},
-    "startup": lambda p: {"startup": startup.measure(runs=p.startup_runs)},
-    "proof": lambda p: {"proof": proof.measure(p.device, p.proof_repeats)},
+    "peaks": ("replacement peak / new size", lambda p: {"peaks": peaks.peaks(p.device, p.quick)}),
+    "hot": (
+        "reuse-path calls per second",
+        lambda p: {"hot_path": hot_path.measure(p.device, **p.hot)},
+    ),
+    "startup": (
+        "the .pth hook's start-up cost",
+        lambda p: {"startup": startup.measure(p.startup_runs)},
+    ),
+    "proof": ("ci run's wall time", lambda p: {"proof": proof.measure(p.device, p.proof_repeats)}),
 }
 
 
@@ -42,30 +34,26 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.benchmark", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer rounds: a smoke test")
     parser.add_argument(
-        "--parts", default=",".join(PARTS), help=f"comma list of {', '.join(PARTS)} (default: all)"
+        "--parts",
+        default=",".join(PARTS),
+        help="comma list of " + "; ".join(f"{k} ({v[0]})" for k, v in PARTS.items()),
     )
     parser.add_argument("--device", help="workspace device (default: cuda if available)")
-    parser.add_argument("--jobs", type=int, help="capped children at once (default: CPUs, max 12)")
     args = parser.parse_args(argv)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    if any(p not in PARTS for p in parts) or not parts:
+    if not parts or any(p not in PARTS for p in parts):
         parser.error(f"--parts {args.parts!r}: use a comma list of {', '.join(PARTS)}")
     import torch
 
     started = time.monotonic()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    cuda, quick = device == "cuda", args.quick
-    # How many repeats each part gets: CPU probes cost ~4 s, CUDA ones ~15 s but run wide.
-    plan = SimpleNamespace(
+    quick, cuda = args.quick, device == "cuda"
+    plan = argparse.Namespace(
         device=device,
-        jobs=args.jobs or min(12, os.cpu_count() or 1),
         quick=quick,
-        peak_repeats=(1 if quick else 3) if cuda else 1,
-        fit_caps=[128, 1024] if cuda else [128],
         hot=dict(rounds=5, number=2000) if quick else dict(rounds=21, number=20000),
         startup_runs=4 if quick else (10 if cuda else 20),
-        # The goals are ratios of medians: noise needs repeats.
-        proof_repeats=1 if quick else (5 if cuda else 3),
+        proof_repeats=1 if quick else (5 if cuda else 3),  # ratios of medians: noise needs repeats
     )
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name(0).replace(" ", "-").lower()
@@ -87,11 +75,10 @@ def main(argv=None) -> int:
         part_started = time.monotonic()
         print(f"benchmark: {part} ...", file=sys.stderr, flush=True)
         try:
-            report.update(PARTS[part](plan))
+            report.update(PARTS[part][1](plan))
             errors.pop(part, None)
         except Exception as exc:  # one failing part must not lose the others
-            message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-            errors[part] = message.replace("`", "'")
+            errors[part] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300].replace("`", "'")
             print(f"benchmark: {part} failed: {errors[part]}", file=sys.stderr)
         took = time.monotonic() - part_started
         print(f"benchmark: {part} took {took:.0f} s", file=sys.stderr, flush=True)

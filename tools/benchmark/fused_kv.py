@@ -1,20 +1,17 @@
-"""``python -m tools.benchmark.fused_kv``: the peak memory while sglang's speculative-decoding
-``FusedKVMaterializeHelper._ensure_workspace`` grows its three workspaces, on the real method,
-built without its constructor (only the fields the method reads are set). Three methods side by
-side: ``unmodified`` (sglang's), ``overlay`` (patch 0003's) and ``released-first`` (sglang's
-with the old workspaces dropped first: the physical limit), in units of the K workspace at the
-old capacity. CPU: the running sum of torch's profiler memory events (as the CPU proof reads
-them); CUDA: the caching allocator's peak above what was allocated before the growth.
-"""
+"""``python -m tools.benchmark.fused_kv``: the peak while sglang's DFlash
+``FusedKVMaterializeHelper._ensure_workspace`` grows its three workspaces C -> 2C, on the real
+method (the helper built without its constructor), in units of the K workspace at C: sglang's
+method (``unmodified``), the overlay's (``overlay``, patch 0003) and sglang's with the old
+workspaces dropped first (``released-first``: the limit)."""
 
 import argparse
 import contextlib
+import json
 import sys
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
-from tools.benchmark import launch
+from tools.benchmark import live_bytes, overlay
 
 # A DFlash draft shape (5 draft layers, 8 KV heads of 128, bf16); any shape gives the same units.
 SHAPE = {"n_layers": 5, "num_kv_heads": 8, "head_dim": 128}
@@ -36,94 +33,35 @@ def helper(n_layers: int, num_kv_heads: int, head_dim: int, device="cpu"):
     return obj
 
 
-@contextlib.contextmanager
-def method(order: str):
-    """sglang's method (``unmodified``, ``released-first``) or the overlay's (``overlay``) on
-    the class while the block runs; the overlay's state before it is put back after."""
-    import sglang_overlay
-
-    def fused_state():
-        return next(r for r in sglang_overlay.status() if r["patch"] == PATCH)["state"]
-
-    was_applied = fused_state() == "applied"
-    if order == "overlay":
-        sglang_overlay.apply()
-        if fused_state() != "applied":
-            raise RuntimeError(f"the overlay's {PATCH} is not applied here: {fused_state()}")
-    elif was_applied:
-        sglang_overlay.remove()
-    try:
-        yield
-    finally:
-        if was_applied and order != "overlay":
-            sglang_overlay.apply()
-        elif order == "overlay" and not was_applied:
-            sglang_overlay.remove()
-
-
-def running_peak(changes: "list[tuple[int, int]]") -> "tuple[int, int]":
-    """(peak, final) of the running sum of (time, signed bytes) events, in time order."""
-    live = peak = 0
-    for _, nbytes in sorted(changes):
-        live += nbytes
-        peak = max(peak, live)
-    return peak, live
-
-
-def _grow_step(ws, capacity: int, order: str, dtype) -> None:
-    if order == "released-first":
-        ws._proj_workspace = ws._k_workspace = ws._v_workspace = None
-    ws._ensure_workspace(capacity + 1, dtype)
-
-
-def grow(capacity: int, order: str, dtype=torch.bfloat16, shape=None, device="cpu") -> dict:
-    """Grow a fresh helper to ``capacity`` tokens, then ask for one more token (the method
-    doubles) with ``order``'s method; the sizes and the peak in bytes and in units."""
-    if device == "cuda":
-        return _grow_cuda(capacity, order, dtype, shape or SHAPE)
-    ws = helper(**(shape or SHAPE))
-    with method(order), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        ws._ensure_workspace(capacity, dtype)
-        old_total = _total(ws)
-        unit = ws._k_workspace.nbytes
-        _grow_step(ws, capacity, order, dtype)
-    changes = [
-        (e.start_ns(), e.nbytes())
-        for e in prof.profiler.kineto_results.events()
-        if e.name() == "[memory]"
-    ]
-    if not changes:
-        raise RuntimeError("the profiler recorded no allocation")
-    peak, final = running_peak(changes)
-    return _row(order, capacity, ws, unit, old_total, final, peak)
-
-
-def _grow_cuda(capacity: int, order: str, dtype, shape) -> dict:
-    ws = helper(**shape, device="cuda")
-    with method(order):
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        ws._ensure_workspace(capacity, dtype)
-        old_total, unit = _total(ws), ws._k_workspace.nbytes
-        torch.cuda.reset_peak_memory_stats()
-        _grow_step(ws, capacity, order, dtype)
-        torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated() - base
-        final = torch.cuda.memory_allocated() - base
-    ws._proj_workspace = ws._k_workspace = ws._v_workspace = None
-    return _row(order, capacity, ws, unit, old_total, final, peak)
+def method(order: str) -> contextlib.AbstractContextManager:
+    """The method ``order`` runs on the class while the block runs."""
+    return overlay(order == "overlay", PATCH)
 
 
 def _total(ws) -> int:
     return sum(t.nbytes for t in (ws._proj_workspace, ws._k_workspace, ws._v_workspace))
 
 
-def _row(order, capacity, ws, unit, old_total, final, peak) -> dict:
+def grow(capacity: int, order: str, dtype=torch.bfloat16, device="cpu") -> dict:
+    """Grow a fresh helper to ``capacity`` tokens, then ask for one more token (the method
+    doubles) with ``order``'s method: the sizes and the peak, in units."""
+    ws, seen = helper(**SHAPE, device=device), {}
+
+    def work():
+        ws._ensure_workspace(capacity, dtype)
+        seen.update(old=_total(ws), unit=ws._k_workspace.nbytes)
+        if order == "released-first":
+            ws._proj_workspace = ws._k_workspace = ws._v_workspace = None
+        ws._ensure_workspace(capacity + 1, dtype)
+
+    with method(order):
+        peak, final = live_bytes(work, device)
+    unit = seen["unit"]
     return {
         "order": order,
         "capacity": [capacity, ws._workspace_capacity],
         "unit_bytes": unit,
-        "old_total_units": old_total / unit,
+        "old_total_units": seen["old"] / unit,
         "new_total_units": final / unit,
         "peak_units": peak / unit,
         "peak_bytes": peak,
@@ -141,7 +79,8 @@ def main(argv=None) -> int:
         parser.error("--device cuda: torch sees no CUDA device here")
     rows = [grow(args.capacity, order, device=args.device) for order in ORDERS]
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    launch.hand_back({"shape": SHAPE, "device": device, "torch": torch.__version__, "rows": rows})
+    report = {"shape": SHAPE, "device": device, "torch": torch.__version__, "rows": rows}
+    print(json.dumps(report, indent=2))
     return 0
 
 

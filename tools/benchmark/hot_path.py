@@ -1,7 +1,6 @@
-"""Reuse-path cost: calls per second of the workspace's ``get`` (and ``get_with_head``) with
-the original method and with the overlay's, interleaved A B A B in one process. The class
-attribute is swapped between rounds, so both run through the bound call path the engine uses.
-"""
+"""The ``hot`` part: calls per second of the workspace's reuse path (``get``, ``get_with_head``),
+sglang's method against the overlay's, alternated in one process through the bound call path
+the engine uses."""
 
 import importlib
 import timeit

@@ -1,16 +1,15 @@
-"""Wall time of the proof over one bare import of the workspace module (every proof pays that
-once): ``python FILE -v`` as upstream's runner starts it and ``python -m ci run`` of it on both
-sides (``--jobs 2``), alternated with the import in each repeat so a busy machine slows them
-alike. FILE is the registered test on CUDA, ``test/proofs/cpu`` on CPU (where that test skips).
-Every command must exit 0; the goals are ratios of medians.
-"""
+"""The ``proof`` part: the wall time of the proof file (``python FILE -v``, as upstream's runner
+starts it) and of ``ci run`` of it on both sides, over one bare import of the workspace module
+(every proof pays that once), alternated. FILE: the registered test on CUDA, the CPU proof on
+CPU (where that test skips)."""
 
+import statistics
 import sys
 import tempfile
 
 from sglang_overlay import WORKSPACE_MODULE
 from sglang_overlay.config import DISABLE_ENV
-from tools.benchmark import launch, summary
+from tools.benchmark import alternate, summary
 
 PROOF_FILES = {
     "cuda": "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py",
@@ -24,19 +23,21 @@ def measure(device: str, repeats: int) -> dict:
     with tempfile.TemporaryDirectory() as out:
         ci_run = [sys.executable, "-m", "ci", "run", "--backend", device, "--tests", proof_file]
         ci_run += [f"--unmodified-env={DISABLE_ENV}=1", f"--change-env={DISABLE_ENV}=0"]
-        runs = launch.alternate(
+        walls = alternate(
             {
                 "import": [sys.executable, "-c", f"import {WORKSPACE_MODULE}"],
                 "file": [sys.executable, proof_file, "-v"],
                 "ab": lambda r: [*ci_run, "--jobs", "2", "--json", "--out", f"{out}/{r}"],
             },
             repeats,
-            launch.side_env("change"),
         )
+    bare = statistics.median(walls["import"])
     return {
         "file": proof_file,
         "repeats": repeats,
-        "seconds": {kind: summary(r.wall_s for r in ran) for kind, ran in runs.items()},
-        "over_bare_import": launch.over(runs, ("file", "ab"), "import"),
+        "seconds": {kind: summary(values) for kind, values in walls.items()},
+        "over_bare_import": {
+            k: round(statistics.median(walls[k]) / bare, 2) for k in ("file", "ab")
+        },
         "goals": dict(GOALS) if device == "cuda" else {},
     }

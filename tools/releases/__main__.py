@@ -1,11 +1,8 @@
-"""``python -m tools.releases watch``: finds final sglang releases on the package index newer
-than the newest the project knows (or checks those given with --versions) and, for each,
-reports the overlay's state per patch with each method's sha256, whether each fix applies and
-the CPU A/B, as the compatibility table of docs/operators.md; --post keeps one tracking issue.
+"""``python -m tools.releases watch``: check each final sglang release on the package index newer
+than the project knows (or those given with --versions): the overlay's state per patch with
+each method's sha256, whether each fix applies, the CPU A/B; --post keeps one tracking issue.
 Exit 0 when every release checked is ok (or there is none), 1 when one is not or the issue could
-not be written, 2 for bad usage or input (one line, no traceback). The checking job has no
-github3 and the posting job only github3: the posting path imports it when it posts.
-"""
+not be written, 2 for bad usage or input (one line)."""
 
 import argparse
 import json
@@ -28,9 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--index-url", help="the package index to ask (default: pip's)")
     cmd.add_argument("--versions", nargs="+", help="check these releases, skip discovery")
     cmd.add_argument(
-        "--installed",
-        action="store_true",
-        help="check the sglang installed in this venv (must be the one release in --versions)",
+        "--installed", action="store_true", help="check this venv's sglang (one --versions)"
     )
     cmd.add_argument(
         "--out",
@@ -38,9 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=watch.REPO / "out" / "watch",
         help=f"{watch.ROWS_FILE} and each release's A/B go here (default: out/watch)",
     )
-    cmd.add_argument(
-        "--rows", help=f"post the rows of an earlier run ({watch.ROWS_FILE}); no checks"
-    )
+    cmd.add_argument("--rows", help=f"post an earlier run's {watch.ROWS_FILE}; no checks")
     cmd.add_argument("--repo", help="OWNER/NAME of the tracking issue (required with --post)")
     cmd.add_argument("--api-url", help="GitHub Enterprise base URL (client adds /api/v3)")
     cmd.add_argument("--bot-login", help="our login (default: GET /user, else the Actions bot)")
@@ -109,10 +102,9 @@ def _post(args, body) -> bool:
 
 
 def upsert_issue(gh, owner, repo, body, author, policy) -> tuple:
-    """(outcome, number): edit the issue that starts with watch.MARKER and was opened by ``author``,
-    or open one. A closed one is reopened only when its text changes. Duplicates left by two
-    racing runs are closed, keeping the oldest. Only ``author``'s issues are listed (GitHub
-    filters by ``creator``), oldest first: never every issue of the repository."""
+    """(outcome, number): edit ``author``'s issue that starts with watch.MARKER, or open one; a
+    closed one is reopened only when its text changes; racing duplicates are closed, keeping the
+    oldest. Only ``author``'s issues are listed (``creator``), never the repository's all."""
     from github3.issues.issue import ShortIssue  # needs github3: the posting job's alone
 
     from ci.reporter.publish import Publisher, upsert_sticky

@@ -1,11 +1,8 @@
-"""The release watch (``python -m tools.releases watch``): sglang releases on the package index
-that the project does not know yet (or those named with ``--versions``), each checked
-(``check``: the overlay's state per patch with each method's sha256, whether each fix of the
-series applies, the CPU A/B) and kept in ONE tracking issue. Rows another job wrote (``--rows``)
-ran a release's code, so they are validated before anything is posted; every cell and the whole
-body are capped, with a visible "truncated". The checking job has no github3 and the posting
-job only github3: the top imports only the project and the standard library.
-"""
+"""The release watch: sglang releases on the package index newer than the project knows (or
+those named), each checked (``check``) and kept in ONE tracking issue. Rows another job wrote
+ran a release's code, so they are validated before anything is posted; cells and the body are
+capped. The top imports only the project and the standard library: the posting job has
+github3 and nothing else."""
 
 import json
 import os
@@ -18,7 +15,7 @@ from pathlib import Path
 
 from ci.evidence import model as evidence
 from ci.evidence import shards
-from ci.reporter.escape import escape_inline, inert
+from ci.reporter.escape import clip, escape_inline, inert
 from sglang_overlay import PATCH_IDS
 from sglang_overlay.config import DISABLE_ENV
 from tools import ToolError
@@ -53,22 +50,19 @@ _SHA256 = re.compile(r"sha256 ([0-9a-f]{12})")
 
 
 class WatchError(ToolError):
-    """Discovery, input or a release's install failed; nothing more was checked or posted. The
-    message may quote a release's output or a row: it carries no workflow command."""
+    """Discovery, input or an install failed. The message may quote a release's output or a
+    row, so it is made inert (no workflow command)."""
 
     def __init__(self, message: str):
         super().__init__(inert(message))
 
 
-def clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - len(TRUNCATED)] + TRUNCATED
+def _run(argv, env, cwd, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 def _last_line(text: str) -> str:
     return clip((text.strip().splitlines() or ["no output"])[-1], MAX_TEXT)
-
-
-# ---------------------------------------------------------------------------------- discovery
 
 
 def known_releases() -> list:
@@ -84,11 +78,11 @@ def known_releases() -> list:
 
 
 def index_versions(index_url=None) -> list:
-    """sglang's final releases on the index, as ``pip index versions`` lists them (pip's index,
-    or ``index_url``); its text form, which every pip since 21.2 prints."""
+    """sglang's releases on pip's index (or ``index_url``), as ``pip index versions`` lists
+    them: yanked ones left out."""
     command = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-cache-dir"]
     command += ["index", "versions", "sglang"] + (["--index-url", index_url] if index_url else [])
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    proc = _run(command, None, REPO, 300)
     for line in proc.stdout.splitlines():
         if line.startswith("Available versions:"):
             return [v.strip() for v in line.partition(":")[2].split(",") if v.strip()]
@@ -104,12 +98,8 @@ def newer_releases(available, known) -> list:
     return [str(version) for version in sorted(found)]
 
 
-# -------------------------------------------------------------------------------- one release
-
-
 def install(version: str) -> Path:
-    """The release's wheel unpacked into the cache (the series' one fetcher downloads it), for
-    ``PYTHONPATH``: the ``--no-deps`` install a ``pip install --target`` would make."""
+    """The release's wheel (the series' fetcher) unpacked into the cache, for ``PYTHONPATH``."""
     target = CACHE / f"sglang-{version}"
     if not (target / "sglang").is_dir():
         try:
@@ -125,8 +115,8 @@ def install(version: str) -> Path:
 
 
 def patch_rows(records, fixes: dict) -> list:
-    """One {patch, state, sha256, series} per status record; ``fixes`` maps a fix's number to
-    how its first patch applies to the release."""
+    """One {patch, state, sha256, series} per status record; ``fixes``: fix number -> how its
+    first patch applies to the release."""
     found = []
     for record in records:
         if isinstance(record, dict) and isinstance(record.get("patch"), str):
@@ -137,8 +127,7 @@ def patch_rows(records, fixes: dict) -> list:
 
 
 def state_of(record: dict) -> tuple:
-    """(state, the sha256 of each method it read joined by ``/``, or None) of one status
-    record; a patch whose module could not be imported is "does not import"."""
+    """(state, the sha256 of each method it read joined by ``/``, or None) of a status record."""
     state, reason = str(record.get("state")), str(record.get("reason", ""))
     if state == "failed" and "failed to import " in reason:
         state = "does not import"
@@ -147,15 +136,10 @@ def state_of(record: dict) -> tuple:
 
 
 def overlay_state(version: str, env: dict) -> dict:
-    """{state, reason, sha256} of the first patch from ``sglang-overlay status`` in a fresh
-    process, and ``records``: every patch's record as status gave it."""
-    status = subprocess.run(
-        [sys.executable, "-W", "ignore", "-m", "sglang_overlay", "status", "--json"],
-        env=env,
-        cwd="/",
-        capture_output=True,
-        text=True,
-        timeout=600,
+    """{state, reason, sha256} of the first patch by ``sglang-overlay status`` in a fresh
+    process, and ``records``: every patch's."""
+    status = _run(
+        [sys.executable, "-W", "ignore", "-m", "sglang_overlay", "status", "--json"], env, "/"
     )
     try:
         records = json.loads(status.stdout)
@@ -172,8 +156,7 @@ def overlay_state(version: str, env: dict) -> dict:
 
 
 def series_status(version: str) -> tuple:
-    """How the series' first fix applies to the release's wheel, {status, detail}, and how each
-    fix's first patch does, by fix number (one line each)."""
+    """({status, detail} of the first fix on the release's wheel, {fix number: one line})."""
     try:
         series = seriesdir.load()
         row = matrix.release_row(series, version)
@@ -191,16 +174,14 @@ def series_status(version: str) -> tuple:
 
 def ab(version: str, env: dict, out: Path) -> dict:
     """The proofs on both sides on CPU: {counts, change_ok}."""
-    run = subprocess.run(
-        [sys.executable, "-m", "ci", "run", "--backend", "cpu", "--out", str(out / version)]
-        + ["--tests", *PROOFS]
-        + [f"--unmodified-env={DISABLE_ENV}=1", f"--change-env={DISABLE_ENV}=0"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
+    argv = [sys.executable, "-m", "ci", "run", "--backend", "cpu", "--out", str(out / version)]
+    argv += [
+        "--tests",
+        *PROOFS,
+        f"--unmodified-env={DISABLE_ENV}=1",
+        f"--change-env={DISABLE_ENV}=0",
+    ]
+    run = _run(argv, env, REPO, 3600)
     try:
         model = shards.load(str(out / version))
     except evidence.EvidenceError as exc:
@@ -213,8 +194,8 @@ def ab(version: str, env: dict, out: Path) -> dict:
 
 
 def check(version: str, out: Path, installed: bool = False) -> dict:
-    """One release: overlay state and sha256, whether each fix applies, and (when the overlay
-    applies) the A/B. ``installed`` checks this venv's sglang instead of the release's wheel."""
+    """One release's row: overlay state, whether each fix applies, and the A/B when the overlay
+    applies. ``installed``: this venv's sglang instead of the release's wheel."""
     env = dict(os.environ)
     env.pop(DISABLE_ENV, None)
     if installed:
@@ -228,9 +209,6 @@ def check(version: str, out: Path, installed: bool = False) -> dict:
     if row["state"] == "applied":
         row.update(ab(version, env, out))
     return row
-
-
-# ------------------------------------------------------------------------------ verdict, table
 
 
 def verdict(row: dict) -> "bool | None":
@@ -264,9 +242,8 @@ def _patch_cells(row) -> list:
 
 
 def render(rows) -> str:
-    """The table; release data is escaped like the sticky comment's text (a pipe or a line
-    break cannot break the row; a mention, a reference, HTML, a link or our marker does
-    nothing), each cell at most MAX_CELL characters."""
+    """The table, release text escaped as the sticky comment's (a cell stays one inert cell),
+    each cell at most MAX_CELL characters."""
     lines = [HEADER, "|" + " --- |" * len(HEADER.split(" | "))]
     for row in rows:
         counts = row.get("counts", {})
@@ -281,8 +258,7 @@ def render(rows) -> str:
 
 
 def issue_body(rows, newest_known: str, requested: bool = False) -> str:
-    """The tracking issue's text: the marker, then the table of the new releases (or of the
-    ``requested`` ones), cut to MAX_BODY characters by whole rows. No timestamps, so a run that
+    """The tracking issue's text, cut to MAX_BODY by whole rows; no timestamp, so a run that
     finds nothing new leaves the issue untouched."""
     known = f"{newest_known} is the newest release the overlay and the patch series know"
     if requested:
@@ -309,12 +285,8 @@ def issue_body(rows, newest_known: str, requested: bool = False) -> str:
     return "\n".join([MARKER, "", lead, "", *table, "", note]) + "\n"
 
 
-# ---------------------------------------------------------------------- rows from another job
-
-
 def load_rows(path: Path) -> tuple:
-    """(rows, newest known, requested) that another job wrote; validated, because whatever
-    wrote them ran a release's code."""
+    """(rows, newest known, requested) another job wrote, validated."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
@@ -344,8 +316,7 @@ def _typed(record: dict, schema: dict) -> "str | None":
 
 
 def _row_problem(row) -> "str | None":
-    """What is wrong with one row, in one line (values repr'd), or None. Text is only
-    escaped and capped when rendered; types are checked so that rendering cannot fail."""
+    """What is wrong with one row, in one line, or None; types checked so rendering cannot fail."""
     if not isinstance(row, dict):
         return f"expected an object, got {type(row).__name__}"
     missing = [key for key in ("version", "state", "reason") if key not in row]

@@ -1,0 +1,43 @@
+"""The benchmarks' peaks on sglang 0.5.23's real classes, in this process: a replacement of the
+DSV4 workspace peaks at old + new unmodified and at the larger of the two with the overlay; the
+fused-KV helper's growth C -> 2C peaks one K workspace above the new total unmodified only (the
+measurement docs/grow-while-held-audit-0.5.23.md rests on). Each leaves the overlay as it was."""
+
+import importlib
+
+import pytest
+
+import sglang_overlay
+from tools.benchmark import fused_kv, peaks
+
+
+def state(patch: str) -> str:
+    return next(r["state"] for r in sglang_overlay.status() if r["patch"] == patch)
+
+
+@pytest.mark.parametrize(
+    "name, unmodified, change",
+    [
+        ("grow_bf16_64_to_96_mib", 160, 96),
+        ("replace_fp8_48_with_bf16_96_mib", 144, 96),
+        ("shrink_by_dtype_bf16_96_to_fp8_48_mib", 144, 96),
+    ],
+)
+def test_a_workspace_replacement_peaks_at_old_plus_new_unmodified_only(name, unmodified, change):
+    importlib.import_module(sglang_overlay.WORKSPACE_MODULE)
+    before = state(peaks.PATCH)
+    steps = peaks.TRANSITIONS[name]
+    assert [peaks.peak_mib(steps, "cpu", on) for on in (False, True)] == [unmodified, change]
+    assert state(peaks.PATCH) == before
+
+
+@pytest.mark.usefixtures("fused_kv_importable")
+@pytest.mark.parametrize("order, peak", [("unmodified", 9), ("overlay", 8), ("released-first", 8)])
+def test_growing_the_fused_kv_workspaces_c_to_2c_peaks_above_the_new_total_unmodified_only(
+    order, peak
+):
+    before = state(fused_kv.PATCH)
+    row = fused_kv.grow(64, order)
+    assert row["capacity"] == [64, 128]
+    assert (row["old_total_units"], row["new_total_units"], row["peak_units"]) == (4, 8, peak)
+    assert state(fused_kv.PATCH) == before
