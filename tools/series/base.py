@@ -1,8 +1,7 @@
-"""A sglang release from PyPI: its wheel (downloaded once into ``.cache/wheels/<version>/``,
-read with ``zipfile``, never installed or imported), and that wheel as a git repository in
-upstream's layout (``python/sglang/...`` minus compiled extensions, one commit with a fixed
-identity and date, tagged ``base``), built once under ``.cache/bases/<version>`` and cloned
-from there, so a ``check`` costs a checkout rather than hashing 6,000 files.
+"""A sglang release from PyPI: its wheel (downloaded once into ``.cache/wheels/``, read, never
+installed), and that wheel as a git repository in upstream's layout (``python/sglang/`` minus
+compiled extensions, one commit with a fixed identity and date, tagged ``base``), built once
+under ``.cache/bases/`` and cloned from there.
 """
 
 import fcntl
@@ -20,18 +19,17 @@ from tools.series import SeriesError, usage
 from tools.series.seriesdir import NEW, REPO_ROOT, check_version
 
 CACHE_DIR = Path(os.environ.get("SGLANG_SERIES_CACHE", REPO_ROOT / ".cache"))
-
-
 BASE_TAG = "base"
 VERSION_KEY = "sglang-series.version"
 # A fixed identity and date make the materialised base commit the same on every machine.
 _IDENTITY = {
-    "GIT_AUTHOR_NAME": "sglang-overlay base",
-    "GIT_AUTHOR_EMAIL": "base@sglang-overlay.invalid",
-    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
-    "GIT_COMMITTER_NAME": "sglang-overlay base",
-    "GIT_COMMITTER_EMAIL": "base@sglang-overlay.invalid",
-    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
+    f"GIT_{role}_{key}": value
+    for role in ("AUTHOR", "COMMITTER")
+    for key, value in (
+        ("NAME", "sglang-overlay base"),
+        ("EMAIL", "base@sglang-overlay.invalid"),
+        ("DATE", "2000-01-01T00:00:00+0000"),
+    )
 }
 
 
@@ -43,8 +41,7 @@ def wheel_path(version: str) -> Path:
     if cached:
         return cached[0]
     target.parent.mkdir(parents=True, exist_ok=True)
-    # Download beside the cache and move in at the end: an interrupted download leaves no
-    # half-written wheel that a later run would trust.
+    # Downloaded beside the cache and moved in: an interrupted download leaves no half wheel.
     staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=target.parent))
     try:
         pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "download"]
@@ -59,9 +56,8 @@ def wheel_path(version: str) -> Path:
         if not wheels:
             raise SeriesError(f"pip download sglang=={version} produced no wheel in {staging}")
         target.mkdir(exist_ok=True)
-        final = target / wheels[0].name
-        os.replace(wheels[0], final)
-        return final
+        os.replace(wheels[0], target / wheels[0].name)
+        return target / wheels[0].name
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -73,9 +69,8 @@ def _download_error(version: str, stderr: str) -> SeriesError:
         versions = listed.split("from versions:", 1)[-1].strip(" )").split(", ") if listed else []
         hint = f"; latest releases: {', '.join(versions[-8:])}" if versions else ""
         return usage(f"sglang=={version} is not on PyPI (pip found no matching release){hint}")
-    return usage(
-        f"could not download sglang=={version}: {lines[-1] if lines else 'pip said nothing'}"
-    )
+    said = lines[-1] if lines else "pip said nothing"
+    return usage(f"could not download sglang=={version}: {said}")
 
 
 def upstream_files(wheel: Path):
@@ -113,11 +108,10 @@ def _build(version: str, dest: Path) -> None:
 
 
 def cached_base(version: str) -> Path:
-    """The cached base repository of ``version``, built on first use."""
+    """The cached base repository of ``version``, built on first use by one process at a time
+    (a second one waits and takes the first one's)."""
     cache = CACHE_DIR / "bases" / version
     cache.parent.mkdir(parents=True, exist_ok=True)
-    # One builder at a time: a second process (two series commands, a test beside the hook)
-    # waits and takes the first one's cache instead of removing it under the first one's clone.
     with open(cache.parent / f".{version}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (cache / ".git").is_dir() and has_base_tag(cache):
@@ -137,7 +131,6 @@ def has_base_tag(repo) -> bool:
 
 
 def blob(repo, path: str):
-    """The bytes of ``path`` in the base commit of ``repo``, or None when the base lacks it."""
     return commit_blob(repo, BASE_TAG, path)
 
 
@@ -155,9 +148,8 @@ def pins(repo, paths) -> dict:
 
 def materialize(version: str, dest, only=None) -> Path:
     """A fresh repository at ``dest`` whose HEAD (tag ``base``) is the release's base commit;
-    with ``only`` (upstream paths), a sparse checkout of those files alone: the index and
-    history are whole, so ``git am`` and ``git reset`` work as in a full tree while only the
-    files they touch are written."""
+    with ``only`` (upstream paths), a sparse checkout of those files alone (index and history
+    whole, so ``git am`` works as in a full tree)."""
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise usage(f"{dest} exists and is not empty; materialize into a new directory")
@@ -167,16 +159,12 @@ def materialize(version: str, dest, only=None) -> Path:
     gitcmd.run(["clone", "-q", *sparse, str(source), str(dest)], dest.parent)
     if only is not None:
         # --stdin: one literal path a line, so no path is read as an option or a glob
-        patterns = "".join(f"/{glob_escape(path)}\n" for path in sorted(set(only)))
-        gitcmd.run(
-            ["sparse-checkout", "set", "--no-cone", "--stdin"], dest, stdin=patterns.encode()
+        escaped = (
+            "".join("\\" + c if c in "\\*?[!# " else c for c in p) for p in sorted(set(only))
         )
+        patterns = "".join(f"/{path}\n" for path in escaped).encode()
+        gitcmd.run(["sparse-checkout", "set", "--no-cone", "--stdin"], dest, stdin=patterns)
         gitcmd.run(["reset", "-q", "--hard"], dest)
     gitcmd.run(["remote", "remove", "origin"], dest)
     gitcmd.run(["config", VERSION_KEY, version], dest)
     return dest
-
-
-def glob_escape(path: str) -> str:
-    """``path`` as a sparse-checkout pattern that matches it alone."""
-    return "".join("\\" + c if c in "\\*?[!# " else c for c in path)

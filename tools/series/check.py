@@ -1,8 +1,8 @@
-"""``check``: the series applies with ``git am`` to a fresh base whose files still hash to
-``patches/BASE``, each fix applies alone, every file it adds under ``test/registered/`` is the
-project's copy byte for byte, and upstream's pinned hooks pass on what it changes. ``apply``:
-the series, or one fix, committed into a user's upstream checkout. Both tell git's failures as
-patch, file and hunk (``explain``).
+"""``check``: the series applies with ``git am`` to a fresh base whose files hash to
+``patches/BASE``, each fix applies alone, each file it adds under ``test/registered/`` is the
+project's byte for byte, and upstream's pinned hooks pass on what it changes. ``apply``: the
+series, or one fix, committed into an upstream checkout. git's failures told as patch, file and
+hunk (``explain``).
 """
 
 import os
@@ -14,14 +14,12 @@ from ci import gitcmd
 from tools.series import SeriesError, base, hooks, usage
 from tools.series.seriesdir import COVER_NAME, NEW
 
-# Files the series adds under this prefix must equal the project's copy byte for byte.
-MIRRORED_PREFIX = "test/registered/"
+MIRRORED_PREFIX = "test/registered/"  # what the series adds here is the project's copy
 
 
 def run_check(series, version=None) -> list:
-    """Report lines; SeriesError (exit 1) naming what failed. Each fix must also apply alone to
-    the base: it goes upstream as its own pull request. ``version``: another release to check
-    against than patches/BASE's (its pinned hashes are then not compared)."""
+    """Report lines; SeriesError (exit 1) naming what failed. ``version``: another release than
+    patches/BASE's (its pinned hashes are then not compared)."""
     version = version or series.base.version
     report, name = [], f"sglang=={version}"
     with tempfile.TemporaryDirectory(prefix="series-check-") as tmp:
@@ -32,29 +30,19 @@ def run_check(series, version=None) -> list:
         am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
         report.append(f"{len(series.names)} patches apply to {name} with git am")
         if series.cover is not None:
-            report.append(
-                f"{COVER_NAME}: introduces {series.cover.count} patches (not applied by git am)"
-            )
-        report.extend(verify_mirrored_files(series, repo))
-        report.extend(verify_hooks(series, repo))
-        if len(series.fixes) > 1:
-            report.extend(verify_fixes_alone(series, repo, name))
-    return report
-
-
-def verify_fixes_alone(series, repo: Path, name: str) -> list:
-    """``git am`` of each fix's patches alone on the pristine base in ``repo``."""
-    report = []
-    for fix in series.fixes:
-        gitcmd.run(["reset", "-q", "--hard", base.BASE_TAG], repo)
-        try:
-            am_series(series.alone(fix), repo, env=gitcmd.TOOL_IDENTITY)
-        except SeriesError as err:
-            raise SeriesError(
-                f"fix {fix.number} does not apply without the rest of the series, so it "
-                f"cannot be its own pull request: {err}"
-            ) from None
-        report.append(f"fix {fix.number} ({', '.join(fix.names)}) applies alone to {name}")
+            count = series.cover.count
+            report.append(f"{COVER_NAME}: introduces {count} patches (not applied by git am)")
+        report += verify_mirrored_files(series, repo) + verify_hooks(series, repo)
+        for fix in series.fixes if len(series.fixes) > 1 else ():  # each its own pull request
+            gitcmd.run(["reset", "-q", "--hard", base.BASE_TAG], repo)
+            try:
+                am_series(series.alone(fix), repo, env=gitcmd.TOOL_IDENTITY)
+            except SeriesError as err:
+                raise SeriesError(
+                    f"fix {fix.number} does not apply without the rest of the series, so it "
+                    f"cannot be its own pull request: {err}"
+                ) from None
+            report.append(f"fix {fix.number} ({', '.join(fix.names)}) applies alone to {name}")
     return report
 
 
@@ -76,9 +64,8 @@ def am_series(series, repo: Path, env=None) -> None:
     """``git am`` every patch in one session; on failure abort it and raise one line naming
     the patch, the file and the hunk."""
     paths = [str(path) for path in series.paths()]
-    proc = gitcmd.run(
-        ["am", "--quiet", "--no-3way", "--keep-non-patch", *paths], repo, env=env, check=False
-    )
+    argv = ["am", "--quiet", "--no-3way", "--keep-non-patch", *paths]
+    proc = gitcmd.run(argv, repo, env=env, check=False)
     if proc.returncode == 0:
         return
     output = gitcmd.text(proc)
@@ -94,24 +81,20 @@ def am_series(series, repo: Path, env=None) -> None:
 
 
 def apply_to(series, path, fix=None) -> list:
-    """The series, or only ``fix`` (one pull request's branch), committed into the upstream
-    checkout at ``path``; refused, and nothing changed, when the checkout is dirty or any of
-    it is already applied."""
+    """The series, or only ``fix``, committed into the upstream checkout at ``path``; refused,
+    nothing changed, when it is dirty or any of it is already applied."""
     repo = Path(path).resolve()
     if not (repo / "python" / "sglang").is_dir() or not gitcmd.is_top(repo):
         raise usage(
             f"{repo} is not an upstream sglang checkout (a git work tree with python/sglang/)"
         )
     series = series if fix is None else series.alone(fix)
-    dirty = gitcmd.dirty_paths(repo)
-    if dirty:
+    if dirty := gitcmd.dirty_paths(repo):
         raise SeriesError(
             f"{repo} has uncommitted changes; commit or stash them first: {', '.join(dirty[:10])}"
         )
     paths = zip(series.names, series.paths(), strict=True)
-    applied = [
-        name for name, path in paths if gitcmd.ok(["apply", "--check", "-R", str(path)], repo)
-    ]
+    applied = [n for n, p in paths if gitcmd.ok(["apply", "--check", "-R", str(p)], repo)]
     if applied:
         missing = [name for name in series.names if name not in applied]
         state = f"partly patched ({', '.join(applied)} applied, {', '.join(missing)} not)"
@@ -126,18 +109,19 @@ def apply_to(series, path, fix=None) -> list:
     return [f"{name}: committed in {repo}" for name in series.names]
 
 
-_FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
-_MISSING = re.compile(
-    r"^error: (.+?): (?:does not exist in index|No such file or directory)$", re.M
-)
-_EXISTS = re.compile(r"^error: (.+?): already exists in (?:index|working directory)$", re.M)
+_FAILED = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
+_OTHERS = {  # what git says of a path -> what it means
+    r"^error: (.+?): (?:does not exist in index|No such file or directory)$":
+        "the file does not exist in the target",
+    r"^error: (.+?): already exists in (?:index|working directory)$":
+        "the file it adds already exists in the target",
+}  # fmt: skip
 _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+\S+ @@(.*)$", re.M)
 
 
 def hunk_at(data: bytes, path: str, line: int):
-    """The hunk of ``path`` in patch ``data`` that git means by 'patch failed: PATH:LINE',
-    described; None when the patch has no hunk there. LINE is the hunk's old start, or a line
-    after it when git searched at an offset: the nearest start at or before it wins."""
+    """The hunk of ``path`` that git means by 'patch failed: PATH:LINE' (its old start, or a
+    line after it at an offset: the nearest start at or before it), described; or None."""
     section = data.partition(f"diff --git a/{path} b/{path}\n".encode())[2]
     hunks = _HUNK.findall(section.split(b"\ndiff --git ", 1)[0])
     if not hunks:
@@ -150,13 +134,11 @@ def hunk_at(data: bytes, path: str, line: int):
 def explain(output: str, patch) -> list:
     """One line per problem git reported for ``patch`` (a ``seriesdir.Patch``)."""
     problems = []
-    for path, line in _FAILED_AT.findall(output):
+    for path, line in _FAILED.findall(output):
         where = hunk_at(patch.data, path, int(line)) or f"the hunk at line {line}"
         problems.append(f"{patch.name}: {path}: {where} does not apply")
-    for path in _MISSING.findall(output):
-        problems.append(f"{patch.name}: {path}: the file does not exist in the target")
-    for path in _EXISTS.findall(output):
-        problems.append(f"{patch.name}: {path}: the file it adds already exists in the target")
+    for pattern, meaning in _OTHERS.items():
+        problems += [f"{patch.name}: {p}: {meaning}" for p in re.findall(pattern, output, re.M)]
     if not problems:
         detail = next(
             (ln for ln in output.splitlines() if ln.startswith(("error:", "fatal:"))),
@@ -170,9 +152,7 @@ def verify_mirrored_files(series, repo: Path) -> list:
     """Each file the series adds under ``MIRRORED_PREFIX`` equals the project's copy; read from
     the commit, so a link the series adds is compared as a link, never followed."""
     report = []
-    for path in series.touched_files():
-        if not path.startswith(MIRRORED_PREFIX):
-            continue
+    for path in (p for p in series.touched_files() if p.startswith(MIRRORED_PREFIX)):
         ours = series.root.parent / path
         if not ours.is_file():
             raise SeriesError(f"the series adds {path}, but the project has no such file")
@@ -189,7 +169,6 @@ def verify_mirrored_files(series, repo: Path) -> list:
 
 
 def first_difference(expected: bytes, actual: bytes) -> str:
-    """Where two different files first differ, as 'line N'."""
     a_lines, b_lines = expected.splitlines(keepends=True), actual.splitlines(keepends=True)
     same = len(os.path.commonprefix([a_lines, b_lines]))
     longer = " (one file is longer)" if same == min(len(a_lines), len(b_lines)) else ""
@@ -197,13 +176,11 @@ def first_difference(expected: bytes, actual: bytes) -> str:
 
 
 def verify_hooks(series, repo: Path) -> list:
-    """Upstream's pinned hooks on the series' files in ``repo`` (applied on the ``base`` tag);
-    SeriesError on a failure the series brought in. Files are read from the commits, never the
-    work tree: a link the series adds is its text, not the file it points to."""
+    """Upstream's pinned hooks on the series' files, read from the commits (a link the series
+    adds is its text); SeriesError on a failure the series brought in."""
     patched, before = {}, {}
     for path in series.touched_files():
-        after = base.commit_blob(repo, "HEAD", path)
-        if after is not None:  # None: the series deletes it
+        if (after := base.commit_blob(repo, "HEAD", path)) is not None:  # None: deleted
             patched[path], before[path] = after, base.blob(repo, path)
     report, failures = hooks.check_files(patched, before)
     if failures:

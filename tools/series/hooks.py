@@ -1,6 +1,5 @@
-"""Upstream sglang's pinned pre-commit hooks (``HOOKS``), run on scratch copies of the files a
-series touches, and the rule that judges them: a failure counts against the series only where
-it brings the problem in (the base's own problems are reported, not counted).
+"""Upstream sglang's pinned pre-commit hooks (``HOOKS``) on scratch copies of the files a series
+touches; a failure counts against the series only where it brings the problem in.
 """
 
 import hashlib
@@ -19,8 +18,7 @@ from ci import gitcmd
 from tools.series import SeriesError, base, usage
 
 # (name, command, Python files only), in upstream's settings; a name with a version is its pin,
-# the others come from pre-commit-hooks. The tools with a check mode run in it, so their output
-# is the diff to make.
+# the others come from pre-commit-hooks.
 _IGNORED = "ans,als,hel,boostrap,childs,te,vas,hsa,ment"  # upstream's codespell word list
 HOOKS = (
     ("check-ast", "check-ast", True),
@@ -42,8 +40,7 @@ _POSITION = re.compile(r":\d+(:\d+)?:")
 
 
 def problem_lines(output: str) -> set:
-    """What a hook's output says is wrong, without positions: a diff's added and removed
-    lines, or a report line with its ``:LINE:`` numbers taken out."""
+    """A hook's complaints without positions: a diff's -/+ lines, report lines minus ``:LINE:``."""
     lines = [line for line in output.splitlines() if not line.startswith(("+++", "---", "@@"))]
     return {
         line if line.startswith(("+", "-")) else _POSITION.sub(":", line)
@@ -53,14 +50,12 @@ def problem_lines(output: str) -> set:
 
 
 def introduced(base_output: str, patched_output: str) -> list:
-    """The problems a hook reports after the series that it did not report on the base."""
     return sorted(problem_lines(patched_output) - problem_lines(base_output))
 
 
 def _hooks_cache_dir() -> Path:
-    """Where the hooks, their environments and their verdicts on exact bytes live: per user,
-    shared by every clone and worktree as pre-commit shares its own store;
-    ``$SGLANG_SERIES_CACHE`` keeps everything in one place."""
+    """The hooks, their environments and verdicts: per user (as pre-commit's own store), or
+    ``$SGLANG_SERIES_CACHE``."""
     if "SGLANG_SERIES_CACHE" in os.environ:
         return Path(os.environ["SGLANG_SERIES_CACHE"])
     xdg, home = os.environ.get("XDG_CACHE_HOME", ""), os.path.expanduser("~")
@@ -75,9 +70,8 @@ HOOKS_CACHE_DIR = _hooks_cache_dir()
 
 
 def check_files(patched: dict, before: dict) -> tuple:
-    """(report lines, failures) of every hook on ``patched`` (upstream path -> bytes after the
-    series), with ``before`` the bytes in the base (None: added); one pre-commit run for all
-    files, then a hook that fails there is judged file by file (``_judge``)."""
+    """(report lines, failures) of every hook on ``patched`` (path -> bytes after the series),
+    ``before`` the base's bytes (None: added): one run for all, then a failing hook file by file."""
     home = ensure_env()
     together = _run_hooks(home, patched)
     report, failures = [], []
@@ -93,8 +87,8 @@ def check_files(patched: dict, before: dict) -> tuple:
 
 
 def _judge(home: Path, name: str, patched: dict, before: dict) -> tuple:
-    """Hook ``name`` again on each file alone, after the series and as the base has it: a
-    failure is a problem it reports after that it does not report before."""
+    """Hook ``name`` on each file alone, after the series and on the base: a failure is a
+    problem it reports after and not before."""
     olds = [path for path in patched if before.get(path) is not None]
     runs = [{path: data} for path, data in patched.items()] + [{p: before[p]} for p in olds]
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -117,8 +111,7 @@ def _judge(home: Path, name: str, patched: dict, before: dict) -> tuple:
 
 
 def hooks_config() -> str:
-    """The ``.pre-commit-config.yaml`` of ``HOOKS`` (JSON, which is YAML): local hooks with
-    their pins as dependencies, since pre-commit can fetch nothing but packages here."""
+    """``.pre-commit-config.yaml`` of ``HOOKS`` (JSON is YAML): local hooks, pins as dependencies."""
     hooks = [
         {
             "id": name.split()[0],
@@ -152,8 +145,7 @@ def _pre_commit(home: Path, args, cwd):
 
 
 def ensure_env() -> Path:
-    """pre-commit's home for ``HOOKS``, with their environments installed from PyPI the first
-    time (pre-commit locks its store against a concurrent install) and never again."""
+    """pre-commit's home for ``HOOKS``, their environments installed from PyPI the first time."""
     if importlib.util.find_spec("pre_commit") is None:
         raise usage("pre-commit is not installed in this Python; 'make install' installs it")
     config = hooks_config()
@@ -180,10 +172,10 @@ def ensure_env() -> Path:
 
 
 def _run_hooks(home: Path, files: dict, only: str | None = None) -> dict:
-    """pre-commit (every hook, or the one named ``only``) on scratch copies of ``files``
-    (path -> bytes): {hook name: (passed, output)} for the hooks that ran. Answered from
-    ``home``'s store when these hooks already ran on these exact paths and bytes."""
-    key = hashlib.sha256(repr((only, sorted(_digests(files).items()))).encode()).hexdigest()
+    """pre-commit (every hook, or ``only``) on scratch copies of ``files`` (path -> bytes):
+    {hook name: (passed, output)}; stored in ``home`` by the exact paths and bytes."""
+    digests = {path: hashlib.sha256(data).hexdigest() for path, data in files.items()}
+    key = hashlib.sha256(repr((only, sorted(digests.items()))).encode()).hexdigest()
     stored = home / "results" / f"{key}.json"
     try:
         return {name: tuple(result) for name, result in json.loads(stored.read_text()).items()}
@@ -195,10 +187,6 @@ def _run_hooks(home: Path, files: dict, only: str | None = None) -> dict:
     partial_file.write_text(json.dumps(results))
     os.replace(partial_file, stored)  # whole or absent, whoever reads it concurrently
     return results
-
-
-def _digests(files: dict) -> dict:
-    return {path: hashlib.sha256(data).hexdigest() for path, data in files.items()}
 
 
 def _run_hooks_now(home: Path, files: dict, only: str | None) -> dict:

@@ -1,7 +1,6 @@
-"""``matrix``: how each patch applies to each sglang release with the DSV4 workspace: for each fix
-(``seriesdir.Fix``) on its own, the files it touches, out of each cached wheel, get its patches
-in order with ``git apply`` (``clean``, ``fuzz``: only with one line of context, or ``fails``);
-one that applies is kept. Fixes are independent, so one that fails never decides another's.
+"""``matrix``: how each patch applies to each sglang release with the DSV4 workspace. Each fix
+on its own copy of the files it touches (from the release's wheel) gets its patches in order with
+``git apply``: ``clean``, ``fuzz`` (only with one line of context) or ``fails``.
 """
 
 import re
@@ -31,33 +30,19 @@ def classify(exact_ok: bool, exact_output: str, fuzz_ok: bool):
 
 
 def release_row(series, version: str) -> dict:
-    wheel = zipfile.ZipFile(base.wheel_path(version))
-    names = set(wheel.namelist())
-
-    def read(path):  # upstream's python/sglang/ is sglang/ in the wheel
-        member = path.removeprefix("python/")
-        return wheel.read(member) if member in names else None
-
-    with wheel:
-        return {"version": version, "patches": _row(series, read)}
-
-
-def _row(series, read) -> dict:
-    """Each patch's result, each fix tried on its own copy of the files it touches (``read``:
-    upstream path -> the base's bytes, or None where the base lacks it)."""
     results = {}
-    with tempfile.TemporaryDirectory(prefix="series-matrix-") as tmp:
+    with zipfile.ZipFile(base.wheel_path(version)) as wheel, tempfile.TemporaryDirectory() as tmp:
+        members = set(wheel.namelist())  # upstream's python/sglang/ is sglang/ in the wheel
         for fix in series.fixes:
             tree = Path(tmp) / fix.number / "tree"
+            tree.mkdir(parents=True)
             for path, added in fix.touched_files().items():
-                data = None if added else read(path)
-                if data is not None:
+                if not added and (member := path.removeprefix("python/")) in members:
                     (tree / path).parent.mkdir(parents=True, exist_ok=True)
-                    (tree / path).write_bytes(data)
-            tree.mkdir(parents=True, exist_ok=True)
+                    (tree / path).write_bytes(wheel.read(member))
             for patch in fix.patches:
                 results[patch.name] = _try(tree, series.root / patch.name, patch)
-    return results
+    return {"version": version, "patches": results}
 
 
 def _try(tree: Path, path: Path, patch) -> dict:
@@ -78,7 +63,7 @@ def _apply(tree: Path, patch_path: Path, extra):
 
 
 def short_detail(detail: str) -> str:
-    """A table-sized detail: file base names, and no 'does not apply' (the status says so)."""
+    """File base names, and no 'does not apply' (the status says so)."""
     parts = []
     for part in detail.split("; "):
         path, _, rest = part.partition(": ")

@@ -1,13 +1,7 @@
-"""The upstream pull request's description in sglang's template, one per independent fix
-(``seriesdir.Fix``: upstream takes one fix per pull request): prose from that fix's own patch
-messages, every figure from a ``ci run`` results folder made with that very fix (its recorded
-series, or one of the series' recorded fixes, has the fix's id) and only from the tests the fix
-adds, nothing else. Pure apart from ``load_results``.
-
-The headings and checklist are those of sglang's ``.github/pull_request_template.md`` as sglang
-pull requests opened in 2026 carry them (Motivation, Modifications, Accuracy Tests, Speed Tests
-and Profiling, Checklist; read in stored pull request texts): the stored copies of the file
-itself, at commits 0a218a4c and b122fb5e, are older.
+"""The upstream pull request's description of one fix in sglang's template (Motivation,
+Modifications, Accuracy Tests, Speed Tests and Profiling, Checklist): prose from the fix's own
+patch messages, every figure from a ``ci run`` folder made with that very fix (its id) and only
+from the tests the fix adds.
 """
 
 import re
@@ -30,90 +24,65 @@ CHECKLIST = {  # each "(#anchor)" is a section of DOCS
     "(#test-the-accuracy) and [Benchmark the speed](#benchmark-the-speed).",
     "style": "Follow the SGLang code style [guidance](#code-style-guidance).",
 }
-# Message sections that have a template section of their own.
-_OWN = {"motivation", "modifications", "tests"}
+_OWN = {"motivation", "modifications", "tests"}  # message sections with a template section
+_SEE_AB = "(python -m tools.series ab --fix N --out DIR)"
 
 
 @dataclass(frozen=True)
 class CheckState:
-    """What ``python -m tools.series check`` said, or None when it was not run."""
+    """What ``python -m tools.series check`` said; ``passed`` None when it was not run."""
 
     passed: bool | None
     detail: str = ""
 
 
 def message_sections(body: str) -> list:
-    """A commit message body as [(heading or "", text)]: a heading is a one-line paragraph
-    without a final full stop, followed by its paragraphs."""
-    sections, heading, paragraphs = [], "", []
+    """A message body as [(heading or "", markdown)]: a heading is a one-line paragraph without
+    a final full stop; an indented block becomes a fenced block."""
+    sections = []
     for paragraph in re.split(r"\n\s*\n", body.strip()):
         lines = paragraph.splitlines()
         if len(lines) == 1 and not lines[0].startswith(" ") and not lines[0].endswith((".", ":")):
-            if heading or paragraphs:
-                sections.append((heading, paragraphs))
-            heading, paragraphs = lines[0].strip(), []
-        else:
-            paragraphs.append(paragraph)
-    if heading or paragraphs:
-        sections.append((heading, paragraphs))
-    return [(h, "\n\n".join(_markdown(p) for p in ps)) for h, ps in sections]
+            sections.append((lines[0].strip(), []))
+            continue
+        if all(line.startswith("  ") for line in lines):
+            paragraph = "```\n" + "\n".join(line[2:] for line in lines) + "\n```"
+        if not sections:
+            sections.append(("", []))
+        sections[-1][1].append(paragraph)
+    return [(heading, "\n\n".join(paragraphs)) for heading, paragraphs in sections]
 
 
-def _markdown(paragraph: str) -> str:
-    """Hard-wrapped prose stays as it is (Markdown joins the lines); an indented block of a
-    commit message becomes a fenced block with no language (it may be prose: a list)."""
-    lines = paragraph.splitlines()
-    if all(line.startswith("  ") for line in lines):
-        return "```\n" + "\n".join(line[2:] for line in lines) + "\n```"
-    return paragraph
+def _added(fixlike) -> set:
+    return {path for path, new in fixlike.touched_files().items() if new}
 
 
-def verify_own_tests(series, results) -> None:
-    """A usage error (exit 2) when a file of the results is not a test the series adds: the
-    description claims only what the series' own tests showed."""
-    added = {path for path, new in series.touched_files().items() if new}
-    foreign = sorted({f.path for f in results.files} - added)
-    if foreign:
-        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
-        raise usage(
-            f"the results hold {foreign[0]}{more}, which the series does not add; run the "
-            f"series' own tests ('python -m ci run --out DIR --tests test/registered') and render "
-            f"from that folder"
-        )
-
-
-def verify_series_trees(results) -> None:
-    """A usage error (exit 2) unless both sides were the series' own trees: the base, and the
-    base with the fix applied (``ci run --unmodified-src/--change-src`` or ``--git-base/
-    --git-head``), neither with the runtime overlay. Upstream merges a patch, not an overlay."""
-    sides = [(m, results.sides.get(m)) for m in ("unmodified", "change")]
-    for mode, side in sorted(sides, key=lambda ms: not (ms[1] is not None and ms[1].overlay)):
+def select_fix(series, results, number: str | None = None):
+    """The fix ``number`` names, else the one fix whose tests the results hold; a usage error
+    (exit 2) for results not made from the series' own plain trees and tests, or ambiguous."""
+    for mode, side in sorted(
+        ((m, results.sides.get(m)) for m in ("unmodified", "change")),
+        key=lambda ms: not (ms[1] is not None and ms[1].overlay),
+    ):
         if side is None or side.overlay or not side.tree:
             how = "the runtime overlay" if side is not None and side.overlay else "no source tree"
             raise usage(
                 f"the {mode} side of the results ran with {how}; a description is rendered only "
-                "from the series' own trees (python -m tools.series ab --fix N --out DIR)"
+                f"from the series' own trees {_SEE_AB}"
             )
-
-
-def verify_plain(results) -> None:
-    """A usage error (exit 2) unless ``series ab`` ran both sides from a plain environment
-    (sglang without this project), which it records as ``environment.plain``."""
     if results.environment.get("plain") is not True:
         raise usage(
             "the results do not record a plain environment (sglang without this project); "
-            "make them with python -m tools.series ab --fix N --out DIR"
+            f"make them with {_SEE_AB[1:-1]}"
         )
-
-
-def select_fix(series, results, number: str | None = None):
-    """The fix the description is for: the one ``number`` names, else the one fix whose tests
-    the results hold; a usage error (exit 2) when the results hold none of its tests, or tests
-    of several fixes and no ``number`` picks one."""
-    verify_series_trees(results)
-    verify_plain(results)
-    verify_own_tests(series, results)
     ran = {f.path for f in results.files}
+    if foreign := sorted(ran - _added(series)):
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        raise usage(
+            f"the results hold {foreign[0]}{more}, which the series does not add; run the "
+            "series' own tests ('python -m ci run --out DIR --tests test/registered') and render "
+            "from that folder"
+        )
     holding = [fix for fix in series.fixes if ran & _added(fix)]
     if number is not None:
         fix = series.fix(number)
@@ -129,67 +98,48 @@ def select_fix(series, results, number: str | None = None):
     return holding[0]
 
 
-def _added(fix) -> set:
-    return {path for path, new in fix.touched_files().items() if new}
-
-
 def own_results(fix, results):
-    """``results`` with only the files and cases of the tests ``fix`` adds, judged again: the
-    description of one fix quotes no other fix's evidence."""
+    """``results`` with only the files and cases of ``fix``'s tests, judged again."""
     added = _added(fix)
     files = tuple(f for f in results.files if f.path in added)
     cases = tuple(c for c in results.cases if c.file in added)
     return judge.with_verdict(replace(results, files=files, cases=cases, pictures={}))
 
 
-def verify_results_match(series, fix, results, known=None) -> str:
-    """The fix's id, which the results record; SeriesError (exit 1) when the results are not
-    evidence for this fix: made with other code for it, for another sglang release, or a proof
-    that is not ok (the whole run's or that of the fix's own tests)."""
-    expected = fix.id
+def verify_results_match(series, fix, results) -> str:
+    """The fix's id; SeriesError (exit 1) when the results are not evidence for this fix: other
+    code, another sglang release, or a proof that is not ok (the run's or the fix's tests')."""
     recorded = results.series
     if recorded is None:
         raise SeriesError(
             "the results record no series id (made outside this project's checkout); "
             "run 'python -m ci run --out DIR' again with this series in patches/"
         )
-    if expected not in {recorded.id, *(f.id for f in recorded.fixes)}:
+    if fix.id not in {recorded.id, *(f.id for f in recorded.fixes)}:
         raise SeriesError(
             f"the results were made for series {recorded.id[:12]} "
             f"({recorded.release}, {', '.join(recorded.patches)}), "
-            f"but fix {fix.number} in patches/ is {expected[:12]}; its code changed since that "
+            f"but fix {fix.number} in patches/ is {fix.id[:12]}; its code changed since that "
             "run. Run 'python -m ci run --out DIR' again and render from the new folder"
         )
-    known = known or series.base
     base = results.sides.get("unmodified")
-    ran_on = None if base is None else base.sglang
-    if ran_on != known.version:
+    if (None if base is None else base.sglang) != series.base.version:
         ran = base.label if base is not None else "no unmodified side"
         raise SeriesError(
-            f"the results ran on {ran}, but the base is {known.upstream_name()}; "
+            f"the results ran on {ran}, but the base is sglang {series.base.version}; "
             "run the A/B on that base"
         )
     for proof in (results, own_results(fix, results)):
         if proof.verdict != "ok":
             why = "; ".join(proof.reasons) or proof.verdict
             raise SeriesError(f"the results do not prove the change ({proof.verdict}): {why}")
-    return expected
-
-
-def column_labels(known) -> dict:
-    """Each mode's name as upstream knows it: the base (``known``, a ``seriesdir.Base``: the
-    release, or the upstream commit) and that base with this pull request; never a commit
-    materialised here."""
-    name = known.upstream_name()
-    return {"unmodified": name, "change": f"{name} + this PR"}
+    return fix.id
 
 
 def upstream_environment(environment: dict) -> dict:
-    """The environment record without what only this project knows: the runtime overlay's
-    states and the commit of the checkout ``ci run`` ran from."""
+    """The environment record without the overlay's states and this checkout's commit."""
     env = {k: v for k, v in environment.items() if k != "git"}
-    modes = env.get("modes")
-    if isinstance(modes, dict):
+    if isinstance(modes := env.get("modes"), dict):
         env["modes"] = {
             m: {k: v for k, v in info.items() if k != "overlay"} if isinstance(info, dict) else info
             for m, info in modes.items()
@@ -198,8 +148,8 @@ def upstream_environment(environment: dict) -> dict:
 
 
 def ab_table(results, labels: dict) -> list:
-    labels = [escape_inline(labels[m]) for m in ("unmodified", "change")]
-    lines = [f"| case | kind | {labels[0]} | {labels[1]} |", "| --- | --- | --- | --- |"]
+    head = " | ".join(escape_inline(labels[m]) for m in ("unmodified", "change"))
+    lines = [f"| case | kind | {head} |", "| --- | --- | --- | --- |"]
     for case in results.cases:
         # The runner's peak is the whole process's, not the workspace's growth: not quoted.
         case = replace(case, modes={m: replace(o, peak_mib=None) for m, o in case.modes.items()})
@@ -211,63 +161,42 @@ def ab_table(results, labels: dict) -> list:
     return lines
 
 
-def _counts_sentence(results) -> str:
-    counts = {k: v for k, v in results.counts().items() if v}
-    parts = ", ".join(f"{n} {kind}" for kind, n in counts.items())
-    return f"{len(results.cases)} tests on the {results.backend} backend: {parts}."
-
-
-def _durations(results, labels: dict) -> list:
-    return [
-        f"- `{f.path}` on {labels.get(mode, mode)}: {end.duration_s:.1f} s, exit {end.returncode}"
-        for f in results.files
-        for mode, end in ((mode, f.modes.get(mode)) for mode in results.modes)
-        if end is not None
-    ]
-
-
 def checklist(fix, results, check: CheckState, labels: dict) -> list:
-    adds_test = any(
-        new and path.startswith("test/registered/") for path, new in fix.touched_files().items()
-    )
+    """Ticked only where the evidence shows it; no benchmark is part of it and no tool checks
+    the style guidance, so those two stay for the author and reviewers."""
+    touched = fix.touched_files()
     proved = [c for c in results.cases if c.kind == "regression"]
-    # Ticked only where the evidence shows it: the hooks ran and passed, the series' own tests
-    # proved regressions. No accuracy or speed benchmark is part of the evidence, and no tool
-    # checks the style guidance, so those two stay for the author and reviewers.
+    docs = any(path.startswith("docs/") for path in touched)
     state = {
         "format": check.passed is True,
-        "tests": adds_test and bool(proved),
-        "docs": any(path.startswith("docs/") for path in fix.touched_files()),
-        "benchmarks": False,
-        "style": False,
+        "tests": any(new and p.startswith("test/registered/") for p, new in touched.items())
+        and bool(proved),
+        "docs": docs,
     }
-    unmodified = labels["unmodified"]
     notes = {
         "format": check.detail,
-        "tests": proved and f"{len(proved)} tests fail on {unmodified} and pass with the change",
-        "docs": "" if state["docs"] else "no documentation change in these patches",
+        "tests": proved
+        and f"{len(proved)} tests fail on {labels['unmodified']} and pass with the change",
+        "docs": "" if docs else "no documentation change in these patches",
         "benchmarks": "the evidence holds no accuracy or speed benchmark",
         "style": "no tool checks it: for the reviewers",
     }
     return [
-        f"- [{'x' if state[key] else ' '}] {text.replace('](#', f']({DOCS}#')}"
+        f"- [{'x' if state.get(key) else ' '}] {text.replace('](#', f']({DOCS}#')}"
         + (f" ({notes[key]})" if notes.get(key) else "")
         for key, text in CHECKLIST.items()
     ]
 
 
-def render(series, results, check: CheckState, number=None, known=None) -> str:
-    """The whole PR description (Markdown) of one fix: the one ``number`` names, else the one
-    whose tests the results hold. ``known``: the base as upstream knows it (a
-    ``seriesdir.Base``: a release, or an upstream commit; default patches/BASE)."""
-    known = known or series.base
+def render(series, results, check: CheckState, number=None) -> str:
+    """The whole description (Markdown) of the fix ``number`` names, else the one whose tests
+    the results hold."""
     fix = select_fix(series, results, number)
-    verify_results_match(series, fix, results, known)
+    verify_results_match(series, fix, results)
     results = own_results(fix, results)
     first = fix.patches[0]
-    fix_sections = message_sections(first.body)
-    motivation = [t for h, t in fix_sections if h.lower() == "motivation"] or [first.subject]
-    out = ["## Motivation", "", *motivation, "", "## Modifications", ""]
+    motivation = [t for h, t in message_sections(first.body) if h.lower() == "motivation"]
+    out = ["## Motivation", "", *(motivation or [first.subject]), "", "## Modifications", ""]
     for patch in fix.patches:
         out += [f"**{patch.subject}**", ""]
         for heading, text in message_sections(patch.body):
@@ -275,35 +204,41 @@ def render(series, results, check: CheckState, number=None, known=None) -> str:
                 out += [text, ""]
             elif heading and heading.lower() not in _OWN and patch is first:
                 out += [f"*{heading}.*", "", text, ""]
-    labels = column_labels(known)
-    out += ["## Accuracy Tests", "", _counts_sentence(results), "", *ab_table(results, labels), ""]
-    env = upstream_environment(results.environment)
-    out += [f"Environment: {environment_line(env, results.backend)}", ""]
+    name = f"sglang {series.base.version}"
+    labels = {"unmodified": name, "change": f"{name} + this PR"}
+    counts = ", ".join(f"{n} {kind}" for kind, n in results.counts().items() if n)
+    env = environment_line(upstream_environment(results.environment), results.backend)
     out += [
+        "## Accuracy Tests", "",
+        f"{len(results.cases)} tests on the {results.backend} backend: {counts}.", "",
+        *ab_table(results, labels), "",
+        f"Environment: {env}", "",
         "To reproduce, on an sglang checkout (`pr.patch`: this pull request's diff, "
         f"`{_PATCH_URL}`):\n\n```bash",
-        *reproduce(known, results),
+        *reproduce(series.base.version, results),
         "```\n",
-    ]
-    # The messages' own "Tests" sections stay in the commits: here every claim is the results'.
-    out += ["## Speed Tests and Profiling", ""]
-    out += [
+        # The messages' own "Tests" sections stay in the commits: every claim is the results'.
+        "## Speed Tests and Profiling", "",
         "No speed benchmark. Wall time of each test file in this run:\n",
-        *_durations(results, labels),
+        *(
+            f"- `{f.path}` on {labels.get(mode, mode)}: {end.duration_s:.1f} s, exit {end.returncode}"
+            for f in results.files
+            for mode, end in ((mode, f.modes.get(mode)) for mode in results.modes)
+            if end is not None
+        ),
         "",
-    ]
-    out += ["## Checklist", "", *checklist(fix, results, check, labels), ""]
+        "## Checklist", "",
+        *checklist(fix, results, check, labels), "",
+    ]  # fmt: skip
     return "\n".join(out)
 
 
-def reproduce(known, results) -> list:
-    """Commands that run on an sglang checkout alone: check out the base, add this pull
-    request's tests, run each as sglang's CI does (without the fix: it fails), apply the rest
-    of the pull request, run them again (with the fix: they pass)."""
+def reproduce(version: str, results) -> list:
+    """On an sglang checkout alone: the base, this PR's tests (they fail), the fix (they pass)."""
     ci = "SGLANG_IS_IN_CI=true " if results.environment.get("upstream_ci") is not None else ""
     runs = [f"PYTHONPATH=python {ci}python3 {shlex.quote(f.path)}" for f in results.files]
     return [
-        f"git checkout {known.upstream_revision()}",
+        f"git checkout v{version}",
         "git apply --include='test/*' pr.patch   # this PR's tests, without the fix",
         *(f"{line}   # fails" for line in runs),
         "git apply --exclude='test/*' pr.patch   # the fix",

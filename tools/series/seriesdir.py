@@ -1,8 +1,6 @@
-"""Read ``patches/`` (``series``, ``BASE``, each patch, the cover letter) and render ``series``
-and ``BASE`` back: the one place that knows the directory's formats, and how the series falls
-into independent fixes (``Fix``: one upstream pull request each). An id (sha256 of the base
-release and each patch's diff section) ties a ``ci run`` results folder to the series and to
-each fix.
+"""Read ``patches/`` (``series``, ``BASE``, the patches, the cover letter) and render ``series``
+and ``BASE`` back; how the series falls into fixes (one upstream pull request each); and the ids
+(sha256 of the release and each patch's diff) that tie a ``ci run`` folder to a series or a fix.
 """
 
 import codecs
@@ -21,21 +19,21 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PATCHES_DIR = REPO_ROOT / "patches"
 COVER_NAME = "0000-cover-letter.patch"
 NEW = "new"  # BASE's digest for a file the series adds
-TESTS = "test/"  # a patch that changes only files under it is the tests of the fix before it
 ID_SCHEME = "sglang-series-id/1"
-_NAME_RE = re.compile(r"^[0-9]{4}-[A-Za-z0-9._-]+\.patch$")
 RELEASE = re.compile(r"[0-9]+(\.[0-9]+)*(\.post[0-9]+|rc[0-9]+)?")  # fullmatch: a release
-_SUBJECT_TAG_RE = re.compile(r"^\[PATCH[^\]]*\]\s*")
-_COVER_SUBJECT_RE = re.compile(r"^\[PATCH 0+/(\d+)\]\s*(.+)$")  # 00/10 from 10 patches on
+_NAME_RE = re.compile(r"^[0-9]{4}-[A-Za-z0-9._-]+\.patch$")
+_COVER_SUBJECT_RE = re.compile(r"^\[PATCH 0+/(\d+)\]\s*(.+)$")
 _SHORTLOG_RE = re.compile(r"^\S.* \(\d+\):$")  # git's "Author Name (2):" after a blank line
-_PLACEHOLDER = "*** "
+SERIES_HEAD = (
+    "# Apply in this order (quilt series). Regenerate with: python -m tools.series refresh"
+)
+BASE_HEAD = "# The base this series is cut against. Regenerate with: python -m tools.series refresh"
 
 
 def _lines(text: str):
-    """(number, line) of each line that is not blank once its ``#`` comment is cut."""
+    """(number, line) of each line not blank once its ``#`` comment is cut."""
     for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if line:
+        if line := raw.split("#", 1)[0].strip():
             yield number, line
 
 
@@ -43,26 +41,21 @@ def parse_series(text: str, where: str = "patches/series") -> list:
     names = []
     for number, line in _lines(text):
         name, *options = line.split()
-        if options and options != ["-p1"]:
-            raise SeriesError(f"{where}:{number}: only '-p1' is supported, got {options}")
-        if not _NAME_RE.match(name):
-            raise SeriesError(f"{where}:{number}: {name!r} is not a NNNN-name.patch file name")
-        if name == COVER_NAME:
-            raise SeriesError(
-                f"{where}:{number}: {name} is the cover letter, not a patch; "
-                "git am must not apply it, so the series does not list it"
-            )
-        if name in names:
-            raise SeriesError(f"{where}:{number}: {name} is listed twice")
+        problem = (
+            options and options != ["-p1"] and f"only '-p1' is supported, got {options}"
+            or not _NAME_RE.match(name) and f"{name!r} is not a NNNN-name.patch file name"
+            or name == COVER_NAME and f"{name} is the cover letter, not a patch; git am must "
+            "not apply it, so the series does not list it"
+            or name in names and f"{name} is listed twice"
+        )  # fmt: skip
+        if problem:
+            raise SeriesError(f"{where}:{number}: {problem}")
         names.append(name)
     return names
 
 
 def render_series(names) -> str:
-    header = (
-        "# Apply in this order (quilt series). Regenerate with: python -m tools.series refresh\n"
-    )
-    return header + "".join(f"{name}\n" for name in names)
+    return SERIES_HEAD + "\n" + "".join(f"{name}\n" for name in names)
 
 
 def check_version(version: str) -> str:
@@ -75,18 +68,6 @@ def check_version(version: str) -> str:
 class Base:
     version: str  # the release
     files: tuple  # (upstream path, sha256 hex or NEW)
-
-    @property
-    def key(self) -> str:  # what the ids and describe name the base by
-        return self.version
-
-    def upstream_name(self) -> str:
-        return f"sglang {self.version}"
-
-    def upstream_revision(self) -> str:
-        """What ``git checkout`` takes on an sglang checkout: the release's tag (sglang tags
-        releases v0.5.7, v0.5.8, ...)."""
-        return f"v{self.version}"
 
 
 def parse_base(text: str, where: str = "patches/BASE") -> Base:
@@ -112,14 +93,14 @@ def parse_base(text: str, where: str = "patches/BASE") -> Base:
 
 
 def render_base(base: Base) -> str:
+    v = base.version
     lines = [
-        "# The base this series is cut against. Regenerate with: python -m tools.series refresh",
-        f"release: sglang=={base.version}",
-        f"source: the sglang=={base.version} wheel, as pip download finds it on the index pip "
-        "is configured for",
+        BASE_HEAD,
+        f"release: sglang=={v}",
+        f"source: the sglang=={v} wheel, as pip download finds it on the index pip is configured for",
         "layout: upstream; python/sglang/ holds the wheel's sglang/ minus compiled extensions",
+        *(f"file: {p} {NEW if d == NEW else 'sha256=' + d}" for p, d in base.files),
     ]
-    lines += [f"file: {p} {NEW if d == NEW else 'sha256=' + d}" for p, d in base.files]
     return "\n".join(lines) + "\n"
 
 
@@ -132,17 +113,17 @@ def _mail(data: bytes):
 
 
 class CoverError(SeriesError):
-    """The cover letter is not what format-patch writes; the message names the problem."""
+    """The cover letter is not what format-patch writes."""
 
 
 @dataclass(frozen=True)
 class Cover:
-    """``0000-cover-letter.patch``: a hand-written subject and blurb above git's shortlog and
-    diffstat (which ``refresh`` rewrites). Not a patch: ``series`` never lists it."""
+    """The hand-written subject and blurb above git's shortlog and diffstat (refresh rewrites
+    those); ``count`` is N of its [PATCH 0/N]."""
 
-    subject: str  # without the [PATCH 0/N] tag
+    subject: str
     blurb: str
-    count: int  # N in [PATCH 0/N]
+    count: int
 
 
 def parse_cover(data: bytes) -> Cover:
@@ -153,19 +134,19 @@ def parse_cover(data: bytes) -> Cover:
     if not match:
         raise CoverError(f"{COVER_NAME}: the subject must start with '[PATCH 0/N]'")
     lines = text.splitlines()
-    shortlog = [i for i, line in enumerate(lines) if i and _SHORTLOG_RE.match(line)]
-    shortlog = [i for i in shortlog if not lines[i - 1].strip()]
+    shortlog = [
+        i for i, ln in enumerate(lines) if i and _SHORTLOG_RE.match(ln) and not lines[i - 1].strip()
+    ]
     if not shortlog:
         raise CoverError(f"{COVER_NAME}: no shortlog ('Author (N):') below the blurb")
-    blurb = "\n".join(lines[: shortlog[-1]]).strip()
-    subject = match.group(2).strip()
-    if not blurb or subject.startswith(_PLACEHOLDER) or blurb.startswith(_PLACEHOLDER):
+    blurb, subject = "\n".join(lines[: shortlog[-1]]).strip(), match.group(2).strip()
+    if not blurb or subject.startswith("*** ") or blurb.startswith("*** "):
         raise CoverError(f"{COVER_NAME}: the subject and blurb are still git's placeholders")
-    return Cover(subject=subject, blurb=blurb, count=int(match.group(1)))
+    return Cover(subject, blurb, int(match.group(1)))
 
 
 def pin_date(data: bytes, date: str) -> bytes:
-    """Replace the cover letter's Date header (format-patch writes the current time)."""
+    """The cover letter with its Date header replaced (format-patch writes the current time)."""
     head, sep, body = data.partition(b"\n\n")
     return re.sub(rb"(?m)^Date: .*$", lambda _: b"Date: " + date.encode(), head) + sep + body
 
@@ -173,7 +154,7 @@ def pin_date(data: bytes, date: str) -> bytes:
 @dataclass(frozen=True)
 class Patch:
     name: str
-    subject: str  # without the [PATCH n/m] tag; other tags such as [DSV4] stay
+    subject: str  # without the [PATCH n/m] tag
     body: str  # the message above the '---' line
     data: bytes
     files: tuple  # (upstream path, added by this patch), in the order of the diff
@@ -197,8 +178,8 @@ def parse_patch(data: bytes, name: str = "<patch>") -> Patch:
     created = {_unquoted(words[3]) for words in create}
     paths = [_unquoted(line.split("\t")[2]) for line in lines if line.count("\t") == 2]
     body = text.split("\n---\n", 1)[0].strip()  # the diffstat follows the '---' line
-    files = tuple((path, path in created) for path in paths)
-    return Patch(name, _SUBJECT_TAG_RE.sub("", subject), body, data, files)
+    subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", subject)
+    return Patch(name, subject, body, data, tuple((path, path in created) for path in paths))
 
 
 def _unquoted(path: str) -> str:
@@ -210,8 +191,7 @@ def _unquoted(path: str) -> str:
 
 
 def diff_section(data: bytes) -> bytes:
-    """The diff part of one ``git format-patch`` file: from its first ``diff --git`` line to
-    the end, without a format-patch signature. Empty for a file with no diff."""
+    """From a format-patch file's first ``diff --git`` line to its end, without the signature."""
     start = data.find(b"\ndiff --git ")
     if start < 0:
         return b""
@@ -230,23 +210,25 @@ def series_id(release: str, patch_bytes) -> str:
     return digest.hexdigest()
 
 
-def only_tests(patch: Patch) -> bool:
-    return bool(patch.files) and all(path.startswith(TESTS) for path, _ in patch.files)
+def _touched(patches) -> dict:
+    """Every upstream path the patches touch, first-touch order -> added by them."""
+    seen = {}
+    for patch in patches:
+        for path, added in patch.files:
+            seen.setdefault(path, added)
+    return seen
 
 
 @dataclass(frozen=True)
 class Fix:
-    """One independent fix: a patch that changes sglang and the patches right after it that
-    change only tests (its tests). Upstream takes one fix per pull request, so each is applied,
-    proved and described on its own; its id, made like the series' from its own patches alone,
-    is the series id of a series holding just this fix."""
+    """A patch that changes sglang and the test-only patches right after it: one pull request.
+    Its id is the series id of a series holding just this fix."""
 
     release: str
-    patches: tuple  # Patch, in series order
+    patches: tuple
 
     @property
-    def number(self) -> str:
-        """Its first patch's number, as ``--fix`` names it: ``0001``."""
+    def number(self) -> str:  # its first patch's number, as --fix names it
         return self.patches[0].name.split("-", 1)[0]
 
     @property
@@ -258,29 +240,20 @@ class Fix:
         return series_id(self.release, (patch.data for patch in self.patches))
 
     def touched_files(self) -> dict:
-        """Every upstream path the fix touches, first-touch order -> added by the fix."""
         return _touched(self.patches)
 
 
 def group_fixes(release: str, patches) -> tuple:
-    """The series' patches as fixes, in order: each patch that changes more than tests starts
-    one, and the test-only patches after it join it (test-only patches at the start of the
-    series form a group of their own)."""
+    """Each patch that changes more than ``test/`` starts a fix; test-only patches join the one
+    before them (or lead a group of their own at the start)."""
     groups = []
     for patch in patches:
-        if groups and only_tests(patch):
+        only_tests = patch.files and all(path.startswith("test/") for path, _ in patch.files)
+        if groups and only_tests:
             groups[-1].append(patch)
         else:
             groups.append([patch])
     return tuple(Fix(release, tuple(group)) for group in groups)
-
-
-def _touched(patches) -> dict:
-    seen = {}
-    for patch in patches:
-        for path, added in patch.files:
-            seen.setdefault(path, added)
-    return seen
 
 
 @dataclass(frozen=True)
@@ -293,22 +266,21 @@ class SeriesDir:
 
     @property
     def id(self) -> str:
-        return series_id(self.base.key, (patch.data for patch in self.patches))
+        return series_id(self.base.version, (patch.data for patch in self.patches))
 
     def paths(self):
         return [self.root / name for name in self.names]
 
-    def alone(self, fix: "Fix") -> "SeriesDir":
+    def alone(self, fix: Fix) -> "SeriesDir":
         """The series of ``fix``'s patches alone (one pull request's branch)."""
         return replace(self, names=fix.names, patches=fix.patches)
 
     def touched_files(self) -> dict:
-        """Every upstream path the series touches, first-touch order -> added by the series."""
         return _touched(self.patches)
 
     @property
     def fixes(self) -> tuple:
-        return group_fixes(self.base.key, self.patches)
+        return group_fixes(self.base.version, self.patches)
 
     def fix(self, number: str) -> Fix:
         """The fix ``--fix NUMBER`` names (its first patch's number); a usage error otherwise."""
@@ -321,7 +293,7 @@ class SeriesDir:
 
 def load(root=PATCHES_DIR) -> SeriesDir:
     root = Path(root)
-    series_file, base_file = root / "series", root / "BASE"
+    series_file, base_file, cover_file = root / "series", root / "BASE", root / COVER_NAME
     for required in (series_file, base_file):
         if not required.is_file():
             raise usage(f"{required} is missing; run 'python -m tools.series refresh'")
@@ -331,11 +303,9 @@ def load(root=PATCHES_DIR) -> SeriesDir:
     base = parse_base(base_file.read_text(), str(base_file))
     patches = []
     for name in names:
-        path = root / name
-        if not path.is_file():
-            raise SeriesError(f"{series_file} lists {name}, but {path} does not exist")
-        patches.append(parse_patch(path.read_bytes(), name))
-    cover_file = root / COVER_NAME
+        if not (root / name).is_file():
+            raise SeriesError(f"{series_file} lists {name}, but {root / name} does not exist")
+        patches.append(parse_patch((root / name).read_bytes(), name))
     letter = None
     if cover_file.is_file():
         try:
@@ -350,16 +320,15 @@ def load(root=PATCHES_DIR) -> SeriesDir:
     return SeriesDir(root, tuple(names), base, tuple(patches), letter)
 
 
-def describe(patches_dir) -> dict:
-    """What ``python -m tools.series describe`` prints for ``ci run --series``."""
-    return summary(load(patches_dir))
-
-
 def summary(series: SeriesDir) -> dict:
-    """The id, the base release, the patch names, and each fix's id and patch names."""
+    """What ``describe`` prints for ``ci run --series``: the ids, release, patches and fixes."""
     return {
         "id": series.id,
-        "release": series.base.key,
+        "release": series.base.version,
         "patches": list(series.names),
         "fixes": [{"id": fix.id, "patches": list(fix.names)} for fix in series.fixes],
     }
+
+
+def describe(patches_dir) -> dict:
+    return summary(load(patches_dir))
