@@ -22,7 +22,7 @@ from ci.evidence import model as evidence_model
 from ci.evidence import shards
 from ci.evidence import shards as evidence_shards
 from ci.evidence.model import EvidenceError, Results, save
-from ci.reporter import artifact, checks, pr_states, render
+from ci.reporter import checks, github_io, pr_states, render
 from ci.reporter import plan as reporting
 from ci.reporter.publish import Publisher, RetryPolicy, connect
 
@@ -458,7 +458,7 @@ def _zip_of(path, members: int, zip64=False):
 
 def test_a_zip_within_the_bounds_gives_its_results_json(tmp_path):
     zipped = _zip_of(tmp_path / "a.zip", 20, zip64=True)
-    artifact.extract_results(zipped, str(tmp_path))
+    github_io.extract_results(zipped, str(tmp_path))
     assert shards.load(str(tmp_path)) == posted()
 
 
@@ -466,7 +466,7 @@ def test_a_file_without_a_zip_end_record_is_refused(tmp_path):
     path = tmp_path / "a.zip"
     path.write_bytes(b"PK\x03\x04" + bytes(100))
     with pytest.raises(EvidenceError, match="not a readable zip"):
-        artifact.extract_results(str(path), str(tmp_path))
+        github_io.extract_results(str(path), str(tmp_path))
 
 
 def _regressions(count: int, name=lambda i: f"TestW.test_case_{i:05d}"):

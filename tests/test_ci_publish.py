@@ -123,62 +123,39 @@ def test_a_stale_writer_saving_over_our_write_gets_our_slot_reapplied(fake):
     assert pr_states.get_slot(fake.bodies[7], "dsv4") == ":white_check_mark:"
 
 
-def test_502_then_success_is_retried_with_backoff(fake):
-    fake.fail_next("PATCH", r"/issues/7$", 502, {"message": "Bad Gateway"})
-    sleeps = []
-    publisher(fake, sleeps=sleeps, settle_s=0).update_slot("dsv4", LABEL, [":x:"])
-    assert pr_states.get_slot(fake.bodies[7], "dsv4") == ":x:"
-    assert len([s for s in sleeps if s > 0]) == 1
-
-
-def test_403_secondary_rate_limit_waits_exactly_retry_after(fake):
-    fake.fail_next(
-        "POST",
-        r"/statuses/",
-        403,
-        {"message": "You have exceeded a secondary rate limit."},
-        {"Retry-After": "42"},
-    )
-    sleeps = []
-    publisher(fake, sleeps=sleeps).set_status("abc1234", "ctx", "success", "ok")
-    assert sleeps == [42.0]
-    assert len(fake.statuses) == 1
-
-
-def test_429_without_retry_after_backs_off_and_a_persistent_5xx_gives_up(fake):
-    fake.fail_next("GET", r"/issues/7$", 429, {"message": "slow down"})
-    for _ in range(5):
-        fake.fail_next("GET", r"/repos/sgl/sglang$", 503)
-    sleeps = []
-    pub = publisher(fake, sleeps=sleeps, settle_s=0)
-    pub.update_slot("dsv4", LABEL, [":x:"])
-    with pytest.raises(PublishFailed):
-        pub.set_status("abc1234", "ctx", "success", "ok")
-    assert len([s for s in sleeps if s > 0]) == 1 + 4
-
-
-def test_plain_403_and_404_are_not_retried(fake):
-    sleeps = []
-    with pytest.raises(github3.exceptions.NotFoundError):
-        publisher(fake, number=99, sleeps=sleeps).update_slot("dsv4", LABEL, [":x:"])
-    fake.fail_next("GET", r"/issues/7$", 403, {"message": "Resource not accessible by integration"})
-    with pytest.raises(github3.exceptions.ForbiddenError):
-        publisher(fake, sleeps=sleeps).update_slot("dsv4", LABEL, [":x:"])
-    assert sleeps == []
-
-
-def test_the_fake_enforces_auth_state_enum_description_and_body_limits(fake):
-    bad = github3.GitHubEnterprise(fake.url, token="wrong")
-    with pytest.raises(github3.exceptions.AuthenticationFailed):
-        bad.issue("sgl", "sglang", 7)
-    repo = connect(TOKEN, fake.url).repository("sgl", "sglang")
-    with pytest.raises(github3.exceptions.UnprocessableEntity):
-        repo.create_status("abc1234", "done", description="x")
-    with pytest.raises(github3.exceptions.UnprocessableEntity):
-        repo.create_status("abc1234", "success", description="x" * 141)
-    issue = connect(TOKEN, fake.url).issue("sgl", "sglang", 7)
-    with pytest.raises(github3.exceptions.UnprocessableEntity):
-        issue.edit(body="x" * (pr_states.BODY_LIMIT + 1))
+@pytest.mark.parametrize(
+    "method, path, status, headers, faults, sleeps",
+    [
+        ("PATCH", r"/issues/7$", 502, {}, 1, "backoff"),
+        ("POST", r"/statuses/", 403, {"Retry-After": "42"}, 1, [42.0]),
+        ("POST", r"/statuses/", 429, {}, 1, "backoff"),
+        ("POST", r"/statuses/", 503, {}, 5, "gives up"),
+        ("POST", r"/statuses/", 403, {}, 1, "not retried"),
+        ("POST", r"/statuses/", 404, {}, 1, "not retried"),
+    ],
+)
+def test_retries_wait_as_github_asks_and_give_up_after_five(
+    fake, method, path, status, headers, faults, sleeps
+):
+    message = "You have exceeded a secondary rate limit." if headers else "fault"
+    for _ in range(faults):
+        fake.fail_next(method, path, status, {"message": message}, headers)
+    waited = []
+    pub = publisher(fake, sleeps=waited, settle_s=0)
+    send = lambda: pub.set_status("abc1234", "ctx", "success", "ok")  # noqa: E731
+    if method == "PATCH":
+        send = lambda: pub.update_slot("dsv4", LABEL, [":x:"])  # noqa: E731
+    if sleeps == "gives up":
+        with pytest.raises(PublishFailed):
+            send()
+        assert len(waited) == 4
+    elif sleeps == "not retried":
+        with pytest.raises(github3.exceptions.GitHubError):
+            send()
+        assert waited == []
+    else:
+        send()
+        assert waited == sleeps if isinstance(sleeps, list) else len([s for s in waited if s]) == 1
 
 
 def test_a_body_near_the_limit_shrinks_our_slot_and_never_the_authors_text(fake):

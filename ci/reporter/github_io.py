@@ -1,34 +1,37 @@
-"""The part of ``ci report`` (and of ``ci gate``) that talks to GitHub, through
-``ci.reporter.publish``: ``publish`` sends a ``ReportPlan`` (``ci.reporter.plan``); ``fork`` asks
-GitHub what a fork run's report needs (its PR, the approval of its commit, its workflow file, its
-results artifacts, downloaded within ``MAX_ARTIFACT_BYTES``); ``fork_facts`` reads a fork PR's
-approvals for the gate. What GitHub refuses raises ``PublishFailed`` (exit 1), the token redacted;
-bad arguments raise ``plan.RequestError`` (exit 2).
+"""What ``ci report`` and ``ci gate`` do with GitHub, through ``ci.reporter.publish``: ``publish``
+sends a ``ReportPlan``; ``fork`` asks GitHub what a fork run's report needs (its PR, the approval
+of its commit, its results artifacts); ``fork_facts`` reads a fork PR's approvals for the gate.
+
+A results artifact is a stranger's upload: refused on its listed size, its download cut off at
+``MAX_ARTIFACT_BYTES``, and only results.json read out of the zip, capped, through ``zipfile``.
+What GitHub refuses raises ``PublishFailed`` (exit 1), the token redacted.
 """
 
 import contextlib
 import os
+import zipfile
+import zlib
 from dataclasses import replace
 
 import github3.exceptions
 
+from ci.evidence import model as evidence
 from ci.evidence.model import EvidenceError
-from ci.reporter import artifact, gate, render
+from ci.reporter import gate, render
 from ci.reporter.plan import ReportPlan, ReportRequest, RequestError
 from ci.reporter.publish import Publisher, PublishFailed, RetryPolicy, TooLarge, connect
 
 MAX_ARTIFACT_BYTES = 256 * 1024 * 1024  # the zip: results.json, report.md, JUnit, logs, pictures
-
-
 # The pause before the second look at a PR body we wrote (Publisher.settle_s); 0 where one
-# writer alone can write it (the tests' rehearsal of the workflows).
+# writer alone writes it (the tests' rehearsal of the workflows).
 SETTLE_ENV = "CI_REPORT_SETTLE_S"
+# What zipfile raises for a damaged, truncated, encrypted or exotic archive.
+_UNREADABLE = (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError)
 
 
 @contextlib.contextmanager
 def _github(repo: str, pr: int | None, api_url: str | None, why: str):
-    """A ``Publisher`` for ``repo``'s PR ``pr``, with the token in GITHUB_TOKEN; what GitHub
-    refuses (or never answers) comes out as PublishFailed, the token redacted."""
+    """A ``Publisher`` for ``repo``'s PR ``pr`` with the token in GITHUB_TOKEN."""
     token = os.environ.get("GITHUB_TOKEN")
     if not token:
         raise RequestError(f"{why} needs a token in GITHUB_TOKEN")
@@ -54,18 +57,15 @@ def publish(request: ReportRequest, report: ReportPlan, say) -> None:
 
 def _publish(request: ReportRequest, report: ReportPlan, publisher: Publisher, say) -> None:
     def superseded(what: str) -> bool:
-        """With --require-head, whether a push has moved the PR on; asked before each PR-level
-        write (the slot, the comment). Statuses and the check run name their commit, so they
-        stay right for ``--sha`` and are still sent."""
+        """With --require-head, whether a push moved the PR on; asked before each PR-level
+        write. Statuses and the check run name their commit, so they are still sent."""
         if not request.require_head:
             return False
         head = publisher.pr_head()
         if head == request.sha:
             return False
-        say(
-            f"PR #{request.pr} head is {head[:12] or 'unknown'}, not {request.sha[:12]}: "
-            f"this run is superseded (or not this PR's); {what}"
-        )
+        say(f"PR #{request.pr} head is {head[:12] or 'unknown'}, not {request.sha[:12]}: "
+            f"this run is superseded (or not this PR's); {what}")  # fmt: skip
         return True
 
     if superseded("nothing posted"):
@@ -74,13 +74,13 @@ def _publish(request: ReportRequest, report: ReportPlan, publisher: Publisher, s
     say(f"PR body slot {request.slot}: {outcome}")
     moved = superseded("our slot write is undone and the comment skipped")
     if moved and outcome == "updated":
-        back = publisher.put_back_slot(request.slot, request.slot_label)
-        say(f"PR body slot {request.slot}: {back}")
+        say(
+            f"PR body slot {request.slot}: {publisher.put_back_slot(request.slot, request.slot_label)}"
+        )
     if report.comment is not None and not moved:
-        marker = render.comment_marker(request.slot)
         login = publisher.identity(request.bot_login)
-        result = publisher.upsert_comment(marker, report.comment, login)
-        say(f"sticky comment ({login}): {result}")
+        marker = render.comment_marker(request.slot)
+        say(f"sticky comment ({login}): {publisher.upsert_comment(marker, report.comment, login)}")
     for status in report.statuses:
         publisher.set_status(request.sha, **status)
         say(f"status {status['context']}: {status['state']}")
@@ -93,18 +93,18 @@ def _publish(request: ReportRequest, report: ReportPlan, publisher: Publisher, s
 
 
 def fork(request: ReportRequest, folder: str):
-    """(request, note) for a fork run, with everything but the raw outcomes asked of GitHub:
-    the open PR whose head is the run's head, whether someone with write permission approved
-    that commit before the run started, each results artifact's size before it is downloaded into ``folder`` (one, or
-    with ``shards`` one per shard: NAME-0 .. NAME-(N-1)). ``note`` (or None) is a line for the
-    log. (None, why) when there is nothing to report: no such PR, or an approved run that ran
-    no tests."""
+    """(request, note) for a fork run: its open PR (whose head is the run's head), whether a
+    writer approved that commit before the run started, and its results artifacts (one, or
+    NAME-0 .. NAME-(N-1) for ``shards``) downloaded into ``folder``. ``note`` is a line for the
+    log; (None, why) when there is nothing to report."""
     run = gate.finished_run(gate.load_event(request.workflow_run))
     with _github(request.repo, None, request.api_url, "--workflow-run (it reads GitHub)") as github:
         owner = (run.head_repo or "").split("/")[0]
+        query = {"head": f"{owner}:{run.head_branch}", "state": "open", "per_page": 100}
+        found = github.request("GET", f"PRs of {query['head']}", "pulls", params=query)
         pulls = [
             pull
-            for pull in github.open_pulls(owner, run.head_branch)
+            for pull in (found if isinstance(found, list) else [])
             if (pull.get("head") or {}).get("sha") == run.head_sha
             and ((pull.get("head") or {}).get("repo") or {}).get("full_name") == run.head_repo
         ]
@@ -117,30 +117,88 @@ def fork(request: ReportRequest, folder: str):
             return None, f"PR #{request.pr} moved on from {run.head_sha[:12]}: nothing posted"
         if not decision.run:
             return replace(request, state=decision.state), None
-        names = artifact.names(request.artifact, request.shards)
-        listed = {name: github.artifacts_named(run.run_id, name) for name in names}
+        count = request.shards
+        names = (
+            (request.artifact,)
+            if count is None
+            else tuple(f"{request.artifact}-{i}" for i in range(count))
+        )
+        listed = {name: _artifacts_named(github, run.run_id, name) for name in names}
         ran = run.conclusion in ("success", "skipped")
         if not any(listed.values()):
             if ran:
                 return None, f"run {run.run_id} left no {', '.join(names)}: it ran no tests"
             return replace(request, test_result=run.conclusion), None
-        twice, missing = artifact.listing_problem(run.run_id, listed)
+        twice = [f"{name}: {len(found)} artifacts of that name in run {run.run_id}"
+                 for name, found in listed.items() if len(found) > 1]  # fmt: skip
+        absent = [name for name, found in listed.items() if not found]
+        given = f"(given: {len(names) - len(absent)} of {len(names)})"
+        missing = f"{', '.join(absent)} missing from run {run.run_id} {given}" if absent else None
         if twice or (missing and ran):
-            return replace(request, invalid=twice or missing), None
+            return replace(request, invalid=twice[0] if twice else missing), None
         if missing:  # a shard's job ended before its upload: the slot says so, as for one
             return replace(request, test_result=run.conclusion), missing
         folders = tuple(os.path.join(folder, name) for name in names)
         for name, into in zip(names, folders, strict=True):
             try:
-                artifact.fetch(github, listed[name][0], into, MAX_ARTIFACT_BYTES)
+                _fetch(github, listed[name][0], into)
             except (TooLarge, EvidenceError) as exc:
                 return replace(request, invalid=f"{name}: {exc}"), None
         # The conclusion stays: green results of a run that did not succeed are never green.
-        if request.shards is None:
-            return replace(request, results=folders[0], test_result=run.conclusion), None
-        return replace(
-            request, results=folders, shard_artifacts=names, test_result=run.conclusion
-        ), None
+        request = replace(request, test_result=run.conclusion)
+        if count is None:
+            return replace(request, results=folders[0]), None
+        return replace(request, results=folders, shard_artifacts=names), None
+
+
+def _artifacts_named(github: Publisher, run_id: int, name: str) -> list:
+    """Every live artifact of the run called ``name``: none, one, or more (a process the tests
+    left can upload with the job's runtime token)."""
+    found = github.request("GET", f"artifacts of run {run_id}", "actions", "runs", run_id,
+                           "artifacts", params={"name": name, "per_page": 100})  # fmt: skip
+    listed = found.get("artifacts") if isinstance(found, dict) else None
+    return [
+        a
+        for a in listed or []
+        if isinstance(a, dict) and a.get("name") == name and not a.get("expired")
+    ]
+
+
+def _fetch(github: Publisher, found: dict, folder: str) -> None:
+    """The artifact ``found`` (its listing) as ``folder``/results.json, refused on its listed
+    size before the download."""
+    size, limit = found.get("size_in_bytes"), MAX_ARTIFACT_BYTES
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= limit:
+        raise EvidenceError(f"{size!r} bytes; at most {limit}")
+    os.makedirs(folder, exist_ok=True)
+    zipped = os.path.join(folder, "artifact.zip")
+    try:
+        github.download(found["id"], zipped, limit)
+        extract_results(zipped, folder)
+    finally:
+        if os.path.exists(zipped):
+            os.remove(zipped)
+
+
+def extract_results(zip_path: str, folder: str) -> None:
+    """results.json, the one member read, out of the artifact's zip into ``folder``: at most
+    MAX_RESULTS_BYTES of it whatever the zip's header says."""
+    limit = evidence.MAX_RESULTS_BYTES
+    try:
+        with zipfile.ZipFile(zip_path) as archive:
+            info = archive.getinfo("results.json")
+            if info.file_size > limit:
+                raise EvidenceError(f"results.json: {info.file_size} bytes; at most {limit}")
+            with archive.open(info) as member:
+                data = member.read(limit + 1)
+    except KeyError:
+        raise EvidenceError("the artifact has no results.json at its top") from None
+    except _UNREADABLE as exc:
+        raise EvidenceError(f"the artifact is not a readable zip ({type(exc).__name__})") from None
+    if len(data) > limit:
+        raise EvidenceError(f"results.json: more than {limit} bytes")
+    with open(os.path.join(folder, "results.json"), "wb") as handle:
+        handle.write(data)
 
 
 def fork_facts(event: dict, pr: int | None, api_url: str | None) -> gate.PullFacts:

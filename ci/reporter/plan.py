@@ -1,7 +1,6 @@
-"""``ci report``: a frozen ``ReportRequest`` -> a frozen ``ReportPlan`` (the PR-body slot line,
-the sticky comment, the statuses, the check run), which the dry run prints and ``--post`` sends
-(``ci.reporter.github_io``, which also reads what a fork run needs from GitHub). Nothing here
-talks to GitHub. Bad arguments raise ``RequestError`` (exit 2).
+"""``ci report``: a frozen ``ReportRequest`` -> a frozen ``ReportPlan`` (slot line, sticky
+comment, statuses, check run) that the dry run prints and ``--post`` sends (``github_io``).
+Nothing here talks to GitHub. Bad arguments raise ``RequestError`` (exit 2).
 """
 
 import datetime
@@ -13,7 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from ci.errors import CiError
 from ci.evidence import shards
 from ci.evidence.model import EvidenceError
-from ci.reporter import artifact, checks, gate, pr_states, render
+from ci.reporter import checks, gate, pr_states, render
 from ci.reporter.escape import cap
 from ci.reporter.pr_states import BODY_LIMIT, DEFAULT_LABEL, DEFAULT_SLOT
 
@@ -199,10 +198,10 @@ def _paths(results) -> tuple[str, ...]:
 
 
 def _has_results(results) -> bool:
-    """Whether every shard's test job left its results (one that did not failed or was
-    cancelled: the report says so rather than calling the rest invalid)."""
+    """Whether every shard's test job left its results (the file, or its folder)."""
     paths = _paths(results)
-    return bool(paths) and all(artifact.has_results(p) for p in paths)
+    found = [os.path.isfile(p) or os.path.isfile(os.path.join(p, "results.json")) for p in paths]
+    return bool(paths) and all(found)
 
 
 def _check_run(request: ReportRequest, model, state: str, invalid: str | None, full):

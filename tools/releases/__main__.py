@@ -105,36 +105,29 @@ def upsert_issue(gh, owner, repo, body, author, policy) -> tuple:
     """(outcome, number): edit ``author``'s issue that starts with watch.MARKER, or open one; a
     closed one is reopened only when its text changes; racing duplicates are closed, keeping the
     oldest. Only ``author``'s issues are listed (``creator``), never the repository's all."""
-    from github3.issues.issue import ShortIssue  # needs github3: the posting job's alone
-
     from ci.reporter.publish import Publisher, upsert_sticky
 
-    title = watch.TITLE
+    title, github = watch.TITLE, Publisher(gh, owner, repo, None, policy)
 
-    def create():
-        created = gh.create_issue(owner, repo, title, body)
-        if created is None:
-            raise RuntimeError(f"could not open an issue in {owner}/{repo}")
-        return created
-
-    def authors_issues() -> list:
-        reader = Publisher(gh, owner, repo, None, policy)
-        wanted = {"creator": author, "state": "all", "sort": "created", "direction": "asc"}
-        found = reader.pages(f"issues opened by {author}", "issues", params=wanted)
-        issues = [item for item in found if isinstance(item, dict) and "pull_request" not in item]
-        return [ShortIssue(item, gh.session) for item in issues]
+    def edit(issue, **fields):
+        return github.request("PATCH", f"issue #{issue['number']}", "issues", issue["number"],
+                              json=fields)  # fmt: skip
 
     def once():
+        wanted = {"creator": author, "state": "all", "sort": "created", "direction": "asc"}
+        found = github.pages(f"issues opened by {author}", "issues", params=wanted)
         outcome, issue = upsert_sticky(
-            sorted(authors_issues(), key=lambda issue: issue.number),
+            sorted((i for i in found if "pull_request" not in i), key=lambda i: i["number"]),
             watch.MARKER,
             author,
-            create=create,
-            unchanged=lambda keep: keep.body == body and keep.title == title,
-            edit=lambda keep: keep.edit(title=title, body=body, state="open"),
-            retire=lambda duplicate: duplicate.state == "closed" or duplicate.edit(state="closed"),
+            create=lambda: github.request(
+                "POST", "open the tracking issue", "issues", json={"title": title, "body": body}
+            ),  # fmt: skip
+            unchanged=lambda keep: keep.get("body") == body and keep.get("title") == title,
+            edit=lambda keep: edit(keep, title=title, body=body, state="open"),
+            retire=lambda extra: extra.get("state") == "closed" or edit(extra, state="closed"),
         )
-        return outcome, issue.number
+        return outcome, issue["number"]
 
     # The whole find-then-write repeats on a retry, so a retried create cannot duplicate.
     return policy.call("tracking issue", once)
