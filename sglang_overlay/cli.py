@@ -142,13 +142,9 @@ def process_rows(process: dict) -> "list[dict]":
     base = {"pid": process["pid"], "command": process["command"][:200]}
     record = process["record"]
     if record is None:
-        state, reason = (
-            "unpatched",
-            (
-                "no record: the process started before the overlay was installed, or the "
-                "overlay did not load in it; restart it to get the fix"
-            ),
-        )
+        state = "unpatched"
+        reason = ("no record: the process started before the overlay was installed, or the "
+                  "overlay did not load in it; restart it to get the fix")  # fmt: skip
         if process["problem"]:
             state, reason = "invalid-record", process["problem"]
         empty = dict.fromkeys(("sglang_version", "overlay_version", "workspace_imported"))
@@ -180,12 +176,9 @@ def fresh_process_status() -> dict:
     hidden = ("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir")
     env = {k: v for k, v in os.environ.items() if k not in hidden}
     try:
+        command = [sys.executable, "-c", PROBE]
         proc = subprocess.run(
-            [sys.executable, "-c", PROBE],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=PROBE_TIMEOUT_S,
+            command, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S
         )
     except subprocess.TimeoutExpired:
         return _failed(f"a fresh process did not finish within {PROBE_TIMEOUT_S} s")
@@ -217,15 +210,8 @@ def probe(hook_ran: bool) -> None:
 
     records = overlay.import_patched_modules(keep_going=True)
     with channel:
-        json.dump(
-            {
-                "hook_ran": hook_ran,
-                "records": records,
-                "overlay_version": sglang_overlay.__version__,
-                "overlay_path": sglang_overlay.__path__[0],
-            },
-            channel,
-        )
+        json.dump({"hook_ran": hook_ran, "records": records, "overlay_version": __version__,
+                   "overlay_path": sglang_overlay.__path__[0]}, channel)  # fmt: skip
 
 
 def _failed(reason: str) -> dict:
@@ -233,15 +219,5 @@ def _failed(reason: str) -> dict:
     from sglang_overlay.overlay import sglang_version
 
     version = sglang_version()
-    return {
-        "records": [
-            {
-                "patch": p,
-                "target": m[0],
-                "sglang_version": version,
-                "state": "failed",
-                "reason": reason,
-            }
-            for p, m in PATCHED_MODULES.items()
-        ]
-    }
+    return {"records": [{"patch": p, "target": m[0], "sglang_version": version, "state": "failed",
+                         "reason": reason} for p, m in PATCHED_MODULES.items()]}  # fmt: skip

@@ -1,11 +1,8 @@
-"""What operators see of the overlay in a process: log records (once per cause), the log of
-workspace replacements, the per-process record that ``status --processes`` reads, and the
-Prometheus gauges. Writing happens inside sglang's imports and allocations, so it never raises;
-reading looks only at ``/proc`` and the runtime folder, never at the process itself.
-
-Records live in one runtime folder per user, as systemd's runtime directories do: trusted
-because it is a directory of that user that nobody else may write (0700). A folder that is not
-is named by ``folder_problem``, and nothing is written into it.
+"""What operators see of the overlay: log records (once per cause), the replacement log, the
+per-process record that ``status --processes`` reads, and the Prometheus gauges. Writing
+happens inside sglang's imports and allocations, so it never raises. Records live in one
+runtime folder per user (0700, as systemd's runtime directories); a folder anyone else may
+write is named by ``folder_problem``, and nothing is written into it.
 """
 
 import atexit
@@ -83,9 +80,6 @@ class ReplacementLog:
                 "replace the buffer each time); high-water %.1f MiB",
                 count, self.what, self.high_water_bytes / MIB,
             )  # fmt: skip
-
-
-# ------------------------------------------------------------------------ the runtime folder
 
 
 def runtime_dir(uid: int) -> Path:
@@ -240,12 +234,8 @@ def processes(pids: "set[int] | None" = None) -> "list[dict]":
         if pids is not None and pid not in pids:
             continue
         try:
-            argv = [
-                a
-                for a in (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-                if a
-            ]
-            uid = entry.stat().st_uid
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            argv, uid = [a for a in argv if a], entry.stat().st_uid
         except OSError:  # gone meanwhile, or not ours to read
             continue
         record, problem = read_record(pid, uid)
@@ -255,8 +245,6 @@ def processes(pids: "set[int] | None" = None) -> "list[dict]":
             )
     return sorted(found, key=lambda p: p["pid"])
 
-
-# ---------------------------------------------------------------------- Prometheus gauges
 
 _gauges = None  # registered once per process
 
@@ -324,8 +312,6 @@ def _mark_dead(folder: str, pid: int) -> None:
     except OSError as exc:  # the folder went away meanwhile
         logger.warning("sglang-overlay: gauges of this process left in %s: %s", folder, exc)
 
-
-# ------------------------------------------------------------------------------- publish
 
 _published = None  # what publish() last wrote, so an unchanged state writes nothing
 

@@ -1,9 +1,7 @@
 """Apply, remove and report the overlay's patches in this process, one record per patch.
-
-Applying twice is a no-op; removing puts back the exact original function objects.
-``status()`` checks each kept record against the live class by identity: a method is the
-overlay's only if it is the very function object installed here. Each change of state is
-published for operators (``observe.publish``: the per-process record and the gauges).
+Applying twice is a no-op; removing puts back the exact original functions. ``status()`` checks
+each record against the live class by identity, and each change of state is published
+(``observe.publish``: the per-process record and the gauges).
 """
 
 import functools
@@ -19,8 +17,8 @@ from sglang_overlay.patches import PATCH_IDS, PATCHED_MODULES, OverlayError, __v
 
 STATES = ("applied", "wrapped", "pending", "not-present", "upstream-fixed", "unsupported",
           "disabled", "replaced", "failed")  # fmt: skip
-# States in which a process of this environment runs the code it should: fixed, or on purpose
-# not fixed. Anything else means "unmodified sglang although the overlay is installed".
+# A process runs the code it should: fixed, or unfixed on purpose. Anything else means
+# "unmodified sglang although the overlay is installed".
 OK_STATES = frozenset({"applied", "wrapped", "upstream-fixed", "not-present", "disabled"})
 
 
@@ -81,10 +79,8 @@ _status = {
 
 
 def _new_lock_in_child() -> None:
-    # The lock is held while patching and logging; a thread that forks meanwhile would hand
-    # the child a lock no thread of the child can release (sglang's load_plugins() there, or
-    # status(), would wait forever). The child's only thread starts with a free one, and a
-    # record of its own: it runs what its parent patched.
+    # A thread that forks while another holds the lock would hand the child a lock nobody
+    # there can release. The child starts with a free one, and a record of its own.
     global _lock
     _lock = threading.RLock()
     if observe.forget_published():

@@ -19,15 +19,23 @@ from sglang_overlay import shapes, sites
 from sglang_overlay.observe import MIB, ReplacementLog
 from sglang_overlay.patches import FUSED_KV_PATCH_ID, PATCH_ID, OverlayError
 
-REPLACEMENTS = ReplacementLog("DSV4 sparse-prefill workspace")
-FUSED_KV_REPLACEMENTS = ReplacementLog("fused KV materialisation workspace")
-# patch id -> its replacements' log; a patch's first replacement makes its log (``log_of``)
-LOGS = {PATCH_ID: REPLACEMENTS, FUSED_KV_PATCH_ID: FUSED_KV_REPLACEMENTS}
+# patch id -> what its log calls the buffers; a patch's first replacement makes its log
+NAMES = {
+    PATCH_ID: "DSV4 sparse-prefill workspace",
+    FUSED_KV_PATCH_ID: "fused KV materialisation workspace",
+    "0005-dflash-draft-probs-release-first": "DFlash draft-probability buffer",
+}
+LOGS: "dict[str, ReplacementLog]" = {}
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
-def log_of(patch_id: str, what: str) -> ReplacementLog:
-    """``patch_id``'s replacement log (``what`` names its workspace in the log)."""
-    return LOGS.setdefault(patch_id, ReplacementLog(what))
+def log_of(patch_id: str) -> ReplacementLog:
+    if patch_id not in LOGS:
+        site = sites.SITES[patch_id][0]
+        methods = "/".join(s.methods[0] for s in sites.SITES[patch_id])
+        name = NAMES.get(patch_id, f"{site.shapes[0].class_name}.{methods} scratch")
+        LOGS.setdefault(patch_id, ReplacementLog(name))
+    return LOGS[patch_id]
 
 
 def high_water_bytes(patch_id: str) -> int:
@@ -36,99 +44,80 @@ def high_water_bytes(patch_id: str) -> int:
     return log.high_water_bytes if log else 0
 
 
-_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+def _tensors(values) -> list:
+    return [
+        t for v in values for t in (v if isinstance(v, (tuple, list)) else (v,)) if t is not None
+    ]
 
 
-def _describe(tensor) -> str:
-    if tensor is None:
+def describe(values) -> str:
+    """The released buffers as the log shows them: shapes, dtypes and their size (never the
+    tensors: a reference kept would hold the old buffer again)."""
+    tensors = _tensors(values)
+    if not tensors:
         return "none"
-    return f"{tensor.shape[0]} rows {tensor.dtype} {_nbytes(tensor) / MIB:.1f} MiB"
+    shapes = ", ".join(f"{list(t.shape)} {t.dtype}" for t in tensors)
+    return f"{shapes} {sum(_nbytes(t) for t in tensors) / MIB:.1f} MiB"
 
 
 def _nbytes(tensor) -> int:
     return tensor.nelement() * tensor.element_size()
 
 
-def _replace(workspace, num_tokens: int, dtype, width: int, forget_head: bool, publish):
-    """Drop the owner's reference, then allocate. Returns the new full buffer."""
-    # The bookkeeping (log, process record, gauges) stays out of a torch.compile graph:
-    # dynamo reads is_compiling() as True while it traces and drops those branches.
-    old = None if _compiling() else _describe(workspace._buffer)
-    # The release-first step: with the old tensor unreferenced (and no caller view keeping
-    # its storage alive) the allocator can reuse or return its memory for the new one.
-    workspace._buffer = None
-    if forget_head:
-        # Invalidate before allocating, so that neither an allocation landing at the old
-        # address nor an allocation that raises leaves stale rows reported as filled.
-        workspace._head_source = None
-    buffer = torch.empty((num_tokens, 1, width), dtype=dtype, device=workspace.device)
-    workspace._buffer = buffer
-    if not _compiling():
-        REPLACEMENTS.replaced(old, _describe(buffer), _nbytes(buffer))
-        publish()
-    return buffer
+def _logged(patch_id, owner, released, old, publish) -> None:
+    """Log and publish a replacement (``old``: the buffers before it, described). The
+    bookkeeping stays out of a torch.compile graph: dynamo reads is_compiling() as True while
+    it traces and drops these branches."""
+    if _compiling():
+        return
+    now = [getattr(owner, a, None) for a in released]
+    log_of(patch_id).replaced(old, describe(now), sum(map(_nbytes, _tensors(now))))
+    publish()
 
 
 def build(shape, module, publish):
     """The release-first method for ``shape``, bound to ``module`` (its globals); it calls
     ``publish()`` after each replacement."""
-    builder = BUILDERS.get(shape.name)
-    return builder(module, publish) if builder else _build_rewritten(shape, module, publish)
-
-
-def _build_rewritten(shape, module, publish):
     site = next(s for s in sites.ALL_SITES if shape in s.shapes)
-    methods = "/".join(s.methods[0] for s in sites.SITES[site.patch_id])
+    builder = BUILDERS.get(shape.name)
+    if builder is not None:
+        return builder(module, publish)
     method = released_method(module, shape.class_name, shape.method, site.released)
-    log = log_of(site.patch_id, f"{shape.class_name}.{methods} scratch")
     released = site.released
 
     def released_first(self, *args, **kwargs):
-        # Shapes, not the tensors: a reference kept here would hold the old buffer again.
-        before = None if _compiling() else [_shape_of(getattr(self, a, None)) for a in released]
+        before = None if _compiling() else describe(getattr(self, a, None) for a in released)
         try:
             return method(self, *args, **kwargs)
         finally:
-            if before is not None:
-                now = [getattr(self, a, None) for a in released]
-                if [_shape_of(t) for t in now] != before:
-                    new = sum(_scratch_bytes(t) for t in now)
-                    log.replaced(_shapes_text(before), _shapes_text(map(_shape_of, now)), new)
-                    publish()
+            if before is not None and describe(getattr(self, a, None) for a in released) != before:
+                _logged(site.patch_id, self, released, before, publish)
 
     return released_first
 
 
-def _parts(value) -> tuple:
-    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
-
-
-def _shape_of(value):
-    """What a released attribute holds, as a value: shapes, dtypes and devices."""
-    if value is None:
-        return None
-    return tuple((tuple(t.shape), t.dtype, t.device) for t in _parts(value) if t is not None)
-
-
-def _scratch_bytes(value) -> int:
-    return sum(_nbytes(t) for t in _parts(value) if t is not None) if value is not None else 0
-
-
-def _shapes_text(described) -> str:
-    return "; ".join(
-        "none" if d is None else ", ".join(f"{list(s)} {t}" for s, t, _ in d) for d in described
-    )
+# ------------------------------------------------------------ the hand-written builders
 
 
 def _workspace(self, num_tokens, dtype, module, forget_head, publish) -> torch.Tensor:
+    """The DSV4 workspace: reuse when rows and dtype fit; else drop the owner's reference
+    (and a reserve's cached head), then allocate."""
     assert num_tokens > 0
     buffer = self._buffer
     if buffer is not None and num_tokens <= buffer.shape[0] and dtype == buffer.dtype:
         return buffer[:num_tokens]
     del buffer  # a local reference would keep the old storage alive
-    return _replace(self, num_tokens, dtype, module.WORKSPACE_DIM, forget_head, publish)[
-        :num_tokens
-    ]
+    old = None if _compiling() else describe([self._buffer])
+    self._buffer = None
+    if forget_head:
+        # Before allocating: neither an allocation landing at the old address nor one that
+        # raises may leave stale rows reported as filled.
+        self._head_source = None
+    self._buffer = torch.empty(
+        (num_tokens, 1, module.WORKSPACE_DIM), dtype=dtype, device=self.device
+    )
+    _logged(PATCH_ID, self, ("_buffer",), old, publish)
+    return self._buffer[:num_tokens]
 
 
 def _build_reserve(module, publish):
@@ -152,6 +141,9 @@ def _build_get_bf16(module, publish):
     return get
 
 
+FUSED_KV = ("_proj_workspace", "_k_workspace", "_v_workspace")
+
+
 def _build_ensure_workspace(module, publish):
     """``FusedKVMaterializeHelper._ensure_workspace``: the same reuse rule and doubling, with
     the three old workspaces (and the capacity and dtype they stand for) dropped first."""
@@ -168,9 +160,9 @@ def _build_ensure_workspace(module, publish):
         new_capacity = max(1, total_ctx)
         if self._workspace_capacity > 0:
             new_capacity = max(new_capacity, self._workspace_capacity * 2)
-        old = None if _compiling() else _describe_fused(self)
-        # Release first: no reference to the old workspaces while the new ones are allocated,
-        # and no capacity or dtype claiming a workspace if an allocation raises.
+        old = None if _compiling() else describe(getattr(self, a) for a in FUSED_KV)
+        # No reference to the old workspaces while the new ones are allocated, and no
+        # capacity or dtype claiming a workspace if an allocation raises.
         self._proj_workspace = self._k_workspace = self._v_workspace = None
         self._workspace_capacity, self._workspace_dtype = 0, None
         self._proj_workspace = torch.empty(
@@ -184,25 +176,9 @@ def _build_ensure_workspace(module, publish):
         self._v_workspace = torch.empty_like(self._k_workspace)
         self._workspace_capacity = new_capacity
         self._workspace_dtype = dtype
-        if not _compiling():
-            FUSED_KV_REPLACEMENTS.replaced(old, _describe_fused(self), _fused_nbytes(self))
-            publish()
+        _logged(FUSED_KV_PATCH_ID, self, FUSED_KV, old, publish)
 
     return _ensure_workspace
-
-
-def _fused_nbytes(helper) -> int:
-    parts = (helper._proj_workspace, helper._k_workspace, helper._v_workspace)
-    return sum(_nbytes(t) for t in parts if t is not None)
-
-
-def _describe_fused(helper) -> str:
-    if helper._k_workspace is None:
-        return "none"
-    return (
-        f"capacity {helper._workspace_capacity} {helper._workspace_dtype} "
-        f"{_fused_nbytes(helper) / MIB:.1f} MiB"
-    )
 
 
 def _build_selector_sampling_accept_block(module, publish):
@@ -215,7 +191,6 @@ def _build_selector_sampling_accept(module, publish, passes_block=False):
     ``torch.zeros``. The buffer is zero between calls and the new one is zeroed, so no content
     is lost. DSpark's kernel is ``module``'s at call time, as in the original; 0.5.22 on pass it
     the worker's ``_block_verification`` (``passes_block``)."""
-    log = log_of("0005-dflash-draft-probs-release-first", "DFlash draft-probability buffer")
 
     def _selector_sampling_accept(
         self, *, candidates, next_token_logits, candidate_ids, q_rows, sampling_info, draft_input
@@ -226,14 +201,12 @@ def _build_selector_sampling_accept(module, publish, passes_block=False):
         buffer = self._draft_probs_buf
         if buffer is None or buffer.shape[0] < bs or buffer.shape[1:] != (gamma, vocab):
             cap = bs if buffer is None else max(bs, buffer.shape[0] * 2)
-            old = None if _compiling() else _describe_probs(buffer)
+            old = None if _compiling() else describe([buffer])
             # Release first: neither the attribute nor this local may hold the old buffer.
             self._draft_probs_buf = buffer = None
             buffer = torch.zeros((cap, gamma, vocab), dtype=torch.float32, device=candidates.device)
             self._draft_probs_buf = buffer
-            if not _compiling():
-                log.replaced(old, _describe_probs(buffer), _nbytes(buffer))
-                publish()
+            _logged(DRAFT_PROBS, self, ("_draft_probs_buf",), old, publish)
         draft_probs = buffer[:bs]
         extra = {"block_verification": self._block_verification} if passes_block else {}
         try:
@@ -256,12 +229,6 @@ def _build_selector_sampling_accept(module, publish, passes_block=False):
     return _selector_sampling_accept
 
 
-def _describe_probs(buffer) -> str:
-    if buffer is None:
-        return "none"
-    return f"{tuple(buffer.shape)} float32 {_nbytes(buffer) / MIB:.1f} MiB"
-
-
 # shape name -> (module, publish) -> the release-first method
 BUILDERS = {
     "kv-buffer-reserve": _build_reserve,
@@ -271,6 +238,7 @@ BUILDERS = {
     "dflash-selector-accept-block-verification": _build_selector_sampling_accept_block,
     "dflash-selector-accept": _build_selector_sampling_accept,
 }
+DRAFT_PROBS = "0005-dflash-draft-probs-release-first"
 
 
 # ------------------------------------------------------------ the generic rewrite

@@ -1,9 +1,7 @@
-"""Recognise which shape of a patched workspace method a loaded sglang module has.
-
-Each method a patch replaces (a ``sites.Site``) is matched against the shapes ``sites`` knows:
-the sha256 of the loaded method's exact source text, or, where only bytecode is deployed, of
-its code object (``code_sha256``); and whether another plugin's hook now stands over the
-overlay's method (``foreign_hook``). Reads source files; never changes anything.
+"""Recognise which shape of a patched method a loaded sglang module has: the sha256 of the
+method's exact source text, or, where only bytecode is deployed, of its code object; and
+whether another plugin's hook now stands over the overlay's method (``foreign_hook``). Reads
+source files; never changes anything.
 """
 
 import ast
@@ -51,18 +49,8 @@ def code_sha256(code) -> str:
 
     def parts(c):
         consts = tuple(parts(k) if isinstance(k, type(c)) else repr(k) for k in c.co_consts)
-        return (
-            c.co_code,
-            c.co_names,
-            c.co_varnames,
-            c.co_freevars,
-            c.co_cellvars,
-            c.co_argcount,
-            c.co_posonlyargcount,
-            c.co_kwonlyargcount,
-            c.co_flags,
-            consts,
-        )
+        return (c.co_code, c.co_names, c.co_varnames, c.co_freevars, c.co_cellvars,
+                c.co_argcount, c.co_posonlyargcount, c.co_kwonlyargcount, c.co_flags, consts)  # fmt: skip
 
     return hashlib.sha256(repr(parts(code)).encode()).hexdigest()[:12]
 
@@ -105,7 +93,7 @@ def recognise(module, site: "Site | None" = None) -> Recognition:
             "upstream-fixed",
             target,
             f"{cls.__name__}.{method} (sha256 {digest}) already drops the old "
-            f"{_names(site.released)} before allocating",
+            f"{', '.join(site.released)} before allocating",
             cls=cls,
         )
     return Recognition(
@@ -135,9 +123,8 @@ def all_or_none(found: "list[Recognition]") -> Recognition:
 
 @functools.lru_cache(maxsize=1)
 def module_tree(source: str) -> ast.Module:
-    """``source`` parsed, once for every method of a patch (recognised and rewritten): parsing a
-    4,000-line module allocates enough to set off a full garbage collection of an sglang
-    process. Read-only; the overlay drops it once the patch is applied."""
+    """``source`` parsed once for every method of a patch (recognised and rewritten); dropped
+    once the patch is applied. Read-only."""
     return ast.parse(source)
 
 
@@ -191,10 +178,6 @@ def releases_first(method_node: ast.FunctionDef, released=("_buffer",)) -> bool:
         names = {t.id for t in node.targets if isinstance(t, ast.Name)}
         fresh = fresh | names if isinstance(node.value, ast.Call) else fresh - names
     return allocated
-
-
-def _names(attrs) -> str:
-    return ", ".join(attrs)
 
 
 def _method_node(tree: ast.Module, class_name: str, method: str) -> "ast.FunctionDef | None":

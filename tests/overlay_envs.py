@@ -57,12 +57,9 @@ def build_wheel(out: Path) -> Path:
     return wheel
 
 
-def make_env(
-    interpreter: Path, version: str, wheel: Path, root: Path, *, pth=True, deps=False
-) -> OverlayEnv:
-    """A venv of ``interpreter`` with the wheel installed into it (``pth=False``: the install
-    with its start-up hook deleted, as a broken or partial install would leave it; ``deps``:
-    with the wheel's dependencies from the package index, for other builds than this one)."""
+def make_env(interpreter: Path, version: str, wheel: Path, root: Path, *, deps=False) -> OverlayEnv:
+    """A venv of ``interpreter`` with the wheel installed into it (``deps``: with the wheel's
+    dependencies from the package index, for other builds than this one)."""
     subprocess.run(
         [str(interpreter), "-m", "venv", "--without-pip", str(root)], check=True, timeout=120
     )
@@ -84,8 +81,6 @@ def make_env(
         capture_output=True,
         timeout=300,
     )
-    if not pth:
-        (site / "sglang_overlay.pth").unlink()
     return OverlayEnv(version, python, site)
 
 

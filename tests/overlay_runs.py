@@ -1,20 +1,11 @@
 """Fresh processes of the project venv that several tests share, started concurrently.
 
-Importing sglang's workspace module costs a fresh interpreter 10 - 12 s on a 2-core machine
-(sglang imports transformers, torch, ...), so a test that starts one for a single observation
-is expensive. Here each distinct environment a test needs gets ONE process:
-
-- A shared process (``PROCESSES``) runs the observations that tests of several modules make in
-  the same environment (the same variables; the same program state before the first import of
-  the workspace module), in the fixed order listed below, each in its own ``try``, and writes
-  them as one JSON document; each test asserts on its own entry. The environments stay apart:
-  what differs between two processes is what the first import sees. A process may also serve
-  requests on stdin for a while (observation ``serve``), driven from here (``drive``).
-- A job (``job``) is a test's own process (or pair) that shares nothing, started early too.
-
-Every selected test's processes are submitted to a small pool when the first of them is asked
-for, in the order the tests run, so the cores stay busy while other tests run. Every wait is
-bounded: each process by its own timeout, each result by the bound of the jobs ahead of it.
+Importing sglang costs a fresh interpreter 10 - 12 s on a 2-core machine, so each environment
+gets ONE shared process (``PROCESSES``): it runs the observations that tests of several modules
+register (``observe``), in a fixed order, each in its own ``try``, and writes them as one JSON
+document; it may also serve requests on stdin, driven from here (``drive``). A job (``job``) is
+a test's own process that shares nothing. Every selected test's processes are submitted to a
+small pool when the first is asked for, so the cores stay busy; every wait is bounded.
 """
 
 import json
@@ -351,20 +342,3 @@ def standin_root(tmp_path_factory, edit=None):
     if key not in _standins:
         _standins[key] = standin.write(tmp_path_factory.mktemp("standin"), edit=edit)
     return _standins[key]
-
-
-def standin_prelude(root) -> str:
-    """Put the stand-in first on ``sys.path`` (its ``torch`` too) in a ``-c`` program."""
-    return f"import sys; sys.path[:0] = [{str(root)!r}]\n"
-
-
-def python(code: str, *args: str, **variables) -> subprocess.CompletedProcess:
-    """``python -c code`` in a fresh interpreter of this venv, run from a pool thread (cwd
-    outside the repo, so the installed package is what gets imported)."""
-    return POOL.run([sys.executable, "-c", code, *args], env=clean_env(**variables), cwd="/")
-
-
-def last_json(proc: subprocess.CompletedProcess):
-    """The JSON document on the last stdout line of a run that must have succeeded."""
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])

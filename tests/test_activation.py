@@ -179,10 +179,10 @@ steps = [record and record["patches"][0]["state"], problem]  # what status --pro
 steps.append(sglang_overlay.status()[0])
 steps.append(sglang_overlay.apply()[0])
 steps.append(vars(m.SparsePrefillKVBuffer)["_reserve"] is hooked)
-before = release_first.REPLACEMENTS.high_water_bytes
+before = release_first.high_water_bytes(sglang_overlay.PATCH_ID)
 # Past the process's high-water mark (1 KiB a bf16 row): if release-first runs, the mark moves.
 m.SparsePrefillKVBuffer(torch.device("cpu")).get(before // 1024 + 4096)
-steps.append(release_first.REPLACEMENTS.high_water_bytes > before)  # did release-first run?
+steps.append(release_first.high_water_bytes(sglang_overlay.PATCH_ID) > before)  # did release-first run?
 steps.append(sglang_overlay.remove()[0])
 steps.append(vars(m.SparsePrefillKVBuffer)["_reserve"] is hooked)
 return steps

@@ -1,12 +1,8 @@
-"""The start-up hook as an operator's process meets it, on every declared Python.
-
-Each test runs fresh interpreters of a venv with the overlay installed from its wheel (see
-``overlay_envs.py``) against the stand-in sglang (``standin.py``): threads racing the first
-import, ``-W error``, ``-I``, junk settings, strict mode twice, reload, a neighbour finder,
-availability checks, spawn/forkserver children and the CLI. How each setting's value is
-read is checked on one of them (``one_env``). ``SGLANG_OVERLAY_TEST_WHEEL=PATH``
-runs them against another build of the overlay (for example the last release, to see which
-of these it fails).
+"""The start-up hook as an operator's process meets it: fresh interpreters of a venv with the
+overlay installed from its wheel (``overlay_envs.py``) against the stand-in sglang
+(``standin.py``). What depends on the import system runs on every declared Python
+(``overlay_env``), the overlay's own bookkeeping, settings and CLI on one (``one_env``).
+``SGLANG_OVERLAY_TEST_WHEEL=PATH`` runs them against another build of the overlay.
 """
 
 import json
@@ -469,11 +465,6 @@ def records_of(proc) -> list:
     records = json.loads(proc.stdout)
     absent = ("0005-", "0007-", "0009-", "0011-")
     return [r for r in records if not (r["patch"][:5] in absent and r["state"] == "not-present")]
-
-
-def states(proc) -> "list[tuple[str, str]]":
-    """(patch, state) of each record ``status --json`` printed, in order."""
-    return [(r["patch"], r["state"]) for r in records_of(proc)]
 
 
 def test_cli_status_says_so_when_the_start_up_hook_is_missing(one_env, known, tmp_path):

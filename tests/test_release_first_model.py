@@ -107,9 +107,8 @@ def test_each_replacement_logs_one_line_with_old_and_new_size_and_dtype(
     from sglang_overlay import release_first
     from sglang_overlay.observe import ReplacementLog
 
-    monkeypatch.setattr(
-        release_first, "REPLACEMENTS", ReplacementLog("DSV4 sparse-prefill workspace")
-    )  # fresh high-water
+    fresh = ReplacementLog("DSV4 sparse-prefill workspace")  # its high-water mark at zero
+    monkeypatch.setitem(release_first.LOGS, sglang_overlay.PATCH_ID, fresh)
     workspace = workspace_module.SparsePrefillKVBuffer(torch.device("cpu"))
     with caplog.at_level(logging.DEBUG, logger="sglang_overlay"):
         workspace.get(2048, torch.bfloat16)
@@ -124,11 +123,11 @@ def test_each_replacement_logs_one_line_with_old_and_new_size_and_dtype(
         (
             "INFO",
             "DSV4 sparse-prefill workspace replaced (release-first): none -> "
-            "2048 rows torch.bfloat16 2.0 MiB; high-water now 2.0 MiB",
+            "[2048, 1, 512] torch.bfloat16 2.0 MiB; high-water now 2.0 MiB",
         ),
         (
             "DEBUG",
-            "DSV4 sparse-prefill workspace replaced (release-first): 2048 rows torch.bfloat16 "
-            "2.0 MiB -> 2048 rows torch.float8_e4m3fn 1.0 MiB",
+            "DSV4 sparse-prefill workspace replaced (release-first): [2048, 1, 512] "
+            "torch.bfloat16 2.0 MiB -> [2048, 1, 512] torch.float8_e4m3fn 1.0 MiB",
         ),
     ]
