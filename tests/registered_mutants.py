@@ -3,10 +3,11 @@
 A mutant is a plausible wrong version of a fix: exact substitutions on the fixed file (the
 installed 0.5.23 file, pinned by patches/BASE, with the fix's patch applied). Each variant
 (unmodified, the fix, every mutant) is loaded in place of the real module, and the fix's
-registered test file for one backend runs against it in this process. A table row names the
-tests that must fail on that variant, by a word that names one test of the file; every other
-test must pass. Run as ``python tests/registered_mutants.py cpu|cuda`` with the overlay off:
-it prints the outcomes as JSON (tests/test_registered_mutants.py judges them).
+registered test file for one backend runs against it in this process; the real module is put
+back after. A table row names the tests that must fail on that variant, by a word that names
+one test of the file; every other test must pass. ``run`` gives the outcomes
+(tests/test_registered_mutants.py judges them; by hand: ``python tests/registered_mutants.py
+cpu|cuda`` prints them as JSON).
 """
 
 import contextlib
@@ -359,6 +360,7 @@ def run(backend: str) -> dict:
             raise Refused(f"{origin} is not the file patches/BASE pins")
         fixed = fixed_text(patch, module, base)
         report[number] = {}
+        original = sys.modules.get(module)
         try:
             for variant, (edits, *_) in {"fix": ((),), **rows}.items():
                 text = base if variant == "unmodified" else fixed
@@ -367,7 +369,13 @@ def run(backend: str) -> dict:
                 load_variant(module, text, origin)
                 report[number][variant] = run_file(files[backend])
         finally:
-            load_variant(module, base, origin)
+            package, _, leaf = module.rpartition(".")
+            if original is None:
+                sys.modules.pop(module, None)
+                vars(sys.modules[package]).pop(leaf, None)
+            else:
+                sys.modules[module] = original
+                setattr(sys.modules[package], leaf, original)
     return report
 
 

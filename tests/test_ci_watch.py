@@ -134,22 +134,24 @@ def test_the_tracking_issue_is_found_behind_hundreds_of_newer_issues_without_lis
     assert len(listed) == 1  # one page: the bot's issues only
 
 
-def test_duplicates_from_a_race_are_closed_keeping_the_oldest(github):
-    for text in ("old", "racing copy"):
-        github.add_issue(watch.TITLE, f"{watch.MARKER}\n{text}")
-    assert upsert(github, watch.MARKER + "\nnew") == ("edited", 2)
-    assert github.issue_meta[2]["state"] == "open" and github.bodies[2].endswith("new")
-    assert github.issue_meta[3]["state"] == "closed"
-    assert github.count("POST", r"/issues$") == 0
-
-
-def test_a_closed_issue_stays_closed_until_its_table_changes(github):
-    number = github.add_issue(watch.TITLE, watch.MARKER + "\nsame", state="closed")
-    assert upsert(github, watch.MARKER + "\nsame") == ("unchanged", number)
-    assert github.issue_meta[number]["state"] == "closed"
-    assert upsert(github, watch.MARKER + "\nnew release") == ("edited", number)
-    assert github.issue_meta[number]["state"] == "open"
-    assert github.count("POST", r"/issues$") == 0
+@pytest.mark.parametrize(
+    "existing, body, outcome, states",
+    [
+        # racing duplicates are closed, keeping the oldest
+        ([("old", "open"), ("racing copy", "open")], "new", "edited", ["open", "closed"]),
+        # a closed issue stays closed until its table changes
+        ([("same", "closed")], "same", "unchanged", ["closed"]),
+        ([("same", "closed")], "new release", "edited", ["open"]),
+    ],
+)
+def test_the_oldest_of_our_issues_is_kept_and_reopened_only_for_a_new_table(
+    github, existing, body, outcome, states
+):
+    numbers = [github.add_issue(watch.TITLE, f"{watch.MARKER}\n{text}", state=state)
+               for text, state in existing]  # fmt: skip
+    assert upsert(github, f"{watch.MARKER}\n{body}") == (outcome, numbers[0])
+    assert [github.issue_meta[n]["state"] for n in numbers] == states
+    assert github.bodies[numbers[0]].endswith(body) and github.count("POST", r"/issues$") == 0
 
 
 # ----------------------------------------------------------------------------- rows and table
@@ -215,12 +217,6 @@ def test_a_release_that_breaks_one_patchs_shape_shows_in_that_patchs_column_and_
     assert watch.verdict(row) is False and cells["verdict"] == "FAILED"
     row["patches"][-1]["state"] = "upstream-fixed"
     assert watch.verdict(row) is True  # the same release with that patch upstream-fixed
-
-
-def test_the_operators_compatibility_table_is_the_watch_table():
-    readme = (REPO / "docs/operators.md").read_text()
-    section = readme.split("## Compatibility", 1)[1].split("\n## ", 1)[0]
-    assert watch.HEADER in section
 
 
 def _rows_file(tmp_path, rows, newest="0.5.23"):
