@@ -1,9 +1,8 @@
 """``python -m ci``: run registered tests A/B, report it on the PR, gate fork PRs.
 
-The command line only: arguments in, the orchestration (``ci.runner.run``, ``ci.reporter.plan``,
-``ci.reporter.github_io``, ``ci.reporter.gate``) called, exit codes out (``ci.errors``). It sits
-above both sides of the trust boundary, so it imports the reporter only inside ``ci report`` and
-``ci gate``: ``ci run``, in the job that runs PR code, loads no reporter code and no github3.
+Arguments in, the runner or the reporter called, exit codes out (``ci.errors``). The reporter is
+imported only inside ``ci report`` and ``ci gate``: ``ci run``, in the job that runs PR code,
+loads no reporter code and no github3.
 """
 
 import argparse
@@ -23,9 +22,10 @@ def main(argv=None) -> int:
         code = args.func(args)
         sys.stdout.flush()  # here, not at exit: a reader gone early is seen below
         return code
-    except (CiError, UsageError) as exc:
-        print(f"error: {_line(args.verb, exc)}", file=sys.stderr)
-        return EXIT_USAGE
+    except CiError as exc:
+        stream = sys.stdout if exc.code == EXIT_OK else sys.stderr
+        print(f"{exc.prefix}{_line(args.verb, exc)}", file=stream)
+        return exc.code
     except KeyboardInterrupt:
         print("interrupted: every test process this run started is stopped", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -34,18 +34,14 @@ def main(argv=None) -> int:
         return getattr(args, "exit_code", EXIT_FAILED)
 
 
-class UsageError(CiError):
-    pass
-
-
 def printable(text) -> str:
     """``text`` as one line: each character that does not print as its escape (``\\n``)."""
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(text))
 
 
 def _line(verb: str, text) -> str:
-    """An error line: plain for ``ci run`` (its job's log, where PR code writes anyway), with no
-    workflow command for the verbs that hold a token (the reporter's one escape)."""
+    """Plain for ``ci run`` (its job's log, where PR code writes anyway); through the reporter's
+    one escape for the verbs that hold a token."""
     if verb == "run":
         return printable(text)
     from ci.reporter.escape import one_line
@@ -54,7 +50,7 @@ def _line(verb: str, text) -> str:
 
 
 def _version() -> str:
-    """This project's release, as installed (the bot never imports the package under test)."""
+    """This project's release, as installed (the bot never imports the package it proves)."""
     try:
         return metadata.version("sglang-overlay")
     except metadata.PackageNotFoundError:
@@ -201,16 +197,7 @@ def cmd_run(args) -> int:
     args.tests = tuple(args.tests or ())
     args.unmodified_env, args.change_env = tuple(args.unmodified_env), tuple(args.change_env)
     request = run.RunRequest(**_fields(run.RunRequest, args))
-    # Plain text: what it prints is a test job's log, where PR code writes what it likes anyway.
-    log = lambda line: print(printable(line), file=sys.stderr, flush=True)  # noqa: E731
-    try:
-        results = run.execute(request, log)
-    except run.RegistrationError as exc:
-        print(f"error: registration: {printable(exc)}", file=sys.stderr)
-        return EXIT_FAILED
-    except run.NothingToRun as exc:
-        print(f"ci run: nothing to run: {printable(exc)}")
-        return EXIT_OK
+    results = run.execute(request, lambda line: print(printable(line), file=sys.stderr, flush=True))
     refused = run.write(results, args.out)
     args.exit_code = EXIT_OK if results.verdict == "ok" and refused is None else EXIT_FAILED
     if args.json:
@@ -255,8 +242,6 @@ def cmd_report(args) -> int:
             print(inert(reporting.dry_run_text(plan, args.json)), end="")
         else:
             github_io.publish(request, plan, lambda line: print(one_line(line)))
-    except reporting.RequestError as exc:
-        raise UsageError(str(exc)) from None
     except github_io.PublishFailed as exc:
         print(f"error: publishing failed: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_FAILED
@@ -290,21 +275,18 @@ def cmd_gate(args) -> int:
 
     path = args.event or os.environ.get("GITHUB_EVENT_PATH")
     if not path:
-        raise UsageError("--event PATH (or GITHUB_EVENT_PATH) is required")
+        raise CiError("--event PATH (or GITHUB_EVENT_PATH) is required")
     try:
         event = gate.load_event(path)
         facts = gate.event_facts(event)
     except (OSError, ValueError) as exc:
-        raise UsageError(f"event payload: {exc}") from None
+        raise CiError(f"event payload: {exc}") from None
     if facts is not None and facts.fork:
         # Here, not at the top: only the jobs that talk to GitHub install github3.
         from ci.reporter import github_io
-        from ci.reporter import plan as reporting
 
         try:
             facts = github_io.fork_facts(event, facts.pr, args.api_url)
-        except reporting.RequestError as exc:
-            raise UsageError(str(exc)) from None
         except github_io.PublishFailed as exc:
             print(f"error: reading PR #{facts.pr}: {one_line(str(exc))}", file=sys.stderr)
             return EXIT_FAILED
@@ -324,7 +306,7 @@ def cmd_gate(args) -> int:
             with open(output, "a") as handle:
                 handle.write("\n".join(lines) + "\n")
         except OSError as exc:
-            raise UsageError(f"GITHUB_OUTPUT {output}: {exc.strerror}") from None
+            raise CiError(f"GITHUB_OUTPUT {output}: {exc.strerror}") from None
     if args.json:
         print(inert(json.dumps(decision.to_json())))
     else:

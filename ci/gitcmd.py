@@ -1,7 +1,6 @@
-"""The one way this project starts git: the runner, the series tools and the benchmarks alike,
-with one command prefix and one environment. Variables that name a caller's repository (set
-inside a git hook) are dropped; the system config, a user's hooks or line-ending rewriting and
-the locale never change what is read or written; and no read refreshes the user's index.
+"""The one way this project starts git (runner, series tools, benchmarks): a caller's repository
+variables (set inside a git hook) dropped; the system config, a user's hooks, line-ending
+rewriting and the locale change nothing read or written; no read refreshes the user's index.
 """
 
 import os
@@ -26,8 +25,8 @@ class GitError(CiError):
 
 
 def environment(extra=None, ceiling=None) -> dict:
-    """This process's environment as every git of the project gets it, plus ``extra``;
-    ``ceiling`` stops git from finding a repository above that folder."""
+    """This environment as every git of the project gets it, plus ``extra``; ``ceiling`` stops
+    git from finding a repository above that folder."""
     env = {k: v for k, v in os.environ.items() if k not in CALLERS_REPO}
     env.update(GIT_CONFIG_NOSYSTEM="1", LC_ALL="C", GIT_OPTIONAL_LOCKS="0", **(extra or {}))
     if ceiling is not None:
@@ -36,8 +35,8 @@ def environment(extra=None, ceiling=None) -> dict:
 
 
 def run(args, cwd, env=None, stdin=None, ceiling=None, check=True) -> subprocess.CompletedProcess:
-    """``git *args`` in ``cwd``, its output captured as bytes; GitError on failure unless
-    ``check`` is false (OSError where git cannot start)."""
+    """``git *args`` in ``cwd``, output captured as bytes; GitError on failure unless ``check``
+    is false (OSError where git cannot start)."""
     proc = subprocess.run(
         [*COMMAND, *args], cwd=cwd, env=environment(env, ceiling), capture_output=True, input=stdin
     )
@@ -85,8 +84,7 @@ def dirty_paths(repo) -> list:
 
 
 def is_top(path) -> bool:
-    """Whether ``path`` is the top of a git work tree: a folder inside another repository (a
-    runner's workspace, a monorepo) is not."""
+    """Whether ``path`` is the top of a git work tree, not a folder inside another one."""
     if not os.path.isdir(path):
         return False
     ceiling = os.path.dirname(os.path.abspath(path))

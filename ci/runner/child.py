@@ -1,15 +1,13 @@
-"""The process a test file runs in under ``ci run``: ``python FILE ARGS`` plus a result channel
-the runner owns, so the file stays exactly as upstream writes it (after sglang's
-``fork_test_worker.py``). It is the PR's process: it imports nothing of the bot.
+"""The process a test file runs in under ``ci run`` (after sglang's ``fork_test_worker.py``):
+``python FILE ARGS`` plus a result channel the runner owns, so the file stays as upstream wrote
+it. It is the PR's process: it imports nothing of the bot.
 
-``child.py run RESULTS FILE ARGS...``: FILE as ``__main__``; each finished test one JSON line
-on the file RESULTS (unittest's result class, each call of a test method so that a retry is
-seen, a plugin handed to ``pytest.main``), then ``{"process": {...}}``, what it ran with.
-
-``child.py serve FD MODULE...``: imports MODULEs once (never CUDA), answers ``{"ready"}`` on FD,
+``child.py serve FD MODULE...`` imports MODULEs once (never CUDA), answers ``{"ready"}`` on FD,
 then per JSON line ``{"id", "path", "args", "results", "log"}`` on stdin forks a child in its own
-session, its output to ``log``, and answers ``{"id", "pid"}``, then ``{"id", "exit"}`` once the
-child ended and its session was killed.
+session that runs FILE as ``__main__``, its output to ``log``, and answers ``{"id", "pid"}``, then
+``{"id", "exit"}`` once the child ended and its session was killed. The child writes each
+finished test as one JSON line on ``results`` (each call of a test method, so that a retry is
+seen), then ``{"process": {...}}``, what it ran with.
 """
 
 import atexit
@@ -61,7 +59,7 @@ class Channel:
         else:
             peaks = getattr(sys.modules.get("__main__"), "PEAKS_MIB", None)
             value = peaks.get(test_id.rpartition(".")[2]) if isinstance(peaks, dict) else None
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e7:
+            if isinstance(value, (int, float)):
                 line["peak_mib"] = round(float(value), 2)
         self.write({**line, "unobserved": True} if unobserved else line)
 
@@ -76,9 +74,6 @@ def _cuda(call: str):
         return getattr(torch.cuda, call)() if torch and torch.cuda.is_initialized() else None
     except RuntimeError as exc:  # the test broke the device: no peak, said
         print(f"ci child: torch.cuda.{call}() raised {exc!r}", file=sys.stderr)
-
-
-# ---- unittest: each call of a test's method, and the base result class every runner uses ----
 
 
 def unittest_id(test) -> str:
@@ -382,14 +377,12 @@ def _forked(command: dict, modules, answers: int) -> None:
 
 
 def main(argv) -> int:
-    if argv[:1] == ["run"] and len(argv) >= 3:
-        return run(argv[1], argv[2], argv[3:])
-    if argv[:1] == ["serve"] and len(argv) >= 2 and argv[1].isdigit():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner ends this process's group
-        serve(argv[2:], int(argv[1]))
-        return 0
-    print("usage: child.py run RESULTS FILE [ARGS...] | serve FD MODULE...", file=sys.stderr)
-    return 2
+    if argv[:1] != ["serve"] or len(argv) < 2 or not argv[1].isdigit():
+        print("usage: child.py serve FD MODULE...", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner ends this process's group
+    serve(argv[2:], int(argv[1]))
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,6 @@
-"""Which registered test files a CI run executes, decided by sglang's own registry reader
-(``ci_register.collect_tests``, the AST reader upstream's runner uses), loaded on its own from the
-first given source tree that has it, else the installed sglang. The test tree is scanned once and
-each file parsed once (``Tree``); no test file and no sglang package is imported or run here.
+"""Which registered test files a run executes, decided by sglang's own registry reader (the AST
+reader upstream's runner uses), loaded on its own from the first side's tree that has it, else
+the installed sglang. Each file is parsed once (``Tree``); nothing of it or of sglang runs here.
 """
 
 import ast
@@ -43,9 +42,9 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
 
 @dataclass
 class Tree:
-    """The test files under ``tests`` (folders or files relative to ``root``, default
-    test/registered), each parsed once. A link to a folder is never followed (one that points
-    at its own folder would run the same files again at every depth): ``links`` names them."""
+    """The test files under ``tests`` (folders or files under ``root``, default test/registered),
+    each parsed once. A link to a folder is not followed (one to its own folder would repeat its
+    files at every depth): ``links`` names them."""
 
     root: str
     tests: tuple = ()
@@ -89,8 +88,8 @@ class Tree:
         return os.path.relpath(path, self.root)
 
     def select(self, backend, suite=None, stage=None, shard=None, nightly=False, trees=()):
-        """(the files to run as ``Selected``, the files registered only for other backends
-        with why), for one backend, filtered by suite, stage and nightly, and sharded."""
+        """(the files to run, the files registered only for other backends with why), filtered
+        by suite, stage and nightly, and sharded."""
         reader = registry_reader(trees)
         parsed = [p for p in self.files if self.parsed[p] is not None]
         registries = reader.collect_tests(parsed, sanity_check=True)
@@ -125,9 +124,8 @@ class Tree:
         return selected, elsewhere
 
     def fresh_reason(self, rel: str) -> str | None:
-        """Why a file must start in a fresh interpreter, not a fork of a preloaded one: it asks
-        (``FRESH_MARK``), or it changes the environment as it is imported, after the preloaded
-        modules read it."""
+        """Why a file must not fork from preloaded modules: it asks (``FRESH_MARK``), or it
+        changes the environment as it is imported, after the preloaded modules read it."""
         tree = self.parsed.get(os.path.join(self.root, rel))
         if tree is None:
             return None
@@ -141,8 +139,8 @@ class Tree:
         return None
 
     def default_preload(self, rels, backend: str) -> tuple:
-        """The modules of ``PRELOADED_PACKAGES[backend]`` that the forkable files import at
-        module level, torch first; on CUDA a file importing sglang brings torch."""
+        """The modules of ``PRELOADED_PACKAGES[backend]`` the forkable files import at module
+        level, torch first; on CUDA a file importing sglang brings torch."""
         wanted, found = PRELOADED_PACKAGES[backend], set()
         for rel in rels:
             tree = self.parsed.get(os.path.join(self.root, rel))
@@ -227,10 +225,9 @@ def _changes_environment(node) -> bool:
 
 
 def registry_reader(trees=()):
-    """sglang's ``ci_register`` module from the first of ``trees`` (folders holding
-    ``python/sglang``) that has one, else the installed sglang; ImportError when none loads.
-    Not through the sglang package: the reader needs only the standard library, while ``import
-    sglang`` costs seconds and puts CUDA state in the CI process."""
+    """sglang's ``ci_register`` from the first of ``trees`` (folders holding ``python/sglang``)
+    that has one, else the installed sglang; ImportError when none loads. Not through the sglang
+    package: the reader is stdlib only, ``import sglang`` costs seconds and CUDA state."""
     loaded = sys.modules.get(READER_MODULE)
     if loaded is not None:
         return loaded
@@ -246,9 +243,7 @@ def registry_reader(trees=()):
     sys.modules[READER_MODULE] = module  # dataclasses look their module up while it runs
     try:
         spec.loader.exec_module(module)
-    except BaseException as exc:
+    except Exception as exc:
         del sys.modules[READER_MODULE]
-        if isinstance(exc, Exception):
-            raise ImportError(f"{path}: {type(exc).__name__}: {exc}") from exc
-        raise
+        raise ImportError(f"{path}: {type(exc).__name__}: {exc}") from exc
     return module

@@ -1,8 +1,5 @@
 """``ci run``: a frozen ``RunRequest`` -> select, run each file on both sides, judge, and write
-the results folder (results.json, JUnit, logs/, summary.txt). Rendering is the reporter's and
-never runs here. Bad arguments raise ``RequestError`` (exit 2), a registration sglang's reader
-rejects ``RegistrationError`` (exit 1).
-"""
+the results folder (results.json, JUnit, logs/, summary.txt). Rendering is the reporter's."""
 
 import json
 import os
@@ -10,27 +7,31 @@ import re
 import shutil
 from dataclasses import asdict, dataclass, replace
 
+from ci.errors import EXIT_FAILED, EXIT_OK, CiError
 from ci.evidence import bounds, judge, junit
 from ci.evidence import model as evidence
 from ci.evidence.model import MODES, Results, SeriesId
 from ci.runner import RequestError, collect, launch, sides
 from ci.runner.child import BACKEND_ENV
 
-# What a results folder holds (report.md and pictures/: ``ci report``'s dry run writes them
-# beside results.json): a reused --out is cleared of these, and only of these.
+# What a results folder holds (``ci report``'s dry run writes report.md and pictures/ beside
+# results.json): a reused --out is cleared of these, and only of these.
 OUTPUTS = ("results.json", "summary.txt", "junit-unmodified.xml", "junit-change.xml", "report.md")
 OUTPUT_DIRS = ("logs", "pictures", sides.SIDES_DIR)
 LINK_NOT_FOLLOWED = "a link to a folder: not followed (its tests are not run through it)"
 BOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-class RegistrationError(ValueError):
+class RegistrationError(CiError):
     """A registration that sglang's own reader rejects; the message names its file."""
 
+    code, prefix = EXIT_FAILED, "error: registration: "
 
-class NothingToRun(Exception):
-    """Both sides from git, tests from the diff, and the head changes no registered test file
-    this run selects: nothing to prove (``ci run`` exits 0 and writes no results)."""
+
+class NothingToRun(CiError):
+    """The head changes no registered test file this run selects: nothing to prove, no results."""
+
+    code, prefix = EXIT_OK, "ci run: nothing to run: "
 
 
 @dataclass(frozen=True)
@@ -48,20 +49,14 @@ class RunRequest:
     change_src: str | None = None
     unmodified_env: tuple[str, ...] = ()  # NAME=VALUE settings of each side
     change_env: tuple[str, ...] = ()
-    regressions: str | None = None  # the listed regressions; default ci/regressions.txt
+    regressions: str | None = None  # default ci/regressions.txt
     git_base: str | None = None  # both sides from git: commits of the checkout at root
     git_head: str | None = None
-    # modules each side imports once, then forks; "none": every file fresh; None: what the
-    # files import of torch and sglang (collect.PRELOADED_PACKAGES)
-    preload: str | None = None
+    preload: str | None = None  # a comma list, "none", or None: collect.PRELOADED_PACKAGES
     timeout: float = 1800
     jobs: int = 2
     outside_upstream_ci: bool = False  # True: without sglang CI's settings
     series: str | None = None  # a JSON file `python -m tools.series describe` wrote
-
-
-def resolve_backend(backend: str | None) -> str:
-    return backend or ("cuda" if shutil.which("nvidia-smi") else "cpu")
 
 
 def execute(request: RunRequest, log) -> Results:
@@ -86,14 +81,14 @@ def execute(request: RunRequest, log) -> Results:
                 f"{request.git_head} adds or modifies no registered test file under "
                 f"{collect.REGISTERED_ROOT} since the merge base {change.merge_base[:12]}"
             )
-        sided = replace(request, root=head, tests=tests, unmodified_src=base, change_src=head)
-        return _execute(sided, head, log, change, prepared=True)
+        sided = replace(request, tests=tests, unmodified_src=base, change_src=head)
+        return _execute(sided, head, log, out, change)
     finally:
         sides.remove(out)
 
 
-def _execute(request: RunRequest, root: str, log, change=None, prepared=False) -> Results:
-    backend = resolve_backend(request.backend)
+def _execute(request: RunRequest, root: str, log, out=None, change=None) -> Results:
+    backend = request.backend or ("cuda" if shutil.which("nvidia-smi") else "cpu")
     wanted = tuple(m.strip() for m in request.modes.split(",") if m.strip())
     if not wanted or any(m not in MODES for m in wanted) or len(set(wanted)) != len(wanted):
         raise RequestError(f"--modes {request.modes!r}: use a comma list of {', '.join(MODES)}")
@@ -108,14 +103,17 @@ def _execute(request: RunRequest, root: str, log, change=None, prepared=False) -
     trees = {"unmodified": request.unmodified_src, "change": request.change_src}
     envs = {m: sides.parse_env(getattr(request, f"{m}_env"), f"--{m}-env") for m in MODES}
     setups = sides.setups(wanted, trees, envs)
-    patterns = _patterns(request.regressions)
+    if request.regressions is not None and not os.path.isfile(request.regressions):
+        raise RequestError(f"--regressions {request.regressions}: not a file")
+    patterns = judge.load_patterns(request.regressions or judge.REGRESSIONS)
     series = _series(request.series)
+    shard = collect.parse_shard(request.shard)
     tree = collect.Tree(root, request.tests)
     readers = [s.tree for s in setups.values() if s.tree]
     if change is not None:
         readers.reverse()  # the head's registry reader: the head's tests may use what it adds
-    selected, elsewhere = _select(request, tree, backend, readers, change is not None)
-    out = os.path.abspath(request.out) if prepared else _prepare_out(request.out)
+    selected, elsewhere = _select(request, tree, backend, shard, readers, change is not None)
+    out = out or _prepare_out(request.out)
     links = [{"file": link, "why": LINK_NOT_FOLLOWED} for link in tree.links]
     for link in links:
         log(f"ci run: {link['file']}: {link['why']}")
@@ -123,21 +121,22 @@ def _execute(request: RunRequest, root: str, log, change=None, prepared=False) -
         f"ci run: {len(selected)} files x {len(wanted)} sides on {backend}, {request.jobs} at a time"
     )
     upstream_ci = not request.outside_upstream_ci
-    environments = {m: sides.environment(s, upstream_ci=upstream_ci) for m, s in setups.items()}
-    for env in environments.values():
-        env[BACKEND_ENV] = backend
+    environments = {
+        m: {**sides.environment(s, upstream_ci=upstream_ci), BACKEND_ENV: backend}
+        for m, s in setups.items()
+    }
     paths = [s.path for s in selected]
     if request.preload is None:
         preload = tree.default_preload(paths, backend)
     fresh = {p: why for p in paths if (why := tree.fresh_reason(p))} if preload else {}
-    logs = os.path.join(out, "logs")
     runs, preloads = launch.run_all(
-        paths, environments, root, request.timeout, request.jobs, log, logs, preload, fresh
-    )
-    records = {}
-    for mode in wanted:
-        found = [r.environment for r in runs if r.mode == mode and r.environment]
-        records[mode] = sides.record_of(found[0] if found else "")
+        paths, environments, root, request.timeout, request.jobs, log, os.path.join(out, "logs"),
+        preload, fresh,
+    )  # fmt: skip
+    records = {
+        m: sides.record_of(next((r.environment for r in runs if r.mode == m and r.environment), ""))
+        for m in wanted
+    }
     commits = {"unmodified": change.base, "change": change.head} if change else {}
     by_mode = {
         m: sides.side(
@@ -152,16 +151,15 @@ def _execute(request: RunRequest, root: str, log, change=None, prepared=False) -
         "tests": list(request.tests) or [collect.REGISTERED_ROOT],
         "suite": request.suite,
         "stage": request.stage,
-        "shard": "{}/{}".format(*shard) if (shard := collect.parse_shard(request.shard)) else None,
+        "shard": "{}/{}".format(*shard) if shard else None,
         "files": paths,
         "regressions": list(patterns),
         "not_run": elsewhere + links,
+        **({"git": asdict(change)} if change else {}),  # tuples: written as lists
     }
-    if change is not None:
-        selection["git"] = asdict(change)  # tuples: results.json writes them as lists
-    machine = {"gpus": sides.nvidia_smi(), "git": sides.git_commit(BOT if change else root)}
     environment = {
-        **machine,
+        "gpus": sides.nvidia_smi(),
+        "git": sides.git_commit(BOT if change else root),
         **({"preload": preloads} if preloads else {}),
         "upstream_ci": dict(sides.UPSTREAM_CI_ENV) if upstream_ci else None,
         "sides": {m: {"tree": s.tree, "env": s.env} for m, s in setups.items()},
@@ -175,9 +173,9 @@ def _execute(request: RunRequest, root: str, log, change=None, prepared=False) -
     lines = {path: tree.test_lines(path) for path in {c.file for c in results.cases}}
     cases = [replace(c, line=collect.line_of(lines[c.file], c.test)) for c in results.cases]
     results = replace(results, cases=cases)
-    elsewhere = [why for m, s in setups.items() if (why := sides.imported_elsewhere(s, records[m]))]
-    if elsewhere:
-        results = replace(results, verdict="failed", reasons=(*elsewhere, *results.reasons))
+    wrong = [why for m, s in setups.items() if (why := sides.imported_elsewhere(s, records[m]))]
+    if wrong:
+        results = replace(results, verdict="failed", reasons=(*wrong, *results.reasons))
     if not selected:  # one shard of a matrix: its report merges with the others'
         why = f"shard {request.shard}: every selected file falls in another shard"
         results = replace(results, verdict="ok", reasons=(why,))
@@ -197,12 +195,6 @@ def write(results: Results, out: str) -> str | None:
     with open(os.path.join(out, "summary.txt"), "w", encoding="utf-8") as handle:
         handle.write("\n".join(summary_lines(results)) + "\n")
     return refused
-
-
-def _patterns(path: str | None) -> tuple[str, ...]:
-    if path is not None and not os.path.isfile(path):
-        raise RequestError(f"--regressions {path}: not a file")
-    return judge.load_patterns(path or judge.REGRESSIONS)
 
 
 def _prepare_out(out: str) -> str:
@@ -229,8 +221,7 @@ def _prepare_out(out: str) -> str:
     return out
 
 
-def _select(request: RunRequest, tree, backend: str, readers, diff: bool):
-    shard = collect.parse_shard(request.shard)
+def _select(request: RunRequest, tree, backend: str, shard, readers, diff: bool):
     filters = dict(suite=request.suite, stage=request.stage, nightly=request.nightly, trees=readers)
     try:
         selected, elsewhere = tree.select(backend, shard=shard, **filters)
@@ -249,26 +240,23 @@ def _select(request: RunRequest, tree, backend: str, readers, diff: bool):
 
 
 def _series(path: str | None) -> SeriesId | None:
-    """The patch series the run is made with, as ``python -m tools.series describe`` wrote it
-    (the caller's to supply: the runner reads no tool of this project)."""
+    """The patch series the run is made with, as ``python -m tools.series describe`` wrote it."""
     if path is None:
         return None
     try:
         with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+            return bounds.load_object(json.load(handle), "--series", SeriesId)
     except OSError as exc:
         raise RequestError(f"--series {path}: {exc.strerror}") from None
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise RequestError(f"--series {path}: not JSON ({exc})") from None
-    try:
-        return bounds.load_object(data, "--series", SeriesId)
     except ValueError as exc:
         raise RequestError(f"--series {path}: {exc}") from None
 
 
 def summary_lines(results: Results) -> list[str]:
-    """What ``ci run`` prints: one line per case, file warnings, the verdict and why. Plain text:
-    a test id printed here is the one pytest takes."""
+    """What ``ci run`` prints: one line per case (its id as pytest takes it), file warnings,
+    the verdict and why."""
     lines = [f"{mode:<10} = {results.label(mode)}" for mode in results.modes]
     for case in results.cases:
         outcomes = " ".join(f"{m}={case.modes[m].outcome}" for m in results.modes)
