@@ -202,15 +202,11 @@ def _event(tmp, name, event) -> str:
 
 
 def fork_pr(fake, head, fork) -> None:
-    """PR 7 from ``fork``'s FORK_BRANCH at ``head``, approved by a maintainer's review of it; the
-    run's workflow file as the default branch has it."""
+    """PR 7 from ``fork``'s FORK_BRANCH at ``head``, approved by a maintainer's review of it."""
     fake.add_pr(PR, "Adds a regression test.", head_sha=head, fork=fork)
     fake.pr_meta[PR]["branch"] = FORK_BRANCH
     fake.permissions["maint"] = "write"
     fake.add_review(PR, "maint", head)
-    blob = git(REPO, "hash-object", str(FLOW))
-    for ref in (head, "main"):
-        fake.contents[(ref, ".github/workflows/sglang-pr-ab.yml")] = blob
 
 
 def report_fork_run(tmp, fake, repo, base, head, conclusion, fork):

@@ -74,9 +74,8 @@ def _publish(request: ReportRequest, report: ReportPlan, publisher: Publisher, s
     say(f"PR body slot {request.slot}: {outcome}")
     moved = superseded("our slot write is undone and the comment skipped")
     if moved and outcome == "updated":
-        say(
-            f"PR body slot {request.slot}: {publisher.put_back_slot(request.slot, request.slot_label)}"
-        )
+        back = publisher.put_back_slot(request.slot, request.slot_label)
+        say(f"PR body slot {request.slot}: {back}")
     if report.comment is not None and not moved:
         login = publisher.identity(request.bot_login)
         marker = render.comment_marker(request.slot)

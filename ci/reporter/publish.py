@@ -166,8 +166,10 @@ class Publisher:
             bodies = [(pr_states.set_slot(base, slot, label, text), text) for text in texts]
             fits = [(new, text) for new, text in bodies if len(new) <= pr_states.BODY_LIMIT]
             if not fits:
-                self.log(f"PR body: left unchanged; with our slot it would exceed "
-                         f"{pr_states.BODY_LIMIT} characters, and the author's text is not ours to cut")  # fmt: skip
+                limit = pr_states.BODY_LIMIT
+                self.log(
+                    f"PR body: left unchanged: with our slot it would exceed {limit} characters"
+                )
                 return "too-long"
             new, text = fits[0]
             if new == base:
