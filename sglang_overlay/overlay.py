@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, replace
 
 from sglang_overlay import config, observe, shapes, sites
 from sglang_overlay.observe import logger, warn_once
-from sglang_overlay.patches import PATCH_IDS, PATCHED_MODULES, OverlayError, __version__, patches_of
+from sglang_overlay.patches import PATCH_IDS, PATCHED_MODULES, OverlayError, __version__
 
 STATES = ("applied", "wrapped", "pending", "not-present", "upstream-fixed", "unsupported",
           "disabled", "replaced", "failed")  # fmt: skip
@@ -153,27 +153,19 @@ def apply() -> list:
     global _removed
     with _lock:
         _removed = False
-    records = import_patched_modules()
+    import_patched_modules()
     for patch_id, names in PATCHED_MODULES.items():
-        for module in [sys.modules.get(n) for n in names]:
-            if module is not None:
-                # The import may have run the start-up hook already; applying again is a no-op.
-                apply_to_module(module, patch_id)
-                records = status()
-    return records
+        for module in filter(None, map(sys.modules.get, names)):
+            apply_to_module(module, patch_id)  # a no-op where the start-up hook applied it
+    return status()
 
 
-def apply_to_module(module, patch_id: "str | None" = None) -> None:
-    """Apply ``patch_id`` (by default each patch that names ``module``, in series order) to
-    ``module``: every method of the patch, or none."""
-    patch_ids = (patch_id,) if patch_id else patches_of(module.__name__)
-    if not patch_ids or not set(patch_ids) <= set(PATCH_IDS):
-        raise ValueError(f"no patch of the overlay patches {module.__name__}")
-    for one in patch_ids:
-        try:
-            _apply_patch(module, one)
-        finally:
-            shapes.module_tree.cache_clear()  # the size of the module: keep none
+def apply_to_module(module, patch_id: str) -> None:
+    """Apply ``patch_id`` to ``module``: every method of the patch, or none."""
+    try:
+        _apply_patch(module, patch_id)
+    finally:
+        shapes.module_tree.cache_clear()  # the size of the module: keep none
 
 
 def _apply_patch(module, patch_id: str) -> None:

@@ -1,9 +1,7 @@
-"""The overlay's table: for each method a patch replaces (a ``Site``; a patch has one or more),
-its class under every published name, the attributes released first, and each release's
-allocating method as the overlay knows it (``WorkspaceShape``: the sha256 of its exact source
-text, or, where only bytecode is deployed, of its code object). A new fix is rows here and one
-row of ``PATCHED_MODULES`` (``sglang_overlay/__init__.py``); ``shapes`` reads them. Data and
-the hazard checks sites name; imports nothing of sglang.
+"""The overlay's table: each method a patch replaces (a ``Site``), its class under every
+published name, the attributes released first, and each release's method as the overlay knows
+it (``WorkspaceShape``: the sha256 of its exact source text, and of its code object where only
+bytecode is deployed). A new fix is rows here and one row of ``patches.PATCHED_MODULES``.
 """
 
 from dataclasses import dataclass

@@ -31,7 +31,6 @@ from packaging.version import Version
 REPO = Path(__file__).resolve().parents[1]
 TORCH = REPO / "requirements/torch.txt"
 CLOSURE = REPO / "requirements/cpu-closure.txt"
-DEV = REPO / "requirements/dev.txt"
 FETCH_BUDGET = 64 * 2**20  # the torch wheel alone is 526.6 MB; its metadata is a few kB
 MANYLINUX_X86_64 = [
     "manylinux1_x86_64",
@@ -62,14 +61,6 @@ def test_torch_is_pinned_apart_from_the_no_deps_closure():
     assert torch["torch"] == "2.14.1"
     assert "torch" not in closure and "triton" not in closure
     assert not set(torch) & set(closure), "one pin per package, in one file"
-
-
-def test_no_machine_paths_in_the_install_files():
-    files = [TORCH, CLOSURE, DEV, REPO / "Makefile", REPO / ".ci/run", REPO / "pyproject.toml"]
-    for path in files:
-        text = path.read_text()
-        for machine_path in ("/opt/", "/etc/xdg", "/work/", "/root/", "file://"):
-            assert machine_path not in text, f"{path.relative_to(REPO)} names {machine_path}"
 
 
 # ---------------------------------------------------------------- what the Makefile would run
@@ -112,7 +103,9 @@ case "$*" in *"$FAIL_ON"*) sleep 0.3; exit 1;; esac
 """
 
 
-@pytest.mark.parametrize("failing", ["-r requirements/torch.txt", "-r requirements/cpu-closure.txt", ""])
+@pytest.mark.parametrize(
+    "failing", ["-r requirements/torch.txt", "-r requirements/cpu-closure.txt", ""]
+)
 def test_a_failure_of_either_step_run_at_once_fails_the_set_up(tmp_path, failing):
     # make's own recipe, with pip replaced by a script and a venv that already exists.
     if shutil.which("make") is None:

@@ -191,24 +191,20 @@ def test_a_runtime_folder_that_cannot_hold_records_is_named_instead_of_restart_i
     assert "restart" not in row["reason"]
 
 
-def test_dead_processes_records_are_pruned_and_nothing_else(runtime_dir, capsys):
+def test_status_removes_dead_processes_records_and_gauge_files_and_nothing_else(
+    runtime_dir, sleeper, tmp_path, monkeypatch, capsys
+):
     dead = runtime_dir / "4194000.json"  # above any pid this machine hands out
     dead.write_text(json.dumps({"start_time": "1", "patches": []}))
     kept = runtime_dir / "notes.txt"
     kept.write_text("not a record")
-    status(capsys, "--pid", str(os.getpid()))
-    assert (dead.exists(), kept.exists()) == (False, True)
-
-
-def test_dead_processes_gauge_files_are_swept_by_status(
-    runtime_dir, sleeper, tmp_path, monkeypatch, capsys
-):
     folder = tmp_path / "prometheus"
     folder.mkdir()
     for pid in (4194000, sleeper):  # killed without running its exit handler; alive
         (folder / f"gauge_liveall_{pid}.db").write_bytes(b"")
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(folder))
     status(capsys, "--pid", str(sleeper))
+    assert (dead.exists(), kept.exists()) == (False, True)
     assert sorted(p.name for p in folder.iterdir()) == [f"gauge_liveall_{sleeper}.db"]
 
 
