@@ -37,104 +37,65 @@ COPIED = {
 CLASS_OF = {method: cls for (_, cls), methods in COPIED.items() for method in methods}
 
 
-def release(attr, local, allocation, indent=12):
-    """What a fix inserts: ``self.<attr> = <local> = None`` before ``allocation``."""
-    pad = " " * indent
-    return (allocation, f"{pad}self.{attr} = {local} = None\n{allocation}")
+def release(method, attr, local, allocation, indent=12):
+    """What a fix inserts in ``method``: ``self.<attr> = <local> = None`` before ``allocation``
+    (a statement of that line's own text, at ``indent``)."""
+    line = f"{' ' * indent}{allocation}\n"
+    return (method, line, f"{' ' * indent}self.{attr} = {local} = None\n{line}")
+
+
+def unknown(method, line):
+    """An edit of one line of ``method`` that no fix or release has: an unknown shape."""
+    return (method, f"{line}\n", f"{line}  # x\n")
 
 
 # patch -> what the tests expect of it: its methods, each method's shape sha256 (any one
 # release's), the number of allocations a grow makes (the old tensor dead at each, applied),
 # the rows after the grow, the high-water mark the overlay logs, an edit of one method to an
 # unknown shape, the edits the fix makes, and what its upstream-fixed reason names.
+SELECT, DSA_Q8, DSV4_Q8 = (
+    "_selector_sampling_accept",
+    "_forward_flashmla_sparse_q8kv8",
+    "_prepare_q8kv8_q_and_sink",
+)
+BORN_Q, SENTINEL = "q8kv8_acquire_born_q_buffer", "q8kv8_born_q_sentinel"
 PATCHES = {
     "0005-dflash-draft-probs-release-first": dict(
-        methods=("_selector_sampling_accept",),
-        sha256=(("a30377ccfd23", "811c71964eb7"),),
-        allocations=1,
-        rows=4,
+        methods=(SELECT,), sha256=(("a30377ccfd23", "811c71964eb7"),), allocations=1, rows=4,
         high_water=4 * 3 * 32 * 4,  # (cap 4, gamma 3, vocab 32) float32
-        unknown=("_selector_sampling_accept", "gamma = block - 1\n", "gamma = block - 1  # x\n"),
-        fixed=(
-            (
-                "_selector_sampling_accept",
-                *release("_draft_probs_buf", "buffer", "            buffer = torch.zeros(\n"),
-            ),
-        ),
+        unknown=unknown(SELECT, "gamma = block - 1"),
+        fixed=(release(SELECT, "_draft_probs_buf", "buffer", "buffer = torch.zeros("),),
         upstream=("_draft_probs_buf",),
     ),
     "0007-dsa-q8kv8-release-first": dict(
-        methods=("_forward_flashmla_sparse_q8kv8",),
-        sha256=(("eb7abba41a0a", "f0c6ed52b57c", "13f42ab64c02", "169a7df46251"),),
-        allocations=4,  # the q pad (zeros), then the three outputs (empty)
-        rows=12,
+        methods=(DSA_Q8,), sha256=(("eb7abba41a0a", "f0c6ed52b57c", "13f42ab64c02", "169a7df46251"),),
+        allocations=4, rows=12,  # the q pad (zeros), then the three outputs (empty)
         # q pad 12 x 64 x 24 fp8, KV rows 160 x 24 fp8, outputs 12 x 64 x 16 bf16 + 2 x 12 x 64 fp32
         high_water=12 * 64 * 24 + 160 * 24 + 12 * 64 * 16 * 2 + 2 * 12 * 64 * 4,
-        unknown=(
-            "_forward_flashmla_sparse_q8kv8",
-            "dev = q_nope.device\n",
-            "dev = q_nope.device  # x\n",
-        ),
-        fixed=(
-            (
-                "_forward_flashmla_sparse_q8kv8",
-                *release("_q8kv8_qpad_buf", "buf", "                buf = torch.zeros(\n", 16),
-            ),
-            (
-                "_forward_flashmla_sparse_q8kv8",
-                *release("_q8kv8_kv_buf", "kv_buf", "            kv_buf = torch.empty(\n"),
-            ),
-            (
-                "_forward_flashmla_sparse_q8kv8",
-                *release("_q8kv8_out_bufs", "out_bufs", "            out_bufs = (\n"),
-            ),
-        ),
+        unknown=unknown(DSA_Q8, "dev = q_nope.device"),
+        fixed=(release(DSA_Q8, "_q8kv8_qpad_buf", "buf", "buf = torch.zeros(", 16),
+               release(DSA_Q8, "_q8kv8_kv_buf", "kv_buf", "kv_buf = torch.empty("),
+               release(DSA_Q8, "_q8kv8_out_bufs", "out_bufs", "out_bufs = (")),
         upstream=("_q8kv8_qpad_buf, _q8kv8_kv_buf, _q8kv8_out_bufs",),
     ),
     "0009-dsv4-q8kv8-qpad-release-first": dict(
-        methods=("_prepare_q8kv8_q_and_sink",),
-        sha256=(("891f31d3a954", "99b96398f867"),),
-        allocations=1,
-        rows=12,
+        methods=(DSV4_Q8,), sha256=(("891f31d3a954", "99b96398f867"),), allocations=1, rows=12,
         high_water=12 * 64 * 512,  # the q pad, fp8
-        unknown=(
-            "_prepare_q8kv8_q_and_sink",
-            "qpad = qpad[:num_tokens]\n",
-            "qpad = qpad[:num_tokens]  # x\n",
-        ),
-        fixed=(
-            (
-                "_prepare_q8kv8_q_and_sink",
-                *release("_q8kv8_qpad_buf", "qpad", "            qpad = torch.empty(\n"),
-            ),
-        ),
+        unknown=unknown(DSV4_Q8, "qpad = qpad[:num_tokens]"),
+        fixed=(release(DSV4_Q8, "_q8kv8_qpad_buf", "qpad", "qpad = torch.empty("),),
         upstream=("_q8kv8_qpad_buf",),
     ),
     "0011-dsa-q8kv8-born-q-release-first": dict(
-        methods=("q8kv8_acquire_born_q_buffer", "q8kv8_born_q_sentinel"),
-        sha256=(("c9be682c090c",), ("61428e17cdd3",)),
-        allocations=2,  # the born-q buffer (zeros), then the sentinel (full)
-        rows=12,
+        methods=(BORN_Q, SENTINEL), sha256=(("c9be682c090c",), ("61428e17cdd3",)),
+        allocations=2, rows=12,  # the born-q buffer (zeros), then the sentinel (full)
         high_water=12 * 64 * 24,  # the larger of the two: the born-q buffer, fp8
         # only the sentinel's text changes: the buffer's method, recognised, stays sglang's too
-        unknown=(
-            "q8kv8_born_q_sentinel",
-            "numel = num_tokens * num_heads * v_head_dim\n",
-            "numel = num_tokens * num_heads * v_head_dim  # x\n",
-        ),
-        fixed=(
-            (
-                "q8kv8_acquire_born_q_buffer",
-                *release("_q8kv8_born_q_buf", "buf", "            buf = torch.zeros(\n"),
-            ),
-            (
-                "q8kv8_born_q_sentinel",
-                *release("_q8kv8_born_q_sentinel", "buf", "            buf = torch.full(\n"),
-            ),
-        ),
+        unknown=unknown(SENTINEL, "numel = num_tokens * num_heads * v_head_dim"),
+        fixed=(release(BORN_Q, "_q8kv8_born_q_buf", "buf", "buf = torch.zeros("),
+               release(SENTINEL, "_q8kv8_born_q_sentinel", "buf", "buf = torch.full(")),
         upstream=("_q8kv8_born_q_buf", "_q8kv8_born_q_sentinel"),
     ),
-}
+}  # fmt: skip
 IDS = [p[:4] for p in PATCHES]
 
 KERNEL = '''"""Stand-in for the SM90 q8kv8 kernel module: its contracts in torch."""
