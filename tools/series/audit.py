@@ -1,9 +1,6 @@
-"""Find every method that replaces a tensor it still references by allocating the new one first.
-
-``self.buf = torch.empty(...)`` evaluates the right-hand side while ``self.buf`` still owns the
-old tensor, so the replacement briefly needs old + new. This module reads one module's source
-(never through a link) with ``ast`` only, never importing it, and classifies each such site;
-``audit_tree`` walks sglang's layout. Stdlib only: ``grow_hook.py`` runs it as a plain file.
+"""Every method that replaces a tensor it still references by allocating the new one first
+(``self.buf = torch.empty(...)`` needs old + new while it runs), each site classified. Reads one
+module's source with ``ast``, never importing it; stdlib only (``grow_hook.py`` runs it as a file).
 """
 
 import ast
@@ -25,8 +22,6 @@ VERDICTS = tuple(
 
 @dataclass(frozen=True)
 class Site:
-    """One allocation that replaces a value reached from the method's ``self``."""
-
     file: str
     qualname: str
     line: int
@@ -42,12 +37,9 @@ class Site:
 
 
 def audit_source(source: str, file: str) -> "list[Site]":
-    """Every replacement-by-allocation site in one module's source (SyntaxError propagates;
-    a module nested too deep to analyse raises ``Unreadable``)."""
+    """Every site in one module's source (SyntaxError propagates; too deep: ``Unreadable``)."""
     try:
-        tree = ast.parse(source)
-        lines = expr.comments(source)
-        sites = []
+        tree, lines, sites = ast.parse(source), expr.comments(source), []
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 sites.extend(_ClassAudit(node, file, lines).sites())
@@ -55,8 +47,6 @@ def audit_source(source: str, file: str) -> "list[Site]":
         raise Unreadable(f"nested too deep to analyse ({type(exc).__name__})") from None
     return sorted(sites, key=lambda s: s.line)
 
-
-# -- reading a module ---------------------------------------------------------------------------
 
 MAX_BYTES = 4 * 1024 * 1024  # the largest module read: sglang's biggest is under 300 kB
 
@@ -66,7 +56,7 @@ class Unreadable(SeriesError):
 
 
 def decode(data: bytes) -> str:
-    """Source bytes as text, honouring a PEP 263 coding line or a BOM (Unreadable if not)."""
+    """Source bytes as text, as a PEP 263 coding line or a BOM says."""
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         return data.decode(encoding)
@@ -75,8 +65,8 @@ def decode(data: bytes) -> str:
 
 
 def read_source(path: "str | os.PathLike") -> str:
-    """A module's text, read without following a link, only from a regular file of at most
-    ``MAX_BYTES``, decoded as PEP 263 says; anything else raises ``Unreadable``."""
+    """A module's text from a regular file (not a link) of at most ``MAX_BYTES``, else
+    ``Unreadable``."""
     try:
         if os.path.islink(path):
             raise Unreadable("a link, not followed")
@@ -92,12 +82,9 @@ def read_source(path: "str | os.PathLike") -> str:
     return decode(data)
 
 
-# -- one class ----------------------------------------------------------------------------------
-
-
 @dataclass
 class _Path:
-    """What holds on the current path through a method, before the statement being read."""
+    """What holds on the path through a method before the statement being read."""
 
     released: "set[str]"
     kept: "dict[str, str]"  # key -> where the old value was kept
@@ -108,8 +95,8 @@ class _Path:
 
 
 def _merge(a: _Path, b: _Path) -> _Path:
-    """After an if/else: released on both paths stays released; kept on one path and kept or
-    holding nothing on the other stays kept (``if self.buf is not None: keep(self.buf)``)."""
+    """After an if/else: released on both stays released; kept on one and kept or released on
+    the other stays kept (``if self.buf is not None: keep(self.buf)``)."""
     kept = {k: why for k, why in a.kept.items() if k in b.kept or k in b.released}
     kept.update({k: why for k, why in b.kept.items() if k in a.released})
     return _Path(a.released & b.released, kept, a.once & b.once)
@@ -138,9 +125,7 @@ class _ClassAudit:
         self.escapes: dict[str, list[str]] = {}  # function -> key shapes stored as views
 
     def sites(self) -> "list[Site]":
-        found = []
-        for name, func in self.methods.items():
-            found.extend(self._function(func, name))
+        found = [c for name, func in self.methods.items() for c in self._function(func, name)]
         sites = [self._classify(c) for c in found]
         return [
             self._like_sized(site, cand, sites) for site, cand in zip(sites, found, strict=True)
@@ -156,8 +141,6 @@ class _ClassAudit:
                 return replace(site, grows_with=other.grows_with)
         return site
 
-    # reading one function --------------------------------------------------------------------
-
     def _function(self, func, qual: str) -> "list[_Candidate]":
         self.roots = {expr.self_name(func): "self"}
         self.flags = expr.flags_set_true(func, self.roots)
@@ -165,8 +148,7 @@ class _ClassAudit:
         self.fresh: dict[str, tuple[ast.Call, _Path, int]] = {}
         self.old_locals: dict[str, str] = {}  # local name -> key whose old value it holds
         self.found: list[_Candidate] = []
-        self.qual = qual
-        self.escapes[qual] = []
+        self.qual, self.escapes[qual] = qual, []
         self._block(func.body, _Path(set(), {}, set()))
         for cand in self.found:  # the old value copied into the new one after allocating
             for name, key in self.old_locals.items():
@@ -189,20 +171,16 @@ class _ClassAudit:
             return self._if(stmt, path)
         if isinstance(stmt, (ast.With, ast.AsyncWith)):
             return self._block(stmt.body, path)
-        if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
-            self._block(stmt.body, path.copy())
-            self._block(stmt.orelse, path.copy())
-            return path
-        if isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
-            self._block(stmt.body, path.copy())
-            for handler in stmt.handlers:
-                self._block(handler.body, path.copy())
-            self._block(stmt.orelse, path.copy())
-            return self._block(stmt.finalbody, path)
-        if type(stmt).__name__ == "Match":
-            for case in stmt.cases:
-                self._block(case.body, path.copy())
-            return path
+        if type(stmt).__name__ in ("For", "AsyncFor", "While", "Try", "TryStar", "Match"):
+            # each branch may not run: what it does holds only inside it; a finally always runs
+            for block in [
+                getattr(stmt, "body", []),
+                *(h.body for h in getattr(stmt, "handlers", [])),
+                getattr(stmt, "orelse", []),
+                *(c.body for c in getattr(stmt, "cases", [])),
+            ]:
+                self._block(block, path.copy())
+            return self._block(getattr(stmt, "finalbody", []), path)
         path = path.copy()
         if isinstance(stmt, ast.Assign):
             for target in stmt.targets:
@@ -210,29 +188,22 @@ class _ClassAudit:
         elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
             self._assign(stmt.target, stmt.value, stmt, path)
         elif isinstance(stmt, ast.Delete):
-            for target in stmt.targets:
-                key = expr.chain(target, self.roots)
-                if key:
-                    path.released.add(key)
+            path.released |= {k for k in (expr.chain(t, self.roots) for t in stmt.targets) if k}
         elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
             self._call(stmt.value, path)
         return path
 
     def _if(self, stmt: ast.If, path: _Path) -> _Path:
-        body_path = path.copy()
-        else_path = path.copy()
+        body_path, else_path = path.copy(), path.copy()
         for key, on_body in expr.absent_on(stmt.test, self.roots):
             # On that branch the target holds nothing: allocating there replaces nothing, and
             # where the method builds that target, whatever it builds beside it is built once.
             empty = body_path if on_body else else_path
-            empty.once.add(key)
+            empty.once.update([key, ALL] if key in self.assigned else [key])
             empty.released.add(key)
-            if key in self.assigned:
-                empty.once.add(ALL)
         flag = expr.flag_test(stmt.test, self.roots)
         if flag and flag[0] in self.flags:  # if self.ready: return ... self.ready = True
-            ready = flag[1]
-            if not ready:
+            if not flag[1]:
                 body_path.once.add(ALL)
             elif expr.terminates(stmt.body):
                 else_path.once.add(ALL)
@@ -250,10 +221,9 @@ class _ClassAudit:
             for i, elt in enumerate(target.elts):
                 self._assign(elt, values[i] if values and i < len(values) else None, stmt, path)
             return
-        key = expr.chain(target, self.roots)
         if isinstance(target, ast.Name):
-            self._bind_local(target.id, value, path)
-            return
+            return self._bind_local(target.id, value, path)
+        key = expr.chain(target, self.roots)
         if key is None or value is None or expr.writes_into(target):
             return
         call = expr.allocator(value)
@@ -328,8 +298,6 @@ class _ClassAudit:
             for n in ast.walk(func)
         )
 
-    # each site's verdict ----------------------------------------------------------------------
-
     def _classify(self, cand: _Candidate) -> Site:
         verdict, reason = self._verdict(cand)
         return Site(
@@ -339,24 +307,14 @@ class _ClassAudit:
             cand.key,
             expr.allocator_name(cand.call),
             verdict,
-            expr.grows_with(cand.call, self._locals_of(cand.func)),
+            expr.grows_with(cand.call, self.methods[cand.func]),
             reason,
             expr.element_type(cand.call),
         )
 
-    def _locals_of(self, qual: str) -> dict:
-        values: dict[str, list] = {}
-        for node in ast.walk(self.methods[qual]):
-            if isinstance(node, ast.Assign):
-                for t in node.targets:
-                    if isinstance(t, ast.Name):
-                        values.setdefault(t.id, []).append(node.value)
-        return values
-
     def _verdict(self, cand: _Candidate) -> "tuple[str, str]":
         stmt, key, path = cand.stmt, cand.key, cand.path
-        marker = self._marker(stmt)
-        if marker:
+        if marker := self._marker(stmt):
             return "keeps-old-on-purpose", f"marked: {marker}"
         if cand.func in INIT_METHODS:
             return "init-only", f"in {cand.func}"
@@ -366,33 +324,24 @@ class _ClassAudit:
             return "init-only", "built once: behind a flag or a target the method sets"
         if any(expr.covers(k, key) for k in path.once):
             return "init-only", "built once: only while it holds nothing"
-        kept = [why for k, why in path.kept.items() if expr.holds(k, key)]
-        if kept:
+        if kept := [why for k, why in path.kept.items() if expr.holds(k, key)]:
             return "keeps-old-on-purpose", kept[0]
-        holders = [
-            q
-            for q, held in self.escapes.items()
-            if q != cand.func and any(expr.holds(h, key) for h in held)
-        ]
-        if holders:
+        escaped = self.escapes.items()
+        if holders := [
+            q for q, held in escaped if q != cand.func and any(expr.holds(h, key) for h in held)
+        ]:
             named = ", ".join(f"{self.cls.name}.{q}" for q in sorted(holders))
             return "views-escape", f"{named} keeps a view of it"
-        released = [k for k in path.released if expr.covers(k, key)]
-        if released:
+        if released := [k for k in path.released if expr.covers(k, key)]:
             return "releases-first", f"{released[0]} released before allocating"
         return "grows-while-held", "the old value is referenced while the new one is allocated"
 
     def _marker(self, stmt) -> "str | None":
-        """The reason of a marker on the statement's own lines, or on the comment-only lines
-        right above it; a comment trailing another statement marks that statement only."""
-        first, last = stmt.lineno, stmt.end_lineno or stmt.lineno
-        numbers = list(range(first, last + 1))
-        above = first - 1
-        while above in self.lines and self.lines[above][1]:  # comment-only lines above
-            numbers.append(above)
-            above -= 1
-        for number in numbers:
-            reason = expr.marker_reason(self.lines.get(number, ("", False))[0])
-            if reason:
-                return reason
-        return None
+        """The reason of a marker on the statement's lines or the comment-only lines right above
+        (a comment trailing another statement marks that statement only)."""
+        first, top = stmt.lineno, stmt.lineno
+        while top - 1 in self.lines and self.lines[top - 1][1]:  # comment-only lines above
+            top -= 1
+        numbers = [*range(first, (stmt.end_lineno or first) + 1), *range(first - 1, top - 1, -1)]
+        reasons = (expr.marker_reason(self.lines.get(n, ("", False))[0]) for n in numbers)
+        return next(filter(None, reasons), None)

@@ -1,14 +1,10 @@
-"""The vocabulary of the grow-while-held analysis (``audit.py``): what is an allocation, which
-value a target names, what a test proves about a target, which names say what a size grows
-with, what a class's methods say about each other, and the marker comment that exempts a site.
-Pure functions of ``ast`` nodes and source text; stdlib only (``grow_hook.py`` runs it as a
-plain file).
+"""The vocabulary of the grow-while-held analysis (``audit.py``): allocations, the value a target
+names, what a test proves about a target, what a size grows with, the exempting marker comment.
+Pure functions of ``ast`` nodes and source text; stdlib only.
 
-What counts as an allocation: ``torch.X(...)`` for X in ``TORCH_ALLOCATORS`` and ``t.new_X(...)``,
-also at the root of a method chain (``torch.zeros(n).to(dev)``), directly or through a local
-bound to one. Not counted: ``.to(...)``, ``.clone()``, ``torch.cat``/``stack`` of the old value:
-the new tensor is copied from the old one, so both must live during the copy whatever the order;
-and ``torch.tensor``/``as_tensor`` (built from host data, not sized by a request).
+An allocation is ``torch.X(...)`` (X in ``TORCH_ALLOCATORS``) or ``t.new_X(...)``, also at the
+root of a chain (``torch.zeros(n).to(dev)``). Not: copies of the old value (``.to``, ``.clone``,
+``torch.cat``: both live during the copy whatever the order), nor ``torch.tensor`` (host data).
 """
 
 import ast
@@ -49,9 +45,9 @@ def chain(node, roots: dict) -> "str | None":
 
 
 def slice_text(node) -> str:
-    if isinstance(node, ast.Tuple):
-        return ", ".join(ast.unparse(e) for e in node.elts)
-    return ast.unparse(node)
+    return (
+        ", ".join(map(ast.unparse, node.elts)) if isinstance(node, ast.Tuple) else ast.unparse(node)
+    )
 
 
 def shape(key: str) -> str:
@@ -65,8 +61,8 @@ def covers(released: str, key: str) -> bool:
 
 
 def holds(held: str, key: str) -> bool:
-    """Keeping ``self.buf`` or a slice of it keeps the old ``self.buf``; keeping the container
-    that holds a slot does not keep the slot's old value (the slot is replaced in place)."""
+    """Keeping ``self.buf`` or a slice of it keeps the old ``self.buf``; keeping the container of
+    a slot does not keep the slot's old value."""
     return shape(held) == shape(key) or shape(held).startswith(shape(key) + "[")
 
 
@@ -101,41 +97,39 @@ def allocator_name(call: ast.Call) -> str:
 
 
 def element_type(call: ast.Call) -> str:
-    """The ``dtype=`` the call names ("" when it inherits one: ``*_like``, ``new_*``, default)."""
-    for keyword in call.keywords:
-        if keyword.arg == "dtype":
-            return ast.unparse(keyword.value)
-    return ""
+    """The ``dtype=`` the call names ("" when it inherits one or takes the default)."""
+    return next((ast.unparse(k.value) for k in call.keywords if k.arg == "dtype"), "")
 
 
 def names_in(node) -> "set[str]":
-    out = set()
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Name):
-            out.add(sub.id)
-        elif isinstance(sub, ast.Attribute):
-            out.add(sub.attr)
-    return out
+    return {
+        sub.id if isinstance(sub, ast.Name) else sub.attr
+        for sub in ast.walk(node)
+        if isinstance(sub, (ast.Name, ast.Attribute))
+    }
 
 
-def grows_with(call: ast.Call, local_values: dict) -> "tuple[str, ...]":
-    sized = list(call.args) + [k.value for k in call.keywords if k.arg == "size"]
-    names, todo, seen = set(), [n for a in sized for n in names_in(a)], set()
-    while todo:  # follow the method's locals: new_capacity = max(1, total_ctx)
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        names.add(name)
-        for value in local_values.get(name, ()):
-            todo.extend(names_in(value))
-    words = {w for n in names for w in n.lower().split("_")}
+def grows_with(call: ast.Call, func) -> "tuple[str, ...]":
+    """The words of the names in the call's size, followed through the method's locals
+    (``new_capacity = max(1, total_ctx)``) -> what the size grows with."""
+    assigned: dict[str, list] = {}
+    for node in ast.walk(func):
+        for t in node.targets if isinstance(node, ast.Assign) else ():
+            if isinstance(t, ast.Name):
+                assigned.setdefault(t.id, []).append(node.value)
+    sized = [*call.args, *(k.value for k in call.keywords if k.arg == "size")]
+    todo, seen = [n for a in sized for n in names_in(a)], set()
+    while todo:
+        if (name := todo.pop()) not in seen:
+            seen.add(name)
+            todo += [n for value in assigned.get(name, ()) for n in names_in(value)]
+    words = {w for n in seen for w in n.lower().split("_")}
     return tuple(kind for kind, vocab in GROWS_WITH_WORDS.items() if words & vocab)
 
 
 def viewed(expr, roots: dict):
-    """Keys whose storage ``expr`` keeps alive: the value itself, a slice or view of it, or a
-    holder built from those (a tuple, a constructor call)."""
+    """Keys whose storage ``expr`` keeps alive: the value, a slice or view of it, or a holder
+    built from those."""
     key = chain(expr, roots)
     if key:
         yield key
@@ -159,8 +153,8 @@ def viewed(expr, roots: dict):
 
 
 def flag_test(test, roots: dict) -> "tuple[str, bool] | None":
-    """``self.ready`` / ``getattr(self, "ready", False)`` -> ("self.ready", True); negated (also
-    as one operand of an ``and``) -> ("self.ready", False)."""
+    """``self.ready`` or ``getattr(self, "ready", False)`` -> ("self.ready", True); negated (also
+    in an ``and``) -> ("self.ready", False)."""
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         found = [flag_test(v, roots) for v in test.values]
         negated = [f for f in found if f and not f[1]]
@@ -187,8 +181,8 @@ def flags_set_true(func, roots: dict) -> "set[str]":
 
 
 def absent_on(test, roots: dict) -> "list[tuple[str, bool]]":
-    """(key, on_body) for each target the test proves holds nothing on one branch: the body of
-    ``if self.x is None and ...``, the else of ``if self.x is not None or ...: return``."""
+    """(key, on_body) for each target the test proves empty on one branch (the body of ``if
+    self.x is None and ...``, the else of ``if self.x is not None or ...``)."""
     if isinstance(test, ast.BoolOp):
         found = [once_test(v, roots) for v in test.values]
         wanted = isinstance(test.op, ast.And)  # And: every operand holds in the body
@@ -198,7 +192,7 @@ def absent_on(test, roots: dict) -> "list[tuple[str, bool]]":
 
 
 def assigned_keys(func, roots: dict) -> "set[str]":
-    """Every self-rooted target the function builds (sets to something other than None)."""
+    """Every self-rooted target the function sets to something other than None."""
     return {
         key
         for node in ast.walk(func)
@@ -212,8 +206,8 @@ def assigned_keys(func, roots: dict) -> "set[str]":
 
 
 def once_test(test, roots: dict) -> "tuple[str, bool] | None":
-    """``self.x is None`` -> ("self.x", True); ``self.x is not None`` -> ("self.x", False);
-    likewise ``k (not) in self.d`` for the slot ``self.d[k]`` and ``(not) hasattr(self, "x")``."""
+    """``self.x is None`` -> ("self.x", True), ``is not None`` -> False; likewise ``k (not) in
+    self.d`` for the slot ``self.d[k]`` and ``(not) hasattr(self, "x")``."""
     negated = False
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         test, negated = test.operand, True
@@ -231,8 +225,7 @@ def once_test(test, roots: dict) -> "tuple[str, bool] | None":
 
 
 def probe(value, roots: dict) -> "str | None":
-    """``self.d.get(k)`` -> "self.d[k]", ``getattr(self, "x", None)`` -> "self.x": a local bound
-    to one holds that slot's current value."""
+    """``self.d.get(k)`` -> "self.d[k]", ``getattr(self, "x", None)`` -> "self.x"."""
     if not isinstance(value, ast.Call) or not value.args:
         return None
     func = value.func
@@ -288,21 +281,22 @@ INIT_METHODS = frozenset({"__init__", "__post_init__", "__new__", "setUp", "setu
 
 
 def released_at_top(func) -> "set[str]":
-    """The targets a method releases in its own top-level statements (``self.x = None``,
-    ``self.x = []``, ``del self.x``): calling it releases them."""
+    """The targets a method releases in its top-level statements (``self.x = None``, ``= []``,
+    ``del self.x``): calling it releases them."""
     roots = {self_name(func): "self"}
-    out = set()
-    for stmt in func.body:
-        if isinstance(stmt, ast.Assign) and (is_none(stmt.value) or is_empty_holder(stmt.value)):
-            out |= {k for k in (chain(t, roots) for t in stmt.targets) if k}
-        elif isinstance(stmt, ast.Delete):
-            out |= {k for k in (chain(t, roots) for t in stmt.targets) if k}
-    return out
+    return {
+        key
+        for stmt in func.body
+        if isinstance(stmt, ast.Delete)
+        or isinstance(stmt, ast.Assign)
+        and (is_none(stmt.value) or is_empty_holder(stmt.value))
+        for key in (chain(t, roots) for t in stmt.targets)
+        if key
+    }
 
 
 def construction_only(methods: "dict[str, ast.FunctionDef]") -> "set[str]":
-    """The methods that run only while the object is built: construction and per-test set-up,
-    and any private helper that only such methods call (``methods``: name -> its definition)."""
+    """Construction and per-test set-up, and the private helpers only those call."""
     callers: dict[str, set[str]] = {name: set() for name in methods}
     for name, func in methods.items():
         me = self_name(func)
@@ -328,13 +322,10 @@ def construction_only(methods: "dict[str, ast.FunctionDef]") -> "set[str]":
 
 
 MARKER = re.compile(r"#\s*grows-while-held:\s*keeps-old-on-purpose\b[ \t:,-]*(?P<reason>.*)")
-# Visible text: letters, digits, punctuation, symbols (not spaces, controls, format characters).
-_VISIBLE = ("L", "N", "P", "S")
 
 
 def comments(source: str) -> "dict[int, tuple[str, bool]]":
-    """Each line's comment text (from ``tokenize``: never a string's or docstring's text), and
-    whether the line holds nothing but the comment."""
+    """Each line's comment (``tokenize``'s: never a string's text) and whether it is alone."""
     found, code_lines = {}, set()
     try:
         for tok in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -347,25 +338,19 @@ def comments(source: str) -> "dict[int, tuple[str, bool]]":
     return {n: (text, n not in code_lines) for n, text in found.items()}
 
 
-def visible(text: str) -> bool:
-    """Whether ``text`` has a character one can see (not only spaces, controls, format marks)."""
-    return any(unicodedata.category(ch)[0] in _VISIBLE for ch in text)
+def _reason(comment: str) -> "str | None":
+    """A marker's reason: None without a marker, "" when it has no visible character."""
+    match = MARKER.search(comment)
+    if match is None:
+        return None
+    visible = any(unicodedata.category(ch)[0] in "LNPS" for ch in match.group("reason"))
+    return match.group("reason").strip() if visible else ""
 
 
 def marker_reason(comment: str) -> "str | None":
-    """The reason a marker comment gives, or None (no marker, or a reason with nothing visible)."""
-    match = MARKER.search(comment)
-    if not match or not visible(match.group("reason")):
-        return None
-    return match.group("reason").strip()
-
-
-def marker_without_reason(comment: str) -> bool:
-    """A keeps-old-on-purpose marker comment that does not say why (the hook refuses it)."""
-    match = MARKER.search(comment)
-    return bool(match) and not visible(match.group("reason"))
+    return _reason(comment) or None
 
 
 def bare_markers(source: str) -> "list[int]":
-    """The lines whose comment is a marker without a visible reason."""
-    return sorted(n for n, (text, _) in comments(source).items() if marker_without_reason(text))
+    """The lines whose comment is a marker without a visible reason (the hook refuses them)."""
+    return sorted(n for n, (text, _) in comments(source).items() if _reason(text) == "")

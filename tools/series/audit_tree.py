@@ -1,9 +1,6 @@
-"""``python -m tools.series audit TREE``: run the grow-while-held analysis (``tools/series/audit.py``) over an
-sglang source tree and render what it found. Reads files only; never imports the tree.
-
-TREE is an upstream checkout (``python/sglang``), an installed package folder (``.../sglang``),
-or the folder holding one (site-packages). Files are named from the package down
-(``sglang/srt/...``) whichever layout was given, so two trees' results compare line by line.
+"""``python -m tools.series audit TREE``: the grow-while-held analysis over an sglang checkout,
+package folder or the folder holding one, files named from the package down (``sglang/srt/...``)
+whichever layout, so two trees' results compare line by line. Reads files, never imports them.
 """
 
 import os
@@ -14,7 +11,6 @@ from tools.series import audit, usage
 
 
 def package_root(tree: str) -> Path:
-    """The ``sglang`` package folder inside TREE, or a usage error naming what is missing."""
     path = Path(tree)
     for candidate in (path, path / "sglang", path / "python" / "sglang"):
         if (candidate / "__init__.py").is_file() and (candidate / "srt").is_dir():
@@ -27,8 +23,7 @@ def package_root(tree: str) -> Path:
 
 
 def audit_package(root: Path) -> "tuple[list[audit.Site], list[str]]":
-    """Every site under the package, and the files that could not be read or parsed, each one
-    line naming it and why. Links are not followed; the walk goes on past any one file."""
+    """Every site under the package, and one line for each file that could not be read."""
     sites, skipped = [], []
     for path in _python_files(root, skipped):
         name = f"sglang/{path.relative_to(root).as_posix()}"
@@ -42,9 +37,8 @@ def audit_package(root: Path) -> "tuple[list[audit.Site], list[str]]":
 
 
 def _python_files(root: Path, skipped: "list[str]") -> "list[Path]":
-    """Every ``*.py`` entry under ROOT (links included, to be named), sorted. The walk is
-    iterative (no depth limit but the file system's), does not follow links, and names each
-    folder it cannot list."""
+    """Every ``*.py`` entry under ROOT (links included, to be named), sorted; iterative (no depth
+    limit), never through a link, naming each folder it cannot list."""
     found, folders = [], [root]
     while folders:
         folder = folders.pop()
@@ -65,19 +59,17 @@ def _python_files(root: Path, skipped: "list[str]") -> "list[Path]":
 
 
 def render_table(sites: "list[audit.Site]") -> str:
-    """A Markdown table, grows-while-held first, then the other verdicts, each by file."""
-    order = {v: i for i, v in enumerate(audit.VERDICTS)}
-    rows = sorted(sites, key=lambda s: (order[s.verdict], s.file, s.line))
+    """A Markdown table, in the order of ``audit.VERDICTS``, each by file."""
+    rows = sorted(sites, key=lambda s: (audit.VERDICTS.index(s.verdict), s.file, s.line))
     out = [
         "| verdict | file:line | method | target | allocator | grows with | why |",
         "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for s in rows:
-        grows = ", ".join(s.grows_with) or "-"
-        out.append(
+        *(
             f"| {s.verdict} | {s.file}:{s.line} | `{s.qualname}` | `{s.target}` | "
-            f"`{s.allocator}` | {grows} | {s.reason} |"
-        )
+            f"`{s.allocator}` | {', '.join(s.grows_with) or '-'} | {s.reason} |"
+            for s in rows
+        ),
+    ]
     return "\n".join(out) + "\n"
 
 

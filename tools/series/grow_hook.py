@@ -1,17 +1,13 @@
 #!/usr/bin/env python3
 """A pre-commit hook: refuse a NEW grow-while-held allocation in the files being committed.
 
-pre-commit passes the changed Python files. For each, the analysis (``tools/series/audit.py``) runs
-on the file as staged and on the same file at ``--base`` (default HEAD, read with ``git show``);
-a ``grows-while-held`` site that the base version does not have (same ``Class.method`` and
-target) is new, and fails the hook. Sites that were already there pass, so a tree with old sites
-can adopt the hook and fix them one by one. A site held on purpose says so on its line (or the
-line above) with the reason::
+A ``grows-while-held`` site the file at ``--base`` (default HEAD) lacks (same ``Class.method``
+and target) fails; old sites pass, so a tree can adopt the hook and fix them one by one. A site
+held on purpose says why on its line or the line above::
 
     # grows-while-held: keeps-old-on-purpose a captured CUDA graph may still read the old one
 
-A marker without a reason fails the hook too. Runs as a plain file (``language: script``) with
-the standard library only; exit 0 clean, 1 new sites or bare markers.
+A marker without a reason fails too. Stdlib only (``language: script``); exit 0 clean, 1 not.
 """
 
 import argparse
@@ -36,19 +32,16 @@ def new_sites(current: "list[audit.Site]", before: "list[audit.Site]") -> "list[
     """The grows-while-held sites of ``current`` beyond those ``before`` already had."""
     known = Counter((s.qualname, s.target) for s in before if s.verdict == "grows-while-held")
     fresh = []
-    for site in current:
-        if site.verdict != "grows-while-held":
-            continue
-        key = (site.qualname, site.target)
-        if known[key]:
-            known[key] -= 1
+    for site in (s for s in current if s.verdict == "grows-while-held"):
+        if known[site.qualname, site.target]:
+            known[site.qualname, site.target] -= 1
         else:
             fresh.append(site)
     return fresh
 
 
 def check_file(path: str, base_source: "str | None") -> "list[str]":
-    """The hook's complaints about one file (empty: it passes)."""
+    """The hook's complaints about one file."""
     try:
         source = audit.read_source(path)
         current = audit.audit_source(source, path)
@@ -74,12 +67,12 @@ def check_file(path: str, base_source: "str | None") -> "list[str]":
 
 
 def _inert(text: str) -> str:
-    """TEXT with control and format characters shown as escapes (a file name is anyone's)."""
+    """Control and format characters shown as escapes (a file name is anyone's)."""
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in text)
 
 
 def base_source(path: str, rev: str) -> "str | None":
-    """The file at ``rev``, or None where it did not exist (or there is no git history)."""
+    """The file at ``rev``, or None where there is none."""
     shown = gitcmd.run(["show", f"{rev}:./{path}"], None, check=False)
     if shown.returncode != 0 or len(shown.stdout) > audit.MAX_BYTES:
         return None
