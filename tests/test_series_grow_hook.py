@@ -1,8 +1,6 @@
-"""The grow-while-held pre-commit hook (``tools/series/grow_hook.py``, ``.pre-commit-hooks.yaml``):
-a new site in a changed file fails, a site the base already had passes, a marker with a visible
-reason in a comment passes, every unreadable file is named. The end-to-end tests run the real
-pre-commit on a scratch repository that uses a scratch copy of this project as its hook
-repository (``language: script``, nothing installed, nothing fetched).
+"""The grow-while-held pre-commit hook (``tools/series/grow_hook.py``): a new site in a changed
+file fails, a site the base already had passes, a marker with a visible reason passes, every
+unreadable file is named; and the real pre-commit running it from a hook repository and vendored.
 """
 
 import os
@@ -15,20 +13,12 @@ from pathlib import Path
 import pytest
 from test_series_audit import UNREADABLE, _hostile_tree
 
+from tools.series import grow_hook
 from tools.series.seriesdir import REPO_ROOT
 
-HOOK = REPO_ROOT / "tools/series/grow_hook.py"
-HOOK_FILES = (
-    ".pre-commit-hooks.yaml",
-    "ci/__init__.py",
-    "ci/errors.py",
-    "ci/gitcmd.py",
-    "tools/__init__.py",
-    "tools/series/__init__.py",
-    "tools/series/audit.py",
-    "tools/series/audit_expr.py",
-    "tools/series/grow_hook.py",
-)
+HOOK_FILES = ("ci/__init__.py", "ci/errors.py", "ci/gitcmd.py", "tools/__init__.py",
+              "tools/series/__init__.py", "tools/series/audit.py", "tools/series/audit_expr.py",
+              "tools/series/grow_hook.py")  # fmt: skip
 OLD = """\
 import torch
 
@@ -43,35 +33,33 @@ NEW_SITE = "\n    def grow_kv(self, capacity):\n        self.kv = torch.zeros(ca
 MARKED = f"\n    def grow_kv(self, capacity):\n        {KEEP} a CUDA graph reads the old one\n"
 MARKED += "        self.kv = torch.zeros(capacity, 512)\n"
 NEW_LINE = "ws.py:10: Workspace.grow_kv allocates the new self.kv while still holding the old one"
+BARE = "ws.py:10: a keeps-old-on-purpose marker must say why"
 
-# What ws.py becomes -> (exit code, lines the hook must print; () when it prints nothing).
+# (file, what it becomes) -> (exit code, the starts of the lines the hook prints).
 CASES = {
-    "new-site": (OLD + NEW_SITE, 1, (NEW_LINE,)),
-    "site-the-base-had": (OLD.replace("return self.buf", "return self.buf[:1]"), 0, ()),
-    "marked": (OLD + MARKED, 0, ()),
-    "released": (OLD + NEW_SITE.replace("        self.kv = torch", "        self.kv = None\n        self.kv = torch"), 0, ()),
-    "marker-without-reason": (OLD + NEW_SITE.replace("512)", f"512)  {KEEP}"), 1,
-                              (NEW_LINE, "ws.py:10: a keeps-old-on-purpose marker must say why")),
-    "zero-width-reason": (OLD + NEW_SITE.replace("512)", f"512)  {KEEP} \u200b"), 1,
-                          (NEW_LINE, "ws.py:10: a keeps-old-on-purpose marker must say why")),
-    "marker-in-a-docstring": (OLD + NEW_SITE.replace("):\n", f'):\n        """{KEEP} doc"""\n', 1),
+    "new-site": ("ws.py", OLD + NEW_SITE, 1, (NEW_LINE,)),
+    "site-the-base-had": ("ws.py", OLD.replace("return self.buf", "return self.buf[:1]"), 0, ()),
+    "marked": ("ws.py", OLD + MARKED, 0, ()),
+    "released": ("ws.py", OLD + NEW_SITE.replace("        self.kv = torch", "        self.kv = None\n        self.kv = torch"), 0, ()),
+    "marker-without-reason": ("ws.py", OLD + NEW_SITE.replace("512)", f"512)  {KEEP}"), 1, (NEW_LINE, BARE)),
+    "zero-width-reason": ("ws.py", OLD + NEW_SITE.replace("512)", f"512)  {KEEP} \u200b"), 1, (NEW_LINE, BARE)),
+    "marker-in-a-docstring": ("ws.py", OLD + NEW_SITE.replace("):\n", f'):\n        """{KEEP} doc"""\n', 1),
                               1, ("ws.py:11: Workspace.grow_kv allocates the new self.kv",)),
-    "marker-on-the-statement-before": (
+    "marker-on-the-statement-before": ("ws.py",
         OLD + f"\n    def grow_q(self, n):\n        self.a = torch.zeros(n)  {KEEP} graph reads it\n"
         "        self.q = torch.zeros(n)\n", 1, ("ws.py:11: Workspace.grow_q allocates the new self.q",)),
+    "new-file": ("fresh.py", OLD, 1, ("fresh.py:6: Workspace.get allocates the new self.buf",)),
 }  # fmt: skip
 
 
 def _env(tmp_path: Path) -> dict:
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "PRE_COMMIT"))}
-    keep.pop("SKIP", None)
-    return {**keep, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home")}
+    return {**keep, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"), "SKIP": ""}
 
 
-def _git(repo: Path, *args, env=None) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True
-    ).stdout
+def _git(repo: Path, *args, env) -> str:
+    proc = subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
+    return proc.stdout.decode()
 
 
 def _repo(path: Path, files: "dict[str, str]", env) -> Path:
@@ -85,81 +73,51 @@ def _repo(path: Path, files: "dict[str, str]", env) -> Path:
     return path
 
 
-def _hook(cwd: Path, *files) -> "tuple[int, str]":
-    proc = subprocess.run(
-        [sys.executable, str(HOOK), *files],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env=_env(cwd.parent),
-        timeout=60,
-    )
-    return proc.returncode, proc.stdout + proc.stderr
-
-
-@pytest.fixture
-def consumer(tmp_path):
-    return _repo(tmp_path / "consumer", {"ws.py": OLD}, _env(tmp_path))
+def _hook(monkeypatch, capsys, cwd: Path, *files) -> "tuple[int, str]":
+    monkeypatch.chdir(cwd)
+    code = grow_hook.main(list(files))
+    return code, capsys.readouterr().out
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_the_hook_refuses_new_sites_and_markers_that_do_not_say_why(consumer, case):
-    text, code, lines = CASES[case]
-    (consumer / "ws.py").write_text(text)
-    got, out = _hook(consumer, "ws.py")
-    assert got == code, out
-    assert all(any(x.startswith(line) for x in out.splitlines()) for line in lines), out
-    assert len(out.splitlines()) == len(lines), out
+def test_the_hook_refuses_new_sites_and_markers_that_do_not_say_why(
+    tmp_path, monkeypatch, capsys, case
+):
+    name, text, code, lines = CASES[case]
+    consumer = _repo(tmp_path / "consumer", {"ws.py": OLD}, _env(tmp_path))
+    (consumer / name).write_text(text)
+    got, out = _hook(monkeypatch, capsys, consumer, name)
+    assert got == code and len(out.splitlines()) == len(lines), out
+    assert all(x.startswith(line) for x, line in zip(out.splitlines(), lines, strict=True)), out
 
 
-def test_a_new_file_counts_every_site_as_new(consumer):
-    (consumer / "fresh.py").write_text(OLD)
-    code, out = _hook(consumer, "fresh.py")
-    assert code == 1 and out.startswith("fresh.py:6: Workspace.get allocates the new self.buf")
-
-
-def test_the_hook_names_each_unreadable_file_and_goes_on(tmp_path):
+def test_the_hook_names_each_unreadable_file_and_goes_on(tmp_path, monkeypatch, capsys):
     srt = _hostile_tree(tmp_path)
     names = sorted(p.name for p in srt.iterdir() if p.name.endswith(".py"))
-    code, out = _hook(srt, *names)
-    assert code == 1 and "Traceback" not in out
+    code, out = _hook(monkeypatch, capsys, srt, *names)
+    assert code == 1
     for name in UNREADABLE:
         assert f"{name}.py: cannot be checked:" in out
     assert "latin1.py:8: W.get allocates the new self.buf" in out
     assert "zz_good.py:6: W.get allocates the new self.buf" in out
 
 
-# -- the real pre-commit, with this project as the hook repository -------------------------------
-
-
 def _pre_commit(repo: Path, env: dict) -> "tuple[int, str]":
     proc = subprocess.run(
-        [sys.executable, "-m", "pre_commit", "run"],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
+        [sys.executable, "-m", "pre_commit", "run"], cwd=repo, env=env, capture_output=True
     )
-    return proc.returncode, proc.stdout + proc.stderr
+    return proc.returncode, (proc.stdout + proc.stderr).decode()
 
 
 def test_pre_commit_refuses_a_staged_new_site_and_passes_it_once_marked(tmp_path):
     env = _env(tmp_path)
-    hooks = _repo(tmp_path / "hook-repo", {f: (REPO_ROOT / f).read_text() for f in HOOK_FILES}, env)
-    shutil.copymode(HOOK, hooks / "tools/series/grow_hook.py")
-    _git(hooks, "add", "-A", env=env)
-    _git(hooks, "commit", "-qm", "executable hook", "--allow-empty", env=env)
+    files = {f: (REPO_ROOT / f).read_text() for f in (".pre-commit-hooks.yaml", *HOOK_FILES)}
+    hooks = _repo(tmp_path / "hook-repo", files, env)
+    shutil.copymode(REPO_ROOT / "tools/series/grow_hook.py", hooks / "tools/series/grow_hook.py")
+    _git(hooks, "commit", "-qam", "executable hook", "--allow-empty", env=env)
     rev = _git(hooks, "rev-parse", "HEAD", env=env).strip()
-    config = textwrap.dedent(
-        f"""\
-        repos:
-          - repo: {hooks}
-            rev: {rev}
-            hooks:
-              - id: grows-while-held
-                files: ^python/sglang/
-        """
-    )
+    config = f"repos:\n  - repo: {hooks}\n    rev: {rev}\n    hooks:\n"
+    config += "      - id: grows-while-held\n        files: ^python/sglang/\n"
     files = {".pre-commit-config.yaml": config, "python/sglang/srt/ws.py": OLD, "docs/old.py": ""}
     repo = _repo(tmp_path / "sglang", files, env)
     module = repo / "python/sglang/srt/ws.py"
@@ -167,19 +125,16 @@ def test_pre_commit_refuses_a_staged_new_site_and_passes_it_once_marked(tmp_path
     (repo / "docs/old.py").write_text(OLD)  # outside files: not checked
     _git(repo, "add", "-A", env=env)
     code, out = _pre_commit(repo, env)
-    assert code == 1, out
-    assert "python/sglang/srt/" + NEW_LINE in out
+    assert code == 1 and "python/sglang/srt/" + NEW_LINE in out, out
     assert "docs/old.py" not in out and "Workspace.get" not in out
     module.write_text(OLD + MARKED)
     _git(repo, "add", "-A", env=env)
     code, out = _pre_commit(repo, env)
-    assert code == 0, out
-    assert "no new grows-while-held allocation" in out and "Passed" in out
+    assert code == 0 and "no new grows-while-held allocation" in out and "Passed" in out, out
 
 
 def test_pre_commit_runs_the_vendored_hook_as_a_local_system_hook(tmp_path):
     env = _env(tmp_path)
-    vendored = {f"scripts/{f}": (REPO_ROOT / f).read_text() for f in HOOK_FILES[1:]}
     config = textwrap.dedent(
         f"""\
         repos:
@@ -193,10 +148,10 @@ def test_pre_commit_runs_the_vendored_hook_as_a_local_system_hook(tmp_path):
                 files: ^python/sglang/
         """
     )
+    vendored = {f"scripts/{f}": (REPO_ROOT / f).read_text() for f in HOOK_FILES}
     files = {".pre-commit-config.yaml": config, "python/sglang/srt/ws.py": OLD, **vendored}
     repo = _repo(tmp_path / "sglang", files, env)
     (repo / "python/sglang/srt/ws.py").write_text(OLD + NEW_SITE)
     _git(repo, "add", "-A", env=env)
     code, out = _pre_commit(repo, env)
-    assert code == 1, out
-    assert "python/sglang/srt/" + NEW_LINE in out
+    assert code == 1 and "python/sglang/srt/" + NEW_LINE in out, out
