@@ -91,30 +91,25 @@ def _counting(method, calls: list, failure):
     """``method``, appending each call's outcome to ``calls``; a coroutine function stays one,
     so an asyncio test case still awaits it."""
 
-    def ended(exc=None):
-        if exc is None:
-            calls.append(("pass", ""))
-        elif not isinstance(exc, unittest.SkipTest):
+    @contextlib.contextmanager
+    def counted():
+        try:
+            yield
+        except unittest.SkipTest:
+            raise
+        except BaseException as exc:
             outcome = "fail" if isinstance(exc, failure) else "error"
             calls.append((outcome, "".join(traceback.format_exception(exc))))
+            raise
+        calls.append(("pass", ""))
 
     async def awaited(*args, **kwargs):
-        try:
-            value = await method(*args, **kwargs)
-        except BaseException as exc:
-            ended(exc)
-            raise
-        ended()
-        return value
+        with counted():
+            return await method(*args, **kwargs)
 
     def called(*args, **kwargs):
-        try:
-            value = method(*args, **kwargs)
-        except BaseException as exc:
-            ended(exc)
-            raise
-        ended()
-        return value
+        with counted():
+            return method(*args, **kwargs)
 
     return functools.wraps(method)(awaited if inspect.iscoroutinefunction(method) else called)
 
