@@ -495,10 +495,10 @@ print(json.dumps(["child", os.waitstatus_to_exitcode(code)]))
 """
 
 
-def test_a_child_forked_while_the_overlay_logs_can_still_use_it(overlay_env, known):
+def test_a_child_forked_while_the_overlay_logs_can_still_use_it(one_env, known):
     # The overlay logs "applied" under its own lock; a thread that forks meanwhile must not
     # hand the child a lock that nobody will ever release.
-    proc = run(overlay_env, FORK_WHILE_LOGGING, [known])
+    proc = run(one_env, FORK_WHILE_LOGGING, [known])
     assert last_json(proc) == ["child", 0], proc.stdout + proc.stderr[-2000:]
     assert '"applied"' in proc.stdout
 
@@ -515,12 +515,12 @@ print("{{}}")
     assert len(overlay_warnings(proc)) == 1, proc.stderr
 
 
-def test_a_stale_pth_whose_package_is_gone_is_silent(overlay_env, tmp_path):
+def test_a_stale_pth_whose_package_is_gone_is_silent(one_env, tmp_path):
     # An interrupted uninstall leaves sglang_overlay.pth behind; every Python start (pip
     # included) must not print a traceback for it.
     import shutil
 
-    env = clone_env(overlay_env, tmp_path / "venv")
+    env = clone_env(one_env, tmp_path / "venv")
     assert (env.site_packages / "sglang_overlay.pth").exists()
     shutil.rmtree(env.site_packages / "sglang_overlay")
     proc = run(env, "print('ok')", flags=["-W", "error"])
