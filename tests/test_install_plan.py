@@ -80,22 +80,6 @@ def make_plan(tmp_path, *assignments) -> list:
     return [line for line in proc.stdout.splitlines() if "pip" in line or " venv " in line]
 
 
-def test_make_installs_torch_with_its_dependencies_and_the_rest_no_deps_at_once(tmp_path):
-    lines = make_plan(tmp_path)
-    torch_step = [line for line in lines if "-r requirements/torch.txt" in line]
-    closure_step = [line for line in lines if "-r requirements/cpu-closure.txt" in line]
-    dev_step = [line for line in lines if "-r requirements/dev.txt" in line]
-    assert len(torch_step) == 1 and "--no-deps" not in torch_step[0]
-    assert len(closure_step) == 1 and "--no-deps" in closure_step[0]
-    assert closure_step[0].split("; rest=")[0].endswith(" sglang==0.5.23")
-    assert not any("--system-site-packages" in line for line in lines)
-    # The test tools first; then torch's step in the background while the --no-deps step runs,
-    # and the recipe waits for both.
-    assert lines.index(dev_step[0]) < lines.index(torch_step[0]) < lines.index(closure_step[0])
-    assert torch_step[0].split("&", 1)[1].startswith(" torch=$!")
-    assert closure_step[0].rstrip(" \\").endswith("rest=$?;")
-
-
 FAKE_PIP = """#!/bin/sh
 # Records each install; fails the one whose requirements file is $FAIL_ON, after a while.
 echo "$*" >> "$LOG"
