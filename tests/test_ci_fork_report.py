@@ -12,17 +12,12 @@ from ci_fake_github import FakeGitHub
 from ci_samples import FILE, file_run, model, posted, refused
 
 from ci.__main__ import main
-from ci.evidence import model as evidence_model
 from ci.evidence.model import save
 from ci.reporter import checks, github_io, pr_states, render
 from ci.reporter.publish import Publisher, RetryPolicy, connect
 
 ACTIONS_TOKEN = "ghs_actionsINSTALLATIONtoken"
-
-
 HEAD = "c0ffee" + "0" * 34
-
-
 SLOT = "dsv4-workspace"
 RUN = {"id": 4242, "html_url": "https://github.example/runs/4242"}
 
@@ -49,22 +44,12 @@ def _results_dir(tmp_path, m=None, name="ci-results"):
 
 def _report(fake, monkeypatch, *args):
     monkeypatch.setenv("GITHUB_TOKEN", ACTIONS_TOKEN)
-    monkeypatch.setattr(
-        "ci.reporter.publish.time.sleep", lambda _: None
-    )  # the 3 s settle after a write
+    monkeypatch.setattr("ci.reporter.publish.time.sleep", lambda _: None)  # the settle pause
     return main(["report", "--api-url", fake.url, *args])
 
 
-def _nothing_green(server):
-    slot = pr_states.get_slot(server.bodies[7], SLOT)
-    assert not slot.startswith(":white_check_mark:"), slot
-    assert all(s["state"] != "success" for s in server.statuses), server.statuses
-    assert all(r["conclusion"] != "success" for r in server.check_runs.values())
-    return slot
-
-
 def test_a_spoofed_marker_comment_by_another_user_is_left_alone(fake, tmp_path, monkeypatch):
-    marker = render.comment_marker("dsv4-workspace")
+    marker = render.comment_marker(SLOT)
     spoof = fake.add_comment(7, marker + "\nfake evidence: all green", login="mallory")
     args = ["--results", str(_results_dir(tmp_path)), "--repo", "sgl/sglang", "--pr", "7"]
     assert _report(fake, monkeypatch, *args, "--sha", HEAD, "--post") == 0
@@ -74,23 +59,23 @@ def test_a_spoofed_marker_comment_by_another_user_is_left_alone(fake, tmp_path, 
     assert fake.count("PATCH", r"/comments/") == 0 and fake.count("DELETE", ".*") == 0
 
 
-def test_an_actions_token_gets_403_from_get_user_and_writes_as_github_actions_bot(fake):
-    assert _publisher(fake).identity() == "github-actions[bot]"
-    assert fake.count("GET", r"/user$") == 1
-    assert _publisher(fake).identity("someone[bot]") == "someone[bot]"
-
-
-def test_a_user_token_is_asked_who_it_is():
-    server = FakeGitHub(token="ghp_personal", bot="octo").start()
+@pytest.mark.parametrize(
+    "token, given, login",
+    [
+        (ACTIONS_TOKEN, None, "github-actions[bot]"),  # 403 from GET /user: the Actions bot
+        (ACTIONS_TOKEN, "someone[bot]", "someone[bot]"),
+        ("ghp_personal", None, "octo"),  # a user's token is asked who it is
+    ],
+)
+def test_the_bot_writes_as_the_login_given_or_the_tokens_own(token, given, login):
+    server = FakeGitHub(token=token, bot="octo").start()
     try:
-        assert _publisher(server, token="ghp_personal").identity() == "octo"
+        assert _publisher(server, token).identity(given) == login
+        assert server.count("GET", r"/user$") == (given is None)
+        with pytest.raises(ValueError, match="marker alone"):
+            _publisher(server, token).upsert_comment("<!-- m -->", "<!-- m -->\nx", None)
     finally:
         server.stop()
-
-
-def test_upsert_without_an_author_is_refused(fake):
-    with pytest.raises(ValueError, match="marker alone"):
-        _publisher(fake).upsert_comment("<!-- m -->", "<!-- m -->\nx", None)
 
 
 def test_a_fork_prs_read_only_token_fails_cleanly_and_changes_nothing(tmp_path, monkeypatch):
@@ -106,8 +91,6 @@ def test_a_fork_prs_read_only_token_fails_cleanly_and_changes_nothing(tmp_path, 
 
 
 WORKFLOW = ".github/workflows/pr-test-dsv4-workspace.yml"
-
-
 REVIEWED, STARTED, LATER = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z", "2026-01-01T00:10:00Z"
 
 
@@ -186,7 +169,7 @@ def test_workflow_run_posts_slot_comment_status_and_check_run_for_an_approved_fo
 ):
     _fork_pr(bare)
     assert _fork_report(bare, monkeypatch, tmp_path) == 0
-    assert pr_states.get_slot(bare.bodies[7], "dsv4-workspace").startswith(
+    assert pr_states.get_slot(bare.bodies[7], SLOT).startswith(
         ":white_check_mark: [Run #4242](https://github.example/runs/4242)"
     )
     assert len(bare.comments) == 1 and bare.statuses[0]["sha"] == HEAD
@@ -195,156 +178,98 @@ def test_workflow_run_posts_slot_comment_status_and_check_run_for_an_approved_fo
     assert bare.blob_auth == [None]  # the storage host never saw the token
 
 
-def _one_sided():
-    data = posted().to_json()
-    data["modes"] = ["change"]
-    del data["sides"]["unmodified"]
-    del data["files"][0]["modes"]["unmodified"]
-    for case in data["cases"]:
-        case["modes"].pop("unmodified")
-    return evidence_model.Results.from_json(data)
+def _fenced_run_ci(fake):
+    fake.add_comment(7, f"I will NOT run this:\n```\n/run-ci {HEAD}\n```", "maint", REVIEWED)
 
 
-def test_a_fork_runs_results_with_only_the_change_side_are_a_failure_not_green(
-    bare, tmp_path, monkeypatch
-):
-    _fork_pr(bare, m=_one_sided())
-    assert _fork_report(bare, monkeypatch, tmp_path) == 0
-    assert pr_states.get_slot(bare.bodies[7], "dsv4-workspace").startswith(":x:")
-    (run,) = bare.check_runs.values()
-    assert run["conclusion"] == "failure" and "no unmodified side" in run["output"]["summary"]
+UNAPPROVED = {
+    "no-approval": (lambda f: None, {}),  # the fork's own workflow uploaded a green artifact
+    "run-ci-in-a-fenced-block": (_fenced_run_ci, {}),
+    "approved-after-the-run-started": (lambda f: f.add_review(7, "maint", HEAD, at=LATER), {}),
+    "label-by-a-non-writer": (
+        lambda f: f.add_review(7, "author", HEAD, "COMMENTED", at=REVIEWED),
+        {"triggering_actor": {"login": "author"}},
+    ),
+}
 
 
-def test_a_forged_green_artifact_of_an_unapproved_commit_gets_the_label_slot_only(
-    bare, tmp_path, monkeypatch
-):
-    # The fork's own workflow skipped the gate and uploaded a green results.json.
-    _fork_pr(bare, approved=False)
-    assert _fork_report(bare, monkeypatch, tmp_path) == 0
-    assert "No approval of this commit" in pr_states.get_slot(bare.bodies[7], "dsv4-workspace")
-    assert not bare.comments and not bare.statuses and not bare.check_runs
-    assert bare.count("GET", r"/artifacts") == 0
-
-
-def test_a_writers_run_ci_quoted_in_a_fenced_block_posts_nothing_green_for_a_fork(
-    bare, tmp_path, monkeypatch
+@pytest.mark.parametrize("setup, run", UNAPPROVED.values(), ids=UNAPPROVED.keys())
+def test_a_fork_run_of_an_unapproved_commit_gets_the_label_slot_only(
+    bare, tmp_path, monkeypatch, setup, run
 ):
     _fork_pr(bare, approved=False)
-    bare.add_comment(7, f"I will NOT run this:\n```\n/run-ci {HEAD}\n```", "maint", REVIEWED)
-    assert _fork_report(bare, monkeypatch, tmp_path) == 0
-    assert "No approval of this commit" in pr_states.get_slot(bare.bodies[7], "dsv4-workspace")
-    assert [c["login"] for c in bare.comments.values()] == ["maint"]  # no sticky comment
-    assert not bare.statuses and not bare.check_runs
+    setup(bare)
+    assert _fork_report(bare, monkeypatch, tmp_path, **run) == 0
+    assert "No approval of this commit" in pr_states.get_slot(bare.bodies[7], SLOT)
+    assert [c["login"] for c in bare.comments.values()] in ([], ["maint"])  # no sticky comment
+    assert not bare.statuses and not bare.check_runs and bare.count("GET", r"/artifacts") == 0
 
 
-def test_a_label_approval_made_after_the_run_started_does_not_count_for_it(
-    bare, tmp_path, monkeypatch
-):
-    _fork_pr(bare, approved=False)
-    bare.add_review(7, "maint", HEAD, "APPROVED", at=LATER)
-    assert _fork_report(bare, monkeypatch, tmp_path) == 0
-    assert not bare.comments and not bare.statuses and not bare.check_runs
-
-
-def test_a_run_triggered_by_someone_without_write_permission_is_not_approved_by_the_label(
-    bare, tmp_path, monkeypatch
-):
-    _fork_pr(bare, approved=False)
-    bare.add_review(7, "author", HEAD, "COMMENTED", at=REVIEWED)
-    event = {"triggering_actor": {"login": "author"}}
-    assert _fork_report(bare, monkeypatch, tmp_path, **event) == 0
-    assert not bare.comments and not bare.statuses
-
-
+@pytest.mark.parametrize("artifact", [None, False], ids=["green-artifact", "no-artifact"])
 @pytest.mark.parametrize(
     "conclusion, emoji", [("failure", ":x:"), ("cancelled", ":no_entry_sign:")]
 )
-def test_a_fork_run_that_did_not_succeed_never_posts_green_from_a_green_artifact(
-    bare, tmp_path, monkeypatch, conclusion, emoji
+def test_a_fork_run_that_did_not_succeed_is_never_green_nor_left_pending(
+    bare, tmp_path, monkeypatch, artifact, conclusion, emoji
 ):
-    _fork_pr(bare)  # a green results artifact
+    _fork_pr(bare, m=artifact)
+    bare.bodies[7] = pr_states.set_slot("x\n", SLOT, "L", ":hourglass_flowing_sand:")
     assert _fork_report(bare, monkeypatch, tmp_path, conclusion=conclusion) == 0
-    slot = _nothing_green(bare)
-    assert slot.startswith(emoji) and f"result is {conclusion}" in slot, slot
+    assert pr_states.get_slot(bare.bodies[7], SLOT).startswith(emoji)
+    assert all(s["state"] != "success" for s in bare.statuses)
     (run,) = bare.check_runs.values()
     assert run["conclusion"] == conclusion
 
 
-def test_an_artifact_over_the_cap_is_refused_before_it_is_downloaded(bare, tmp_path, monkeypatch):
-    _fork_pr(bare, size=github_io.MAX_ARTIFACT_BYTES + 1)
-    assert _fork_report(bare, monkeypatch, tmp_path) == 2
-    refused(bare)
-    assert bare.count("GET", r"/zip$") == 0 and bare.blob_auth == []
-
-
-def test_an_artifact_bigger_than_its_listing_says_is_cut_off_at_the_cap(
-    bare, tmp_path, monkeypatch
+@pytest.mark.parametrize(
+    "size, blob, cap",
+    [
+        (github_io.MAX_ARTIFACT_BYTES + 1, None, None),  # refused before the download
+        (100, b"PK" + bytes(10000), 4096),  # bigger than its listing: cut off at the cap
+        (None, _zip({"sub/results.json": "{}"}), None),  # results.json not at its top
+    ],
+    ids=["listed-over-the-cap", "bigger-than-listed", "nested-results"],
+)
+def test_an_artifact_over_its_cap_or_without_results_json_is_refused(
+    bare, tmp_path, monkeypatch, size, blob, cap
 ):
-
-    monkeypatch.setattr(github_io, "MAX_ARTIFACT_BYTES", 4096)
-    _fork_pr(bare, blob=b"PK" + bytes(10000), size=100)
+    if cap:
+        monkeypatch.setattr(github_io, "MAX_ARTIFACT_BYTES", cap)
+    _fork_pr(bare, size=size, blob=blob)
     assert _fork_report(bare, monkeypatch, tmp_path) == 2
     refused(bare)
+    assert bare.count("GET", r"/zip$") == (size != github_io.MAX_ARTIFACT_BYTES + 1)
 
 
 @pytest.mark.parametrize(
-    "files", [{"report.md": "no results"}, {"sub/results.json": "{}"}], ids=["none", "nested"]
+    "setup",
+    [lambda f: f.heads.__setitem__(7, "d" * 40), lambda f: f.artifacts.clear()],
+    ids=["head-moved-on", "approved-run-ran-no-tests"],
 )
-def test_an_artifact_without_results_json_at_its_top_is_refused(bare, tmp_path, monkeypatch, files):
-    _fork_pr(bare, blob=_zip(files))
-    assert _fork_report(bare, monkeypatch, tmp_path) == 2
-    refused(bare)
-
-
-def test_workflow_run_for_a_pr_whose_head_moved_on_posts_nothing(bare, tmp_path, monkeypatch):
+def test_a_fork_run_with_nothing_to_report_posts_nothing(bare, tmp_path, monkeypatch, setup):
     _fork_pr(bare)
-    bare.heads[7] = "d" * 40  # a newer push
+    setup(bare)
     assert _fork_report(bare, monkeypatch, tmp_path) == 0
     assert bare.bodies_sent == [] and bare.bodies[7] == "Author's text.\n"
 
 
-def test_an_approved_run_that_ran_no_tests_posts_nothing(bare, tmp_path, monkeypatch):
-    _fork_pr(bare, m=False)  # an unrelated label's run: the gate ran, the tests did not
-    assert _fork_report(bare, monkeypatch, tmp_path) == 0
-    assert bare.bodies_sent == []
-
-
-@pytest.mark.parametrize(
-    "conclusion, emoji", [("cancelled", ":no_entry_sign:"), ("failure", ":x:")]
-)
-def test_a_run_that_left_no_results_never_leaves_the_slot_pending(
-    bare, tmp_path, monkeypatch, conclusion, emoji
-):
-    _fork_pr(bare, m=False)
-    bare.bodies[7] = pr_states.set_slot("x\n", "dsv4-workspace", "L", ":hourglass_flowing_sand:")
-    assert _fork_report(bare, monkeypatch, tmp_path, conclusion=conclusion) == 0
-    assert pr_states.get_slot(bare.bodies[7], "dsv4-workspace").startswith(emoji)
-    (run,) = bare.check_runs.values()
-    assert run["conclusion"] == conclusion
-
-
-def test_same_repo_report_after_a_timed_out_test_job_says_failure(fake, tmp_path, monkeypatch):
-    args = ["--results", str(tmp_path / "missing"), "--test-result", "failure"]
-    args += ["--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD, "--require-head", "--post"]
-    assert _report(fake, monkeypatch, *args) == 0
-    assert pr_states.get_slot(fake.bodies[7], "dsv4-workspace") == ":x:"
-
-
-@pytest.mark.parametrize("named", ["folder", "file"])
-def test_a_failed_test_job_that_left_results_is_reported_by_them_however_they_are_named(
+@pytest.mark.parametrize("named", ["missing", "folder", "file"])
+def test_a_failed_test_job_is_reported_by_the_results_it_left_else_as_a_failure(
     fake, tmp_path, monkeypatch, named
 ):
     # The change fails a test, so the test job fails on purpose; the results it wrote are the
     # report (green results of a failed job are never green: test_ci_intake.py).
     broken = [file_run(m, [(ci_samples.GROW, "fail")]) for m in ("unmodified", "change")]
     folder = _results_dir(tmp_path, model(broken))
-    results = folder if named == "folder" else folder / "results.json"
-    args = ["--results", str(results), "--test-result", "failure"]
+    results = {"missing": tmp_path / "none", "folder": folder, "file": folder / "results.json"}
+    args = ["--results", str(results[named]), "--test-result", "failure"]
     args += ["--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD, "--require-head", "--post"]
     assert _report(fake, monkeypatch, *args) == 0
-    assert [s["state"] for s in fake.statuses] == ["failure"]  # by the results, not "no results"
-    (ours,) = [c for c in fake.comments.values() if c["login"] == "github-actions[bot]"]
-    assert ours["body"].startswith(render.comment_marker("dsv4-workspace"))
+    assert pr_states.get_slot(fake.bodies[7], SLOT).startswith(":x:")
+    if named != "missing":  # by the results, not "no results"
+        assert [s["state"] for s in fake.statuses] == ["failure"]
+        (ours,) = fake.comments.values()
+        assert ours["body"].startswith(render.comment_marker(SLOT))
 
 
 def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
