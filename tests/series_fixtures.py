@@ -1,9 +1,8 @@
-"""Session fixtures for the patch-series tests (tests/test_series*.py), imported by name.
+"""Fixtures of the patch-series tests (a pytest plugin: ``pytest_plugins = ["series_fixtures"]``):
+the release base cloned from its cache under .cache/, pristine or with the series applied, and a
+project copy (patches/ and the registered tests the series adds) for tests that change it."""
 
-The materialised release is built once per checkout under .cache/ (tools.series.base); these
-fixtures clone it: one pristine tree, one with the series applied by git am. Kept out of
-conftest.py so the series tests stay self-contained.
-"""
+import shutil
 
 import pytest
 
@@ -16,9 +15,8 @@ def series():
 
 
 def checkout(series, dest):
-    """The release base as a git checkout whose work tree holds only the files the series
-    touches: its index and history are whole, so git status, am, commit and format-patch (and
-    the tools that run them) see what they see in a full checkout, without writing the rest."""
+    """The base as a git checkout whose work tree holds only the files the series touches (its
+    index and history whole, so git sees what it sees in a full checkout)."""
     from tools.series import base
 
     return base.materialize(series.base.version, dest, only=series.touched_files())
@@ -32,3 +30,17 @@ def patched_tree(series, tmp_path_factory):
     repo = checkout(series, tmp_path_factory.mktemp("patched") / "sglang")
     check.am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
     return repo
+
+
+@pytest.fixture
+def project(series, tmp_path):
+    """patches/ and the registered tests the series adds, laid out as in the repository."""
+    from tools.series.seriesdir import PATCHES_DIR, REPO_ROOT
+
+    root = tmp_path / "project"
+    shutil.copytree(PATCHES_DIR, root / "patches")
+    for path, added in series.touched_files().items():
+        if added and path.startswith("test/registered/"):
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO_ROOT / path, root / path)
+    return root

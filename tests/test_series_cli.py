@@ -1,7 +1,6 @@
 """``python -m tools.series`` end to end: check, apply --to, refresh, materialize, matrix and
-their refusals (one line; exit 1 for a failed check or a refused target, 2 for bad input).
-Each test drives the CLI on throwaway copies: a materialised release, or a copy of patches/
-that a test changes on purpose.
+their refusals (one line; exit 1 for a failed check or a refused target, 2 for bad input), on
+throwaway checkouts of the release and copies of patches/ changed on purpose.
 """
 
 import os
@@ -17,9 +16,8 @@ import pytest
 from ci import gitcmd
 from tools.series import base, check, matrix, seriesdir
 from tools.series.__main__ import main
-from tools.series.seriesdir import PATCHES_DIR, REPO_ROOT
+from tools.series.seriesdir import REPO_ROOT
 
-# series and patched_tree: session fixtures shared by the series tests.
 pytest_plugins = ["series_fixtures"]
 
 FIX = "python/sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py"
@@ -30,24 +28,6 @@ def _run(capsys, *argv):
     code = main([str(arg) for arg in argv])
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def _project_copy(tmp_path) -> Path:
-    """patches/ plus the project's registered tests the series adds, laid out as in the
-    repository."""
-    root = tmp_path / "project"
-    shutil.copytree(PATCHES_DIR, root / "patches")
-    for path, added in seriesdir.load().touched_files().items():
-        if added and path.startswith("test/registered/"):
-            (root / path).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO_ROOT / path, root / path)
-    return root
-
-
-def _author_header(patches: Path) -> str:
-    """The From header of patch 0001, decoded."""
-    first = next(patches.glob("0001-*.patch")).read_bytes()
-    return str(message_from_bytes(first, policy=default)["From"])
 
 
 def checkout(series, dest):
@@ -89,9 +69,9 @@ def _add_patch(series, root, tmp_path, edit, subject) -> str:
     return name
 
 
-def test_check_refuses_a_fix_that_needs_the_one_before_it(capsys, tmp_path, series):
+def test_check_refuses_a_fix_that_needs_the_one_before_it(capsys, tmp_path, series, project):
     # Its hunk has 0001's new lines as context: the series applies, the fix alone does not.
-    root = _project_copy(tmp_path)
+    root = project
 
     def reword(repo):
         text = (repo / FIX).read_text()
@@ -104,10 +84,10 @@ def test_check_refuses_a_fix_that_needs_the_one_before_it(capsys, tmp_path, seri
     assert f"{name}: {FIX}: hunk #1" in err
 
 
-def test_check_never_reads_through_a_link_the_series_adds(capsys, tmp_path, series):
+def test_check_never_reads_through_a_link_the_series_adds(capsys, tmp_path, series, project):
     secret = tmp_path / "secret.py"
     secret.write_text("x=  'SECRET-TOKEN-123'\n")  # what black would print back, were it read
-    root = _project_copy(tmp_path)
+    root = project
 
     def link(repo):
         (repo / "python/sglang/leak.py").symlink_to(secret)
@@ -138,9 +118,9 @@ CHECK_REFUSALS = {
 
 
 @pytest.mark.parametrize("case", CHECK_REFUSALS)
-def test_check_names_what_fails_in_one_line_and_exits_1(capsys, tmp_path, case):
+def test_check_names_what_fails_in_one_line_and_exits_1(capsys, project, case):
     (path, old, new), said = CHECK_REFUSALS[case]
-    root = _project_copy(tmp_path)
+    root = project
     _corrupt(root, path, old, new)
     code, out, err = _run(capsys, "--patches", root / "patches", "check")
     assert code == 1 and out == "", err
@@ -174,33 +154,20 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch):
 BASE_0_5_23 = "dc55f224f0cd424ba9f3dac845f04c01adf15849"
 
 
-def test_materialized_base_commit_is_reproducible(series, tmp_path):
-    assert series.base.version == "0.5.23"
-    repo = base.materialize("0.5.23", tmp_path / "sglang")  # the whole tree, as a user gets it
-    assert _head(repo) == BASE_0_5_23
-    assert (repo / "python/sglang/__init__.py").is_file() and (repo / FIX).is_file()
-
-
-def _other_filesystem(tmp_path) -> Path:
-    """A fresh folder on tmpfs (/dev/shm), a filesystem other than the cached bases' and the
-    tests': as /tmp is on many systems. git cannot hard-link across it."""
+def test_materialize_gives_the_reproducible_base_commit_across_filesystems(tmp_path, series):
+    # On tmpfs when it is another filesystem than the cache's (git cannot hard-link across it:
+    # git clone --local would die; a plain clone copies where it cannot link).
     shm = Path("/dev/shm")
-    if not shm.is_dir() or not os.access(shm, os.W_OK):
-        pytest.skip("no writable /dev/shm on this machine")
-    if shm.stat().st_dev in (base.CACHE_DIR.stat().st_dev, tmp_path.stat().st_dev):
-        pytest.skip("/dev/shm is on the same filesystem as the cache or the tests' folders")
-    return Path(tempfile.mkdtemp(prefix="series-other-fs-", dir=shm))
-
-
-def test_the_tools_clone_across_filesystems(tmp_path, series):
-    # git clone --local dies when it cannot hard-link ("Invalid cross-device link"); a plain
-    # clone of a local path links where it can and copies where it cannot.
-    other = _other_filesystem(tmp_path)
+    devices = {base.CACHE_DIR.stat().st_dev, tmp_path.stat().st_dev}
+    other = shm.is_dir() and os.access(shm, os.W_OK) and shm.stat().st_dev not in devices
+    where = Path(tempfile.mkdtemp(prefix="series-other-fs-", dir=shm)) if other else tmp_path
     try:
-        release = base.materialize(series.base.version, other / "release", only=[FIX])
-        assert _head(release) == BASE_0_5_23 and (release / FIX).is_file()
+        repo = base.materialize(series.base.version, where / "sglang")  # the whole tree
+        assert _head(repo) == BASE_0_5_23
+        assert (repo / "python/sglang/__init__.py").is_file() and (repo / FIX).is_file()
     finally:
-        shutil.rmtree(other)
+        if other:
+            shutil.rmtree(where)
 
 
 def test_run_as_a_git_hook_it_leaves_the_callers_repository_alone(monkeypatch, tmp_path, series):
@@ -214,54 +181,34 @@ def test_run_as_a_git_hook_it_leaves_the_callers_repository_alone(monkeypatch, t
     assert not gitcmd.ok(["rev-parse", "-q", "--verify", "HEAD"], caller)  # nothing landed there
 
 
-def test_apply_to_checkout_commits_the_series_then_refuses_a_second_time(capsys, tmp_path, series):
-    repo = checkout(series, tmp_path / "sglang")
-    start = _head(repo)
-    code, out, err = _run(capsys, "apply", "--to", repo)
-    assert code == 0, err
-    subjects = gitcmd.out(["log", "--format=%s", f"{start}..HEAD"], repo).splitlines()
-    assert [s.split(":")[0] for s in subjects] == ["DSA"] * 2 + ["DSV4"] * 2 + ["DSA"] * 2 + [
-        "DFlash"
-    ] * 4 + ["DSV4"] * 2
-    assert (repo / TEST).read_bytes() == (REPO_ROOT / TEST).read_bytes()
-    applied = _head(repo)
-    code, _, err = _run(capsys, "apply", "--to", repo)
-    assert code == 1 and "already has the series applied" in err
-    assert _head(repo) == applied
-
-
-def test_apply_one_fix_commits_only_its_patches_and_the_other_fix_applies_after_it(
-    capsys, tmp_path, series
-):
+def test_apply_commits_one_fix_or_the_series_and_refuses_what_is_applied(capsys, tmp_path, series):
     repo = checkout(series, tmp_path / "sglang")
     start = _head(repo)
     code, out, err = _run(capsys, "apply", "--fix", "0003", "--to", repo)
     assert code == 0, err
     assert out.splitlines() == [f"{name}: committed in {repo}" for name in series.fix("0003").names]
-    subjects = gitcmd.out(["log", "--format=%s", f"{start}..HEAD"], repo).splitlines()
-    assert [s.split(":")[0] for s in subjects] == ["DFlash", "DFlash"]
     assert (repo / FIX).read_bytes() == base.blob(repo, FIX)  # the other fix's file: untouched
     code, _, err = _run(capsys, "apply", "--fix", "0003", "--to", repo)
     assert code == 1 and "already has the series applied" in err
-    code, _, err = _run(capsys, "apply", "--fix", "0001", "--to", repo)
-    assert code == 0, err
-    for fix in ("0005", "0007", "0009", "0011"):
+    code, _, err = _run(capsys, "apply", "--to", repo)
+    assert code == 1 and "partly patched (0003-" in err
+    for fix in ("0001", "0005", "0007", "0009", "0011"):
         code, _, err = _run(capsys, "apply", "--fix", fix, "--to", repo)
         assert code == 0, err
+    applied = _head(repo)
     code, _, err = _run(capsys, "apply", "--to", repo)
-    assert code == 1 and "already has the series applied" in err
-    code, _, err = _run(capsys, "apply", "--fix", "0002", "--to", repo)
-    assert code == 2 and "no fix starting at that patch (0001, 0003, 0005, 0007, 0009, 0011)" in err
+    assert code == 1 and "already has the series applied" in err and _head(repo) == applied
+    subjects = gitcmd.out(["log", "--reverse", "--format=%s", f"{start}..HEAD"], repo).splitlines()
+    prefixes = ["DFlash"] * 2 + ["DSV4"] * 2 + ["DFlash"] * 2 + ["DSA", "DSA", "DSV4", "DSV4"]
+    assert [s.split(":")[0] for s in subjects] == prefixes + ["DSA", "DSA"]  # kept by git am
+    assert (repo / TEST).read_bytes() == (REPO_ROOT / TEST).read_bytes()
 
 
-def test_matrix_tries_each_fix_on_its_own_files(tmp_path):
-    root = _project_copy(tmp_path)
+def test_matrix_tries_each_fix_on_its_own_files(project):
+    root = project
     fix = next((root / "patches").glob("0001-*.patch"))
-    fix.write_bytes(
-        fix.read_bytes().replace(
-            b"\n-            self._head_source = None", b"\n-            x = 0", 1
-        )
-    )
+    old, new = b"\n-            self._head_source = None", b"\n-            x = 0"
+    fix.write_bytes(fix.read_bytes().replace(old, new, 1))
     row = matrix.release_row(seriesdir.load(root / "patches"), "0.5.23")
     statuses = {name.split("-", 1)[0]: result["status"] for name, result in row["patches"].items()}
     assert statuses == {f"{n:04d}": "fails" if n == 1 else "clean" for n in range(1, 13)}
@@ -270,71 +217,62 @@ def test_matrix_tries_each_fix_on_its_own_files(tmp_path):
 def test_apply_refuses_a_dirty_checkout_and_one_it_does_not_apply_to(capsys, tmp_path, series):
     repo = checkout(series, tmp_path / "sglang")
     target = repo / FIX
-    original = target.read_bytes()
-    target.write_bytes(
-        original.replace(b"current_dtype = self._buffer.dtype", b"current_dtype = 0")
-    )
+    target.write_bytes(target.read_bytes().replace(b"current_dtype = self._buffer.dtype", b"x = 0"))
     code, _, err = _run(capsys, "apply", "--to", repo)
     assert code == 1 and "uncommitted changes" in err and FIX in err
-    gitcmd.run(
-        ["commit", "-qam", "diverge"],
-        repo,
-        env=gitcmd.TOOL_IDENTITY | {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t"},
-    )
+    who = gitcmd.TOOL_IDENTITY | {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t"}
+    gitcmd.run(["commit", "-qam", "diverge"], repo, env=who)
     head = _head(repo)
     code, _, err = _run(capsys, "apply", "--to", repo)
     assert code == 1 and "hunk #1" in err and "is unchanged" in err
     assert _head(repo) == head and gitcmd.dirty_paths(repo) == []
 
 
-def test_refresh_from_the_applied_tree_reproduces_the_series_byte_for_byte(
-    capsys, tmp_path, patched_tree, monkeypatch
+def _files(root):
+    return {p.name: p.read_bytes() for p in (root / "patches").iterdir() if p.is_file()}
+
+
+# Who refreshes (GIT_AUTHOR_NAME, GIT_AUTHOR_EMAIL), or None: whoever refreshed last.
+@pytest.mark.parametrize("who", [None, ("Zoë Maintainer", "zoe@example.org")])
+def test_refresh_rewrites_the_series_authored_by_the_refresher(
+    capsys, project, patched_tree, monkeypatch, who
 ):
-    root = _project_copy(tmp_path)
-    before = {p.name: p.read_bytes() for p in (root / "patches").iterdir() if p.is_file()}
-    # The patches are authored by whoever refreshes: here, whoever refreshed them last.
-    name, email = parseaddr(_author_header(root / "patches"))
+    before = _files(project)
+    first = message_from_bytes(
+        before[next(n for n in before if n.startswith("0001-"))], policy=default
+    )
+    name, email = who or parseaddr(str(first["From"]))
     monkeypatch.setenv("GIT_AUTHOR_NAME", name)
     monkeypatch.setenv("GIT_AUTHOR_EMAIL", email)
-    code, out, err = _run(capsys, "--patches", root / "patches", "refresh", "--from", patched_tree)
+    argv = ["--patches", project / "patches", "refresh", "--from", patched_tree]
+    code, out, err = _run(capsys, *argv)
     assert code == 0, err
-    after = {p.name: p.read_bytes() for p in (root / "patches").iterdir() if p.is_file()}
-    assert after == before
-    assert out.count(": unchanged") == 13 and "0000-cover-letter.patch: unchanged" in out
-
-
-def test_refresh_authors_every_patch_and_the_cover_letter_by_the_refresher(
-    capsys, tmp_path, patched_tree, monkeypatch
-):
-    root = _project_copy(tmp_path)
-    dates = {
-        p.name: message_from_bytes(p.read_bytes())["Date"]
-        for p in (root / "patches").glob("*.patch")
-    }
-    monkeypatch.setenv("GIT_AUTHOR_NAME", "Zoë Maintainer")
-    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "zoe@example.org")
-    code, _, err = _run(capsys, "--patches", root / "patches", "refresh", "--from", patched_tree)
-    assert code == 0, err
-    for patch in (root / "patches").glob("*.patch"):
-        mail = message_from_bytes(patch.read_bytes(), policy=default)
-        assert parseaddr(str(mail["From"])) == ("Zoë Maintainer", "zoe@example.org"), patch.name
-        assert message_from_bytes(patch.read_bytes())["Date"] == dates[patch.name]  # kept
-    assert "\nZoë Maintainer (12):\n" in (root / "patches" / "0000-cover-letter.patch").read_text()
-    # git am takes the author back from the header, non-ASCII name included.
-    code, _, err = _run(capsys, "--patches", root / "patches", "check")
+    after = _files(project)
+    if who is None:  # byte for byte what is committed: as git format-patch writes it
+        assert after == before and out.count(": unchanged") == 13, out
+        return
+    for patch in sorted(after):
+        if patch.endswith(".patch"):
+            new, old = message_from_bytes(after[patch]), message_from_bytes(before[patch])
+            assert parseaddr(str(message_from_bytes(after[patch], policy=default)["From"])) == who
+            assert new["Date"] == old["Date"], patch  # the commits' dates, not the refresh's
+    cover = [seriesdir.parse_cover(files[seriesdir.COVER_NAME]) for files in (before, after)]
+    assert cover[0] == cover[1]  # its subject and blurb kept; git's shortlog rewritten:
+    assert b"\nZo\xc3\xab Maintainer (12):\n" in after[seriesdir.COVER_NAME]
+    code, _, err = _run(capsys, "--patches", project / "patches", "check")  # git am takes it
     assert code == 0, err
 
 
 def test_refresh_without_a_git_identity_is_one_line_and_exit_2(
-    capsys, tmp_path, patched_tree, monkeypatch
+    capsys, tmp_path, project, patched_tree, monkeypatch
 ):
-    root = _project_copy(tmp_path)
-    before = {p.name: p.read_bytes() for p in (root / "patches").iterdir() if p.is_file()}
+    before = _files(project)
     for name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "EMAIL"):
         monkeypatch.delenv(name, raising=False)
     (tmp_path / "gitconfig").write_text("")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
-    code, _, err = _run(capsys, "--patches", root / "patches", "refresh", "--from", patched_tree)
+    argv = ["--patches", project / "patches", "refresh", "--from", patched_tree]
+    code, _, err = _run(capsys, *argv)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "no git identity to author the patches" in err
-    assert {p.name: p.read_bytes() for p in (root / "patches").iterdir() if p.is_file()} == before
+    assert _files(project) == before
