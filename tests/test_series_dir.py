@@ -1,7 +1,6 @@
-"""Reading ``patches/`` and describing what goes wrong with it: the series, ``BASE`` and each
-patch parsed (one line naming the file and line for each bad input), the series falling into
-fixes, git's failures told as patch, file and hunk, the wheel laid out as upstream, and the
-matrix table. No pip, no sglang; git only to read a patch.
+"""Reading ``patches/``: the series, ``BASE`` and each patch parsed (one line naming the file and
+line for each bad input), the series falling into fixes, git's failures told as patch, file and
+hunk, the wheel laid out as upstream, the base cache, the matrix table.
 """
 
 import fcntl
@@ -13,7 +12,7 @@ from hypothesis import strategies as st
 
 from ci import gitcmd
 from tools.series import SeriesError, base, check, matrix, seriesdir
-from tools.series.seriesdir import PATCHES_DIR, REPO_ROOT, load, parse_patch
+from tools.series.seriesdir import PATCHES_DIR, load, parse_patch
 
 FIX = "python/sglang/srt/layers/attention/dsv4/sparse_prefill_utils.py"
 TEST = "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py"
@@ -29,40 +28,6 @@ def test_the_first_fix_parses_to_one_file_one_hunk_releasing_before_allocating()
     assert patch.subject.startswith("DSV4: ")  # a prefix plain git am keeps
     for section in ("Motivation", "Modifications", "Tests"):
         assert f"\n{section}\n" in f"\n{patch.body}\n"
-
-
-def test_the_series_adds_the_projects_registered_tests_byte_for_byte(tmp_path):
-    series = load()
-    assert series.patches[1].files == ((TEST, True), (CPU_TEST, True))
-    gitcmd.run(["apply", str(series.paths()[1])], tmp_path, ceiling=tmp_path.parent)
-    for test in (TEST, CPU_TEST):
-        assert (tmp_path / test).read_bytes() == (REPO_ROOT / test).read_bytes()
-
-
-def _git_quoted(path: str) -> str:
-    """``path`` as git writes it in a patch: C-quoted where it holds a quote, a backslash, a
-    control or a non-ASCII character (a space alone is not quoted)."""
-    escapes = {'"': '\\"', "\\": "\\\\", "\t": "\\t", "\n": "\\n"}
-    if not any(c in escapes or not c.isascii() for c in path):
-        return path
-    octal = lambda c: "".join(f"\\{b:03o}" for b in c.encode())  # noqa: E731
-    return '"' + "".join(escapes.get(c, c) if c.isascii() else octal(c) for c in path) + '"'
-
-
-def _adding(path: str) -> bytes:
-    """A format-patch that adds ``path``."""
-    a, b = _git_quoted("a/" + path), _git_quoted("b/" + path)
-    head = FIX_BYTES[: FIX_BYTES.index(b"\ndiff --git ") + 1]
-    diff = f"diff --git {a} {b}\nnew file mode 100644\nindex 0000000..7ed6ff8\n--- /dev/null\n"
-    return head + f"{diff}+++ {b}\n@@ -0,0 +1 @@\n+5\n".encode()
-
-
-@pytest.mark.parametrize("name", ["odd name.py", "caf\u00e9.py", 'a"b.py', "tab\tx.py"])
-def test_a_patch_adding_an_odd_name_is_read_with_that_name(name):
-    # check compares each added test/registered/ file with the project's: a name read wrong
-    # (still quoted, or cut at a space) would slip past that comparison.
-    path = "test/registered/" + name
-    assert parse_patch(_adding(path), "0013").files == ((path, True),)
 
 
 @pytest.mark.parametrize(
