@@ -1,7 +1,7 @@
 """Approval of the commit a maintainer saw: ``gate.decide`` as a truth table, ``gate.approvals``
 from GitHub's review and comment lists, and ``python -m ci gate`` against the fake GitHub through
-the real github3.py client, where the race that broke the label lives: a maintainer reviews X,
-the author force-pushes Y, the label event carries Y.
+the real github3.py client (a maintainer reviews X, the author force-pushes Y, the label event
+carries Y: Y is not approved).
 """
 
 import json
@@ -84,18 +84,6 @@ def test_each_persons_latest_review_counts_and_only_the_triggers_approves_a_labe
     assert set(found) == {Approval("maint", Y, "trigger"), Approval("fourth", Z, "review")}
 
 
-def test_a_run_ci_comment_approves_only_a_full_sha_on_a_line_of_its_own():
-    found = gate.approvals(
-        [],
-        [
-            comment("maint", f"looks fine\n/run-ci {Y}\n"),
-            comment("maint", f"/run-ci {Y[:12]}"),
-            comment("maint", f"do not /run-ci {Z}"),
-        ],
-    )
-    assert found == (Approval("maint", Y, "comment"),)
-
-
 def test_approvals_made_after_the_run_started_do_not_count_for_it():
     found = gate.approvals(
         [review("maint", Y, at=T2)], [comment("maint", f"/run-ci {Y}", at=T2)], "maint", before=T1
@@ -143,48 +131,48 @@ def run_gate(github, tmp_path, monkeypatch, payload):
     return dict(line.split("=", 1) for line in output.read_text().split())
 
 
-def test_a_push_just_before_the_label_is_not_approved_by_it(github, tmp_path, monkeypatch):
+def _review(login, sha, state="COMMENTED", at=T0):
+    return lambda github: github.add_review(7, login, sha, state, at=at)
+
+
+def _comment(login):
+    return lambda github: github.add_comment(7, f"/run-ci {Y}", login=login)
+
+
+def _pushed(github):
+    github.heads[7] = Z  # after the label event was sent
+
+
+REOPENED = {"action": "reopened"}
+APPROVALS = {
     # The maintainer reviewed X; the author force-pushed Y; the label event carries Y.
-    github.add_review(7, "maint", X, "COMMENTED", at=T0)
-    decided = run_gate(github, tmp_path, monkeypatch, event(head=Y))
-    assert decided == {"run": "false", "fork": "true", "state": "stale-label", "sha": Y}
-    # Once the maintainer has reviewed Y, re-adding the label runs exactly Y.
-    github.add_review(7, "maint", Y, "COMMENTED", at=T1)
-    decided = run_gate(github, tmp_path, monkeypatch, event(head=Y))
-    assert decided == {"run": "true", "fork": "true", "state": "run", "sha": Y}
+    "label-after-a-push": ([_review("maint", X)], {}, "false", Y),
+    "label-after-reviewing-the-head": ([_review("maint", X), _review("maint", Y, at=T1)], {}, "true",
+                                       Y),
+    "head-moved-after-the-event": ([_review("maint", Y), _pushed], {}, "false", Z),
+    "approval-of-an-earlier-commit": ([_review("maint", X, "APPROVED")], REOPENED, "false", Y),
+    "approval-of-the-head": ([_review("admin", Y, "APPROVED")], REOPENED, "true", Y),
+    "run-ci-by-a-writer": ([_comment("maint")], {"action": "synchronize"}, "true", Y),
+    "run-ci-by-a-reader": ([_comment("triager")], {"action": "synchronize"}, "false", Y),
+    "run-ci-by-a-stranger": ([_comment("x")], {"action": "synchronize"}, "false", Y),
+    "label-by-a-reader": ([_review("triager", Y)], {"sender": "triager"}, "false", Y),
+}  # fmt: skip
 
 
-def test_the_head_is_githubs_now_not_the_payloads(github, tmp_path, monkeypatch):
-    github.add_review(7, "maint", Y, "COMMENTED", at=T0)
-    github.heads[7] = Z  # pushed after the label event was sent
-    decided = run_gate(github, tmp_path, monkeypatch, event(head=Y))
-    assert (decided["run"], decided["sha"]) == ("false", Z)
-
-
-def test_an_approving_review_of_an_earlier_commit_approves_no_later_push(
-    github, tmp_path, monkeypatch
+@pytest.mark.parametrize("setup, sent, run, sha", APPROVALS.values(), ids=APPROVALS.keys())
+def test_a_fork_runs_the_head_github_has_now_only_when_a_writer_approved_it(
+    github, tmp_path, monkeypatch, setup, sent, run, sha
 ):
-    github.add_review(7, "maint", X)
-    assert run_gate(github, tmp_path, monkeypatch, event("reopened", "author"))["run"] == "false"
-    github.add_review(7, "admin", Y, at=T1)
-    assert run_gate(github, tmp_path, monkeypatch, event("reopened", "author"))["run"] == "true"
-
-
-@pytest.mark.parametrize("login, run", [("maint", "true"), ("triager", "false"), ("x", "false")])
-def test_a_run_ci_comment_counts_only_from_someone_the_api_says_may_write(
-    github, tmp_path, monkeypatch, login, run
-):
-    github.add_comment(7, f"/run-ci {Y}", login=login)
-    assert run_gate(github, tmp_path, monkeypatch, event("synchronize", "author"))["run"] == run
-
-
-def test_a_label_added_by_someone_without_write_permission_approves_nothing(
-    github, tmp_path, monkeypatch
-):
-    github.add_review(7, "triager", Y, "COMMENTED")
-    decided = run_gate(github, tmp_path, monkeypatch, event(sender="triager"))
-    assert decided["run"] == "false"
-    assert github.count("GET", r"/collaborators/triager/permission$") == 1
+    for step in setup:
+        step(github)
+    sent = {"sender": "author"} | sent if "action" in sent else sent
+    decided = run_gate(github, tmp_path, monkeypatch, event(**sent, head=Y))
+    assert decided == {
+        "run": run,
+        "fork": "true",
+        "state": "run" if run == "true" else "stale-label",
+        "sha": sha,
+    }
 
 
 def test_a_branch_of_the_base_repository_runs_without_asking_github(tmp_path, monkeypatch):
@@ -211,49 +199,6 @@ def test_a_fork_without_a_token_or_when_github_fails_runs_nothing(
         github.fail_next("GET", r"/pulls/7$", 502)
     assert main(["gate", "--event", str(path), "--api-url", github.url]) == 1
     assert "gave up" in capsys.readouterr().err
-
-
-# --- approval means approval (issue 27: attacks 1 and 2) ---------------------------------------
-
-QUOTED = {
-    "fenced": f"I will NOT run this yet:\n```\n/run-ci {Y}\n```\n",
-    "tilde-fenced": f"~~~~text\n/run-ci {Y}\n~~~~\n",
-    "unclosed-fence": f"```\n/run-ci {Y}\n",
-    "quoted": f"> /run-ci {Y}\n",
-    "lazy-quote": f"> someone asked for\n/run-ci {Y}\n",
-    "indented": f"do not paste this:\n\n    /run-ci {Y}\n",
-    "mid-line": f"please don't /run-ci {Y}\n",
-    "html-comment": f"Thanks! <!-- note to self:\n/run-ci {Y}\n-->\n",
-}
-
-
-@pytest.mark.parametrize("body", QUOTED.values(), ids=QUOTED.keys())
-def test_a_run_ci_line_in_code_or_a_quote_is_no_approval(body):
-    assert gate.approvals([], [comment("maint", body)]) == ()
-
-
-@pytest.mark.parametrize(
-    "body",
-    [
-        f"/run-ci {Y}",
-        f"Reviewed it.\r\n/run-ci {Y}\r\n",  # the web editor's line ends
-        f"```\ncode\n```\n/run-ci {Y}\n",
-        f"> a quote\n\n/run-ci {Y}  \n",
-        f"<!-- a template note -->\n/run-ci {Y}\n",
-    ],
-    ids=["alone", "crlf", "after-a-fence", "after-a-quote-and-a-blank-line", "after-a-comment"],
-)
-def test_a_run_ci_line_of_its_own_is_an_approval(body):
-    assert gate.approvals([], [comment("maint", body)]) == (Approval("maint", Y, "comment"),)
-
-
-def test_a_writer_quoting_run_ci_in_a_fenced_block_does_not_open_the_gate(
-    github, tmp_path, monkeypatch
-):
-    github.add_comment(7, QUOTED["fenced"], login="maint")
-    github.pr_meta[7]["labels"] = []
-    decided = run_gate(github, tmp_path, monkeypatch, event("synchronize", "author"))
-    assert decided["run"] == "false"
 
 
 def test_ten_throwaway_commenters_sorting_first_cannot_crowd_out_a_writer(
@@ -295,7 +240,7 @@ def test_candidates_put_plausible_writers_first():
     assert gate.candidates(found, Y) == ["o", "m", "c", "a", "b"]
 
 
-# --- malformed event payloads: one line, exit 2 (issue 27, attack 7) ---------------------------
+# --- malformed event payloads: one line, exit 2 ----------------------------------------------
 
 
 def _broken(edit):
@@ -375,6 +320,12 @@ def test_a_head_sha_with_a_trailing_line_break_is_no_commit_id():
         (f"*a\n/run-ci {Y}\nb*", False),  # emphasis over three lines
         (f"[a\n/run-ci {Y}\nb](https://example.com)", False),  # a link's text
         (f"do not /run-ci {Y}", False),
+        (f"/run-ci {Y[:12]}", False),  # not a full commit id
+        (f"~~~~text\n/run-ci {Y}\n~~~~\n", False),
+        (f"```\n/run-ci {Y}\n", False),  # an unclosed fence runs to the end
+        (f"```\ncode\n```\n/run-ci {Y}\n", True),
+        (f"> a quote\n\n/run-ci {Y}  \n", True),
+        (f"<!-- a template note -->\n/run-ci {Y}\n", True),
     ],
 )
 def test_only_a_line_of_the_commenters_own_words_approves(body, approves):
