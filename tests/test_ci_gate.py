@@ -147,8 +147,8 @@ REOPENED = {"action": "reopened"}
 APPROVALS = {
     # The maintainer reviewed X; the author force-pushed Y; the label event carries Y.
     "label-after-a-push": ([_review("maint", X)], {}, "false", Y),
-    "label-after-reviewing-the-head": ([_review("maint", X), _review("maint", Y, at=T1)], {}, "true",
-                                       Y),
+    "label-after-reviewing-the-head": ([_review("maint", X), _review("maint", Y, at=T1)], {},
+                                       "true", Y),
     "head-moved-after-the-event": ([_review("maint", Y), _pushed], {}, "false", Z),
     "approval-of-an-earlier-commit": ([_review("maint", X, "APPROVED")], REOPENED, "false", Y),
     "approval-of-the-head": ([_review("admin", Y, "APPROVED")], REOPENED, "true", Y),
