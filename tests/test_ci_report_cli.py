@@ -1,4 +1,4 @@
-"""The report command: a dry run prints exactly the plan, and bad results exit 2."""
+"""The report command: a dry run prints exactly the plan; bad usage is one line and exit 2."""
 
 import json
 from dataclasses import FrozenInstanceError
@@ -12,29 +12,14 @@ from ci.reporter import github_io
 from ci.reporter import plan as reporting
 
 
-def test_report_on_missing_or_broken_results_exits_2(tmp_path, capsys):
-    args = ["report", "--repo", "o/r", "--pr", "1", "--results"]
-    assert main([*args, str(tmp_path)]) == 2
-    (tmp_path / "results.json").write_text("{not json")
-    assert main([*args, str(tmp_path)]) == 2
-    assert "not JSON" in capsys.readouterr().err
-
-
-def test_report_without_results_names_the_flag_that_is_missing_and_no_other(capsys):
-    assert main(["report", "--repo", "o/r", "--pr", "1"]) == 2
-    err = capsys.readouterr().err
-    assert "--results DIR is required" in err and "--state" not in err  # never given
-    assert len(err.splitlines()) == 1
-
-
-def test_report_dry_run_prints_the_slot_comment_and_statuses(tmp_path, capsys, monkeypatch):
+def test_a_dry_run_prints_exactly_the_frozen_plan_and_never_the_token(
+    tmp_path, capsys, monkeypatch
+):
     monkeypatch.setenv("GITHUB_TOKEN", "ghs_never_printed")
     save(posted(), str(tmp_path))
-    code = main(
-        ["report", "--results", str(tmp_path), "--repo", "o/r", "--pr", "1", "--sha", "a" * 40]
-    )
+    args = ["report", "--results", str(tmp_path), "--repo", "o/r", "--pr", "1"]
+    assert main([*args, "--sha", "a" * 40]) == 0
     out = capsys.readouterr().out
-    assert code == 0
     assert (
         "<!-- slot:dsv4-workspace:start -->:white_check_mark:<!-- slot:dsv4-workspace:end -->"
         in out
@@ -42,51 +27,52 @@ def test_report_dry_run_prints_the_slot_comment_and_statuses(tmp_path, capsys, m
     assert "| Case | Verdict | sglang 0.5.23 | sglang 0.5.23 + this change |" in out
     assert '"context": "dsv4-workspace/base-b-test-1-gpu-small"' in out
     assert "ghs_never_printed" not in out
-
-
-def test_a_report_plan_is_frozen_and_is_exactly_what_the_dry_run_prints(tmp_path, capsys):
-    save(model(), str(tmp_path))
-    request = reporting.prepare(reporting.ReportRequest(results=str(tmp_path), repo="o/r", pr=3))
-    plan = reporting.plan(request)
+    plan = reporting.plan(
+        reporting.prepare(reporting.ReportRequest(results=str(tmp_path), repo="o/r", pr=1))
+    )
     with pytest.raises(FrozenInstanceError):
         plan.comment = "something else"
-    assert main(["report", "--results", str(tmp_path), "--repo", "o/r", "--pr", "3", "--json"]) == 0
+    assert main([*args, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == plan.to_dict()
     assert plan.statuses == () and plan.statuses_skipped  # no --sha: nothing to set them on
 
 
-@pytest.mark.parametrize("sha", ["abc1234", "A" * 40, "a" * 41, "a" * 39 + "g", "a" * 40 + "\n"])
-def test_a_sha_that_is_not_a_full_commit_id_is_a_usage_error(tmp_path, capsys, sha):
-    save(posted(), str(tmp_path))
-    args = ["report", "--results", str(tmp_path), "--repo", "o/r", "--pr", "1", "--sha", sha]
-    assert main(args) == 2
-    err = capsys.readouterr().err
-    assert "expected a full commit id" in err and len(err.strip().splitlines()) == 1
-
-
-def test_the_settle_pause_is_settable_and_a_bad_value_is_a_usage_error(
-    tmp_path, capsys, monkeypatch
-):
+def test_the_settle_pause_is_three_seconds_unless_set(monkeypatch):
     monkeypatch.setenv("GITHUB_TOKEN", "ghs_never_printed")
     with github_io._github("o/r", 1, None, "--post") as publisher:
         assert publisher.settle_s == 3.0
     monkeypatch.setenv(github_io.SETTLE_ENV, "0")
     with github_io._github("o/r", 1, None, "--post") as publisher:
         assert publisher.settle_s == 0
-    save(posted(), str(tmp_path))
-    for bad in ("soon", "-1", "nan", "3600"):
-        monkeypatch.setenv(github_io.SETTLE_ENV, bad)
-        args = ["report", "--results", str(tmp_path), "--repo", "o/r", "--pr", "1", "--post"]
-        assert main(args) == 2
-        err = capsys.readouterr().err
-        assert f"CI_REPORT_SETTLE_S={bad!r}: seconds from 0 to 60" in err
-        assert len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("summary", [".", "missing/summary.md"], ids=["a-folder", "folder-missing"])
-def test_a_summary_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, capsys, summary):
-    save(posted(), str(tmp_path))
-    args = ["report", "--results", str(tmp_path), "--summary", str(tmp_path / summary)]
-    assert main(args) == 2
+USAGE = {
+    "no-results-flag": ([], {}, "--results DIR is required"),
+    "results-not-json": (["--results", "{bad}"], {}, "not JSON"),
+    "empty-results-folder": (["--results", "{empty}"], {}, "results.json"),
+    "short-sha": (["--sha", "abc1234"], {}, "expected a full commit id"),
+    "sha-with-a-line-break": (["--sha", "a" * 40 + "\n"], {}, "expected a full commit id"),
+    "upper-case-sha": (["--sha", "A" * 40], {}, "expected a full commit id"),
+    "settle-as-text": (["--post"], {github_io.SETTLE_ENV: "soon"}, "CI_REPORT_SETTLE_S='soon'"),
+    "settle-an-hour": (["--post"], {github_io.SETTLE_ENV: "3600"}, "seconds from 0 to 60"),
+    "summary-a-folder": (["--summary", "{tmp}"], {}, "error: --summary"),
+    "summary-folder-missing": (["--summary", "{tmp}/missing/s.md"], {}, "error: --summary"),
+    "post-without-a-token": (["--post"], {"GITHUB_TOKEN": None}, "needs a token in GITHUB_TOKEN"),
+}
+
+
+@pytest.mark.parametrize("args, env, said", USAGE.values(), ids=USAGE.keys())
+def test_bad_usage_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, args, env, said):
+    monkeypatch.setenv("GITHUB_TOKEN", "ghs_never_printed")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value) if value else monkeypatch.delenv(key)
+    good, bad, empty = (tmp_path / name for name in ("good", "bad", "empty"))
+    for folder in (good, bad, empty):
+        folder.mkdir()
+    save(model(), str(good))
+    (bad / "results.json").write_text("{not json")
+    args = [a.format(bad=bad, empty=empty, tmp=tmp_path) for a in args]
+    results = [] if "--results" in args or not args else ["--results", str(good)]
+    assert main(["report", "--repo", "o/r", "--pr", "1", *results, *args]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --summary") and len(err.strip().splitlines()) == 1, err
+    assert said in err and len(err.strip().splitlines()) == 1, err
