@@ -1,19 +1,15 @@
-"""Tools that keep the upstream patch series in ``patches/`` healthy (``python -m tools.series``,
-patches/README.md) and their one error type. Nothing here imports sglang or ``sglang_overlay``:
-the runtime overlay is a separate route to the same fix.
-"""
-
-OK, CHECK_FAILED, BAD_USAGE = 0, 1, 2
+"""Tools that keep the upstream patch series in ``patches/`` healthy (``python -m tools.series``)
+and their one error type. Nothing here imports sglang or ``sglang_overlay``."""
 
 
 class SeriesError(Exception):
-    """A failure the user can act on (not a bug): the whole message, and the CLI's exit code."""
+    """A failure the user can act on: the message, and the exit code (1 failed, 2 bad input)."""
 
-    def __init__(self, message: str, exit_code: int = CHECK_FAILED):
+    def __init__(self, message: str, exit_code: int = 1):
         super().__init__(message)
         self.exit_code = exit_code
 
 
 def usage(message: str) -> SeriesError:
-    """Bad input or a missing prerequisite (git, a release that does not exist)."""
-    return SeriesError(message, BAD_USAGE)
+    """Bad input or a missing prerequisite (git, a release that does not exist): exit 2."""
+    return SeriesError(message, 2)

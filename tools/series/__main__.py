@@ -5,19 +5,7 @@ import json
 import sys
 
 from ci.errors import CiError
-from tools.series import (
-    BAD_USAGE,
-    OK,
-    SeriesError,
-    ab,
-    audit_tree,
-    base,
-    check,
-    hooks,
-    matrix,
-    refresh,
-    seriesdir,
-)
+from tools.series import SeriesError, ab, audit_tree, base, check, hooks, matrix, refresh, seriesdir
 from tools.series import pr_description as prd
 
 
@@ -160,14 +148,14 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         sys.stdout.write(run(args))
-        return OK
+        return 0
     except SeriesError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
     except (CiError, OSError) as err:  # a git that failed or is missing, an unreadable path
         said = f"{err.filename}: {err.strerror}" if getattr(err, "strerror", None) else str(err)
         print(f"error: {said}".splitlines()[0], file=sys.stderr)
-        return getattr(err, "code", BAD_USAGE)
+        return getattr(err, "code", 2)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ def run_check(series, version=None) -> list:
         for fix in series.fixes if len(series.fixes) > 1 else ():  # each its own pull request
             gitcmd.run(["reset", "-q", "--hard", base.BASE_TAG], repo)
             try:
-                am_series(series.alone(fix), repo, env=gitcmd.TOOL_IDENTITY)
+                am_series(fix, repo, env=gitcmd.TOOL_IDENTITY)
             except SeriesError as err:
                 raise SeriesError(
                     f"fix {fix.number} does not apply without the rest of the series, so it "
@@ -88,7 +88,7 @@ def apply_to(series, path, fix=None) -> list:
         raise usage(
             f"{repo} is not an upstream sglang checkout (a git work tree with python/sglang/)"
         )
-    series = series if fix is None else series.alone(fix)
+    series = fix or series
     if dirty := gitcmd.dirty_paths(repo):
         raise SeriesError(
             f"{repo} has uncommitted changes; commit or stash them first: {', '.join(dirty[:10])}"

@@ -210,54 +210,11 @@ def series_id(release: str, patch_bytes) -> str:
     return digest.hexdigest()
 
 
-def _touched(patches) -> dict:
-    """Every upstream path the patches touch, first-touch order -> added by them."""
-    seen = {}
-    for patch in patches:
-        for path, added in patch.files:
-            seen.setdefault(path, added)
-    return seen
-
-
-@dataclass(frozen=True)
-class Fix:
-    """A patch that changes sglang and the test-only patches right after it: one pull request.
-    Its id is the series id of a series holding just this fix."""
-
-    release: str
-    patches: tuple
-
-    @property
-    def number(self) -> str:  # its first patch's number, as --fix names it
-        return self.patches[0].name.split("-", 1)[0]
-
-    @property
-    def names(self) -> tuple:
-        return tuple(patch.name for patch in self.patches)
-
-    @property
-    def id(self) -> str:
-        return series_id(self.release, (patch.data for patch in self.patches))
-
-    def touched_files(self) -> dict:
-        return _touched(self.patches)
-
-
-def group_fixes(release: str, patches) -> tuple:
-    """Each patch that changes more than ``test/`` starts a fix; test-only patches join the one
-    before them (or lead a group of their own at the start)."""
-    groups = []
-    for patch in patches:
-        only_tests = patch.files and all(path.startswith("test/") for path, _ in patch.files)
-        if groups and only_tests:
-            groups[-1].append(patch)
-        else:
-            groups.append([patch])
-    return tuple(Fix(release, tuple(group)) for group in groups)
-
-
 @dataclass(frozen=True)
 class SeriesDir:
+    """The series, or one fix of it (``fixes``): a patch that changes more than ``test/`` and the
+    test-only patches right after it, one upstream pull request, with an id of its own."""
+
     root: Path  # the patches/ directory
     names: tuple
     base: Base
@@ -268,21 +225,35 @@ class SeriesDir:
     def id(self) -> str:
         return series_id(self.base.version, (patch.data for patch in self.patches))
 
+    @property
+    def number(self) -> str:  # its first patch's number, as --fix names a fix
+        return self.names[0].split("-", 1)[0]
+
     def paths(self):
         return [self.root / name for name in self.names]
 
-    def alone(self, fix: Fix) -> "SeriesDir":
-        """The series of ``fix``'s patches alone (one pull request's branch)."""
-        return replace(self, names=fix.names, patches=fix.patches)
-
     def touched_files(self) -> dict:
-        return _touched(self.patches)
+        """Every upstream path the patches touch, first-touch order -> added by them."""
+        seen = {}
+        for patch in self.patches:
+            for path, added in patch.files:
+                seen.setdefault(path, added)
+        return seen
 
     @property
     def fixes(self) -> tuple:
-        return group_fixes(self.base.version, self.patches)
+        groups = []
+        for patch in self.patches:
+            if groups and patch.files and all(p.startswith("test/") for p, _ in patch.files):
+                groups[-1].append(patch)
+            else:
+                groups.append([patch])
+        return tuple(
+            replace(self, names=tuple(p.name for p in g), patches=tuple(g), cover=None)
+            for g in groups
+        )
 
-    def fix(self, number: str) -> Fix:
+    def fix(self, number: str) -> "SeriesDir":
         """The fix ``--fix NUMBER`` names (its first patch's number); a usage error otherwise."""
         for fix in self.fixes:
             if number in (fix.number, fix.number.lstrip("0")):
