@@ -429,16 +429,6 @@ class Clock:
         return self.now
 
 
-def test_the_replacement_log_says_each_new_high_water_mark_at_info(caplog):
-    log = observe.ReplacementLog("DSV4 sparse-prefill workspace", clock=Clock())
-    with caplog.at_level(logging.DEBUG, logger="sglang_overlay"):
-        for size in (64, 32, 64, 96, 96, 48, 128):
-            log.replaced("old", "new", int(size * observe.MIB))
-    infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
-    assert [m.split("high-water now ")[1] for m in infos] == ["64.0 MiB", "96.0 MiB", "128.0 MiB"]
-    assert len([r for r in caplog.records if r.levelno == logging.DEBUG]) == 4
-
-
 @pytest.mark.parametrize("per_minute, warnings", [(1000, 3), (50, 0)])
 def test_thrashing_warns_at_most_once_a_minute_and_never_below_the_threshold(
     caplog, per_minute, warnings
