@@ -1,11 +1,9 @@
 """Whether a PR's head commit may run CI on our runners, and the trusted facts of the events.
 
-``decide`` is pure: it reads ``PullFacts`` (what GitHub says now: the PR's head, its labels and
-the approvals of people with write permission; ``Publisher.pull_facts`` gathers them) and never
-calls the API. A branch of the base repository always runs; a fork's head runs only when
-someone with write permission saw exactly that commit (the README says how). A
-``workflow_run`` payload is GitHub's own account of a finished run (``finished_run``); nothing
-inside that run's artifacts is trusted.
+``decide`` is pure: it reads ``PullFacts`` (the PR's head, labels and writers' approvals as GitHub
+has them now; ``Publisher.pull_facts`` gathers them). A branch of the base repository always runs;
+a fork's head runs only when someone with write permission saw exactly that commit. A
+``workflow_run`` payload is GitHub's own account of a finished run; its artifacts are not trusted.
 """
 
 import datetime
@@ -184,43 +182,34 @@ class FinishedRun:
 def finished_run(event: dict) -> FinishedRun:
     """The run a ``workflow_run`` event is about; ValueError names what is missing or odd."""
     run = event.get("workflow_run")
-    if not isinstance(run, dict):
-        raise ValueError("not a workflow_run event (no workflow_run object)")
-    if run.get("event") != "pull_request":
-        raise ValueError(f"workflow_run.event is {run.get('event')!r}, not 'pull_request'")
-    run_id, sha = run.get("id"), run.get("head_sha")
-    if not isinstance(run_id, int) or isinstance(run_id, bool):
-        raise ValueError("workflow_run.id is not an integer")
-    if not _is_sha(sha):
-        raise ValueError("workflow_run.head_sha is not a 40-hex commit")
-    conclusion = run.get("conclusion")
-    if conclusion not in CONCLUSIONS:
-        raise ValueError(f"workflow_run.conclusion {conclusion!r} is not a finished run's")
-    repository = field_object(event, "repository", "repository")
-    repo = repository.get("full_name")
-    if not isinstance(repo, str):
-        raise ValueError("repository.full_name is missing")
-    head_repo = field_object(run, "head_repository", "workflow_run.head_repository").get(
-        "full_name"
-    )
-    branch = run.get("head_branch")
-    if not isinstance(branch, str) or not branch:
-        raise ValueError("workflow_run.head_branch is missing")
+    if not isinstance(run, dict) or run.get("event") != "pull_request":
+        raise ValueError("not a workflow_run event of a pull_request run")
     actor = field_object(run, "triggering_actor", "workflow_run.triggering_actor").get("login")
     actor = actor or field_object(run, "actor", "workflow_run.actor").get("login")
-    if not isinstance(run.get("created_at"), str):
-        raise ValueError("workflow_run.created_at is missing")
-    return FinishedRun(
-        run_id=run_id,
-        head_sha=sha,
-        conclusion=conclusion,
+    head = field_object(run, "head_repository", "workflow_run.head_repository").get("full_name")
+    found = FinishedRun(
+        run_id=run.get("id"),
+        head_sha=run.get("head_sha"),
+        conclusion=run.get("conclusion"),
         html_url=str(run.get("html_url") or ""),
-        head_repo=head_repo if isinstance(head_repo, str) else None,
-        repo=repo,
-        head_branch=branch,
+        head_repo=head if isinstance(head, str) else None,
+        repo=field_object(event, "repository", "repository").get("full_name"),
+        head_branch=run.get("head_branch"),
         actor=actor if isinstance(actor, str) else None,
-        created_at=run["created_at"],
+        created_at=run.get("created_at"),
     )
+    checks = {
+        "workflow_run.id": type(found.run_id) is int,
+        "workflow_run.head_sha": _is_sha(found.head_sha),
+        "workflow_run.conclusion": found.conclusion in CONCLUSIONS,
+        "repository.full_name": isinstance(found.repo, str),
+        "workflow_run.head_branch": isinstance(found.head_branch, str) and found.head_branch,
+        "workflow_run.created_at": isinstance(found.created_at, str),
+    }
+    wrong = [name for name, ok in checks.items() if not ok]
+    if wrong:
+        raise ValueError(f"{wrong[0]} is missing or not what GitHub sends")
+    return found
 
 
 def load_event(path: str) -> dict:

@@ -50,7 +50,6 @@ class ReportRequest:
     bot_login: str | None = None
     post: bool = False
     invalid: str | None = None  # the artifact was refused before it was read (its size)
-    untrusted: str | None = None  # why the run's results are not reported (its code is not ours)
     shard_artifacts: tuple | None = None  # the artifact each of ``results`` came from, in order
 
     @property
@@ -127,70 +126,58 @@ def prepare(request: ReportRequest) -> ReportRequest:
 
 def plan(request: ReportRequest) -> ReportPlan:
     """What the report for ``request`` (already ``prepare``d) would send."""
-    links = request.links
-    state, invalid = request.state, request.invalid
-    if invalid or request.untrusted:
+    state, invalid, untrusted, model, full = request.state, request.invalid, None, None, None
+    if invalid:
         state = "failure"
     elif state == "results" and request.test_result and not _has_results(request.results):
         # The test job left nothing behind (it failed early, timed out or was cancelled).
         state = "cancelled" if request.test_result in ("cancelled", "skipped") else "failure"
-    model, comment, statuses, full = None, None, [], None
     if state == "results":
         if not request.results:
             raise RequestError("--results DIR is required: the folder `ci run --out` wrote")
         try:
             model = shards.load(request.results, request.shard_artifacts)
-        except EvidenceError as exc:
-            # Refused whole, and said so: a slot left pending would read as "still running".
+        except EvidenceError as exc:  # refused whole and said so, never left pending
             state, invalid = "failure", str(exc)
-    if model is not None and render.overall_state(model) == "success":
-        contradicted = _contradicted(request.test_result)
-        if contradicted:
-            # What GitHub says of the job outranks what the job's own files say: never green.
-            model, request = None, replace(request, untrusted=contradicted)
-            state = "cancelled" if request.test_result == "cancelled" else "failure"
+    result = request.test_result
+    if (
+        model is not None
+        and render.overall_state(model) == "success"
+        and result not in (None, "success")
+    ):
+        # What GitHub says of the job outranks what the job's own files say: never green.
+        untrusted = f"the test job's result is {result[:20]}, although its results say all passed"
+        model, state = None, "cancelled" if result == "cancelled" else "failure"
+    statuses, note, url = [], INVALID_NOTE if invalid else untrusted, request.run_url
     if model is not None:
-        state = render.overall_state(model)
-        full = render.comment(model, request.slot, **links)  # rendered once, capped per place
-        comment = cap(full, BODY_LIMIT)
+        state, note = render.overall_state(model), render.retry_note(model.cases)
+        full = render.comment(model, request.slot, **request.links)  # capped per place
         statuses = [
-            {
-                "context": f"{request.slot}/{suite}",
-                "state": s,
-                "description": d,
-                "target_url": request.run_url,
-            }
+            {"context": f"{request.slot}/{suite}", "state": s, "description": d, "target_url": url}
             for suite, (s, d) in render.status_descriptions(model).items()
         ]
-    note = INVALID_NOTE if invalid else request.untrusted
-    if note is None and model is not None:
-        note = render.retry_note(model.cases)
-    texts = (render.slot_text(state, **links, note=note), render.slot_text(state, note=note))
-    summary = None
-    if request.summary:
-        summary = cap(full, STEP_SUMMARY_BYTES) if full else f"{texts[0]}\n"
+    texts = (
+        render.slot_text(state, **request.links, note=note),
+        render.slot_text(state, note=note),
+    )
+    summary = (
+        (cap(full, STEP_SUMMARY_BYTES) if full else f"{texts[0]}\n") if request.summary else None
+    )
+    refused = ("Invalid artifact", invalid) if invalid else ("Not reported", untrusted)
     return ReportPlan(
         repo=request.repo,
         pr=request.pr,
         slot=request.slot,
         slot_line=pr_states.slot_line(request.slot, request.slot_label, texts[0]),
-        comment=comment,
+        comment=None if full is None else cap(full, BODY_LIMIT),
         statuses=tuple(statuses) if request.sha else (),
         sha=request.sha,
-        check_run=_check_run(request, model, state, invalid, full),
+        check_run=_check_run(request, model, state, refused if refused[1] else None, full),
         texts=texts,
         statuses_skipped=bool(statuses and not request.sha),
         summary=summary,
         invalid=invalid,
     )
-
-
-def _contradicted(test_result: str | None) -> str | None:
-    """Why green results cannot be reported when the trusted outcome of the job (or run) that
-    wrote them, ``test_result``, is not success; None when nothing trusted says otherwise."""
-    if test_result is None or test_result == "success":
-        return None
-    return f"the test job's result is {test_result[:20]}, although its results say all passed"
 
 
 def _paths(results) -> tuple[str, ...]:
@@ -204,15 +191,12 @@ def _has_results(results) -> bool:
     return bool(paths) and all(found)
 
 
-def _check_run(request: ReportRequest, model, state: str, invalid: str | None, full):
+def _check_run(request: ReportRequest, model, state: str, refused, full):
     if not request.check_run or state in ("pending", "missing-label", "stale-label"):
         return None
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     if model is None:
-        refused = ("Invalid artifact", invalid) if invalid else ("Not reported", request.untrusted)
-        refused = refused if refused[1] else None
-        create = checks.without_results(state, request.sha, now, request.run_url, refused)
-        return {"create": create}
+        return {"create": checks.without_results(state, request.sha, now, request.run_url, refused)}
     summary = full.split("\n", 1)[1]  # the marker line is for the sticky comment only
     create, updates = checks.bodies(model, request.sha, summary, now, request.run_url)
     return {"create": create, "updates": updates}
