@@ -102,8 +102,8 @@ class Publisher:
     written: str | None = None  # the slot text that write put there
 
     def request(self, method: str, what: str, *parts, params=None, json=None):
-        """The API's JSON answer (None for a GET's 404) to METHOD repos/OWNER/REPO/PARTS...;
-        with a first part "/user" and on, from the API's root instead."""
+        """The API's JSON answer (None for a GET's 404) to METHOD repos/OWNER/REPO/PARTS... (or
+        /user)."""
 
         def once():
             response = self._send(method, parts, params=params, json=json)
@@ -114,19 +114,14 @@ class Publisher:
         return self.policy.call(what, once)
 
     def _send(self, method: str, parts, **kwargs):
-        root = parts and str(parts[0]).startswith("/")
-        where = (
-            (str(parts[0])[1:], *parts[1:]) if root else ("repos", self.owner, self.repo, *parts)
-        )
+        root = ("repos", self.owner, self.repo) if parts[0] != "/user" else ()
+        url = self.gh.session.build_url(*root, *(str(p).lstrip("/") for p in parts))
         try:
-            response = self.gh.session.request(
-                method, self.gh.session.build_url(*map(str, where)), **kwargs
-            )
+            response = self.gh.session.request(method, url, **kwargs)
         except requests.exceptions.ConnectionError as exc:
             raise gh_errors.ConnectionError(exc) from exc
-        if not 200 <= response.status_code < 300 and not (
-            method == "GET" and response.status_code == 404 and not kwargs.get("stream")
-        ):
+        missing = method == "GET" and response.status_code == 404 and not kwargs.get("stream")
+        if not (200 <= response.status_code < 300 or missing):
             raise gh_errors.error_for(response)
         return response
 
@@ -136,12 +131,9 @@ class Publisher:
         for page in range(1, MAX_PAGES + 1):
             query = {**(params or {}), "per_page": 100, "page": page}
             batch = self.request("GET", what, *parts, params=query)
-            items += (
-                [item for item in batch if isinstance(item, dict)]
-                if isinstance(batch, list)
-                else []
-            )
-            if not isinstance(batch, list) or len(batch) < 100:
+            batch = batch if isinstance(batch, list) else []
+            items += [item for item in batch if isinstance(item, dict)]
+            if len(batch) < 100:
                 break
         return items
 
@@ -224,31 +216,28 @@ class Publisher:
         """One check run from ``checks.bodies``; the updates append further annotations."""
         run = self.request("POST", f"check run {create['name']}", "check-runs", json=create)
         for output in updates:
-            self.request("PATCH", f"check run {run['id']} annotations", "check-runs", run["id"],
-                         json={"output": output})  # fmt: skip
+            what = f"check run {run['id']} annotations"
+            self.request("PATCH", what, "check-runs", run["id"], json={"output": output})
         return run["id"]
 
     def upsert_comment(self, marker: str, body: str, author: str) -> str:
         """The one comment by ``author`` that starts with ``marker``: edited, or created."""
         if not author:
             raise ValueError("upsert_comment needs the bot's login; a marker alone proves nothing")
-        number, comments = self.number, ("issues", "comments")
+        number, comment = self.number, ("issues", "comments")
+
+        def write(method, *parts):
+            return self.request(method, f"sticky comment: {method}", *parts, json={"body": body})
 
         def once():
             outcome, _ = upsert_sticky(
                 self.pages(f"comments of PR #{number}", "issues", number, "comments"),
                 marker,
                 author,
-                create=lambda: self.request(
-                    "POST", "comment", "issues", number, "comments", json={"body": body}
-                ),  # fmt: skip
+                create=lambda: write("POST", "issues", number, "comments"),
                 unchanged=lambda keep: keep.get("body") == body,
-                edit=lambda keep: self.request(
-                    "PATCH", "edit comment", *comments, keep["id"], json={"body": body}
-                ),  # fmt: skip
-                retire=lambda extra: self.request(
-                    "DELETE", "delete comment", *comments, extra["id"]
-                ),
+                edit=lambda keep: write("PATCH", *comment, keep["id"]),
+                retire=lambda extra: self.request("DELETE", "duplicate", *comment, extra["id"]),
             )
             return outcome
 
