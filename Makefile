@@ -55,40 +55,11 @@ $(VENV)/.installed: $(SITE_READY) $(OVERLAY_SOURCES)
 install: $(VENV)/.installed
 
 # The A/B on the real class, unmodified (SGLANG_OVERLAY_DISABLE=1) and with the change, as
-# sglang's CI runs each file (SGLANG_IS_IN_CI=true: a failed test is retried once): the series'
-# registered tests for this machine's backend (CUDA on a GPU, the CPU companion without one),
-# plus, on CPU, the project's CPU proof (the peaks of live CPU memory); then what the bot would
-# post, the upstream PR description of each fix from its own tests on the series' trees
-# (tools.series ab: the release against the release + that fix alone), and last the verdict.
-DEMO := out/demo
-DEMO_SIDES := --unmodified-env SGLANG_OVERLAY_DISABLE=1 --change-env SGLANG_OVERLAY_DISABLE=0
+# sglang's CI runs each file: the registered tests for this machine's backend (CUDA on a GPU, the
+# CPU companions without one); what the bot would post; each fix's own tests on the series' base
+# and on the base + that fix alone, with its PR description (tools/series/ab.py: demo); the verdict.
 demo: install
-	@mkdir -p $(dir $(DEMO)); $(PY) -m tools.series describe > $(DEMO)-series.json || exit 2; \
-	backend=$$($(PY) -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')"); \
-	fixes=$$($(PY) -c "import json, sys; print(*(f['patches'][0][:4] for f in json.load(sys.stdin)['fixes']))" < $(DEMO)-series.json); \
-	count=$$(echo $$fixes | wc -w); failed=""; \
-	echo "demo 1/3: the registered tests on sglang $(SGLANG_VERSION) ($$backend), each file unmodified and with the overlay, as sglang's CI runs it"; \
-	$(PY) -m ci run --out $(DEMO) --tests test/registered --backend $$backend --series $(DEMO)-series.json $(DEMO_SIDES) > $(DEMO).txt || failed="$$failed the A/B,"; \
-	sed -n 's/^ci run: /  the A\/B: /p' $(DEMO).txt; \
-	if [ "$$backend" = cpu ]; then \
-	  echo "demo 1/3: the project's CPU proof (live CPU memory peaks), both sides"; \
-	  $(PY) -m ci run --out $(DEMO)-proof --tests test/proofs --backend cpu $(DEMO_SIDES) > $(DEMO)-proof.txt || failed="$$failed the CPU proof,"; \
-	  sed -n 's/^ci run: /  the CPU proof: /p' $(DEMO)-proof.txt; \
-	fi; \
-	echo "demo 2/3: what the bot would post (dry run): $(DEMO)-bot-preview.md"; \
-	$(PY) -m ci report --results $(DEMO) > $(DEMO)-bot-preview.md || failed="$$failed the bot's preview,"; \
-	for fix in $$fixes; do \
-	  dir=$(DEMO)-fix-$$fix; rm -rf $$dir; \
-	  echo "demo 3/3: fix $$fix: its own tests on sglang $(SGLANG_VERSION) and on $(SGLANG_VERSION) + fix $$fix alone: $$dir/$$backend-pr-body.md"; \
-	  $(PY) -m tools.series ab --fix $$fix --backend $$backend --out $$dir > $$dir.txt || failed="$$failed fix $$fix ($$dir.txt),"; \
-	  sed -n "s/^ci run: /  fix $$fix: /p" $$dir.txt; \
-	done; \
-	echo "the evidence: $(DEMO)/report.md, $(DEMO)/results.json, JUnit and logs in $(DEMO)/"; \
-	if [ -z "$$failed" ]; then \
-	  echo "demo: ok: $$count fixes: every regression test fails on sglang $(SGLANG_VERSION) and passes with its fix"; \
-	else \
-	  echo "demo: FAILED:$${failed%,}"; exit 1; \
-	fi
+	@$(PY) -m tools.series.ab out/demo
 
 lint: install
 	$(BIN)/pre-commit run --all-files --show-diff-on-failure

@@ -2,6 +2,7 @@
 run from an environment without this project, the only evidence ``pr-body`` renders from."""
 
 import subprocess
+import sys
 
 from ci.__main__ import _parser as ci_parser
 from tools.series import ab, seriesdir
@@ -47,3 +48,13 @@ def test_the_plain_environment_imports_sglang_and_not_this_project(tmp_path):
     probe += "bool(u.find_spec('sglang_overlay')), bool(u.find_spec('ci')))"
     out = subprocess.run([python, "-c", probe], cwd=tmp_path, capture_output=True, text=True)
     assert out.stdout.split() == ["True", "False", "False"], out.stderr
+
+
+def test_a_demo_step_says_its_last_ci_run_line_and_names_the_output_of_what_failed(tmp_path):
+    def step(name, code, stderr=None):
+        say = f"import sys; print('ci run: started'); print('ci run: {name}'); sys.exit({code})"
+        return ([sys.executable, "-c", say], tmp_path / f"{name}.txt", stderr)
+
+    assert ab._run_steps([step("ok", 0)]) == (None, "ok")
+    steps = [step("first", 0), step("broke", 1, tmp_path / "broke.log"), step("after", 1)]
+    assert ab._run_steps(steps) == (tmp_path / "broke.log", "after")

@@ -1,23 +1,28 @@
-"""``ab --fix N --out DIR``: the evidence a fix's pull request description is rendered from,
-made end to end from the series' own trees: the base materialised, the base with that fix
-applied alone (its pull request's branch), and ``ci run`` of the fix's own tests with
-``--unmodified-src BASE --change-src BASE+FIX``, then ``pr-body`` from that folder. ``ci run``
-runs from a plain environment (``plain_env``): a venv that sees every package this interpreter
-sees except this project, so each side is sglang alone, and each file a fresh ``python FILE``
-(no preloading), the command the description prints. ``plan`` is pure; ``run_ab`` does the
-work. Not for the installed sglang or the overlay's A/B: that is ``python -m ci run``.
+"""``ab --fix N --out DIR``: the evidence a fix's pull request description is rendered from: the
+base materialised, the base with that fix applied alone (its pull request's branch), and ``ci
+run`` of the fix's own tests with ``--unmodified-src BASE --change-src BASE+FIX`` from a plain
+environment (``plain_env``: every package this interpreter sees except this project), each file
+a fresh ``python FILE``, the command the description prints. ``plan`` is pure; ``run_ab`` does
+the work. ``python -m tools.series.ab OUT`` is ``make demo`` (``demo``).
 """
 
 import json
+import os
+import shutil
 import site
 import subprocess
+import sys
 import sysconfig
+import time
 import venv
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
 from ci.evidence import model
+from sglang_overlay.config import DISABLE_ENV
+from tools import ToolError
 from tools.series import base, check, seriesdir, usage
 from tools.series.seriesdir import REPO_ROOT
 
@@ -111,3 +116,94 @@ def run_ab(series, fix, out, backend: str) -> tuple:
     if (made.results / "results.json").is_file():
         record_plain(made.results)
     return proc.returncode, made
+
+
+TICK_S = 20  # the longest the demo stays silent
+
+
+def demo(out: Path, jobs: int = max(2, (os.cpu_count() or 2) // 2)) -> int:
+    """``make demo``: the registered tests unmodified and with the overlay (``ci run``, OUT), the
+    bot's preview of them (``ci report``), and each fix's A/B from the series' trees with its PR
+    description (``series ab``, OUT-fix-N), ``jobs`` at a time (each runs two processes at
+    once: its sides); a line at least every TICK_S
+    seconds, the verdict last. 0 when every step is ok, 1 otherwise."""
+    import torch
+
+    backend = "cuda" if torch.cuda.is_available() else "cpu"
+    series = seriesdir.load()
+    version, python = series.base.version, sys.executable
+    out.parent.mkdir(parents=True, exist_ok=True)
+    described = Path(f"{out}-series.json")
+    described.write_text(json.dumps(seriesdir.summary(series), indent=2) + "\n")
+    ci_run = [python, "-m", "ci", "run", "--out", out, "--tests", "test/registered"]
+    ci_run += ["--backend", backend, "--series", described]
+    ci_run += [f"--unmodified-env={DISABLE_ENV}=1", f"--change-env={DISABLE_ENV}=0"]
+    preview = [python, "-m", "ci", "report", "--results", out]
+    # label -> commands run in turn, each with the files its stdout and its stderr go to
+    tasks = {
+        "the A/B and the bot's preview": [
+            (ci_run, Path(f"{out}.txt"), None),
+            (preview, Path(f"{out}-bot-preview.md"), Path(f"{out}-bot-preview.log")),
+        ]
+    }
+    for fix in series.fixes:
+        folder = Path(f"{out}-fix-{fix.number}")
+        shutil.rmtree(folder, ignore_errors=True)
+        argv = [python, "-m", "tools.series", "ab", "--fix", fix.number, "--backend", backend]
+        tasks[f"fix {fix.number}"] = [([*argv, "--out", folder], Path(f"{folder}.txt"), None)]
+    print(
+        f"demo: sglang {version} ({backend}): the registered tests unmodified and with the "
+        f"overlay, as sglang's CI runs each file, and the bot's preview ({out}-bot-preview.md); "
+        f"each of {len(series.fixes)} fixes' own tests on {version} and on {version} + that fix "
+        f"alone, and its PR description ({out}-fix-N/{backend}-pr-body.md); {jobs} at a time",
+        flush=True,
+    )
+    started, failed = time.monotonic(), []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(_run_steps, steps): label for label, steps in tasks.items()}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=TICK_S, return_when=FIRST_COMPLETED)
+            took = time.monotonic() - started
+            for future in done:
+                bad, said = future.result()
+                label = futures[future]
+                failed += [f"{label} ({bad})"] if bad else []
+                print(f"demo: {took:3.0f} s: {label}: {said}", flush=True)
+            if not done:
+                waiting = ", ".join(sorted(futures[f] for f in pending))
+                print(f"demo: {took:3.0f} s: still running: {waiting}", flush=True)
+    print(f"the evidence: {out}/report.md, {out}/results.json, JUnit and logs in {out}/")
+    if failed:
+        print(f"demo: FAILED: {', '.join(failed)}")
+        return 1
+    print(
+        f"demo: ok: {len(series.fixes)} fixes: every regression test fails on sglang {version} "
+        f"and passes with its fix ({time.monotonic() - started:.0f} s)"
+    )
+    return 0
+
+
+def _run_steps(steps) -> tuple:
+    """(the output file of the first command that failed, or None; the last ``ci run: `` line)."""
+    bad, said = None, "no summary"
+    for argv, log, errors in steps:
+        with open(log, "w") as sink, open(errors or os.devnull, "w") as err:
+            code = subprocess.run(
+                [str(a) for a in argv],
+                stdout=sink,
+                stderr=err if errors else subprocess.STDOUT,
+                cwd=REPO_ROOT,
+            )
+        bad = bad or (errors or log if code.returncode else None)
+        lines = [line for line in log.read_text().splitlines() if line.startswith("ci run: ")]
+        said = lines[-1].removeprefix("ci run: ") if lines else said
+    return bad, said
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(demo(Path(sys.argv[1]) if len(sys.argv) > 1 else REPO_ROOT / "out" / "demo"))
+    except (ToolError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)

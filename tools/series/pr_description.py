@@ -248,6 +248,6 @@ def reproduce(version: str, results) -> list:
 
 def load_results(results_dir: str):
     try:
-        return shards.load(results_dir)
+        return shards.load(str(results_dir))
     except evidence.EvidenceError as err:
         raise usage(f"cannot read the results: {err}") from None
