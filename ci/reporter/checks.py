@@ -60,47 +60,32 @@ def _annotation(case: Case, labels: dict) -> dict | None:
             f" (peak {result.peak_mib:.1f} MiB)" if result and result.peak_mib is not None else ""
         )
 
+    base, change = case.modes.get("unmodified"), case.modes.get("change")
     if case.kind == "regression":
-        base = case.modes.get("unmodified")
-        word = base.outcome if base is not None else "fail"
-        level = "notice"
-        message = (
-            f"{word} on {labels['unmodified']}{peak('unmodified')}; "
-            f"passes on {labels['change']}{peak('change')}"
-        )
+        word = base.outcome if base else "fail"
+        message = f"{word} on {labels['unmodified']}{peak('unmodified')}; "
+        level, message = "notice", message + f"passes on {labels['change']}{peak('change')}"
     elif case.kind in ("masked-by-retry", "flaky"):
-        mode = "unmodified" if case.kind == "masked-by-retry" else "change"
-        level = "failure"
-        message = f"{case.kind} on {labels[mode]}: failed at first, passed on the retry"
+        side = labels["unmodified" if case.kind == "masked-by-retry" else "change"]
+        level, message = "failure", f"{case.kind} on {side}: failed at first, passed on the retry"
     elif case.kind == "unproven":
-        level = "failure"
-        message = "not proven: it passed, but the runner could not count its attempts"
+        level, message = (
+            "failure",
+            "not proven: it passed, but the runner could not count its attempts",
+        )
     elif case.kind == "broken":
-        change = case.modes.get("change")
-        detail = f": {change.detail[-1500:]}" if change is not None and change.detail else ""
-        outcome = change.outcome if change is not None else "missing"
+        detail = f": {change.detail[-1500:]}" if change and change.detail else ""
+        outcome = change.outcome if change else "missing"
         level, message = "failure", f"fails on {labels['change']} ({outcome}){detail}"
     else:
         return None
     line = case.line or 1
-    return {
-        "path": case.file,
-        "start_line": line,
-        "end_line": line,
-        "annotation_level": level,
-        "title": clip(name_text(case.test), 255),
-        "message": clip(visible(message), 4000),
-    }
+    title, message = clip(name_text(case.test), 255), clip(visible(message), 4000)
+    where = {"path": case.file, "start_line": line, "end_line": line}
+    return {**where, "annotation_level": level, "title": title, "message": message}
 
 
 def _check_create(head_sha: str, conclusion: str, now: str, details_url, output: dict) -> dict:
-    body = {
-        "name": NAME,
-        "head_sha": head_sha,
-        "status": "completed",
-        "conclusion": conclusion,
-        "completed_at": now,
-    }
-    if details_url:
-        body["details_url"] = details_url
-    return {**body, "output": output}
+    body = {"name": NAME, "head_sha": head_sha, "status": "completed", "conclusion": conclusion}
+    return {**body, "completed_at": now, **({"details_url": details_url} if details_url else {}),
+            "output": output}  # fmt: skip

@@ -1,10 +1,7 @@
-"""What ``ci report`` and ``ci gate`` do with GitHub, through ``ci.reporter.publish``: ``publish``
-sends a ``ReportPlan``; ``fork`` asks GitHub what a fork run's report needs (its PR, the approval
-of its commit, its results artifacts); ``fork_facts`` reads a fork PR's approvals for the gate.
-
-A results artifact is a stranger's upload: refused on its listed size, its download cut off at
-``MAX_ARTIFACT_BYTES``, and only results.json read out of the zip, capped, through ``zipfile``.
-What GitHub refuses raises ``PublishFailed`` (exit 1), the token redacted.
+"""What ``ci report`` and ``ci gate`` do with GitHub: ``publish`` sends a ``ReportPlan``; ``fork``
+asks what a fork run's report needs (its PR, the approval of its commit, its results artifacts:
+a stranger's upload, capped, of which only results.json is read); ``fork_facts`` reads a fork
+PR's approvals for the gate. What GitHub refuses raises ``PublishFailed`` (exit 1).
 """
 
 import contextlib

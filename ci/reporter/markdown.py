@@ -1,7 +1,6 @@
-"""What of a comment or a PR body GitHub shows as its author's own text, and where its raw HTML
-sits, as a CommonMark parser (markdown-it-py) reads it: the one reading behind the gate's
-``/run-ci SHA`` approvals and the PR-body slot. Code (fenced, indented, inline, ``<pre>``),
-quotes, lists and headings only show text; they never approve and never hold our slot.
+"""A comment's or PR body's own text and raw HTML as CommonMark (markdown-it-py) reads them: the
+one reading behind ``/run-ci SHA`` approvals and the PR-body slot. Code, quotes, lists and
+headings only show text; they never approve and never hold our slot.
 """
 
 import re

@@ -1,11 +1,7 @@
-"""The one place that knows the PR-body "CI States" block and its slots.
-
-For editing text only: given a PR body, put our slot's text in, touching nothing else. The
-block has upstream's shape (``<!-- pr-states:start -->``, a rule, ``### CI States``, one
-``Label: <!-- slot:NAME:start -->TEXT<!-- slot:NAME:end -->`` line per writer,
-``<!-- pr-states:end -->``). Markers count only where CommonMark reads them as HTML
-(``ci.reporter.markdown``), never in the author's code or quotes. Every byte outside our slot's
-text is kept. It does not talk to GitHub and does not escape: callers pass one safe line.
+"""The one place that knows the PR-body "CI States" block (upstream's shape: a start marker, a
+rule, ``### CI States``, one ``Label: <!-- slot:NAME:start -->TEXT<!-- slot:NAME:end -->`` line
+per writer, an end marker) and puts our slot's text in, every other byte kept. Markers count only
+where CommonMark reads them as HTML (``markdown``), never in the author's code or quotes.
 """
 
 import bisect
@@ -71,8 +67,7 @@ def set_slot(body: str | None, slot: str, label: str, text: str) -> str:
 
 
 class _Html:
-    """Where a body's raw HTML sits (``markdown.raw_html``): a marker counts only there, never
-    in the author's code, quotes or lists."""
+    """Where a body's raw HTML sits (``markdown.raw_html``): a marker counts only there."""
 
     def __init__(self, body: str):
         from ci.reporter import markdown  # the report's dependency: `ci run` never edits a body
@@ -99,12 +94,8 @@ def _find_block(body: str, html: _Html) -> tuple[int, int] | None:
 
 
 def _find_slot(body: str, slot: str) -> tuple[int, int] | None:
-    """(first, last) offsets of our slot's text; markers outside the block do not count.
-
-    A slot is one line: a start marker whose end marker is not on its line is the author's
-    text (an unclosed marker, an example) and is skipped, so nothing between it and a later
-    slot is ever taken for our text.
-    """
+    """(first, last) offsets of our slot's text inside the block. A slot is one line: a start
+    marker without its end marker on its line is the author's text, skipped."""
     html = _Html(body)
     block = _find_block(body, html)
     if block is None:
