@@ -1,108 +1,92 @@
-"""The PR-body CI States block: only our slot's text changes, every other byte stays."""
+"""The PR-body CI States block: only our slot's text changes, every other byte stays; markers
+count only where CommonMark reads them as HTML, never in the author's code, quotes or examples."""
 
 import pytest
 
 from ci.reporter import pr_states
+from ci.reporter.pr_states import BLOCK_END, BLOCK_START
 
+SLOT = "dsv4-workspace"
 OTHER = (
-    "<!-- pr-states:start -->\n---\n### CI States\n\n"
+    f"{BLOCK_START}\n---\n### CI States\n\n"
     "Latest PR Test (Base): <!-- slot:pr-test:start -->:x: [Run #1](https://r/1)"
-    "<!-- slot:pr-test:end -->\n<!-- pr-states:end -->"
+    f"<!-- slot:pr-test:end -->\n{BLOCK_END}"
 )
+BLOCK = f"\n{BLOCK_START}\n---\n### CI States\n\nL: <!-- slot:s:start -->t<!-- slot:s:end -->\n"
 
 
-def test_block_is_created_at_the_end_of_the_body_in_upstreams_shape():
-    body = pr_states.set_slot("Motivation\n\nFix it.", "dsv4", "Latest PR Test (DSV4)", ":x: no")
-    assert body == (
-        "Motivation\n\nFix it.\n\n<!-- pr-states:start -->\n---\n### CI States\n\n"
-        "Latest PR Test (DSV4): <!-- slot:dsv4:start -->:x: no<!-- slot:dsv4:end -->\n"
-        "<!-- pr-states:end -->"
-    )
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ("Motivation\n\nFix it.", f"Motivation\n\nFix it.\n{BLOCK}{BLOCK_END}"),  # upstream's shape
+        (None, BLOCK[1:] + BLOCK_END),  # GitHub sends null for an empty description
+        ("", BLOCK[1:] + BLOCK_END),
+        ("Windows author\r\n", ("Windows author\r\n" + BLOCK + BLOCK_END).replace("\n", "\r\n")
+         .replace("\r\r\n", "\r\n")),
+        ("Text\n```\ncode without its closing fence\n",
+         f"Text\n```\ncode without its closing fence\n\n```\n{BLOCK}{BLOCK_END}"),
+    ],
+    ids=["text", "null", "empty", "crlf", "unclosed-fence-closed-first"],
+)  # fmt: skip
+def test_the_block_is_added_at_the_end_in_upstreams_shape(body, expected):
+    assert pr_states.set_slot(body, "s", "L", "t") == expected
+    assert pr_states.set_slot(expected, "s", "L", "u") == expected.replace(">t<", ">u<")
 
 
-def test_empty_or_null_body_gets_just_the_block():
-    assert pr_states.set_slot(None, "s", "L", "t").startswith("<!-- pr-states:start -->\n")
-    assert pr_states.set_slot("", "s", "L", "t") == pr_states.set_slot(None, "s", "L", "t")
-
-
-def test_our_line_is_added_before_the_end_of_an_existing_block_keeping_other_slots():
-    author = "Author text with <!-- a comment --> and | pipes\n\n"
-    body = pr_states.set_slot(author + OTHER, "dsv4", "Latest PR Test (DSV4)", "ok")
-    assert body.startswith(author + OTHER[: -len(pr_states.BLOCK_END)])
-    assert body.endswith(
-        "Latest PR Test (DSV4): <!-- slot:dsv4:start -->ok<!-- slot:dsv4:end -->\n"
-        "<!-- pr-states:end -->"
-    )
-    assert pr_states.get_slot(body, "pr-test") == ":x: [Run #1](https://r/1)"
-
-
-def test_rewriting_our_slot_changes_only_the_text_between_its_markers():
-    first = pr_states.set_slot("Body\r\n" + OTHER + "\r\ntrailer", "dsv4", "L", "one")
-    second = pr_states.set_slot(first, "dsv4", "L", "two")
-    assert second == first.replace("one", "two")
-    assert pr_states.set_slot(second, "dsv4", "L", "two") == second  # idempotent
-
-
-def test_crlf_bodies_get_crlf_lines():
-    body = pr_states.set_slot("Windows author\r\n", "s", "L", "t")
-    assert "\n" not in body.replace("\r\n", "")
-
-
-def test_slot_markers_outside_the_block_are_not_ours_to_edit():
-    quoted = "Quoting: <!-- slot:dsv4:start -->old<!-- slot:dsv4:end -->\n\n"
-    body = pr_states.set_slot(quoted, "dsv4", "L", "new")
-    assert body.startswith(quoted)
-    assert pr_states.get_slot(body, "dsv4") == "new"
+def test_our_line_joins_an_existing_block_and_rewrites_change_only_our_text():
+    author = "Author text with <!-- a comment --> and | pipes\r\n\r\n"
+    first = pr_states.set_slot(author + OTHER + "\r\ntrailer", SLOT, "L", "one")
+    assert first.startswith(author + OTHER[: -len(BLOCK_END)])
+    assert pr_states.get_slot(first, "pr-test") == ":x: [Run #1](https://r/1)"
+    second = pr_states.set_slot(first, SLOT, "L", "two")
+    assert second == first.replace(">one<", ">two<")
+    assert pr_states.set_slot(second, SLOT, "L", "two") == second  # idempotent
 
 
 @pytest.mark.parametrize("text", ["two\nlines", "x <!-- y", "x --> y", "cr\r"])
 def test_slot_text_that_could_break_the_block_is_refused(text):
     with pytest.raises(ValueError):
-        pr_states.set_slot("", "dsv4", "L", text)
-
-
-def test_slot_names_are_restricted():
+        pr_states.set_slot("", SLOT, "L", text)
     with pytest.raises(ValueError):
         pr_states.markers("bad name -->")
 
 
 SHOWN = "<!-- slot:s:start -->shown<!-- slot:s:end -->"
-SLOT = "dsv4-workspace"
+EXAMPLES = {
+    "outside-the-block": f"Quoting: {SHOWN}",
+    "fenced": f"```\n{BLOCK_START}\nL: {SHOWN}\n{BLOCK_END}\n```",
+    "tilde-fenced": f"~~~~\n{BLOCK_START}\nL: {SHOWN}\n{BLOCK_END}\n~~~~",
+    "fenced-with-info": f"  ```markdown\n{BLOCK_START}\nL: {SHOWN}\n{BLOCK_END}\n  ```",
+    "fenced-crlf": f"```\r\n{BLOCK_START}\r\nL: {SHOWN}\r\n{BLOCK_END}\r\n```",
+    "indented": f"    {BLOCK_START}\n    L: {SHOWN}\n    {BLOCK_END}",
+    "inline-code": f"`{BLOCK_START} L: {SHOWN} {BLOCK_END}`",
+    "pre": f"<pre>\n{BLOCK_START}\nL: {SHOWN}\n{BLOCK_END}\n</pre>",
+    "quoted": f"> {BLOCK_START}\n> L: {SHOWN}\n> {BLOCK_END}",
+}
 
 
-@pytest.mark.parametrize(
-    "example",
-    [
-        f"```\n{pr_states.BLOCK_START}\nL: {SHOWN}\n{pr_states.BLOCK_END}\n```",
-        f"    {pr_states.BLOCK_START}\n    L: {SHOWN}\n    {pr_states.BLOCK_END}",  # indented
-        f"`{pr_states.BLOCK_START} L: {SHOWN} {pr_states.BLOCK_END}`",  # inline code
-        f"<pre>\n{pr_states.BLOCK_START}\nL: {SHOWN}\n{pr_states.BLOCK_END}\n</pre>",
-        f"> {pr_states.BLOCK_START}\n> L: {SHOWN}\n> {pr_states.BLOCK_END}",  # a quote
-    ],
-)
+@pytest.mark.parametrize("example", EXAMPLES.values(), ids=EXAMPLES.keys())
 def test_the_authors_example_of_the_block_is_never_edited(example):
     body = pr_states.set_slot(f"Intro\n\n{example}\n", "s", "L", "ours")
     assert body.startswith(f"Intro\n\n{example}\n") and pr_states.get_slot(body, "s") == "ours"
     again = pr_states.set_slot(body, "s", "L", "again")
-    assert again.count(pr_states.BLOCK_START) == body.count(pr_states.BLOCK_START)
+    assert again.count(BLOCK_START) == body.count(BLOCK_START)
     assert again == body.replace(">ours<", ">again<")
 
 
-def test_a_block_end_marker_inside_a_code_block_does_not_end_the_block():
+@pytest.mark.parametrize(
+    "inside",
+    [
+        "```\n<!-- pr-states:end -->\n```\n",  # an end marker in code does not end the block
+        "mine: <!-- slot:dsv4-workspace:start -->the author's own words\n",  # never closed
+    ],
+    ids=["end-marker-in-code", "unclosed-slot-start"],
+)
+def test_the_authors_text_inside_the_block_is_never_taken_for_our_slot(inside):
     start, end = pr_states.markers(SLOT)
-    body = (
-        "Text\n<!-- pr-states:start -->\n---\n### CI States\n\n"
-        "Other bot: <!-- slot:other:start -->ok<!-- slot:other:end -->\n"
-        "```\n<!-- pr-states:end -->\n```\n"
-        f"Label: {start}old{end}\n<!-- pr-states:end -->\n"
-    )
-    new = pr_states.set_slot(body, SLOT, "Label", "new")
-    assert new == body.replace(f"{start}old{end}", f"{start}new{end}")
-
-
-def test_a_body_ending_in_an_unclosed_fence_gets_one_block_however_many_runs():
-    body = "Text\n```\ncode without its closing fence\n"
-    for text in ("a", "b", "c"):
-        body = pr_states.set_slot(body, SLOT, "Label", text)
-    assert body.count(pr_states.BLOCK_START) == 1 and pr_states.get_slot(body, SLOT) == "c"
-    assert body.startswith("Text\n```\ncode without its closing fence\n")
+    other = "Other: <!-- slot:o:start -->ok<!-- slot:o:end -->\n"
+    head = f"Text\n{BLOCK_START}\n---\n### CI States\n\n{other}"
+    body = f"{head}{inside}Label: {start}old{end}\n{BLOCK_END}\n"
+    for text in (":hourglass_flowing_sand:", ":x:"):
+        new = pr_states.set_slot(body, SLOT, "Label", text)
+        assert new == body.replace(f"{start}old{end}", f"{start}{text}{end}")
