@@ -10,14 +10,13 @@ from ci_samples import CLS, FILE, TRACEBACK, file_run, model, sides
 from conftest import REPO
 
 from ci.evidence import judge
-from ci.evidence.judge import FileRun
+from ci.evidence.judge import FileRun, read_channel
 from ci.evidence.model import (
     FILE_CASE,
     EvidenceError,
     Results,
     TestResult,
     load,
-    read_channel,
     save,
 )
 

@@ -1,9 +1,10 @@
-"""Judging, pure and without I/O: what each test's outcomes in the two modes prove (``kind_of``,
-the truth table), and whether the run is ok, failed (something fails with the change) or void
-(the bug did not show on the unmodified side); ``rejudge`` does it again from stored outcomes.
+"""Judging, pure: what each test's outcomes in the two modes prove (``kind_of``, the truth
+table), and whether the run is ok, failed (something fails with the change) or void (the bug
+did not show on the unmodified side); ``rejudge`` does it again from stored outcomes.
 """
 
 import fnmatch
+import json
 import os
 from dataclasses import dataclass, replace
 
@@ -17,14 +18,11 @@ from ci.evidence.model import (
     ProcessEnd,
     Results,
     TestResult,
-    read_channel,
+    load_object,
 )
 
-# The listed regressions of this checkout: ci run judges with them, and so does the report,
-# which never takes the kinds an artifact claims.
-REGRESSIONS = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "regressions.txt"
-)
+# This checkout's listed regressions: ci run and the report both judge with them.
+REGRESSIONS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "regressions.txt")
 EXCERPT_CHARS = 1500
 FLAG_NOT_REPRODUCED = "does not reproduce the bug"
 FAILED = (Outcome.FAIL, Outcome.ERROR)
@@ -40,7 +38,7 @@ class FileRun:
     duration_s: float
     timed_out: bool
     output: str  # for the log, never parsed
-    channel: str = ""  # what the file wrote on its result channel: one JSON line per test
+    channel: str = ""  # its result channel: one JSON line per test
     environment: str | None = None  # what its process wrote about itself, raw
     log: str | None = None  # logs/NAME, once written
 
@@ -91,48 +89,39 @@ def side_result(result: TestResult | None) -> str:
 
 
 def kind_of(outcomes: dict, expected_regression: bool) -> Kind:
-    """What one case proves from its outcome per mode (``TRUTH_TABLE``)."""
-    row = (
-        side_result(outcomes.get("change")),
-        side_result(outcomes.get("unmodified")),
-        "yes" if expected_regression else "no",
-    )
+    """What one case proves from its outcome per mode: the first row of ``TRUTH_TABLE`` (which
+    has one for every row) that matches."""
+    row = (side_result(outcomes.get("change")), side_result(outcomes.get("unmodified")))
+    row += ("yes" if expected_regression else "no",)
     for *pattern, kind in TRUTH_TABLE:
-        if all(
-            want == "*" or have in want.split("|") for want, have in zip(pattern, row, strict=True)
-        ):
+        if all(w == "*" or have in w.split("|") for w, have in zip(pattern, row, strict=True)):
             return kind
-    raise AssertionError(f"no row of TRUTH_TABLE for {row}")  # the table covers every row
+    raise AssertionError(row)
 
 
-def _base_outcome(case):
-    base = case.modes.get("unmodified")
-    return None if base is None else base.outcome
-
-
-def judge(runs, suites: dict, modes, patterns=()) -> tuple[list, list]:
-    """Files and cases from every (file, mode) run; ``suites``: path -> suite.
+def build(runs, backend: str, sides: dict, suites: dict, patterns=(), **fields) -> Results:
+    """The judged run from every (file, mode) run; ``sides`` names the modes, ``suites`` maps
+    path -> suite, ``fields`` are the rest of ``Results`` (selection, environment, series).
 
     A process that failed outside any test (an import error, a crash, a timeout, an exit no
     test explains, a bad channel line) fails every test it never reported; when it reported
     some, or no mode reported any test, it is also a case of its own (``FILE_CASE``)."""
-    by_file: dict = {}
+    modes, by_file, files, cases = tuple(sides), {}, [], []
     for run in runs:
         by_file.setdefault(run.path, {})[run.mode] = _mode_results(run)
-    files, cases = [], []
     for path, per_mode in by_file.items():
-        ran = {m: per_mode[m][:2] for m in modes if m in per_mode}
-        tests = list(dict.fromkeys(t for m in modes for t in ran.get(m, ({}, None))[0]))
-        whole = any(failure and (results or not tests) for results, failure in ran.values())
+        ran = {m: per_mode[m] for m in modes if m in per_mode}
+        tests = list(dict.fromkeys(t for results, _, _ in ran.values() for t in results))
+        whole = any(failure and (results or not tests) for results, failure, _ in ran.values())
         file_cases = []
         for test in tests + ([FILE_CASE] if whole else []):
-            outcome = {m: _outcome(test, *ran.get(m, ({}, None))) for m in modes}
+            outcome = {m: _outcome(test, *ran.get(m, ({}, None, None))[:2]) for m in modes}
             expected = listed(patterns, path, test)
             file_cases.append(Case(path, test, kind_of(outcome, expected), outcome))
         ends = {mode: end for mode, (_, _, end) in per_mode.items()}
         files.append(FileResult(path, suites.get(path), ends, file_flags(ends, file_cases)))
         cases += file_cases
-    return files, cases
+    return with_verdict(Results(backend, modes, sides, files, cases, **fields))
 
 
 def _outcome(test: str, results: dict, failure) -> TestResult:
@@ -161,7 +150,7 @@ FAILS_THE_RUN = {
     Kind.UNPROVEN: "{n} not proven: passed, but the runner could not count the calls of their "
     "method, so a retry may hide a failure ({names})",
 }
-_NO_VERDICT = (Outcome.SKIP, Outcome.MISSING)
+_NO_VERDICT = (None, Outcome.SKIP, Outcome.MISSING)
 
 
 def with_verdict(results: Results, problems=()) -> Results:
@@ -177,12 +166,12 @@ def with_verdict(results: Results, problems=()) -> Results:
     late = [f.path for f in results.files if getattr(f.modes.get("change"), "timed_out", False)]
     if late:
         failed.append(f"timed out with {labels['change']}: {', '.join(late)}")
-    void = []
+    void, base = [], labels["unmodified"]
     if "unmodified" in results.modes and cases:
-        base = labels["unmodified"]
+        at_base = {c.key: getattr(c.modes.get("unmodified"), "outcome", None) for c in cases}
         missed = [c for c in cases if c.kind == Kind.NOT_REPRODUCED]
-        unproven = [c for c in missed if _base_outcome(c) in _NO_VERDICT]
-        passed = [c for c in missed if c not in unproven]
+        passed = [c for c in missed if at_base[c.key] not in _NO_VERDICT]
+        unproven = [c for c in missed if at_base[c.key] in _NO_VERDICT]
         if passed:
             void.append(
                 f"the bug did not reproduce: {len(passed)} listed regressions pass on {base} "
@@ -193,34 +182,24 @@ def with_verdict(results: Results, problems=()) -> Results:
                 f"the bug did not reproduce: {len(unproven)} listed regressions skip or give no "
                 f"result on {base} ({_names(unproven)}); ci/regressions.txt says they fail there"
             )
-        if all(_base_outcome(c) in (None, *_NO_VERDICT) for c in cases):
+        if all(o in _NO_VERDICT for o in at_base.values()):
             void.append(f"the unmodified side ({base}) gave no verdict: no test ran there")
     if failed:
         return replace(results, verdict="failed", reasons=(*failed, *void))
     return replace(results, verdict="void" if void else "ok", reasons=tuple(void))
 
 
-def build(runs, backend: str, sides: dict, suites: dict, patterns=(), **fields) -> Results:
-    """The judged run: files and cases from ``runs``, the modes ``sides`` names, the verdict;
-    ``fields`` are the rest of ``Results`` (selection, environment, series)."""
-    files, cases = judge(runs, suites, tuple(sides), patterns)
-    return with_verdict(Results(backend, tuple(sides), sides, files, cases, **fields))
-
-
 def rejudge(results: Results, patterns) -> Results:
     """The kinds, flags and verdict again, from the stored outcomes and ``patterns`` alone."""
 
-    def outcomes(case):  # a mode a results file leaves out counts as missing there
-        return {m: case.modes.get(m, TestResult(case.test, Outcome.MISSING)) for m in results.modes}
-
-    cases = tuple(
-        replace(c, kind=kind_of(outcomes(c), listed(patterns, c.file, c.test)))
-        for c in results.cases
-    )
-    files = tuple(
+    cases = []
+    for c in results.cases:  # a mode a results file leaves out counts as missing there
+        outcomes = {m: c.modes.get(m, TestResult(c.test, Outcome.MISSING)) for m in results.modes}
+        cases.append(replace(c, kind=kind_of(outcomes, listed(patterns, c.file, c.test))))
+    files = [
         replace(f, flags=file_flags(f.modes, [c for c in cases if c.file == f.path]))
         for f in results.files
-    )
+    ]
     problems = record_problems(results, patterns)
     return with_verdict(replace(results, cases=cases, files=files), problems)
 
@@ -240,6 +219,7 @@ def record_problems(results: Results, patterns) -> list[str]:
 
 
 def tail(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """The end of ``text``, marked where it was cut."""
     text = (text or "").strip()
     return text if len(text) <= limit else "[...]\n" + text[-limit:]
 
@@ -249,9 +229,24 @@ def _names(cases, shown: int = 3) -> str:
     return ", ".join(names) + (f" and {len(cases) - shown} more" if len(cases) > shown else "")
 
 
+def read_channel(text: str) -> tuple[tuple[TestResult, ...], tuple[str, ...]]:
+    """The results a test process wrote on its channel, in order, and one error per line that
+    is not one (the channel is PR code's output: a bad line is data, not an exception)."""
+    results, errors = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        where = f"result line {number}"
+        try:
+            if line.strip():
+                results.append(load_object(json.loads(line), where, TestResult))
+        except ValueError as exc:  # JSONDecodeError and EvidenceError both are
+            errors.append(f"{where}: {exc}"[:300])
+        except RecursionError:
+            errors.append(f"{where}: nested deeper than the JSON parser allows")
+    return tuple(results), tuple(errors)
+
+
 def _mode_results(run: FileRun) -> tuple[dict, TestResult | None, ProcessEnd]:
-    """test -> result for one file in one mode (its channel parsed), the process's own failure,
-    if any, and how it ended."""
+    """test -> result for one file in one mode, the process's own failure if any, its end."""
     tests, errors = read_channel(run.channel)
     end = ProcessEnd(run.returncode, run.duration_s, run.timed_out, len(tests), run.log)
     results = {}
@@ -269,6 +264,5 @@ def _mode_results(run: FileRun) -> tuple[dict, TestResult | None, ProcessEnd]:
         why = "timed out" if end.timed_out else f"exited {end.returncode}"
         detail = [f"{run.path} {why} after {len(results)} test results", *errors]
         detail = tail("\n".join(detail) + "\n" + run.output[-3000:])
-        failure = TestResult(FILE_CASE, Outcome.ERROR, end.duration_s, detail=detail)
-        return results, failure, end
+        return results, TestResult(FILE_CASE, Outcome.ERROR, end.duration_s, detail=detail), end
     return results, None, end

@@ -8,15 +8,12 @@ from collections import Counter
 
 from ci.evidence.model import Results
 
-# XML 1.0 cannot carry most control characters, which do turn up in test logs, nor lone
-# surrogates (JSON's "\ud800" on a result channel decodes to one) or U+FFFE and U+FFFF.
-_XML_SAFE = dict.fromkeys(
-    [c for c in range(32) if c not in (9, 10, 13)] + [*range(0xD800, 0xE000), 0xFFFE, 0xFFFF]
-)
-
-
+# XML 1.0 cannot carry most control characters (test logs have them), lone surrogates (JSON's
+# "\ud800" on a result channel decodes to one), U+FFFE or U+FFFF.
+_XML_SAFE = dict.fromkeys({*range(32), *range(0xD800, 0xE000), 0xFFFE, 0xFFFF} - {9, 10, 13})
 # The element a test's outcome adds to its testcase (a skip's carries no text).
 _TAGS = {"fail": "failure", "error": "error", "missing": "error", "skip": "skipped"}
+_COUNTS = {"failures": "failure", "errors": "error", "skipped": "skipped"}  # testsuite's
 # A test that failed, then passed when run again, in words: what upstream's CI made of it.
 _RETRIED = {
     "unmodified": "masked by retry: failed at first, passed on the retry; upstream's CI would "
@@ -43,11 +40,7 @@ def _mode_tree(results: Results, mode: str) -> ET.Element:
         tags = Counter(_TAGS.get(case.modes[mode].outcome) for case in cases)
         end = file.modes.get(mode)
         suite = ET.SubElement(root, "testsuite", name=_clean(file.path), tests=str(len(cases)))
-        for attribute, tag in (
-            ("failures", "failure"),
-            ("errors", "error"),
-            ("skipped", "skipped"),
-        ):
+        for attribute, tag in _COUNTS.items():
             suite.set(attribute, str(tags[tag]))
         suite.set("time", f"{end.duration_s if end else 0:.3f}")
         for case in cases:
@@ -63,18 +56,16 @@ def _mode_tree(results: Results, mode: str) -> ET.Element:
             if tag is not None:
                 failure = ET.SubElement(element, tag, message=message)
                 failure.text = None if tag == "skipped" else detail
-            if outcome.passed_on_retry:
-                # Surefire's element for a test that failed, then passed when run again; the
-                # message says in words what upstream's CI would have made of it.
+            if outcome.passed_on_retry:  # Surefire's element for it
                 retried = ET.SubElement(element, "flakyFailure", message=_RETRIED[mode])
                 retried.text = detail
             properties = {}
             if outcome.peak_mib is not None:
                 properties["peak_allocated_mib"] = str(outcome.peak_mib)
-            if len(outcome.attempts) > 1:
-                properties["attempts"] = ",".join(outcome.attempts)
-            if outcome.unproven:
-                properties["attempts"] = "not seen"
+            if len(outcome.attempts) > 1 or outcome.unproven:
+                properties["attempts"] = (
+                    "not seen" if outcome.unproven else ",".join(outcome.attempts)
+                )
             if properties:
                 holder = ET.SubElement(element, "properties")
                 for key, value in properties.items():

@@ -1,18 +1,19 @@
 """The evidence model: one test in one process, up to a whole A/B run, as every stage reads it.
 
 A results folder is untrusted input in the fork path, so loading it is the one place that checks
-every shape and bound (each field through the check its metadata names); it raises
-``EvidenceError`` naming the field, and never runs, judges or renders anything.
+every shape and bound: each field passes the check its metadata names, and a value that does not
+raises ``EvidenceError`` naming the field. Nothing here runs, judges or renders anything.
 """
 
 import enum
+import functools
 import json
+import math
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, field, fields
 
-from ci.evidence import bounds
-from ci.evidence.bounds import EvidenceError
+from ci.errors import CiError
 
 SCHEMA = 2
 MODES = ("unmodified", "change")
@@ -20,13 +21,8 @@ BACKENDS = ("cuda", "cpu")
 VERDICTS = ("ok", "failed", "void")
 FILE_CASE = "(whole file)"  # stands for a file whose process failed outside any test
 MAX_RESULTS_BYTES = 32 * 1024 * 1024
-MAX_FILES, MAX_CASES, MAX_SUITES = 1000, 10000, 50
-MAX_NAME_CHARS, MAX_TEXT_CHARS = 500, 20000
-MAX_LINE = 10**6  # a test's def line, for its annotation
-MAX_MIB = 10**7  # a peak beyond 10 TiB is not a measurement
-MAX_ATTEMPTS = 20  # CustomTestCase retries once in CI; SGLANG_TEST_MAX_RETRY may ask for more
-MAX_S = 10**7
-MAX_NESTING = 16
+MAX_FILES, MAX_CASES, MAX_SUITES, MAX_NESTING = 1000, 10000, 50, 16
+MAX_NAME, MAX_TEXT, MAX_S = 500, 20000, 10**7
 # Each is matched whole (fullmatch): a trailing newline is not part of a name.
 _SUITE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 _TEST_PATH = re.compile(r"(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_./-]{1,300}\.py")
@@ -36,50 +32,130 @@ _HEX = re.compile(r"[0-9a-f]{7,64}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
+class EvidenceError(CiError, ValueError):
+    """Evidence that is not what the runner writes; the message names the field."""
+
+
 # ---- checks: (value, where, *args) -> the value as the model holds it ----
 
 
-def _schema(value, where) -> int:
-    if value != SCHEMA:
-        raise EvidenceError(f"{where}: {value!r:.40} is not the supported {SCHEMA}")
-    return SCHEMA
+def _field(check, *args, nullable=False, required=None, **kwargs):
+    """A dataclass field that loading passes through ``check(value, where, *args)``: required
+    unless it has a default; None passes unchecked where ``nullable`` or the default."""
+    if required is None:
+        required = "default" not in kwargs and "default_factory" not in kwargs
+    nullable = nullable or kwargs.get("default", MISSING) is None
+    metadata = {"check": (check, args), "nullable": nullable, "required": required}
+    return field(metadata=metadata, **kwargs)
+
+
+def _ensure(ok, where: str, why: str, *args) -> None:
+    """EvidenceError "where: why" unless ``ok``; ``why`` is formatted with ``args`` only then."""
+    if not ok:
+        raise EvidenceError(f"{where}: {why.format(*args)}")
+
+
+def _text(value, where, limit) -> str:
+    _ensure(isinstance(value, str), where, "expected text, got {.__name__}", type(value))
+    _ensure(len(value) <= limit, where, "{} characters; at most {}", len(value), limit)
+    return value
+
+
+def _matching(value, where, pattern, what) -> str:
+    ok = isinstance(value, str) and pattern.fullmatch(value)
+    _ensure(ok, where, "{!r:.80} is not {}", value, what)
+    return value
+
+
+def _one_of(value, where, choices):
+    """The one of ``choices`` (strings, or a str enum's members) ``value`` is."""
+    for choice in choices:
+        if choice == value:
+            return choice
+    raise EvidenceError(f"{where}: {str(value)[:40]!r} is not one of {', '.join(choices)}")
+
+
+def _integer(value, where, low, high) -> int:
+    ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+    _ensure(ok, where, "{!s:.40} is not an integer from {} to {}", value, low, high)
+    return value
+
+
+def _number(value, where, limit) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = ok and math.isfinite(value) and 0 <= value <= limit
+    _ensure(ok, where, "expected a number from 0 to {}", limit)
+    return float(value)
+
+
+def _flag(value, where) -> bool:
+    _ensure(isinstance(value, bool), where, "expected true or false")
+    return value
+
+
+def _list_of(value, where, limit, check, *args) -> tuple:
+    _ensure(isinstance(value, list), where, "expected a list, got {.__name__}", type(value))
+    _ensure(len(value) <= limit, where, "{} items; at most {}", len(value), limit)
+    return tuple(check(item, f"{where}[{i}]", *args) for i, item in enumerate(value))
 
 
 def _per_mode(value, where, cls) -> dict:
-    """mode -> ``cls``; ``Results`` then checks the modes are the run's."""
-    if not isinstance(value, dict):
-        raise EvidenceError(f"{where}: expected an object of modes")
+    """mode -> ``cls``; ``Results.from_json`` then checks the modes are the run's."""
+    _ensure(isinstance(value, dict), where, "expected an object of modes")
     for mode in value:
-        if mode not in MODES:
-            raise EvidenceError(f"{where}: {str(mode)[:40]!r} is not one of the run's modes")
-    return {mode: bounds.load_object(item, f"{where}.{mode}", cls) for mode, item in value.items()}
+        _ensure(mode in MODES, where, "{!r:.40} is not one of the run's modes", mode)
+    return {mode: load_object(item, f"{where}.{mode}", cls) for mode, item in value.items()}
 
 
 def _run_modes(value, where) -> tuple:
-    modes = bounds.list_of(value, where, len(MODES), bounds.one_of, MODES)
-    if not modes or len(set(modes)) != len(modes):
-        raise EvidenceError(f"{where}: expected some of {MODES}")
+    modes = _list_of(value, where, len(MODES), _one_of, MODES)
+    _ensure(modes and len(set(modes)) == len(modes), where, "expected some of {}", MODES)
     return modes
 
 
-def _object(value, where) -> dict:
-    if not isinstance(value, dict) or bounds.nesting(value) > MAX_NESTING:
-        raise EvidenceError(f"{where}: expected an object nested at most {MAX_NESTING}")
+def _record(value, where) -> dict:
+    ok = isinstance(value, dict) and _nesting(value) <= MAX_NESTING
+    _ensure(ok, where, "expected an object nested at most {}", MAX_NESTING)
     return value
 
 
 def _pictures(value, where) -> dict:
-    value = value or {}
-    if (
-        not isinstance(value, dict)
-        or len(value) > MAX_CASES
-        or not all(
-            isinstance(k, str) and isinstance(v, str) and _PICTURE.fullmatch(v)
-            for k, v in value.items()
-        )
-    ):
-        raise EvidenceError(f"{where}: expected case -> pictures/NAME.png")
+    _ensure(isinstance(value, dict) and len(value) <= MAX_CASES, where, "expected case -> picture")
+    for key, path in value.items():
+        _matching(path, where, _PICTURE, "pictures/NAME.png")
+        _text(key, where, 2 * MAX_NAME)
     return value
+
+
+def _nesting(value) -> int:
+    """How many lists and objects deep ``value`` goes (level by level, without recursing)."""
+    depth, level = 0, [value]
+    while level := [v for v in level if isinstance(v, (dict, list))]:
+        depth += 1
+        level = [c for v in level for c in (v.values() if isinstance(v, dict) else v)]
+    return depth
+
+
+_fields = functools.cache(fields)
+
+
+def load_object(data, where: str, cls):
+    """A ``cls`` from JSON ``data``, every field checked; any other key is refused."""
+    _ensure(isinstance(data, dict), where, "expected an object, got {.__name__}", type(data))
+    checks = _fields(cls)
+    missing = [f.name for f in checks if f.metadata["required"] and f.name not in data]
+    _ensure(not missing, where, "missing field {!r}", missing and missing[0])
+    unknown = sorted(set(data) - {f.name for f in checks})
+    _ensure(not unknown, where, "unknown field {!r:.40}", unknown and unknown[0])
+    values = {}
+    for f in checks:
+        if f.name in data:
+            value = data[f.name]
+            if value is not None or not f.metadata["nullable"]:
+                check, args = f.metadata["check"]
+                value = check(value, f"{where}.{f.name}", *args)
+            values[f.name] = value
+    return cls(**values)
 
 
 # ---- the model ----
@@ -111,46 +187,35 @@ class Kind(enum.StrEnum):
     UNPROVEN = "unproven"
 
 
+ATTEMPTS = (Outcome.PASS, Outcome.FAIL, Outcome.ERROR)
+
+
 @dataclass(frozen=True)
 class TestResult:
     """One test as it ended in one process; also one line of the runner's result channel."""
 
     __test__ = False  # not a pytest test class
 
-    # "Class.test_name", "test_function[param]", or "Class.setUpClass"
-    test: str = bounds.checked(bounds.text, MAX_NAME_CHARS)
-    outcome: Outcome = bounds.checked(bounds.one_of, Outcome)
-    duration_s: float | None = bounds.checked(bounds.number, MAX_S, default=None)
-    # CUDA memory allocated at the test's peak (the runner's)
-    peak_mib: float | None = bounds.checked(bounds.number, MAX_MIB, default=None)
+    test: str = _field(_text, MAX_NAME)  # "Class.test", "test_function[param]", "Class.setUpClass"
+    outcome: Outcome = _field(_one_of, Outcome)
+    duration_s: float | None = _field(_number, MAX_S, default=None)
+    peak_mib: float | None = _field(_number, MAX_S, default=None)  # CUDA memory at its peak
     # the skip reason, or the end of the failure's traceback (a retried pass: the first's)
-    detail: str = bounds.checked(bounds.text, MAX_TEXT_CHARS, default="")
-    # each call of the test method in order, where the runner saw them; () where it did not
-    attempts: tuple[Outcome, ...] = bounds.checked(
-        bounds.list_of,
-        MAX_ATTEMPTS,
-        bounds.one_of,
-        (Outcome.PASS, Outcome.FAIL, Outcome.ERROR),
-        default=(),
-    )
+    detail: str = _field(_text, MAX_TEXT, default="")
+    # each call of the test method in order, where the runner saw them (CI retries once)
+    attempts: tuple[Outcome, ...] = _field(_list_of, 20, _one_of, ATTEMPTS, default=())
     # passed, yet the runner saw no call of its method (a run outside its hooks): not proven
-    unobserved: bool = bounds.checked(bounds.flag, default=False)
+    unobserved: bool = _field(_flag, default=False)
 
     @property
     def passed_on_retry(self) -> bool:
-        """Passed in the end, its last attempt after one that failed: no pass at all to
-        upstream (an expected failure's attempts end in the failure it expects)."""
-        attempts = self.attempts
-        return (
-            self.outcome == Outcome.PASS
-            and bool(attempts)
-            and attempts[-1] == Outcome.PASS
-            and any(a != Outcome.PASS for a in attempts)
-        )
+        """Passed, its last attempt after one that failed: no pass at all to upstream (an
+        expected failure's attempts end in the failure it expects)."""
+        a = self.attempts
+        return self.outcome == Outcome.PASS and a[-1:] == (Outcome.PASS,) and set(a) != {"pass"}
 
     @property
     def unproven(self) -> bool:
-        """A pass whose attempts the runner could not count."""
         return self.outcome == Outcome.PASS and self.unobserved
 
 
@@ -158,61 +223,51 @@ class TestResult:
 class ProcessEnd:
     """How one file's process ended in one mode."""
 
-    # None when it was killed at its timeout
-    returncode: int | None = bounds.checked(bounds.integer_in, -(2**31), 2**31 - 1, nullable=True)
-    duration_s: float = bounds.checked(bounds.number, MAX_S)
-    timed_out: bool = bounds.checked(bounds.flag, default=False)
-    tests: int = bounds.checked(bounds.integer_in, 0, MAX_CASES, default=0)  # results it reported
-    log: str | None = bounds.checked(bounds.matching, _LOG, "logs/NAME", default=None)
+    returncode: int | None = _field(_integer, -(2**31), 2**31 - 1, nullable=True)  # None: killed
+    duration_s: float = _field(_number, MAX_S)
+    timed_out: bool = _field(_flag, default=False)
+    tests: int = _field(_integer, 0, MAX_CASES, default=0)  # results it reported
+    log: str | None = _field(_matching, _LOG, "logs/NAME", default=None)
 
 
 @dataclass(frozen=True)
 class Side:
     """What one mode ran: the sglang it imported and whether this change was applied."""
 
-    # "sglang 0.5.23", "sglang 0.5.23 + this change", "sglang 0.5.23 @ 1a2b3c4d5e6f"
-    label: str = bounds.checked(bounds.text, 200)
-    # what the test process imported
-    sglang: str | None = bounds.checked(bounds.text, 100, default=None)
-    # a source tree first on PYTHONPATH, or None: the installed one
-    tree: str | None = bounds.checked(bounds.text, 1000, default=None)
-    # that tree's git commit, read by ci run itself
-    commit: str | None = bounds.checked(bounds.matching, _HEX, "a hex commit id", default=None)
-    overlay: bool = bounds.checked(bounds.flag, default=False)  # the runtime overlay on in it
+    label: str = _field(_text, 200)  # "sglang 0.5.23", "sglang 0.5.23 + this change"
+    sglang: str | None = _field(_text, 100, default=None)  # what the test process imported
+    tree: str | None = _field(_text, 1000, default=None)  # a source tree first on PYTHONPATH
+    commit: str | None = _field(_matching, _HEX, "a hex commit id", default=None)  # the tree's
+    overlay: bool = _field(_flag, default=False)  # the runtime overlay on in it
 
 
 @dataclass(frozen=True)
 class FixId:
-    """One independent fix of that series (``tools.series.seriesdir.Fix``): its own id and patches."""
+    """One independent fix of the series (``tools.series.seriesdir.Fix``)."""
 
-    id: str = bounds.checked(bounds.matching, _SHA256, "a sha256")
-    patches: tuple[str, ...] = bounds.checked(bounds.list_of, 100, bounds.text, 200)
+    id: str = _field(_matching, _SHA256, "a sha256")
+    patches: tuple[str, ...] = _field(_list_of, 100, _text, 200)
 
 
 @dataclass(frozen=True)
 class SeriesId:
-    """The patch series the evidence was made with (``tools.series.seriesdir``): pr-body checks that
-    it holds the fix it describes."""
+    """The patch series the evidence was made with: pr-body checks it holds the fix it shows."""
 
-    id: str = bounds.checked(bounds.matching, _SHA256, "a sha256")
-    release: str = bounds.checked(bounds.text, 100)
-    patches: tuple[str, ...] = bounds.checked(bounds.list_of, 100, bounds.text, 200, default=())
-    # absent from results made before the series had fixes of its own: one fix, the series
-    fixes: tuple[FixId, ...] = bounds.checked(
-        bounds.list_of, 100, bounds.load_object, FixId, default=()
-    )
+    id: str = _field(_matching, _SHA256, "a sha256")
+    release: str = _field(_text, 100)
+    patches: tuple[str, ...] = _field(_list_of, 100, _text, 200, default=())
+    fixes: tuple[FixId, ...] = _field(_list_of, 100, load_object, FixId, default=())
 
 
 @dataclass(frozen=True)
 class Case:
     """One test across the modes, judged."""
 
-    file: str = bounds.checked(bounds.matching, _TEST_PATH, "a relative test-file path")
-    test: str = bounds.checked(bounds.text, MAX_NAME_CHARS)
-    kind: Kind = bounds.checked(bounds.one_of, Kind)
-    modes: dict = bounds.checked(_per_mode, TestResult)  # mode -> TestResult
-    # its ``def`` in ``file``, for check-run annotations
-    line: int | None = bounds.checked(bounds.integer_in, 1, MAX_LINE, default=None)
+    file: str = _field(_matching, _TEST_PATH, "a relative test-file path")
+    test: str = _field(_text, MAX_NAME)
+    kind: Kind = _field(_one_of, Kind)
+    modes: dict = _field(_per_mode, TestResult)  # mode -> TestResult
+    line: int | None = _field(_integer, 1, 10**6, default=None)  # its def, for annotations
 
     @property
     def key(self) -> str:
@@ -223,42 +278,37 @@ class Case:
 class FileResult:
     """One test file across the modes."""
 
-    path: str = bounds.checked(bounds.matching, _TEST_PATH, "a relative test-file path")
-    suite: str | None = bounds.checked(bounds.matching, _SUITE, "a suite name", nullable=True)
-    modes: dict = bounds.checked(_per_mode, ProcessEnd)  # mode -> ProcessEnd
-    flags: tuple[str, ...] = bounds.checked(bounds.list_of, 20, bounds.text, 300, default=())
+    path: str = _field(_matching, _TEST_PATH, "a relative test-file path")
+    suite: str | None = _field(_matching, _SUITE, "a suite name", nullable=True)
+    modes: dict = _field(_per_mode, ProcessEnd)  # mode -> ProcessEnd
+    flags: tuple[str, ...] = _field(_list_of, 20, _text, 300, default=())
 
 
 @dataclass(frozen=True)
 class Results:
     """One A/B run, judged: every stage after the judge reads it and changes it by ``replace``."""
 
-    backend: str = bounds.checked(bounds.one_of, BACKENDS)
-    modes: tuple[str, ...] = bounds.checked(_run_modes)
-    sides: dict = bounds.checked(_per_mode, Side)  # mode -> Side
-    files: tuple[FileResult, ...] = bounds.checked(
-        bounds.list_of, MAX_FILES, bounds.load_object, FileResult
-    )
-    cases: tuple[Case, ...] = bounds.checked(bounds.list_of, MAX_CASES, bounds.load_object, Case)
-    # ``ci.evidence.judge.verdict``, with one line per reason it is not ok
-    verdict: str = bounds.checked(bounds.one_of, VERDICTS, default="ok")
-    reasons: tuple[str, ...] = bounds.checked(bounds.list_of, 20, bounds.text, 500, default=())
+    backend: str = _field(_one_of, BACKENDS)
+    modes: tuple[str, ...] = _field(_run_modes)
+    sides: dict = _field(_per_mode, Side)  # mode -> Side
+    files: tuple[FileResult, ...] = _field(_list_of, MAX_FILES, load_object, FileResult)
+    cases: tuple[Case, ...] = _field(_list_of, MAX_CASES, load_object, Case)
+    # ``ci.evidence.judge.with_verdict``'s, with one line per reason it is not ok
+    verdict: str = _field(_one_of, VERDICTS, default="ok")
+    reasons: tuple[str, ...] = _field(_list_of, 20, _text, 500, default=())
     # what was asked for, as typed; the machine and per-mode process records
-    selection: dict = bounds.checked(_object, default_factory=dict)
-    environment: dict = bounds.checked(_object, default_factory=dict)
-    series: SeriesId | None = bounds.checked(bounds.load_object, SeriesId, default=None)
-    pictures: dict = bounds.checked(_pictures, default_factory=dict)  # case -> pictures/NAME.png
-    schema: int = bounds.checked(_schema, default=SCHEMA, required=True)
+    selection: dict = _field(_record, default_factory=dict)
+    environment: dict = _field(_record, default_factory=dict)
+    series: SeriesId | None = _field(load_object, SeriesId, default=None)
+    pictures: dict = _field(_pictures, default_factory=dict)  # case key -> pictures/NAME.png
+    schema: int = _field(_integer, SCHEMA, SCHEMA, default=SCHEMA, required=True)
 
     def __post_init__(self):
         for name in ("modes", "files", "cases", "reasons"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def counts(self) -> dict:
-        totals = {kind.value: 0 for kind in Kind}
-        for case in self.cases:
-            totals[case.kind] += 1
-        return totals
+        return {kind.value: sum(case.kind == kind for case in self.cases) for kind in Kind}
 
     def suites(self) -> dict:
         """suite -> its files' cases, for one commit status per suite."""
@@ -277,40 +327,28 @@ class Results:
 
     @classmethod
     def from_json(cls, data, where: str = "results.json") -> "Results":
-        results = bounds.load_object(data, where, cls)
+        """Checked whole: each field, the modes every map names, each file and case once."""
+        results = load_object(data, where, cls)
         maps = [("sides", results.sides)]
         maps += [(f"files[{i}].modes", f.modes) for i, f in enumerate(results.files)]
         maps += [(f"cases[{i}].modes", c.modes) for i, c in enumerate(results.cases)]
         for at, per_mode in maps:
             extra = sorted(set(per_mode) - set(results.modes))
-            if extra:
-                raise EvidenceError(f"{where}.{at}: {extra[0]!r} is not one of the run's modes")
-        if len({f.suite for f in results.files}) > MAX_SUITES:
-            raise EvidenceError(f"{where}.files: more than {MAX_SUITES} suites")
-        _once_each(where, "files", [f.path for f in results.files])
-        _once_each(where, "cases", [c.key for c in results.cases])
+            _ensure(not extra, f"{where}.{at}", "{!r} is not one of the run's modes", extra and extra[0])
+        suites = len({f.suite for f in results.files})
+        _ensure(suites <= MAX_SUITES, f"{where}.files", "more than {} suites", MAX_SUITES)
+        keyed = {"files": [f.path for f in results.files], "cases": [c.key for c in results.cases]}
+        for at, keys in keyed.items():  # listed twice: which of two outcomes is the run's?
+            first: dict = {}
+            for i, key in enumerate(keys):
+                twice = first.setdefault(key, i) != i
+                _ensure(not twice, f"{where}.{at}[{i}]", "{!r:.200} is listed twice", key)
         return results
 
 
-def check_test_path(path: str, where: str) -> str:
-    """``path`` as the model takes a test file's: relative, ASCII letters, digits and ``_ . / -``
-    only, ending ``.py``; EvidenceError otherwise (``ci run`` refuses what a report would)."""
-    return bounds.matching(path, where, _TEST_PATH, "a test-file path the evidence model takes")
-
-
-def checked(results: "Results") -> "Results":
-    """``results`` as ``load`` would read them back from ``dumps``; EvidenceError where a
-    report would refuse them (``ci run`` checks its own before it calls a run ok)."""
-    return Results.from_json(json.loads(dumps(results)), "results.json")
-
-
-def _once_each(where: str, at: str, keys) -> None:
-    """A file or a case listed twice: which of two outcomes is the run's? Refused."""
-    seen = set()
-    for i, key in enumerate(keys):
-        if key in seen:
-            raise EvidenceError(f"{where}.{at}[{i}]: {key[:200]!r} is listed twice")
-        seen.add(key)
+def checked(results: Results) -> Results:
+    """``results`` as a report would load them back; EvidenceError where it would refuse them."""
+    return Results.from_json(json.loads(dumps(results)))
 
 
 def load(path: str) -> Results:
@@ -323,7 +361,7 @@ def load(path: str) -> Results:
         if os.path.getsize(path) > MAX_RESULTS_BYTES:
             raise EvidenceError(f"{path}: larger than {MAX_RESULTS_BYTES} bytes")
         with open(path, encoding="utf-8") as handle:
-            data = json.load(handle, parse_int=lambda text: _integer(text, path))
+            data = json.load(handle, parse_int=lambda text: _parse_int(text, path))
     except (OSError, UnicodeDecodeError, RecursionError) as exc:
         raise EvidenceError(f"{path}: not readable: {type(exc).__name__}") from None
     except json.JSONDecodeError as exc:
@@ -331,7 +369,7 @@ def load(path: str) -> Results:
     return Results.from_json(data, path)
 
 
-def _integer(text: str, path: str) -> int:
+def _parse_int(text: str, path: str) -> int:
     # A line number, an exit status or a count; 10**400 is none, and no float holds it.
     if len(text.lstrip("-")) > 15:
         raise EvidenceError(f"{path}: an integer of {len(text)} digits")
@@ -345,26 +383,5 @@ def dumps(results: Results) -> bytes:
 
 
 def save(results: Results, folder: str) -> None:
-    """results.json written into ``folder``."""
     with open(os.path.join(folder, "results.json"), "wb") as handle:
         handle.write(dumps(results))
-
-
-def read_channel(text: str) -> tuple[tuple[TestResult, ...], tuple[str, ...]]:
-    """The results a test process wrote on its channel, in order, and one error per line that
-    is not one (the channel is PR code's output: a bad line is data, not an exception)."""
-    results, errors = [], []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"result line {number}"
-        try:
-            data = json.loads(line)
-            if bounds.nesting(data) > MAX_NESTING:
-                raise EvidenceError(f"{where}: nested deeper than {MAX_NESTING} levels")
-            results.append(bounds.load_object(data, where, TestResult))
-        except ValueError as exc:  # JSONDecodeError and EvidenceError both are
-            errors.append(f"{where}: {exc}"[:300])
-        except RecursionError:
-            errors.append(f"{where}: nested deeper than the JSON parser allows")
-    return tuple(results), tuple(errors)

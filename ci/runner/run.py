@@ -8,7 +8,7 @@ import shutil
 from dataclasses import asdict, dataclass, replace
 
 from ci.errors import EXIT_FAILED, EXIT_OK, CiError
-from ci.evidence import bounds, judge, junit
+from ci.evidence import judge, junit
 from ci.evidence import model as evidence
 from ci.evidence.model import MODES, Results, SeriesId
 from ci.runner import RequestError, collect, launch, sides
@@ -245,7 +245,7 @@ def _series(path: str | None) -> SeriesId | None:
         return None
     try:
         with open(path, encoding="utf-8") as handle:
-            return bounds.load_object(json.load(handle), "--series", SeriesId)
+            return evidence.load_object(json.load(handle), "--series", SeriesId)
     except OSError as exc:
         raise RequestError(f"--series {path}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
