@@ -280,7 +280,7 @@ def test_every_command_in_the_committed_evidence_names_a_module_of_this_reposito
         for module in re.findall(r"python -m ([A-Za-z_][\w.]*)", path.read_text())
     }
     assert commands, "no command found: the pattern is wrong"
-    where = {m: REPO / m.replace(".", "/") for m in commands}
+    where = {m: REPO / m.replace(".", "/") for m in commands - {"pip", "pytest", "venv"}}
     assert [
         m for m, p in sorted(where.items()) if not (p.is_dir() or p.with_suffix(".py").exists())
     ] == []
