@@ -76,6 +76,7 @@ def early(release: str, read: str) -> tuple:
 
 # fix -> (patch, module, {backend: test file}, {variant: (edits, CPU killers, CUDA killers)}).
 # "unmodified" is the base file; every other variant is the fixed file with its edits.
+# fmt: off
 FIXES = {
     "0001": (
         "0001-dsv4-sparse-prefill-release-first.patch",
@@ -87,45 +88,11 @@ FIXES = {
         {
             "unmodified": ((), "growing changing_dtype", "grow_64 replace_48 shrink"),
             "head-never-cleared": (((DSV4_HEAD, ""),), "failed", ""),
-            "head-cleared-after-allocating": (
-                (
-                    (DSV4_HEAD, ""),
-                    (
-                        "            )\n        return self._buffer[",
-                        "            )\n" + DSV4_HEAD + "        return self._buffer[",
-                    ),
-                ),
-                "failed",
-                "",
-            ),
-            "old-scratch-kept-in-a-local": (
-                ((DSV4, "            old, self._buffer = self._buffer, None\n"),),
-                "growing changing_dtype",
-                "grow_64 replace_48 shrink",
-            ),
-            "released-on-growth-only": (
-                (on_growth_only(DSV4, "num_tokens > current_capacity"),),
-                "changing_dtype",
-                "replace_48 shrink",
-            ),
-            "released-before-the-capacity-check": (
-                early(DSV4, "        current_capacity = "),
-                "fits",
-                "",
-            ),
-            "grown-in-place": (
-                (
-                    (
-                        DSV4,
-                        "            if self._buffer is not None and dtype == current_dtype:\n"
-                        "                self._head_source = None\n"
-                        "                self._buffer.resize_((num_tokens, 1, WORKSPACE_DIM))\n"
-                        "                return self._buffer[:num_tokens]\n" + DSV4,
-                    ),
-                ),
-                "growing view failed",
-                "grow_64",
-            ),
+            "head-cleared-after-allocating": (((DSV4_HEAD, ""), ("            )\n        return self._buffer[", "            )\n" + DSV4_HEAD + "        return self._buffer[",),), "failed", "",),
+            "old-scratch-kept-in-a-local": (((DSV4, "            old, self._buffer = self._buffer, None\n"),), "growing changing_dtype", "grow_64 replace_48 shrink",),
+            "released-on-growth-only": ((on_growth_only(DSV4, "num_tokens > current_capacity"),), "changing_dtype", "replace_48 shrink",),
+            "released-before-the-capacity-check": (early(DSV4, "        current_capacity = "), "fits", "",),
+            "grown-in-place": (((DSV4, "            if self._buffer is not None and dtype == current_dtype:\n" "                self._head_source = None\n" "                self._buffer.resize_((num_tokens, 1, WORKSPACE_DIM))\n" "                return self._buffer[:num_tokens]\n" + DSV4,),), "growing view failed", "grow_64",),
         },
     ),
     "0003": (
@@ -137,37 +104,11 @@ FIXES = {
         },
         {
             "unmodified": ((), "growing changing_dtype failed", "grow float16"),
-            "only-the-projection-released": (
-                (("        self._k_workspace = None\n        self._v_workspace = None\n", ""),),
-                "growing changing_dtype",
-                "grow float16",
-            ),
-            "old-workspaces-kept-in-a-local": (
-                ((FKV, "        old = (self._k_workspace, self._v_workspace)\n" + FKV),),
-                "growing changing_dtype",
-                "grow float16",
-            ),
-            "capacity-and-dtype-kept": (
-                ((CAP + ALLOC, ALLOC),),
-                "failed",
-                "",
-            ),
-            "released-on-growth-only": (
-                (
-                    (
-                        FKV,
-                        "        if total_ctx > self._workspace_capacity:\n"
-                        + "".join("    " + line for line in FKV.splitlines(True)),
-                    ),
-                ),
-                "changing_dtype failed",
-                "float16",
-            ),
-            "released-before-the-reuse-check": (
-                ((FKV, ""), (ENSURE, ENSURE + FKV)),
-                "growing fits",
-                "grow float16",
-            ),
+            "only-the-projection-released": ((("        self._k_workspace = None\n        self._v_workspace = None\n", ""),), "growing changing_dtype", "grow float16",),
+            "old-workspaces-kept-in-a-local": (((FKV, "        old = (self._k_workspace, self._v_workspace)\n" + FKV),), "growing changing_dtype", "grow float16",),
+            "capacity-and-dtype-kept": (((CAP + ALLOC, ALLOC),), "failed", "",),
+            "released-on-growth-only": (((FKV, "        if total_ctx > self._workspace_capacity:\n" + "".join("    " + line for line in FKV.splitlines(True)),),), "changing_dtype failed", "float16",),
+            "released-before-the-reuse-check": (((FKV, ""), (ENSURE, ENSURE + FKV)), "growing fits", "grow float16",),
         },
     ),
     "0005": (
@@ -180,16 +121,8 @@ FIXES = {
         {
             "unmodified": ((), "growing gamma", "growing"),
             "old-buffer-kept-in-the-local": ((keeps(DFP, "local"),), "growing gamma", "growing"),
-            "old-buffer-kept-in-the-attribute": (
-                (keeps(DFP, "attribute"),),
-                "growing gamma",
-                "growing",
-            ),
-            "released-before-the-reuse-check": (
-                early(DFP, "        buffer = self._draft_probs_buf\n"),
-                "growing fits",
-                "growing",
-            ),
+            "old-buffer-kept-in-the-attribute": ((keeps(DFP, "attribute"),), "growing gamma", "growing",),
+            "released-before-the-reuse-check": (early(DFP, "        buffer = self._draft_probs_buf\n"), "growing fits", "growing",),
             "released-with-del": ((deleted(DFP),), "failed", ""),
         },
     ),
@@ -209,27 +142,11 @@ FIXES = {
             "q-pad-local-kept": ((keeps(QPAD, "local"),), "q_pad", ""),
             "kv-rows-local-kept": ((keeps(KV, "local"),), "kv_buffer", "65536"),
             "outputs-local-kept": ((keeps(OUT, "local"),), "outputs", "1024"),
-            "attributes-kept": (
-                tuple(keeps(release, "attribute") for release in (QPAD, KV, OUT)),
-                "q_pad kv_buffer outputs",
-                "1024 65536",
-            ),
-            "q-pad-released-before-the-reuse-check": (
-                early(QPAD, "            buf = self._q8kv8_qpad_buf\n"),
-                "fits",
-                "",
-            ),
+            "attributes-kept": (tuple(keeps(release, "attribute") for release in (QPAD, KV, OUT)), "q_pad kv_buffer outputs", "1024 65536",),
+            "q-pad-released-before-the-reuse-check": (early(QPAD, "            buf = self._q8kv8_qpad_buf\n"), "fits", "",),
             # and the other torch.empty buffer's order test, which sees one more allocation
-            "kv-rows-released-before-the-reuse-check": (
-                early(KV, "        kv_buf = self._q8kv8_kv_buf\n"),
-                "fits outputs",
-                "",
-            ),
-            "outputs-released-before-the-reuse-check": (
-                early(OUT, "        out_bufs = self._q8kv8_out_bufs\n"),
-                "fits kv_buffer",
-                "",
-            ),
+            "kv-rows-released-before-the-reuse-check": (early(KV, "        kv_buf = self._q8kv8_kv_buf\n"), "fits outputs", "",),
+            "outputs-released-before-the-reuse-check": (early(OUT, "        out_bufs = self._q8kv8_out_bufs\n"), "fits kv_buffer", "",),
             "released-with-del": (tuple(deleted(r) for r in (QPAD, KV, OUT)), "failed", ""),
         },
     ),
@@ -244,11 +161,7 @@ FIXES = {
             "unmodified": ((), "more_tokens", "2048"),
             "local-kept": ((keeps(DSV4Q, "local"),), "more_tokens", "2048"),
             "attribute-kept": ((keeps(DSV4Q, "attribute"),), "more_tokens", "2048"),
-            "released-before-the-reuse-check": (
-                early(DSV4Q, '        qpad = getattr(self, "_q8kv8_qpad_buf", None)\n'),
-                "fits",
-                "",
-            ),
+            "released-before-the-reuse-check": (early(DSV4Q, '        qpad = getattr(self, "_q8kv8_qpad_buf", None)\n'), "fits", "",),
         },
     ),
     "0011": (
@@ -261,32 +174,17 @@ FIXES = {
         {
             "unmodified": ((), "release_the_old_born head_dim sentinel_before", "72_mib 32_mib"),
             "born-q-local-kept": ((keeps(BQ, "local"),), "release_the_old_born head_dim", "72_mib"),
-            "born-q-attribute-kept": (
-                (keeps(BQ, "attribute"),),
-                "release_the_old_born head_dim",
-                "72_mib",
-            ),
+            "born-q-attribute-kept": ((keeps(BQ, "attribute"),), "release_the_old_born head_dim", "72_mib",),
             "sentinel-local-kept": ((keeps(SENT, "local"),), "sentinel_before", "32_mib"),
             "sentinel-attribute-kept": ((keeps(SENT, "attribute"),), "sentinel_before", "32_mib"),
-            "born-q-released-on-growth-only": (
-                (on_growth_only(BQ, "buf is None or buf.shape[0] < num_tokens"),),
-                "head_dim",
-                "",
-            ),
-            "born-q-released-before-the-reuse-check": (
-                early(BQ, "        buf = self._q8kv8_born_q_buf\n"),
-                "reuses_the_born_q",
-                "",
-            ),
-            "sentinel-released-before-the-reuse-check": (
-                early(SENT, "        buf = self._q8kv8_born_q_sentinel\n"),
-                "reuses_the_sentinel",
-                "",
-            ),
+            "born-q-released-on-growth-only": ((on_growth_only(BQ, "buf is None or buf.shape[0] < num_tokens"),), "head_dim", "",),
+            "born-q-released-before-the-reuse-check": (early(BQ, "        buf = self._q8kv8_born_q_buf\n"), "reuses_the_born_q", "",),
+            "sentinel-released-before-the-reuse-check": (early(SENT, "        buf = self._q8kv8_born_q_sentinel\n"), "reuses_the_sentinel", "",),
             "released-with-del": ((deleted(BQ), deleted(SENT)), "failed", ""),
         },
     ),
 }
+# fmt: on
 
 
 class Refused(Exception):

@@ -157,9 +157,14 @@ def test_the_oldest_of_our_issues_is_kept_and_reopened_only_for_a_new_table(
 # ----------------------------------------------------------------------------- rows and table
 
 
-def test_release_text_is_escaped_so_a_pipe_newline_mention_or_marker_stays_in_its_cell():
-    reason = f"a | b\nc @sgl-project/maintainers {watch.MARKER}"
+def test_release_text_stays_in_its_cell_and_reaches_the_log_as_no_workflow_command(
+    capsys, tmp_path
+):
+    reason = f"a | b\nc @sgl-project/maintainers {watch.MARKER} ##[add-mask]y\n::error::w"
     row = {"version": "0.5.24", "state": "unsupported", "reason": reason, "sha256": None}
+    assert main(["watch", "--rows", str(_rows_file(tmp_path, [row]))]) == 1
+    out = capsys.readouterr()
+    assert "##[" not in out.out + out.err and "\n::" not in "\n" + out.out + out.err
     table = watch.render([row]).splitlines()
     assert len(table) == 3 and table[2].count(" | ") == len(watch.HEADER.split(" | ")) - 1
     assert "a \\| b c" in table[2] and table[2].endswith("| FAILED |")
@@ -266,14 +271,6 @@ def test_rows_of_the_wrong_shape_are_exit_2_with_one_line_and_post_nothing(
     assert problem in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert "##[" not in err and "\n::" not in err  # "##[" anywhere, "::" at a line's start
     assert github.requests == []
-
-
-def test_a_release_rows_text_reaches_the_log_as_no_workflow_command(capsys, tmp_path):
-    reason = "##[error]x ##[add-mask]y ##[stop-commands]z\n::error::w"
-    row = {"version": "0.5.24", "state": "does not import", "reason": reason, "sha256": None}
-    assert main(["watch", "--rows", str(_rows_file(tmp_path, [row]))]) == 0
-    out = capsys.readouterr()
-    assert "##[" not in out.out + out.err and "\n::" not in "\n" + out.out + out.err
 
 
 def test_forty_rows_of_4000_character_texts_fit_githubs_limit_and_say_truncated(
