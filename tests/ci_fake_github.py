@@ -16,7 +16,6 @@ from urllib.parse import parse_qs
 
 LIMIT = 65536
 TS = "2026-01-01T00:00:00Z"
-NOT_FOUND = 404, {"message": "Not Found"}, {}
 _CHECK_CONCLUSIONS = "action_required cancelled failure neutral success skipped stale timed_out"
 
 
@@ -133,13 +132,18 @@ class FakeGitHub:
             return 200, _user(self.bot), {}
         prefix = f"/api/v3/repos/{self.owner}/{self.repo}"
         if not path.startswith(prefix):
-            return NOT_FOUND
+            return 404, {"message": "Not Found"}, {}
         with self.lock:
             query = {k: v[0] for k, v in parse_qs(query).items()}
             for verb, pattern, route in ROUTES:
                 match = re.fullmatch(pattern, path[len(prefix) :])
                 if verb == method and match:
-                    result = route(self, payload, query, *match.groups())
+                    try:
+                        result = route(self, payload, query, *match.groups())
+                    except _Refused as refused:
+                        result = refused.args[0], {"message": refused.args[1]}
+                    result = result if isinstance(result, tuple) else (200, result)
+                    result = (*result, {}) if len(result) == 2 else result
                     break
             else:
                 result = 404, {"message": f"no fake route for {method} {path}"}, {}
@@ -152,27 +156,29 @@ class FakeGitHub:
     # -- JSON ---------------------------------------------------------------------------
 
     def _issue(self, number):
-        meta = self.issue_meta.get(number)
-        data = {"number": number, "body": self.bodies[number], "title": f"PR {number}"}
-        if meta is None:
-            return {**data, "state": "open", "user": _user("author"), "pull_request": {}}
-        return {
-            **data,
-            "title": meta["title"],
-            "state": meta["state"],
-            "user": _user(meta["login"]),
-        }
+        if number not in self.bodies:
+            raise _Refused(404, "Not Found")
+        meta = self.issue_meta.get(number) or {"title": f"PR {number}", "state": "open"}
+        user = _user(meta.get("login", "author"))
+        data = {"number": number, "body": self.bodies[number], "user": user, **meta}
+        return data if number in self.issue_meta else {**data, "pull_request": {}}
 
     def _comment(self, c):
-        association = self._association(c["login"])
-        at = {"created_at": c["at"], "updated_at": c["at"]}
-        user = {"user": _user(c["login"]), "author_association": association}
-        return {"id": c["id"], "body": c["body"], **user, **at}
+        user = {"user": _user(c["login"]), "author_association": self._association(c["login"])}
+        return {
+            "id": c["id"],
+            "body": c["body"],
+            **user,
+            "created_at": c["at"],
+            "updated_at": c["at"],
+        }
 
     def _association(self, login):
         return self.associations.get(login, "NONE")
 
     def _pull(self, number):
+        if number not in self.heads:
+            raise _Refused(404, "Not Found")
         meta = self.pr_meta[number]
         head_repo = {"full_name": meta["head_repo"]} if meta["head_repo"] else None
         return {
@@ -182,115 +188,94 @@ class FakeGitHub:
             "labels": [{"name": name} for name in meta["labels"]],
         }
 
-    # -- routes -------------------------------------------------------------------------
+    # -- routes: each answers JSON (200, or the status it names) or raises _Refused --------
 
     def list_issues(self, payload, query):
-        """Pull requests included, open unless ``state``, newest first unless
-        ``direction=asc``, ``creator`` filtering, as GitHub does."""
+        """Pull requests included, open unless ``state``, newest first unless ``direction=asc``,
+        ``creator`` filtering, as GitHub does."""
         items = [
             self._issue(n) for n in sorted(self.bodies, reverse=query.get("direction") != "asc")
         ]
+        state, creator = query.get("state", "open"), query.get("creator")
         items = [
             i
             for i in items
-            if query.get("state") == "all" or i["state"] == query.get("state", "open")
+            if state in ("all", i["state"]) and creator in (None, i["user"]["login"])
         ]
-        return (
-            200,
-            _page([i for i in items if query.get("creator") in (None, i["user"]["login"])], query),
-            {},
-        )
+        return _page(items, query)
 
     def create_issue(self, payload, query):
         if not payload.get("title"):
-            return 422, {"message": "Validation Failed", "errors": [{"field": "title"}]}, {}
-        return _too_long(payload) or (
-            201,
-            self._issue(self.add_issue(payload["title"], payload.get("body"))),
-            {},
-        )
+            raise _Refused(422, "Validation Failed: title")
+        return 201, self._issue(self.add_issue(payload["title"], _body(payload)))
 
     def get_issue(self, payload, query, number):
-        return (200, self._issue(int(number)), {}) if int(number) in self.bodies else NOT_FOUND
+        return self._issue(int(number))
 
     def edit_issue(self, payload, query, number):
-        number = int(number)
-        if number not in self.bodies:
-            return NOT_FOUND
+        number, body = int(number), _body(payload, self._issue(int(number))["body"])
         if payload.get("state", "open") not in ("open", "closed"):
-            return 422, {"message": f"state {payload['state']!r} invalid"}, {}
-        error = _too_long(payload)
-        if error:
-            return error
-        self.bodies[number] = payload.get("body", self.bodies[number])
+            raise _Refused(422, f"state {payload['state']!r} invalid")
+        self.bodies[number] = body
         if number in self.issue_meta:
             self.issue_meta[number].update(
                 {k: payload[k] for k in ("title", "state") if k in payload}
             )
-        return 200, self._issue(number), {}
+        return self._issue(number)
 
     def list_comments(self, payload, query, number):
-        if int(number) not in self.bodies:
-            return NOT_FOUND
-        found = sorted(
-            (c for c in self.comments.values() if c["issue"] == int(number)), key=lambda c: c["id"]
-        )
-        return 200, _page([self._comment(c) for c in found], query), {}
+        self._issue(int(number))
+        found = [c for _, c in sorted(self.comments.items()) if c["issue"] == int(number)]
+        return _page([self._comment(c) for c in found], query)
 
     def create_comment(self, payload, query, number):
-        if int(number) not in self.bodies:
-            return NOT_FOUND
-        return _too_long(payload) or (
-            201,
-            self._comment(self.comments[self.add_comment(int(number), payload["body"])]),
-            {},
-        )
+        self._issue(int(number))
+        return 201, self._comment(self.comments[self.add_comment(int(number), _body(payload))])
 
     def edit_comment(self, payload, query, cid):
-        comment = self.comments.get(int(cid))
-        if comment is None:
-            return NOT_FOUND
-        error = _too_long(payload)
-        if error:
-            return error
-        comment["body"] = payload["body"]
-        return 200, self._comment(comment), {}
+        comment = self._comment_of(cid)
+        comment["body"] = _body(payload)
+        return self._comment(comment)
 
     def delete_comment(self, payload, query, cid):
-        return (204, None, {}) if self.comments.pop(int(cid), None) else NOT_FOUND
+        del self.comments[self._comment_of(cid)["id"]]
+        return 204, None
+
+    def _comment_of(self, cid):
+        if int(cid) not in self.comments:
+            raise _Refused(404, "Not Found")
+        return self.comments[int(cid)]
 
     def get_pull(self, payload, query, number):
-        return (200, self._pull(int(number)), {}) if int(number) in self.heads else NOT_FOUND
+        return self._pull(int(number))
 
     def list_pulls(self, payload, query):
         def head(meta):
             return f"{(meta['head_repo'] or '').split('/')[0]}:{meta['branch']}"
 
-        found = [
+        return [
             self._pull(n)
             for n, meta in sorted(self.pr_meta.items())
             if head(meta) == query.get("head")
         ]
-        return 200, found, {}
 
     def list_reviews(self, payload, query, number):
-        if int(number) not in self.heads:
-            return NOT_FOUND
+        self._pull(int(number))
         reviews = [
             {"id": i + 1, "commit_id": r["commit_id"], "state": r["state"], "submitted_at": r["at"],
              "user": _user(r["login"]), "author_association": self._association(r["login"])}
             for i, r in enumerate(self.reviews.get(int(number), []))
         ]  # fmt: skip
-        return 200, _page(reviews, query), {}
+        return _page(reviews, query)
 
     def permission(self, payload, query, login):
-        return 200, {"permission": self.permissions.get(login, "none"), "user": _user(login)}, {}
+        return {"permission": self.permissions.get(login, "none"), "user": _user(login)}
 
     def list_artifacts(self, payload, query, run_id):
         found = [
             a for a in self.artifacts.get(int(run_id), []) if query.get("name") in (None, a["name"])
         ]
-        return 200, {"total_count": len(found), "artifacts": found}, {}
+        return {"total_count": len(found), "artifacts": found}
 
     def artifact_zip(self, payload, query, artifact_id):
         where = self.url.replace("127.0.0.1", "localhost")
@@ -299,46 +284,31 @@ class FakeGitHub:
     def create_status(self, payload, query, sha):
         state, description = payload.get("state"), payload.get("description") or ""
         if state not in ("error", "failure", "pending", "success"):
-            return 422, {"message": f"state {state!r} invalid"}, {}
+            raise _Refused(422, f"state {state!r} invalid")
         if len(description) > 140:
-            return 422, {"message": "description is too long (maximum is 140 characters)"}, {}
-        status = {
-            "sha": sha,
-            "state": state,
-            "description": description,
-            "context": payload.get("context"),
-        }
-        status["target_url"] = payload.get("target_url")
-        self.statuses.append(status)
-        return 201, {**status, "id": len(self.statuses)}, {}
+            raise _Refused(422, "description is too long (maximum is 140 characters)")
+        fields = {k: payload.get(k) for k in ("context", "target_url")}
+        self.statuses.append({"sha": sha, "state": state, "description": description, **fields})
+        return 201, {**self.statuses[-1], "id": len(self.statuses)}
 
     def create_check_run(self, payload, query):
-        error = _check_run_errors(payload, create=True)
-        if error:
-            return 422, {"message": error}, {}
+        _refuse(_check_run_errors(payload, create=True))
         self._next_id += 1
         notes = list((payload.get("output") or {}).get("annotations") or [])
         self.check_runs[self._next_id] = {**payload, "id": self._next_id, "annotations": notes}
-        return 201, {"id": self._next_id, "name": payload["name"]}, {}
+        return 201, {"id": self._next_id, "name": payload["name"]}
 
     def update_check_run(self, payload, query, run_id):
         run = self.check_runs.get(int(run_id))
         if run is None:
-            return NOT_FOUND
-        error = _check_run_errors(payload, create=False)
-        if error:
-            return 422, {"message": error}, {}
-        run.update(
-            {
-                k: payload[k]
-                for k in ("status", "conclusion", "completed_at", "details_url")
-                if k in payload
-            }
-        )
+            raise _Refused(404, "Not Found")
+        _refuse(_check_run_errors(payload, create=False))
+        kept = ("status", "conclusion", "completed_at", "details_url")
+        run.update({k: payload[k] for k in kept if k in payload})
         if "output" in payload:
             run["annotations"] = run["annotations"] + (payload["output"].get("annotations") or [])
             run["output"] = {**payload["output"], "annotations": run["annotations"]}
-        return 200, {"id": run["id"]}, {}
+        return {"id": run["id"]}
 
 
 ROUTES = [
@@ -371,10 +341,20 @@ def _page(items, query):
     return items[(page - 1) * size : page * size]
 
 
-def _too_long(payload):
-    if len(payload.get("body") or "") > LIMIT:
-        return 422, {"message": "Validation Failed", "errors": [{"code": "too_long"}]}, {}
-    return None
+class _Refused(Exception):
+    """(status, message): what GitHub answers a request it refuses."""
+
+
+def _refuse(error):
+    if error:
+        raise _Refused(422, error)
+
+
+def _body(payload, default=None):
+    body = payload.get("body", default)
+    if len(body or "") > LIMIT:
+        raise _Refused(422, "Validation Failed: body is too long")
+    return body
 
 
 def _check_run_errors(payload, create):
