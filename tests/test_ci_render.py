@@ -201,5 +201,5 @@ def test_a_capped_body_says_truncated_and_never_ends_inside_a_fence(fold):
 
 
 def test_a_clipped_escaped_text_splits_no_entity_and_leaves_no_lone_backslash():
-    assert render.safe_clip("abc &amp; def", 7) == "abc \u2026"
-    assert render.safe_clip("ab\\|cd", 4) == "ab\u2026"
+    assert render.clip("abc &amp; def", 7) == "abc \u2026"
+    assert render.clip("ab\\|cd", 4) == "ab\u2026"

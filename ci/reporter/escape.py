@@ -1,13 +1,11 @@
 """The one escape for untrusted text (test names, logs, reasons, an environment record) bound
 for GitHub: a workflow log, a comment, a status, a check run. Pure functions.
 
-``inert``: no Actions runner command can start in the text (a line whose trimmed text starts
-with ``::``, or ``##[`` anywhere); a word joiner (U+2060) breaks each, and nothing else, so a
-test id printed as plain text (``file.py::Class.test``) stays copy-pasteable. The markdown
-escapes add: nothing can break a table row, a fence or our hidden markers, mention anyone,
-reference an issue or become a link; nothing is invisible (controls, format and bidi
-characters, fillers are shown as their escape, never dropped); a test name is shown in ASCII
-alone, so two different names never render alike.
+``inert``: no line can start an Actions runner command (``::`` first on a line, or ``##[``); a
+word joiner breaks each and nothing else, so ``file.py::Class.test`` stays copy-pasteable. The
+markdown escapes add: nothing breaks a table row, a fence or our hidden markers, mentions,
+references an issue or links; nothing is invisible (controls, format and bidi characters,
+fillers are shown as their escape); a test name is shown in ASCII, so two never render alike.
 """
 
 import functools
@@ -22,7 +20,6 @@ _LINE_BREAKS = re.compile("\r\n|[\n\r\u2028\u2029]")
 # GitHub finds mentions, issue references and bare links after entities are decoded.
 _ACTS_ON_GITHUB = re.compile(r"(@|#|(?<![A-Za-z0-9])GH-|:(?=//)|(?<![A-Za-z0-9])www(?=\.))", re.I)
 _ASCII_HIDDEN = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-_ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _NOT_SHOWN = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Mn", "Me"))
 _FILLERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")  # render as nothing at all
 
@@ -34,7 +31,7 @@ def inert(text) -> str:
 
 def printable(text) -> str:
     """``text`` with every character that does not print written as its escape (``\\n``)."""
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(text))
+    return "".join(ch if ch.isprintable() else _escaped(ch) for ch in str(text))
 
 
 def one_line(text) -> str:
@@ -75,8 +72,7 @@ def name_text(text) -> str:
     pose as one of ours."""
     text = str(text).replace("\\", "\\\\")
     if not (text.isascii() and text.isprintable()):
-        text = _ASCII_CONTROL.sub(lambda m: _escaped(m[0]), text)
-        text = text.encode("ascii", "backslashreplace").decode("ascii")
+        text = printable(text).encode("ascii", "backslashreplace").decode("ascii")
     return inert(text)
 
 
@@ -102,14 +98,11 @@ def escape_block(text) -> str:
 
 
 def clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
-
-
-def safe_clip(escaped: str, limit: int) -> str:
-    """Shorten already-escaped inline text without splitting an entity or an escape."""
-    if len(escaped) <= limit:
-        return escaped
-    cut = re.sub(r"&#?[A-Za-z0-9]*$", "", escaped[: max(0, limit - 1)])  # a partial &amp;
+    """``text`` in ``limit`` characters, an ellipsis where it was cut; escaped text is never cut
+    inside an entity or an escape."""
+    if len(text) <= limit:
+        return text
+    cut = re.sub(r"&#?[A-Za-z0-9]*$", "", text[: max(0, limit - 1)])  # a partial &amp;
     if (len(cut) - len(cut.rstrip("\\"))) % 2:  # a lone backslash would escape the ellipsis
         cut = cut[:-1]
     return cut + "\u2026"

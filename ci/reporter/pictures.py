@@ -1,9 +1,7 @@
 """One PNG per regression case: the peak of memory each side allocated during the test (CUDA
-memory on cuda, the live CPU memory the test measured itself on cpu).
-
-Drawn at the end of ``ci run`` with matplotlib's Agg backend from the peaks the runner measured
-(``peak_mib``); a case without a measured peak on both sides (every case on CPU) gets no
-picture: nothing is estimated. Without matplotlib it draws nothing.
+memory on cuda, the live CPU memory the test measured itself on cpu), drawn with matplotlib's
+Agg backend from the peaks the runner measured. A case without a measured peak on both sides
+gets no picture (nothing is estimated); without matplotlib nothing is drawn.
 """
 
 import os
@@ -12,36 +10,29 @@ import re
 from ci.evidence.model import MODES, Results
 
 FOLDER = "pictures"
-# A results.json may list thousands of regression cases; each picture costs matplotlib ~0.1 s.
-MAX_PICTURES = 30
+MAX_PICTURES = 30  # a results.json may list thousands of regressions; each costs ~0.1 s
 
 
-def _pyplot():
-    """matplotlib.pyplot on the Agg backend, or None: pictures are optional."""
+def draw_all(results: Results, out_dir: str) -> dict:
+    """Draw each regression case measured on both sides; case key -> path under ``out_dir``."""
+
+    def measured(case) -> bool:
+        return all(m in case.modes and case.modes[m].peak_mib is not None for m in MODES)
+
+    cases = [c for c in results.cases if c.kind == "regression" and measured(c)][:MAX_PICTURES]
+    if not cases:
+        return {}
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except (ImportError, OSError):  # not installed, or a font cache it cannot write here
-        return None
-    return plt
-
-
-def draw_all(results: Results, out_dir: str) -> dict:
-    """Draw each regression case measured on both sides; case key -> path under ``out_dir``."""
-    cases = [
-        c
-        for c in results.cases
-        if c.kind == "regression" and all(c.modes[m].peak_mib is not None for m in MODES)
-    ][:MAX_PICTURES]
-    plt = _pyplot() if cases else None
-    if plt is None:
         return {}
     drawn = {}
+    os.makedirs(os.path.join(out_dir, FOLDER), exist_ok=True)
     for case in cases:
         rel = f"{FOLDER}/{re.sub(r'[^A-Za-z0-9_.-]+', '_', case.test)[:120]}.png"
-        os.makedirs(os.path.join(out_dir, FOLDER), exist_ok=True)
         try:
             _draw(plt, results, case, os.path.join(out_dir, rel))
         except (ValueError, TypeError):
@@ -57,8 +48,7 @@ def _draw(plt, results, case, path) -> None:
     peaks = [case.modes[m].peak_mib for m in MODES]
     fig, ax = plt.subplots(figsize=(5.5, 3), dpi=90)
     for x, (mode, peak) in enumerate(zip(MODES, peaks, strict=True)):
-        color = "#c44e52" if mode == "unmodified" else "#4c72b0"
-        ax.bar(x, peak, 0.5, color=color)
+        ax.bar(x, peak, 0.5, color="#c44e52" if mode == "unmodified" else "#4c72b0")
         word = case.modes[mode].outcome.value
         ax.annotate(f"{word}, peak {peak:.1f} MiB", (x, peak), ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(MODES)))
@@ -66,8 +56,7 @@ def _draw(plt, results, case, path) -> None:
     memory = "CUDA memory allocated" if results.backend == "cuda" else "live CPU memory"
     ax.set_ylabel(f"{memory} at the peak (MiB)", fontsize=7)
     ax.set_ylim(0, max(peaks) * 1.3 + 1)
-    title = case.test.split(".")[-1][:80]
-    ax.set_title(title.replace("_", " ").replace("$", ""), fontsize=8)
+    ax.set_title(case.test.split(".")[-1][:80].replace("_", " ").replace("$", ""), fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
