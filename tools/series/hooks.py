@@ -129,19 +129,11 @@ def hooks_config() -> str:
 
 def _pre_commit(home: Path, args, cwd):
     # The caller's pre-commit or git hook settings (SKIP, GIT_DIR, ...) must not leak in.
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k != "SKIP" and not k.startswith(("GIT_", "PRE_COMMIT"))
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "pre_commit", *args, "-c", str(home / CONFIG)],
-        cwd=cwd,
-        env={**env, "PRE_COMMIT_HOME": str(home)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "PRE_COMMIT"))}
+    env.pop("SKIP", None)
+    argv = [sys.executable, "-m", "pre_commit", *args, "-c", str(home / CONFIG)]
+    env["PRE_COMMIT_HOME"] = str(home)
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
 def ensure_env() -> Path:
