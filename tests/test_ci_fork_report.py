@@ -90,11 +90,11 @@ def test_a_fork_prs_read_only_token_fails_cleanly_and_changes_nothing(tmp_path, 
         server.stop()
 
 
-WORKFLOW = ".github/workflows/pr-test-dsv4-workspace.yml"
 REVIEWED, STARTED, LATER = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z", "2026-01-01T00:10:00Z"
 
 
 def _workflow_run(tmp_path, conclusion="success", sha=HEAD, event="pull_request", **extra):
+    repository = extra.pop("repository", {"full_name": "sgl/sglang", "default_branch": "main"})
     path = tmp_path / "event.json"
     payload = {
         "action": "completed",
@@ -105,25 +105,14 @@ def _workflow_run(tmp_path, conclusion="success", sha=HEAD, event="pull_request"
             "conclusion": conclusion,
             "head_repository": {"full_name": "someone/sglang"},
             "head_branch": "fix",
-            "path": WORKFLOW,
             "triggering_actor": {"login": "maint"},
             "created_at": STARTED,
             **extra,
         },
-        "repository": {"full_name": "sgl/sglang", "default_branch": "main"},
+        "repository": repository,
     }
     path.write_text(json.dumps(payload))
     return str(path)
-
-
-def _repository_as_text(tmp_path):
-    path = _workflow_run(tmp_path)
-    with open(path) as handle:
-        payload = json.load(handle)
-    payload["repository"] = "sgl/sglang"
-    with open(path, "w") as handle:
-        json.dump(payload, handle)
-    return path
 
 
 def _zip(files: dict) -> bytes:
@@ -272,23 +261,28 @@ def test_a_failed_test_job_is_reported_by_the_results_it_left_else_as_a_failure(
         assert ours["body"].startswith(render.comment_marker(SLOT))
 
 
+@pytest.mark.parametrize(
+    "run",
+    [
+        dict(event="push"),
+        dict(sha="not-a-sha"),
+        dict(conclusion=None),
+        dict(created_at=None),
+        dict(head_branch=""),
+        dict(id=True),
+        dict(head_repository="someone/sglang"),
+        dict(triggering_actor="maint"),
+        dict(triggering_actor=None, actor=["maint"]),
+        dict(repository="sgl/sglang"),
+    ],
+)
 def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
-    fake, tmp_path, monkeypatch, capsys
+    fake, tmp_path, monkeypatch, capsys, run
 ):
-    for event in (
-        _workflow_run(tmp_path, event="push"),
-        _workflow_run(tmp_path, sha="not-a-sha"),
-        _workflow_run(tmp_path, conclusion=None),
-        _workflow_run(tmp_path, path="../../etc/passwd"),
-        _workflow_run(tmp_path, created_at=None),
-        _workflow_run(tmp_path, head_repository="someone/sglang"),
-        _workflow_run(tmp_path, triggering_actor="maint"),
-        _workflow_run(tmp_path, triggering_actor=None, actor=["maint"]),
-        _repository_as_text(tmp_path),
-    ):
-        assert _report(fake, monkeypatch, "--workflow-run", event) == 2
-        err = capsys.readouterr().err
-        assert err.startswith("error: workflow_run report: ") and len(err.splitlines()) == 1, err
+    event = _workflow_run(tmp_path, **run)
+    assert _report(fake, monkeypatch, "--workflow-run", event) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: workflow_run report: ") and len(err.splitlines()) == 1, err
     assert fake.requests == []
 
 
