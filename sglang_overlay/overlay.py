@@ -1,7 +1,6 @@
-"""Apply, remove and report the overlay's patches in this process, one record per patch.
-Applying twice is a no-op; removing puts back the exact original functions. ``status()`` checks
-each record against the live class by identity, and each change of state is published
-(``observe.publish``: the per-process record and the gauges).
+"""Apply, remove and report the overlay's patches in this process, one record per patch,
+checked against the live class by identity. Applying twice is a no-op; removing puts back the
+original functions; each change of state is published (``observe.publish``).
 """
 
 import functools
@@ -116,10 +115,9 @@ def _patch_status(patch_id: str) -> PatchStatus:
 
 
 def import_patched_modules(keep_going: bool = False) -> list:
-    """Import each patch's module as any sglang process would (the start-up hook patches) and
-    report. A module this release lacks, or a later patch's module this environment cannot
-    import (no process here runs it), is ``not-present``; any other raise is ``failed`` and
-    propagates, unless ``keep_going`` (``status``'s fresh process reports every patch)."""
+    """Import each patch's module as any sglang process would, and report. A module missing,
+    or a later patch's that raises ImportError here, is ``not-present``; any other raise is
+    ``failed`` and propagates unless ``keep_going``."""
     for patch_id, names in PATCHED_MODULES.items():
         missing = None
         for name in names:
@@ -128,7 +126,7 @@ def import_patched_modules(keep_going: bool = False) -> list:
                 break
             except Exception as exc:
                 if isinstance(exc, ModuleNotFoundError) and name.startswith(exc.name or "\0"):
-                    missing = missing or exc.name
+                    missing = exc.name
                     continue
                 why = f"importing {name} raised {type(exc).__name__}: {exc}"
                 absent = isinstance(exc, ImportError) and patch_id != PATCH_IDS[0]
@@ -219,8 +217,7 @@ def _apply_patch(module, patch_id: str) -> None:
 
 
 def record_failure(patch_id: str, module_name: str, via: str, exc: Exception) -> None:
-    """Activation of ``patch_id`` on ``module_name`` raised: this process runs unmodified
-    sglang there, and says why (once per cause)."""
+    """Activation raised: this process runs unmodified sglang there, and says why once."""
     reason = f"activation via the {via} raised {type(exc).__name__}: {exc}"
     with _lock:
         _record(patch_id, "failed", module_name, reason)
@@ -229,6 +226,7 @@ def record_failure(patch_id: str, module_name: str, via: str, exc: Exception) ->
 
 
 def remove() -> list:
+    """Put back the original methods; keep the overlay off here until ``apply()``."""
     global _removed
     with _lock:
         _removed = True
@@ -236,46 +234,48 @@ def remove() -> list:
         kept = []
         while _applied:
             done = _applied.pop()
-            hooked, hook = [], None
+            hook, hooked = _foreign_hook(done)
             for one in done.installed:
-                live = vars(one.cls).get(one.method)
-                if live is one.patched:
+                if vars(one.cls).get(one.method) is one.patched:
                     setattr(one.cls, one.method, one.original)
-                    continue
-                found = shapes.foreign_hook(live, one.patched)
-                if found is not None:  # ours runs inside someone else's function: say so
-                    hooked.append(one)
-                    hook = found if hook is None or found[0] == "replaced" else hook
-            if hook is None:
-                if outcome[done.patch_id][0] == "pending":
-                    outcome[done.patch_id] = ("pending", done.target, _REMOVED_REASON)
-                continue
-            kept.append(replace(done, installed=tuple(hooked)))
-            why = f"remove() cannot take release-first out: {hook[1]}"
-            outcome[done.patch_id] = (hook[0], done.target, why)
+            if hook is not None:  # ours runs inside someone else's function: say so
+                kept.append(replace(done, installed=hooked))
+                why = f"remove() cannot take release-first out: {hook[1]}"
+                outcome[done.patch_id] = (hook[0], done.target, why)
+            elif outcome[done.patch_id][0] == "pending":
+                outcome[done.patch_id] = ("pending", done.target, _REMOVED_REASON)
         _applied.extend(reversed(kept))
         for patch_id, (state, target, reason) in outcome.items():
             _record(patch_id, state, target, reason)
         return status()
 
 
-def _live_state(done) -> "tuple[str, str]":
-    """What runs now where the overlay installed ``done``'s methods, by identity: applied
-    when each is ours, else the worst of them (replaced, wrapped, then pending)."""
-    registered = sys.modules.get(done.module_name)
-    state = ("applied", done.reason)
+def _foreign_hook(done) -> "tuple[tuple[str, str] | None, tuple[_Installed, ...]]":
+    """Another plugin's hook over ``done``'s methods (``shapes.foreign_hook``; replaced
+    before wrapped), and the methods it stands over."""
+    hook, hooked = None, ()
     for one in done.installed:
-        live = vars(one.cls).get(one.method)
-        hook = shapes.foreign_hook(live, one.patched)
+        found = shapes.foreign_hook(vars(one.cls).get(one.method), one.patched)
+        if found is not None:
+            hooked += (one,)
+            hook = found if hook is None or found[0] == "replaced" else hook
+    return hook, hooked
+
+
+def _live_state(done) -> "tuple[str, str]":
+    """What runs now where ``done``'s methods were installed, by identity: applied, wrapped or
+    replaced by another plugin's hook, or pending (reloaded, or replaced by other code)."""
+    registered = sys.modules.get(done.module_name)
+    hook, hooked = _foreign_hook(done)
+    for one in done.installed:
         current = registered is None or shapes.workspace_class(registered, one.site) is one.cls
-        if not current or (live is not one.patched and hook is None):
+        if not current or (vars(one.cls).get(one.method) is not one.patched and one not in hooked):
             return (
                 "pending",
                 f"{one.cls.__name__}.{one.method} is no longer the patched function (the module "
                 "was reloaded or the method replaced by other code); apply() patches again",
             )
-        state = hook if hook is not None and state[0] != "replaced" else state
-    return state
+    return hook or ("applied", done.reason)
 
 
 REGISTRY_MODULE = "sglang.srt.plugins.hook_registry"
@@ -283,10 +283,8 @@ _FOLLOWS = "__sglang_overlay_publishes__"
 
 
 def follow_registry() -> None:
-    """Publish again each time sglang's ``HookRegistry.apply_hooks`` ran (once per process):
-    that is where another plugin's REPLACE or AROUND lands on a patched class, and without it
-    the record would keep saying ``applied`` for a process that runs unmodified sglang. Only a
-    registry that sglang itself loaded is followed."""
+    """Publish again after each ``HookRegistry.apply_hooks`` of a registry sglang loaded: there
+    another plugin's REPLACE or AROUND lands on a patched class."""
     registry = getattr(sys.modules.get(REGISTRY_MODULE), "HookRegistry", None)
     current = vars(registry).get("apply_hooks") if isinstance(registry, type) else None
     if not isinstance(current, classmethod) or getattr(current.__func__, _FOLLOWS, False):
@@ -305,8 +303,8 @@ def follow_registry() -> None:
 
 
 def sglang_version() -> str:
-    """The sglang version, without importing sglang or torch: the loaded ``sglang.version``
-    module if some import already brought it in, else the installed package's metadata."""
+    """The sglang version, without importing sglang or torch: the loaded ``sglang.version``,
+    else the installed package's metadata."""
     loaded = getattr(sys.modules.get("sglang.version"), "__version__", None)
     if isinstance(loaded, str):
         return loaded
@@ -315,10 +313,7 @@ def sglang_version() -> str:
     try:
         return metadata.version("sglang")
     except metadata.PackageNotFoundError:
-        import importlib.util
-
-        found = "sglang" in sys.modules or importlib.util.find_spec("sglang") is not None
-        return "unknown (no package metadata)" if found else "not installed"
+        return "not installed"
 
 
 def publish() -> None:

@@ -1,23 +1,21 @@
-"""The fix itself: workspace methods that release the old tensors before allocating anew.
-
-A shape with a builder (``BUILDERS``) gets a hand-written method with the original's signature
-and reuse rule; every other shape gets its own source with each released attribute (and the
-local holding its old value) set to None right before the allocation (``released_method``), so
-a fix of that form is a ``sites.Site`` and its shapes only. Each replacement is logged and
-published (the record and gauges), outside a torch.compile graph.
+"""The fix itself: methods that release the old tensors before allocating anew. A shape with
+a builder (``BUILDERS``) gets a hand-written method; every other shape gets its own source with
+each released attribute (and the local holding it) set to None before the allocation
+(``released_method``). Each replacement is logged and published, outside torch.compile graphs.
 """
 
 import __future__
 
 import ast
 import copy
+import functools
 import inspect
 
 import torch
 
 from sglang_overlay import shapes, sites
 from sglang_overlay.observe import MIB, ReplacementLog
-from sglang_overlay.patches import FUSED_KV_PATCH_ID, PATCH_ID, OverlayError
+from sglang_overlay.patches import FUSED_KV_PATCH_ID, PATCH_ID
 
 # patch id -> what its log calls the buffers; a patch's first replacement makes its log
 NAMES = {
@@ -181,10 +179,6 @@ def _build_ensure_workspace(module, publish):
     return _ensure_workspace
 
 
-def _build_selector_sampling_accept_block(module, publish):
-    return _build_selector_sampling_accept(module, publish, passes_block=True)
-
-
 def _build_selector_sampling_accept(module, publish, passes_block=False):
     """``DFlashWorkerV2._selector_sampling_accept``: the same reuse rule and doubling, with the
     old dense draft-probability buffer dropped (the attribute and the local) before
@@ -235,7 +229,9 @@ BUILDERS = {
     "workspace-get-dtype": _build_get_dtype,
     "workspace-get-bf16": _build_get_bf16,
     "fused-kv-ensure-workspace": _build_ensure_workspace,
-    "dflash-selector-accept-block-verification": _build_selector_sampling_accept_block,
+    "dflash-selector-accept-block-verification": functools.partial(
+        _build_selector_sampling_accept, passes_block=True
+    ),
     "dflash-selector-accept": _build_selector_sampling_accept,
 }
 DRAFT_PROBS = "0005-dflash-draft-probs-release-first"
@@ -244,24 +240,13 @@ DRAFT_PROBS = "0005-dflash-draft-probs-release-first"
 # ------------------------------------------------------------ the generic rewrite
 
 
-class RewriteError(OverlayError):
-    """The method does not have the form this rewrite knows; nothing was patched."""
-
-
 def released_method(module, class_name: str, method: str, released) -> "object":
     """``class_name.method`` of ``module`` with the ``released`` attributes dropped first: the
     source ``shapes.recognise`` hashed, compiled in the module's globals, file and lines."""
     node = shapes._method_node(shapes.module_tree(inspect.getsource(module)), class_name, method)
-    if node is None:
-        raise RewriteError(f"{module.__name__} defines no {class_name}.{method}")
-    node = copy.deepcopy(node)
-    _refuse_class_scoped(node, class_name, method)
-    dropped = [attr for attr in released if _drop_before_allocation(node, attr)]
-    if not dropped or not shapes.releases_first(node, tuple(dropped)):
-        raise RewriteError(
-            f"{class_name}.{method}: no allocation of {', '.join(released)} to drop first"
-        )
-    node.decorator_list = []
+    node = copy.deepcopy(node)  # the cached tree stays the module's own text
+    for attr in released:
+        _drop_before_allocation(node, attr)
     tree = ast.fix_missing_locations(ast.Module(body=[node], type_ignores=[]))
     # Annotations stay strings: names imported only under TYPE_CHECKING must not be looked up.
     flags = __future__.annotations.compiler_flag
@@ -271,24 +256,10 @@ def released_method(module, class_name: str, method: str, released) -> "object":
     return namespace[method]
 
 
-def _refuse_class_scoped(node, class_name, method) -> None:
-    # Compiled outside its class, the method would lose zero-argument super() (no __class__
-    # cell) and private-name mangling: refuse rather than change what it does.
-    for sub in ast.walk(node):
-        name = sub.attr if isinstance(sub, ast.Attribute) else getattr(sub, "id", None)
-        call_super = isinstance(sub, ast.Call) and getattr(sub.func, "id", None) == "super"
-        mangled = isinstance(name, str) and name.startswith("__") and not name.endswith("__")
-        if (call_super and not sub.args) or mangled:
-            raise RewriteError(f"{class_name}.{method} uses super() or a private name")
-    if node.decorator_list:
-        raise RewriteError(f"{class_name}.{method} is decorated")
-
-
-def _drop_before_allocation(node, attr: str) -> bool:
+def _drop_before_allocation(node, attr: str) -> None:
     """Insert ``self.<attr> = <local> = None`` before the statement that allocates what
     ``self.<attr> = <local>`` stores (or ``self.<attr> = None`` before ``self.<attr> = <call>``),
-    in every statement list of ``node``. True when one was inserted."""
-    done = False
+    in every statement list of ``node``."""
     for body in list(_statement_lists(node)):
         inserts = []  # (position, statement), made after the scan so no index shifts under it
         for index, stmt in enumerate(body):
@@ -303,8 +274,6 @@ def _drop_before_allocation(node, attr: str) -> bool:
                     inserts.append((at, _none_assign(body[at], attr, local)))
         for position, statement in sorted(inserts, key=lambda item: -item[0]):
             body.insert(position, statement)
-        done = done or bool(inserts)
-    return done
 
 
 def _statement_lists(node):
