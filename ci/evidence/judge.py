@@ -150,6 +150,14 @@ FAILS_THE_RUN = {
     Kind.UNPROVEN: "{n} not proven: passed, but the runner could not count the calls of their "
     "method, so a retry may hide a failure ({names})",
 }
+# what the unmodified side did of a listed regression (or of every case) -> why the run is void
+VOIDS_THE_RUN = {
+    "passed": "the bug did not reproduce: {n} listed regressions pass on {unmodified} ({names}); "
+    "is the change already in it?",
+    "no verdict": "the bug did not reproduce: {n} listed regressions skip or give no result on "
+    "{unmodified} ({names}); ci/regressions.txt says they fail there",
+    "nothing ran": "the unmodified side ({unmodified}) gave no verdict: no test ran there",
+}
 _NO_VERDICT = (None, Outcome.SKIP, Outcome.MISSING)
 
 
@@ -157,33 +165,25 @@ def with_verdict(results: Results, problems=()) -> Results:
     """``results`` with its verdict ("ok", "failed" or "void") and one line per reason;
     ``problems`` (``record_problems``) fail it first."""
     cases, labels = results.cases, {m: results.label(m) for m in MODES}
+
+    def said(table: dict, groups: dict) -> list:
+        groups = {k: g for k, g in groups.items() if g}
+        return [table[k].format(n=len(g), names=_names(g), **labels) for k, g in groups.items()]
+
     failed = [*problems, *([] if cases else ["no test reported a result"])]
-    for kind, why in FAILS_THE_RUN.items():
-        these = [c for c in cases if c.kind == kind]
-        if these:
-            failed.append(why.format(n=len(these), names=_names(these), **labels))
+    failed += said(FAILS_THE_RUN, {k: [c for c in cases if c.kind == k] for k in FAILS_THE_RUN})
     # Only the change side times a file out against the run.
     late = [f.path for f in results.files if getattr(f.modes.get("change"), "timed_out", False)]
-    if late:
-        failed.append(f"timed out with {labels['change']}: {', '.join(late)}")
-    void, base = [], labels["unmodified"]
+    failed += [f"timed out with {labels['change']}: {', '.join(late)}"] if late else []
+    groups: dict = {"passed": [], "no verdict": [], "nothing ran": []}
     if "unmodified" in results.modes and cases:
-        at_base = {c.key: getattr(c.modes.get("unmodified"), "outcome", None) for c in cases}
-        missed = [c for c in cases if c.kind == Kind.NOT_REPRODUCED]
-        passed = [c for c in missed if at_base[c.key] not in _NO_VERDICT]
-        unproven = [c for c in missed if at_base[c.key] in _NO_VERDICT]
-        if passed:
-            void.append(
-                f"the bug did not reproduce: {len(passed)} listed regressions pass on {base} "
-                f"({_names(passed)}); is the change already in it?"
-            )
-        if unproven:
-            void.append(
-                f"the bug did not reproduce: {len(unproven)} listed regressions skip or give no "
-                f"result on {base} ({_names(unproven)}); ci/regressions.txt says they fail there"
-            )
-        if all(o in _NO_VERDICT for o in at_base.values()):
-            void.append(f"the unmodified side ({base}) gave no verdict: no test ran there")
+        base = {c.key: getattr(c.modes.get("unmodified"), "outcome", None) for c in cases}
+        for c in cases:
+            if c.kind == Kind.NOT_REPRODUCED:
+                groups["no verdict" if base[c.key] in _NO_VERDICT else "passed"].append(c)
+        if all(o in _NO_VERDICT for o in base.values()):
+            groups["nothing ran"] = cases
+    void = said(VOIDS_THE_RUN, groups)
     if failed:
         return replace(results, verdict="failed", reasons=(*failed, *void))
     return replace(results, verdict="void" if void else "ok", reasons=tuple(void))
@@ -191,7 +191,6 @@ def with_verdict(results: Results, problems=()) -> Results:
 
 def rejudge(results: Results, patterns) -> Results:
     """The kinds, flags and verdict again, from the stored outcomes and ``patterns`` alone."""
-
     cases = []
     for c in results.cases:  # a mode a results file leaves out counts as missing there
         outcomes = {m: c.modes.get(m, TestResult(c.test, Outcome.MISSING)) for m in results.modes}
