@@ -16,7 +16,6 @@ import textwrap
 import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 import pytest
 import standin
@@ -26,19 +25,17 @@ WORKERS = max(2, min(4, os.cpu_count() or 2))
 JOB_TIMEOUT_S = 300  # one process; a bound against hangs, never a measurement
 
 # Each observation runs in a function of its own; what it returns (JSON) is its result, what it
-# raises is reported as its error. Its stderr lies between its two markers. The document goes
-# to the file named by argv[1]: stdout is the serving protocol's.
+# raises is reported as its error. The document goes to the file named by argv[1]: stdout is
+# the serving protocol's.
 PRELUDE = """\
 import json, sys, traceback
 _observed, _document = {}, sys.argv.pop(1)
 def _observe(name, body):
-    print("<<< " + name, file=sys.stderr, flush=True)
     try:
         _observed[name] = {"value": body()}
     except BaseException:
         _observed[name] = {"error": traceback.format_exc()}
     sys.stdout.flush()
-    print(">>> " + name, file=sys.stderr, flush=True)
 """
 EPILOGUE = """\
 with open(_document, "w") as _file:
@@ -46,34 +43,20 @@ with open(_document, "w") as _file:
 """
 
 
-@dataclass(frozen=True)
-class Process:
-    """A shared environment: variables on top of ``clean_env()`` (``runtime_dir``: the process
-    keeps its record in a directory of its own) and the order of the observations in it."""
-
-    order: tuple
-    variables: dict = field(default_factory=dict)
-    runtime_dir: bool = False
-
-
-# Why this order: nothing before the first import looks at anything; torch.compile and
-# sglang's plugin loader come before the server, whose record must say "applied"; the hook
-# stays on the class once applied, so it comes last but for the registry reader, which only
-# needs sglang imported.
+# Each shared process, in the environment a user's process gets (no overlay setting, the
+# start-up hook installed, its record in a directory of its own), and its observations' order.
+# Nothing before the first import looks at anything; torch.compile and sglang's plugin loader
+# come before the server, whose record must say "applied"; the hook stays on the class once
+# applied, so it comes last but for the registry reader, which only needs sglang imported.
 PROCESSES = {
-    # The environment a user's process gets: no overlay setting, the start-up hook installed;
-    # its record in a directory of its own. It serves as a server that keeps running, too.
-    "default_process": Process(
-        order=(
-            "start_modules",
-            "first_import",
-            "second_activation",
-            "torch_compile",
-            "serve",
-            "hook_AROUND",
-            "reader_after_the_real_import",
-        ),
-        runtime_dir=True,
+    "default_process": (
+        "start_modules",
+        "first_import",
+        "second_activation",
+        "torch_compile",
+        "serve",
+        "hook_AROUND",
+        "reader_after_the_real_import",
     ),
 }
 
@@ -85,7 +68,7 @@ _jobs: dict = {}
 def observe(process: str, name: str, body: str) -> str:
     """Register ``body`` (a function body that returns JSON) as observation ``name`` of the
     shared ``process``; ``{WORKSPACE_MODULE}`` in it is filled in. Returns ``name``."""
-    assert name in PROCESSES[process].order, f"{name} has no place in {process}'s order"
+    assert name in PROCESSES[process], f"{name} has no place in {process}'s order"
     _observations[process][name] = body.replace("{WORKSPACE_MODULE}", WORKSPACE_MODULE)
     return name
 
@@ -124,7 +107,7 @@ def fixture(name: str):
 def program(process: str) -> str:
     """The shared process's program: its registered observations, in its order."""
     parts = [PRELUDE]
-    for name in PROCESSES[process].order:
+    for name in PROCESSES[process]:
         body = _observations[process].get(name)
         if body is None:
             continue
@@ -152,17 +135,6 @@ class Observations:
         assert entry is not None, f"{name} was not observed; stderr: {self.stderr[-3000:]}"
         assert "error" not in entry, f"{name} raised in the process:\n{entry['error']}"
         return entry["value"]
-
-    def stderr_of(self, name: str) -> str:
-        start, end = f"<<< {name}\n", f">>> {name}\n"
-        assert start in self.stderr and end in self.stderr, self.stderr[-3000:]
-        return self.stderr.split(start, 1)[1].split(end, 1)[0]
-
-    def overlay_warnings(self, name: str) -> list:
-        # Once sglang configured logging (its server did, earlier in the process), a record
-        # carries sglang's prefix ("[2026-12-02 01:06:04] sglang-overlay: ...").
-        lines = self.stderr_of(name).splitlines()
-        return [line for line in lines if "sglang-overlay: " in line]
 
 
 class Pool:
@@ -240,18 +212,13 @@ class Pool:
             self._live.discard(proc)
 
     def _shared(self, name: str, directory) -> Observations:
-        spec = PROCESSES[name]
-        variables = dict(spec.variables)
-        runtime_dir = None
-        if spec.runtime_dir:
-            runtime_dir = directory / "records"
-            runtime_dir.mkdir(mode=0o700)
-            variables["SGLANG_OVERLAY_RUNTIME_DIR"] = str(runtime_dir)
+        runtime_dir = directory / "records"
+        runtime_dir.mkdir(mode=0o700)
         driver = _drivers.get(name) if "serve" in _observations[name] else None
         document = directory / "observations.json"
         proc = self.popen(
             [sys.executable, "-c", program(name), str(document)],
-            env=clean_env(**variables),
+            env=clean_env(SGLANG_OVERLAY_RUNTIME_DIR=str(runtime_dir)),
             cwd="/",
             stdin=subprocess.PIPE if driver else subprocess.DEVNULL,
             stdout=subprocess.PIPE,

@@ -1,23 +1,16 @@
-"""A tiny stand-in ``sglang`` and ``torch`` for the start-up hook's tests.
-
-The stand-in workspace module carries the real ``SparsePrefillKVBuffer`` class text from the
-installed sglang wheel, byte for byte, and the stand-in fused-KV module the real
-``FusedKVMaterializeHelper`` class text, so the overlay recognises (or, edited, refuses) each
-exactly as it does the real one; everything around them is minimal, so a fresh interpreter of
-any Python imports it in milliseconds without torch. The stand-in ``torch`` has just enough
-for that class and the overlay's replacement path: shapes, dtypes, ``empty`` and slicing.
-Behaviour under a real allocator is the registered test's job, not this one's.
+"""A tiny stand-in ``sglang`` and ``torch`` for the start-up hook's tests: the DSV4 workspace
+and fused-KV modules carry the installed sglang's ``SparsePrefillKVBuffer`` and
+``FusedKVMaterializeHelper`` class text byte for byte, so the overlay recognises (or, edited,
+refuses) each as it does the real one, and any Python imports them in milliseconds. The
+stand-in ``torch`` has shapes, dtypes, ``empty`` and slicing only.
 """
 
 import ast
 import importlib.util
-import textwrap
 from pathlib import Path
 
 WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
 FUSED_KV_MODULE = "sglang.kernels.ops.speculative.fused_kv_materialize"
-ALLOCATION = "            self._buffer = torch.empty(\n"
-RELEASED = "            self._buffer = None\n            self._head_source = None\n" + ALLOCATION
 
 TORCH = '''
 """Stand-in torch for the overlay's start-up tests: no storage, shapes and dtypes only."""
@@ -67,7 +60,7 @@ def empty_like(tensor):
 '''
 
 
-def real_class_source(module: str = WORKSPACE_MODULE, name="SparsePrefillKVBuffer") -> str:
+def real_class_source(module: str, name: str) -> str:
     """Class ``name``'s source in ``module`` of the installed sglang, found without importing."""
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
@@ -78,11 +71,6 @@ def real_class_source(module: str = WORKSPACE_MODULE, name="SparsePrefillKVBuffe
         if isinstance(node, ast.ClassDef) and node.name == name:
             return ast.get_source_segment(source, node)
     raise RuntimeError(f"no {name} in {path}")
-
-
-def real_workspace_class_source() -> str:
-    """``SparsePrefillKVBuffer``'s source from the installed sglang, found without importing."""
-    return real_class_source()
 
 
 def _edited(class_source: str, edit) -> str:
@@ -102,33 +90,24 @@ def _module_file(root: Path, module: str) -> Path:
     return root.joinpath(*parts[:-1], parts[-1] + ".py")
 
 
-def write(root: Path, *, edit=None, version="0.5.23", fused_edit=None, fused=True) -> Path:
+def write(root: Path, *, edit=None, fused_edit=None, fused=True) -> Path:
     """Write the stand-in packages under ``root``; ``edit`` = (old, new) on the workspace
     class text, ``fused_edit`` on the fused-KV helper's; ``fused=False`` leaves the fused-KV
     module out (a release without it)."""
     root.mkdir(parents=True, exist_ok=True)
-    class_source = _edited(real_workspace_class_source(), edit)
+    version = "0.5.23"
+    class_source = _edited(real_class_source(WORKSPACE_MODULE, "SparsePrefillKVBuffer"), edit)
     workspace_file = _module_file(root, WORKSPACE_MODULE)
     if fused:
         helper = _edited(real_class_source(FUSED_KV_MODULE, "FusedKVMaterializeHelper"), fused_edit)
         _module_file(root, FUSED_KV_MODULE).write_text(
-            '"""Stand-in for sglang\'s fused KV materialisation (test fixture)."""\n'
             "from typing import Callable, List, Optional\n\nimport torch\n\n\n" + helper + "\n"
         )
     (root / "sglang" / "version.py").write_text(f'__version__ = "{version}"\n')
     # As sglang's own __init__ does: a process that imported sglang has its version loaded,
     # and the overlay reads it there instead of from the package metadata.
     (root / "sglang" / "__init__.py").write_text("from sglang.version import __version__\n")
-    header = textwrap.dedent('''\
-        """Stand-in for sglang's DSV4 sparse-prefill utilities (test fixture)."""
-        from typing import Optional, Tuple
-
-        import torch
-
-        WORKSPACE_DIM = 512
-
-
-    ''')
+    header = "from typing import Optional, Tuple\n\nimport torch\n\nWORKSPACE_DIM = 512\n\n\n"
     workspace_file.write_text(header + class_source + "\n")
     dist_info = root / f"sglang-{version}.dist-info"
     dist_info.mkdir(exist_ok=True)

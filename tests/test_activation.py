@@ -16,7 +16,6 @@ from sglang_overlay import FUSED_KV_PATCH_ID, PATCH_ID, __version__
 
 ROW_BYTES = 512 * 2  # one bf16 row of the workspace
 BOUND_S = 120
-STATUS_KEYS = {"patch", "target", "sglang_version", "state", "reason"}
 
 default_process = overlay_runs.fixture("default_process")
 
@@ -87,8 +86,8 @@ return "served"
 overlay_runs.observe("default_process", "serve", SERVER.replace("ROWS", "2048"))
 
 
-def processes(runtime_dir, pid, patch=PATCH_ID):
-    """``status --processes --json --pid PID``: its exit code and ``patch``'s row by pid."""
+def processes(runtime_dir, pid):
+    """``status --processes --json --pid PID``: its exit code and the process's rows by patch."""
     argv = [sys.executable, "-m", "sglang_overlay", "status", "--processes", "--json"]
     proc = overlay_runs.POOL.run(
         [*argv, "--pid", str(pid)],
@@ -97,66 +96,37 @@ def processes(runtime_dir, pid, patch=PATCH_ID):
         timeout=BOUND_S,
     )
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    return proc.returncode, {r["pid"]: r for r in json.loads(proc.stdout) if r["patch"] == patch}
+    return proc.returncode, {r["patch"]: r for r in json.loads(proc.stdout) if r["pid"] == pid}
 
 
 @overlay_runs.drive("default_process")
 def _records_scenario(server, runtime_dir):
-    """A 2048-row server: its row; grown to 4096; its record's mode; the record deleted and
-    three requests that reuse the buffer; one past the high-water mark; then stopped."""
-    seen = {"pid": server.pid}
+    """A 2048-row server: its rows and its record's mode; grown to 4096; then stopped."""
     overlay_runs.serve_until_ready(server)
-    seen["code"], rows = processes(runtime_dir, server.pid)
-    seen["row"] = rows.get(server.pid)
-    seen["fused_kv_row"] = processes(runtime_dir, server.pid, patch=FUSED_KV_PATCH_ID)[1].get(
-        server.pid
-    )
-    overlay_runs.ask(server, 4096)
-    seen["row_after_growth"] = processes(runtime_dir, server.pid)[1].get(server.pid)
+    seen = {"pid": server.pid, "status": processes(runtime_dir, server.pid)}
     record = runtime_dir / f"{server.pid}.json"
     seen["record_mode"] = oct(record.stat().st_mode & 0o777) if record.exists() else None
-    record.unlink(missing_ok=True)
-    for rows in (16, 4096, 1024):  # reuse: no write
-        overlay_runs.ask(server, rows)
-    seen["record_after_reuse"] = record.exists()
-    overlay_runs.ask(server, 8192)  # a replacement past the high-water mark: written again
-    seen["record_after_replacement"] = json.loads(record.read_text()) if record.exists() else None
-    seen["files_after_replacement"] = sorted(p.name for p in runtime_dir.iterdir())
+    overlay_runs.ask(server, 4096)  # a replacement past the high-water mark: written again
+    seen["after_growth"] = processes(runtime_dir, server.pid)[1].get(PATCH_ID)
     overlay_runs.stop(server)
-    seen["listed_after_exit"] = sorted(processes(runtime_dir, server.pid)[1])
+    seen["after_exit"] = processes(runtime_dir, server.pid)[1]
     seen["files_after_exit"] = sorted(p.name for p in runtime_dir.iterdir())
     return seen
 
 
 def test_a_running_process_reports_its_state_build_and_high_water_mark(default_process):
     seen = default_process.driven
-    row = seen["row"]
-    assert row is not None, "the running server is not listed"
-    assert (row["state"], row["patch"], row["overlay_version"]) == (
-        "applied",
-        PATCH_ID,
-        __version__,
-    )
+    code, rows = seen["status"]
+    row, fused = rows[PATCH_ID], rows[FUSED_KV_PATCH_ID]
+    assert (code, row["state"], row["overlay_version"]) == (0, "applied", __version__)
     assert row["high_water_bytes"] == 2048 * ROW_BYTES and row["workspace_imported"] is True
+    assert seen["record_mode"] == "0o600"
     # the fused-KV patch has a row of its own: applied once some sglang import in that process
     # loaded its module (pending before), never grown there, so no high-water mark of the DSV4's
-    fused = seen["fused_kv_row"]
     assert (fused["state"], fused["workspace_imported"]) in {("applied", True), ("pending", False)}
     assert fused["high_water_bytes"] == 0
-    assert seen["row_after_growth"]["high_water_bytes"] == 4096 * ROW_BYTES
-    assert seen["code"] == 0
-    assert seen["pid"] not in seen["listed_after_exit"]
-    assert seen["files_after_exit"] == []  # the dead process's record was pruned
-
-
-def test_the_record_is_rewritten_on_a_replacement_never_on_reuse(default_process):
-    seen = default_process.driven
-    assert seen["record_mode"] == "0o600"
-    assert seen["record_after_reuse"] is False
-    assert seen["record_after_replacement"] is not None, "no record after the replacement"
-    assert seen["record_after_replacement"]["patches"][0]["high_water_bytes"] == 8192 * ROW_BYTES
-    # no temporary left
-    assert seen["files_after_replacement"] == [f"{seen['pid']}.json"]
+    assert seen["after_growth"]["high_water_bytes"] == 4096 * ROW_BYTES
+    assert seen["after_exit"] == {} and seen["files_after_exit"] == []  # the record pruned
 
 
 # ----------------------------------------------------- another vendor's hook (HookRegistry)
