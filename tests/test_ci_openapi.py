@@ -1,9 +1,6 @@
-"""Every request the bot sends, checked against GitHub's own REST description (octokit).
-
-Runs when ``OCTOKIT_OPENAPI`` names ``generated/api.github.com.deref.json`` from
-``npm pack @octokit/openapi`` and ``jsonschema`` is importable; skipped otherwise (neither is
-part of the CPU test environment). Each request's method and path must be an operation of the
-description and each JSON body must match that operation's request-body schema.
+"""Every request the bot sends is an operation of GitHub's own REST description (octokit's
+``api.github.com.deref.json``, named by ``OCTOKIT_OPENAPI``; skipped without it), and every JSON
+body it sends matches that operation's request-body schema.
 """
 
 import json
@@ -75,12 +72,9 @@ def test_every_request_of_every_report_path_is_in_githubs_description(tmp_path, 
     finally:
         fake.stop()
 
-    def operation(method, path):
-        return _operation(ops, method, path)
-
     # The artifact's zip redirects to storage on another host: not the API.
     sent = [(method, path) for method, path in sent if path.startswith("/api/v3/")]
-    templates = {operation(method, path)[2] for method, path in sent}
+    templates = {_operation(ops, method, path)[2] for method, path in sent}
     for method, path, body in writes:
         schema = _schema(ops, method, path)
         if schema is not None:
