@@ -172,7 +172,7 @@ def demo(out: Path, jobs: int = max(2, (os.cpu_count() or 2) // 2)) -> int:
                 print(f"demo: {took:3.0f} s: {label}: {said}", flush=True)
             if not done:
                 waiting = ", ".join(sorted(futures[f] for f in pending))
-                print(f"demo: {took:3.0f} s: still running: {waiting}", flush=True)
+                print(f"demo: {took:3.0f} s: running or queued: {waiting}", flush=True)
     print(f"the evidence: {out}/report.md, {out}/results.json, JUnit and logs in {out}/")
     if failed:
         print(f"demo: FAILED: {', '.join(failed)}")
