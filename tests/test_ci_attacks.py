@@ -12,58 +12,33 @@ from dataclasses import replace
 
 import overlay_runs
 import pytest
-from ci_fake_github import FakeGitHub
 from ci_samples import file_run, model, workspace_runs
 from conftest import REPO, clean_env
 
-from ci.__main__ import main
 from ci.evidence import junit, shards
 from ci.evidence.model import save
 from ci.reporter import pictures, render
 
-TOKEN = "ghs_actionsINSTALLATIONtoken"
-HEAD = "c0ffee" + "0" * 34
-MODES = ["unmodified", "change"]
 
-
-@pytest.fixture
-def fake():
-    server = FakeGitHub(token=TOKEN, bot="github-actions[bot]").start()
-    server.add_pr(7, "Author's text.\n", head_sha=HEAD)
-    yield server
-    server.stop()
-
-
-def _report(fake, monkeypatch, *args):
-    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    monkeypatch.setattr("ci.reporter.publish.time.sleep", lambda _: None)
-    return main(["report", "--api-url", fake.url, *args])
-
-
-def test_lone_surrogates_from_a_test_process_reach_neither_report_md_nor_the_report(
-    fake, tmp_path, monkeypatch
-):
+def test_lone_surrogates_from_a_test_process_reach_no_file_and_no_report(tmp_path):
     # json.loads turns "\\ud800" into a lone surrogate, which no UTF-8 writer accepts.
     base, change = workspace_runs()
     line = json.dumps({"test": "TestW.test_\ud800x", "outcome": "pass"})
     change = replace(change, channel=change.channel + line + "\n")
     environment = {"gpus": [{"name": "H\ud800"}], "modes": {"change": {"torch": "2.0\udfff"}}}
     m = model([base, change], environment=environment)
-    out = tmp_path / "r"
-    out.mkdir()
-    save(m, str(out))
-    junit.write(m, str(out))
-    render.write_full_report(m, str(out))  # ci run's last step
-    assert "\ud800" not in (out / "report.md").read_text()
-    for mode in MODES:
-        ET.parse(out / f"junit-{mode}.xml")  # well-formed XML, no &#55296;
-    summary = tmp_path / "summary.md"
-    assert _report(fake, monkeypatch, "--results", str(out), "--summary", str(summary)) == 0
-    post = ["--results", str(out), "--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD, "--post"]
-    assert _report(fake, monkeypatch, *post) == 0
-    (comment,) = [c["body"] for c in fake.comments.values()]
-    # Shown as their escapes (ASCII), never raw.
-    assert "torch 2.0\\\\udfff" in comment and "test\\_\\\\ud800x" in comment
+    save(m, str(tmp_path))
+    junit.write(m, str(tmp_path))
+    render.write_full_report(m, str(tmp_path))  # ci run's last steps
+    for mode in m.modes:
+        ET.parse(tmp_path / f"junit-{mode}.xml")  # well-formed XML, no &#55296;
+    # What the report renders of the results it loads back: the escapes (ASCII), never raw.
+    for text in (
+        (tmp_path / "report.md").read_text(),
+        render.comment(shards.load(str(tmp_path)), "s"),
+    ):
+        assert "torch 2.0\\\\udfff" in text and "test\\_\\\\ud800x" in text
+        text.encode("utf-8")
 
 
 def test_an_sglang_whose_ci_register_raises_is_a_usage_error_not_a_traceback(tmp_path):
