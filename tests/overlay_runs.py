@@ -3,7 +3,7 @@
 Importing sglang costs a fresh interpreter 10 - 12 s on a 2-core machine, so each environment
 gets ONE shared process (``PROCESSES``): it runs the observations that tests of several modules
 register (``observe``), in a fixed order, each in its own ``try``, and writes them as one JSON
-document; it may also serve requests on stdin, driven from here (``drive``). A job (``job``) is
+document. A job (``job``) is
 a test's own process that shares nothing. Every selected test's processes are submitted to a
 small pool when the first is asked for, so the cores stay busy; every wait is bounded.
 """
@@ -14,7 +14,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import traceback
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -25,8 +24,7 @@ WORKERS = max(2, min(4, os.cpu_count() or 2))
 JOB_TIMEOUT_S = 300  # one process; a bound against hangs, never a measurement
 
 # Each observation runs in a function of its own; what it returns (JSON) is its result, what it
-# raises is reported as its error. The document goes to the file named by argv[1]: stdout is
-# the serving protocol's.
+# raises is reported as its error. The document goes to the file named by argv[1].
 PRELUDE = """\
 import json, sys, traceback
 _observed, _document = {}, sys.argv.pop(1)
@@ -35,7 +33,6 @@ def _observe(name, body):
         _observed[name] = {"value": body()}
     except BaseException:
         _observed[name] = {"error": traceback.format_exc()}
-    sys.stdout.flush()
 """
 EPILOGUE = """\
 with open(_document, "w") as _file:
@@ -46,7 +43,7 @@ with open(_document, "w") as _file:
 # Each shared process, in the environment a user's process gets (no overlay setting, the
 # start-up hook installed, its record in a directory of its own), and its observations' order.
 # Nothing before the first import looks at anything; torch.compile and sglang's plugin loader
-# come before the server, whose record must say "applied"; the hook stays on the class once
+# come before another plugin's hook, which stays on the class once
 # applied, so it comes last but for the registry reader, which only needs sglang imported.
 PROCESSES = {
     "default_process": (
@@ -54,14 +51,12 @@ PROCESSES = {
         "first_import",
         "second_activation",
         "torch_compile",
-        "serve",
         "hook_AROUND",
         "reader_after_the_real_import",
     ),
 }
 
 _observations: "dict[str, dict[str, str]]" = {name: {} for name in PROCESSES}
-_drivers: dict = {}
 _jobs: dict = {}
 
 
@@ -71,17 +66,6 @@ def observe(process: str, name: str, body: str) -> str:
     assert name in PROCESSES[process], f"{name} has no place in {process}'s order"
     _observations[process][name] = body.replace("{WORKSPACE_MODULE}", WORKSPACE_MODULE)
     return name
-
-
-def drive(process: str):
-    """Register the function that drives ``process`` once its observations before ``serve``
-    are done: ``driver(proc, runtime_dir) -> JSON``, run while the process serves stdin."""
-
-    def register(fn):
-        _drivers[process] = fn
-        return fn
-
-    return register
 
 
 def job(name: str):
@@ -120,15 +104,8 @@ def program(process: str) -> str:
 class Observations:
     """What one shared process observed, by observation name."""
 
-    def __init__(self, observed: dict, stderr: str, driven=None):
-        self.observed, self.stderr, self._driven = observed, stderr, driven
-
-    @property
-    def driven(self):
-        """What the process's driver saw while it served (``drive``)."""
-        assert self._driven is not None, "the process was not driven"
-        assert "error" not in self._driven, f"driving the process raised:\n{self._driven['error']}"
-        return self._driven["value"]
+    def __init__(self, observed: dict, stderr: str):
+        self.observed, self.stderr = observed, stderr
 
     def value(self, name: str):
         entry = self.observed.get(name)
@@ -185,18 +162,16 @@ class Pool:
 
     # --------------------------------------------------------------------- pool threads
 
-    def popen(self, argv, **kwargs) -> subprocess.Popen:
-        """``subprocess.Popen`` whose process the pool kills if the session ends first."""
+    def run(self, argv, timeout=JOB_TIMEOUT_S, **kwargs) -> subprocess.CompletedProcess:
+        """``subprocess.run(argv, capture_output=True, text=True, timeout=timeout)``, whose
+        process the pool kills if the session ends first."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the test session is over")
-            proc = subprocess.Popen(argv, **kwargs)
+            proc = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
+            )
             self._live.add(proc)
-        return proc
-
-    def run(self, argv, timeout=JOB_TIMEOUT_S, **kwargs) -> subprocess.CompletedProcess:
-        """``subprocess.run(argv, capture_output=True, text=True, timeout=timeout)``."""
-        proc = self.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -204,56 +179,24 @@ class Pool:
             proc.communicate()
             raise
         finally:
-            self._forget(proc)
+            with self._lock:
+                self._live.discard(proc)
         return subprocess.CompletedProcess(argv, proc.returncode, out, err)
-
-    def _forget(self, proc):
-        with self._lock:
-            self._live.discard(proc)
 
     def _shared(self, name: str, directory) -> Observations:
         runtime_dir = directory / "records"
         runtime_dir.mkdir(mode=0o700)
-        driver = _drivers.get(name) if "serve" in _observations[name] else None
         document = directory / "observations.json"
-        proc = self.popen(
+        proc = self.run(
             [sys.executable, "-c", program(name), str(document)],
             env=clean_env(SGLANG_OVERLAY_RUNTIME_DIR=str(runtime_dir)),
             cwd="/",
-            stdin=subprocess.PIPE if driver else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            stdin=subprocess.DEVNULL,
         )
-        stderr = []
-        reader = threading.Thread(target=lambda: stderr.append(proc.stderr.read()), daemon=True)
-        reader.start()
-        # One bound for the whole life of the process: killed, its pipes end and reads return.
-        watchdog = threading.Timer(JOB_TIMEOUT_S, proc.kill)
-        watchdog.start()
-        try:
-            driven = None
-            if driver is not None:
-                try:
-                    driven = {"value": driver(proc, runtime_dir)}
-                except Exception:  # the tests that read it fail; the other observations stand
-                    driven = {"error": traceback.format_exc()}
-            if proc.stdin is not None and not proc.stdin.closed:
-                proc.stdin.close()
-            proc.stdout.read()  # to its end: the process exited or was killed
-            proc.wait(timeout=JOB_TIMEOUT_S)
-            reader.join(timeout=JOB_TIMEOUT_S)
-        finally:
-            watchdog.cancel()
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=JOB_TIMEOUT_S)
-            self._forget(proc)
-        err = "".join(stderr)
         assert proc.returncode == 0 and document.exists(), (
-            f"{name} exited {proc.returncode} without its observations: {err[-3000:]}"
+            f"{name} exited {proc.returncode} without its observations: {proc.stderr[-3000:]}"
         )
-        return Observations(json.loads(document.read_text()), err, driven)
+        return Observations(json.loads(document.read_text()), proc.stderr)
 
 
 POOL = Pool()
@@ -273,28 +216,6 @@ def _items_here(request):
         return request.session.items
     group = group_of(request.node.path.name)
     return [item for item in request.session.items if group_of(item.path.name) == group]
-
-
-def serve_until_ready(proc) -> None:
-    """Wait (bounded by the process's watchdog) for a serving process's ``ready`` line."""
-    for line in proc.stdout:
-        if line.strip() == "ready":
-            return
-    raise AssertionError(f"the process ended before it served (exit {proc.wait()})")
-
-
-def stop(proc) -> None:
-    """End a serving process's requests; it makes its remaining observations and exits."""
-    proc.stdin.close()
-    proc.stdout.read()  # to its end (bounded by the process's watchdog)
-    proc.wait(timeout=JOB_TIMEOUT_S)
-
-
-def ask(proc, rows: int) -> None:
-    """One request of ``rows`` rows to a serving process, answered before this returns."""
-    proc.stdin.write(f"{rows}\n")
-    proc.stdin.flush()
-    assert proc.stdout.readline().strip() == "done"
 
 
 # ------------------------------------------------------------------------------ stand-in

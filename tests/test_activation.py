@@ -1,21 +1,14 @@
-"""The overlay in a real sglang 0.5.23 process, as an operator's server meets it: the first
-import patched with nothing of the user's, the second activation path a no-op, another
-plugin's hook, torch.compile, and the record ``status --processes`` reads while it serves.
-Importing sglang is most of what a fresh interpreter costs, so the observations share one
-process (``overlay_runs``), which also serves as a running server.
+"""The overlay in a real sglang 0.5.23 process: the first import patched with nothing of the
+user's, the second activation path a no-op, another plugin's hook, torch.compile. Importing
+sglang is most of what a fresh interpreter costs, so the observations share one process
+(``overlay_runs``); a serving process's record is test_status's.
 """
 
-import json
-import sys
 
 import overlay_runs
 import pytest
-from conftest import clean_env
 
-from sglang_overlay import FUSED_KV_PATCH_ID, PATCH_ID, __version__
-
-ROW_BYTES = 512 * 2  # one bf16 row of the workspace
-BOUND_S = 120
+from sglang_overlay import PATCH_ID
 
 default_process = overlay_runs.fixture("default_process")
 
@@ -66,67 +59,6 @@ SECOND_ACTIVATION = overlay_runs.observe(
 )
 def test_first_import_is_patched_by_the_start_up_hook_alone(default_process, observation, expected):
     assert default_process.value(observation) == expected
-
-
-# ------------------------------------------------------- a running server and its record
-
-# A server stand-in: the real workspace module in a process that keeps running. It grows the
-# workspace to ROWS rows, prints "ready", then does what each stdin line asks.
-SERVER = """
-import sys, torch
-import {WORKSPACE_MODULE} as m
-buffer = m.SparsePrefillKVBuffer(torch.device("cpu"))
-buffer.get(ROWS)
-print("ready", flush=True)
-for line in sys.stdin:
-    buffer.get(int(line))
-    print("done", flush=True)
-return "served"
-"""
-overlay_runs.observe("default_process", "serve", SERVER.replace("ROWS", "2048"))
-
-
-def processes(runtime_dir, pid):
-    """``status --processes --json --pid PID``: its exit code and the process's rows by patch."""
-    argv = [sys.executable, "-m", "sglang_overlay", "status", "--processes", "--json"]
-    proc = overlay_runs.POOL.run(
-        [*argv, "--pid", str(pid)],
-        env=clean_env(SGLANG_OVERLAY_RUNTIME_DIR=str(runtime_dir)),
-        cwd="/",
-        timeout=BOUND_S,
-    )
-    assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    return proc.returncode, {r["patch"]: r for r in json.loads(proc.stdout) if r["pid"] == pid}
-
-
-@overlay_runs.drive("default_process")
-def _records_scenario(server, runtime_dir):
-    """A 2048-row server: its rows and its record's mode; grown to 4096; then stopped."""
-    overlay_runs.serve_until_ready(server)
-    seen = {"pid": server.pid, "status": processes(runtime_dir, server.pid)}
-    record = runtime_dir / f"{server.pid}.json"
-    seen["record_mode"] = oct(record.stat().st_mode & 0o777) if record.exists() else None
-    overlay_runs.ask(server, 4096)  # a replacement past the high-water mark: written again
-    seen["after_growth"] = processes(runtime_dir, server.pid)[1].get(PATCH_ID)
-    overlay_runs.stop(server)
-    seen["after_exit"] = processes(runtime_dir, server.pid)[1]
-    seen["files_after_exit"] = sorted(p.name for p in runtime_dir.iterdir())
-    return seen
-
-
-def test_a_running_process_reports_its_state_build_and_high_water_mark(default_process):
-    seen = default_process.driven
-    code, rows = seen["status"]
-    row, fused = rows[PATCH_ID], rows[FUSED_KV_PATCH_ID]
-    assert (code, row["state"], row["overlay_version"]) == (0, "applied", __version__)
-    assert row["high_water_bytes"] == 2048 * ROW_BYTES and row["workspace_imported"] is True
-    assert seen["record_mode"] == "0o600"
-    # the fused-KV patch has a row of its own: applied once some sglang import in that process
-    # loaded its module (pending before), never grown there, so no high-water mark of the DSV4's
-    assert (fused["state"], fused["workspace_imported"]) in {("applied", True), ("pending", False)}
-    assert fused["high_water_bytes"] == 0
-    assert seen["after_growth"]["high_water_bytes"] == 4096 * ROW_BYTES
-    assert seen["after_exit"] == {} and seen["files_after_exit"] == []  # the record pruned
 
 
 # ----------------------------------------------------- another vendor's hook (HookRegistry)

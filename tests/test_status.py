@@ -108,25 +108,54 @@ def test_one_row_per_process_a_column_per_patch_and_reasons_only_where_it_fails(
     assert [r.strip() for r in reasons] == ["why failed"] and code == 1
 
 
-def test_a_server_started_with_every_patch_disabled_shows_disabled_in_every_column(
-    runtime_dir, known, capsys
+# A server: the workspace module, then each stdin line a request of that many rows, answered.
+SERVER = """
+import sys, torch
+import sglang.srt.layers.attention.dsv4.sparse_prefill_utils as m
+buffer = m.SparsePrefillKVBuffer(torch.device("cpu"))
+for line in sys.stdin:
+    buffer.get(int(line))
+    print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("disable", ["", "1"], ids=["default", "every patch disabled"])
+def test_a_running_server_shows_its_state_and_high_water_mark_until_it_exits(
+    runtime_dir, known, capsys, disable
 ):
-    serve = (
-        "import sglang.srt.layers.attention.dsv4.sparse_prefill_utils\nprint(flush=True)\ninput()\n"
-    )
-    env = clean_env(SGLANG_OVERLAY_DISABLE="1", SGLANG_OVERLAY_RUNTIME_DIR=str(runtime_dir))
-    prelude = f"import sys; sys.path[:0] = [{str(known)!r}]\n"
     server = subprocess.Popen(
-        [sys.executable, "-c", prelude + serve],
-        env=env, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-c", f"import sys; sys.path[:0] = [{str(known)!r}]\n" + SERVER],
+        env=clean_env(SGLANG_OVERLAY_DISABLE=disable, SGLANG_OVERLAY_RUNTIME_DIR=str(runtime_dir)),
+        cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
+
+    def ask(rows):
+        server.stdin.write(f"{rows}\n")
+        server.stdin.flush()
+        assert server.stdout.readline() == "done\n"
+        return rows_of(capsys, server.pid)
+
     try:
-        server.stdout.readline()  # imported: its record is written
-        code, out = status(capsys, "--pid", str(server.pid))
+        code, rows = ask(2048)
+        mode = (runtime_dir / f"{server.pid}.json").stat().st_mode & 0o777
+        _, grown = ask(4096)  # a replacement past the high-water mark: the record follows
+        code_text, text = status(capsys, "--pid", str(server.pid))
+        server.stdin.close()
+        server.wait(timeout=60)
     finally:
         server.kill()
         server.wait(timeout=60)
-    assert out.splitlines()[1].split()[:7] == [str(server.pid), *["disabled"] * 6] and code == 0
+    assert (code, code_text, mode) == (0, 0, 0o600)
+    dsv4, fused = rows[PATCH_IDS[0]], rows[PATCH_IDS[1]]
+    if disable:
+        assert text.splitlines()[1].split()[:7] == [str(server.pid), *["disabled"] * 6]
+    else:
+        assert (dsv4["state"], dsv4["overlay_version"]) == ("applied", __version__)
+        assert (dsv4["high_water_bytes"], dsv4["workspace_imported"]) == (2048 * ROW_BYTES, True)
+        assert grown[PATCH_IDS[0]]["high_water_bytes"] == 4096 * ROW_BYTES
+        # the fused-KV patch has a row of its own: its module never imported, never grown
+        assert (fused["state"], fused["high_water_bytes"]) == ("pending", 0)
+    assert rows_of(capsys, server.pid) == (0, {}) and list(runtime_dir.iterdir()) == []
 
 
 @pytest.mark.parametrize(
@@ -351,53 +380,42 @@ def test_status_adds_no_series_to_the_multiprocess_folder(tmp_path, known):
 
 
 GROW = """
-import json, torch
+import json, os, torch
 import sglang.srt.layers.attention.dsv4.sparse_prefill_utils as m
 for rows in (512, 1024, 2048):  # three replacements, each published
     m.SparsePrefillKVBuffer(torch.device("cpu")).get(rows)
 import sglang_overlay
-print(json.dumps([sglang_overlay.status()[0]["state"], sys.modules.get("prometheus_client") is not None]))
+client, lines = sys.modules.get("prometheus_client"), None
+if client and "PROMETHEUS_MULTIPROC_DIR" not in os.environ:  # one-process mode: its lines
+    text = client.generate_latest().decode()
+    lines = [l for l in text.splitlines() if l.startswith("sglang_overlay") and not l.endswith(" 0.0")]
+print(json.dumps([sglang_overlay.status()[0]["state"], client is not None, lines]))
 """
+VERSION = f'overlay_version="{__version__}"'
+ONE_PROCESS_MODE = [
+    *(f'sglang_overlay_patch_state{{{VERSION},patch="{p}",state="{s}"}} 1.0'
+      for p, s in zip(PATCH_IDS, ["applied"] + ["pending"] * 5, strict=True)),
+    f'sglang_overlay_workspace_high_water_bytes{{patch="{PATCH_IDS[0]}"}} 2.097152e+06',  # 2048 rows
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    "setting, prometheus, said",
+    "first, folder, prometheus, lines, said",
     [
-        ({}, False, None),  # never imported first: it fixes the mode sglang's metrics need
-        ({"PROMETHEUS_MULTIPROC_DIR": "gone"}, True, "gauges were not updated (FileNotFoundError"),
-        ({"PROMETHEUS_MULTIPROC_DIR": "missing-package"}, False, None),
+        ("", None, False, None, None),  # never imported first: it fixes sglang's metrics' mode
+        ("import prometheus_client", None, True, ONE_PROCESS_MODE, None),  # the host loaded it
+        ("", "gone", True, None, "gauges were not updated (FileNotFoundError"),
+        ('sys.modules["prometheus_client"] = None', "missing-package", False, None, None),
     ],
 )
 def test_gauges_never_cost_the_patch_and_a_failure_is_said_once(
-    known, tmp_path, setting, prometheus, said
+    known, tmp_path, first, folder, prometheus, lines, said
 ):
-    code = GROW
-    if setting.get("PROMETHEUS_MULTIPROC_DIR") == "missing-package":
-        code = 'sys.modules["prometheus_client"] = None\n' + code
-    env = {k: str(tmp_path / v) for k, v in setting.items()}
-    proc = standin_python(known, code, **env)
-    assert json.loads(proc.stdout.splitlines()[-1]) == ["applied", prometheus], proc.stderr
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path / folder)} if folder else {}
+    proc = standin_python(known, first + GROW, **env)
+    assert json.loads(proc.stdout.splitlines()[-1]) == ["applied", prometheus, lines], proc.stderr
     told = [line for line in proc.stderr.splitlines() if line.startswith("sglang-overlay:")]
     assert told == [] if said is None else (len(told) == 1 and said in told[0]), told
-
-
-def test_gauges_in_one_process_mode_where_the_host_loaded_prometheus_client(known):
-    code = (
-        "import prometheus_client\n"
-        + GROW
-        + (
-            "text = prometheus_client.generate_latest().decode()\n"
-            "print(json.dumps([l for l in text.splitlines() "
-            "if l.startswith('sglang_overlay') and not l.endswith(' 0.0')]))\n"
-        )
-    )
-    lines = json.loads(standin_python(known, code).stdout.splitlines()[-1])
-    version = f'overlay_version="{__version__}"'
-    states = ["applied"] + ["pending"] * 5
-    assert lines == [
-        *(f'sglang_overlay_patch_state{{{version},patch="{p}",state="{s}"}} 1.0' for p, s in zip(PATCH_IDS, states, strict=True)),
-        f'sglang_overlay_workspace_high_water_bytes{{patch="{PATCH_IDS[0]}"}} 2.097152e+06',  # 2048 rows
-    ]  # fmt: skip
 
 
 def test_an_environment_without_sglang_reports_not_present_without_importing_torch(tmp_path):
