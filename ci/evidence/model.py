@@ -114,7 +114,12 @@ def _run_modes(value, where) -> tuple:
 
 
 def _record(value, where) -> dict:
-    ok = isinstance(value, dict) and _nesting(value) <= MAX_NESTING
+    """A free-form object (what was asked for, the machine's record), nested at most so deep."""
+    depth, level = 0, [value]
+    while level := [v for v in level if isinstance(v, (dict, list))]:  # no recursion
+        depth += 1
+        level = [c for v in level for c in (v.values() if isinstance(v, dict) else v)]
+    ok = isinstance(value, dict) and depth <= MAX_NESTING
     _ensure(ok, where, "expected an object nested at most {}", MAX_NESTING)
     return value
 
@@ -125,15 +130,6 @@ def _pictures(value, where) -> dict:
         _matching(path, where, _PICTURE, "pictures/NAME.png")
         _text(key, where, 2 * MAX_NAME)
     return value
-
-
-def _nesting(value) -> int:
-    """How many lists and objects deep ``value`` goes (level by level, without recursing)."""
-    depth, level = 0, [value]
-    while level := [v for v in level if isinstance(v, (dict, list))]:
-        depth += 1
-        level = [c for v in level for c in (v.values() if isinstance(v, dict) else v)]
-    return depth
 
 
 _fields = functools.cache(fields)
@@ -334,7 +330,9 @@ class Results:
         maps += [(f"cases[{i}].modes", c.modes) for i, c in enumerate(results.cases)]
         for at, per_mode in maps:
             extra = sorted(set(per_mode) - set(results.modes))
-            _ensure(not extra, f"{where}.{at}", "{!r} is not one of the run's modes", extra and extra[0])
+            _ensure(
+                not extra, f"{where}.{at}", "{!r} is not one of the run's modes", extra and extra[0]
+            )
         suites = len({f.suite for f in results.files})
         _ensure(suites <= MAX_SUITES, f"{where}.files", "more than {} suites", MAX_SUITES)
         keyed = {"files": [f.path for f in results.files], "cases": [c.key for c in results.cases]}
