@@ -10,7 +10,7 @@ import sys
 import threading
 from dataclasses import asdict, dataclass, replace
 
-from sglang_overlay import config, observe, shapes, sites
+from sglang_overlay import config, observe, shapes
 from sglang_overlay.observe import logger, warn_once
 from sglang_overlay.patches import PATCH_IDS, PATCHED_MODULES, OverlayError, __version__
 
@@ -36,7 +36,7 @@ class PatchStatus:
 
 @dataclass(frozen=True)
 class _Installed:  # one method the overlay put on a class, and both function objects
-    site: sites.Site
+    site: shapes.Site
     cls: type
     method: str
     original: object
@@ -167,7 +167,7 @@ def apply_to_module(module, patch_id: str) -> None:
 
 
 def _apply_patch(module, patch_id: str) -> None:
-    patch_sites = sites.SITES[patch_id]
+    patch_sites = shapes.SITES[patch_id]
     with _lock:
         # This patch's latest application to these classes (another patch of the same class,
         # or a reloaded module's new class, is not it).
@@ -200,12 +200,11 @@ def _apply_patch(module, patch_id: str) -> None:
 
         installed = []
         for site, one in zip(patch_sites, each, strict=True):  # built before any is installed
-            original = vars(one.cls)[one.shape.method]
-            patched = functools.update_wrapper(
-                release_first.build(one.shape, module, publish), original
-            )
+            original = vars(one.cls)[one.method]
+            built = release_first.build(site, one, module, publish)
+            patched = functools.update_wrapper(built, original)
             patched.__sglang_overlay_patch__ = patch_id  # for people reading it; never trusted
-            installed.append(_Installed(site, one.cls, one.shape.method, original, patched))
+            installed.append(_Installed(site, one.cls, one.method, original, patched))
         for one in installed:
             setattr(one.cls, one.method, one.patched)
         _applied.append(

@@ -1,6 +1,6 @@
 """The overlay's patches, in series order, and the modules each patches right after they run
 (under every name releases gave them). Imports nothing: the start-up hook reads it in every
-interpreter. A new patch is one row here and a ``sites.Site`` per method it replaces.
+interpreter. A new patch is one row here and a ``shapes.Site`` per method it replaces.
 """
 
 # The one place the version lives: the build, the CLI and every process record read it.

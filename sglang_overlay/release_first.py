@@ -13,7 +13,7 @@ import inspect
 
 import torch
 
-from sglang_overlay import shapes, sites
+from sglang_overlay import shapes
 from sglang_overlay.observe import MIB, ReplacementLog
 from sglang_overlay.patches import FUSED_KV_PATCH_ID, PATCH_ID
 
@@ -29,9 +29,9 @@ _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: F
 
 def log_of(patch_id: str) -> ReplacementLog:
     if patch_id not in LOGS:
-        site = sites.SITES[patch_id][0]
-        methods = "/".join(s.methods[0] for s in sites.SITES[patch_id])
-        name = NAMES.get(patch_id, f"{site.shapes[0].class_name}.{methods} scratch")
+        site = shapes.SITES[patch_id][0]
+        methods = "/".join(s.methods[0] for s in shapes.SITES[patch_id])
+        name = NAMES.get(patch_id, f"{site.class_names[0]}.{methods} scratch")
         LOGS.setdefault(patch_id, ReplacementLog(name))
     return LOGS[patch_id]
 
@@ -73,14 +73,13 @@ def _logged(patch_id, owner, released, old, publish) -> None:
     publish()
 
 
-def build(shape, module, publish):
-    """The release-first method for ``shape``, bound to ``module`` (its globals); it calls
-    ``publish()`` after each replacement."""
-    site = next(s for s in sites.ALL_SITES if shape in s.shapes)
-    builder = BUILDERS.get(shape.name)
+def build(site, found, module, publish):
+    """The release-first method of ``site`` for what ``shapes.recognise`` ``found`` in
+    ``module`` (its globals); it calls ``publish()`` after each replacement."""
+    builder = BUILDERS.get(found.shape.name)
     if builder is not None:
         return builder(module, publish)
-    method = released_method(module, shape.class_name, shape.method, site.released)
+    method = released_method(module, found.cls.__name__, found.method, site.released)
     released = site.released
 
     def released_first(self, *args, **kwargs):

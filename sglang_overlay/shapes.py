@@ -1,7 +1,7 @@
-"""Recognise which shape of a patched method a loaded sglang module has: the sha256 of the
-method's exact source text, or, where only bytecode is deployed, of its code object; and
-whether another plugin's hook now stands over the overlay's method (``foreign_hook``). Reads
-source files; never changes anything.
+"""The overlay's table and its recognition. Each method a patch replaces is a ``Site``: its
+class under every published name, the attributes released first, and each release's method as
+the overlay knows it (``WorkspaceShape``). ``recognise`` says which shape a loaded module has,
+``foreign_hook`` whether another plugin's hook stands over ours. Never changes anything.
 """
 
 import ast
@@ -11,7 +11,102 @@ import inspect
 import sys
 from dataclasses import dataclass
 
-from sglang_overlay.sites import DSV4, Site, WorkspaceShape
+from sglang_overlay.patches import FUSED_KV_PATCH_ID, PATCH_ID, PATCH_IDS
+
+CODE_PYTHONS = ("3.10", "3.11", "3.12", "3.13")  # the order of WorkspaceShape.code_sha256
+
+
+@dataclass(frozen=True)
+class WorkspaceShape:
+    """One published form of a patched method: the first 12 hex digits of the sha256 of its
+    exact source text, and of its code object as each of ``CODE_PYTHONS`` compiles that text
+    (where only bytecode is deployed; none: the source is needed, as the generic rewrite's)."""
+
+    name: str
+    source_sha256: str
+    releases: str
+    code_sha256: "tuple[str, ...]" = ()
+
+
+def _shapes(*rows) -> "tuple[WorkspaceShape, ...]":
+    return tuple(WorkspaceShape(n, source, rel, tuple(code)) for n, source, rel, *code in rows)
+
+
+@dataclass(frozen=True)
+class Site:
+    """One method a patch replaces: the class (under any of its published names), the method
+    (the first of ``methods`` the class defines), the attributes set to None before they are
+    allocated anew, and its known shapes. A patch of several methods has several sites."""
+
+    patch_id: str
+    class_names: "tuple[str, ...]"
+    methods: "tuple[str, ...]"
+    released: "tuple[str, ...]"
+    shapes: "tuple[WorkspaceShape, ...]"
+    hazard: "object" = None  # module -> a reason not to patch it, or None
+
+
+def _address_keyed_validity(module) -> "str | None":
+    # An unreleased upstream design keys a per-forward gather cache on the workspace's
+    # allocation address: released first, a replacement may get the old address back and a
+    # stale key would match, so that code needs the upstream change, not this one.
+    gather = getattr(module, "CompressedGather", None)
+    if "dequantized_source" in getattr(gather, "__dataclass_fields__", {}):
+        return (
+            "CompressedGather.dequantized_source keys prefix validity on the workspace's "
+            "allocation address; releasing first could let a replacement reuse that address "
+            "and match a stale key"
+        )
+    return None
+
+
+# fmt: off
+KNOWN_SHAPES = _shapes(  # DSV4's workspace: get() to 0.5.22, _reserve() from 0.5.23
+    ("workspace-get-bf16", "d521f0e4199e", "0.5.15-0.5.18",
+     "b64061b4e6d9", "5b9fade88fc2", "43bafab7deed", "147d4f608767"),
+    ("workspace-get-dtype", "6e444f7823ac", "0.5.19-0.5.22",
+     "0912c84244b6", "3cb8b13f2108", "02a282a47edc", "3d94ba3a92c6"),
+    ("kv-buffer-reserve", "08fa9779e685", "0.5.23",
+     "dae76ad0319a", "1b62c33967d7", "794386905f04", "473d06d0e8a5"),
+)
+DSA, BORN_Q = ("DeepseekSparseAttnBackend",), "0011-dsa-q8kv8-born-q-release-first"
+# Every method a patch replaces, in series order. 0007, 0009 and 0011 are of the local-variable
+# form (``buf = self.x; if ...: buf = torch.zeros(...); self.x = buf``): the generic rewrite.
+ALL_SITES = (
+    Site(PATCH_ID, ("SparsePrefillKVBuffer", "SparsePrefillWorkspace"), ("_reserve", "get"),
+         ("_buffer",), KNOWN_SHAPES, _address_keyed_validity),
+    # one text, under sglang.srt.speculative.triton_ops in 0.5.15, sglang.kernels.ops from 0.5.16
+    Site(FUSED_KV_PATCH_ID, ("FusedKVMaterializeHelper",), ("_ensure_workspace",),
+         ("_proj_workspace", "_k_workspace", "_v_workspace"), _shapes(
+             ("fused-kv-ensure-workspace", "b8159246ef0b", "0.5.15-0.5.23",
+              "72a2dea80493", "d4b114a43831", "0bef42aa2975", "5a9d83b2d489"))),
+    # 0.5.22 on pass block verification to DSpark's kernel; 0.5.15-0.5.18 have no such method
+    Site("0005-dflash-draft-probs-release-first", ("DFlashWorkerV2",),
+         ("_selector_sampling_accept",), ("_draft_probs_buf",), _shapes(
+             ("dflash-selector-accept", "811c71964eb7", "0.5.19-0.5.21",
+              "a24cd54ebb9c", "8617ccd35ce5", "0e0c8550754f", "7e46bfbcc3a3"),
+             ("dflash-selector-accept-block-verification", "a30377ccfd23", "0.5.22-0.5.23",
+              "63ba76b01e4e", "6094f4da6b06", "4ed4b526aeca", "82cf1288ebf3"))),
+    # 0.5.16 has the q pad only, 0.5.17 on the KV rows and outputs too
+    Site("0007-dsa-q8kv8-release-first", DSA, ("_forward_flashmla_sparse_q8kv8",),
+         ("_q8kv8_qpad_buf", "_q8kv8_kv_buf", "_q8kv8_out_bufs"), _shapes(
+             ("dsa-q8kv8-qpad", "169a7df46251", "0.5.16"),
+             ("dsa-q8kv8-kv-out", "13f42ab64c02", "0.5.17-0.5.21"),
+             ("dsa-q8kv8-kv-out-0.5.22", "f0c6ed52b57c", "0.5.22"),
+             ("dsa-q8kv8-kv-out-0.5.23", "eb7abba41a0a", "0.5.23"))),
+    Site("0009-dsv4-q8kv8-qpad-release-first", ("DeepseekV4AttnBackend",),
+         ("_prepare_q8kv8_q_and_sink",), ("_q8kv8_qpad_buf",), _shapes(
+             ("dsv4-q8kv8-qpad", "99b96398f867", "0.5.19-0.5.22"),
+             ("dsv4-q8kv8-qpad-0.5.23", "891f31d3a954", "0.5.23"))),
+    # the opt-in born-fp8 q (SGLANG_ENABLE_DSA_Q8KV8_BORN_FP8_Q) and its NaN sentinel
+    Site(BORN_Q, DSA, ("q8kv8_acquire_born_q_buffer",), ("_q8kv8_born_q_buf",), _shapes(
+        ("dsa-q8kv8-born-q", "c9be682c090c", "0.5.17-0.5.23"))),
+    Site(BORN_Q, DSA, ("q8kv8_born_q_sentinel",), ("_q8kv8_born_q_sentinel",), _shapes(
+        ("dsa-q8kv8-born-q-sentinel", "61428e17cdd3", "0.5.17-0.5.23"))),
+)
+# fmt: on
+DSV4 = ALL_SITES[0]
+SITES = {p: tuple(s for s in ALL_SITES if s.patch_id == p) for p in PATCH_IDS}  # in order
 
 
 @dataclass(frozen=True)
@@ -23,24 +118,20 @@ class Recognition:
     reason: str
     shape: "WorkspaceShape | None" = None
     cls: "type | None" = None
+    method: str = ""
 
 
 def workspace_class(module, site: "Site | None" = None) -> "type | None":
-    """The class ``site`` patches (the DSV4 workspace by default) that ``module`` defines,
-    under any of its published names."""
+    """The class ``site`` patches (the DSV4 workspace by default) that ``module`` defines."""
     site = site or DSV4
     for name in site.class_names:
         cls = getattr(module, name, None)
         if isinstance(cls, type):
             # A plugin's subclass in its place (sglang's HookRegistry class REPLACE) runs the
-            # method of the first class on its MRO that defines one: that class is the one to
-            # patch and check.
+            # first method on its MRO: that class is the one to patch and check.
             defines = (c for c in cls.__mro__ if any(m in vars(c) for m in site.methods))
             return next(defines, cls)
     return None
-
-
-CODE_PYTHONS = ("3.10", "3.11", "3.12", "3.13")  # the order of WorkspaceShape.code_sha256
 
 
 def code_sha256(code) -> str:
@@ -56,53 +147,53 @@ def code_sha256(code) -> str:
 
 
 def recognise(module, site: "Site | None" = None) -> Recognition:
-    """Classify the class ``site`` patches (the DSV4 workspace by default) in ``module``."""
-    site = site or DSV4
-    name = module.__name__
+    """Classify the method ``site`` patches (the DSV4 workspace's by default) in ``module``."""
+    site, name = site or DSV4, module.__name__
     cls = workspace_class(module, site)
     if cls is None:
         return Recognition(
             "not-present", name, f"{name} defines none of {', '.join(site.class_names)}"
         )
     method = next((m for m in site.methods if m in vars(cls)), site.methods[-1])
-    target = f"{name}.{cls.__name__}.{method}"
-    func = vars(cls).get(method)
-    if func is None or not inspect.isfunction(func):
-        return Recognition(
-            "unsupported", target, f"{cls.__name__} has no plain {method}() method", cls=cls
-        )
+    where, func = f"{cls.__name__}.{method}", vars(cls).get(method)
+    target = f"{name}.{where}"
+
+    def refused(state, reason):
+        return Recognition(state, target, reason, cls=cls)
+
+    if not inspect.isfunction(func):
+        return refused("unsupported", f"{cls.__name__} has no plain {method}() method")
     try:
-        module_source = inspect.getsource(module)
+        source = inspect.getsource(module)
     except (OSError, TypeError) as exc:
-        return _recognise_bytecode(module, site, cls, method, func, target, exc)
-    node = _method_node(module_tree(module_source), cls.__name__, method)
-    if node is None or func.__code__.co_firstlineno != _first_line(node):
-        return Recognition(
-            "unsupported",
-            target,
-            f"{cls.__name__}.{method} is not the function defined in {name}'s source "
-            "(something else already replaced it)",
-            cls=cls,
-        )
-    digest = hashlib.sha256(ast.get_source_segment(module_source, node).encode()).hexdigest()[:12]
-    for shape in site.shapes:
-        if (shape.class_name, shape.method, shape.source_sha256) == (cls.__name__, method, digest):
-            return _recognised(module, site, shape, cls, target, f"sha256 {digest}")
-    if releases_first(node, site.released):
-        return Recognition(
-            "upstream-fixed",
-            target,
-            f"{cls.__name__}.{method} (sha256 {digest}) already drops the old "
-            f"{', '.join(site.released)} before allocating",
-            cls=cls,
-        )
-    return Recognition(
-        "unsupported",
-        target,
-        f"unknown source of {cls.__name__}.{method} (sha256 {digest}); known: "
-        + ", ".join(f"{s.source_sha256} ({s.releases})" for s in site.shapes),
-        cls=cls,
-    )
+        python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        digest, evidence = code_sha256(func.__code__), "bytecode only, code sha256"
+        ours = func.__qualname__ == where and func.__module__ == name
+        codes = {s: dict(zip(CODE_PYTHONS, s.code_sha256, strict=False)) for s in site.shapes}
+        found = [s for s in site.shapes if ours and codes[s].get(python) == digest]
+        unknown = (f"source of {name} unreadable ({exc}); the bytecode of {where} "
+                   f"(Python {python}, code sha256 {digest}) is not a known shape's")  # fmt: skip
+    else:
+        node = _method_node(module_tree(source), cls.__name__, method)
+        if (
+            node is None
+            or func.__code__.co_firstlineno != (node.decorator_list or [node])[0].lineno
+        ):
+            return refused("unsupported", f"{where} is not the function defined in {name}'s "
+                           "source (something else already replaced it)")  # fmt: skip
+        text = ast.get_source_segment(source, node)
+        digest, evidence = hashlib.sha256(text.encode()).hexdigest()[:12], "sha256"
+        found = [s for s in site.shapes if s.source_sha256 == digest]
+        if not found and releases_first(node, site.released):
+            return refused("upstream-fixed", f"{where} (sha256 {digest}) already drops the old "
+                           f"{', '.join(site.released)} before allocating")  # fmt: skip
+        known = ", ".join(f"{s.source_sha256} ({s.releases})" for s in site.shapes)
+        unknown = f"unknown source of {where} (sha256 {digest}); known: {known}"
+    hazard = site.hazard(module) if found and site.hazard else None
+    if not found or hazard:
+        return refused("unsupported", hazard or unknown)
+    reason = f"{found[0].name} ({found[0].releases}), {evidence} {digest}"
+    return Recognition("recognised", target, reason, found[0], cls, method)
 
 
 def all_or_none(found: "list[Recognition]") -> Recognition:
@@ -123,38 +214,8 @@ def all_or_none(found: "list[Recognition]") -> Recognition:
 
 @functools.lru_cache(maxsize=1)
 def module_tree(source: str) -> ast.Module:
-    """``source`` parsed once for every method of a patch (recognised and rewritten); dropped
-    once the patch is applied. Read-only."""
+    """``source`` parsed once for every method of a patch; read-only."""
     return ast.parse(source)
-
-
-def _recognise_bytecode(module, site, cls, method, func, target, why) -> Recognition:
-    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    digest = code_sha256(func.__code__)
-    ours = func.__qualname__ == f"{cls.__name__}.{method}" and func.__module__ == module.__name__
-    for shape in site.shapes if ours and python in CODE_PYTHONS else ():
-        same_method = (shape.class_name, shape.method) == (cls.__name__, method)
-        known = shape.code_sha256[CODE_PYTHONS.index(python)] if shape.code_sha256 else None
-        if same_method and known == digest:
-            return _recognised(
-                module, site, shape, cls, target, f"bytecode only, code sha256 {digest}"
-            )
-    return Recognition(
-        "unsupported",
-        target,
-        f"source of {module.__name__} unreadable ({why}); the bytecode of {cls.__name__}.{method} "
-        f"(Python {python}, code sha256 {digest}) is not a known shape's",
-        cls=cls,
-    )
-
-
-def _recognised(module, site, shape, cls, target, evidence) -> Recognition:
-    hazard = site.hazard(module) if site.hazard else None
-    if hazard:
-        return Recognition("unsupported", target, hazard, cls=cls)
-    return Recognition(
-        "recognised", target, f"{shape.name} ({shape.releases}), {evidence}", shape, cls
-    )
 
 
 def releases_first(method_node: ast.FunctionDef, released=("_buffer",)) -> bool:
@@ -189,15 +250,10 @@ def _method_node(tree: ast.Module, class_name: str, method: str) -> "ast.Functio
     return None
 
 
-def _first_line(node: ast.FunctionDef) -> int:
-    return node.decorator_list[0].lineno if node.decorator_list else node.lineno
-
-
 def _self_attr(target: ast.expr) -> "str | None":
     """``attr`` for a ``self.attr`` target, else None."""
-    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
-        return target.attr if target.value.id == "self" else None
-    return None
+    is_self = isinstance(target, ast.Attribute) and getattr(target.value, "id", None) == "self"
+    return target.attr if is_self else None
 
 
 def foreign_hook(live, ours) -> "tuple[str, str] | None":
@@ -213,19 +269,18 @@ def foreign_hook(live, ours) -> "tuple[str, str] | None":
         calls = calls and any(_cell(c) is inner for c in getattr(outer, "__closure__", None) or ())
         if inner is ours:
             code = getattr(live, "__code__", None)
-            where = (
-                f"{code.co_name} in {code.co_filename}:{code.co_firstlineno}"
-                if code
-                else repr(live)
-            )
+            at = f"{code.co_name} in {code.co_filename}:{code.co_firstlineno}" if code else live
+            hook = f"another hook's function ({at})"
             if calls:
-                return "wrapped", (
-                    f"another hook's function ({where}) wraps the overlay's release-first "
-                    "method and can call it: release-first runs where that hook calls through"
+                return (
+                    "wrapped",
+                    f"{hook} wraps the overlay's release-first method and can call "
+                    "it: release-first runs where that hook calls through",
                 )
-            return "replaced", (
-                f"another hook's function ({where}) names the overlay's release-first method "
-                "as __wrapped__ but does not hold it: that hook runs instead, release-first does not"
+            return (
+                "replaced",
+                f"{hook} names the overlay's release-first method as __wrapped__ "
+                "but does not hold it: that hook runs instead, release-first does not",
             )
         outer = inner
     return None

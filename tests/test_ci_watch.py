@@ -47,7 +47,7 @@ def wheels(*versions):
 
 
 def test_discovery_keeps_final_unyanked_releases_newer_than_every_release_the_project_knows(index):
-    from sglang_overlay.sites import KNOWN_SHAPES
+    from sglang_overlay.shapes import KNOWN_SHAPES
 
     known = watch.known_releases()  # the series matrix's and the overlay shapes'
     assert known[-1] == "0.5.23" and "0.5.15.post1" in known

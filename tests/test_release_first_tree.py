@@ -41,8 +41,8 @@ class Workspace:
 
 found = shapes.recognise(module)
 assert found.state == "recognised", found
-original = vars(found.cls)[found.shape.method]
-built = release_first.build(found.shape, module, publish=lambda: None)
+original = vars(found.cls)[found.method]
+built = release_first.build(shapes.DSV4, found, module, publish=lambda: None)
 workspace = Workspace()
 built(workspace, 64, torch.bfloat16)  # the first: nothing to release
 workspace.old = weakref.ref(workspace._buffer)

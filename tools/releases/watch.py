@@ -69,7 +69,7 @@ def known_releases() -> list:
     """Every release the project names: the series matrix's and the overlay shapes'."""
     from packaging.version import Version
 
-    from sglang_overlay.sites import KNOWN_SHAPES
+    from sglang_overlay.shapes import KNOWN_SHAPES
 
     names = set(matrix.DSV4_RELEASES)
     for shape in KNOWN_SHAPES:
@@ -274,7 +274,7 @@ def issue_body(rows, newest_known: str, requested: bool = False) -> str:
         "per carried patch (its state and sha256, and whether its fix applies) "
         "(`python -m tools.series matrix`), and the registered tests on both sides "
         "(`python -m ci run --backend cpu`). Any verdict but `ok` needs a new shape in "
-        "`sglang_overlay/sites.py` or a rebased series."
+        "`sglang_overlay/shapes.py` or a rebased series."
     )
     room = MAX_BODY - len(MARKER) - len(lead) - len(note) - 200
     kept = 2
