@@ -158,9 +158,8 @@ class Publisher:
             bodies = [(pr_states.set_slot(base, slot, label, text), text) for text in texts]
             fits = [(new, text) for new, text in bodies if len(new) <= pr_states.BODY_LIMIT]
             if not fits:
-                limit = pr_states.BODY_LIMIT
                 self.log(
-                    f"PR body: left unchanged: with our slot it would exceed {limit} characters"
+                    f"PR body: unchanged: with our slot over {pr_states.BODY_LIMIT} characters"
                 )
                 return "too-long"
             new, text = fits[0]
@@ -173,14 +172,12 @@ class Publisher:
                 continue
             self.replaced, self.written = pr_states.get_slot(base, slot), text
             self._write_body(new)
+            # A writer that read before our write may still land its stale body; its read-to-write
+            # gap is well under the settle time, so one look after it catches that.
+            self.policy.pause(self.settle_s)
             base = self._body()
             if pr_states.get_slot(base, slot) == text:
-                # A writer that read before our write may still land its stale body; its
-                # read-to-write gap is well under the settle time, so a second look catches it.
-                self.policy.pause(self.settle_s)
-                base = self._body()
-                if pr_states.get_slot(base, slot) == text:
-                    return "updated"
+                return "updated"
             self.log("PR body: another writer replaced it after our write; re-applying our slot")
         raise RuntimeError(f"PR #{self.number}: body kept changing; gave up after {self.rounds}")
 
