@@ -1,11 +1,6 @@
-"""Fresh environments of every declared Python with the overlay installed from its wheel.
-
-The start-up hook depends on import-system details (``site``'s ``.pth`` processing, the
-import lock, the finder protocol) that differ between CPython releases, so its tests run on
-each of 3.10 - 3.13 that the machine has (pyenv's, or ``pythonX.Y`` on PATH). Each
-environment is a ``venv`` of that interpreter with the project's wheel installed by pip, the
-``.pth`` included, exactly as a user gets it; sglang and torch are the stand-ins from
-``standin.py``, added to ``sys.path`` by the program under test (so ``-I`` works too).
+"""Fresh venvs of each declared Python the machine has (pyenv's, or ``pythonX.Y`` on PATH),
+with the project's wheel installed by pip, the ``.pth`` included, as a user gets it; the
+program under test puts the stand-in sglang and torch (``standin.py``) on ``sys.path``.
 """
 
 import os
@@ -27,22 +22,16 @@ class OverlayEnv:
 
 
 def find_interpreter(version: str) -> "Path | None":
-    """A real interpreter binary for ``version`` (never a pyenv shim: shims cost 50 ms)."""
+    """A real interpreter binary for ``version``: pyenv's, or what ``pythonX.Y`` on PATH runs
+    (never a pyenv shim: shims cost 50 ms a start)."""
     root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    candidates = sorted(root.glob(f"{version}.*/bin/python{version}"), reverse=True)
+    found = sorted(root.glob(f"{version}.*/bin/python{version}"), reverse=True)
     on_path = shutil.which(f"python{version}")
-    if on_path:
-        candidates.append(Path(on_path))
-    for candidate in candidates:
-        probe = subprocess.run(
-            [str(candidate), "-c", "import sys; print(sys.executable, sys.version_info[:2])"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        if probe.returncode == 0 and f"({version.replace('.', ', ')})" in probe.stdout:
-            return Path(probe.stdout.split()[0])
-    return None
+    if found or on_path is None:
+        return found[0] if found else None
+    probe = [on_path, "-c", "import sys; print(sys.executable)"]
+    proc = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+    return Path(proc.stdout.strip()) if proc.returncode == 0 else None
 
 
 def build_wheel(out: Path) -> Path:
@@ -63,15 +52,7 @@ def make_env(interpreter: Path, version: str, wheel: Path, root: Path, *, deps=F
     subprocess.run(
         [str(interpreter), "-m", "venv", "--without-pip", str(root)], check=True, timeout=120
     )
-    python = root / "bin" / "python"
-    site = Path(
-        subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    )
+    python, site = root / "bin" / "python", root / "lib" / f"python{version}" / "site-packages"
     # pip of the project venv installs into the other interpreter's environment.
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "-q"]
@@ -85,9 +66,8 @@ def make_env(interpreter: Path, version: str, wheel: Path, root: Path, *, deps=F
 
 
 def clone_env(env: OverlayEnv, root: Path) -> OverlayEnv:
-    """A copy of ``env`` (a venv made by ``make_env``) at ``root``: the same interpreter link
-    and the same files pip installed, for a test that damages its install. A copy takes
-    milliseconds where a pip install takes seconds."""
+    """A copy of ``env`` at ``root`` (milliseconds, where pip takes seconds), for a test that
+    damages its install."""
     source = Path(env.python).parent.parent
     shutil.copytree(source, root, symlinks=True)
     return OverlayEnv(

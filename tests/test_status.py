@@ -162,7 +162,6 @@ def test_a_running_server_shows_its_state_and_high_water_mark_until_it_exits(
     "states, fields, state, code",
     [
         (["applied"] * 6, {}, "applied", 0),
-        (["disabled"] * 6, {}, "disabled", 0),
         (["applied"] + ["pending"] * 5, {}, "applied", 0),  # a client: modules never imported
         (["unsupported"] * 6, {}, "unsupported", 1),
         (["applied"] * 6, {"misconfigured": ["STRICT='x' not recognised"]}, "misconfigured", 1),
