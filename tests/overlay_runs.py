@@ -1,11 +1,10 @@
-"""Fresh processes of the project venv that several tests share, started concurrently.
+"""Fresh processes of the project venv that tests of several modules share, started at once.
 
-Importing sglang costs a fresh interpreter 10 - 12 s on a 2-core machine, so each environment
-gets ONE shared process (``PROCESSES``): it runs the observations that tests of several modules
-register (``observe``), in a fixed order, each in its own ``try``, and writes them as one JSON
-document. A job (``job``) is
-a test's own process that shares nothing. Every selected test's processes are submitted to a
-small pool when the first is asked for, so the cores stay busy; every wait is bounded.
+Importing sglang costs a fresh interpreter 10 - 12 s on a 2-core machine, so the observations
+that tests register (``observe``) run in ONE shared process, ``default_process``, in a fixed
+order, each in its own ``try``, written as one JSON document. A job (``job``) is a test's own
+process. Every selected test's jobs are submitted to a small pool when the first is asked
+for, so the cores stay busy; every wait is bounded.
 """
 
 import json
@@ -23,8 +22,14 @@ from conftest import WORKSPACE_MODULE, clean_env, group_of
 WORKERS = max(2, min(4, os.cpu_count() or 2))
 JOB_TIMEOUT_S = 300  # one process; a bound against hangs, never a measurement
 
-# Each observation runs in a function of its own; what it returns (JSON) is its result, what it
-# raises is reported as its error. The document goes to the file named by argv[1].
+# The shared process's observations in order, in the environment a user's process gets (no
+# overlay setting, the start-up hook installed, its record in a folder of its own). Nothing
+# before the first import looks at anything; another plugin's hook stays on the class, so it
+# comes last but for the registry reader, which only needs sglang imported.
+ORDER = ("start_modules", "first_import", "second_activation", "torch_compile", "hook_AROUND",
+         "reader_after_the_real_import")  # fmt: skip
+# Each observation a function of its own: what it returns (JSON) is its result, what it raises
+# its error; the document goes to the file named by argv[1].
 PRELUDE = """\
 import json, sys, traceback
 _observed, _document = {}, sys.argv.pop(1)
@@ -34,37 +39,15 @@ def _observe(name, body):
     except BaseException:
         _observed[name] = {"error": traceback.format_exc()}
 """
-EPILOGUE = """\
-with open(_document, "w") as _file:
-    json.dump(_observed, _file)
-"""
-
-
-# Each shared process, in the environment a user's process gets (no overlay setting, the
-# start-up hook installed, its record in a directory of its own), and its observations' order.
-# Nothing before the first import looks at anything; torch.compile and sglang's plugin loader
-# come before another plugin's hook, which stays on the class once
-# applied, so it comes last but for the registry reader, which only needs sglang imported.
-PROCESSES = {
-    "default_process": (
-        "start_modules",
-        "first_import",
-        "second_activation",
-        "torch_compile",
-        "hook_AROUND",
-        "reader_after_the_real_import",
-    ),
-}
-
-_observations: "dict[str, dict[str, str]]" = {name: {} for name in PROCESSES}
+_observations: "dict[str, str]" = {}
 _jobs: dict = {}
 
 
 def observe(process: str, name: str, body: str) -> str:
     """Register ``body`` (a function body that returns JSON) as observation ``name`` of the
     shared ``process``; ``{WORKSPACE_MODULE}`` in it is filled in. Returns ``name``."""
-    assert name in PROCESSES[process], f"{name} has no place in {process}'s order"
-    _observations[process][name] = body.replace("{WORKSPACE_MODULE}", WORKSPACE_MODULE)
+    assert process == "default_process" and name in ORDER, f"{name} has no place in {ORDER}"
+    _observations[name] = body.replace("{WORKSPACE_MODULE}", WORKSPACE_MODULE)
     return name
 
 
@@ -79,7 +62,7 @@ def job(name: str):
 
 
 def fixture(name: str):
-    """The module-scoped fixture ``name``: the result of shared process or job ``name``."""
+    """The module-scoped fixture ``name``: the result of job ``name``."""
 
     @pytest.fixture(scope="module", name=name)
     def _result(request):
@@ -88,21 +71,8 @@ def fixture(name: str):
     return _result
 
 
-def program(process: str) -> str:
-    """The shared process's program: its registered observations, in its order."""
-    parts = [PRELUDE]
-    for name in PROCESSES[process]:
-        body = _observations[process].get(name)
-        if body is None:
-            continue
-        parts.append(f"def _body():\n{textwrap.indent(textwrap.dedent(body).strip(), '    ')}\n")
-        parts.append(f"_observe({name!r}, _body)\n")
-    parts.append(EPILOGUE)
-    return "".join(parts)
-
-
 class Observations:
-    """What one shared process observed, by observation name."""
+    """What the shared process observed, by observation name."""
 
     def __init__(self, observed: dict, stderr: str):
         self.observed, self.stderr = observed, stderr
@@ -114,8 +84,29 @@ class Observations:
         return entry["value"]
 
 
+@job("default_process")
+def _shared(directory) -> Observations:
+    runtime_dir, document = directory / "records", directory / "observations.json"
+    runtime_dir.mkdir(mode=0o700)
+    code = PRELUDE + "".join(
+        f"def _body():\n{textwrap.indent(textwrap.dedent(body).strip(), '    ')}\n"
+        f"_observe({name!r}, _body)\n"
+        for name in ORDER
+        if (body := _observations.get(name)) is not None
+    )
+    code += 'with open(_document, "w") as _file:\n    json.dump(_observed, _file)\n'
+    proc = POOL.run(
+        [sys.executable, "-c", code, str(document)],
+        env=clean_env(SGLANG_OVERLAY_RUNTIME_DIR=str(runtime_dir)),
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0 and document.exists(), proc.stderr[-3000:]
+    return Observations(json.loads(document.read_text()), proc.stderr)
+
+
 class Pool:
-    """The threads that start and wait for the shared processes and jobs, WORKERS at a time."""
+    """The threads that start and wait for the jobs, WORKERS at a time."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -123,8 +114,6 @@ class Pool:
         self._futures: dict = {}
         self._live: set = set()
         self._closed = False
-
-    # ------------------------------------------------------------------ the main thread
 
     def result(self, name: str, request):
         self._start(request)
@@ -134,8 +123,7 @@ class Pool:
         return future.result(timeout=JOB_TIMEOUT_S * (position // WORKERS + 2))
 
     def _start(self, request):
-        """Submit every not yet submitted process or job that a selected test uses, in the
-        order the tests run."""
+        """Submit every not yet submitted job that a selected test uses, in test order."""
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(WORKERS, thread_name_prefix="overlay-run")
@@ -143,14 +131,9 @@ class Pool:
             tmp = request.getfixturevalue("tmp_path_factory")
             for item in _items_here(request):
                 for name in item.fixturenames:
-                    if name in self._futures or (name not in PROCESSES and name not in _jobs):
-                        continue
-                    directory = tmp.mktemp(name)
-                    if name in PROCESSES:
-                        future = self._executor.submit(self._shared, name, directory)
-                    else:
-                        future = self._executor.submit(_jobs[name], directory)
-                    self._futures[name] = (future, len(self._futures))
+                    if name in _jobs and name not in self._futures:
+                        future = self._executor.submit(_jobs[name], tmp.mktemp(name))
+                        self._futures[name] = (future, len(self._futures))
 
     def close(self):
         with self._lock:
@@ -159,8 +142,6 @@ class Pool:
                 proc.kill()
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
-
-    # --------------------------------------------------------------------- pool threads
 
     def run(self, argv, timeout=JOB_TIMEOUT_S, **kwargs) -> subprocess.CompletedProcess:
         """``subprocess.run(argv, capture_output=True, text=True, timeout=timeout)``, whose
@@ -183,28 +164,13 @@ class Pool:
                 self._live.discard(proc)
         return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
-    def _shared(self, name: str, directory) -> Observations:
-        runtime_dir = directory / "records"
-        runtime_dir.mkdir(mode=0o700)
-        document = directory / "observations.json"
-        proc = self.run(
-            [sys.executable, "-c", program(name), str(document)],
-            env=clean_env(SGLANG_OVERLAY_RUNTIME_DIR=str(runtime_dir)),
-            cwd="/",
-            stdin=subprocess.DEVNULL,
-        )
-        assert proc.returncode == 0 and document.exists(), (
-            f"{name} exited {proc.returncode} without its observations: {proc.stderr[-3000:]}"
-        )
-        return Observations(json.loads(document.read_text()), proc.stderr)
-
 
 POOL = Pool()
 
 
 def pool_names() -> set:
-    """The names of every shared process and job, as a test names them among its fixtures."""
-    return set(PROCESSES) | set(_jobs)
+    """The names of every job, as a test names them among its fixtures."""
+    return set(_jobs)
 
 
 def _items_here(request):
