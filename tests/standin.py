@@ -12,52 +12,39 @@ from pathlib import Path
 WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
 FUSED_KV_MODULE = "sglang.kernels.ops.speculative.fused_kv_materialize"
 
-TORCH = '''
-"""Stand-in torch for the overlay's start-up tests: no storage, shapes and dtypes only."""
+TORCH = """
 import math
-
 
 class dtype:
     def __init__(self, name, itemsize):
         self.name, self.itemsize = name, itemsize
-
     def __repr__(self):
         return "torch." + self.name
-
-
 bfloat16 = dtype("bfloat16", 2)
 float8_e4m3fn = dtype("float8_e4m3fn", 1)
-
 
 class device(str):
     pass
 
-
 class Tensor:
     def __init__(self, shape, dtype, base=None):
         self.shape, self.dtype, self._base = tuple(shape), dtype, base
-
     def __getitem__(self, rows):
         count = len(range(*rows.indices(self.shape[0])))
         return Tensor((count,) + self.shape[1:], self.dtype, self._base or self)
-
     def nelement(self):
         return math.prod(self.shape)
-
     def element_size(self):
         return self.dtype.itemsize
-
     def data_ptr(self):
         return id(self._base or self)
-
 
 def empty(shape, dtype=bfloat16, device=None):
     return Tensor(shape, dtype)
 
-
 def empty_like(tensor):
     return Tensor(tensor.shape, tensor.dtype)
-'''
+"""
 
 
 def real_class_source(module: str, name: str) -> str:

@@ -4,6 +4,7 @@ sglang is most of what a fresh interpreter costs, so the observations share one 
 (``overlay_runs``); a serving process's record is test_status's.
 """
 
+from functools import partial
 
 import overlay_runs
 import pytest
@@ -11,9 +12,9 @@ import pytest
 from sglang_overlay import PATCH_ID
 
 default_process = overlay_runs.fixture("default_process")
+observe = partial(overlay_runs.observe, "default_process")
 
-START_MODULES = overlay_runs.observe(
-    "default_process",
+START_MODULES = observe(
     "start_modules",
     """
     return sorted(m for m in sys.modules if m.startswith(("sglang", "torch", "wrapt")))
@@ -21,8 +22,7 @@ START_MODULES = overlay_runs.observe(
 )
 
 # The program's first statement that touches sglang: nothing of the user's imported the overlay.
-FIRST_IMPORT = overlay_runs.observe(
-    "default_process",
+FIRST_IMPORT = observe(
     "first_import",
     """
     import {WORKSPACE_MODULE} as m
@@ -30,8 +30,7 @@ FIRST_IMPORT = overlay_runs.observe(
     """,
 )
 
-SECOND_ACTIVATION = overlay_runs.observe(
-    "default_process",
+SECOND_ACTIVATION = observe(
     "second_activation",
     """
     import {WORKSPACE_MODULE} as m
@@ -50,10 +49,7 @@ SECOND_ACTIVATION = overlay_runs.observe(
     "observation, expected",
     [
         (FIRST_IMPORT, PATCH_ID),  # plain `python -c`: nothing of the user's imports the overlay
-        (
-            START_MODULES,
-            ["sglang_overlay", "sglang_overlay.activation", "sglang_overlay.patches"],
-        ),  # nothing else at start
+        (START_MODULES, ["sglang_overlay", "sglang_overlay.activation", "sglang_overlay.patches"]),
         (SECOND_ACTIVATION, [True, "_reserve", "applied"]),  # sglang's plugin loader: a no-op
     ],
 )
@@ -89,7 +85,7 @@ steps.append(sglang_overlay.remove()[0])
 steps.append(vars(m.SparsePrefillKVBuffer)["_reserve"] is hooked)
 return steps
 """
-HOOK_AROUND = overlay_runs.observe("default_process", "hook_AROUND", HOOKED)
+HOOK_AROUND = observe("hook_AROUND", HOOKED)
 
 
 def test_another_hook_over_the_method_is_reported_by_status_apply_and_remove(default_process):
@@ -106,8 +102,7 @@ def test_another_hook_over_the_method_is_reported_by_status_apply_and_remove(def
 
 # dynamo traces get() -> _reserve -> the replacement: no logging, lock or clock call may be in
 # what it traces. The compiled call must still replace and reuse as eager does.
-TORCH_COMPILE = overlay_runs.observe(
-    "default_process",
+TORCH_COMPILE = observe(
     "torch_compile",
     """
     import torch

@@ -1,9 +1,8 @@
 """``sglang-overlay status --processes`` as an operator and a health check run it: one row per
 live sglang process with a column per patch, every state a record can hold, the runtime folder
-it trusts, dead processes' records and gauges cleaned up, and answers that never crash a pipe.
-Run in this process (``cli.main``) against sleepers that carry sglang's process names and
-records planted as the overlay writes them; the writer itself is observed in real sglang
-processes (``test_activation.py``).
+it trusts, dead processes' records and gauges cleaned up, answers that never crash a pipe; and
+the gauges. Run in this process (``cli.main``) against sleepers under sglang's process names
+with planted records, and stand-in servers that write their own.
 """
 
 import io
@@ -94,18 +93,6 @@ def rows_of(capsys, pid) -> "tuple[int, dict]":
 )
 def test_sglang_command_lines_are_found_whatever_interpreter_options_precede_them(argv, sglang):
     assert runs_sglang(argv.split()) is sglang
-
-
-def test_one_row_per_process_a_column_per_patch_and_reasons_only_where_it_fails(
-    runtime_dir, sleeper, capsys
-):
-    states = ["applied", "disabled", "pending", "failed", "upstream-fixed", "not-present"]
-    plant(runtime_dir, sleeper, states)
-    code, out = status(capsys, "--pid", str(sleeper))
-    header, row, *reasons = out.splitlines()
-    assert header.split() == ["PID", *(p.split("-")[0] for p in PATCH_IDS), "COMMAND"]
-    assert row.split() == [str(sleeper), *states, "sglang::scheduler_TP0", "300"]
-    assert [r.strip() for r in reasons] == ["why failed"] and code == 1
 
 
 # A server: the workspace module, then each stdin line a request of that many rows, answered.
@@ -232,19 +219,24 @@ HOSTILE = "ok\x1b[1A\x1b[2K\r\x1b]0;title\x07\x9b2J\u202eapplied\u2066\x7f"
 DEFUSED = r"ok\x1b[1A\x1b[2K\r\x1b]0;title\x07\x9b2J\u202eapplied\u2066\x7f"
 
 
-def test_record_text_and_argv_are_printed_inert_for_a_terminal(runtime_dir, capsys):
-    proc = start_sleeper("sglang::" + HOSTILE)
+def test_one_row_per_process_a_column_per_patch_reasons_where_it_fails_all_printed_inert(
+    runtime_dir, capsys
+):
+    proc = start_sleeper("sglang::" + HOSTILE)  # argv and record text a terminal must not run
+    states = ["applied", "disabled", "pending", "failed", "upstream-fixed", "not-present"]
     try:
-        record = plant(runtime_dir, proc.pid, ["failed"] * 6)
-        for patch in record["patches"]:
-            patch["reason"] = HOSTILE
+        record = plant(runtime_dir, proc.pid, states)
+        record["patches"][3]["reason"] = HOSTILE
         (runtime_dir / f"{proc.pid}.json").write_text(json.dumps(record))
         code, out = status(capsys, "--pid", str(proc.pid))
     finally:
         proc.kill()
         proc.wait(timeout=60)
+    header, row, *reasons = out.splitlines()
+    assert header.split() == ["PID", *(p.split("-")[0] for p in PATCH_IDS), "COMMAND"]
+    assert row.split() == [str(proc.pid), *states, f"sglang::{DEFUSED}", "300"]
+    assert [r.strip() for r in reasons] == [DEFUSED] and code == 1
     assert not any(ch in out for ch in "\x1b\r\x07\x9b\u202e\u2066\x7f"), repr(out)
-    assert f"sglang::{DEFUSED}" in out and out.splitlines()[2].strip() == DEFUSED and code == 1
 
 
 def test_text_stdout_cannot_encode_is_printed_as_escapes(monkeypatch):
@@ -431,25 +423,18 @@ def test_an_environment_without_sglang_reports_not_present_without_importing_tor
     )  # fmt: skip
 
 
-class Clock:
-    now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
 @pytest.mark.parametrize("per_minute, warnings", [(1000, 3), (50, 0)])
 def test_thrashing_warns_at_most_once_a_minute_and_never_below_the_threshold(
     caplog, per_minute, warnings
 ):
-    clock = Clock()
-    log = observe.ReplacementLog("DSV4 sparse-prefill workspace", clock=clock)
+    now = [1000.0]
+    log = observe.ReplacementLog("DSV4 sparse-prefill workspace", clock=lambda: now[0])
     with caplog.at_level(logging.INFO, logger="sglang_overlay"):
         for _ in range(3):  # three minutes, the replacements in the first 50 s of each
             for _ in range(per_minute):
                 log.replaced("a", "b", 1)
-                clock.now += 50 / per_minute
-            clock.now += 10
+                now[0] += 50 / per_minute
+            now[0] += 10
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(said) == warnings
     assert (
