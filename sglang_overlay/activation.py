@@ -1,14 +1,9 @@
-"""How the overlay reaches every sglang process, by two paths that end in ``on_import``:
-
-- the start-up hook: ``sglang_overlay.pth`` calls ``install()`` in every interpreter, which puts
-  a meta-path finder first; it wraps the loader of sglang and of each patched module, and
-  activates right after the module ran;
-- sglang's plugin loader (entry point group ``sglang.srt.plugins``) calls ``activate()``.
-
-Applying is idempotent, so the second path changes nothing. importlib holds its lock while
-``find_spec`` runs, so ``find_spec`` imports nothing; the work happens after ``exec_module``.
-This module imports only ``sys`` and ``_thread`` at start-up. A failed activation never breaks
-the user's import unless ``SGLANG_OVERLAY_STRICT=1``.
+"""How the overlay reaches every sglang process, by two paths that end in ``on_import``: the
+start-up hook (``sglang_overlay.pth`` calls ``install()`` in every interpreter: a meta-path
+finder that wraps the loader of sglang and each patched module, and activates right after the
+module ran), and sglang's plugin loader (entry point group ``sglang.srt.plugins``: ``activate``).
+Applying is idempotent, so the second path changes nothing. ``find_spec`` runs under
+importlib's lock, so it imports nothing. Imports only ``sys`` and ``_thread`` at start-up.
 """
 
 import _thread
@@ -16,18 +11,15 @@ import sys
 
 from sglang_overlay.patches import PATCHED_MODULES, patches_of
 
-# The patched modules, and sglang itself: a process that imported sglang records that it has
-# the overlay, whether or not it ever imports a patched module.
-WATCHED = frozenset({"sglang", *(n for names in PATCHED_MODULES.values() for n in names)})
+PATCHED = tuple(dict.fromkeys(n for names in PATCHED_MODULES.values() for n in names))
+WATCHED = frozenset({"sglang", *PATCHED})  # a process that imported sglang says it has us
 
 
 class WorkspaceImportHook:
     """Meta-path finder for the watched modules; never finds anything itself."""
 
     def __init__(self):
-        # Threads inside find_spec: a finder that calls importlib.util.find_spec from its own
-        # find_spec must not recurse into us.
-        self._searching = set()
+        self._searching = set()  # threads inside: a finder calling find_spec must not recurse
 
     def find_spec(self, fullname, path=None, target=None):
         me = _thread.get_ident()
@@ -35,13 +27,10 @@ class WorkspaceImportHook:
             return None
         try:  # the add inside: a KeyboardInterrupt right after it must not leave us marked
             self._searching.add(me)
-            spec = None
             finders = list(sys.meta_path)  # a snapshot: another thread may be iterating it
-            for finder in finders[finders.index(self) + 1 :] if self in finders else finders:
-                if finder is not self and hasattr(finder, "find_spec"):
-                    spec = finder.find_spec(fullname, path, target)
-                    if spec is not None:
-                        break
+            after = finders[finders.index(self) + 1 :] if self in finders else finders
+            found = (f.find_spec(fullname, path, target) for f in after if hasattr(f, "find_spec"))
+            spec = next((s for s in found if s is not None), None)
         finally:
             self._searching.discard(me)
         if spec is not None and hasattr(spec.loader, "exec_module"):
@@ -77,21 +66,16 @@ class ActivatingLoader:
 HOOK = WorkspaceImportHook()
 
 
-def installed() -> bool:
-    return HOOK in sys.meta_path
-
-
 def install() -> None:
     """Put the finder first on ``sys.meta_path`` once (never from a finder)."""
-    if not installed():
+    if HOOK not in sys.meta_path:
         sys.meta_path.insert(0, HOOK)
 
 
 def activate() -> None:
     """sglang's plugin loader's entry point: patch what is loaded, and watch what is not yet."""
     install()
-    names = dict.fromkeys(n for modules in PATCHED_MODULES.values() for n in modules)
-    loaded = [m for m in (sys.modules.get(n) for n in names) if m is not None]
+    loaded = [sys.modules[n] for n in PATCHED if n in sys.modules]
     for module in loaded:
         on_import(module, via="sglang plugin loader")
     if not loaded:  # an sglang process that has not imported a patched module (yet) says so
@@ -101,11 +85,11 @@ def activate() -> None:
 
 
 def on_import(module, via: str) -> None:
-    """Right after ``module`` ran: patch a patched module, each of its patches on its own; for
-    sglang itself, record that this process has the overlay. Never raises unless strict."""
+    """Right after ``module`` ran: apply each of its patches on its own (sglang itself: record
+    that this process has the overlay). Never raises unless strict."""
     from sglang_overlay import config, overlay
 
-    patch_ids = patches_of(getattr(module, "__name__", None))
+    patch_ids = patches_of(module.__name__)
     if not patch_ids:
         overlay.publish()
     for patch_id in patch_ids:

@@ -1,7 +1,7 @@
-"""``sglang-overlay``: what a new sglang process of this environment gets (``status``, asked of
-a fresh interpreter, never patching in this one), and what the running ones got
-(``status --processes``). Exit 0 when every process runs the fixed code or is unfixed on
-purpose, 1 otherwise or on an unrecognised setting, 2 for bad usage; ``main`` alone decides.
+"""``sglang-overlay status``: what a new sglang process of this environment gets (asked of a
+fresh interpreter; nothing is patched here), and with ``--processes`` what the running ones got.
+Exit 0 when every process runs the fixed code or is unfixed on purpose, 1 otherwise or on an
+unrecognised setting, 2 for bad usage.
 """
 
 import argparse
@@ -18,7 +18,6 @@ PROBE = (
     "from sglang_overlay.cli import probe; probe(hook_ran)\n"
 )
 PROBE_TIMEOUT_S = 600
-MIB = float(1 << 20)
 BAD_ROWS = ("invalid-record", "misconfigured", "unpatched")
 
 
@@ -125,20 +124,17 @@ def processes_status(as_json: bool, pids: "set[int] | None" = None) -> "tuple[li
 
 
 def row_ok(row: dict) -> bool:
-    """Whether a live process's row passes: it runs the fixed code, is unfixed on purpose, or
-    has not imported the patch's module; never one without a believed record or with a
-    setting the overlay does not recognise."""
+    """A live process's row passes when it runs the fixed code, is unfixed on purpose, or has
+    not imported the patch's module (never without a believed record or with a bad setting)."""
     from sglang_overlay.overlay import OK_STATES
 
-    if row["state"] in BAD_ROWS:
-        return False
-    return row["state"] in OK_STATES or row["workspace_imported"] is False
+    bad = row["state"] in BAD_ROWS
+    return not bad and (row["state"] in OK_STATES or row["workspace_imported"] is False)
 
 
 def process_rows(process: dict) -> "list[dict]":
     """One row per patch of a live process, from its record: ``unpatched`` without one,
-    ``invalid-record`` when its record or folder is wrong, ``misconfigured`` when it started
-    with a setting the overlay does not recognise (its patch's own state in ``patch_state``)."""
+    ``invalid-record`` when it or its folder is wrong, ``misconfigured`` on a bad setting."""
     base = {"pid": process["pid"], "command": process["command"][:200]}
     record = process["record"]
     if record is None:
@@ -162,9 +158,8 @@ def process_rows(process: dict) -> "list[dict]":
 
 
 def say(line: str) -> None:
-    """Print ``line`` safe for a terminal: record text and argv are anyone's, and root reads
-    them, so every control, format or separator character is shown as an escape; what stdout
-    cannot encode comes out as escapes too, not as a traceback instead of the report."""
+    """Print ``line`` safe for a terminal (record text and argv are anyone's, and root reads
+    them): control, format and separator characters, and what stdout cannot encode, escaped."""
     line = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in line)
     encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
     print(line.encode(encoding, "backslashreplace").decode(encoding))
@@ -175,8 +170,8 @@ def fresh_process_status() -> dict:
     prometheus_client's multiprocess folder (the probe must add no series to /metrics)."""
     hidden = ("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir")
     env = {k: v for k, v in os.environ.items() if k not in hidden}
+    command = [sys.executable, "-c", PROBE]
     try:
-        command = [sys.executable, "-c", PROBE]
         proc = subprocess.run(
             command, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S
         )
@@ -201,8 +196,8 @@ def fresh_process_status() -> dict:
 
 
 def probe(hook_ran: bool) -> None:
-    """The fresh process's side: import as a user's process would, and hand back one JSON
-    document on stdout; what the imports print goes to stderr meanwhile."""
+    """The fresh process's side: import as a user's process would; one JSON document on
+    stdout (what the imports print goes to stderr)."""
     channel = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     import sglang_overlay
@@ -215,7 +210,7 @@ def probe(hook_ran: bool) -> None:
 
 
 def _failed(reason: str) -> dict:
-    """A report of one ``failed`` record per patch, when the fresh process gave none."""
+    """One ``failed`` record per patch, when the fresh process gave none."""
     from sglang_overlay.overlay import sglang_version
 
     version = sglang_version()

@@ -1,8 +1,7 @@
-"""What operators see of the overlay: log records (once per cause), the replacement log, the
-per-process record that ``status --processes`` reads, and the Prometheus gauges. Writing
-happens inside sglang's imports and allocations, so it never raises. Records live in one
-runtime folder per user (0700, as systemd's runtime directories); a folder anyone else may
-write is named by ``folder_problem``, and nothing is written into it.
+"""What operators see of the overlay: warnings (once per cause), the replacement log, the
+per-process record that ``status --processes`` reads (in one 0700 runtime folder per user),
+and the Prometheus gauges. Publishing happens inside sglang's imports and allocations, so it
+never raises.
 """
 
 import atexit
@@ -31,8 +30,8 @@ _lock = threading.Lock()
 
 
 def warn_once(cause: tuple, message: str, *args) -> bool:
-    """Log ``message`` as one WARNING unless ``cause`` was already reported; True if logged.
-    Never ``warnings.warn``: under ``-W error`` it would raise inside the import it protects."""
+    """Log one WARNING per ``cause`` (never ``warnings.warn``: under ``-W error`` it would
+    raise inside the import it protects)."""
     with _lock:
         if cause in _said:
             return False
@@ -83,9 +82,8 @@ class ReplacementLog:
 
 
 def runtime_dir(uid: int) -> Path:
-    """Where the processes of ``uid`` keep their records: ``$SGLANG_OVERLAY_RUNTIME_DIR`` (for
-    this uid), else ``/run/user/UID/sglang-overlay`` where the user's runtime dir exists, else
-    ``<tmp>/sglang-overlay-UID``."""
+    """Where ``uid``'s processes keep their records: ``$SGLANG_OVERLAY_RUNTIME_DIR`` (this
+    uid's), else ``/run/user/UID/sglang-overlay`` where that exists, else a temporary folder."""
     override = os.environ.get(RUNTIME_DIR_ENV)
     if override and uid == os.getuid():
         return Path(override)
@@ -96,7 +94,7 @@ def runtime_dir(uid: int) -> Path:
 
 
 def folder_problem(folder: Path, uid: int) -> "str | None":
-    """Why ``folder`` cannot hold ``uid``'s records, or None (also when it does not exist yet)."""
+    """Why ``folder`` cannot hold ``uid``'s records (None also when it does not exist yet)."""
     try:
         info = os.stat(folder)
     except FileNotFoundError:
@@ -116,8 +114,8 @@ def folder_problem(folder: Path, uid: int) -> "str | None":
 
 
 def start_time(pid: int) -> "str | None":
-    """The pid's start time in clock ticks since boot (``/proc/PID/stat`` field 22): a record
-    with another start time belongs to an earlier process of that pid."""
+    """The pid's start time (``/proc/PID/stat`` field 22): a record with another start time
+    belongs to an earlier process of that pid."""
     try:
         fields = (PROC / str(pid) / "stat").read_text().rpartition(")")[2].split()
     except OSError:
@@ -126,8 +124,7 @@ def start_time(pid: int) -> "str | None":
 
 
 def write_record(fields: dict) -> None:
-    """Replace this process's record with ``fields`` (atomically); raises ``FolderError`` (or
-    OSError) when the runtime folder cannot hold it."""
+    """Replace this process's record with ``fields``, atomically."""
     pid, uid = os.getpid(), os.getuid()
     folder = runtime_dir(uid)
     if not os.path.lexists(folder):
@@ -147,8 +144,8 @@ class FolderError(OverlayError):
 
 
 def read_record(pid: int, uid: int) -> "tuple[dict | None, str | None]":
-    """The record of the live process ``pid`` of ``uid`` (None when it has none, or one of an
-    earlier process of that pid), and what is wrong with its folder or its record, if anything."""
+    """The record of the live process ``pid`` of ``uid`` (or None), and what is wrong with its
+    folder or record (or None)."""
     folder = runtime_dir(uid)
     problem = folder_problem(folder, uid)
     if problem is not None:
@@ -171,7 +168,7 @@ def read_record(pid: int, uid: int) -> "tuple[dict | None, str | None]":
 
 
 def prune_records(uid: int) -> None:
-    """Delete ``uid``'s records of processes that are gone (or whose pid another one took)."""
+    """Delete ``uid``'s records of processes that are gone."""
     folder = runtime_dir(uid)
     if folder_problem(folder, uid) is not None or not folder.is_dir():
         return
@@ -188,9 +185,8 @@ _VALUED = frozenset("WX")
 
 
 def runs_sglang(argv: "list[str]") -> bool:
-    """Whether a command line is an sglang process: a console script (``sglang serve``), a
-    process sglang renamed (``sglang::scheduler_TP0``), ``python [options] -m sglang...`` or
-    ``python [options] path/to/sglang*``."""
+    """Whether a command line is sglang's: ``sglang serve``, ``sglang::scheduler_TP0``,
+    ``python [options] -m sglang...`` or ``python [options] path/to/sglang*``."""
     if not argv:
         return False
     if _sglang_name(os.path.basename(argv[0])):
@@ -224,8 +220,8 @@ def _sglang_name(name: str) -> bool:
 
 
 def processes(pids: "set[int] | None" = None) -> "list[dict]":
-    """Every live process (of ``pids``, when given) that runs sglang or has a record: pid,
-    command, record, and what is wrong with its record or folder."""
+    """Every live process (of ``pids``) that runs sglang or has a record: pid, command, record
+    and its problem."""
     found = []
     for entry in PROC.iterdir() if PROC.is_dir() else ():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -255,9 +251,8 @@ def multiprocess_dir() -> "str | None":
 
 
 def set_gauges(patches: "list[dict]", overlay_version: str, states) -> None:
-    """Set this process's gauges, where there are any. prometheus_client picks its mode when
-    first imported and sglang sets ``PROMETHEUS_MULTIPROC_DIR`` before importing it, so it is
-    imported here only where the host already has, or the variable is set: never first."""
+    """Set this process's gauges. prometheus_client picks its mode when first imported, after
+    sglang sets ``PROMETHEUS_MULTIPROC_DIR``: imported here only once either happened."""
     global _gauges
     if _gauges is None:
         folder = multiprocess_dir()
@@ -288,8 +283,8 @@ _LIVE_FILE = re.compile(r"gauge_live\w+_(\d+)\.db")
 
 
 def sweep_dead_gauges(folder: str) -> "list[int]":
-    """Remove the live gauges of processes that are gone (killed: no exit handler ran) from
-    ``folder``, with prometheus_client's own ``mark_process_dead``; the pids swept."""
+    """Remove the gauges of processes that are gone (killed: no exit handler ran) from
+    ``folder``, with prometheus_client's own ``mark_process_dead``."""
     from prometheus_client import multiprocess
 
     dead = set()
@@ -317,8 +312,7 @@ _published = None  # what publish() last wrote, so an unchanged state writes not
 
 
 def publish(patches: "list[dict]", fields: dict, states) -> None:
-    """Write this process's record and set its gauges when ``patches`` or ``fields`` changed
-    since the last time; never raises: what stops it is said once."""
+    """Write this process's record and set its gauges when they changed; never raises."""
     global _published
     key = json.dumps([patches, fields], sort_keys=True)
     if key == _published:
@@ -340,7 +334,7 @@ def publish(patches: "list[dict]", fields: dict, states) -> None:
 
 
 def forget_published() -> bool:
-    """In a forked child: whether the parent had published (then the child publishes its own)."""
+    """In a forked child: whether the parent had published (then the child does)."""
     global _published
     had, _published = _published is not None, None
     return had

@@ -8,7 +8,6 @@ import __future__
 
 import ast
 import copy
-import functools
 import inspect
 
 import torch
@@ -178,62 +177,13 @@ def _build_ensure_workspace(module, publish):
     return _ensure_workspace
 
 
-def _build_selector_sampling_accept(module, publish, passes_block=False):
-    """``DFlashWorkerV2._selector_sampling_accept``: the same reuse rule and doubling, with the
-    old dense draft-probability buffer dropped (the attribute and the local) before
-    ``torch.zeros``. The buffer is zero between calls and the new one is zeroed, so no content
-    is lost. DSpark's kernel is ``module``'s at call time, as in the original; 0.5.22 on pass it
-    the worker's ``_block_verification`` (``passes_block``)."""
-
-    def _selector_sampling_accept(
-        self, *, candidates, next_token_logits, candidate_ids, q_rows, sampling_info, draft_input
-    ):
-        bs, block = candidates.shape
-        gamma = block - 1
-        vocab = int(next_token_logits.shape[-1])
-        buffer = self._draft_probs_buf
-        if buffer is None or buffer.shape[0] < bs or buffer.shape[1:] != (gamma, vocab):
-            cap = bs if buffer is None else max(bs, buffer.shape[0] * 2)
-            old = None if _compiling() else describe([buffer])
-            # Release first: neither the attribute nor this local may hold the old buffer.
-            self._draft_probs_buf = buffer = None
-            buffer = torch.zeros((cap, gamma, vocab), dtype=torch.float32, device=candidates.device)
-            self._draft_probs_buf = buffer
-            _logged(DRAFT_PROBS, self, ("_draft_probs_buf",), old, publish)
-        draft_probs = buffer[:bs]
-        extra = {"block_verification": self._block_verification} if passes_block else {}
-        try:
-            draft_probs.scatter_(-1, candidate_ids, q_rows.float())
-            accept_len, bonus, _ = module.accept_sampling(
-                candidates=candidates,
-                target_logits=next_token_logits,
-                draft_probs=draft_probs,
-                sampling_info=sampling_info,
-                draft_input=draft_input,
-                gamma=gamma,
-                verify_num_draft_tokens=block,
-                cutoff_verify_lens=None,
-                **extra,
-            )
-        finally:
-            draft_probs.scatter_(-1, candidate_ids, 0.0)
-        return accept_len.to(torch.int32), bonus.to(torch.int64)
-
-    return _selector_sampling_accept
-
-
 # shape name -> (module, publish) -> the release-first method
 BUILDERS = {
     "kv-buffer-reserve": _build_reserve,
     "workspace-get-dtype": _build_get_dtype,
     "workspace-get-bf16": _build_get_bf16,
     "fused-kv-ensure-workspace": _build_ensure_workspace,
-    "dflash-selector-accept-block-verification": functools.partial(
-        _build_selector_sampling_accept, passes_block=True
-    ),
-    "dflash-selector-accept": _build_selector_sampling_accept,
 }
-DRAFT_PROBS = "0005-dflash-draft-probs-release-first"
 
 
 # ------------------------------------------------------------ the generic rewrite

@@ -70,8 +70,8 @@ KNOWN_SHAPES = _shapes(  # DSV4's workspace: get() to 0.5.22, _reserve() from 0.
      "dae76ad0319a", "1b62c33967d7", "794386905f04", "473d06d0e8a5"),
 )
 DSA, BORN_Q = ("DeepseekSparseAttnBackend",), "0011-dsa-q8kv8-born-q-release-first"
-# Every method a patch replaces, in series order. 0007, 0009 and 0011 are of the local-variable
-# form (``buf = self.x; if ...: buf = torch.zeros(...); self.x = buf``): the generic rewrite.
+# Every method a patch replaces, in series order. 0005 on are of the local-variable form
+# (``buf = self.x; if ...: buf = torch.zeros(...); self.x = buf``): the generic rewrite.
 ALL_SITES = (
     Site(PATCH_ID, ("SparsePrefillKVBuffer", "SparsePrefillWorkspace"), ("_reserve", "get"),
          ("_buffer",), KNOWN_SHAPES, _address_keyed_validity),
@@ -83,10 +83,8 @@ ALL_SITES = (
     # 0.5.22 on pass block verification to DSpark's kernel; 0.5.15-0.5.18 have no such method
     Site("0005-dflash-draft-probs-release-first", ("DFlashWorkerV2",),
          ("_selector_sampling_accept",), ("_draft_probs_buf",), _shapes(
-             ("dflash-selector-accept", "811c71964eb7", "0.5.19-0.5.21",
-              "a24cd54ebb9c", "8617ccd35ce5", "0e0c8550754f", "7e46bfbcc3a3"),
-             ("dflash-selector-accept-block-verification", "a30377ccfd23", "0.5.22-0.5.23",
-              "63ba76b01e4e", "6094f4da6b06", "4ed4b526aeca", "82cf1288ebf3"))),
+             ("dflash-selector-accept", "811c71964eb7", "0.5.19-0.5.21"),
+             ("dflash-selector-accept-block-verification", "a30377ccfd23", "0.5.22-0.5.23"))),
     # 0.5.16 has the q pad only, 0.5.17 on the KV rows and outputs too
     Site("0007-dsa-q8kv8-release-first", DSA, ("_forward_flashmla_sparse_q8kv8",),
          ("_q8kv8_qpad_buf", "_q8kv8_kv_buf", "_q8kv8_out_bufs"), _shapes(

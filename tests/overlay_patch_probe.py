@@ -1,5 +1,5 @@
 """What a fresh interpreter with the overlay installed does to the stand-in modules of the
-generic-rewrite and builder patches (tests/test_overlay_patch_guarantees.py writes them and
+generic-rewrite patches (tests/test_overlay_patch_guarantees.py writes them and
 runs this file, with the stand-in root on PYTHONPATH): one observation of every patch per
 process, printed as one JSON line, so that one process serves each guarantee.
 

@@ -342,7 +342,7 @@ from sglang_overlay import activation
 sys.meta_path.remove(activation.HOOK)
 (plugin,) = [e for e in entry_points(group="sglang.srt.plugins") if e.name == "sglang_overlay"]
 plugin.load()()
-print(json.dumps([MARK(importlib.import_module(MODULE)), activation.installed()]))
+print(json.dumps([MARK(importlib.import_module(MODULE)), activation.HOOK in sys.meta_path]))
 """, "known", {}, (), [PATCH_ID, True], 0),
     # the overlay logs "applied" under its own lock; a thread that forks meanwhile must not
     # hand the child a lock that nobody will ever release

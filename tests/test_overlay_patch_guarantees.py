@@ -1,10 +1,9 @@
-"""The patches of large sglang modules (0005 by a builder; 0007, 0009 and 0011 by the generic
-rewrite) keep the overlay's guarantees, observed in fresh interpreters with the overlay
-installed: applied on first import under ``-W error`` with the old buffer dead at each
-allocation and sglang's exact contents; an unknown shape of any one method left untouched with
-its reason; the fix's own text upstream-fixed; per-patch disable; threads, reload, a spawned
-child and another plugin's hook (``overlay_patch_probe.py``, one process per guarantee).
-Against stand-ins carrying the installed sglang's exact method text, with real torch.
+"""The generic rewrite's patches (0005, 0007, 0009, 0011) keep the overlay's guarantees, in
+fresh interpreters with the overlay installed, against stand-ins carrying the installed sglang's
+exact method text (real torch): applied on first import under ``-W error``, the old buffer dead
+at each allocation, sglang's exact contents; an unknown shape of any method untouched with its
+reason; the fix's own text upstream-fixed; per-patch disable; threads, reload, a spawned child
+and another plugin's hook (``overlay_patch_probe.py``).
 """
 
 import ast
