@@ -95,7 +95,6 @@ def test_sglang_command_lines_are_found_whatever_interpreter_options_precede_the
     assert runs_sglang(argv.split()) is sglang
 
 
-# A server: the workspace module, then each stdin line a request of that many rows, answered.
 SERVER = """
 import sys, torch
 import sglang.srt.layers.attention.dsv4.sparse_prefill_utils as m
@@ -106,26 +105,33 @@ for line in sys.stdin:
 """
 
 
+def serve(known, **env) -> subprocess.Popen:
+    """A stand-in server: the workspace module, then each stdin line a request of that many
+    rows, answered once served (``ask``)."""
+    code = f"import sys; sys.path[:0] = [{str(known)!r}]\n" + SERVER
+    return subprocess.Popen(
+        [sys.executable, "-c", code], env=clean_env(**env), cwd="/", stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def ask(server, rows):
+    server.stdin.write(f"{rows}\n")
+    server.stdin.flush()
+    assert server.stdout.readline() == "done\n"
+
+
 @pytest.mark.parametrize("disable", ["", "1"], ids=["default", "every patch disabled"])
 def test_a_running_server_shows_its_state_and_high_water_mark_until_it_exits(
     runtime_dir, known, capsys, disable
 ):
-    server = subprocess.Popen(
-        [sys.executable, "-c", f"import sys; sys.path[:0] = [{str(known)!r}]\n" + SERVER],
-        env=clean_env(SGLANG_OVERLAY_DISABLE=disable, SGLANG_OVERLAY_RUNTIME_DIR=str(runtime_dir)),
-        cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-
-    def ask(rows):
-        server.stdin.write(f"{rows}\n")
-        server.stdin.flush()
-        assert server.stdout.readline() == "done\n"
-        return rows_of(capsys, server.pid)
-
+    server = serve(known, SGLANG_OVERLAY_DISABLE=disable)
     try:
-        code, rows = ask(2048)
+        ask(server, 2048)
+        code, rows = rows_of(capsys, server.pid)
         mode = (runtime_dir / f"{server.pid}.json").stat().st_mode & 0o777
-        _, grown = ask(4096)  # a replacement past the high-water mark: the record follows
+        ask(server, 4096)  # a replacement past the high-water mark: the record follows
+        grown = rows_of(capsys, server.pid)[1]
         code_text, text = status(capsys, "--pid", str(server.pid))
         server.stdin.close()
         server.wait(timeout=60)
@@ -198,23 +204,6 @@ def test_a_runtime_folder_that_cannot_hold_records_is_named_instead_of_restart_i
     assert "restart" not in row["reason"]
 
 
-def test_status_removes_dead_processes_records_and_gauge_files_and_nothing_else(
-    runtime_dir, sleeper, tmp_path, monkeypatch, capsys
-):
-    dead = runtime_dir / "4194000.json"  # above any pid this machine hands out
-    dead.write_text(json.dumps({"start_time": "1", "patches": []}))
-    kept = runtime_dir / "notes.txt"
-    kept.write_text("not a record")
-    folder = tmp_path / "prometheus"
-    folder.mkdir()
-    for pid in (4194000, sleeper):  # killed without running its exit handler; alive
-        (folder / f"gauge_liveall_{pid}.db").write_bytes(b"")
-    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(folder))
-    status(capsys, "--pid", str(sleeper))
-    assert (dead.exists(), kept.exists()) == (False, True)
-    assert sorted(p.name for p in folder.iterdir()) == [f"gauge_liveall_{sleeper}.db"]
-
-
 HOSTILE = "ok\x1b[1A\x1b[2K\r\x1b]0;title\x07\x9b2J\u202eapplied\u2066\x7f"
 DEFUSED = r"ok\x1b[1A\x1b[2K\r\x1b]0;title\x07\x9b2J\u202eapplied\u2066\x7f"
 
@@ -281,15 +270,6 @@ def test_a_reader_that_stops_early_gets_the_verdict_and_no_traceback(args, verdi
 
 # -------------------------------------------------------------------- gauges and the log
 
-# Replaces once, says its pid, and lives until its stdin closes.
-REPLACE_AND_WAIT = """
-import os, sys, torch
-import sglang.srt.layers.attention.dsv4.sparse_prefill_utils as m
-m.SparsePrefillKVBuffer(torch.device("cpu")).get(int(sys.argv[1]))
-print(os.getpid(), flush=True)
-sys.stdin.read()
-"""
-
 
 @pytest.fixture(scope="module")
 def known(tmp_path_factory):
@@ -311,31 +291,22 @@ def samples(text: str) -> dict:
     return {(s.name, frozenset(s.labels.items())): s.value for f in families for s in f.samples}
 
 
-def test_gauges_per_process_in_multiprocess_mode_leave_with_the_process_even_killed(
-    tmp_path, known, capsys, monkeypatch
+def test_gauges_per_process_leave_with_it_even_killed_and_status_sweeps_dead_records(
+    runtime_dir, tmp_path, known, capsys, monkeypatch
 ):
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.multiprocess import MultiProcessCollector
 
     folder = tmp_path / "prometheus"
     folder.mkdir()
-    killed_before = folder / "gauge_liveall_4194000.db"  # above any pid handed out here
-    killed_before.write_bytes(b"")
-    prelude = f"import sys; sys.path[:0] = [{str(known)!r}]\n"
-    started = {
-        rows: subprocess.Popen(
-            [sys.executable, "-c", prelude + REPLACE_AND_WAIT, str(rows)],
-            env=clean_env(PROMETHEUS_MULTIPROC_DIR=str(folder)),
-            cwd="/",
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        for rows in (1024, 3072)  # two processes side by side
-    }
+    (folder / "gauge_liveall_4194000.db").write_bytes(b"")  # above any pid handed out here
+    (runtime_dir / "4194000.json").write_text(json.dumps({"start_time": "1", "patches": []}))
+    (runtime_dir / "notes.txt").write_text("not a record")
+    started = {rows: serve(known, PROMETHEUS_MULTIPROC_DIR=str(folder)) for rows in (1024, 3072)}
     try:
-        pids = {int(proc.stdout.readline()): rows for rows, proc in started.items()}
-        assert not killed_before.exists()  # swept by the first process that set its gauges
+        for rows, server in started.items():  # two processes side by side
+            ask(server, rows)
+        assert sorted(folder.glob("*_4194000.db")) == []  # swept by the first to set gauges
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=str(folder))
         live = samples(generate_latest(registry).decode())
@@ -343,17 +314,20 @@ def test_gauges_per_process_in_multiprocess_mode_leave_with_the_process_even_kil
         started[3072].kill()  # no exit handler runs
         started[3072].wait(timeout=60)
     finally:
-        for proc in started.values():
-            proc.kill()
-    for pid, rows in pids.items():
-        labels = {"patch": PATCH_IDS[0], "pid": str(pid)}
+        for server in started.values():
+            server.kill()
+    for rows, server in started.items():
+        labels = {"patch": PATCH_IDS[0], "pid": str(server.pid)}
         state = {**labels, "overlay_version": __version__}
         assert live[(observe.STATE_GAUGE, frozenset({**state, "state": "applied"}.items()))] == 1
         assert live[(observe.STATE_GAUGE, frozenset({**state, "state": "pending"}.items()))] == 0
         assert live[(observe.HIGH_WATER_GAUGE, frozenset(labels.items()))] == rows * ROW_BYTES
+    alive = folder / f"gauge_liveall_{os.getpid()}.db"
+    alive.write_bytes(b"")
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(folder))
-    cli.main(["status", "--processes", "--pid", str(os.getpid())])
-    assert not [p for p in folder.iterdir() if any(str(pid) in p.name for pid in pids)]
+    status(capsys, "--pid", str(os.getpid()))  # dead processes' records and gauges, nothing else
+    assert [p.name for p in folder.iterdir()] == [alive.name]
+    assert [p.name for p in runtime_dir.iterdir()] == ["notes.txt"]
 
 
 def test_status_adds_no_series_to_the_multiprocess_folder(tmp_path, known):
