@@ -129,7 +129,7 @@ def row_ok(row: dict) -> bool:
     from sglang_overlay.overlay import OK_STATES
 
     bad = row["state"] in BAD_ROWS
-    return not bad and (row["state"] in OK_STATES or row["workspace_imported"] is False)
+    return not bad and (row["state"] in OK_STATES or row.get("workspace_imported") is False)
 
 
 def process_rows(process: dict) -> "list[dict]":
@@ -152,7 +152,7 @@ def process_rows(process: dict) -> "list[dict]":
     rows = [{**patch, **{k: record.get(k) for k in keep}, **base} for patch in record["patches"]]
     problems = record.get("misconfigured") or []
     for row in rows if problems else ():
-        row["reason"] = f"not recognised: {'; '.join(problems)}; so: {row['reason']}"
+        row["reason"] = f"not recognised: {'; '.join(map(str, problems))}; so: {row['reason']}"
         row.update(state="misconfigured", patch_state=row["state"])
     return rows
 

@@ -151,7 +151,7 @@ def read_record(pid: int, uid: int) -> "tuple[dict | None, str | None]":
     if problem is not None:
         return None, f"no record can be kept there: {problem}"
     try:
-        record = json.loads((folder / f"{pid}.json").read_text())
+        record = json.loads(_record_text(folder / f"{pid}.json"))
     except FileNotFoundError:
         return None, None
     except (OSError, ValueError) as exc:
@@ -167,6 +167,19 @@ def read_record(pid: int, uid: int) -> "tuple[dict | None, str | None]":
     return record, None
 
 
+def _record_text(path: Path) -> str:
+    """A record's text; ValueError for what is not a regular file of at most 1 MiB (a FIFO
+    would stop every reader for good)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        data = handle.read((1 << 20) + 1)
+    if len(data) > 1 << 20:
+        raise ValueError("larger than 1 MiB")
+    return data.decode()
+
+
 def prune_records(uid: int) -> None:
     """Delete ``uid``'s records of processes that are gone."""
     folder = runtime_dir(uid)
@@ -174,7 +187,7 @@ def prune_records(uid: int) -> None:
         return
     for path in folder.glob("*.json"):
         try:
-            if json.loads(path.read_text()).get("start_time") != start_time(int(path.stem)):
+            if json.loads(_record_text(path)).get("start_time") != start_time(int(path.stem)):
                 path.unlink()
         except (OSError, ValueError, AttributeError):
             continue

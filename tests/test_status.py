@@ -5,6 +5,7 @@ the gauges. Run in this process (``cli.main``) against sleepers under sglang's p
 with planted records, and stand-in servers that write their own.
 """
 
+import contextlib
 import io
 import json
 import logging
@@ -13,6 +14,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -151,6 +154,9 @@ def test_a_running_server_shows_its_state_and_high_water_mark_until_it_exits(
     assert rows_of(capsys, server.pid) == (0, {}) and list(runtime_dir.iterdir()) == []
 
 
+BARE = [{"patch": p, "state": "failed", "reason": "r"} for p in PATCH_IDS]
+
+
 @pytest.mark.parametrize(
     "states, fields, state, code",
     [
@@ -159,6 +165,8 @@ def test_a_running_server_shows_its_state_and_high_water_mark_until_it_exits(
         (["unsupported"] * 6, {}, "unsupported", 1),
         (["applied"] * 6, {"misconfigured": ["STRICT='x' not recognised"]}, "misconfigured", 1),
         (["applied"] * 6, {"start_time": "1"}, "unpatched", 1),  # an earlier process's pid
+        (["applied"] * 6, {"misconfigured": [1]}, "misconfigured", 1),
+        (["failed"] * 6, {"patches": BARE}, "failed", 1),  # no field but patch, state, reason
     ],
 )
 def test_the_verdict_follows_each_patchs_recorded_state(
@@ -202,6 +210,28 @@ def test_a_runtime_folder_that_cannot_hold_records_is_named_instead_of_restart_i
     assert (row["state"], code) == ("invalid-record", 1)
     assert str(runtime_dir) in row["reason"] and says in row["reason"]
     assert "restart" not in row["reason"]
+
+
+def test_a_record_that_is_a_fifo_is_named_unreadable_without_waiting(runtime_dir, sleeper, capsys):
+    fifo = runtime_dir / f"{sleeper}.json"
+    os.mkfifo(fifo)
+
+    done = threading.Event()
+
+    def writer():  # ends, every 3 s, the wait of a reader that waits
+        while not done.wait(3):
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    threading.Thread(target=writer, daemon=True).start()
+    started = time.monotonic()
+    try:
+        code, rows = rows_of(capsys, sleeper)
+    finally:
+        done.set()
+    assert time.monotonic() - started < 2
+    assert rows[PATCH_IDS[0]]["state"] == "invalid-record" and code == 1
+    assert "not a regular file" in rows[PATCH_IDS[0]]["reason"]
 
 
 HOSTILE = "ok\x1b[1A\x1b[2K\r\x1b]0;title\x07\x9b2J\u202eapplied\u2066\x7f"
