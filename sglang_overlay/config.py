@@ -1,6 +1,6 @@
-"""The switches ``SGLANG_OVERLAY_DISABLE``, ``SGLANG_OVERLAY_STRICT`` and ``SGLANG_PLUGINS``.
-A value the overlay does not recognise fails safe (every patch off, or strict) with one
-WARNING, and ``problems()`` names it so that ``sglang-overlay status`` fails on it.
+"""The switches ``SGLANG_OVERLAY_DISABLE``, ``SGLANG_OVERLAY_STRICT`` and ``SGLANG_PLUGINS``. A
+value not recognised fails safe (every patch off, or strict) with one WARNING, and
+``problems()`` names it so that ``sglang-overlay status`` fails on it.
 """
 
 import os
@@ -8,13 +8,10 @@ import os
 from sglang_overlay.observe import warn_once
 from sglang_overlay.patches import PATCH_IDS
 
-DISABLE_ENV = "SGLANG_OVERLAY_DISABLE"
-STRICT_ENV = "SGLANG_OVERLAY_STRICT"
+DISABLE_ENV, STRICT_ENV = "SGLANG_OVERLAY_DISABLE", "SGLANG_OVERLAY_STRICT"
 PLUGINS_ENV = "SGLANG_PLUGINS"
 PLUGIN_NAME = "sglang_overlay"  # the entry point's name in group sglang.srt.plugins
-
-OFF = frozenset({"", "0", "false", "no", "off"})
-ON = frozenset({"1", "true", "yes", "on"})
+OFF, ON = frozenset({"", "0", "false", "no", "off"}), frozenset({"1", "true", "yes", "on"})
 DISABLE_FORMS = (
     "unset/0/false/no/off (all on), 1/true/yes/on/all (all off), or a comma list of patch ids "
     f"or their leading parts ({', '.join(PATCH_IDS)}; {', '.join(p[:4] for p in PATCH_IDS)})"
@@ -22,7 +19,7 @@ DISABLE_FORMS = (
 STRICT_FORMS = "unset/0/false/no/off (warn) or 1/true/yes/on (raise)"
 
 
-def patch_ids_named(name: str) -> "list[str]":
+def _named(name: str) -> "list[str]":
     """The patch ids ``name`` stands for: the whole id or a leading part ending at a ``-``."""
     name = name.strip().lower()
     return [p for p in PATCH_IDS if name and (p == name or p.startswith(name + "-"))]
@@ -32,16 +29,14 @@ def disabled_patches(raw: "str | None") -> "tuple[frozenset, str | None]":
     """The patch ids a ``SGLANG_OVERLAY_DISABLE`` value turns off, and what in it is not
     recognised (then every patch is off: fail safe)."""
     value = (raw or "").strip().lower()
-    if value in OFF:
-        return frozenset(), None
-    if value in ON | {"all"}:
-        return frozenset(PATCH_IDS), None
+    if value in OFF or value in ON | {"all"}:
+        return frozenset(() if value in OFF else PATCH_IDS), None
     named = [part.strip() for part in raw.split(",") if part.strip()]
-    unknown = [n for n in named if len(patch_ids_named(n)) != 1]
+    unknown = [n for n in named if len(_named(n)) != 1]
     if unknown or not named:  # only commas and spaces names nothing: not clearly "off"
         what = ", ".join(repr(u) for u in unknown) or "no patch id in it"
         return frozenset(PATCH_IDS), f"{DISABLE_ENV}={raw!r} not recognised ({what})"
-    return frozenset(p for n in named for p in patch_ids_named(n)), None
+    return frozenset(p for n in named for p in _named(n)), None
 
 
 def strict_setting(raw: "str | None") -> "tuple[bool, str | None]":

@@ -61,14 +61,6 @@ def _waiting_reason(patch_id: str) -> str:
     return f"waiting for the import of {' or '.join(PATCHED_MODULES[patch_id])}"
 
 
-def _unseen_reason(module_name: str) -> str:
-    return (
-        f"{module_name} was imported without the start-up hook seeing it (a finder ahead of "
-        "it on sys.meta_path served the module, or the hook was removed or could not load); "
-        "this process runs unmodified sglang there; apply() patches now"
-    )
-
-
 _REMOVED_REASON = "removed by sglang_overlay.remove(); apply() patches again"
 # patch id -> its record, in series order
 _status = {
@@ -108,7 +100,10 @@ def _patch_status(patch_id: str) -> PatchStatus:
             if disabled is not None:  # what the setting does once the module is imported
                 record = replace(record, state="disabled", reason=disabled)
             elif seen is not None:
-                record = replace(record, reason=_unseen_reason(seen))
+                record = replace(record, reason=f"{seen} was imported without the start-up "
+                                 "hook seeing it (a finder ahead of it on sys.meta_path served "
+                                 "the module, or the hook was removed or could not load); this "
+                                 "process runs unmodified sglang there; apply() patches now")  # fmt: skip
     if record.sglang_version == "unknown":  # nothing has looked yet
         record = replace(record, sglang_version=sglang_version())
     return record
@@ -130,19 +125,17 @@ def import_patched_modules(keep_going: bool = False) -> list:
                     continue
                 why = f"importing {name} raised {type(exc).__name__}: {exc}"
                 absent = isinstance(exc, ImportError) and patch_id != PATCH_IDS[0]
-                with _lock:
-                    if absent:
-                        _record(patch_id, "not-present", name, f"{why}; no process here runs it")
-                    else:
-                        _record(patch_id, "failed", name, why)
+                if absent:
+                    _record(patch_id, "not-present", name, f"{why}; no process here runs it")
+                else:
+                    _record(patch_id, "failed", name, why)
                 if not (absent or keep_going):
                     raise
                 break
         else:
             reason = f"sglang {sglang_version()} has no {' or '.join(names)}"
             reason = "sglang is not installed" if missing == "sglang" else reason
-            with _lock:
-                _record(patch_id, "not-present", names[0], reason)
+            _record(patch_id, "not-present", names[0], reason)
     return status()
 
 
@@ -194,7 +187,11 @@ def _apply_patch(module, patch_id: str) -> None:
         if found.state != "recognised":
             _record(patch_id, found.state, found.target, found.reason)
             if found.state == "unsupported":
-                _refuse(patch_id, found.reason)
+                version, reason = sglang_version(), found.reason
+                message = f"sglang-overlay: {patch_id} left sglang {version} untouched: {reason}"
+                if config.strict():
+                    raise UnsupportedShapeError(message)
+                warn_once(("unsupported", reason), "%s", message)
             return
         from sglang_overlay import release_first  # imports torch: only once sglang has
 
@@ -218,8 +215,7 @@ def _apply_patch(module, patch_id: str) -> None:
 def record_failure(patch_id: str, module_name: str, via: str, exc: Exception) -> None:
     """Activation raised: this process runs unmodified sglang there, and says why once."""
     reason = f"activation via the {via} raised {type(exc).__name__}: {exc}"
-    with _lock:
-        _record(patch_id, "failed", module_name, reason)
+    _record(patch_id, "failed", module_name, reason)
     message = "sglang-overlay: %s left unpatched (this process runs unmodified sglang): %s"
     warn_once(("failed", type(exc).__name__, str(exc)), message, module_name, reason)
 
@@ -331,12 +327,6 @@ def publish() -> None:
 
 
 def _record(patch_id: str, state: str, target: str, reason: str) -> None:
-    _status[patch_id] = PatchStatus(patch_id, target, sglang_version(), state, reason)
-    publish()
-
-
-def _refuse(patch_id: str, reason: str) -> None:
-    message = f"sglang-overlay: {patch_id} left sglang {sglang_version()} untouched: {reason}"
-    if config.strict():
-        raise UnsupportedShapeError(message)
-    warn_once(("unsupported", reason), "%s", message)
+    with _lock:
+        _status[patch_id] = PatchStatus(patch_id, target, sglang_version(), state, reason)
+        publish()
