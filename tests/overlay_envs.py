@@ -35,33 +35,18 @@ def find_interpreter(version: str) -> "Path | None":
 
 
 def build_wheel(out: Path) -> Path:
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
-        + ["--wheel-dir", str(out), str(REPO)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*pip, "-w", str(out), str(REPO)], check=True, capture_output=True, timeout=300)
     (wheel,) = out.glob("sglang_overlay-*.whl")
     return wheel
 
 
-def make_env(interpreter: Path, version: str, wheel: Path, root: Path, *, deps=False) -> OverlayEnv:
-    """A venv of ``interpreter`` with the wheel installed into it (``deps``: with the wheel's
-    dependencies from the package index, for other builds than this one)."""
-    subprocess.run(
-        [str(interpreter), "-m", "venv", "--without-pip", str(root)], check=True, timeout=120
-    )
+def make_env(interpreter: Path, version: str, wheel: Path, root: Path) -> OverlayEnv:
+    """A venv of ``interpreter`` with the wheel installed into it by this venv's pip."""
+    subprocess.run([str(interpreter), "-m", "venv", "--without-pip", str(root)], check=True)
     python, site = root / "bin" / "python", root / "lib" / f"python{version}" / "site-packages"
-    # pip of the project venv installs into the other interpreter's environment.
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q"]
-        + ([] if deps else ["--no-deps", "--no-index"])
-        + [str(wheel)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps"]
+    subprocess.run([*pip, "--no-index", str(wheel)], check=True, capture_output=True, timeout=300)
     return OverlayEnv(version, python, site)
 
 

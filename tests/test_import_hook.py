@@ -2,7 +2,7 @@
 overlay installed from its wheel (``overlay_envs.py``) against the stand-in sglang
 (``standin.py``). Only the bytecode-only deployment depends on the interpreter (its code
 objects), so it alone runs on every declared Python (``overlay_env``); the rest on one
-(``one_env``). ``SGLANG_OVERLAY_TEST_WHEEL=PATH`` runs them against another build.
+(``one_env``).
 """
 
 import json
@@ -35,20 +35,18 @@ RACE_RUNS = 10
 RACING = ("dataclasses", "inspect", "ast")  # what activation imports, stdlib
 # A bound against a hang (a deadlocked first import never finishes), not a measurement.
 TIMEOUT_S = 120
-OTHER_WHEEL = os.environ.get("SGLANG_OVERLAY_TEST_WHEEL")
 
 
 @pytest.fixture(scope="session")
 def overlay_envs(tmp_path_factory) -> dict:
     """The environment of each declared Python this machine has, built once per session, all
     at once (each is mostly a pip install waiting on its own interpreter)."""
-    wheel = Path(OTHER_WHEEL) if OTHER_WHEEL else build_wheel(tmp_path_factory.mktemp("wheel"))
+    wheel = build_wheel(tmp_path_factory.mktemp("wheel"))
     interpreters = {v: find_interpreter(v) for v in VERSIONS}
     roots = {v: tmp_path_factory.mktemp(f"venv{v}") for v, found in interpreters.items() if found}
     with ThreadPoolExecutor(max_workers=len(VERSIONS)) as pool:
         building = {
-            v: pool.submit(make_env, interpreters[v], v, wheel, root, deps=bool(OTHER_WHEEL))
-            for v, root in roots.items()
+            v: pool.submit(make_env, interpreters[v], v, wheel, root) for v, root in roots.items()
         }
         return {v: future.result(timeout=600) for v, future in building.items()}
 
