@@ -25,8 +25,9 @@ BLOCK = f"\n{BLOCK_START}\n---\n### CI States\n\nL: <!-- slot:s:start -->t<!-- s
          .replace("\r\r\n", "\r\n")),
         ("Text\n```\ncode without its closing fence\n",
          f"Text\n```\ncode without its closing fence\n\n```\n{BLOCK}{BLOCK_END}"),
+        ("Log:\n<PRE>\nno closing tag", f"Log:\n<PRE>\nno closing tag\n\n</pre>\n{BLOCK}{BLOCK_END}"),
     ],
-    ids=["text", "null", "empty", "crlf", "unclosed-fence-closed-first"],
+    ids=["text", "null", "empty", "crlf", "unclosed-fence-closed-first", "unclosed-pre-closed-first"],
 )  # fmt: skip
 def test_the_block_is_added_at_the_end_in_upstreams_shape(body, expected):
     assert pr_states.set_slot(body, "s", "L", "t") == expected

@@ -41,9 +41,14 @@ def raw_html(text: str) -> list[tuple[int, int, str]]:
 
 
 def open_fence(text: str) -> str | None:
-    """The fence of a code block that ``text`` leaves open (it would run over anything
-    appended), or None."""
+    """The line that closes a code block or an HTML block of raw text (``<pre>``) that ``text``
+    leaves open (it would run over anything appended), or None."""
     tokens = _PARSER.parse(text)
+    last = tokens[-1] if tokens else None
+    raw = last and last.type == "html_block" and _SHOWN_AS_IS.match(last.content.lstrip())
+    if raw:
+        closer = f"</{raw[1].lower()}>"
+        return None if closer in last.content.lower() else closer
     if not tokens or tokens[-1].type != "fence":
         return None
     fence, lines = tokens[-1], LINE_END.split(text)
