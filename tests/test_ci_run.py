@@ -439,6 +439,7 @@ def test_ctrl_c_stops_every_test_process_and_prints_one_line(tmp_path):
         (["run", "--out", "/dev/null", "--tests", PYTEST_STYLE], "error: --out /dev/null: not a"),
         (["run", "--out", "/proc/version/out"], "error: --out /proc/version/out: Not a directory"),
         (["run", "--out", "x", "--jobs", "0"], "error: --jobs 0: at least 1"),
+        (["run", "--out", "x", "--regressions", sys.executable], "error: --regressions "),
         (["run", "--out", "x", "--tests", "no/such/dir"], "error: --tests no/such/dir: no such"),
         (["run", "--out", "x", "--shard", "2/2"], "error: --shard '2/2': need 0 <= I < N"),
         (["run", "--out", "x", "--modes", "base"], "error: --modes 'base': use a comma list"),

@@ -105,7 +105,10 @@ def _execute(request: RunRequest, root: str, log, out=None, change=None) -> Resu
     setups = sides.setups(wanted, trees, envs)
     if request.regressions is not None and not os.path.isfile(request.regressions):
         raise RequestError(f"--regressions {request.regressions}: not a file")
-    patterns = judge.load_patterns(request.regressions or judge.REGRESSIONS)
+    try:
+        patterns = judge.load_patterns(request.regressions or judge.REGRESSIONS)
+    except UnicodeDecodeError:
+        raise RequestError(f"--regressions {request.regressions}: not UTF-8 text") from None
     series = _series(request.series)
     shard = collect.parse_shard(request.shard)
     tree = collect.Tree(root, request.tests)
