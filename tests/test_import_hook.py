@@ -236,6 +236,19 @@ _, code = os.waitpid(pid, 0)
 importer.join()
 print(json.dumps(["child", os.waitstatus_to_exitcode(code)]))
 """
+# a child of each start method imports the module and exits 0 where it is patched
+CHILDREN = f"""
+import multiprocessing as mp
+check = ("import sys; m = __import__({WORKSPACE_MODULE!r}, fromlist=['x']); sys.exit(getattr("
+         "m.SparsePrefillKVBuffer._reserve, '__sglang_overlay_patch__', None) != {PATCH_ID!r})")
+codes = []
+for method in ("spawn", "forkserver"):
+    child = mp.get_context(method).Process(target=exec, args=(check,))
+    child.start()
+    child.join(60)
+    codes.append(child.exitcode)
+print(json.dumps(codes))
+"""
 ID = object()  # the patch's id in RELOADED
 RELOADED = [[ID, "applied"], [True, ID, "applied"], [None, "pending", True],  # the original back
             [None, "pending"], [ID, "applied"]]  # fmt: skip
@@ -243,11 +256,18 @@ RELOADED = [[ID, "applied"], [True, ID, "applied"], [None, "pending", True],  # 
 # (program, stand-in, settings, interpreter flags, expected JSON, overlay warnings).
 PROGRAMS = {
     # find_spec only finds: it imports the parents (sglang), never the module, never the fix
-    "find_spec activates nothing": ("""
-import importlib.util
-specs = [importlib.util.find_spec(n) is not None for n in ("sglang", MODULE)]
-print(json.dumps([specs, [m for m in ("sglang_overlay.release_first", MODULE) if m in sys.modules]]))
-""", "known", {}, (), [[True, True], []], 0),
+    # before the first import: status reads the version without importing sglang or torch;
+    # find_spec imports the parents (sglang), never the module or the fix; copy.deepcopy and
+    # pickle build the wrapped loader without calling __init__
+    "status, find_spec and a copied spec import nothing": ("""
+import copy, importlib.util, pickle, sglang_overlay
+r = sglang_overlay.status()[0]
+version = [r["state"], r["sglang_version"], [m for m in ("sglang", "torch") if m in sys.modules]]
+specs = [importlib.util.find_spec(n) for n in ("sglang", MODULE)]
+copies = [copy.deepcopy(specs[1]), pickle.loads(pickle.dumps(specs[1]))]
+print(json.dumps([version, [m for m in ("sglang_overlay.release_first", MODULE) if m in sys.modules],
+                  [c.loader.get_filename(c.name).endswith("sparse_prefill_utils.py") for c in copies]]))
+""", "known", {}, (), [["pending", "0.5.23", []], [], [True, True]], 0),
     # a neighbour that serves the module itself is asked, in order, and what it serves patched
     "a finder after the hook": ("""
 import importlib.machinery
@@ -260,13 +280,6 @@ sys.meta_path.insert(1, Neighbour())
 m = __import__(MODULE, fromlist=["x"])
 print(json.dumps(["sglang" in asked, MODULE in asked, MARK(m), type(m.__loader__).__name__]))
 """, "known", {}, (), [True, True, PATCH_ID, "SourceFileLoader"], 0),
-    # copy.deepcopy and pickle build the wrapped loader without calling __init__
-    "a found spec copied and pickled": ("""
-import copy, importlib.util, pickle
-spec = importlib.util.find_spec(MODULE)
-copies = [copy.deepcopy(spec), pickle.loads(pickle.dumps(spec))]
-print(json.dumps([c.loader.get_filename(c.name).endswith("sparse_prefill_utils.py") for c in copies]))
-""", "known", {}, (), [True, True], 0),
     # warnings as errors never break the import of an unknown shape: one warning a patch
     "-W error, unknown shapes": ("SAYS = 'unknown source'\n" + REPORT, "unknown", {}, ("-W", "error"),
                                  {t: [None, "unsupported", True] for t in TARGETS}, 2),
@@ -296,11 +309,6 @@ print("{{}}")
     "a subclass that overrides runs its own method": (
         "OVERRIDES = True\n" + for_each_target(SUBCLASS_IN_PLACE), "known", {}, (),
         {t: [["pending", "unsupported", "pending"], None, None] for t in TARGETS}, None),
-    "the version read without importing sglang or torch": ("""
-import sglang_overlay
-r = sglang_overlay.status()[0]
-print(json.dumps([r["state"], r["sglang_version"], [m for m in ("sglang", "torch") if m in sys.modules]]))
-""", "known", {}, (), ["pending", "0.5.23", []], 0),
     # a finder ahead of the hook served the module: unmodified sglang runs, not "waiting"
     "an import the hook never saw": ("""
 import importlib, importlib.machinery, sglang_overlay
@@ -326,6 +334,7 @@ print(json.dumps([MARK(importlib.import_module(MODULE)), activation.HOOK in sys.
     # the overlay logs "applied" under its own lock; a thread that forks meanwhile must not
     # hand the child a lock that nobody will ever release
     "a child forked while the overlay logs": (FORK_WHILE_LOGGING, "known", {}, (), ["child", 0], 0),
+    "isolated mode, spawn and forkserver children": (CHILDREN, "known", {}, ("-I",), [0, 0], 0),
 }  # fmt: skip
 
 
@@ -336,31 +345,6 @@ def test_the_start_up_hook_patches_and_stays_out_of_the_import_systems_way(one_e
     proc = run(one_env, PRELUDE + program, [root], flags, **variables)
     assert last_json(proc) == expected
     assert warnings is None or len(overlay_warnings(proc)) == warnings, proc.stderr
-
-
-def test_isolated_mode_and_spawn_and_forkserver_children_are_patched(one_env, known, tmp_path):
-    module, cls, method, _, patch_id = TARGETS["dsv4"]  # the same hook serves every module
-    script = tmp_path / "children.py"
-    script.write_text(f"""
-import json, multiprocessing as mp, sys
-sys.path.insert(0, {str(known)!r})
-
-def child(q):
-    import {module} as m
-    q.put(getattr(m.{cls}.{method}, "__sglang_overlay_patch__", None))
-
-if __name__ == "__main__":
-    marks = []
-    for method in ("spawn", "forkserver"):
-        ctx = mp.get_context(method)
-        q = ctx.Queue()
-        p = ctx.Process(target=child, args=(q,))
-        p.start(); marks.append(q.get(timeout=60)); p.join()
-    print(json.dumps(marks))
-""")
-    argv = [str(one_env.python), "-I", str(script)]
-    proc = subprocess.run(argv, env=environ(), capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert last_json(proc) == [patch_id, patch_id]
 
 
 def cli(env, root, **variables):
