@@ -1,5 +1,3 @@
-import sys
-
 from sglang_overlay.cli import main
 
-sys.exit(main())
+raise SystemExit(main())

@@ -9,7 +9,7 @@ importlib's lock, so it imports nothing. Imports only ``sys`` and ``_thread`` at
 import _thread
 import sys
 
-from sglang_overlay.patches import PATCHED_MODULES, patches_of
+from sglang_overlay.patches import PATCHED_MODULES
 
 PATCHED = tuple(dict.fromkeys(n for names in PATCHED_MODULES.values() for n in names))
 WATCHED = frozenset({"sglang", *PATCHED})  # a process that imported sglang says it has us
@@ -89,7 +89,7 @@ def on_import(module, via: str) -> None:
     that this process has the overlay). Never raises unless strict."""
     from sglang_overlay import config, overlay
 
-    patch_ids = patches_of(module.__name__)
+    patch_ids = [p for p, names in PATCHED_MODULES.items() if module.__name__ in names]
     if not patch_ids:
         overlay.publish()
     for patch_id in patch_ids:

@@ -295,19 +295,14 @@ def set_gauges(patches: "list[dict]", overlay_version: str, states) -> None:
 _LIVE_FILE = re.compile(r"gauge_live\w+_(\d+)\.db")
 
 
-def sweep_dead_gauges(folder: str) -> "list[int]":
+def sweep_dead_gauges(folder: str) -> None:
     """Remove the gauges of processes that are gone (killed: no exit handler ran) from
     ``folder``, with prometheus_client's own ``mark_process_dead``."""
     from prometheus_client import multiprocess
 
-    dead = set()
-    for name in os.listdir(folder):
-        found = _LIVE_FILE.fullmatch(name)
-        if found and not (PROC / found[1]).exists():
-            dead.add(int(found[1]))
-    for pid in dead:
+    found = (_LIVE_FILE.fullmatch(name) for name in os.listdir(folder))
+    for pid in {int(f[1]) for f in found if f and not (PROC / f[1]).exists()}:
         multiprocess.mark_process_dead(pid, folder)
-    return sorted(dead)
 
 
 def _mark_dead(folder: str, pid: int) -> None:

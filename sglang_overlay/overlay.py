@@ -8,7 +8,7 @@ import importlib
 import os
 import sys
 import threading
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 from sglang_overlay import config, observe, shapes
 from sglang_overlay.observe import logger, warn_once
@@ -23,15 +23,6 @@ OK_STATES = frozenset({"applied", "wrapped", "upstream-fixed", "not-present", "d
 
 class UnsupportedShapeError(OverlayError):
     """Raised instead of a warning when SGLANG_OVERLAY_STRICT=1."""
-
-
-@dataclass(frozen=True)
-class PatchStatus:
-    patch: str
-    target: str
-    sglang_version: str
-    state: str
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -61,10 +52,15 @@ def _waiting_reason(patch_id: str) -> str:
     return f"waiting for the import of {' or '.join(PATCHED_MODULES[patch_id])}"
 
 
+def _status_record(patch, target, sglang_version, state, reason) -> dict:
+    return {"patch": patch, "target": target, "sglang_version": sglang_version, "state": state,
+            "reason": reason}  # fmt: skip
+
+
 _REMOVED_REASON = "removed by sglang_overlay.remove(); apply() patches again"
 # patch id -> its record, in series order
 _status = {
-    p: PatchStatus(p, PATCHED_MODULES[p][0], "unknown", "pending", _waiting_reason(p))
+    p: _status_record(p, PATCHED_MODULES[p][0], "unknown", "pending", _waiting_reason(p))
     for p in PATCH_IDS
 }
 
@@ -83,29 +79,30 @@ os.register_at_fork(after_in_child=_new_lock_in_child)
 
 def status() -> list:
     """One record per patch, in series order, each checked against the live class."""
-    return [asdict(_patch_status(p)) for p in PATCH_IDS]
+    return [_patch_status(p) for p in PATCH_IDS]
 
 
-def _patch_status(patch_id: str) -> PatchStatus:
+def _patch_status(patch_id: str) -> dict:
     with _lock:
-        record = _status[patch_id]
+        record = dict(_status[patch_id])
         done = [a for a in _applied if a.patch_id == patch_id]
-        if done and record.state in ("applied", "wrapped", "replaced"):
+        if done and record["state"] in ("applied", "wrapped", "replaced"):
             state, reason = _live_state(done[-1])
-            if state != record.state:
-                record = replace(record, state=state, reason=reason)
-        elif record.reason == _waiting_reason(patch_id):
+            if state != record["state"]:
+                record.update(state=state, reason=reason)
+        elif record["reason"] == _waiting_reason(patch_id):
             seen = next((m for m in PATCHED_MODULES[patch_id] if m in sys.modules), None)
             disabled = config.disabled_reason(patch_id)
             if disabled is not None:  # what the setting does once the module is imported
-                record = replace(record, state="disabled", reason=disabled)
+                record.update(state="disabled", reason=disabled)
             elif seen is not None:
-                record = replace(record, reason=f"{seen} was imported without the start-up "
-                                 "hook seeing it (a finder ahead of it on sys.meta_path served "
-                                 "the module, or the hook was removed or could not load); this "
-                                 "process runs unmodified sglang there; apply() patches now")  # fmt: skip
-    if record.sglang_version == "unknown":  # nothing has looked yet
-        record = replace(record, sglang_version=sglang_version())
+                record["reason"] = (
+                    f"{seen} was imported without the start-up hook seeing it (a finder ahead "
+                    "of it on sys.meta_path served the module, or the hook was removed or could "
+                    "not load); this process runs unmodified sglang there; apply() patches now"
+                )
+    if record["sglang_version"] == "unknown":  # nothing has looked yet
+        record["sglang_version"] = sglang_version()
     return record
 
 
@@ -225,7 +222,7 @@ def remove() -> list:
     global _removed
     with _lock:
         _removed = True
-        outcome = {p: ("pending", _status[p].target, _REMOVED_REASON) for p in PATCH_IDS}
+        outcome = {p: ("pending", _status[p]["target"], _REMOVED_REASON) for p in PATCH_IDS}
         kept = []
         while _applied:
             done = _applied.pop()
@@ -328,5 +325,5 @@ def publish() -> None:
 
 def _record(patch_id: str, state: str, target: str, reason: str) -> None:
     with _lock:
-        _status[patch_id] = PatchStatus(patch_id, target, sglang_version(), state, reason)
+        _status[patch_id] = _status_record(patch_id, target, sglang_version(), state, reason)
         publish()

@@ -26,8 +26,3 @@ PATCHED_MODULES = {
     "0011-dsa-q8kv8-born-q-release-first": ("sglang.srt.layers.attention.dsa_backend",),
 }
 PATCH_IDS = tuple(PATCHED_MODULES)
-
-
-def patches_of(module_name) -> "tuple[str, ...]":
-    """The patches that patch ``module_name``, in series order (none: empty)."""
-    return tuple(p for p, modules in PATCHED_MODULES.items() if module_name in modules)

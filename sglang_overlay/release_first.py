@@ -28,10 +28,9 @@ _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: F
 
 def log_of(patch_id: str) -> ReplacementLog:
     if patch_id not in LOGS:
-        site = shapes.SITES[patch_id][0]
-        methods = "/".join(s.methods[0] for s in shapes.SITES[patch_id])
-        name = NAMES.get(patch_id, f"{site.class_names[0]}.{methods} scratch")
-        LOGS.setdefault(patch_id, ReplacementLog(name))
+        sites = shapes.SITES[patch_id]
+        name = f"{sites[0].class_names[0]}.{'/'.join(s.methods[0] for s in sites)} scratch"
+        LOGS.setdefault(patch_id, ReplacementLog(NAMES.get(patch_id, name)))
     return LOGS[patch_id]
 
 
@@ -48,8 +47,8 @@ def _tensors(values) -> list:
 
 
 def describe(values) -> str:
-    """The released buffers as the log shows them: shapes, dtypes and their size (never the
-    tensors: a reference kept would hold the old buffer again)."""
+    """Shapes, dtypes and size of the buffers (never the tensors: a reference kept would hold
+    the old buffer again)."""
     tensors = _tensors(values)
     if not tensors:
         return "none"
@@ -62,9 +61,8 @@ def _nbytes(tensor) -> int:
 
 
 def _logged(patch_id, owner, released, old, publish) -> None:
-    """Log and publish a replacement (``old``: the buffers before it, described). The
-    bookkeeping stays out of a torch.compile graph: dynamo reads is_compiling() as True while
-    it traces and drops these branches."""
+    """Log and publish a replacement (``old``: the buffers before it, described); never inside
+    a torch.compile graph (dynamo reads is_compiling() as True and drops this branch)."""
     if _compiling():
         return
     now = [getattr(owner, a, None) for a in released]
@@ -90,9 +88,6 @@ def build(site, found, module, publish):
                 _logged(site.patch_id, self, released, before, publish)
 
     return released_first
-
-
-# ------------------------------------------------------------ the hand-written builders
 
 
 def _workspace(self, num_tokens, dtype, module, forget_head, publish) -> torch.Tensor:
@@ -141,8 +136,8 @@ FUSED_KV = ("_proj_workspace", "_k_workspace", "_v_workspace")
 
 
 def _build_ensure_workspace(module, publish):
-    """``FusedKVMaterializeHelper._ensure_workspace``: the same reuse rule and doubling, with
-    the three old workspaces (and the capacity and dtype they stand for) dropped first."""
+    """sglang's reuse rule and doubling, with the three old workspaces (and the capacity and
+    dtype they stand for) dropped first."""
 
     def _ensure_workspace(self, total_ctx: int, dtype: torch.dtype) -> None:
         if (
@@ -184,9 +179,6 @@ BUILDERS = {
     "workspace-get-bf16": _build_get_bf16,
     "fused-kv-ensure-workspace": _build_ensure_workspace,
 }
-
-
-# ------------------------------------------------------------ the generic rewrite
 
 
 def released_method(module, class_name: str, method: str, released) -> "object":

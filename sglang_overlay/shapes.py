@@ -195,9 +195,8 @@ def recognise(module, site: "Site | None" = None) -> Recognition:
 
 
 def all_or_none(found: "list[Recognition]") -> Recognition:
-    """One patch's recognition from its sites' (``recognise`` of each, in order): patched only
-    when every method is recognised; a state all share is the patch's; any other mix leaves
-    the patch unsupported, its reason naming each method's state."""
+    """One patch's recognition from its methods' (in order): a state all share, else
+    unsupported with each method's reason (all or none)."""
     if len(found) == 1:
         return found[0]
     states = {f.state for f in found}
@@ -217,9 +216,8 @@ def module_tree(source: str) -> ast.Module:
 
 
 def releases_first(method_node: ast.FunctionDef, released=("_buffer",)) -> bool:
-    """True when, in source order, every ``self.<attr> = <call>`` of the ``released``
-    attributes (or ``= <local>`` of a local last assigned a call) comes after a
-    ``self.<attr> = None`` of that attribute (and there is one)."""
+    """True when, in source order, each ``self.<attr> = <call>`` (or ``= <local>`` of a local
+    last assigned a call) of the ``released`` attributes follows a ``self.<attr> = None``."""
     assigns = sorted(
         (n for n in ast.walk(method_node) if isinstance(n, ast.Assign)),
         key=lambda n: (n.lineno, n.col_offset),
