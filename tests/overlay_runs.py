@@ -174,25 +174,16 @@ def pool_names() -> set:
 
 
 def _items_here(request):
-    """The tests whose processes this pytest process starts: under pytest-xdist only those of
-    the requesting test's group (``conftest.XDIST_GROUPS``: the modules that share a process
-    share a group, so it runs on one worker), since every worker collects the whole suite but
-    runs only its share; otherwise every selected test."""
+    """The tests whose jobs this pytest process starts: under pytest-xdist, which collects the
+    whole suite on every worker, only those of the requesting test's group
+    (``conftest.XDIST_GROUPS``, one worker's share); otherwise every selected test."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return request.session.items
     group = group_of(request.node.path.name)
     return [item for item in request.session.items if group_of(item.path.name) == group]
 
 
-# ------------------------------------------------------------------------------ stand-in
-
-_standins: dict = {}
-
-
-def standin_root(tmp_path_factory, edit=None):
-    """The stand-in sglang and torch (``standin.py``), written once per session and edit: for
-    tests of the overlay's own logic, which a fresh interpreter imports in milliseconds."""
-    key = (id(tmp_path_factory), edit)
-    if key not in _standins:
-        _standins[key] = standin.write(tmp_path_factory.mktemp("standin"), edit=edit)
-    return _standins[key]
+def standin_root(tmp_path_factory):
+    """The stand-in sglang and torch (``standin.py``): for tests of the overlay's own logic,
+    which a fresh interpreter imports in milliseconds."""
+    return standin.write(tmp_path_factory.mktemp("standin"))
