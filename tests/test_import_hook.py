@@ -255,7 +255,6 @@ RELOADED = [[ID, "applied"], [True, ID, "applied"], [None, "pending", True],  # 
 # What a program in a fresh interpreter prints, and how many warnings it says:
 # (program, stand-in, settings, interpreter flags, expected JSON, overlay warnings).
 PROGRAMS = {
-    # find_spec only finds: it imports the parents (sglang), never the module, never the fix
     # before the first import: status reads the version without importing sglang or torch;
     # find_spec imports the parents (sglang), never the module or the fix; copy.deepcopy and
     # pickle build the wrapped loader without calling __init__

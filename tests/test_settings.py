@@ -1,7 +1,6 @@
 """How the overlay reads its settings (``SGLANG_OVERLAY_DISABLE``, ``SGLANG_OVERLAY_STRICT``,
-sglang's ``SGLANG_PLUGINS``): string handling of its own, the same on every Python, so read
-here in this process; that a setting reaches an sglang process is tested there
-(``test_import_hook.py``, ``test_activation.py``).
+sglang's ``SGLANG_PLUGINS``), in this process; that a setting reaches an sglang process is
+``test_import_hook.py``'s and ``test_status.py``'s.
 """
 
 import pytest
@@ -56,14 +55,11 @@ def test_strict_values_and_an_unrecognised_one_means_strict(value, strict, probl
 
 @pytest.mark.parametrize(
     "plugins, disabled",
-    [("other_plugin", True), (" other , sglang_overlay ", False), ("", False), (None, False)],
+    [("other_plugin", True), (" other , sglang_overlay ", False), ("", False)],
 )
 def test_the_overlay_honours_sglangs_plugin_allow_list(plugins, disabled, monkeypatch):
     monkeypatch.delenv(config.DISABLE_ENV, raising=False)
-    if plugins is None:
-        monkeypatch.delenv(config.PLUGINS_ENV, raising=False)
-    else:
-        monkeypatch.setenv(config.PLUGINS_ENV, plugins)
+    monkeypatch.setenv(config.PLUGINS_ENV, plugins)
     reason = config.disabled_reason(DSV4)
     assert (reason is not None) == disabled
     assert not disabled or "SGLANG_PLUGINS='other_plugin' does not name sglang_overlay" in reason
