@@ -224,6 +224,18 @@ def test_past_the_bound_the_decision_says_how_many_were_not_checked(
     assert "3 more naming it were not checked" in capsys.readouterr().err
 
 
+def test_a_writers_label_less_trigger_does_not_hide_another_writers_approval(
+    github, tmp_path, monkeypatch
+):
+    # admin (read first: OWNER) reopens the PR, their last review being of the head, without
+    # the label: no approval; maint's /run-ci comment naming the head is one.
+    github.pr_meta[7]["labels"] = []
+    github.associations.update(admin="OWNER", maint="MEMBER")
+    github.add_review(7, "admin", Y, "COMMENTED")
+    github.add_comment(7, f"/run-ci {Y}", login="maint")
+    assert run_gate(github, tmp_path, monkeypatch, event("reopened", "admin"))["run"] == "true"
+
+
 def test_candidates_put_plausible_writers_first():
     found = [
         Approval("a", Y, "comment", "NONE"),

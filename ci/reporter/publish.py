@@ -265,6 +265,9 @@ class Publisher:
             return facts
         reviews = self.pages(f"reviews of PR #{number}", "pulls", number, "reviews")
         comments = self.pages(f"comments of PR #{number}", "issues", number, "comments")
+        # A trigger approves only with the label on: else it would take the place of a writer's
+        # own approval below.
+        trigger = trigger if gate.RUN_LABEL in labels else None
         found = gate.approvals(reviews, comments, trigger, before)
         logins = gate.candidates(found, facts.head)
         writer = next((login for login in logins[:MAX_APPROVERS] if self.can_write(login)), None)
