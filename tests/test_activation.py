@@ -60,27 +60,24 @@ def test_first_import_is_patched_by_the_start_up_hook_alone(default_process, obs
 # ----------------------------------------------------- another vendor's hook (HookRegistry)
 
 HOOKED = """
-import torch
+import os, torch
 import {WORKSPACE_MODULE} as m
 import sglang_overlay
-from sglang_overlay import release_first
+from sglang_overlay import observe, release_first
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-target = "{WORKSPACE_MODULE}.SparsePrefillKVBuffer._reserve"
 def around(original, *args, **kwargs):
     return original(*args, **kwargs)
-HookRegistry.register(target, around, HookType.AROUND)
+HookRegistry.register("{WORKSPACE_MODULE}.SparsePrefillKVBuffer._reserve", around, HookType.AROUND)
 HookRegistry.apply_hooks()
 hooked = vars(m.SparsePrefillKVBuffer)["_reserve"]
-from sglang_overlay import observe
-record, problem = observe.read_record(__import__("os").getpid(), __import__("os").getuid())
+record, problem = observe.read_record(os.getpid(), os.getuid())
 steps = [record and record["patches"][0]["state"], problem]  # what status --processes reads
-steps.append(sglang_overlay.status()[0])
-steps.append(sglang_overlay.apply()[0])
+steps += [sglang_overlay.status()[0], sglang_overlay.apply()[0]]
 steps.append(vars(m.SparsePrefillKVBuffer)["_reserve"] is hooked)
 before = release_first.high_water_bytes(sglang_overlay.PATCH_ID)
 # Past the process's high-water mark (1 KiB a bf16 row): if release-first runs, the mark moves.
 m.SparsePrefillKVBuffer(torch.device("cpu")).get(before // 1024 + 4096)
-steps.append(release_first.high_water_bytes(sglang_overlay.PATCH_ID) > before)  # did release-first run?
+steps.append(release_first.high_water_bytes(sglang_overlay.PATCH_ID) > before)
 steps.append(sglang_overlay.remove()[0])
 steps.append(vars(m.SparsePrefillKVBuffer)["_reserve"] is hooked)
 return steps

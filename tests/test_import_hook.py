@@ -211,7 +211,7 @@ states.append(sglang_overlay.remove()[{index}]["state"])
 out[{name!r}] = [states, runs, getattr(Vendor.{method}, "__sglang_overlay_patch__", None)]
 sglang_overlay.apply()  # for the next target
 """
-FORK_WHILE_LOGGING = f"""
+CHILDREN = f"""
 import logging, os, signal, threading, warnings
 warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork() with threads running
 inside, forked = threading.Event(), threading.Event()
@@ -234,14 +234,11 @@ if pid == 0:  # what sglang's load_plugins() does in a child, then a status repo
 forked.set()
 _, code = os.waitpid(pid, 0)
 importer.join()
-print(json.dumps(["child", os.waitstatus_to_exitcode(code)]))
-"""
+codes = [os.waitstatus_to_exitcode(code)]
 # a child of each start method imports the module and exits 0 where it is patched
-CHILDREN = f"""
 import multiprocessing as mp
 check = ("import sys; m = __import__({WORKSPACE_MODULE!r}, fromlist=['x']); sys.exit(getattr("
          "m.SparsePrefillKVBuffer._reserve, '__sglang_overlay_patch__', None) != {PATCH_ID!r})")
-codes = []
 for method in ("spawn", "forkserver"):
     child = mp.get_context(method).Process(target=exec, args=(check,))
     child.start()
@@ -330,10 +327,10 @@ sys.meta_path.remove(activation.HOOK)
 plugin.load()()
 print(json.dumps([MARK(importlib.import_module(MODULE)), activation.HOOK in sys.meta_path]))
 """, "known", {}, (), [PATCH_ID, True], 0),
-    # the overlay logs "applied" under its own lock; a thread that forks meanwhile must not
-    # hand the child a lock that nobody will ever release
-    "a child forked while the overlay logs": (FORK_WHILE_LOGGING, "known", {}, (), ["child", 0], 0),
-    "isolated mode, spawn and forkserver children": (CHILDREN, "known", {}, ("-I",), [0, 0], 0),
+    # the overlay logs "applied" under its own lock: a thread that forks meanwhile must not hand
+    # the child a lock nobody releases; then spawn and forkserver children, in isolated mode
+    "children forked while the overlay logs, spawned, forkserver's": (CHILDREN, "known", {},
+                                                                      ("-I",), [0, 0, 0], 0),
 }  # fmt: skip
 
 

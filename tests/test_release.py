@@ -17,6 +17,7 @@ from conftest import clean_env
 from overlay_envs import REPO
 
 import sglang_overlay
+from sglang_overlay import cli
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +35,13 @@ def dist(tmp_path_factory) -> Path:
     return out
 
 
-def test_the_version_lives_in_one_place_and_every_report_shows_it(dist):
+def test_the_version_lives_in_one_place_and_every_report_shows_it(dist, capsys):
     version = sglang_overlay.__version__
     (wheel,) = dist.glob("*.whl")
     assert wheel.name == f"sglang_overlay-{version}-py3-none-any.whl"
-    cli = subprocess.run(
-        [sys.executable, "-m", "sglang_overlay", "--version"], capture_output=True, text=True
-    )
-    assert (cli.returncode, cli.stdout.strip()) == (0, f"sglang-overlay {version}")
+    with pytest.raises(SystemExit, match="^0$"):
+        cli.main(["--version"])
+    assert capsys.readouterr().out == f"sglang-overlay {version}\n"
     heading = re.search(r"^## (\S+) ", (REPO / "CHANGELOG.md").read_text(), flags=re.M)
     assert heading[1] == version, "CHANGELOG.md's first section must be the current version"
     assert re.search(r"^version\s*=", (REPO / "pyproject.toml").read_text(), flags=re.M) is None

@@ -189,7 +189,6 @@ def make_file(path):
 FOLDER_PROBLEMS = {
     "read-only": (lambda p: p.chmod(0o500), "is not writable by its owner"),
     "a file": (make_file, "is not a directory"),
-    "mode 0777": (lambda p: p.chmod(0o777), "may be written by others"),
     "group-writable": (lambda p: p.chmod(0o770), "may be written by others"),
     "another owner": (lambda p: os.chown(p, NOBODY, NOBODY), f"belongs to uid {NOBODY}"),
 }
@@ -276,7 +275,6 @@ def test_text_stdout_cannot_encode_is_printed_as_escapes(monkeypatch):
         ["status", "--json", "extra"],
         ["status", "--pid", "1"],
         ["status", "--processes", "--pid", "one"],
-        ["status", "--processes", "--pid", "-5"],
         ["status", "--processes", "--pid", "0"],
     ],
 )
