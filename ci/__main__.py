@@ -258,8 +258,11 @@ def _write_report(results: str) -> None:
         model = shards.load(results)
     except (OSError, ValueError):  # refused by the report itself, which says why
         return
-    model = dataclasses.replace(model, pictures=pictures.draw_all(model, folder))
-    render.write_full_report(model, folder)
+    try:
+        model = dataclasses.replace(model, pictures=pictures.draw_all(model, folder))
+        render.write_full_report(model, folder)
+    except OSError as exc:  # a read-only folder: the dry run itself still prints
+        print(f"note: report.md not written in {folder}: {exc.strerror}", file=sys.stderr)
 
 
 def _fields(record_type, args) -> dict:

@@ -76,3 +76,12 @@ def test_bad_usage_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, args, e
     assert main(["report", "--repo", "o/r", "--pr", "1", *results, *args]) == 2
     err = capsys.readouterr().err
     assert said in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_dry_run_beside_results_it_cannot_write_to_still_prints_the_plan(tmp_path, capsys):
+    save(posted(), str(tmp_path))
+    (tmp_path / "report.md").mkdir()  # as a read-only folder would refuse it
+    assert main(["report", "--results", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "## sticky comment" in out
+    assert err.startswith("note: report.md not written") and len(err.splitlines()) == 1, err
