@@ -3,7 +3,6 @@ method replaces before allocating its replacement. The public surface only; the 
 hook imports this package in every interpreter, so it loads nothing else.
 """
 
-from sglang_overlay.activation import apply, remove, status
 from sglang_overlay.patches import (
     FUSED_KV_PATCH_ID,
     PATCH_ID,
@@ -16,3 +15,11 @@ from sglang_overlay.patches import (
 
 __all__ = ["apply", "remove", "status", "PATCH_ID", "FUSED_KV_PATCH_ID", "PATCH_IDS",
            "PATCHED_MODULES", "WORKSPACE_MODULE", "OverlayError", "__version__"]  # fmt: skip
+
+
+def __getattr__(name):  # apply, remove, status: overlay.py loads on first use only
+    if name in ("apply", "remove", "status"):
+        from sglang_overlay import overlay
+
+        return getattr(overlay, name)
+    raise AttributeError(f"module 'sglang_overlay' has no attribute {name!r}")

@@ -49,10 +49,6 @@ class ActivatingLoader:
             raise AttributeError(name)
         return getattr(self.loader, name)
 
-    def create_module(self, spec):
-        create = getattr(self.loader, "create_module", None)
-        return create(spec) if create is not None else None
-
     def exec_module(self, module):
         # Put the real loader back first: the module must look as if we were never here.
         if getattr(module, "__loader__", None) is self:
@@ -99,24 +95,3 @@ def on_import(module, via: str) -> None:
             if isinstance(exc, overlay.UnsupportedShapeError) or config.strict():
                 raise  # the user asked for an exception, on every attempt
             overlay.record_failure(patch_id, module.__name__, via, exc)
-
-
-def apply():
-    """Import the patched modules and patch them now; returns the patches' status records."""
-    from sglang_overlay import overlay
-
-    return overlay.apply()
-
-
-def remove():
-    """Put back the original methods and keep the overlay off here until ``apply()``."""
-    from sglang_overlay import overlay
-
-    return overlay.remove()
-
-
-def status():
-    """This process's records, one per patch, checked against the live classes."""
-    from sglang_overlay import overlay
-
-    return overlay.status()

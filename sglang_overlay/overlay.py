@@ -139,8 +139,7 @@ def import_patched_modules(keep_going: bool = False) -> list:
 def apply() -> list:
     """Import each patch's module (where it exists) and apply the patch to it."""
     global _removed
-    with _lock:
-        _removed = False
+    _removed = False
     import_patched_modules()
     for patch_id, names in PATCHED_MODULES.items():
         for module in filter(None, map(sys.modules.get, names)):

@@ -53,7 +53,7 @@ def describe(values) -> str:
     if not tensors:
         return "none"
     shapes = ", ".join(f"{list(t.shape)} {t.dtype}" for t in tensors)
-    return f"{shapes} {sum(_nbytes(t) for t in tensors) / MIB:.1f} MiB"
+    return f"{shapes} {sum(map(_nbytes, tensors)) / MIB:.1f} MiB"
 
 
 def _nbytes(tensor) -> int:
@@ -204,13 +204,14 @@ def _drop_before_allocation(node, attr: str) -> None:
     for body in list(_statement_lists(node)):
         inserts = []  # (position, statement), made after the scan so no index shifts under it
         for index, stmt in enumerate(body):
-            if not _stores(stmt, attr):
+            if all(shapes._self_attr(t) != attr for t in _targets(stmt)):
                 continue
             if isinstance(stmt.value, ast.Call):
                 inserts.append((index, _none_assign(stmt, attr, None)))
             elif isinstance(stmt.value, ast.Name):
                 local = stmt.value.id
-                at = next((i for i in range(index - 1, -1, -1) if _assigns(body[i], local)), None)
+                sets = (i for i in range(index - 1, -1, -1) if _names(body[i], local))
+                at = next(sets, None)
                 if at is not None and _allocates(body[at].value):
                     inserts.append((at, _none_assign(body[at], attr, local)))
         for position, statement in sorted(inserts, key=lambda item: -item[0]):
@@ -225,14 +226,12 @@ def _statement_lists(node):
                 yield value
 
 
-def _stores(stmt, attr) -> bool:
-    return isinstance(stmt, ast.Assign) and any(shapes._self_attr(t) == attr for t in stmt.targets)
+def _targets(stmt) -> list:
+    return stmt.targets if isinstance(stmt, ast.Assign) else []
 
 
-def _assigns(stmt, local) -> bool:
-    return isinstance(stmt, ast.Assign) and any(
-        isinstance(t, ast.Name) and t.id == local for t in stmt.targets
-    )
+def _names(stmt, local) -> bool:
+    return any(isinstance(t, ast.Name) and t.id == local for t in _targets(stmt))
 
 
 def _allocates(value) -> bool:
