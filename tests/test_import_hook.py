@@ -6,7 +6,6 @@ objects), so it alone runs on every declared Python (``overlay_env``); the rest 
 """
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import standin
+from conftest import clean_env
 from overlay_envs import VERSIONS, build_wheel, clone_env, find_interpreter, make_env
 
 from sglang_overlay import FUSED_KV_PATCH_ID, PATCH_ID
@@ -85,24 +85,12 @@ def run(env, code: str, paths=(), flags=(), **variables):
     prelude = f"import sys; sys.path[:0] = {[str(p) for p in paths]!r}\n"
     return subprocess.run(
         [str(env.python), *flags, "-c", prelude + code],
-        env=environ(**variables),
+        env=clean_env(**variables),
         cwd="/",
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
     )
-
-
-def environ(**variables) -> dict:
-    """This environment without the overlay's switches and Python's own, plus ``variables``."""
-    kept = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("SGLANG_OVERLAY_", "PYTHON"))
-        and k != "VIRTUAL_ENV"
-        or k == "SGLANG_OVERLAY_RUNTIME_DIR"  # conftest's: the tests' records stay there
-    }
-    return {**kept, **variables}
 
 
 def last_json(proc):
@@ -305,6 +293,12 @@ print("{{}}")
     "a subclass that overrides runs its own method": (
         "OVERRIDES = True\n" + for_each_target(SUBCLASS_IN_PLACE), "known", {}, (),
         {t: [["pending", "unsupported", "pending"], None, None] for t in TARGETS}, None),
+    # sglang not installed: nothing to patch, and torch never imported
+    "no sglang": ("""
+import sglang_overlay
+r = sglang_overlay.apply()[0]
+print(json.dumps([r["state"], r["reason"], "torch" in sys.modules]))
+""", None, {}, (), ["not-present", "sglang is not installed", False], 0),
     # a finder ahead of the hook served the module: unmodified sglang runs, not "waiting"
     "an import the hook never saw": ("""
 import importlib, importlib.machinery, sglang_overlay
@@ -337,8 +331,8 @@ print(json.dumps([MARK(importlib.import_module(MODULE)), activation.HOOK in sys.
 @pytest.mark.parametrize("case", PROGRAMS)
 def test_the_start_up_hook_patches_and_stays_out_of_the_import_systems_way(one_env, case, request):
     program, standin_name, variables, flags, expected, warnings = PROGRAMS[case]
-    root = request.getfixturevalue(standin_name)
-    proc = run(one_env, PRELUDE + program, [root], flags, **variables)
+    roots = [request.getfixturevalue(standin_name)] if standin_name else []
+    proc = run(one_env, PRELUDE + program, roots, flags, **variables)
     assert last_json(proc) == expected
     assert warnings is None or len(overlay_warnings(proc)) == warnings, proc.stderr
 

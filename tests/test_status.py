@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import standin
@@ -268,18 +267,11 @@ def test_text_stdout_cannot_encode_is_printed_as_escapes(monkeypatch):
 
 @pytest.mark.parametrize(
     "argv",
-    [
-        [],
-        ["frobnicate"],
-        ["status", "--bogus"],
-        ["status", "--json", "extra"],
-        ["status", "--pid", "1"],
-        ["status", "--processes", "--pid", "one"],
-        ["status", "--processes", "--pid", "0"],
-    ],
-)
+    ["", "frobnicate", "status --bogus", "status --json extra", "status --pid 1",
+     "status --processes --pid one", "status --processes --pid 0"],
+)  # fmt: skip
 def test_bad_usage_is_one_line_and_exit_two(argv, capsys):
-    assert cli.main(argv) == 2
+    assert cli.main(argv.split()) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1 and err.startswith("sglang-overlay: ")
 
@@ -403,20 +395,6 @@ def test_gauges_never_cost_the_patch_and_a_failure_is_said_once(
     assert told == [] if said is None else (len(told) == 1 and said in told[0]), told
 
 
-def test_an_environment_without_sglang_reports_not_present_without_importing_torch(tmp_path):
-    # The base interpreter, isolated, with only a copy of the overlay on its path.
-    shutil.copytree(Path(observe.__file__).parent, tmp_path / "sglang_overlay")
-    code = (
-        f"import sys, json; sys.path.insert(0, {str(tmp_path)!r}); import sglang_overlay; "
-        "print(json.dumps([sglang_overlay.apply()[0], 'torch' in sys.modules]))"
-    )
-    proc = subprocess.run([sys._base_executable, "-I", "-c", code], capture_output=True, text=True)
-    record, torch_loaded = json.loads(proc.stdout)
-    assert (record["state"], record["reason"], torch_loaded) == (
-        "not-present", "sglang is not installed", False,
-    )  # fmt: skip
-
-
 @pytest.mark.parametrize("per_minute, warnings", [(1000, 3), (50, 0)])
 def test_thrashing_warns_at_most_once_a_minute_and_never_below_the_threshold(
     caplog, per_minute, warnings
@@ -431,6 +409,6 @@ def test_thrashing_warns_at_most_once_a_minute_and_never_below_the_threshold(
             now[0] += 10
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(said) == warnings
-    assert (
-        not said or "101 DSV4 sparse-prefill workspace replacements in the last minute" in said[0]
+    assert all(
+        "101 DSV4 sparse-prefill workspace replacements in the last minute" in w for w in said[:1]
     )
