@@ -8,9 +8,11 @@ Tests inject faults (``fail_next``) and hooks run after a request (``after``), a
 request log. Threaded, so two publishers can really race.
 """
 
+import io
 import json
 import re
 import threading
+import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
@@ -23,13 +25,8 @@ class FakeGitHub:
     def __init__(
         self, token="test-token", owner="sgl", repo="sglang", bot="ci-bot", read_only=False
     ):
-        self.token, self.owner, self.repo, self.bot, self.read_only = (
-            token,
-            owner,
-            repo,
-            bot,
-            read_only,
-        )
+        self.token, self.owner, self.repo = token, owner, repo
+        self.bot, self.read_only = bot, read_only
         self.lock = threading.RLock()
         self.bodies: dict[int, str | None] = {}  # issue or PR number -> body
         self.heads: dict[int, str] = {}  # PR -> head sha
@@ -69,6 +66,11 @@ class FakeGitHub:
         self.server.shutdown()
         self.server.server_close()
 
+    __enter__ = start
+
+    def __exit__(self, *exc):
+        self.stop()
+
     def add_pr(self, number: int, body: str | None, head_sha: str = "a" * 40, fork=None):
         """A PR; ``fork`` (OWNER/NAME) makes its head a fork's, else a branch of this repo."""
         self.bodies[number], self.heads[number] = body, head_sha
@@ -92,6 +94,15 @@ class FakeGitHub:
             comment = {"id": self._next_id, "issue": number, "body": body, "at": at}
             self.comments[self._next_id] = {**comment, "login": login or self.bot}
             return self._next_id
+
+    def serve_artifact(self, run_id, name, data: bytes, size=None):
+        """Run ``run_id``'s artifact ``name``: the zip ``data``, listed as ``size`` bytes."""
+        with self.lock:
+            self._next_id += 1
+            listed = len(data) if size is None else size
+            entry = {"id": self._next_id, "name": name, "size_in_bytes": listed, "expired": False}
+            self.artifacts.setdefault(run_id, []).append(entry)
+            self.blobs[self._next_id] = data
 
     def fail_next(self, method, path_regex, status, body=None, headers=None):
         self.faults.append(
@@ -330,6 +341,15 @@ ROUTES = [
     ("POST", r"/check-runs", FakeGitHub.create_check_run),
     ("PATCH", r"/check-runs/(\d+)", FakeGitHub.update_check_run),
 ]
+
+
+def zipped(files: dict) -> bytes:
+    """A zip of ``files`` (name -> text or bytes), as upload-artifact stores a folder."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
 
 
 def _user(login: str) -> dict:

@@ -1,11 +1,15 @@
 """Synthetic test processes (their result channel and log) and judged runs for the ci tests,
-without starting any process."""
+without starting any process; and ``ci report`` in this process against the fake GitHub."""
 
 import json
+from dataclasses import replace
 
+from ci_fake_github import FakeGitHub
+
+from ci.__main__ import main
 from ci.evidence import judge
 from ci.evidence.judge import FileRun
-from ci.evidence.model import Side
+from ci.evidence.model import MODES, Side, save
 
 FILE = "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py"
 CLS = "TestSparsePrefillKVBufferReplacement"
@@ -53,6 +57,13 @@ def workspace_runs(grow_unmodified="fail", grow=GROW, others=()):
     return [file_run("unmodified", unmodified), file_run("change", change)]
 
 
+def shard(index, version="0.5.23", path=FILE, head="fix"):
+    """Shard ``index`` ("I/N", or None) of a run of ``head``: one case, passing on both sides."""
+    runs = [file_run(m, [(GROW, "pass")], path=path) for m in MODES]
+    selection = {"shard": index, "git": {"base": "main", "head": head}}
+    return replace(model(runs, selection=selection), sides=sides(version))
+
+
 def sides(version="0.5.23"):
     return {
         "unmodified": Side(f"sglang {version}", version),
@@ -90,3 +101,32 @@ def refused(fake, pr=7, slot="dsv4-workspace"):
     text = pr_states.get_slot(fake.bodies[pr], slot)
     assert text.startswith(":x:") and text.endswith("-- invalid artifact"), text
     assert not fake.comments and not fake.statuses
+
+
+TOKEN = "ghs_actionsINSTALLATIONtoken"  # an installation token, as the Actions GITHUB_TOKEN is
+HEAD = "c0ffee" + "0" * 34
+SLOT = "dsv4-workspace"
+PR = ["--repo", "sgl/sglang", "--pr", "7"]
+
+
+def pr_fake():
+    """A fixture's body (``pytest.fixture(pr_fake, name=...)``): the fake GitHub with PR 7 at
+    HEAD, written to as the Actions bot with TOKEN."""
+    with FakeGitHub(token=TOKEN, bot="github-actions[bot]") as server:
+        server.add_pr(7, "Author's text.\n", head_sha=HEAD)
+        yield server
+
+
+def report(fake, monkeypatch, *args):
+    """``ci report *args`` in this process against ``fake``, with TOKEN and without pauses."""
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    monkeypatch.setattr("ci.reporter.publish.time.sleep", lambda _: None)
+    monkeypatch.setattr("ci.reporter.publish.Publisher.settle_s", 0)
+    return main(["report", "--api-url", fake.url, *args])
+
+
+def results_folder(folder, m=None):
+    """``folder``, made, holding the results.json of ``m`` (default: ``posted()``)."""
+    folder.mkdir()
+    save(m or posted(), str(folder))
+    return folder

@@ -65,8 +65,9 @@ def _write(repo: Path, path: str, text: str) -> None:
     (repo / path).write_text(text)
 
 
-def make_repo(dest: Path) -> Path:
-    """A copy of the cached repository at ``dest``, on branch ``main``."""
+def checkout(tmp_path_factory) -> Path:
+    """A fixture's body: a copy of the cached repository, on branch ``main``."""
+    dest = tmp_path_factory.mktemp("layout") / "sglang"
     shutil.copytree(_cached(), dest, symlinks=True)
     return dest
 

@@ -11,18 +11,16 @@ and a step that pip-installs pinned packages this venv holds at those versions d
 """
 
 import importlib.metadata
-import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import yaml
-from ci_fake_github import FakeGitHub
+from ci_fake_github import FakeGitHub, zipped
 from conftest import REPO, clean_env
 
 FLOW = REPO / "ci/workflows/sglang-pr-ab.yml"
@@ -40,25 +38,13 @@ def git(repo, *args):
 
 
 def new_fake():
-    return FakeGitHub(token=TOKEN, owner="sgl", repo="sglang", bot="github-actions[bot]").start()
+    return FakeGitHub(token=TOKEN, owner="sgl", repo="sglang", bot="github-actions[bot]")
 
 
-def zipped(folder: Path) -> bytes:
+def zip_folder(folder: Path) -> bytes:
     """The folder's files at the zip's top, as upload-artifact stores a folder."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-            archive.write(path, path.relative_to(folder).as_posix())
-    return buffer.getvalue()
-
-
-def serve_artifact(fake, name: str, data: bytes) -> None:
-    with fake.lock:
-        fake._next_id += 1
-        artifact_id = fake._next_id
-    entry = {"id": artifact_id, "name": name, "size_in_bytes": len(data), "expired": False}
-    fake.artifacts.setdefault(RUN_ID, []).append(entry)
-    fake.blobs[artifact_id] = data
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    return zipped({p.relative_to(folder).as_posix(): p.read_bytes() for p in files})
 
 
 def installed(command: str) -> bool:
@@ -187,7 +173,7 @@ class Rehearsal:
             source = Path(given["path"])
             if any(source.glob("*")):
                 shutil.copytree(source, self.artifacts / given["name"])
-                serve_artifact(self.fake, given["name"], zipped(source))
+                self.fake.serve_artifact(RUN_ID, given["name"], zip_folder(source))
         elif uses == "actions/download-artifact":
             for found in self.artifacts.glob(given["pattern"]):
                 shutil.copytree(found, Path(given["path"]) / found.name)
@@ -247,7 +233,7 @@ def rehearse(tmp, repo, branch, fork=None) -> dict:
     repository = {"full_name": "sgl/sglang"}
     payload = {"action": "opened", "pull_request": pull_request, "repository": repository}
     _event(tmp, "event.json", {**payload, "sender": {"login": "contributor"}})
-    fake = new_fake()
+    fake = new_fake().start()
     # GitHub's contents API serves the head's list of regressions (each report job reads it).
     path = load()["env"]["REGRESSIONS"]
     listed = subprocess.run(["git", "show", f"{head}:{path}"], cwd=repo, capture_output=True)

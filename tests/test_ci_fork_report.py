@@ -8,51 +8,26 @@ from dataclasses import replace
 
 import ci_samples
 import pytest
-from ci_fake_github import FakeGitHub
-from ci_samples import FILE, file_run, model, posted, refused
+from ci_fake_github import FakeGitHub, zipped
+from ci_samples import FILE, HEAD, PR, SLOT, TOKEN, file_run, model, refused, report, results_folder
 
-from ci.__main__ import main
-from ci.evidence.model import save
 from ci.reporter import checks, github_io, pr_states, render
 from ci.reporter.publish import Publisher, RetryPolicy, connect
 
-ACTIONS_TOKEN = "ghs_actionsINSTALLATIONtoken"
-HEAD = "c0ffee" + "0" * 34
-SLOT = "dsv4-workspace"
 RUN = {"id": 4242, "html_url": "https://github.example/runs/4242"}
+fake = pytest.fixture(ci_samples.pr_fake, name="fake")
 
 
-@pytest.fixture
-def fake():
-    server = FakeGitHub(token=ACTIONS_TOKEN, bot="github-actions[bot]").start()
-    server.add_pr(7, "Author's text.\n", head_sha=HEAD)
-    yield server
-    server.stop()
-
-
-def _publisher(fake, token=ACTIONS_TOKEN):
+def _publisher(fake, token=TOKEN):
     policy = RetryPolicy(sleep=lambda _: None, base_s=0.01)
     return Publisher(connect(token, fake.url), "sgl", "sglang", 7, policy, log=lambda _: None)
-
-
-def _results_dir(tmp_path, m=None, name="ci-results"):
-    folder = tmp_path / name
-    folder.mkdir()
-    save(m or posted(), str(folder))
-    return folder
-
-
-def _report(fake, monkeypatch, *args):
-    monkeypatch.setenv("GITHUB_TOKEN", ACTIONS_TOKEN)
-    monkeypatch.setattr("ci.reporter.publish.time.sleep", lambda _: None)  # the settle pause
-    return main(["report", "--api-url", fake.url, *args])
 
 
 def test_a_spoofed_marker_comment_by_another_user_is_left_alone(fake, tmp_path, monkeypatch):
     marker = render.comment_marker(SLOT)
     spoof = fake.add_comment(7, marker + "\nfake evidence: all green", login="mallory")
-    args = ["--results", str(_results_dir(tmp_path)), "--repo", "sgl/sglang", "--pr", "7"]
-    assert _report(fake, monkeypatch, *args, "--sha", HEAD, "--post") == 0
+    args = ["--results", str(results_folder(tmp_path / "r")), *PR, "--sha", HEAD, "--post"]
+    assert report(fake, monkeypatch, *args) == 0
     assert fake.comments[spoof]["body"] == marker + "\nfake evidence: all green"
     ours = [c for c in fake.comments.values() if c["login"] == "github-actions[bot]"]
     assert len(ours) == 1 and ours[0]["body"].startswith(marker)
@@ -62,32 +37,26 @@ def test_a_spoofed_marker_comment_by_another_user_is_left_alone(fake, tmp_path, 
 @pytest.mark.parametrize(
     "token, given, login",
     [
-        (ACTIONS_TOKEN, None, "github-actions[bot]"),  # 403 from GET /user: the Actions bot
-        (ACTIONS_TOKEN, "someone[bot]", "someone[bot]"),
+        (TOKEN, None, "github-actions[bot]"),  # 403 from GET /user: the Actions bot
+        (TOKEN, "someone[bot]", "someone[bot]"),
         ("ghp_personal", None, "octo"),  # a user's token is asked who it is
     ],
 )
 def test_the_bot_writes_as_the_login_given_or_the_tokens_own(token, given, login):
-    server = FakeGitHub(token=token, bot="octo").start()
-    try:
+    with FakeGitHub(token=token, bot="octo") as server:
         assert _publisher(server, token).identity(given) == login
         assert server.count("GET", r"/user$") == (given is None)
         with pytest.raises(ValueError, match="marker alone"):
             _publisher(server, token).upsert_comment("<!-- m -->", "<!-- m -->\nx", None)
-    finally:
-        server.stop()
 
 
 def test_a_fork_prs_read_only_token_fails_cleanly_and_changes_nothing(tmp_path, monkeypatch):
-    server = FakeGitHub(token=ACTIONS_TOKEN, read_only=True).start()
-    try:
+    with FakeGitHub(token=TOKEN, read_only=True) as server:
         server.add_pr(7, "Author's text.\n", head_sha=HEAD)
-        args = ["--results", str(_results_dir(tmp_path)), "--repo", "sgl/sglang", "--pr", "7"]
-        assert _report(server, monkeypatch, *args, "--post") == 1
+        args = ["--results", str(results_folder(tmp_path / "r")), *PR, "--post"]
+        assert report(server, monkeypatch, *args) == 1
         assert server.bodies[7] == "Author's text.\n" and not server.comments
         assert server.count("PATCH") == 1  # the first write is refused, nothing more is tried
-    finally:
-        server.stop()
 
 
 REVIEWED, STARTED, LATER = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z", "2026-01-01T00:10:00Z"
@@ -115,17 +84,6 @@ def _workflow_run(tmp_path, conclusion="success", sha=HEAD, event="pull_request"
     return str(path)
 
 
-def _zip(files: dict) -> bytes:
-    import io
-    import zipfile
-
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, data in files.items():
-            archive.writestr(name, data)
-    return buffer.getvalue()
-
-
 def _fork_pr(fake, m=None, approved=True, size=None, blob=None):
     """PR 7 from someone/sglang:fix at HEAD, labelled run-ci after the maintainer reviewed HEAD
     (before run 4242 started), the bot's code and workflow as on main, and the run's artifact."""
@@ -135,36 +93,27 @@ def _fork_pr(fake, m=None, approved=True, size=None, blob=None):
     if approved:
         fake.add_review(7, "maint", HEAD, "COMMENTED", at=REVIEWED)
     if m is not False:
-        data = json.dumps((m or posted()).to_json())
-        blob = blob if blob is not None else _zip({"results.json": data, "report.md": "x"})
-        fake.blobs[90] = blob
-        sized = len(blob) if size is None else size
-        fake.artifacts[4242] = [{"id": 90, "name": "dsv4-results", "size_in_bytes": sized}]
+        data = json.dumps((m or ci_samples.posted()).to_json())
+        blob = blob if blob is not None else zipped({"results.json": data, "report.md": "x"})
+        fake.serve_artifact(4242, "dsv4-results", blob, size)
 
 
 def _fork_report(fake, monkeypatch, tmp_path, **run):
-    return _report(fake, monkeypatch, "--workflow-run", _workflow_run(tmp_path, **run), "--post")
-
-
-@pytest.fixture
-def bare():
-    server = FakeGitHub(token=ACTIONS_TOKEN, bot="github-actions[bot]").start()
-    yield server
-    server.stop()
+    return report(fake, monkeypatch, "--workflow-run", _workflow_run(tmp_path, **run), "--post")
 
 
 def test_workflow_run_posts_slot_comment_status_and_check_run_for_an_approved_fork(
-    bare, tmp_path, monkeypatch
+    fake, tmp_path, monkeypatch
 ):
-    _fork_pr(bare)
-    assert _fork_report(bare, monkeypatch, tmp_path) == 0
-    assert pr_states.get_slot(bare.bodies[7], SLOT).startswith(
+    _fork_pr(fake)
+    assert _fork_report(fake, monkeypatch, tmp_path) == 0
+    assert pr_states.get_slot(fake.bodies[7], SLOT).startswith(
         ":white_check_mark: [Run #4242](https://github.example/runs/4242)"
     )
-    assert len(bare.comments) == 1 and bare.statuses[0]["sha"] == HEAD
-    (run,) = bare.check_runs.values()
+    assert len(fake.comments) == 1 and fake.statuses[0]["sha"] == HEAD
+    (run,) = fake.check_runs.values()
     assert run["head_sha"] == HEAD and run["conclusion"] == "success"
-    assert bare.blob_auth == [None]  # the storage host never saw the token
+    assert fake.blob_auth == [None]  # the storage host never saw the token
 
 
 def _fenced_run_ci(fake):
@@ -184,14 +133,14 @@ UNAPPROVED = {
 
 @pytest.mark.parametrize("setup, run", UNAPPROVED.values(), ids=UNAPPROVED.keys())
 def test_a_fork_run_of_an_unapproved_commit_gets_the_label_slot_only(
-    bare, tmp_path, monkeypatch, setup, run
+    fake, tmp_path, monkeypatch, setup, run
 ):
-    _fork_pr(bare, approved=False)
-    setup(bare)
-    assert _fork_report(bare, monkeypatch, tmp_path, **run) == 0
-    assert "No approval of this commit" in pr_states.get_slot(bare.bodies[7], SLOT)
-    assert [c["login"] for c in bare.comments.values()] in ([], ["maint"])  # no sticky comment
-    assert not bare.statuses and not bare.check_runs and bare.count("GET", r"/artifacts") == 0
+    _fork_pr(fake, approved=False)
+    setup(fake)
+    assert _fork_report(fake, monkeypatch, tmp_path, **run) == 0
+    assert "No approval of this commit" in pr_states.get_slot(fake.bodies[7], SLOT)
+    assert [c["login"] for c in fake.comments.values()] in ([], ["maint"])  # no sticky comment
+    assert not fake.statuses and not fake.check_runs and fake.count("GET", r"/artifacts") == 0
 
 
 @pytest.mark.parametrize("artifact", [None, False], ids=["green-artifact", "no-artifact"])
@@ -199,14 +148,14 @@ def test_a_fork_run_of_an_unapproved_commit_gets_the_label_slot_only(
     "conclusion, emoji", [("failure", ":x:"), ("cancelled", ":no_entry_sign:")]
 )
 def test_a_fork_run_that_did_not_succeed_is_never_green_nor_left_pending(
-    bare, tmp_path, monkeypatch, artifact, conclusion, emoji
+    fake, tmp_path, monkeypatch, artifact, conclusion, emoji
 ):
-    _fork_pr(bare, m=artifact)
-    bare.bodies[7] = pr_states.set_slot("x\n", SLOT, "L", ":hourglass_flowing_sand:")
-    assert _fork_report(bare, monkeypatch, tmp_path, conclusion=conclusion) == 0
-    assert pr_states.get_slot(bare.bodies[7], SLOT).startswith(emoji)
-    assert all(s["state"] != "success" for s in bare.statuses)
-    (run,) = bare.check_runs.values()
+    _fork_pr(fake, m=artifact)
+    fake.bodies[7] = pr_states.set_slot("x\n", SLOT, "L", ":hourglass_flowing_sand:")
+    assert _fork_report(fake, monkeypatch, tmp_path, conclusion=conclusion) == 0
+    assert pr_states.get_slot(fake.bodies[7], SLOT).startswith(emoji)
+    assert all(s["state"] != "success" for s in fake.statuses)
+    (run,) = fake.check_runs.values()
     assert run["conclusion"] == conclusion
 
 
@@ -215,19 +164,19 @@ def test_a_fork_run_that_did_not_succeed_is_never_green_nor_left_pending(
     [
         (github_io.MAX_ARTIFACT_BYTES + 1, None, None),  # refused before the download
         (100, b"PK" + bytes(10000), 4096),  # bigger than its listing: cut off at the cap
-        (None, _zip({"sub/results.json": "{}"}), None),  # results.json not at its top
+        (None, zipped({"sub/results.json": "{}"}), None),  # results.json not at its top
     ],
     ids=["listed-over-the-cap", "bigger-than-listed", "nested-results"],
 )
 def test_an_artifact_over_its_cap_or_without_results_json_is_refused(
-    bare, tmp_path, monkeypatch, size, blob, cap
+    fake, tmp_path, monkeypatch, size, blob, cap
 ):
     if cap:
         monkeypatch.setattr(github_io, "MAX_ARTIFACT_BYTES", cap)
-    _fork_pr(bare, size=size, blob=blob)
-    assert _fork_report(bare, monkeypatch, tmp_path) == 2
-    refused(bare)
-    assert bare.count("GET", r"/zip$") == (size != github_io.MAX_ARTIFACT_BYTES + 1)
+    _fork_pr(fake, size=size, blob=blob)
+    assert _fork_report(fake, monkeypatch, tmp_path) == 2
+    refused(fake)
+    assert fake.count("GET", r"/zip$") == (size != github_io.MAX_ARTIFACT_BYTES + 1)
 
 
 @pytest.mark.parametrize(
@@ -235,30 +184,11 @@ def test_an_artifact_over_its_cap_or_without_results_json_is_refused(
     [lambda f: f.heads.__setitem__(7, "d" * 40), lambda f: f.artifacts.clear()],
     ids=["head-moved-on", "approved-run-ran-no-tests"],
 )
-def test_a_fork_run_with_nothing_to_report_posts_nothing(bare, tmp_path, monkeypatch, setup):
-    _fork_pr(bare)
-    setup(bare)
-    assert _fork_report(bare, monkeypatch, tmp_path) == 0
-    assert bare.bodies_sent == [] and bare.bodies[7] == "Author's text.\n"
-
-
-@pytest.mark.parametrize("named", ["missing", "folder", "file"])
-def test_a_failed_test_job_is_reported_by_the_results_it_left_else_as_a_failure(
-    fake, tmp_path, monkeypatch, named
-):
-    # The change fails a test, so the test job fails on purpose; the results it wrote are the
-    # report (green results of a failed job are never green: test_ci_intake.py).
-    broken = [file_run(m, [(ci_samples.GROW, "fail")]) for m in ("unmodified", "change")]
-    folder = _results_dir(tmp_path, model(broken))
-    results = {"missing": tmp_path / "none", "folder": folder, "file": folder / "results.json"}
-    args = ["--results", str(results[named]), "--test-result", "failure"]
-    args += ["--repo", "sgl/sglang", "--pr", "7", "--sha", HEAD, "--require-head", "--post"]
-    assert _report(fake, monkeypatch, *args) == 0
-    assert pr_states.get_slot(fake.bodies[7], SLOT).startswith(":x:")
-    if named != "missing":  # by the results, not "no results"
-        assert [s["state"] for s in fake.statuses] == ["failure"]
-        (ours,) = fake.comments.values()
-        assert ours["body"].startswith(render.comment_marker(SLOT))
+def test_a_fork_run_with_nothing_to_report_posts_nothing(fake, tmp_path, monkeypatch, setup):
+    _fork_pr(fake)
+    setup(fake)
+    assert _fork_report(fake, monkeypatch, tmp_path) == 0
+    assert fake.bodies_sent == [] and fake.bodies[7] == "Author's text.\n"
 
 
 @pytest.mark.parametrize(
@@ -280,7 +210,7 @@ def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
     fake, tmp_path, monkeypatch, capsys, run
 ):
     event = _workflow_run(tmp_path, **run)
-    assert _report(fake, monkeypatch, "--workflow-run", event) == 2
+    assert report(fake, monkeypatch, "--workflow-run", event) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: workflow_run report: ") and len(err.splitlines()) == 1, err
     assert fake.requests == []

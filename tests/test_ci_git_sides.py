@@ -15,10 +15,7 @@ from ci import gitcmd
 from ci.__main__ import main
 from ci.runner import sides
 
-
-@pytest.fixture(scope="module")
-def checkout(tmp_path_factory):
-    return sglang_layout.make_repo(tmp_path_factory.mktemp("layout") / "sglang")
+checkout = pytest.fixture(sglang_layout.checkout, scope="module", name="checkout")
 
 
 def ci_run(capsys, checkout, out, *args):

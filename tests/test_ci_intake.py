@@ -9,55 +9,33 @@ import json
 import os
 import tempfile
 import zipfile
-from dataclasses import replace
 
 import ci_samples
 import pytest
-from ci_fake_github import FakeGitHub
-from ci_samples import model, posted, refused
+from ci_samples import HEAD, PR, SLOT, model, posted, refused, report, results_folder, shard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ci.__main__ import main
 from ci.evidence import shards
-from ci.evidence.model import EvidenceError, Results, save
-from ci.reporter import checks, github_io, pr_states
+from ci.evidence.model import MODES, EvidenceError, Results
+from ci.reporter import checks, github_io, pr_states, render
 from ci.reporter import plan as reporting
 
-TOKEN = "ghs_actionsINSTALLATIONtoken"
-HEAD = "c0ffee" + "0" * 34
-SLOT = "dsv4-workspace"
-PR = ["--repo", "sgl/sglang", "--pr", "7"]
-
-
-@pytest.fixture
-def fake():
-    server = FakeGitHub(token=TOKEN, bot="github-actions[bot]").start()
-    server.add_pr(7, "Author's text.\n", head_sha=HEAD)
-    yield server
-    server.stop()
-
-
-def _report(fake, monkeypatch, *args):
-    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    monkeypatch.setattr("ci.reporter.publish.time.sleep", lambda _: None)
-    monkeypatch.setattr("ci.reporter.publish.Publisher.settle_s", 0)
-    return main(["report", "--api-url", fake.url, *args])
+fake = pytest.fixture(ci_samples.pr_fake, name="fake")
 
 
 def _post(fake, monkeypatch, folder, *more):
-    return _report(fake, monkeypatch, "--results", str(folder), *PR, "--sha", HEAD, *more, "--post")
+    return report(fake, monkeypatch, "--results", str(folder), *PR, "--sha", HEAD, *more, "--post")
 
 
 def _folder(tmp_path, edit=None, base=model, name="r"):
-    """results.json of ``base()`` after ``edit(data)``; ``edit`` may return the raw bytes or text
-    to write instead (what JSON cannot say: 10**400, bytes that are not UTF-8)."""
+    """results.json of ``base()`` after ``edit(data)``; ``edit`` may return the text to write."""
     data = base().to_json()
     raw = edit(data) if edit else None
     folder = tmp_path / name
     folder.mkdir()
     raw = json.dumps(data, ensure_ascii=False) if raw is None else raw
-    (folder / "results.json").write_bytes(raw if isinstance(raw, bytes) else raw.encode())
+    (folder / "results.json").write_text(raw, encoding="utf-8")
     return folder
 
 
@@ -82,20 +60,9 @@ def _comment(fake) -> str:
     return comment
 
 
-PEAK = '"peak_mib": 160.0'
 COMMAND = "x\n::error file=setup.py,line=1::run curl | sh\r\n::warning::y ##[add-mask]secret"
 REFUSED = {
-    "not-utf8": lambda d: b"\xff\xfe{}",
-    "deeper-than-json-allows": lambda d: b"[" * 200_000 + b"]" * 200_000,
     "schema-only": lambda d: '{"schema": 1}',
-    "file-mode-as-list": _set(["files", 0, "modes", "change"], [1, 2]),
-    "returncode-as-bool": _set(["files", 0, "modes", "change", "returncode"], True),
-    "peak-5000-digits": lambda d: json.dumps(d).replace(PEAK, PEAK[:-5] + "1" + "0" * 5000, 1),
-    "peak-nan": lambda d: json.dumps(d).replace(PEAK, PEAK[:-5] + "NaN", 1),
-    "case-listed-twice": lambda d: d["cases"].append(d["cases"][0]),
-    "51-suites": lambda d: d.update(files=[dict(d["files"][0], path=f"t/{i}.py", suite=f"s{i}")
-                                           for i in range(51)]),
-    "def-line-1e30": _set(["cases", 0, "line"], 10**30),
     "command-in-a-mode-key": _set(["cases", 0, "modes", COMMAND], {"outcome": "bogus"}),
     "command-in-an-outcome": _set(["cases", 0, "modes", "change", "outcome"], COMMAND),
     "command-in-the-backend": _set(["backend"], COMMAND),
@@ -168,7 +135,7 @@ def test_no_log_text_or_name_from_a_valid_artifact_reaches_the_log_as_a_workflow
 
     summary = tmp_path / "summary.md"
     args = ["--results", str(_folder(tmp_path, hostile)), "--summary", str(summary), "--check-run"]
-    assert _report(fake, monkeypatch, *args, "--sha", HEAD, *PR, *(["--post"] if post else [])) == 0
+    assert report(fake, monkeypatch, *args, "--sha", HEAD, *PR, *(["--post"] if post else [])) == 0
     out = capsys.readouterr()
     assert not _commands(out.out + out.err) and not _commands(summary.read_text())
     assert not [
@@ -224,27 +191,31 @@ def test_an_environment_record_of_the_wrong_shape_cannot_crash_the_report(tmp_pa
     assert "Environment:" in plan.comment
 
 
-def _green_shard(folder, shard):
-    runs = [ci_samples.file_run(m, [(ci_samples.GROW, "pass")], path=f"test/{shard[0]}/test_x.py")
-            for m in ("unmodified", "change")]  # fmt: skip
-    results = ci_samples.model(runs, selection={"shard": shard})
-    folder.mkdir()
-    save(replace(results, sides=ci_samples.sides("0.5.23")), str(folder))
-    return str(folder)
-
-
-@pytest.mark.parametrize("result", ["failure", "cancelled"])
-def test_a_failed_test_job_whose_shards_or_folder_say_green_is_never_green(
-    fake, tmp_path, monkeypatch, result
+@pytest.mark.parametrize("given", ["green-shards", "green", "broken", "broken-file", "missing"])
+def test_a_failed_test_job_is_reported_by_the_results_it_left_and_never_green(
+    fake, tmp_path, monkeypatch, given
 ):
-    green = [_green_shard(tmp_path / "s0", "0/2"), _green_shard(tmp_path / "s1", "1/2")]
-    for results in (green, [str(_folder(tmp_path))]):
-        args = ["--results", *results, "--test-result", result, *PR, "--sha", HEAD]
-        assert _report(fake, monkeypatch, *args, "--require-head", "--check-run", "--post") == 0
-        slot = pr_states.get_slot(fake.bodies[7], SLOT)
-        assert not slot.startswith(":white_check_mark:"), slot
-        assert all(s["state"] != "success" for s in fake.statuses)
-        assert all(r["conclusion"] != "success" for r in fake.check_runs.values())
+    # The change fails a test, so the test job fails on purpose: its results are the report.
+    broken = [ci_samples.file_run(m, [(ci_samples.GROW, "fail")]) for m in MODES]
+    folder = results_folder(tmp_path / "broken", model(broken))
+    results = {
+        "green-shards": [
+            str(results_folder(tmp_path / i, shard(f"{i}/2", path=f"t/{i}.py"))) for i in "01"
+        ],
+        "green": [str(_folder(tmp_path))],
+        "broken": [str(folder)],
+        "broken-file": [str(folder / "results.json")],
+        "missing": [str(tmp_path / "none")],
+    }[given]
+    args = ["--results", *results, "--test-result", "failure", *PR, "--sha", HEAD]
+    assert report(fake, monkeypatch, *args, "--require-head", "--check-run", "--post") == 0
+    assert pr_states.get_slot(fake.bodies[7], SLOT).startswith(":x:")
+    assert all(s["state"] != "success" for s in fake.statuses)
+    assert all(r["conclusion"] != "success" for r in fake.check_runs.values())
+    if given.startswith("broken"):  # by the results, not "no results"
+        assert [s["state"] for s in fake.statuses] == ["failure"]
+        (ours,) = fake.comments.values()
+        assert ours["body"].startswith(render.comment_marker(SLOT))
 
 
 def _zip(path, members=20):
@@ -337,6 +308,6 @@ def test_a_step_summary_of_many_byte_names_stays_under_githubs_1_mib(fake, tmp_p
     data = _regressions(3000, name=lambda i: f"{i:05d}" + "\u754c" * 495)  # 3 bytes each
     summary = tmp_path / "step-summary.md"
     folder = _folder(tmp_path, lambda d: json.dumps(data, ensure_ascii=False))
-    assert _report(fake, monkeypatch, "--results", str(folder), "--summary", str(summary)) == 0
+    assert report(fake, monkeypatch, "--results", str(folder), "--summary", str(summary)) == 0
     text = summary.read_text(encoding="utf-8")
     assert len(text.encode("utf-8")) <= 1024 * 1024 and "truncated" in text

@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 from ci_fake_github import FakeGitHub
-from ci_samples import model
-from test_ci_fork_report import ACTIONS_TOKEN, HEAD, _fork_pr, _results_dir, _workflow_run
+from ci_samples import HEAD, TOKEN, model, results_folder
+from test_ci_fork_report import _fork_pr, _workflow_run
 
 from ci.__main__ import main
 from ci.reporter import checks
@@ -39,14 +39,14 @@ def test_every_request_of_every_report_path_is_in_githubs_description(tmp_path, 
     jsonschema = pytest.importorskip("jsonschema")
     with open(SPEC) as handle:
         ops = _operations(json.load(handle))
-    fake = FakeGitHub(token=ACTIONS_TOKEN, bot="github-actions[bot]").start()
-    monkeypatch.setenv("GITHUB_TOKEN", ACTIONS_TOKEN)
+    fake = FakeGitHub(token=TOKEN, bot="github-actions[bot]").start()
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
     monkeypatch.setattr("ci.reporter.publish.time.sleep", lambda _: None)
     try:
         fake.add_pr(7, "Author.\n", head_sha=HEAD)
         m = model()
         m = replace(m, cases=[replace(m.cases[0], line=40), *m.cases[1:]])
-        folder = str(_results_dir(tmp_path, m))
+        folder = str(results_folder(tmp_path / "r", m))
         base = ["report", "--api-url", fake.url, "--repo", "sgl/sglang", "--pr", "7"]
         assert main([*base, "--state", "pending", "--post"]) == 0
         assert main([*base, "--results", folder, "--sha", HEAD, "--check-run", "--post"]) == 0
@@ -65,7 +65,7 @@ def test_every_request_of_every_report_path_is_in_githubs_description(tmp_path, 
         many = replace(many, cases=[many.cases[0]] * 60)
         create, updates = checks.bodies(many, HEAD, "summary", "2026-01-01T00:00:00Z")
         policy = RetryPolicy(sleep=lambda _: None)
-        Publisher(connect(ACTIONS_TOKEN, fake.url), "sgl", "sglang", 7, policy).create_check_run(
+        Publisher(connect(TOKEN, fake.url), "sgl", "sglang", 7, policy).create_check_run(
             create, updates
         )
         sent, writes = list(fake.requests), list(fake.bodies_sent)

@@ -16,8 +16,7 @@ from sglang_rehearsal import (
     new_fake,
     rehearse,
     report_fork_run,
-    serve_artifact,
-    zipped,
+    zip_folder,
 )
 
 from ci.reporter import pr_states
@@ -26,9 +25,7 @@ FORK = "someone/sglang"
 BOTH_SHARDS = ("TestReserveSource.test\\_replacement", "TestLayout.test\\_modified")
 
 
-@pytest.fixture(scope="module")
-def layout(tmp_path_factory):
-    return sglang_layout.make_repo(tmp_path_factory.mktemp("layout") / "sglang")
+layout = pytest.fixture(sglang_layout.checkout, scope="module", name="layout")
 
 
 def _reported(fake, mark, state, head=None):
@@ -109,16 +106,13 @@ def test_the_fork_report_names_a_shard_artifact_missing_or_doubled_and_never_pos
     layout, fork_rehearsed, tmp_path, shards, conclusion, result, said
 ):
     """The fork rehearsal's own shard artifacts, as PR code in its test jobs could leave them."""
-    fake, head = new_fake(), fork_rehearsed["head"]
-    try:
+    head, base = fork_rehearsed["head"], git(layout, "rev-parse", "main")
+    with new_fake() as fake:
         fork_pr(fake, head, FORK)
         for shard in shards:
             folder = fork_rehearsed["play"].artifacts / f"ab-results-{shard}"
-            serve_artifact(fake, folder.name, zipped(folder))
-        base = git(layout, "rev-parse", "main")
+            fake.serve_artifact(RUN_ID, folder.name, zip_folder(folder))
         got, _, play = report_fork_run(tmp_path, fake, layout, base, head, conclusion, FORK)
-    finally:
-        fake.stop()
     assert got == result and said in play.log, play.log
     assert pr_states.get_slot(fake.bodies[PR], "ab").startswith(f":x: [Run #{RUN_ID}]")
     (check,) = fake.check_runs.values()

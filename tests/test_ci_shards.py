@@ -15,8 +15,7 @@ import sglang_layout
 from conftest import REPO, clean_env
 from sglang_layout import ADDED, MODIFIED
 
-from ci.__main__ import main
-from ci.evidence.model import MODES, EvidenceError
+from ci.evidence.model import EvidenceError
 from ci.evidence.shards import merge
 from ci.runner import collect
 
@@ -59,9 +58,7 @@ def test_a_file_registered_for_two_suites_runs_in_one_shard_only(tmp_path):
     assert sorted(sum(shards, [])) == ["test_once.py", "test_twice.py"]
 
 
-@pytest.fixture(scope="module")
-def checkout(tmp_path_factory):
-    return sglang_layout.make_repo(tmp_path_factory.mktemp("layout") / "sglang")
+checkout = pytest.fixture(sglang_layout.checkout, scope="module", name="checkout")
 
 
 def ci(*args):
@@ -77,16 +74,12 @@ def ci(*args):
 
 @pytest.fixture(scope="module")
 def shards(checkout, tmp_path_factory):
-    """Shard results of the fix branch (0/2, 1/2, an empty 2/3), and a results.json that is no
-    run at all."""
+    """Shard results of the fix branch: 0/2, 1/2 and an empty 2/3."""
     folder = tmp_path_factory.mktemp("shards")
     made = {}
     for name, shard in (("0", "0/2"), ("1", "1/2"), ("2", "2/3")):
         git = ["--root", checkout, "--git-base", "main", "--git-head", "fix", "--shard", shard]
         made[name] = (ci("run", "--out", folder / name, "--backend", "cpu", *git), folder / name)
-    (folder / "bad").mkdir()
-    (folder / "bad" / "results.json").write_text('{"schema": 2}')
-    made["bad"] = (None, folder / "bad")
     return made
 
 
@@ -103,54 +96,6 @@ def test_each_shard_records_its_index_and_runs_its_part_or_says_it_has_none(shar
     assert shards["2"][0].returncode == 0 and shards["2"][0].stdout.strip().splitlines()[-1] == (
         "ci run: shard 2/3: every selected file falls in another shard"
     )
-
-
-def report(capsys, *args):
-    code = main(["report", *map(str, args)])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_two_shards_render_into_one_report_with_both_shards_cases(shards, checkout, capsys):
-    head = subprocess.run(
-        ["git", "rev-parse", "fix"], cwd=checkout, capture_output=True, text=True
-    ).stdout.strip()
-    code, out, err = report(
-        capsys, "--results", shards["1"][1], shards["0"][1], "--sha", head, "--json"
-    )
-    assert code == 0, err
-    plan = json.loads(out)
-    assert plan["comment"].count("<!-- sglang-overlay-ci:") == 1
-    rows = [
-        line.split(" | ")[:2] for line in plan["comment"].splitlines() if line.startswith("| Test")
-    ]
-    assert rows == [
-        [
-            "| TestReserveSource.test\\_replacement\\_releases\\_the\\_old\\_scratch\\_before\\_allocating",
-            "fixed by this PR",
-        ],
-        ["| TestLayout.test\\_modified", "unchanged"],
-    ]
-    assert ":white_check_mark:" in plan["slot_line"]
-    assert [s["context"] for s in plan["statuses"]] == ["dsv4-workspace/base-a-test-cpu"]
-
-
-@pytest.mark.parametrize(
-    "which, said",
-    [(("0",), "shard 1/2 missing (given: 1 of 2)"), (("0", "bad"), "results.json: missing field")],
-)
-def test_a_missing_or_invalid_shard_is_named_and_fails_the_report(shards, capsys, which, said):
-    code, out, err = report(capsys, "--results", *(shards[name][1] for name in which))
-    assert code == 2, out + err
-    assert err.startswith("error: invalid artifact: ") and said in err
-    assert len(err.splitlines()) == 1
-    assert ":x:" in out and "invalid artifact" in out
-
-
-def _sample_shard(shard, version="0.5.23", path=ci_samples.FILE, head="fix"):
-    runs = [ci_samples.file_run(m, [(ci_samples.GROW, "pass")], path=path) for m in MODES]
-    selection = {"shard": shard, "git": {"base": "main", "head": head}}
-    return replace(ci_samples.model(runs, selection=selection), sides=ci_samples.sides(version))
 
 
 OTHER = "test/b/test_b.py"
@@ -170,15 +115,15 @@ OTHER = "test/b/test_b.py"
     ids=["missing", "twice", "other-count", "no-shard", "other-release", "other-run", "file-twice"],
 )
 def test_shards_that_are_not_every_part_of_one_run_are_refused_by_name(more, said):
-    named = [("a", _sample_shard("0/2"))] + [(name, _sample_shard(*a)) for name, *a in more]
+    named = [("a", ci_samples.shard("0/2"))] + [(name, ci_samples.shard(*a)) for name, *a in more]
     with pytest.raises(EvidenceError) as refused:
         merge(named)
     assert str(refused.value).startswith(said), str(refused.value)
 
 
 def test_merged_shards_keep_every_file_once_name_the_shards_and_any_shape_of_records():
-    b = _sample_shard("1/2", path=OTHER)
-    a = _sample_shard("0/2")
+    b = ci_samples.shard("1/2", path=OTHER)
+    a = ci_samples.shard("0/2")
     # a shard's records are PR code's output: one of another shape shows nothing, never a crash
     a = replace(a, environment={**a.environment, "modes": [1]})
     merged = merge([("b", b), ("a", a)])

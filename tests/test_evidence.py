@@ -244,6 +244,9 @@ def _mutated(tmp_path, mutate):
         (lambda d: _change(d).update(attempts=["fail"] * 21), "attempts"),
         (lambda d: d["cases"][0]["modes"].update({"x\n::error::forged": {}}), "not one of the run"),
         (lambda d: d["files"][0]["modes"]["change"].update(returncode=10**400), "401 digits"),
+        (lambda d: d["files"][0]["modes"]["change"].update(returncode=True), "True is not an int"),
+        (lambda d: _change(d).update(peak_mib=float("nan")), "peak_mib: expected a number"),
+        (lambda d: d.update(files=[dict(d["files"][0], suite=f"s{i}") for i in range(51)]), "50"),
         (lambda d: d.update(pictures={"k": "../x.png"}), "pictures"),
         (lambda d: d.update(environment={"a": json.loads("[" * 20 + "]" * 20)}), "nested"),
         (lambda d: d["cases"].append(d["cases"][0]), r"cases\[2\]: .* is listed twice"),
@@ -265,6 +268,7 @@ def test_results_out_of_bounds_are_refused_naming_the_field(tmp_path, mutate, me
         (lambda p: p.write_bytes(b"\xff\xfe{}"), "not readable"),
         (lambda p: p.symlink_to("/etc/hostname"), "not a plain file"),
         (lambda p: p.write_text("[" * 100000), "not readable|not JSON"),
+        (lambda p: p.write_text('{"schema": 1' + "0" * 5000 + "}"), "an integer of 5001 digits"),
     ],
 )
 def test_results_that_are_not_a_plain_small_utf8_file_are_refused(tmp_path, write, message):
