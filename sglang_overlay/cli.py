@@ -88,8 +88,8 @@ def fresh_status(as_json: bool) -> "tuple[list[str], bool]":
     if as_json:
         return [json.dumps(records, indent=2)], ok
     modules = ", ".join(dict.fromkeys(names[0] for names in PATCHED_MODULES.values()))
-    lines = [f"checked in a fresh process: {sys.executable} -c 'import {modules}'"]
-    lines.append(f"overlay {report.get('overlay_version')} at {report.get('overlay_path')}")
+    lines = [f"checked in a fresh process: {sys.executable} -c 'import {modules}'",
+             f"overlay {report.get('overlay_version')} at {report.get('overlay_path')}"]  # fmt: skip
     for r in records:
         lines.append(f"{r['patch']}  {r['state']}  sglang {r['sglang_version']}  {r['target']}")
         lines.append(f"    {r['reason']}")

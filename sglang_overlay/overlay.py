@@ -122,10 +122,9 @@ def import_patched_modules(keep_going: bool = False) -> list:
                     continue
                 why = f"importing {name} raised {type(exc).__name__}: {exc}"
                 absent = isinstance(exc, ImportError) and patch_id != PATCH_IDS[0]
-                if absent:
-                    _record(patch_id, "not-present", name, f"{why}; no process here runs it")
-                else:
-                    _record(patch_id, "failed", name, why)
+                if absent:  # a later patch's module this environment cannot import
+                    why = f"{why}; no process here runs it"
+                _record(patch_id, "not-present" if absent else "failed", name, why)
                 if not (absent or keep_going):
                     raise
                 break

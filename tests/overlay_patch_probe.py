@@ -23,28 +23,13 @@ from contextlib import contextmanager
 
 import torch
 
-# patch -> (module, class, the methods it replaces)
+from sglang_overlay.patches import PATCH_IDS, PATCHED_MODULES
+from sglang_overlay.shapes import SITES
+
+# patch -> (module, class, the methods it replaces), from the overlay's own table
 PATCHES = {
-    "0005-dflash-draft-probs-release-first": (
-        "sglang.srt.speculative.dflash_worker_v2",
-        "DFlashWorkerV2",
-        ("_selector_sampling_accept",),
-    ),
-    "0007-dsa-q8kv8-release-first": (
-        "sglang.srt.layers.attention.dsa_backend",
-        "DeepseekSparseAttnBackend",
-        ("_forward_flashmla_sparse_q8kv8",),
-    ),
-    "0009-dsv4-q8kv8-qpad-release-first": (
-        "sglang.srt.layers.attention.deepseek_v4_backend",
-        "DeepseekV4AttnBackend",
-        ("_prepare_q8kv8_q_and_sink",),
-    ),
-    "0011-dsa-q8kv8-born-q-release-first": (
-        "sglang.srt.layers.attention.dsa_backend",
-        "DeepseekSparseAttnBackend",
-        ("q8kv8_acquire_born_q_buffer", "q8kv8_born_q_sentinel"),
-    ),
+    p: (PATCHED_MODULES[p][0], SITES[p][0].class_names[0], tuple(s.methods[0] for s in SITES[p]))
+    for p in PATCH_IDS[2:]
 }
 FP8 = torch.float8_e4m3fn
 BORN_Q = "0011-dsa-q8kv8-born-q-release-first"
