@@ -61,11 +61,10 @@ def real_class_source(module: str, name: str) -> str:
 
 
 def _edited(class_source: str, edit) -> str:
-    if edit is None:
-        return class_source
-    old, new = edit
-    assert class_source.count(old) == 1, f"edit anchor {old!r} not found exactly once"
-    return class_source.replace(old, new)
+    if edit:
+        assert class_source.count(edit[0]) == 1, f"edit anchor {edit[0]!r} not found exactly once"
+        class_source = class_source.replace(*edit)
+    return class_source
 
 
 def _module_file(root: Path, module: str) -> Path:
@@ -82,7 +81,6 @@ def write(root: Path, *, edit=None, fused_edit=None, fused=True) -> Path:
     class text, ``fused_edit`` on the fused-KV helper's; ``fused=False`` leaves the fused-KV
     module out (a release without it)."""
     root.mkdir(parents=True, exist_ok=True)
-    version = "0.5.23"
     class_source = _edited(real_class_source(WORKSPACE_MODULE, "SparsePrefillKVBuffer"), edit)
     workspace_file = _module_file(root, WORKSPACE_MODULE)
     if fused:
@@ -90,17 +88,15 @@ def write(root: Path, *, edit=None, fused_edit=None, fused=True) -> Path:
         _module_file(root, FUSED_KV_MODULE).write_text(
             "from typing import Callable, List, Optional\n\nimport torch\n\n\n" + helper + "\n"
         )
-    (root / "sglang" / "version.py").write_text(f'__version__ = "{version}"\n')
+    (root / "sglang" / "version.py").write_text('__version__ = "0.5.23"\n')
     # As sglang's own __init__ does: a process that imported sglang has its version loaded,
     # and the overlay reads it there instead of from the package metadata.
     (root / "sglang" / "__init__.py").write_text("from sglang.version import __version__\n")
     header = "from typing import Optional, Tuple\n\nimport torch\n\nWORKSPACE_DIM = 512\n\n\n"
     workspace_file.write_text(header + class_source + "\n")
-    dist_info = root / f"sglang-{version}.dist-info"
-    dist_info.mkdir(exist_ok=True)
-    (dist_info / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n"
-    )
+    (root / "sglang-0.5.23.dist-info").mkdir(exist_ok=True)
+    metadata = "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.23\n"
+    (root / "sglang-0.5.23.dist-info" / "METADATA").write_text(metadata)
     (root / "torch").mkdir(exist_ok=True)
     (root / "torch" / "__init__.py").write_text(TORCH)
     return root

@@ -361,18 +361,11 @@ def test_a_broken_install_is_named_and_a_stale_pth_is_silent(one_env, known, tmp
 
 
 FUSED = standin.FUSED_KV_MODULE.replace(".", "/") + ".py"
+OLD_FUSED = "sglang.srt.speculative.triton_ops.fused_kv_materialize"  # before 0.5.16
 ALLOCATION = "        self._proj_workspace = torch.empty(\n"
 RELEASED = "".join(
     f"        self.{a} = None\n" for a in ("_proj_workspace", "_k_workspace", "_v_workspace")
 )
-
-
-def _move_to_0_5_15_name(root):
-    old = root / "sglang/srt/speculative/triton_ops/fused_kv_materialize.py"
-    old.parent.mkdir(parents=True)
-    for package in (old.parent, old.parent.parent):
-        (package / "__init__.py").write_text("")
-    (root / FUSED).rename(old)
 
 
 def _prepend(text):
@@ -387,7 +380,7 @@ CLI_CASES = {
                       [("applied", ""), ("disabled", "lists 0003")]),
     "no triton": ({}, _prepend("import triton_not_here  # noqa\n"), {}, 0,
                   [("applied", ""), ("not-present", "No module named 'triton_not_here'")]),
-    "0.5.15 name": ({}, _move_to_0_5_15_name, {}, 0,
+    "0.5.15 name": ({}, lambda root: (root / FUSED).rename(standin._module_file(root, OLD_FUSED)), {}, 0,
                     [("applied", ""), ("applied", "srt.speculative.triton_ops.fused_kv_materialize")]),
     "no helper": ({"fused": False}, None, {}, 0,
                   [("applied", ""), ("not-present", "has no sglang.kernels.ops.speculative.fused_kv_materialize or")]),

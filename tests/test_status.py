@@ -180,14 +180,9 @@ def test_the_verdict_follows_each_patchs_recorded_state(
     )
 
 
-def make_file(path):
-    path.rmdir()
-    path.write_text("")
-
-
 FOLDER_PROBLEMS = {
     "read-only": (lambda p: p.chmod(0o500), "is not writable by its owner"),
-    "a file": (make_file, "is not a directory"),
+    "a file": (lambda p: p.rmdir() or p.write_text(""), "is not a directory"),
     "group-writable": (lambda p: p.chmod(0o770), "may be written by others"),
     "another owner": (lambda p: os.chown(p, NOBODY, NOBODY), f"belongs to uid {NOBODY}"),
 }
@@ -304,18 +299,12 @@ def standin_python(known, code, *args, **env) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def samples(text: str) -> dict:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    families = text_string_to_metric_families(text)
-    return {(s.name, frozenset(s.labels.items())): s.value for f in families for s in f.samples}
-
-
 def test_gauges_per_process_leave_with_it_even_killed_and_status_sweeps_them_adding_none(
     runtime_dir, tmp_path, known, capsys, monkeypatch
 ):
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.multiprocess import MultiProcessCollector
+    from prometheus_client.parser import text_string_to_metric_families as families
 
     folder = tmp_path / "prometheus"
     folder.mkdir()
@@ -329,7 +318,8 @@ def test_gauges_per_process_leave_with_it_even_killed_and_status_sweeps_them_add
         assert sorted(folder.glob("*_4194000.db")) == []  # swept by the first to set gauges
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=str(folder))
-        live = samples(generate_latest(registry).decode())
+        live = {(s.name, frozenset(s.labels.items())): s.value
+                for f in families(generate_latest(registry).decode()) for s in f.samples}  # fmt: skip
         started[1024].communicate("", timeout=60)  # a clean exit: marked dead at exit
         started[3072].kill()  # no exit handler runs
         started[3072].wait(timeout=60)
