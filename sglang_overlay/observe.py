@@ -237,10 +237,8 @@ def processes(pids: "set[int] | None" = None) -> "list[dict]":
     and its problem."""
     found = []
     for entry in PROC.iterdir() if PROC.is_dir() else ():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        pid = int(entry.name)
-        if pids is not None and pid not in pids:
+        pid = int(entry.name) if entry.name.isdigit() else os.getpid()
+        if pid == os.getpid() or (pids is not None and pid not in pids):
             continue
         try:
             argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
@@ -287,8 +285,9 @@ def set_gauges(patches: "list[dict]", overlay_version: str, states) -> None:
     state_gauge, high_water_gauge = _gauges
     for record in patches:
         for state in states:
-            value = 1 if state == record["state"] else 0
-            state_gauge.labels(record["patch"], state, overlay_version).set(value)
+            state_gauge.labels(record["patch"], state, overlay_version).set(
+                state == record["state"]
+            )
         high_water_gauge.labels(record["patch"]).set(record["high_water_bytes"])
 
 

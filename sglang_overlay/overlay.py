@@ -48,19 +48,16 @@ _applied: "list[_Applied]" = []
 _removed = False  # remove() keeps it off until apply()
 
 
-def _waiting_reason(patch_id: str) -> str:
-    return f"waiting for the import of {' or '.join(PATCHED_MODULES[patch_id])}"
-
-
 def _status_record(patch, target, sglang_version, state, reason) -> dict:
     return {"patch": patch, "target": target, "sglang_version": sglang_version, "state": state,
             "reason": reason}  # fmt: skip
 
 
+_WAITING = {p: f"waiting for the import of {' or '.join(m)}" for p, m in PATCHED_MODULES.items()}
 _REMOVED_REASON = "removed by sglang_overlay.remove(); apply() patches again"
 # patch id -> its record, in series order
 _status = {
-    p: _status_record(p, PATCHED_MODULES[p][0], "unknown", "pending", _waiting_reason(p))
+    p: _status_record(p, PATCHED_MODULES[p][0], "unknown", "pending", _WAITING[p])
     for p in PATCH_IDS
 }
 
@@ -90,7 +87,7 @@ def _patch_status(patch_id: str) -> dict:
             state, reason = _live_state(done[-1])
             if state != record["state"]:
                 record.update(state=state, reason=reason)
-        elif record["reason"] == _waiting_reason(patch_id):
+        elif record["reason"] == _WAITING[patch_id]:
             seen = next((m for m in PATCHED_MODULES[patch_id] if m in sys.modules), None)
             disabled = config.disabled_reason(patch_id)
             if disabled is not None:  # what the setting does once the module is imported
