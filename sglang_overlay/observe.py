@@ -49,20 +49,18 @@ class ReplacementLog:
         self.what, self._clock, self._thrash = what, clock, thrash_per_minute
         self._lock = threading.Lock()
         self.high_water_bytes = 0
-        self._window_start = self._last_warning = None
+        self._window_start = self._last_warning = float("-inf")
         self._in_window = 0
 
     def replaced(self, old: str, new: str, new_bytes: int) -> None:
         now = self._clock()
         with self._lock:
-            if self._window_start is None or now - self._window_start >= 60:
+            if now - self._window_start >= 60:
                 self._window_start, self._in_window = now, 0
             self._in_window += 1
             passed = new_bytes > self.high_water_bytes
             self.high_water_bytes = max(self.high_water_bytes, new_bytes)
-            thrashing = self._in_window > self._thrash and (
-                self._last_warning is None or now - self._last_warning >= 60
-            )
+            thrashing = self._in_window > self._thrash and now - self._last_warning >= 60
             if thrashing:
                 self._last_warning = now
             count = self._in_window
