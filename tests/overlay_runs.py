@@ -118,8 +118,7 @@ class Pool:
     def result(self, name: str, request):
         self._start(request)
         future, position = self._futures[name]
-        # WORKERS jobs at a time, each bounded by its own timeout: a backstop, never reached
-        # unless a bound inside a job failed.
+        # a backstop behind each job's own bound: WORKERS jobs at a time
         return future.result(timeout=JOB_TIMEOUT_S * (position // WORKERS + 2))
 
     def _start(self, request):

@@ -45,19 +45,41 @@ SECOND_ACTIVATION = observe(
 )
 
 
+# dynamo traces get() -> _reserve -> the replacement: no logging, lock or clock call may be in
+# what it traces. The compiled call must still replace and reuse as eager does.
+TORCH_COMPILE = observe(
+    "torch_compile",
+    """
+    import torch
+    import {WORKSPACE_MODULE} as m
+    import sglang_overlay
+    assert sglang_overlay.status()[0]["state"] == "applied"
+    buffer = m.SparsePrefillKVBuffer(torch.device("cpu"))
+    compiled = torch.compile(lambda n, dtype: buffer.get(n, dtype), fullgraph=True, backend="eager")
+    shapes = [tuple(compiled(n, dtype).shape) for n, dtype in
+              ((16, torch.bfloat16), (32, torch.bfloat16), (8, torch.bfloat16), (8, torch.float8_e4m3fn))]
+    return [shapes, tuple(buffer._buffer.shape), str(buffer._buffer.dtype)]
+    """,
+)
+
+
+FP8 = "torch.float8_e4m3fn"
+
+
 @pytest.mark.parametrize(
     "observation, expected",
     [
         (FIRST_IMPORT, PATCH_ID),  # plain `python -c`: nothing of the user's imports the overlay
         (START_MODULES, ["sglang_overlay", "sglang_overlay.activation", "sglang_overlay.patches"]),
         (SECOND_ACTIVATION, [True, "_reserve", "applied"]),  # sglang's plugin loader: a no-op
+        (TORCH_COMPILE, [[[16, 1, 512], [32, 1, 512], [8, 1, 512], [8, 1, 512]], [8, 1, 512], FP8]),
     ],
 )
-def test_first_import_is_patched_by_the_start_up_hook_alone(default_process, observation, expected):
+def test_first_import_is_patched_by_the_start_up_hook_alone_and_compiles(
+    default_process, observation, expected
+):
     assert default_process.value(observation) == expected
 
-
-# ----------------------------------------------------- another vendor's hook (HookRegistry)
 
 HOOKED = """
 import os, torch
@@ -93,31 +115,3 @@ def test_another_hook_over_the_method_is_reported_by_status_apply_and_remove(def
     assert (seen["state"], applied["state"], removed["state"]) == ("wrapped",) * 3
     assert "hook_registry.py" in seen["reason"] and "remove() cannot" in removed["reason"]
     assert (unchanged, ran, still) == (True, True, True)
-
-
-# ---------------------------------------------------------------------------- torch.compile
-
-# dynamo traces get() -> _reserve -> the replacement: no logging, lock or clock call may be in
-# what it traces. The compiled call must still replace and reuse as eager does.
-TORCH_COMPILE = observe(
-    "torch_compile",
-    """
-    import torch
-    import {WORKSPACE_MODULE} as m
-    import sglang_overlay
-    assert sglang_overlay.status()[0]["state"] == "applied"
-    buffer = m.SparsePrefillKVBuffer(torch.device("cpu"))
-    compiled = torch.compile(lambda n, dtype: buffer.get(n, dtype), fullgraph=True, backend="eager")
-    shapes = [tuple(compiled(n, dtype).shape) for n, dtype in
-              ((16, torch.bfloat16), (32, torch.bfloat16), (8, torch.bfloat16), (8, torch.float8_e4m3fn))]
-    return [shapes, tuple(buffer._buffer.shape), str(buffer._buffer.dtype)]
-    """,
-)
-
-
-def test_the_patched_method_compiles_with_fullgraph(default_process):
-    assert default_process.value(TORCH_COMPILE) == [
-        [[16, 1, 512], [32, 1, 512], [8, 1, 512], [8, 1, 512]],
-        [8, 1, 512],
-        "torch.float8_e4m3fn",
-    ]

@@ -45,10 +45,8 @@ def overlay_envs(tmp_path_factory) -> dict:
     interpreters = {v: find_interpreter(v) for v in VERSIONS}
     roots = {v: tmp_path_factory.mktemp(f"venv{v}") for v, found in interpreters.items() if found}
     with ThreadPoolExecutor(max_workers=len(VERSIONS)) as pool:
-        building = {
-            v: pool.submit(make_env, interpreters[v], v, wheel, root) for v, root in roots.items()
-        }
-        return {v: future.result(timeout=600) for v, future in building.items()}
+        envs = pool.map(lambda v: make_env(interpreters[v], v, wheel, roots[v]), roots, timeout=600)
+        return dict(zip(roots, envs, strict=True))
 
 
 @pytest.fixture(scope="session", params=VERSIONS, ids=[f"py{v}" for v in VERSIONS])
@@ -84,13 +82,9 @@ def run(env, code: str, paths=(), flags=(), **variables):
     """``code`` in a fresh interpreter of ``env`` with the stand-in ``paths`` first on sys.path."""
     prelude = f"import sys; sys.path[:0] = {[str(p) for p in paths]!r}\n"
     return subprocess.run(
-        [str(env.python), *flags, "-c", prelude + code],
-        env=clean_env(**variables),
-        cwd="/",
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+        [str(env.python), *flags, "-c", prelude + code], env=clean_env(**variables), cwd="/",
+        capture_output=True, text=True, timeout=TIMEOUT_S,
+    )  # fmt: skip
 
 
 def last_json(proc):

@@ -60,13 +60,6 @@ def test_sdist_and_wheel_pass_twine_check_and_hold_the_start_up_hook(dist):
     assert sorted(tops) == files.split()
 
 
-def readme_operator_commands() -> list:
-    """The commands of the README's operator block, comments dropped."""
-    text = (REPO / "README.md").read_text().split("**Operators**", 1)[1]
-    block = text.split("```sh\n", 1)[1].split("```", 1)[0]
-    return [line.split(" #", 1)[0].strip() for line in block.splitlines() if line.strip()]
-
-
 def test_the_readmes_operator_commands_give_every_patch_applied(tmp_path):
     # A fresh clone's files, and an environment that runs sglang: a venv that sees this venv's
     # packages (sglang, torch, pip, hatchling) but not its overlay, with a `pip` of its own.
@@ -86,7 +79,9 @@ def test_the_readmes_operator_commands_give_every_patch_applied(tmp_path):
     (env / "bin" / "pip").chmod(0o755)
     path = f"{env / 'bin'}{os.pathsep}{os.environ['PATH']}"
     variables = clean_env(PATH=path, PIP_NO_INDEX="1", PIP_NO_BUILD_ISOLATION="0")
-    for command in readme_operator_commands():
+    text = (REPO / "README.md").read_text().split("**Operators**", 1)[1]
+    block = text.split("```sh\n", 1)[1].split("```", 1)[0]  # its commands, comments dropped
+    for command in [line.split(" #", 1)[0].strip() for line in block.splitlines() if line.strip()]:
         proc = subprocess.run(
             command, shell=True, cwd=checkout, env=variables, capture_output=True, text=True,
             timeout=600,

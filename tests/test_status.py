@@ -175,9 +175,9 @@ def test_the_verdict_follows_each_patchs_recorded_state(
     got, rows = rows_of(capsys, sleeper)
     assert (rows[PATCH_IDS[0]]["state"], got) == (state, code)
     assert state != "unpatched" or "restart it" in rows[PATCH_IDS[0]]["reason"]
-    assert all(
-        r["pid"] == sleeper and r["command"] == "sglang::scheduler_TP0 300" for r in rows.values()
-    )
+    assert {(r["pid"], r["command"]) for r in rows.values()} == {
+        (sleeper, "sglang::scheduler_TP0 300")
+    }
 
 
 FOLDER_PROBLEMS = {
