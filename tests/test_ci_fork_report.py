@@ -116,18 +116,9 @@ def test_workflow_run_posts_slot_comment_status_and_check_run_for_an_approved_fo
     assert fake.blob_auth == [None]  # the storage host never saw the token
 
 
-def _fenced_run_ci(fake):
-    fake.add_comment(7, f"I will NOT run this:\n```\n/run-ci {HEAD}\n```", "maint", REVIEWED)
-
-
 UNAPPROVED = {
     "no-approval": (lambda f: None, {}),  # the fork's own workflow uploaded a green artifact
-    "run-ci-in-a-fenced-block": (_fenced_run_ci, {}),
     "approved-after-the-run-started": (lambda f: f.add_review(7, "maint", HEAD, at=LATER), {}),
-    "label-by-a-non-writer": (
-        lambda f: f.add_review(7, "author", HEAD, "COMMENTED", at=REVIEWED),
-        {"triggering_actor": {"login": "author"}},
-    ),
 }
 
 

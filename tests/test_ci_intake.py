@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ci.evidence import shards
-from ci.evidence.model import MODES, EvidenceError, Results
-from ci.reporter import checks, github_io, pr_states, render
+from ci.evidence.model import MODES, EvidenceError
+from ci.reporter import github_io, pr_states, render
 from ci.reporter import plan as reporting
 
 fake = pytest.fixture(ci_samples.pr_fake, name="fake")
@@ -283,6 +283,8 @@ def test_a_push_landing_during_the_report_stops_the_comment_not_the_commit_statu
 
 def _regressions(count: int, name=lambda i: f"TestW.test_case_{i:05d}"):
     data = model().to_json()
+    for side in data["cases"][0]["modes"].values():
+        side.pop("peak_mib")  # no pictures to draw: they are not the subject
     data["cases"] = [dict(data["cases"][0], test=name(i)) for i in range(count)]
     return data
 
@@ -295,13 +297,6 @@ def test_ten_thousand_regression_cases_cost_at_most_ten_check_run_requests(
     (run,) = fake.check_runs.values()
     assert len(run["annotations"]) == 500 and "first 500 of 10000" in run["output"]["title"]
     assert fake.count("POST", r"/check-runs$") + fake.count("PATCH", r"/check-runs/\d+$") <= 10
-
-
-def test_an_annotation_title_carries_no_bidi_or_invisible_characters():
-    m = Results.from_json(_regressions(1, name=lambda i: "test_\u202egnp.exe\u200b\x1b[31m"))
-    create, _ = checks.bodies(m, HEAD, "summary", "2026-01-01T00:00:00Z")
-    (note,) = create["output"]["annotations"]
-    assert note["title"] == "test_\\u202egnp.exe\\u200b\\x1b[31m"  # shown, not hidden
 
 
 def test_a_step_summary_of_many_byte_names_stays_under_githubs_1_mib(fake, tmp_path, monkeypatch):

@@ -49,6 +49,7 @@ def test_the_settle_pause_is_three_seconds_unless_set(monkeypatch):
 USAGE = {
     "no-results-flag": ([], {}, "--results DIR is required"),
     "results-not-json": (["--results", "{bad}"], {}, "not JSON"),
+    "results-missing": (["--results", "{tmp}/none"], {}, "error: --results {tmp}/none: no such"),
     "empty-results-folder": (["--results", "{empty}"], {}, "results.json"),
     "short-sha": (["--sha", "abc1234"], {}, "expected a full commit id"),
     "sha-with-a-line-break": (["--sha", "a" * 40 + "\n"], {}, "expected a full commit id"),
@@ -56,7 +57,7 @@ USAGE = {
     "settle-as-text": (["--post"], {github_io.SETTLE_ENV: "soon"}, "CI_REPORT_SETTLE_S='soon'"),
     "settle-an-hour": (["--post"], {github_io.SETTLE_ENV: "3600"}, "seconds from 0 to 60"),
     "summary-a-folder": (["--summary", "{tmp}"], {}, "error: --summary"),
-    "summary-folder-missing": (["--summary", "{tmp}/missing/s.md"], {}, "error: --summary"),
+    "summary-folder-missing": (["--summary", "{tmp}/no/s.md"], {}, "its folder does not exist"),
     "post-without-a-token": (["--post"], {"GITHUB_TOKEN": None}, "needs a token in GITHUB_TOKEN"),
 }
 
@@ -75,7 +76,7 @@ def test_bad_usage_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, args, e
     results = [] if "--results" in args or not args else ["--results", str(good)]
     assert main(["report", "--repo", "o/r", "--pr", "1", *results, *args]) == 2
     err = capsys.readouterr().err
-    assert said in err and len(err.strip().splitlines()) == 1, err
+    assert said.format(tmp=tmp_path) in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_a_dry_run_beside_results_it_cannot_write_to_still_prints_the_plan(tmp_path, capsys):
