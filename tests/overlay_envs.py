@@ -16,7 +16,6 @@ VERSIONS = ("3.10", "3.11", "3.12", "3.13")
 
 @dataclass(frozen=True)
 class OverlayEnv:
-    version: str
     python: Path
     site_packages: Path
 
@@ -47,7 +46,7 @@ def make_env(interpreter: Path, version: str, wheel: Path, root: Path) -> Overla
     python, site = root / "bin" / "python", root / "lib" / f"python{version}" / "site-packages"
     pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps"]
     subprocess.run([*pip, "--no-index", str(wheel)], check=True, capture_output=True, timeout=300)
-    return OverlayEnv(version, python, site)
+    return OverlayEnv(python, site)
 
 
 def clone_env(env: OverlayEnv, root: Path) -> OverlayEnv:
@@ -55,6 +54,4 @@ def clone_env(env: OverlayEnv, root: Path) -> OverlayEnv:
     damages its install."""
     source = Path(env.python).parent.parent
     shutil.copytree(source, root, symlinks=True)
-    return OverlayEnv(
-        env.version, root / "bin" / "python", root / env.site_packages.relative_to(source)
-    )
+    return OverlayEnv(root / "bin" / "python", root / env.site_packages.relative_to(source))

@@ -25,6 +25,7 @@ FUSED_KV_UNKNOWN_EDIT = (
     "        new_capacity = max(1, total_ctx)\n",
     "        new_capacity = max(2, total_ctx)\n",
 )
+UNKNOWN = {"edit": UNKNOWN_EDIT, "fused_edit": FUSED_KV_UNKNOWN_EDIT}  # an unknown shape of each
 # Each patch's guarantees are tested alike: (module, class, method, its record's index, id).
 TARGETS = {
     "dsv4": (WORKSPACE_MODULE, "SparsePrefillKVBuffer", "_reserve", 0, PATCH_ID),
@@ -71,13 +72,6 @@ def known(tmp_path_factory) -> Path:
     return standin.write(tmp_path_factory.mktemp("standin-known"))
 
 
-@pytest.fixture(scope="session")
-def unknown(tmp_path_factory) -> Path:
-    """The stand-in with one line of each method edited: an unknown shape."""
-    edits = {"edit": UNKNOWN_EDIT, "fused_edit": FUSED_KV_UNKNOWN_EDIT}
-    return standin.write(tmp_path_factory.mktemp("standin-unknown"), **edits)
-
-
 def run(env, code: str, paths=(), flags=(), **variables):
     """``code`` in a fresh interpreter of ``env`` with the stand-in ``paths`` first on sys.path."""
     prelude = f"import sys; sys.path[:0] = {[str(p) for p in paths]!r}\n"
@@ -122,8 +116,7 @@ def test_sglang_deployed_as_bytecode_only_is_recognised_by_its_code_objects(
     # CPython compiles, so the known shape runs on every declared Python, under -W error.
     if edited and overlay_env is not one_env:
         pytest.skip("an unknown code object is refused alike on every Python")
-    edits = {"edit": UNKNOWN_EDIT, "fused_edit": FUSED_KV_UNKNOWN_EDIT} if edited else {}
-    root = standin.write(tmp_path / "standin", **edits)
+    root = standin.write(tmp_path / "standin", **(UNKNOWN if edited else {}))
     subprocess.run(
         [str(overlay_env.python), "-m", "compileall", "-q", "-b", str(root / "sglang")], check=True
     )
@@ -231,8 +224,8 @@ print(json.dumps(codes))
 ID = object()  # the patch's id in RELOADED
 RELOADED = [[ID, "applied"], [True, ID, "applied"], [None, "pending", True],  # the original back
             [None, "pending"], [ID, "applied"]]  # fmt: skip
-# What a program in a fresh interpreter prints, and how many warnings it says:
-# (program, stand-in, settings, interpreter flags, expected JSON, overlay warnings).
+# What a fresh interpreter prints, and its warning count: (program, the stand-in's edits or None:
+# no sglang, settings, interpreter flags, expected JSON, overlay warnings).
 PROGRAMS = {
     # before the first import: status reads the version without importing sglang or torch;
     # find_spec imports the parents (sglang), never the module or the fix; copy.deepcopy and
@@ -245,7 +238,7 @@ specs = [importlib.util.find_spec(n) for n in ("sglang", MODULE)]
 copies = [copy.deepcopy(specs[1]), pickle.loads(pickle.dumps(specs[1]))]
 print(json.dumps([version, [m for m in ("sglang_overlay.release_first", MODULE) if m in sys.modules],
                   [c.loader.get_filename(c.name).endswith("sparse_prefill_utils.py") for c in copies]]))
-""", "known", {}, (), [["pending", "0.5.23", []], [], [True, True]], 0),
+""", {}, {}, (), [["pending", "0.5.23", []], [], [True, True]], 0),
     # a neighbour that serves the module itself is asked, in order, and what it serves patched
     "a finder after the hook": ("""
 import importlib.machinery
@@ -257,9 +250,9 @@ class Neighbour:
 sys.meta_path.insert(1, Neighbour())
 m = __import__(MODULE, fromlist=["x"])
 print(json.dumps(["sglang" in asked, MODULE in asked, MARK(m), type(m.__loader__).__name__]))
-""", "known", {}, (), [True, True, PATCH_ID, "SourceFileLoader"], 0),
+""", {}, {}, (), [True, True, PATCH_ID, "SourceFileLoader"], 0),
     # warnings as errors never break the import of an unknown shape: one warning a patch
-    "-W error, unknown shapes": ("SAYS = 'unknown source'\n" + REPORT, "unknown", {}, ("-W", "error"),
+    "-W error, unknown shapes": ("SAYS = 'unknown source'\n" + REPORT, UNKNOWN, {}, ("-W", "error"),
                                  {t: [None, "unsupported", True] for t in TARGETS}, 2),
     "a failed activation keeps the import, says why and is retried": (f"""
 import importlib
@@ -271,21 +264,21 @@ del sys.modules["sglang_overlay.release_first"]
 importlib.reload(m)  # the next import attempt retries
 print(json.dumps([first["state"], "release_first" in first["reason"],
                   sglang_overlay.status()[0]["state"], MARK(m)]))
-""", "known", {}, ("-W", "error"), ["failed", True, "applied", PATCH_ID], 1),
+""", {}, {}, ("-W", "error"), ["failed", True, "applied", PATCH_ID], 1),
     "a reload does not repeat a warning": (f"""
 import importlib
 import {WORKSPACE_MODULE} as m
 importlib.reload(m)  # the same unrecognised setting is read again
 print("{{}}")
-""", "known", {"SGLANG_OVERLAY_DISABLE": "banana"}, (), {}, 1),
-    "reload, remove and apply": (for_each_target(RELOAD), "known", {}, (),
+""", {}, {"SGLANG_OVERLAY_DISABLE": "banana"}, (), {}, 1),
+    "reload, remove and apply": (for_each_target(RELOAD), {}, {}, (),
                                  {t: [[p[-1] if s is ID else s for s in step] for step in RELOADED]
                                   for t, p in TARGETS.items()}, 0),
     "a subclass that inherits runs release-first": (
-        "OVERRIDES = False\n" + for_each_target(SUBCLASS_IN_PLACE), "known", {}, (),
+        "OVERRIDES = False\n" + for_each_target(SUBCLASS_IN_PLACE), {}, {}, (),
         {t: [["applied", "applied", "pending"], p[-1], None] for t, p in TARGETS.items()}, 0),
     "a subclass that overrides runs its own method": (
-        "OVERRIDES = True\n" + for_each_target(SUBCLASS_IN_PLACE), "known", {}, (),
+        "OVERRIDES = True\n" + for_each_target(SUBCLASS_IN_PLACE), {}, {}, (),
         {t: [["pending", "unsupported", "pending"], None, None] for t in TARGETS}, None),
     # sglang not installed: nothing to patch, and torch never imported
     "no sglang": ("""
@@ -304,7 +297,7 @@ sys.meta_path.insert(0, Ahead())
 importlib.import_module(MODULE)
 r = sglang_overlay.status()[0]
 print(json.dumps([r["state"], "waiting" in r["reason"], "without the start-up hook" in r["reason"]]))
-""", "known", {}, (), ["pending", False, True], 0),
+""", {}, {}, (), ["pending", False, True], 0),
     # sglang's load_plugins() calls the entry point: alone, it patches what is imported after it
     "sglang's plugin loader alone": ("""
 import importlib
@@ -314,18 +307,18 @@ sys.meta_path.remove(activation.HOOK)
 (plugin,) = [e for e in entry_points(group="sglang.srt.plugins") if e.name == "sglang_overlay"]
 plugin.load()()
 print(json.dumps([MARK(importlib.import_module(MODULE)), activation.HOOK in sys.meta_path]))
-""", "known", {}, (), [PATCH_ID, True], 0),
+""", {}, {}, (), [PATCH_ID, True], 0),
     # the overlay logs "applied" under its own lock: a thread that forks meanwhile must not hand
     # the child a lock nobody releases; then spawn and forkserver children, in isolated mode
-    "children forked while the overlay logs, spawned, forkserver's": (CHILDREN, "known", {},
+    "children forked while the overlay logs, spawned, forkserver's": (CHILDREN, {}, {},
                                                                       ("-I",), [0, 0, 0], 0),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("case", PROGRAMS)
-def test_the_start_up_hook_patches_and_stays_out_of_the_import_systems_way(one_env, case, request):
-    program, standin_name, variables, flags, expected, warnings = PROGRAMS[case]
-    roots = [request.getfixturevalue(standin_name)] if standin_name else []
+def test_the_start_up_hook_patches_and_stays_out_of_the_import_systems_way(one_env, tmp_path, case):
+    program, edits, variables, flags, expected, warnings = PROGRAMS[case]
+    roots = [] if edits is None else [standin.write(tmp_path / "standin", **edits)]
     proc = run(one_env, PRELUDE + program, roots, flags, **variables)
     assert last_json(proc) == expected
     assert warnings is None or len(overlay_warnings(proc)) == warnings, proc.stderr
