@@ -21,6 +21,33 @@ TRACEBACK = (
 )
 
 
+# A registered test file that imports no sglang unless ``imports`` does.
+REGISTERED = """import unittest
+{imports}
+
+def register_cpu_ci(**kwargs):  # read by AST
+    pass
+
+
+register_cpu_ci(est_time={est}, suite="{suite}")
+{more}
+
+class {cls}(unittest.TestCase):
+    def test_{name}(self):
+        {body}
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+def registered(name="passes", est=1, suite="base-a-test-cpu", cls="TestTiny", body="pass",
+               imports="", more=""):  # fmt: skip
+    """The text of a registered file of one test; ``more``: lines after its registration."""
+    return REGISTERED.format(**locals())
+
+
 def channel_line(test, outcome, detail="", peak_mib=None) -> str:
     record = {"test": f"{CLS}.{test}", "outcome": outcome, "duration_s": 0.5, "detail": detail}
     return json.dumps(record if peak_mib is None else {**record, "peak_mib": peak_mib})

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ci_samples import REGISTERED, registered
 from conftest import REPO
 
 ADDED = "test/registered/unit/layers/test_release_first_source.py"
@@ -28,27 +29,6 @@ IDENTITY = {
     "GIT_COMMITTER_NAME": "contributor",
     "GIT_COMMITTER_EMAIL": "contributor@example.invalid",
 }
-
-# A registered test that imports nothing of sglang and passes on any tree.
-PASSING = """import unittest
-
-
-def register_cpu_ci(**kwargs):  # read by AST
-    pass
-
-
-register_cpu_ci(est_time={est}, suite="base-a-test-cpu")
-
-
-class TestLayout(unittest.TestCase):
-    def test_{name}(self):
-        self.assertTrue(True)
-
-
-if __name__ == "__main__":
-    unittest.main()
-"""
-
 
 # kept besides what the DSV4 patches touch: the registry reader ``ci.runner.collect`` loads
 SLIM = ("python/sglang/test/ci/ci_register.py",)
@@ -84,7 +64,7 @@ def _cached() -> Path:
     from tools.series import base
 
     series, fix, cuda_test = _patches()
-    digest = hashlib.sha256(series.base.version.encode())
+    digest = hashlib.sha256((series.base.version + REGISTERED).encode())
     for path in (Path(__file__), SOURCE_TEST, fix, cuda_test):
         digest.update(path.read_bytes())
     root = base.CACHE_DIR / "layouts"
@@ -121,8 +101,8 @@ def _build(repo: Path, series, fix: Path, cuda_test: Path) -> None:
     _git(repo, "add", "-A", "-f")
     _git(repo, "commit", "-q", "-m", f"sglang {series.base.version} (the files the layout needs)")
     _git(repo, "tag", base.BASE_TAG)
-    _write(repo, UNCHANGED, PASSING.format(est=3, name="unchanged"))
-    _write(repo, MODIFIED, PASSING.format(est=2, name="modified"))
+    _write(repo, UNCHANGED, registered("unchanged", est=3, cls="TestLayout"))
+    _write(repo, MODIFIED, registered("modified", est=2, cls="TestLayout"))
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "registered CPU tests")
     for branch, patches in (("fix", (fix, cuda_test)), ("tests-only", (cuda_test,))):
@@ -131,8 +111,7 @@ def _build(repo: Path, series, fix: Path, cuda_test: Path) -> None:
         _git(repo, "rm", "-q", CPU_COMPANION)
         (repo / ADDED).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(SOURCE_TEST, repo / ADDED)
-        text = PASSING.format(est=2, name="modified").replace("(True)", "(1 + 1 == 2)")
-        _write(repo, MODIFIED, text)
+        _write(repo, MODIFIED, registered("modified", est=2, cls="TestLayout", body="assert 2"))
         _git(repo, "add", "-A")
         _git(repo, "commit", "-q", "-m", f"{branch}: upstream-style tests")
     _git(repo, "checkout", "-q", "main")

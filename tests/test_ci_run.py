@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 import overlay_runs
 import pytest
 import release_check
+from ci_samples import registered
 from conftest import (
     CPU_COMPANION,
     CPU_PROOF,
@@ -308,33 +309,13 @@ def test_files_that_fail_outside_their_tests_are_cases_and_a_reused_out_keeps_no
     )
 
 
-TINY = """import unittest{imports}
-
-
-def register_cpu_ci(**kwargs):  # read by AST
-    pass
-
-
-register_cpu_ci(est_time=1, suite="base-a-test-cpu")
-
-
-class TestTiny(unittest.TestCase):
-    def test_passes(self):
-        pass
-
-
-if __name__ == "__main__":
-    unittest.main()
-"""
-
-
 def test_the_machine_commit_and_series_are_recorded(tmp_path, capsys):
     from ci import gitcmd
     from tools.series import seriesdir
 
     root, series = tmp_path / "root", tmp_path / "series.json"
     (root / "test/registered").mkdir(parents=True)
-    (root / "test/registered/test_tiny.py").write_text(TINY.format(imports=""))
+    (root / "test/registered/test_tiny.py").write_text(registered())
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "tiny"]):
         gitcmd.run(
             args,
@@ -368,7 +349,7 @@ def test_a_looping_link_is_not_followed_and_results_the_report_would_refuse_fail
         (tmp_path / mode / "python/sglang").mkdir(parents=True)
         (tmp_path / mode / "python/sglang/__init__.py").write_text(f"__version__ = {version!r}\n")
     (root / "tests").mkdir(parents=True)
-    (root / "tests/test_tiny.py").write_text(TINY.format(imports="\n\nimport sglang"))
+    (root / "tests/test_tiny.py").write_text(registered(imports="import sglang"))
     os.symlink(".", root / "tests" / "loop")
     argv = ["run", "--out", out, "--backend", "cpu", "--root", root, "--tests", "tests"]
     argv += ["--unmodified-src", tmp_path / "unmodified", "--change-src", tmp_path / "change"]

@@ -19,21 +19,11 @@ from ci.evidence.model import EvidenceError
 from ci.evidence.shards import merge
 from ci.runner import collect
 
-REGISTERED = """def register_cpu_ci(**kwargs):
-    pass
-
-
-register_cpu_ci(est_time={est}, suite="{suite}")
-{more}
-if __name__ == "__main__":
-    print("ran")
-"""
-
 
 def _registered(root, name, est, suite="base-a-test-cpu", more=""):
     path = root / "test/registered" / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(REGISTERED.format(est=est, suite=suite, more=more))
+    path.write_text(ci_samples.registered(est=est, suite=suite, more=more))
 
 
 def _shard(root, text):

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ci_samples import registered
 from conftest import clean_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,27 +71,11 @@ def test_the_bots_code_names_none_of_the_products_modules_or_settings():
 
 
 # A registered file that says what its process holds; it runs without importing sglang.
-SAYS_WHAT_IT_HOLDS = """
-import json, os, sys, unittest
-
-
-def register_cpu_ci(**kwargs):  # read by AST
-    pass
-
-
-register_cpu_ci(est_time=1, suite="base-a-test-cpu")
-
-
-class T(unittest.TestCase):
-    def test_holds(self):
-        held = {"env": sorted(os.environ), "modules": sorted(sys.modules)}
-        with open(os.path.join(os.environ["SEEN"], f"{os.getpid()}.json"), "w") as out:
-            json.dump(held, out)
-
-
-if __name__ == "__main__":
-    unittest.main()
-"""
+SAYS_WHAT_IT_HOLDS = registered(
+    imports="import json, os, sys",
+    body='held = {"env": sorted(os.environ), "modules": sorted(sys.modules)}\n        '
+    'json.dump(held, open(os.path.join(os.environ["SEEN"], f"{os.getpid()}.json"), "w"))',
+)
 # What `ci run` itself loaded, printed at its exit: it runs `ci.__main__` as `python -m ci` does.
 LOADED_AT_EXIT = (
     "import atexit, json, runpy, sys; "
