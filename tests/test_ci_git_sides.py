@@ -1,6 +1,7 @@
 """``ci run --git-base REV --git-head REV``: both sides made from a checkout in sglang's layout
 (``sglang_layout``: sglang 0.5.23 with upstream-style tests, a branch with the fix and one
-without), the tests picked from the diff, the user's checkout left as it was, bad input refused.
+without), the tests picked from the diff and split into shards, the user's checkout left as it
+was, bad input refused.
 """
 
 import json
@@ -58,6 +59,21 @@ def test_the_tests_come_from_the_diff_and_the_head_proves_or_fails_them(
     )
     assert (git(checkout, "status", "--porcelain"), git(checkout, "worktree", "list")) == before
     assert git(checkout, "branch", "--show-current") == "main"
+
+
+@pytest.mark.parametrize("shard, files", [("0/2", [MODIFIED]), ("1/2", [ADDED]), ("2/3", [])])
+def test_each_shard_records_its_index_and_runs_its_part_or_says_it_has_none(
+    checkout, tmp_path, capsys, shard, files
+):
+    git = ["--git-base", "main", "--git-head", "fix", "--shard", shard]
+    code, said, err = ci_run(capsys, checkout, tmp_path / "out", *git)
+    selection = json.loads((tmp_path / "out" / "results.json").read_text())["selection"]
+    assert code == 0 and (selection["shard"], selection["files"]) == (shard, files), err
+    if not files:
+        assert (
+            said.splitlines()[-1]
+            == f"ci run: shard {shard}: every selected file falls in another shard"
+        )
 
 
 @pytest.mark.parametrize(

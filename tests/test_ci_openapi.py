@@ -8,9 +8,9 @@ import os
 import re
 from dataclasses import replace
 
+import ci_samples
 import pytest
-from ci_fake_github import FakeGitHub
-from ci_samples import HEAD, TOKEN, model, results_folder
+from ci_samples import HEAD, PR, TOKEN, model, report, results_folder
 from test_ci_fork_report import _fork_pr, _workflow_run
 
 from ci.__main__ import main
@@ -18,6 +18,7 @@ from ci.reporter import checks
 from ci.reporter.publish import Publisher, RetryPolicy, connect
 
 SPEC = os.environ.get("OCTOKIT_OPENAPI")
+fake = pytest.fixture(ci_samples.pr_fake, name="fake")
 pytestmark = pytest.mark.skipif(
     not (SPEC and os.path.exists(SPEC)), reason="OCTOKIT_OPENAPI (octokit's description) not set"
 )
@@ -35,42 +36,33 @@ def _operations(spec):
     return ops
 
 
-def test_every_request_of_every_report_path_is_in_githubs_description(tmp_path, monkeypatch):
+def test_every_request_of_every_report_path_is_in_githubs_description(fake, tmp_path, monkeypatch):
     jsonschema = pytest.importorskip("jsonschema")
     with open(SPEC) as handle:
         ops = _operations(json.load(handle))
-    fake = FakeGitHub(token=TOKEN, bot="github-actions[bot]").start()
-    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    monkeypatch.setattr("ci.reporter.publish.time.sleep", lambda _: None)
-    try:
-        fake.add_pr(7, "Author.\n", head_sha=HEAD)
-        m = model()
-        m = replace(m, cases=[replace(m.cases[0], line=40), *m.cases[1:]])
-        folder = str(results_folder(tmp_path / "r", m))
-        base = ["report", "--api-url", fake.url, "--repo", "sgl/sglang", "--pr", "7"]
-        assert main([*base, "--state", "pending", "--post"]) == 0
-        assert main([*base, "--results", folder, "--sha", HEAD, "--check-run", "--post"]) == 0
-        assert main([*base, "--results", "none", "--test-result", "cancelled", "--sha", HEAD,
-                     "--require-head", "--check-run", "--post"]) == 0  # fmt: skip
-        _fork_pr(fake)  # PR 7 again, now a fork's, approved, with its artifact
-        event = _workflow_run(tmp_path)
-        assert main(["report", "--api-url", fake.url, "--workflow-run", event, "--post"]) == 0
-        path = tmp_path / "gate-event.json"
-        path.write_text(json.dumps({"pull_request": {"number": 7, "head": {"sha": HEAD}},
-                                    "sender": {"login": "maint"},
-                                    "repository": {"full_name": "sgl/sglang"}}))  # fmt: skip
-        assert main(["gate", "--event", str(path), "--api-url", fake.url]) == 0
-        # Annotations 51 and on go out as check-run updates (PATCH).
-        many = model()
-        many = replace(many, cases=[many.cases[0]] * 60)
-        create, updates = checks.bodies(many, HEAD, "summary", "2026-01-01T00:00:00Z")
-        policy = RetryPolicy(sleep=lambda _: None)
-        Publisher(connect(TOKEN, fake.url), "sgl", "sglang", 7, policy).create_check_run(
-            create, updates
-        )
-        sent, writes = list(fake.requests), list(fake.bodies_sent)
-    finally:
-        fake.stop()
+    m = model()
+    m = replace(m, cases=[replace(m.cases[0], line=40), *m.cases[1:]])
+    folder = str(results_folder(tmp_path / "r", m))
+    assert report(fake, monkeypatch, *PR, "--state", "pending", "--post") == 0
+    assert report(fake, monkeypatch, *PR, "--results", folder, "--sha", HEAD, "--check-run",
+                  "--post") == 0  # fmt: skip
+    assert report(fake, monkeypatch, *PR, "--results", "none", "--test-result", "cancelled",
+                  "--sha", HEAD, "--require-head", "--check-run", "--post") == 0  # fmt: skip
+    _fork_pr(fake)  # PR 7 again, now a fork's, approved, with its artifact
+    assert report(fake, monkeypatch, "--workflow-run", _workflow_run(tmp_path), "--post") == 0
+    path = tmp_path / "gate-event.json"
+    path.write_text(json.dumps({"pull_request": {"number": 7, "head": {"sha": HEAD}},
+                                "sender": {"login": "maint"},
+                                "repository": {"full_name": "sgl/sglang"}}))  # fmt: skip
+    assert main(["gate", "--event", str(path), "--api-url", fake.url]) == 0
+    # Annotations 51 and on go out as check-run updates (PATCH).
+    many = replace(m, cases=[m.cases[0]] * 60)
+    create, updates = checks.bodies(many, HEAD, "summary", "2026-01-01T00:00:00Z")
+    policy = RetryPolicy(sleep=lambda _: None)
+    Publisher(connect(TOKEN, fake.url), "sgl", "sglang", 7, policy).create_check_run(
+        create, updates
+    )
+    sent, writes = list(fake.requests), list(fake.bodies_sent)
 
     # The artifact's zip redirects to storage on another host: not the API.
     sent = [(method, path) for method, path in sent if path.startswith("/api/v3/")]

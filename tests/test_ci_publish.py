@@ -19,10 +19,9 @@ LABEL = "Latest PR Test (DSV4 workspace)"
 
 @pytest.fixture
 def fake():
-    server = FakeGitHub(token=TOKEN).start()
-    server.add_pr(7, AUTHOR)
-    yield server
-    server.stop()
+    with FakeGitHub(token=TOKEN) as server:
+        server.add_pr(7, AUTHOR)
+        yield server
 
 
 def publisher(fake, number=7, sleeps=None, **kwargs):

@@ -221,26 +221,10 @@ def test_upstreams_retry_masks_a_regression_and_shows_flaky_tests_everywhere(ret
     assert masked["outcome"] == "pass" and masked["attempts"] == ["fail", "pass"]
     assert masked["detail"].startswith("attempt 1 of 2 failed, the last passed:")
     assert "the first attempt fails unmodified" in masked["detail"]
-    regression = cases["test_fails_every_attempt_unmodified"]["modes"]
-    assert (regression["unmodified"]["attempts"], regression["change"]["attempts"]) == (
-        ["fail", "fail"],
-        ["pass"],
-    )
     assert cases["test_async_flaky_with_the_change"]["modes"]["change"]["attempts"] == [
         "fail",
         "pass",
     ]
-    masked_lines = [line for line in proc.stdout.splitlines() if "masked by retry" in line]
-    assert masked_lines == [
-        f"ci run: 1 masked by retry on {OFF}: upstream's CI would pass them on the "
-        "unmodified code, failing first and passing on the retry "
-        "(TestRetriedInCI.test_state_built_in_setup_passes_on_the_retry)"
-    ]
-    flaky = [c["test"] for c in data["cases"] if c["kind"] == "flaky"]
-    assert any(
-        line.startswith(f"ci run: {len(flaky)} flaky with {ON}")
-        for line in proc.stdout.splitlines()
-    )
     junit = ET.parse(out / "junit-unmodified.xml").getroot()
     said = junit.findall(
         ".//testcase[@name='test_state_built_in_setup_passes_on_the_retry']/flakyFailure"
@@ -250,6 +234,7 @@ def test_upstreams_retry_masks_a_regression_and_shows_flaky_tests_everywhere(ret
     report = (out / "report.md").read_text()  # the dry run writes it beside results.json
     assert "| hidden by a retry | Fail, then Pass on retry (2 attempts) | Pass |" in report
     slot = json.loads(said)["slot_line"]
+    flaky = [c["test"] for c in data["cases"] if c["kind"] == "flaky"]
     assert ":x:" in slot and "1 hidden by a retry" in slot and f"{len(flaky)} flaky" in slot
 
 

@@ -1,19 +1,13 @@
 """Shards and one verdict: ``ci run --shard I/N`` splits the selection by est_time with sglang's
 own ``auto_partition`` (longest first, each to the lightest shard), and ``ci report --results
-A B`` merges every shard of one run into one report, refusing a missing, duplicated, foreign or
-invalid shard by name. The runs are ``ci run --git-base/--git-head`` on ``sglang_layout``.
+A B`` merges every shard of one run into one report, refusing a missing, duplicated or foreign
+shard by name. (A real run of each shard: test_ci_git_sides; of a PR's: the rehearsal.)
 """
 
-import json
-import subprocess
-import sys
 from dataclasses import replace
 
 import ci_samples
 import pytest
-import sglang_layout
-from conftest import REPO, clean_env
-from sglang_layout import ADDED, MODIFIED
 
 from ci.evidence.model import EvidenceError
 from ci.evidence.shards import merge
@@ -46,46 +40,6 @@ def test_a_file_registered_for_two_suites_runs_in_one_shard_only(tmp_path):
     _registered(tmp_path, "test_once.py", 1)
     shards = [_shard(tmp_path, f"{i}/2") for i in range(2)]
     assert sorted(sum(shards, [])) == ["test_once.py", "test_twice.py"]
-
-
-checkout = pytest.fixture(sglang_layout.checkout, scope="module", name="checkout")
-
-
-def ci(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "ci", *map(str, args)],
-        cwd=REPO,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
-@pytest.fixture(scope="module")
-def shards(checkout, tmp_path_factory):
-    """Shard results of the fix branch: 0/2, 1/2 and an empty 2/3."""
-    folder = tmp_path_factory.mktemp("shards")
-    made = {}
-    for name, shard in (("0", "0/2"), ("1", "1/2"), ("2", "2/3")):
-        git = ["--root", checkout, "--git-base", "main", "--git-head", "fix", "--shard", shard]
-        made[name] = (ci("run", "--out", folder / name, "--backend", "cpu", *git), folder / name)
-    return made
-
-
-def test_each_shard_records_its_index_and_runs_its_part_or_says_it_has_none(shards):
-    for name, shard, expected in (
-        ("0", "0/2", [MODIFIED]),
-        ("1", "1/2", [ADDED]),
-        ("2", "2/3", []),
-    ):
-        proc, out = shards[name]
-        data = json.loads((out / "results.json").read_text())
-        assert data["selection"]["shard"] == shard
-        assert data["selection"]["files"] == expected, proc.stderr
-    assert shards["2"][0].returncode == 0 and shards["2"][0].stdout.strip().splitlines()[-1] == (
-        "ci run: shard 2/3: every selected file falls in another shard"
-    )
 
 
 OTHER = "test/b/test_b.py"
