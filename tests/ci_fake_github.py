@@ -105,9 +105,8 @@ class FakeGitHub:
             self.blobs[self._next_id] = data
 
     def fail_next(self, method, path_regex, status, body=None, headers=None):
-        self.faults.append(
-            (method, path_regex, status, body or {"message": "fault"}, headers or {})
-        )
+        body = body or {"message": "fault"}
+        self.faults.append((method, path_regex, status, body, headers or {}))
 
     def after(self, method, path_regex, fn):
         self.hooks.append((method, path_regex, fn))
@@ -175,14 +174,8 @@ class FakeGitHub:
         return data if number in self.issue_meta else {**data, "pull_request": {}}
 
     def _comment(self, c):
-        user = {"user": _user(c["login"]), "author_association": self._association(c["login"])}
-        return {
-            "id": c["id"],
-            "body": c["body"],
-            **user,
-            "created_at": c["at"],
-            "updated_at": c["at"],
-        }
+        return {"id": c["id"], "body": c["body"], "user": _user(c["login"]), "created_at": c["at"],
+                "updated_at": c["at"], "author_association": self._association(c["login"])}  # fmt: skip
 
     def _association(self, login):
         return self.associations.get(login, "NONE")
@@ -204,16 +197,10 @@ class FakeGitHub:
     def list_issues(self, payload, query):
         """Pull requests included, open unless ``state``, newest first unless ``direction=asc``,
         ``creator`` filtering, as GitHub does."""
-        items = [
-            self._issue(n) for n in sorted(self.bodies, reverse=query.get("direction") != "asc")
-        ]
         state, creator = query.get("state", "open"), query.get("creator")
-        items = [
-            i
-            for i in items
-            if state in ("all", i["state"]) and creator in (None, i["user"]["login"])
-        ]
-        return _page(items, query)
+        numbers = sorted(self.bodies, reverse=query.get("direction") != "asc")
+        items = [i for i in map(self._issue, numbers) if state in ("all", i["state"])]
+        return _page([i for i in items if creator in (None, i["user"]["login"])], query)
 
     def create_issue(self, payload, query):
         if not payload.get("title"):
@@ -418,20 +405,15 @@ def _handler(fake):
             except json.JSONDecodeError:
                 payload = {}
             status, body, headers = fake.handle(self.command, self.path, self.headers, payload)
-            data = (
-                body
-                if isinstance(body, bytes)
-                else b""
-                if body is None
-                else json.dumps(body).encode()
-            )
+            if not isinstance(body, bytes):
+                body = b"" if body is None else json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Content-Length", str(len(body)))
             for key, value in headers.items():
                 self.send_header(key, value)
             self.end_headers()
-            self.wfile.write(data)
+            self.wfile.write(body)
 
         do_GET = do_POST = do_PATCH = do_DELETE = _serve
 

@@ -125,13 +125,11 @@ def test_a_head_that_changes_no_selected_test_has_nothing_to_run(
 def test_every_git_of_the_project_ignores_a_callers_repository(tmp_path, monkeypatch):
     # Inside a git hook GIT_DIR names the caller's repository: the checkout's commit that ci run
     # records, and what the series tools read, must still be the folder's own (ci.gitcmd).
-    identity = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid"}
-    identity.update(GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.invalid")
     heads = {}
     for name in ("project", "caller"):
         (tmp_path / name).mkdir()
         for args in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", name]):
-            gitcmd.run(args, tmp_path / name, env=identity)
+            gitcmd.run(args, tmp_path / name, env=sglang_layout.IDENTITY)
         heads[name] = gitcmd.out(["rev-parse", "HEAD"], tmp_path / name)
     monkeypatch.setenv("GIT_DIR", str(tmp_path / "caller" / ".git"))
     assert sides.git_commit(str(tmp_path / "project")) == {

@@ -30,6 +30,7 @@ from conftest import (
     with_default_sigint,
 )
 from release_check import TOKEN
+from sglang_layout import IDENTITY
 
 from ci.__main__ import main
 
@@ -302,11 +303,7 @@ def test_the_machine_commit_and_series_are_recorded(tmp_path, capsys):
     (root / "test/registered").mkdir(parents=True)
     (root / "test/registered/test_tiny.py").write_text(registered())
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "tiny"]):
-        gitcmd.run(
-            args,
-            root,
-            env=gitcmd.TOOL_IDENTITY | {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t"},
-        )
+        gitcmd.run(args, root, env=IDENTITY)
     described = seriesdir.describe(REPO / "patches")
     series.write_text(json.dumps(described))
     code, out, err = ci(capsys, "run", "--root", root, "--out", tmp_path / "out", "--series",
