@@ -136,6 +136,19 @@ SLOT = "dsv4-workspace"
 PR = ["--repo", "sgl/sglang", "--pr", "7"]
 
 
+def workflow_run(path, /, **run) -> str:
+    """``path``, holding the workflow_run event of a fork's finished pull_request run 4242 at
+    HEAD, started after the review (``run``: other fields; ``repository``: the event's)."""
+    repository = run.pop("repository", {"full_name": "sgl/sglang", "default_branch": "main"})
+    run = {"id": 4242, "html_url": "https://github.example/runs/4242", "event": "pull_request",
+           "head_sha": HEAD, "conclusion": "success", "head_branch": "fix",
+           "head_repository": {"full_name": "someone/sglang"}, "triggering_actor": {"login": "maint"},
+           "created_at": "2026-01-01T00:05:00Z", "pull_requests": []} | run  # fmt: skip
+    payload = {"action": "completed", "workflow_run": run, "repository": repository}
+    path.write_text(json.dumps(payload))
+    return str(path)
+
+
 def pr_fake():
     """A fixture's body (``pytest.fixture(pr_fake, name=...)``): the fake GitHub with PR 7 at
     HEAD, written to as the Actions bot with TOKEN."""

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 from ci_fake_github import FakeGitHub, zipped
+from ci_samples import workflow_run
 from conftest import REPO, clean_env
 
 FLOW = REPO / "ci/workflows/sglang-pr-ab.yml"
@@ -197,23 +198,12 @@ def fork_pr(fake, head, fork) -> None:
 
 def report_fork_run(tmp, fake, repo, base, head, conclusion, fork):
     """The report workflow's job on the completed fork run RUN_ID: (result, summary, play)."""
-    run = {
-        "id": RUN_ID,
-        "name": load()["name"],
-        "event": "pull_request",
-        "head_sha": head,
-        "head_branch": FORK_BRANCH,
-        "head_repository": {"full_name": fork},
-        "conclusion": conclusion,
-        "path": ".github/workflows/sglang-pr-ab.yml",
-        "html_url": f"https://github.invalid/sgl/sglang/actions/runs/{RUN_ID}",
-        "triggering_actor": {"login": "contributor"},
-        "created_at": "2026-01-01T00:05:00Z",  # after the maintainer's review
-        "pull_requests": [],  # GitHub lists none for a fork's run
-    }
-    repository = {"full_name": "sgl/sglang", "default_branch": "main"}
-    payload = {"action": "completed", "workflow_run": run, "repository": repository}
-    event = _event(tmp, "workflow_run.json", payload)
+    event = workflow_run(
+        tmp / "workflow_run.json", id=RUN_ID, name=load()["name"], head_sha=head,
+        head_branch=FORK_BRANCH, head_repository={"full_name": fork}, conclusion=conclusion,
+        path=".github/workflows/sglang-pr-ab.yml", triggering_actor={"login": "contributor"},
+        html_url=f"https://github.invalid/sgl/sglang/actions/runs/{RUN_ID}",
+    )  # fmt: skip
     play = Rehearsal(tmp, fake, repo, base, head)
     result, _, summary = play.job("report", flow=load(REPORT_FLOW), event=event)
     return result, summary, play

@@ -9,12 +9,11 @@ from dataclasses import replace
 import ci_samples
 import pytest
 from ci_fake_github import FakeGitHub, zipped
-from ci_samples import FILE, HEAD, PR, SLOT, TOKEN, file_run, model, refused, report, results_folder
+from ci_samples import FILE, HEAD, PR, SLOT, TOKEN, file_run, model, refused, report
 
 from ci.reporter import checks, github_io, pr_states, render
 from ci.reporter.publish import Publisher, RetryPolicy, connect
 
-RUN = {"id": 4242, "html_url": "https://github.example/runs/4242"}
 fake = pytest.fixture(ci_samples.pr_fake, name="fake")
 
 
@@ -26,8 +25,8 @@ def _publisher(fake, token=TOKEN):
 def test_a_spoofed_marker_comment_by_another_user_is_left_alone(fake, tmp_path, monkeypatch):
     marker = render.comment_marker(SLOT)
     spoof = fake.add_comment(7, marker + "\nfake evidence: all green", login="mallory")
-    args = ["--results", str(results_folder(tmp_path / "r")), *PR, "--sha", HEAD, "--post"]
-    assert report(fake, monkeypatch, *args) == 0
+    folder = str(ci_samples.results_folder(tmp_path / "r"))
+    assert report(fake, monkeypatch, "--results", folder, *PR, "--sha", HEAD, "--post") == 0
     assert fake.comments[spoof]["body"] == marker + "\nfake evidence: all green"
     ours = [c for c in fake.comments.values() if c["login"] == "github-actions[bot]"]
     assert len(ours) == 1 and ours[0]["body"].startswith(marker)
@@ -53,35 +52,13 @@ def test_the_bot_writes_as_the_login_given_or_the_tokens_own(token, given, login
 def test_a_fork_prs_read_only_token_fails_cleanly_and_changes_nothing(tmp_path, monkeypatch):
     with FakeGitHub(token=TOKEN, read_only=True) as server:
         server.add_pr(7, "Author's text.\n", head_sha=HEAD)
-        args = ["--results", str(results_folder(tmp_path / "r")), *PR, "--post"]
+        args = ["--results", str(ci_samples.results_folder(tmp_path / "r")), *PR, "--post"]
         assert report(server, monkeypatch, *args) == 1
         assert server.bodies[7] == "Author's text.\n" and not server.comments
         assert server.count("PATCH") == 1  # the first write is refused, nothing more is tried
 
 
-REVIEWED, STARTED, LATER = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z", "2026-01-01T00:10:00Z"
-
-
-def _workflow_run(tmp_path, conclusion="success", sha=HEAD, event="pull_request", **extra):
-    repository = extra.pop("repository", {"full_name": "sgl/sglang", "default_branch": "main"})
-    path = tmp_path / "event.json"
-    payload = {
-        "action": "completed",
-        "workflow_run": {
-            **RUN,
-            "event": event,
-            "head_sha": sha,
-            "conclusion": conclusion,
-            "head_repository": {"full_name": "someone/sglang"},
-            "head_branch": "fix",
-            "triggering_actor": {"login": "maint"},
-            "created_at": STARTED,
-            **extra,
-        },
-        "repository": repository,
-    }
-    path.write_text(json.dumps(payload))
-    return str(path)
+REVIEWED, LATER = "2026-01-01T00:00:00Z", "2026-01-01T00:10:00Z"  # the run started between
 
 
 def _fork_pr(fake, m=None, approved=True, size=None, blob=None):
@@ -99,7 +76,8 @@ def _fork_pr(fake, m=None, approved=True, size=None, blob=None):
 
 
 def _fork_report(fake, monkeypatch, tmp_path, **run):
-    return report(fake, monkeypatch, "--workflow-run", _workflow_run(tmp_path, **run), "--post")
+    event = ci_samples.workflow_run(tmp_path / "event.json", **run)
+    return report(fake, monkeypatch, "--workflow-run", event, "--post")
 
 
 def test_workflow_run_posts_slot_comment_status_and_check_run_for_an_approved_fork(
@@ -186,7 +164,7 @@ def test_a_fork_run_with_nothing_to_report_posts_nothing(fake, tmp_path, monkeyp
     "run",
     [
         dict(event="push"),
-        dict(sha="not-a-sha"),
+        dict(head_sha="not-a-sha"),
         dict(conclusion=None),
         dict(created_at=None),
         dict(head_branch=""),
@@ -200,7 +178,7 @@ def test_a_fork_run_with_nothing_to_report_posts_nothing(fake, tmp_path, monkeyp
 def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
     fake, tmp_path, monkeypatch, capsys, run
 ):
-    event = _workflow_run(tmp_path, **run)
+    event = ci_samples.workflow_run(tmp_path / "event.json", **run)
     assert report(fake, monkeypatch, "--workflow-run", event) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: workflow_run report: ") and len(err.splitlines()) == 1, err

@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import ci_samples
 import pytest
-from ci_samples import HEAD, PR, TOKEN, model, report, results_folder
-from test_ci_fork_report import _fork_pr, _workflow_run
+from ci_samples import HEAD, PR, TOKEN, model, report, results_folder, workflow_run
+from test_ci_fork_report import _fork_pr
 
 from ci.__main__ import main
 from ci.reporter import checks
@@ -49,7 +49,10 @@ def test_every_request_of_every_report_path_is_in_githubs_description(fake, tmp_
     assert report(fake, monkeypatch, *PR, "--results", "none", "--test-result", "cancelled",
                   "--sha", HEAD, "--require-head", "--check-run", "--post") == 0  # fmt: skip
     _fork_pr(fake)  # PR 7 again, now a fork's, approved, with its artifact
-    assert report(fake, monkeypatch, "--workflow-run", _workflow_run(tmp_path), "--post") == 0
+    assert (
+        report(fake, monkeypatch, "--workflow-run", workflow_run(tmp_path / "event.json"), "--post")
+        == 0
+    )
     path = tmp_path / "gate-event.json"
     path.write_text(json.dumps({"pull_request": {"number": 7, "head": {"sha": HEAD}},
                                 "sender": {"login": "maint"},
