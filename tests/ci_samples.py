@@ -136,6 +136,18 @@ SLOT = "dsv4-workspace"
 PR = ["--repo", "sgl/sglang", "--pr", "7"]
 
 
+def pull_request(head, action="labeled", sender="maint", fork="someone/sglang", labels=("run-ci",),
+                 base=None) -> dict:  # fmt: skip
+    """A pull_request event of PR 7 at ``head`` from ``fork`` (None: a branch of sgl/sglang)."""
+    pr = {"number": 7, "head": {"sha": head, "repo": {"full_name": fork or "sgl/sglang"}},
+          "base": {"sha": base, "repo": {"full_name": "sgl/sglang"}},
+          "labels": [{"name": name} for name in labels]}  # fmt: skip
+    label = {"label": {"name": "run-ci"}} if action == "labeled" else {}
+    repository = {"full_name": "sgl/sglang"}
+    return {"action": action, **label, "sender": {"login": sender}, "repository": repository,
+            "pull_request": pr}  # fmt: skip
+
+
 def workflow_run(path, /, **run) -> str:
     """``path``, holding the workflow_run event of a fork's finished pull_request run 4242 at
     HEAD, started after the review (``run``: other fields; ``repository``: the event's)."""

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 from ci_fake_github import FakeGitHub, zipped
-from ci_samples import workflow_run
+from ci_samples import pull_request, workflow_run
 from conftest import REPO, clean_env
 
 FLOW = REPO / "ci/workflows/sglang-pr-ab.yml"
@@ -183,11 +183,6 @@ class Rehearsal:
         return True
 
 
-def _event(tmp, name, event) -> str:
-    (tmp / name).write_text(json.dumps(event))
-    return name
-
-
 def fork_pr(fake, head, fork) -> None:
     """PR 7 from ``fork``'s FORK_BRANCH at ``head``, approved by a maintainer's review of it."""
     fake.add_pr(PR, "Adds a regression test.", head_sha=head, fork=fork)
@@ -214,15 +209,8 @@ def rehearse(tmp, repo, branch, fork=None) -> dict:
     review of its head) through gate, every shard and the report; for a fork, whose token is
     read-only, then the report workflow on the completed run."""
     base, head = git(repo, "rev-parse", "main"), git(repo, "rev-parse", branch)
-    pull_request = {
-        "number": PR,
-        "head": {"sha": head, "repo": {"full_name": fork or "sgl/sglang"}},
-        "base": {"sha": base, "repo": {"full_name": "sgl/sglang"}},
-        "labels": [],
-    }
-    repository = {"full_name": "sgl/sglang"}
-    payload = {"action": "opened", "pull_request": pull_request, "repository": repository}
-    _event(tmp, "event.json", {**payload, "sender": {"login": "contributor"}})
+    event = pull_request(head, "opened", "contributor", fork, labels=(), base=base)
+    (tmp / "event.json").write_text(json.dumps(event))
     fake = new_fake().start()
     # GitHub's contents API serves the head's list of regressions (each report job reads it).
     path = load()["env"]["REGRESSIONS"]

@@ -6,6 +6,7 @@ carries Y: Y is not approved).
 
 import json
 
+import ci_samples
 import pytest
 from ci_fake_github import FakeGitHub
 
@@ -103,19 +104,8 @@ def github():
         yield server
 
 
-def event(action="labeled", sender="maint", head=Y, label="run-ci"):
-    return {
-        "action": action,
-        **({"label": {"name": label}} if action == "labeled" else {}),
-        "sender": {"login": sender},
-        "repository": {"full_name": "sgl/sglang"},
-        "pull_request": {
-            "number": 7,
-            "head": {"sha": head, "repo": {"full_name": "someone/sglang"}},
-            "base": {"repo": {"full_name": "sgl/sglang"}},
-            "labels": [{"name": "run-ci"}],
-        },
-    }
+def event(action="labeled", sender="maint", head=Y):
+    return ci_samples.pull_request(head, action, sender)
 
 
 def run_gate(github, tmp_path, monkeypatch, payload):
@@ -230,18 +220,6 @@ def test_a_writers_label_less_trigger_does_not_hide_another_writers_approval(
     github.add_review(7, "admin", Y, "COMMENTED")
     github.add_comment(7, f"/run-ci {Y}", login="maint")
     assert run_gate(github, tmp_path, monkeypatch, event("reopened", "admin"))["run"] == "true"
-
-
-def test_candidates_put_plausible_writers_first():
-    found = [
-        Approval("a", Y, "comment", "NONE"),
-        Approval("b", Y, "comment", "FIRST_TIME_CONTRIBUTOR"),
-        Approval("m", Y, "comment", "MEMBER"),
-        Approval("c", Y, "comment", "CONTRIBUTOR"),
-        Approval("o", Y, "review", "OWNER"),
-        Approval("x", X, "review", "OWNER"),  # names another commit
-    ]
-    assert gate.candidates(found, Y) == ["o", "m", "c", "a", "b"]
 
 
 # --- malformed event payloads: one line, exit 2 ----------------------------------------------

@@ -181,16 +181,6 @@ def test_the_kinds_an_artifact_claims_are_judged_again_from_its_outcomes(
     assert {s["state"] for s in fake.statuses} == {"success" if slot != ":x:" else "failure"}
 
 
-@pytest.mark.parametrize(
-    "environment",
-    [{"gpus": "H200"}, {"gpus": [7]}, {"modes": {"change": "torch"}}, {"git": "HEAD"}],
-)
-def test_an_environment_record_of_the_wrong_shape_cannot_crash_the_report(tmp_path, environment):
-    folder = _folder(tmp_path, _set(["environment"], environment))
-    plan = reporting.plan(reporting.prepare(reporting.ReportRequest(results=str(folder))))
-    assert "Environment:" in plan.comment
-
-
 @pytest.mark.parametrize("given", ["green-shards", "green", "broken", "broken-file", "missing"])
 def test_a_failed_test_job_is_reported_by_the_results_it_left_and_never_green(
     fake, tmp_path, monkeypatch, given

@@ -54,9 +54,7 @@ def test_every_request_of_every_report_path_is_in_githubs_description(fake, tmp_
         == 0
     )
     path = tmp_path / "gate-event.json"
-    path.write_text(json.dumps({"pull_request": {"number": 7, "head": {"sha": HEAD}},
-                                "sender": {"login": "maint"},
-                                "repository": {"full_name": "sgl/sglang"}}))  # fmt: skip
+    path.write_text(json.dumps(ci_samples.pull_request(HEAD)))
     assert main(["gate", "--event", str(path), "--api-url", fake.url]) == 0
     # Annotations 51 and on go out as check-run updates (PATCH).
     many = replace(m, cases=[m.cases[0]] * 60)

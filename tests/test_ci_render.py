@@ -58,7 +58,8 @@ def test_the_environment_line_names_the_device_that_ran_the_tests():
     assert line == (
         "NVIDIA H200 (driver 580.65) · torch 2.11.0+cu130 · CUDA 13.0 · sglang 0.5.23 · Python 3.12.3"
     )
-    assert render.environment_line({"gpus": "x", "modes": [1]}) == "no CUDA"  # any shape
+    for odd in ({"gpus": "x", "modes": [1]}, {"gpus": [7], "modes": {"change": "x"}, "git": "x"}):
+        assert render.environment_line(odd).endswith("no CUDA")  # a record of any shape
     assert "on cpu" in render.comment(cpu, "s")
 
 
