@@ -67,27 +67,6 @@ def test_param(n):
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
 """,
-    "test_retried.py": """
-import unittest
-
-
-class Retried(unittest.TestCase):
-    calls = 0
-
-    def _callTestMethod(self, method):  # a retry as sglang's CustomTestCase makes it
-        try:
-            method()
-        except AssertionError:
-            method()
-
-    def test_second_call_passes(self):
-        type(self).calls += 1
-        self.assertGreater(type(self).calls, 1, "the first call fails")
-
-
-if __name__ == "__main__":
-    unittest.main()
-""",
     "test_forks.py": """
 import os, time, unittest
 
@@ -136,7 +115,6 @@ EXPECTED = {
         "Broken.setUpClass": "error",
     },
     "test_pytest_style.py": {"test_param[1]": "pass", "test_param[2]": "fail"},
-    "test_retried.py": {"Retried.test_second_call_passes": "pass"},
     "test_forks.py": {"T.test_leaves_a_process": "pass"},
     "test_sets_env.py": {"T.test_pass": "pass"},
 }
@@ -166,13 +144,6 @@ def test_every_style_of_test_file_reports_each_test_once_fresh_or_forked(ran, pa
     assert {t.test: t.outcome for t in tests} == EXPECTED[path], runs[path].output[-2000:]
     # the process's own record comes apart from the results
     assert '"python"' in runs[path].environment and '"process"' not in runs[path].channel
-
-
-def test_a_retry_inside_the_test_case_is_counted_and_the_first_failure_kept(ran):
-    runs, _, _ = ran
-    (test,) = judge.read_channel(runs["test_retried.py"].channel)[0]
-    assert test.attempts == ("fail", "pass")
-    assert test.detail.startswith("attempt 1 of 2 failed") and "the first call fails" in test.detail
 
 
 def test_a_file_that_changes_the_environment_as_it_is_imported_starts_fresh(ran):
