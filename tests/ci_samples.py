@@ -10,6 +10,7 @@ from ci.__main__ import main
 from ci.evidence import judge
 from ci.evidence.judge import FileRun
 from ci.evidence.model import MODES, Side, save
+from ci.reporter.publish import Publisher, RetryPolicy, connect
 
 FILE = "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py"
 CLS = "TestSparsePrefillKVBufferReplacement"
@@ -167,6 +168,13 @@ def pr_fake():
     with FakeGitHub(token=TOKEN, bot="github-actions[bot]") as server:
         server.add_pr(7, "Author's text.\n", head_sha=HEAD)
         yield server
+
+
+def publisher(fake, number=7, sleeps=None, **kwargs):
+    """A publisher to ``fake``'s PR ``number`` with its token; its waits are kept in ``sleeps``."""
+    policy = RetryPolicy(sleep=([] if sleeps is None else sleeps).append, base_s=0.01)
+    github = connect(fake.token, fake.url)
+    return Publisher(github, "sgl", "sglang", number, policy, log=lambda _: None, **kwargs)
 
 
 def report(fake, monkeypatch, *args):

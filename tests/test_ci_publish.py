@@ -5,12 +5,12 @@ import threading
 import github3
 import pytest
 from ci_fake_github import FakeGitHub
-from ci_samples import model, posted
+from ci_samples import model, posted, publisher
 
 from ci.__main__ import main
 from ci.evidence.model import save
 from ci.reporter import pr_states, render
-from ci.reporter.publish import Publisher, PublishFailed, RetryPolicy, connect
+from ci.reporter.publish import PublishFailed
 
 TOKEN = "ghs_s3cr3tTOKENvalue"
 AUTHOR = "## Motivation\r\nAuthor's words, with a | pipe and <!-- their own comment -->.\r\n"
@@ -22,14 +22,6 @@ def fake():
     with FakeGitHub(token=TOKEN) as server:
         server.add_pr(7, AUTHOR)
         yield server
-
-
-def publisher(fake, number=7, sleeps=None, **kwargs):
-    sleeps = [] if sleeps is None else sleeps
-    policy = RetryPolicy(sleep=sleeps.append, base_s=0.01)
-    return Publisher(
-        connect(TOKEN, fake.url), "sgl", "sglang", number, policy, log=lambda _: None, **kwargs
-    )
 
 
 def publish_all(fake, slot="dsv4", text=":white_check_mark: [Run #1](https://ci/1)"):
