@@ -23,12 +23,8 @@ UNCHANGED = "test/registered/unit/test_layout_unchanged.py"
 CUDA_TEST = "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py"
 CPU_COMPANION = "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_release_order.py"
 SOURCE_TEST = REPO / "tests/fixtures/upstream_style/test_release_first_source.py"
-IDENTITY = {
-    "GIT_AUTHOR_NAME": "contributor",
-    "GIT_AUTHOR_EMAIL": "contributor@example.invalid",
-    "GIT_COMMITTER_NAME": "contributor",
-    "GIT_COMMITTER_EMAIL": "contributor@example.invalid",
-}
+IDENTITY = {f"GIT_{role}_{key}": value for role in ("AUTHOR", "COMMITTER")
+            for key, value in (("NAME", "contributor"), ("EMAIL", "contributor@example.invalid"))}  # fmt: skip
 
 # kept besides what the DSV4 patches touch: the registry reader ``ci.runner.collect`` loads
 SLIM = ("python/sglang/test/ci/ci_register.py",)

@@ -92,13 +92,7 @@ _JSON = st.recursive(
 
 
 def _leaves(data, prefix=()):
-    items = (
-        data.items()
-        if isinstance(data, dict)
-        else enumerate(data)
-        if isinstance(data, list)
-        else ()
-    )
+    items = enumerate(data) if isinstance(data, list) else getattr(data, "items", tuple)()
     return [prefix] * bool(prefix) + [p for k, v in items for p in _leaves(v, (*prefix, k))]
 
 
