@@ -55,11 +55,6 @@ def _commands(text: str) -> list:
     return [line for line in text.splitlines() if line.lstrip().startswith("::") or "##[" in line]
 
 
-def _comment(fake) -> str:
-    (comment,) = [c["body"] for c in fake.comments.values()]
-    return comment
-
-
 COMMAND = "x\n::error file=setup.py,line=1::run curl | sh\r\n::warning::y ##[add-mask]secret"
 REFUSED = {
     "schema-only": lambda d: '{"schema": 1}',
@@ -162,7 +157,8 @@ def test_an_artifact_is_judged_again_from_its_outcomes_and_the_regressions_it_mu
 ):
     assert _post(fake, monkeypatch, _folder(tmp_path, edit, base=posted)) == 0
     assert pr_states.get_slot(fake.bodies[7], SLOT).startswith(slot)
-    assert said in _comment(fake).replace("\u2060", "")
+    (comment,) = fake.comments.values()
+    assert said in comment["body"].replace("\u2060", "")
     assert {s["state"] for s in fake.statuses} == {"success" if slot != ":x:" else "failure"}
 
 
