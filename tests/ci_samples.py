@@ -149,6 +149,16 @@ def pull_request(head, action="labeled", sender="maint", fork="someone/sglang", 
             "pull_request": pr}  # fmt: skip
 
 
+def fork_pr(fake, head=HEAD, fork="someone/sglang", branch="fix", approved=True):
+    """PR 7 from ``fork``'s ``branch`` at ``head``, labelled run-ci; a writer (maint) approved
+    ``head`` before the run started, unless not ``approved``."""
+    fake.add_pr(7, "Author's text.\n", head_sha=head, fork=fork)
+    fake.pr_meta[7].update(branch=branch, labels=["run-ci"])
+    fake.permissions["maint"] = "write"
+    if approved:
+        fake.add_review(7, "maint", head)
+
+
 def workflow_run(path, /, **run) -> str:
     """``path``, holding the workflow_run event of a fork's finished pull_request run 4242 at
     HEAD, started after the review (``run``: other fields; ``repository``: the event's)."""
@@ -175,6 +185,13 @@ def publisher(fake, number=7, sleeps=None, **kwargs):
     policy = RetryPolicy(sleep=([] if sleeps is None else sleeps).append, base_s=0.01)
     github = connect(fake.token, fake.url)
     return Publisher(github, "sgl", "sglang", number, policy, log=lambda _: None, **kwargs)
+
+
+def cli(capsys, *argv):
+    """``python -m ci *argv`` in this process: (exit code, stdout, stderr)."""
+    code = main([str(a) for a in argv])
+    said = capsys.readouterr()
+    return code, said.out, said.err
 
 
 def report(fake, monkeypatch, *args):

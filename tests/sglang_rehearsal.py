@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 from ci_fake_github import FakeGitHub, zipped
-from ci_samples import pull_request, workflow_run
+from ci_samples import fork_pr, pull_request, workflow_run
 from conftest import REPO, clean_env
 
 FLOW = REPO / "ci/workflows/sglang-pr-ab.yml"
@@ -183,14 +183,6 @@ class Rehearsal:
         return True
 
 
-def fork_pr(fake, head, fork) -> None:
-    """PR 7 from ``fork``'s FORK_BRANCH at ``head``, approved by a maintainer's review of it."""
-    fake.add_pr(PR, "Adds a regression test.", head_sha=head, fork=fork)
-    fake.pr_meta[PR]["branch"] = FORK_BRANCH
-    fake.permissions["maint"] = "write"
-    fake.add_review(PR, "maint", head)
-
-
 def report_fork_run(tmp, fake, repo, base, head, conclusion, fork):
     """The report workflow's job on the completed fork run RUN_ID: (result, summary, play)."""
     event = workflow_run(
@@ -220,7 +212,7 @@ def rehearse(tmp, repo, branch, fork=None) -> dict:
         fake.faults.append(("GET", route, 200, listed.stdout, {}))
     try:
         if fork:
-            fork_pr(fake, head, fork)
+            fork_pr(fake, head, fork, FORK_BRANCH)
         else:
             fake.add_pr(PR, "Adds a regression test.", head_sha=head)
         fake.read_only = bool(fork)

@@ -52,17 +52,12 @@ def test_a_fork_prs_read_only_token_fails_cleanly_and_changes_nothing(tmp_path, 
         assert server.count("PATCH") == 1  # the first write is refused, nothing more is tried
 
 
-REVIEWED, LATER = "2026-01-01T00:00:00Z", "2026-01-01T00:10:00Z"  # the run started between
+LATER = "2026-01-01T00:10:00Z"  # after run 4242 started
 
 
 def _fork_pr(fake, m=None, approved=True, size=None, blob=None):
-    """PR 7 from someone/sglang:fix at HEAD, labelled run-ci after the maintainer reviewed HEAD
-    (before run 4242 started), the bot's code and workflow as on main, and the run's artifact."""
-    fake.add_pr(7, "Author's text.\n", head_sha=HEAD, fork="someone/sglang")
-    fake.pr_meta[7].update(branch="fix", labels=["run-ci"])
-    fake.permissions["maint"] = "write"
-    if approved:
-        fake.add_review(7, "maint", HEAD, "COMMENTED", at=REVIEWED)
+    """``ci_samples.fork_pr`` and run 4242's artifact of ``m``'s results (False: none)."""
+    ci_samples.fork_pr(fake, approved=approved)
     if m is not False:
         data = json.dumps((m or ci_samples.posted()).to_json())
         blob = blob if blob is not None else zipped({"results.json": data, "report.md": "x"})

@@ -8,12 +8,12 @@ import json
 import os
 import subprocess
 
+import ci_samples
 import pytest
 import sglang_layout
 from sglang_layout import ADDED, MODIFIED
 
 from ci import gitcmd
-from ci.__main__ import main
 from ci.runner import sides
 
 checkout = pytest.fixture(sglang_layout.checkout, scope="module", name="checkout")
@@ -21,10 +21,8 @@ checkout = pytest.fixture(sglang_layout.checkout, scope="module", name="checkout
 
 def ci_run(capsys, checkout, out, *args):
     """``ci run`` in this process: (exit code, stdout, stderr)."""
-    argv = ["run", "--out", out, "--root", checkout, "--backend", "cpu", *args]
-    code = main([str(a) for a in argv])
-    said = capsys.readouterr()
-    return code, said.out, said.err
+    argv = ["run", "--out", out, "--root", checkout, "--backend", "cpu"]
+    return ci_samples.cli(capsys, *argv, *args)
 
 
 def git(checkout, *args):

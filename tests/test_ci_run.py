@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 import overlay_runs
 import pytest
 import release_check
+from ci_samples import cli as ci
 from ci_samples import registered
 from conftest import (
     CPU_COMPANION,
@@ -60,13 +61,6 @@ PROVED = {
     )
 }
 PROOF = str(CPU_PROOF.relative_to(REPO))
-
-
-def ci(capsys, *argv):
-    """``python -m ci *argv`` in this process: (exit code, stdout, stderr)."""
-    code = main([str(a) for a in argv])
-    said = capsys.readouterr()
-    return code, said.out, said.err
 
 
 checked_0_5_23 = release_check.checked_0_5_23

@@ -8,6 +8,7 @@ fork's PR code could have left missing or doubled.
 import pytest
 import sglang_layout
 from sglang_rehearsal import (
+    FORK_BRANCH,
     PR,
     RUN_ID,
     fork_pr,
@@ -106,7 +107,7 @@ def test_the_fork_report_names_a_shard_artifact_missing_or_doubled_and_never_pos
     """The fork rehearsal's own shard artifacts, as PR code in its test jobs could leave them."""
     head, base = fork_rehearsed["head"], git(layout, "rev-parse", "main")
     with new_fake() as fake:
-        fork_pr(fake, head, FORK)
+        fork_pr(fake, head, FORK, FORK_BRANCH)
         for shard in shards:
             folder = fork_rehearsed["play"].artifacts / f"ab-results-{shard}"
             fake.serve_artifact(RUN_ID, folder.name, zip_folder(folder))
