@@ -1,24 +1,13 @@
 """The drop-in workflows for sglang's repository (ci/workflows/sglang-pr-ab.yml, and for fork PRs
 sglang-pr-ab-report.yml), rehearsed end to end (``sglang_rehearsal``): a same-repo PR, a PR whose
-own list of regressions names a test that passes on the base, an approved fork's PR (a read-only run, then the workflow_run report
-that reads every shard's artifact from GitHub itself), and that report on shard artifacts the
-fork's PR code could have left missing or doubled.
-"""
+own list of regressions names a test that passes on the base, an approved fork's PR (a read-only
+run, then the workflow_run report reading every shard's artifact from GitHub itself), and that
+report on shard artifacts the fork's PR code could have left missing or doubled."""
 
 import pytest
 import sglang_layout
-from sglang_rehearsal import (
-    FORK_BRANCH,
-    PR,
-    RUN_ID,
-    fork_pr,
-    git,
-    load,
-    new_fake,
-    rehearse,
-    report_fork_run,
-    zip_folder,
-)
+import sglang_rehearsal as rehearsal
+from sglang_rehearsal import PR, RUN_ID, git, load, rehearse
 
 from ci import gitcmd
 from ci.reporter import pr_states
@@ -106,12 +95,14 @@ def test_the_fork_report_names_a_shard_artifact_missing_or_doubled_and_never_pos
 ):
     """The fork rehearsal's own shard artifacts, as PR code in its test jobs could leave them."""
     head, base = fork_rehearsed["head"], git(layout, "rev-parse", "main")
-    with new_fake() as fake:
-        fork_pr(fake, head, FORK, FORK_BRANCH)
+    with rehearsal.new_fake() as fake:
+        rehearsal.fork_pr(fake, head, FORK, rehearsal.FORK_BRANCH)
         for shard in shards:
             folder = fork_rehearsed["play"].artifacts / f"ab-results-{shard}"
-            fake.serve_artifact(RUN_ID, folder.name, zip_folder(folder))
-        got, _, play = report_fork_run(tmp_path, fake, layout, base, head, conclusion, FORK)
+            fake.serve_artifact(RUN_ID, folder.name, rehearsal.zip_folder(folder))
+        got, _, play = rehearsal.report_fork_run(
+            tmp_path, fake, layout, base, head, conclusion, FORK
+        )
     assert got == result and said in play.log, play.log
     assert pr_states.get_slot(fake.bodies[PR], "ab").startswith(f":x: [Run #{RUN_ID}]")
     (check,) = fake.check_runs.values()
