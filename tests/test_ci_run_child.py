@@ -78,7 +78,7 @@ class T(unittest.TestCase):
             unittest.TextTestRunner().run(unittest.defaultTestLoader.loadTestsFromTestCase(Ghost))
             time.sleep(120)
             os._exit(0)
-        print("grandchild", pid, flush=True)
+        os.write(1, f"grandchild {pid}\\n".encode())  # one write: the grandchild logs too
 
 
 class Ghost(unittest.TestCase):
