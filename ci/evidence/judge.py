@@ -1,7 +1,5 @@
-"""Judging, pure: what each test's outcomes in the two modes prove (``kind_of``, the truth
-table), and whether the run is ok, failed (something fails with the change) or void (the bug
-did not show on the unmodified side); ``rejudge`` does it again from stored outcomes.
-"""
+"""Judging, pure: what each test's outcomes prove (``kind_of``), and whether the run is ok,
+failed or void (the bug did not show unmodified); ``rejudge`` does it again from stored ones."""
 
 import fnmatch
 import json
@@ -30,7 +28,7 @@ FAILED = (Outcome.FAIL, Outcome.ERROR)
 
 @dataclass(frozen=True)
 class FileRun:
-    """One file's process in one mode as it ended (``ci.runner.launch``): what the judge reads."""
+    """One file's process in one mode as it ended (``ci.runner.launch``)."""
 
     path: str
     mode: str
@@ -89,8 +87,7 @@ def side_result(result: TestResult | None) -> str:
 
 
 def kind_of(outcomes: dict, expected_regression: bool) -> Kind:
-    """What one case proves from its outcome per mode: the first row of ``TRUTH_TABLE`` (which
-    has one for every row) that matches."""
+    """What one case proves: the first row of ``TRUTH_TABLE`` that matches."""
     row = (side_result(outcomes.get("change")), side_result(outcomes.get("unmodified")))
     row += ("yes" if expected_regression else "no",)
     for *pattern, kind in TRUTH_TABLE:
@@ -100,12 +97,9 @@ def kind_of(outcomes: dict, expected_regression: bool) -> Kind:
 
 
 def build(runs, backend: str, sides: dict, suites: dict, patterns=(), **fields) -> Results:
-    """The judged run from every (file, mode) run; ``sides`` names the modes, ``suites`` maps
-    path -> suite, ``fields`` are the rest of ``Results`` (selection, environment, series).
-
-    A process that failed outside any test (an import error, a crash, a timeout, an exit no
-    test explains, a bad channel line) fails every test it never reported; when it reported
-    some, or no mode reported any test, it is also a case of its own (``FILE_CASE``)."""
+    """The judged run from every (file, mode) run; ``fields`` are the rest of ``Results``. A
+    process that failed outside any test fails every test it never reported; when it reported
+    some, or no mode reported any, it is also a case of its own (``FILE_CASE``)."""
     modes, by_file, files, cases = tuple(sides), {}, [], []
     for run in runs:
         by_file.setdefault(run.path, {})[run.mode] = _mode_results(run)
@@ -162,8 +156,7 @@ _NO_VERDICT = (None, Outcome.SKIP, Outcome.MISSING)
 
 
 def with_verdict(results: Results, problems=()) -> Results:
-    """``results`` with its verdict ("ok", "failed" or "void") and one line per reason;
-    ``problems`` (``record_problems``) fail it first."""
+    """``results`` with its verdict and one line per reason; ``problems`` fail it first."""
     cases, labels = results.cases, {m: results.label(m) for m in MODES}
 
     def said(table: dict, groups: dict) -> list:
@@ -204,8 +197,8 @@ def rejudge(results: Results, patterns) -> Results:
 
 
 def record_problems(results: Results, patterns) -> list[str]:
-    """Why a stored run cannot be judged an A/B (the report's check of an artifact): a side
-    missing, or a listed regression of a file that ran absent from the cases."""
+    """Why a stored run is no A/B: a side missing, or a listed regression of a file that ran
+    absent from the cases."""
     problems = [f"no {mode} side: an A/B needs both" for mode in MODES if mode not in results.modes]
     ran, keys = [f.path for f in results.files], [c.key for c in results.cases]
     for pattern in patterns:
@@ -229,8 +222,7 @@ def _names(cases, shown: int = 3) -> str:
 
 
 def read_channel(text: str) -> tuple[tuple[TestResult, ...], tuple[str, ...]]:
-    """The results a test process wrote on its channel, in order, and one error per line that
-    is not one (the channel is PR code's output: a bad line is data, not an exception)."""
+    """The results on a test process's channel, and one error per line that is not one."""
     results, errors = [], []
     for number, line in enumerate(text.splitlines(), 1):
         where = f"result line {number}"
@@ -245,7 +237,7 @@ def read_channel(text: str) -> tuple[tuple[TestResult, ...], tuple[str, ...]]:
 
 
 def _mode_results(run: FileRun) -> tuple[dict, TestResult | None, ProcessEnd]:
-    """test -> result for one file in one mode, the process's own failure if any, its end."""
+    """test -> result of one file in one mode, the process's own failure if any, its end."""
     tests, errors = read_channel(run.channel)
     end = ProcessEnd(run.returncode, run.duration_s, run.timed_out, len(tests), run.log)
     results = {}

@@ -1,6 +1,4 @@
-"""One JUnit XML file per mode from the evidence (serialising only; the verdicts are
-``ci.evidence.judge``'s): each test file a testsuite, each test a testcase.
-"""
+"""One JUnit XML file per mode: each test file a testsuite, each test a testcase."""
 
 import os
 import xml.etree.ElementTree as ET
@@ -63,11 +61,9 @@ def _mode_tree(results: Results, mode: str) -> ET.Element:
             if outcome.peak_mib is not None:
                 properties["peak_allocated_mib"] = str(outcome.peak_mib)
             if len(outcome.attempts) > 1 or outcome.unproven:
-                properties["attempts"] = (
-                    "not seen" if outcome.unproven else ",".join(outcome.attempts)
-                )
-            if properties:
-                holder = ET.SubElement(element, "properties")
-                for key, value in properties.items():
-                    ET.SubElement(holder, "property", name=key, value=value)
+                seen = "not seen" if outcome.unproven else ",".join(outcome.attempts)
+                properties["attempts"] = seen
+            holder = ET.SubElement(element, "properties") if properties else None
+            for key, value in properties.items():
+                ET.SubElement(holder, "property", name=key, value=value)
     return root

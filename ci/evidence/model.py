@@ -1,9 +1,6 @@
-"""The evidence model: one test in one process, up to a whole A/B run, as every stage reads it.
-
-A results folder is untrusted input in the fork path, so loading it is the one place that checks
-every shape and bound: each field passes the check its metadata names, and a value that does not
-raises ``EvidenceError`` naming the field. Nothing here runs, judges or renders anything.
-"""
+"""The evidence model, one test up to a whole A/B run. A results folder is untrusted input, so
+loading it checks every shape and bound (each field's check is in its metadata): EvidenceError
+names the field at fault."""
 
 import enum
 import functools
@@ -40,8 +37,7 @@ class EvidenceError(CiError, ValueError):
 
 
 def _field(check, *args, nullable=False, required=None, **kwargs):
-    """A dataclass field that loading passes through ``check(value, where, *args)``: required
-    unless it has a default; None passes unchecked where ``nullable`` or the default."""
+    """A field loaded through ``check(value, where, *args)``; None passes where nullable."""
     if required is None:
         required = "default" not in kwargs and "default_factory" not in kwargs
     nullable = nullable or kwargs.get("default", MISSING) is None
@@ -50,7 +46,6 @@ def _field(check, *args, nullable=False, required=None, **kwargs):
 
 
 def _ensure(ok, where: str, why: str, *args) -> None:
-    """EvidenceError "where: why" unless ``ok``; ``why`` is formatted with ``args`` only then."""
     if not ok:
         raise EvidenceError(f"{where}: {why.format(*args)}")
 
@@ -68,7 +63,6 @@ def _matching(value, where, pattern, what) -> str:
 
 
 def _one_of(value, where, choices):
-    """The one of ``choices`` (strings, or a str enum's members) ``value`` is."""
     for choice in choices:
         if choice == value:
             return choice
@@ -100,7 +94,7 @@ def _list_of(value, where, limit, check, *args) -> tuple:
 
 
 def _per_mode(value, where, cls) -> dict:
-    """mode -> ``cls``; ``Results.from_json`` then checks the modes are the run's."""
+    """mode -> ``cls``; ``Results.from_json`` checks the modes are the run's."""
     _ensure(isinstance(value, dict), where, "expected an object of modes")
     for mode in value:
         _ensure(mode in MODES, where, "{!r:.40} is not one of the run's modes", mode)
@@ -136,7 +130,7 @@ _fields = functools.cache(fields)
 
 
 def load_object(data, where: str, cls):
-    """A ``cls`` from JSON ``data``, every field checked; any other key is refused."""
+    """A ``cls`` from JSON ``data``, every field checked, no other key."""
     _ensure(isinstance(data, dict), where, "expected an object, got {.__name__}", type(data))
     checks = _fields(cls)
     missing = [f.name for f in checks if f.metadata["required"] and f.name not in data]
@@ -329,10 +323,8 @@ class Results:
         maps += [(f"files[{i}].modes", f.modes) for i, f in enumerate(results.files)]
         maps += [(f"cases[{i}].modes", c.modes) for i, c in enumerate(results.cases)]
         for at, per_mode in maps:
-            extra = sorted(set(per_mode) - set(results.modes))
-            _ensure(
-                not extra, f"{where}.{at}", "{!r} is not one of the run's modes", extra and extra[0]
-            )
+            extra = sorted(set(per_mode) - set(results.modes))[:1]
+            _ensure(not extra, f"{where}.{at}", "{!r:.40} is not one of the run's modes", *extra)
         suites = len({f.suite for f in results.files})
         _ensure(suites <= MAX_SUITES, f"{where}.files", "more than {} suites", MAX_SUITES)
         keyed = {"files": [f.path for f in results.files], "cases": [c.key for c in results.cases]}
@@ -345,7 +337,7 @@ class Results:
 
 
 def checked(results: Results) -> Results:
-    """``results`` as a report would load them back; EvidenceError where it would refuse them."""
+    """``results`` as a report loads them back (EvidenceError where it refuses them)."""
     return Results.from_json(json.loads(dumps(results)))
 
 
@@ -368,14 +360,13 @@ def load(path: str) -> Results:
 
 
 def _parse_int(text: str, path: str) -> int:
-    # A line number, an exit status or a count; 10**400 is none, and no float holds it.
     if len(text.lstrip("-")) > 15:
         raise EvidenceError(f"{path}: an integer of {len(text)} digits")
     return int(text)
 
 
 def dumps(results: Results) -> bytes:
-    """results.json's bytes (the same for the same results: keys sorted, ASCII only)."""
+    """results.json's bytes: keys sorted, ASCII only."""
     text = json.dumps(results.to_json(), indent=2, sort_keys=True, ensure_ascii=True)
     return (text + "\n").encode("ascii")
 

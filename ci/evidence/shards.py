@@ -1,11 +1,6 @@
-"""Several shards of one A/B (``ci run --shard I/N``, one per job of a matrix) as one run, so a
-pull request gets one verdict: one slot, one comment, one check run, one status per suite.
-
-``merge`` is pure and drops nothing silently: a shard that is not one, a missing or duplicated
-index, a different count, or shards of different commits, releases, series, backends or modes
-raise ``EvidenceError`` naming the shard at fault. ``load`` is the one loader of results every
-reader uses (the report, pr-body, the release watch).
-"""
+"""The shards of one A/B (``ci run --shard I/N``) as one run, and ``load``, the one loader of
+results. ``merge`` drops nothing silently: shards that are not one run's raise EvidenceError
+naming the shard at fault."""
 
 import json
 import re
@@ -18,10 +13,8 @@ _SHARD = re.compile(r"(\d{1,4})/(\d{1,4})")
 
 
 def load(paths, names=None) -> Results:
-    """One run from ``paths`` (results.json files or their folders), each checked whole: one
-    that records no shard as it is, else every shard of one run merged; then judged again with
-    this checkout's listed regressions, never with the kinds and verdict a file claims.
-    ``names``: what an error calls each path (an artifact's name)."""
+    """One run from ``paths`` (results.json or their folders; ``names`` for errors), shards
+    merged, judged again with this checkout's regressions, never the kinds a file claims."""
     paths = (paths,) if isinstance(paths, str) else tuple(paths)
     named = []
     for name, path in zip(names or map(repr, paths), paths, strict=True):
@@ -35,8 +28,7 @@ def load(paths, names=None) -> Results:
 
 
 def _identity(results: Results) -> dict:
-    """What every shard of one run shares: the backend, the modes, sglang's CI settings
-    (retries included), the series, the commits, and per side the commit and overlay."""
+    """What every shard of one run shares."""
     git = results.selection.get("git") or {}
     ci = results.environment.get("upstream_ci", "not recorded")
     ci = "outside sglang's CI" if ci is None else ci
@@ -103,8 +95,7 @@ def _merged(everything) -> Results:
     files = sorted((f for r in everything for f in r.files), key=lambda f: f.path)
     order = {f.path: i for i, f in enumerate(files)}
     cases = sorted((c for r in everything for c in r.cases), key=lambda c: order.get(c.file, -1))
-    # Each mode's process record from the first shard with one; a shard is PR code's output,
-    # so a record of any other shape is none.
+    # Each mode's process record from the first shard with one (any other shape is none).
     records = [r.environment.get("modes") for r in everything]
     records = [r if isinstance(r, dict) else {} for r in records]
     modes = {}
