@@ -1,8 +1,5 @@
-"""Pure rendering of the Checks API's request bodies: one check run on the head commit per
-report (its conclusion, a title that counts the kinds, the comment as its summary) and an
-annotation at the ``def`` line of each regression, broken, masked or flaky case. No GitHub,
-no clock: ``ci.reporter.publish`` sends what this builds.
-"""
+"""The Checks API's request bodies, pure: one check run per report, the comment as its summary,
+an annotation at the ``def`` line of each regression, broken, masked or flaky case."""
 
 from ci.evidence.model import MODES, Case, Results
 from ci.reporter.escape import cap, clip, escape_inline, name_text, visible
@@ -11,8 +8,6 @@ from ci.reporter.render import retry_note
 NAME = "DSV4 workspace A/B"
 SUMMARY_LIMIT = 65535
 ANNOTATIONS_PER_REQUEST = 50
-# Each 50 more annotations cost one more request: a results.json with 10,000 regression cases
-# must not spend the repository's API rate limit. The summary still has every case.
 MAX_ANNOTATIONS = 500
 NO_RESULTS = {
     "failure": "The test job failed before it wrote results; see the run's log.",
@@ -21,9 +16,7 @@ NO_RESULTS = {
 
 
 def bodies(results: Results, head_sha: str, summary: str, now: str, details_url=None):
-    """(the Checks API's create body, the outputs of the updates that carry annotations 51 and
-    on; GitHub appends them). Each regression case gets a ``notice`` at its test's ``def`` line,
-    each broken case a ``failure``."""
+    """(the create body, the outputs of the updates that carry annotations 51 and on)."""
     labels = {mode: results.label(mode) for mode in MODES}
     notes = [a for a in (_annotation(c, labels) for c in results.cases) if a is not None]
     counts = ", ".join(f"{n} {kind}" for kind, n in results.counts().items() if n)
@@ -43,8 +36,8 @@ def bodies(results: Results, head_sha: str, summary: str, now: str, details_url=
 
 
 def without_results(state: str, head_sha: str, now: str, details_url, refused=None):
-    """The check run of a test job that left no results (``state`` is failure or cancelled), or
-    whose results were refused: ``refused`` is (title, why)."""
+    """The check run of a job that left no results, or whose results were ``refused`` (title,
+    why)."""
     if refused:
         summary = f"The test job's results were refused: {escape_inline(refused[1])}"
         output = {"title": refused[0], "summary": summary[:2000]}

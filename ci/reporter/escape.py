@@ -1,12 +1,6 @@
-"""The one escape for untrusted text (test names, logs, reasons, an environment record) bound
-for GitHub: a workflow log, a comment, a status, a check run. Pure functions.
-
-``inert``: no line can start an Actions runner command (``::`` first on a line, or ``##[``); a
-word joiner breaks each and nothing else, so ``file.py::Class.test`` stays copy-pasteable. The
-markdown escapes add: nothing breaks a table row, a fence or our hidden markers, mentions,
-references an issue or links; nothing is invisible (controls, format and bidi characters,
-fillers are shown as their escape); a test name is shown in ASCII, so two never render alike.
-"""
+"""The one escape for untrusted text bound for GitHub (THREATS R3). ``inert``: no line starts a
+workflow command (a word joiner breaks ``::`` and ``##[``). The markdown escapes add: nothing
+breaks a row, a fence or our markers, mentions or links; nothing is invisible; names are ASCII."""
 
 import functools
 import re
@@ -68,8 +62,7 @@ def escape_name(text) -> str:
 
 
 def name_text(text) -> str:
-    """A test name as plain ASCII text; a backslash is doubled, so an escape in the name cannot
-    pose as one of ours."""
+    """A test name as plain ASCII, a backslash doubled (it cannot pose as one of our escapes)."""
     text = str(text).replace("\\", "\\\\")
     if not (text.isascii() and text.isprintable()):
         text = printable(text).encode("ascii", "backslashreplace").decode("ascii")
@@ -98,8 +91,7 @@ def escape_block(text) -> str:
 
 
 def clip(text: str, limit: int) -> str:
-    """``text`` in ``limit`` characters, an ellipsis where it was cut; escaped text is never cut
-    inside an entity or an escape."""
+    """``text`` in ``limit`` characters, an ellipsis where cut, never inside an entity or escape."""
     if len(text) <= limit:
         return text
     cut = re.sub(r"&#?[A-Za-z0-9]*$", "", text[: max(0, limit - 1)])  # a partial &amp;
@@ -113,8 +105,8 @@ TRUNCATED = "\n\n_(truncated: the full text is report.md in the run's artifacts)
 
 
 def cap(body: str, limit: int) -> str:
-    """``body`` within ``limit`` characters and UTF-8 bytes alike, ending in a visible
-    "truncated" where it was cut: cut at a line end, never inside a fenced block."""
+    """``body`` within ``limit`` characters and UTF-8 bytes, cut at a line end outside a fence,
+    with a visible "truncated"."""
     if len(body) <= limit and len(body.encode("utf-8")) <= limit:
         return body
     room = limit - len(TRUNCATED) - len(_FOLD_END)

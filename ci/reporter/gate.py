@@ -1,10 +1,6 @@
-"""Whether a PR's head commit may run CI on our runners, and the trusted facts of the events.
-
-``decide`` is pure: it reads ``PullFacts`` (the PR's head, labels and writers' approvals as GitHub
-has them now; ``Publisher.pull_facts`` gathers them). A branch of the base repository always runs;
-a fork's head runs only when someone with write permission saw exactly that commit. A
-``workflow_run`` payload is GitHub's own account of a finished run; its artifacts are not trusted.
-"""
+"""Whether a PR's head commit may run CI (THREATS G1), and the trusted facts of the events.
+``decide`` is pure: a base-repository branch runs; a fork's head runs only when someone with
+write permission approved exactly that commit (``Publisher.pull_facts`` gathers who did)."""
 
 import datetime
 import json
@@ -87,26 +83,27 @@ def decide(facts: PullFacts) -> Gate:
 
 
 def event_facts(event: dict) -> PullFacts | None:
-    """What a pull_request payload says (PR, head, fork or not); None for another event. A fork's
-    labels and approvals are not in it: they are read from GitHub (``Publisher.pull_facts``).
+    """What a pull_request payload says (PR, head, fork or not); None for another event.
     ValueError names a part of the payload that is not the shape GitHub sends."""
-    pr = event.get("pull_request")
-    if pr is None:
+    if event.get("pull_request") is None:
         return None
-    pr = field_object(event, "pull_request", "pull_request")
+    pr = field_object(event, "pull_request")
     number = pr.get("number") if type(pr.get("number")) is int else None
-    sha = field_object(pr, "head", "pull_request.head").get("sha")
-    head = _full_name(field_object(pr, "head", "pull_request.head"), "pull_request.head.repo")
-    base = _full_name(field_object(pr, "base", "pull_request.base"), "pull_request.base.repo")
-    # A deleted fork has no head repo; treat it as untrusted like any fork.
+    sha = field_object(pr, "pull_request.head").get("sha")
+
+    def repo(side: str):
+        where = f"pull_request.{side}"
+        return field_object(field_object(pr, where), f"{where}.repo").get("full_name")
+
+    head, base = repo("head"), repo("base")  # a deleted fork has none: untrusted like any fork
     return PullFacts(
         fork=head is None or head != base, pr=number, head=sha if _is_sha(sha) else None
     )
 
 
 def approvals(reviews, comments, trigger: str | None = None, before: str | None = None) -> tuple:
-    """Every approval that GitHub's review and comment lists (the API's JSON) hold, made before
-    ``before`` (an ISO time: the run's start) when given; whose permission is not checked here."""
+    """Every approval in GitHub's review and comment lists made before ``before`` (an ISO time),
+    whoever made it: permissions are not checked here."""
     limit = _time(before) if before else None
     found, last = [], {}
     for review in _dicts(reviews):
@@ -132,18 +129,16 @@ def approvals(reviews, comments, trigger: str | None = None, before: str | None 
 
 
 def run_ci_shas(body: str) -> list:
-    """The commits a comment approves: each line that is exactly ``/run-ci SHA`` in the
-    commenter's own words (``markdown.own_lines``); in code, HTML or a quote it only shows the
-    command, as in "I will NOT /run-ci this"."""
+    """The commits a comment approves: each line exactly ``/run-ci SHA`` in the commenter's own
+    words (``markdown.own_lines``), not in code, HTML or a quote."""
     from ci.reporter import markdown  # the report's dependency: the gate job installs it
 
     return [m[1] for m in map(RUN_COMMENT.fullmatch, markdown.own_lines(body)) if m]
 
 
 def candidates(found, head: str | None) -> list:
-    """The distinct logins naming ``head``, the most plausible writers first (by GitHub's
-    author_association, then login): the order in which their permission is read, so that
-    throwaway accounts cannot crowd out a maintainer before the bound."""
+    """The logins naming ``head``, most plausible writers first (author_association, then login):
+    throwaway accounts cannot crowd a maintainer out before the bound."""
     rank = {}
     for approval in found:
         if head and approval.sha == head:
@@ -184,16 +179,16 @@ def finished_run(event: dict) -> FinishedRun:
     run = event.get("workflow_run")
     if not isinstance(run, dict) or run.get("event") != "pull_request":
         raise ValueError("not a workflow_run event of a pull_request run")
-    actor = field_object(run, "triggering_actor", "workflow_run.triggering_actor").get("login")
-    actor = actor or field_object(run, "actor", "workflow_run.actor").get("login")
-    head = field_object(run, "head_repository", "workflow_run.head_repository").get("full_name")
+    actor = field_object(run, "workflow_run.triggering_actor").get("login")
+    actor = actor or field_object(run, "workflow_run.actor").get("login")
+    head = field_object(run, "workflow_run.head_repository").get("full_name")
     found = FinishedRun(
         run_id=run.get("id"),
         head_sha=run.get("head_sha"),
         conclusion=run.get("conclusion"),
         html_url=str(run.get("html_url") or ""),
         head_repo=head if isinstance(head, str) else None,
-        repo=field_object(event, "repository", "repository").get("full_name"),
+        repo=field_object(event, "repository").get("full_name"),
         head_branch=run.get("head_branch"),
         actor=actor if isinstance(actor, str) else None,
         created_at=run.get("created_at"),
@@ -224,19 +219,15 @@ def load_event(path: str) -> dict:
     return event
 
 
-def field_object(parent: dict, key: str, where: str) -> dict:
-    """``parent[key]`` where the payload has an object (an empty one for absent or null);
-    ValueError naming ``where`` for anything else: a payload is checked before it is used."""
-    value = parent.get(key)
+def field_object(parent: dict, where: str) -> dict:
+    """The object at ``where``'s last key in ``parent`` ({} for absent or null); ValueError
+    naming ``where`` for anything else."""
+    value = parent.get(where.rsplit(".", 1)[-1])
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise ValueError(f"{where} is {type(value).__name__}, not an object")
     return value
-
-
-def _full_name(parent: dict, where: str):
-    return field_object(parent, "repo", where).get("full_name")
 
 
 def _dicts(items) -> list:

@@ -1,8 +1,5 @@
-"""What ``ci report`` and ``ci gate`` do with GitHub: ``publish`` sends a ``ReportPlan``; ``fork``
-asks what a fork run's report needs (its PR, the approval of its commit, its results artifacts:
-a stranger's upload, capped, of which only results.json is read); ``fork_facts`` reads a fork
-PR's approvals for the gate. What GitHub refuses raises ``PublishFailed`` (exit 1).
-"""
+"""What ``ci report`` and ``ci gate`` do with GitHub: ``publish`` a plan; ``fork``: a fork run's
+PR, approval and results artifacts (capped, only results.json read); ``fork_facts`` for the gate."""
 
 import contextlib
 import os
@@ -19,8 +16,6 @@ from ci.reporter.plan import ReportPlan, ReportRequest, RequestError
 from ci.reporter.publish import Publisher, PublishFailed, RetryPolicy, TooLarge, connect
 
 MAX_ARTIFACT_BYTES = 256 * 1024 * 1024  # the zip: results.json, report.md, JUnit, logs, pictures
-# The pause before the second look at a PR body we wrote (Publisher.settle_s); 0 where one
-# writer alone writes it (the tests' rehearsal of the workflows).
 SETTLE_ENV = "CI_REPORT_SETTLE_S"
 # What zipfile raises for a damaged, truncated, encrypted or exotic archive.
 _UNREADABLE = (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError)
@@ -54,8 +49,7 @@ def publish(request: ReportRequest, report: ReportPlan, say) -> None:
 
 def _publish(request: ReportRequest, report: ReportPlan, publisher: Publisher, say) -> None:
     def superseded(what: str) -> bool:
-        """With --require-head, whether a push moved the PR on; asked before each PR-level
-        write. Statuses and the check run name their commit, so they are still sent."""
+        """With --require-head, whether a push moved the PR on (statuses name their commit)."""
         if not request.require_head:
             return False
         head = publisher.pr_head()
@@ -89,10 +83,8 @@ def _publish(request: ReportRequest, report: ReportPlan, publisher: Publisher, s
 
 
 def fork(request: ReportRequest, folder: str):
-    """(request, note) for a fork run: its open PR (whose head is the run's head), whether a
-    writer approved that commit before the run started, and its results artifacts (one, or
-    NAME-0 .. NAME-(N-1) for ``shards``) downloaded into ``folder``. ``note`` is a line for the
-    log; (None, why) when there is nothing to report."""
+    """(request, note) for a fork run: its PR, whether a writer approved its head before the run,
+    its results artifacts (NAME, or NAME-I per shard) in ``folder``; (None, why): nothing to do."""
     run = gate.finished_run(gate.load_event(request.workflow_run))
     with _github(request.repo, None, request.api_url, "--workflow-run (it reads GitHub)") as github:
         owner = (run.head_repo or "").split("/")[0]
@@ -148,8 +140,7 @@ def fork(request: ReportRequest, folder: str):
 
 
 def _artifacts_named(github: Publisher, run_id: int, name: str) -> list:
-    """Every live artifact of the run called ``name``: none, one, or more (a process the tests
-    left can upload with the job's runtime token)."""
+    """Every live artifact of the run called ``name`` (a test's leftover process can add one)."""
     found = github.request("GET", f"artifacts of run {run_id}", "actions", "runs", run_id,
                            "artifacts", params={"name": name, "per_page": 100})  # fmt: skip
     listed = found.get("artifacts") if isinstance(found, dict) else None
@@ -161,8 +152,7 @@ def _artifacts_named(github: Publisher, run_id: int, name: str) -> list:
 
 
 def _fetch(github: Publisher, found: dict, folder: str) -> None:
-    """The artifact ``found`` (its listing) as ``folder``/results.json, refused on its listed
-    size before the download."""
+    """The artifact ``found`` as ``folder``/results.json, refused first on its listed size."""
     size, limit = found.get("size_in_bytes"), MAX_ARTIFACT_BYTES
     if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= limit:
         raise EvidenceError(f"{size!r} bytes; at most {limit}")
@@ -177,8 +167,7 @@ def _fetch(github: Publisher, found: dict, folder: str) -> None:
 
 
 def extract_results(zip_path: str, folder: str) -> None:
-    """results.json, the one member read, out of the artifact's zip into ``folder``: at most
-    MAX_RESULTS_BYTES of it whatever the zip's header says."""
+    """results.json, the one member read, out of the zip: at most MAX_RESULTS_BYTES of it."""
     limit = evidence.MAX_RESULTS_BYTES
     try:
         with zipfile.ZipFile(zip_path) as archive:
@@ -198,11 +187,10 @@ def extract_results(zip_path: str, folder: str) -> None:
 
 
 def fork_facts(event: dict, pr: int | None, api_url: str | None) -> gate.PullFacts:
-    """A fork PR's head, labels and approvals as GitHub has them now (the payload's are a
-    snapshot of the moment it was sent)."""
+    """A fork PR's head, labels and approvals as GitHub has them now, not as the payload did."""
     try:
-        repo = gate.field_object(event, "repository", "repository").get("full_name")
-        sender = gate.field_object(event, "sender", "sender").get("login")
+        repo = gate.field_object(event, "repository").get("full_name")
+        sender = gate.field_object(event, "sender").get("login")
     except ValueError as exc:
         raise RequestError(f"event payload: {exc}") from None
     if not isinstance(repo, str) or repo.count("/") != 1 or pr is None:

@@ -1,7 +1,5 @@
-"""A comment's or PR body's own text and raw HTML as CommonMark (markdown-it-py) reads them: the
-one reading behind ``/run-ci SHA`` approvals and the PR-body slot. Code, quotes, lists and
-headings only show text; they never approve and never hold our slot.
-"""
+"""A comment's or PR body's own text and raw HTML as CommonMark reads them, behind ``/run-ci``
+approvals and the PR-body slot: code, quotes, lists and headings never approve nor hold it."""
 
 import re
 
@@ -13,8 +11,7 @@ LINE_END = re.compile(r"\r\n|\r|\n")  # CommonMark's line endings, and no others
 
 
 def own_lines(text: str) -> list[str]:
-    """The lines of the top-level paragraphs, each made of plain text alone: a line with a code
-    span, HTML, a link or emphasis in it keeps a NUL where they were."""
+    """The lines of the top-level paragraphs; a code span, HTML, link or emphasis is a NUL."""
     tokens, lines = _PARSER.parse(text), []
     for before, token in zip(tokens, tokens[1:], strict=False):
         if token.type == "inline" and before.type == "paragraph_open" and before.level == 0:
@@ -41,8 +38,7 @@ def raw_html(text: str) -> list[tuple[int, int, str]]:
 
 
 def open_fence(text: str) -> str | None:
-    """The line that closes a code block or an HTML block of raw text (``<pre>``) that ``text``
-    leaves open (it would run over anything appended), or None."""
+    """The line that closes a code block or raw HTML block (``<pre>``) ``text`` leaves open."""
     tokens = _PARSER.parse(text)
     last = tokens[-1] if tokens else None
     raw = last and last.type == "html_block" and _SHOWN_AS_IS.match(last.content.lstrip())

@@ -1,8 +1,5 @@
-"""One PNG per regression case: the peak of memory each side allocated during the test (CUDA
-memory on cuda, the live CPU memory the test measured itself on cpu), drawn with matplotlib's
-Agg backend from the peaks the runner measured. A case without a measured peak on both sides
-gets no picture (nothing is estimated); without matplotlib nothing is drawn.
-"""
+"""One PNG per regression case measured on both sides: each side's peak memory, drawn with
+matplotlib's Agg backend (without matplotlib, none)."""
 
 import os
 import re
@@ -35,9 +32,7 @@ def draw_all(results: Results, out_dir: str) -> dict:
         rel = f"{FOLDER}/{re.sub(r'[^A-Za-z0-9_.-]+', '_', case.test)[:120]}.png"
         try:
             _draw(plt, results, case, os.path.join(out_dir, rel))
-        except (ValueError, TypeError):
-            # PR code names the case: bad mathtext (ValueError), a lone surrogate (TypeError,
-            # from the font layer). No picture for this case; its row in the report stays.
+        except (ValueError, TypeError):  # PR code's name: bad mathtext, a lone surrogate
             plt.close("all")
             continue
         drawn[case.key] = rel

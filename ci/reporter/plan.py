@@ -1,7 +1,5 @@
-"""``ci report``: a frozen ``ReportRequest`` -> a frozen ``ReportPlan`` (slot line, sticky
-comment, statuses, check run) that the dry run prints and ``--post`` sends (``github_io``).
-Nothing here talks to GitHub. Bad arguments raise ``RequestError`` (exit 2).
-"""
+"""``ci report``: a ``ReportRequest`` -> a ``ReportPlan`` that the dry run prints and ``--post``
+sends (``github_io``). Bad arguments raise ``RequestError`` (exit 2)."""
 
 import datetime
 import json

@@ -1,8 +1,6 @@
-"""The one place that knows the PR-body "CI States" block (upstream's shape: a start marker, a
-rule, ``### CI States``, one ``Label: <!-- slot:NAME:start -->TEXT<!-- slot:NAME:end -->`` line
-per writer, an end marker) and puts our slot's text in, every other byte kept. Markers count only
-where CommonMark reads them as HTML (``markdown``), never in the author's code or quotes.
-"""
+"""The PR-body "CI States" block (upstream's: one ``Label: <!-- slot:NAME:start -->TEXT<!--
+slot:NAME:end -->`` line per writer): our slot's text in, every other byte kept. Markers count
+only where CommonMark reads them as HTML, never in the author's code or quotes."""
 
 import bisect
 import re
@@ -94,8 +92,7 @@ def _find_block(body: str, html: _Html) -> tuple[int, int] | None:
 
 
 def _find_slot(body: str, slot: str) -> tuple[int, int] | None:
-    """(first, last) offsets of our slot's text inside the block. A slot is one line: a start
-    marker without its end marker on its line is the author's text, skipped."""
+    """(first, last) offsets of our slot's text in the block; a slot is one line."""
     html = _Html(body)
     block = _find_block(body, html)
     if block is None:

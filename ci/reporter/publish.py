@@ -1,8 +1,5 @@
-"""The only part of the bot that talks to GitHub: REST calls through github3.py's session (its
-auth), every one retried by ``RetryPolicy``. Writes are idempotent, so a rerun edits what an
-earlier run wrote. A sticky comment is found by its marker *and* its author: anyone can write a
-marker.
-"""
+"""The only part of the bot that talks to GitHub: REST calls through github3.py's session, each
+retried. Writes are idempotent; a sticky comment is found by its marker *and* its author."""
 
 import random
 import time
@@ -35,8 +32,8 @@ class TooLarge(ValueError):
 
 @dataclass
 class RetryPolicy:
-    """Retries 5xx, 429, 403 rate limits and dropped connections: waits Retry-After (or a
-    primary limit's reset) when GitHub sends it, backs off exponentially otherwise."""
+    """Retries 5xx, 429, 403 rate limits and dropped connections: Retry-After (or the limit's
+    reset) when sent, else exponential back-off."""
 
     attempts: int = 5
     base_s: float = 1.0
@@ -102,8 +99,7 @@ class Publisher:
     written: str | None = None  # the slot text that write put there
 
     def request(self, method: str, what: str, *parts, params=None, json=None):
-        """The API's JSON answer (None for a GET's 404) to METHOD repos/OWNER/REPO/PARTS... (or
-        /user)."""
+        """The JSON answer (None for a GET's 404) to METHOD repos/OWNER/REPO/PARTS (or /user)."""
 
         def once():
             response = self._send(method, parts, params=params, json=json)
@@ -126,7 +122,7 @@ class Publisher:
         return response
 
     def pages(self, what: str, *parts, params=None) -> list:
-        """Up to ``MAX_PAGES`` pages of 100 of a list; ``params`` filter it on GitHub's side."""
+        """Up to ``MAX_PAGES`` pages of 100 of a list."""
         items = []
         for page in range(1, MAX_PAGES + 1):
             query = {**(params or {}), "per_page": 100, "page": page}
@@ -147,12 +143,9 @@ class Publisher:
         self.request("PATCH", "write PR body", "issues", self.number, json={"body": body})
 
     def update_slot(self, slot: str, label: str, texts: list[str]) -> str:
-        """Put the first of ``texts`` that fits into our slot: read, merge, write, verify.
-
-        GitHub has no compare-and-swap for bodies: the body is read again just before the write
-        (an author's edit since is merged, not overwritten) and after it (a writer that saved a
-        stale body over ours gets our slot re-applied onto theirs).
-        """
+        """The first of ``texts`` that fits into our slot. No compare-and-swap for bodies: read
+        again just before the write (an edit since is merged) and after it (a stale body saved
+        over ours gets our slot again)."""
         base = self._body()
         for _ in range(self.rounds):
             bodies = [(pr_states.set_slot(base, slot, label, text), text) for text in texts]
@@ -172,8 +165,7 @@ class Publisher:
                 continue
             self.replaced, self.written = pr_states.get_slot(base, slot), text
             self._write_body(new)
-            # A writer that read before our write may still land its stale body; its read-to-write
-            # gap is well under the settle time, so one look after it catches that.
+            # A writer that read before our write lands its stale body within the settle time.
             self.policy.pause(self.settle_s)
             base = self._body()
             if pr_states.get_slot(base, slot) == text:
@@ -182,8 +174,7 @@ class Publisher:
         raise RuntimeError(f"PR #{self.number}: body kept changing; gave up after {self.rounds}")
 
     def put_back_slot(self, slot: str, label: str) -> str:
-        """Undo our last slot write, only while the slot still holds what it wrote and only if
-        there was a slot before it."""
+        """Undo our last slot write, while the slot still holds it and if one was there before."""
         if self.written is None or self.replaced is None:
             return "nothing to put back"
         body = self._body()
@@ -193,8 +184,8 @@ class Publisher:
         return "put back"
 
     def identity(self, login: str | None = None) -> str:
-        """The login our comments carry: ``login`` if given, else GET /user, else the Actions bot
-        (an installation token, which the Actions GITHUB_TOKEN is, gets 403 from GET /user)."""
+        """The login our comments carry: ``login``, else GET /user, else the Actions bot (whose
+        installation token gets 403 there)."""
         if login:
             return login
         try:
@@ -206,7 +197,6 @@ class Publisher:
         return (me or {}).get("login") or ACTIONS_BOT
 
     def pr_head(self) -> str:
-        """The PR's head commit as GitHub has it now."""
         return str(((self.pull() or {}).get("head") or {}).get("sha") or "")
 
     def create_check_run(self, create: dict, updates: list) -> int:
@@ -254,8 +244,8 @@ class Publisher:
         return isinstance(answer, dict) and answer.get("permission") in gate.WRITE
 
     def pull_facts(self, trigger=None, before=None) -> gate.PullFacts:
-        """What ``gate.decide`` needs about the PR as GitHub has it now: head, fork or not, labels,
-        and the approvals of the first writer (by ``gate.candidates``) naming the head."""
+        """What ``gate.decide`` needs, as GitHub has it now: head, fork or not, labels, and the
+        approvals of the first writer (``gate.candidates``) naming the head."""
         number, pull = self.number, self.pull()
         if not isinstance(pull, dict):
             raise RuntimeError(f"PR #{number}: not found (404)")
@@ -265,8 +255,7 @@ class Publisher:
             return facts
         reviews = self.pages(f"reviews of PR #{number}", "pulls", number, "reviews")
         comments = self.pages(f"comments of PR #{number}", "issues", number, "comments")
-        # A trigger approves only with the label on: else it would take the place of a writer's
-        # own approval below.
+        # A trigger approves only with the label on, or it would hide a writer's approval.
         trigger = trigger if gate.RUN_LABEL in labels else None
         found = gate.approvals(reviews, comments, trigger, before)
         logins = gate.candidates(found, facts.head)
@@ -276,8 +265,8 @@ class Publisher:
         return replace(facts, approvals=approved, unchecked=unchecked)
 
     def download(self, artifact_id: int, path: str, limit: int) -> None:
-        """The artifact's zip into ``path``; TooLarge past ``limit`` bytes (the storage URL it
-        redirects to gets no token: requests drops it)."""
+        """The artifact's zip into ``path``; TooLarge past ``limit`` bytes (requests drops the
+        token on the redirect to storage)."""
 
         def fetch():
             response = self._send("GET", ("actions", "artifacts", artifact_id, "zip"), stream=True)
@@ -293,9 +282,8 @@ class Publisher:
 
 
 def upsert_sticky(items, marker: str, author: str, create, unchanged, edit, retire) -> tuple:
-    """(outcome, item) for the one item (the API's JSON of a comment or an issue, oldest first)
-    by ``author`` whose body starts with ``marker``: "created" by ``create()`` when there is none,
-    else "unchanged" or "edited"; further ones, left by two runs racing, are ``retire``d."""
+    """(outcome, item) for the one item (oldest first) by ``author`` starting with ``marker``:
+    "created", "unchanged" or "edited"; further ones (two runs racing) are ``retire``d."""
     ours = [
         item
         for item in items

@@ -1,9 +1,5 @@
-"""Pure rendering: the evidence in, markdown out (the sticky comment, which is also report.md,
-the check run's summary and the step summary; the PR-body slot text; one commit-status
-description per suite). No GitHub, no clock. Every piece of untrusted text goes through
-``ci.reporter.escape``. A reviewer reads the kinds as words ("fixed by this PR", "unchanged");
-results.json keeps the exact kinds.
-"""
+"""Pure rendering, evidence in, markdown out: the comment (also report.md and the summaries), the
+slot text, the status descriptions. Untrusted text goes through ``ci.reporter.escape`` (R3)."""
 
 import os
 import re
@@ -24,8 +20,7 @@ STATES = {
 STALE_LABEL = (
     ":x: **No approval of this commit** -- a maintainer reviews it, then adds `run-ci` again."
 )
-# kind -> what it means to a reviewer, and the side whose log excerpt shows why (a regression's
-# assertion is in its row; its log in the artifacts).
+# kind -> what it means to a reviewer, and the side whose log excerpt shows why.
 VERDICTS = {
     "regression": ("fixed by this PR", None),
     "preservation": ("unchanged", None),
@@ -95,8 +90,7 @@ def retry_note(cases) -> str | None:
 
 
 def _failure_line(detail: str) -> str:
-    """The assertion a traceback ends in: its first AssertionError, else the last exception it
-    names, else its last line."""
+    """A traceback's first AssertionError, else its last exception, else its last line."""
     raised = _RAISED.findall(detail or "")
     asserted = [line for line in raised if line.startswith("AssertionError")]
     lines = asserted[:1] or raised[-1:] or (detail or "").strip().splitlines()[-1:]
@@ -121,9 +115,7 @@ def cell(case: Case, mode: str, assertion: bool = False) -> str:
 
 
 def environment_line(environment: dict, backend: str = "cuda") -> str:
-    """Where the tests ran, in one line: the device (the GPUs of a CUDA run, "CPU" for a CPU
-    run), torch, CUDA, sglang, whether as sglang's CI runs them, Python. A record of any other
-    shape shows what it can."""
+    """Where the tests ran, in one line (a record of any shape shows what it can)."""
 
     def mapping(value) -> dict:
         return value if isinstance(value, dict) else {}
@@ -153,8 +145,7 @@ def environment_line(environment: dict, backend: str = "cuda") -> str:
 
 
 def comment(results, slot, run_id=None, run_url=None, artifacts_url=None) -> str:
-    """The whole report, rendered once: heading, verdict, one row per case, the log excerpts
-    collapsed, the environment in one line. Callers cap it to where it goes (``escape.cap``)."""
+    """The whole report; callers cap it to where it goes (``escape.cap``)."""
     side = {m: _text(results.label(m), 100) if m in results.modes else m for m in MODES}
     paths = [file.path for file in results.files]
     if paths and all(p.startswith("test/registered/") for p in paths):
