@@ -50,7 +50,7 @@ def _both_fixes(data):
     other = _data(FUSED_KV)
     data["files"] += other["files"]
     data["cases"] += other["cases"]
-    data["series"] = seriesdir.describe(seriesdir.PATCHES_DIR)
+    data["series"] = seriesdir.summary(seriesdir.load())
 
 
 def _other_series(data):

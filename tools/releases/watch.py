@@ -1,8 +1,7 @@
-"""The release watch: sglang releases on the package index newer than the project knows (or
-those named), each checked (``check``) and kept in ONE tracking issue. Rows another job wrote
-ran a release's code, so they are validated before anything is posted; cells and the body are
-capped. The top imports only the project and the standard library: the posting job has
-github3 and nothing else."""
+"""The release watch: sglang releases newer than the project knows (or those named), each checked
+and kept in ONE tracking issue. Rows another job wrote ran a release's code: validated before
+posting, cells and body capped. Top-level imports are the project's and stdlib (the posting job
+has github3 alone)."""
 
 import json
 import os
@@ -30,14 +29,11 @@ CACHE = REPO / ".cache" / "compat"
 PROOFS = ("test/registered", "test/proofs")
 # A row as ``check`` writes it: key -> the types it may have (exactly; True is no count).
 ROW_SCHEMA = {
-    "version": (str,),
-    "state": (str,),
-    "reason": (str,),
+    **dict.fromkeys(("version", "state", "reason", "error"), (str,)),
     "sha256": (str, type(None)),
     "series": (dict, type(None)),
     "counts": (dict,),
     "change_ok": (bool,),
-    "error": (str,),
     "patches": (list,),  # one {patch, state, sha256, series} per carried patch
 }
 PATCH_KEYS = {"patch": (str,), "state": (str,), "sha256": (str, type(None)), "series": (str,)}
@@ -162,11 +158,10 @@ def series_status(version: str) -> tuple:
         row = matrix.release_row(series, version)
     except SeriesError as err:
         return {"status": "not checked", "detail": clip(str(err).splitlines()[0], MAX_TEXT)}, {}
-    fixes = {}
-    for fix in series.fixes:
-        result = row["patches"][fix.patches[0].name]
-        detail = matrix.short_detail(result["detail"])
-        fixes[fix.number] = clip(result["status"] + (f" ({detail})" if detail else ""), MAX_TEXT)
+    fixes = {
+        f.number: clip(matrix.cell(row["patches"][f.patches[0].name]), MAX_TEXT)
+        for f in series.fixes
+    }
     first = row["patches"][series.fixes[0].patches[0].name]
     detail = clip(matrix.short_detail(first["detail"]), MAX_TEXT)
     return {"status": first["status"], "detail": detail}, fixes
@@ -175,12 +170,8 @@ def series_status(version: str) -> tuple:
 def ab(version: str, env: dict, out: Path) -> dict:
     """The proofs on both sides on CPU: {counts, change_ok}."""
     argv = [sys.executable, "-m", "ci", "run", "--backend", "cpu", "--out", str(out / version)]
-    argv += [
-        "--tests",
-        *PROOFS,
-        f"--unmodified-env={DISABLE_ENV}=1",
-        f"--change-env={DISABLE_ENV}=0",
-    ]
+    argv += ["--tests", *PROOFS, f"--unmodified-env={DISABLE_ENV}=1"]
+    argv += [f"--change-env={DISABLE_ENV}=0"]
     run = _run(argv, env, REPO, 3600)
     try:
         model = shards.load(str(out / version))

@@ -89,7 +89,7 @@ def run(args) -> str:
         for line in skipped:
             print(f"skipped {line}", file=sys.stderr)
         if args.json:
-            return json.dumps([s.to_dict() for s in sites], indent=2) + "\n"
+            return _json([s.to_dict() for s in sites])
         return audit_tree.render_table(sites) + "\n" + audit_tree.summary(sites) + "\n"
     if args.verb == "refresh":
         return _lines(refresh.refresh(args.patches, args.source))
@@ -101,7 +101,7 @@ def run(args) -> str:
         )
     series = seriesdir.load(args.patches)
     if args.verb == "describe":
-        return json.dumps(seriesdir.summary(series), indent=2) + "\n"
+        return _json(seriesdir.summary(series))
     if args.verb == "check":
         return _lines([*check.run_check(series, args.version), "ok"])
     if args.verb == "apply":
@@ -116,9 +116,7 @@ def run(args) -> str:
     if args.verb == "pr-body":
         return _pr_body(series, args.results, args.fix, args.no_check)
     rows = [matrix.release_row(series, v) for v in args.versions or matrix.DSV4_RELEASES]
-    if args.json:
-        return json.dumps(rows, indent=2) + "\n"
-    return matrix.render_table(series.names, rows)
+    return _json(rows) if args.json else matrix.render_table(series.names, rows)
 
 
 def _pr_body(series, folder, number, no_check) -> str:
@@ -138,13 +136,15 @@ def _pr_body(series, folder, number, no_check) -> str:
     return prd.render(series, results, state, fix.number)
 
 
+def _json(data) -> str:
+    return json.dumps(data, indent=2) + "\n"
+
+
 def _lines(lines) -> str:
     return "".join(f"{line}\n" for line in lines)
 
 
 def main(argv=None) -> int:
-    """0 ok, 1 a check failed or a target was refused, 2 bad input or a missing prerequisite;
-    told in one line, never a traceback."""
     args = build_parser().parse_args(argv)
     try:
         sys.stdout.write(run(args))

@@ -1,9 +1,5 @@
-"""``ab --fix N --out DIR``: the evidence a fix's pull request description is rendered from: the
-base materialised, the base with that fix applied alone (its pull request's branch), and ``ci
-run`` of the fix's own tests with ``--unmodified-src BASE --change-src BASE+FIX`` from a plain
-environment (``plain_env``: every package this interpreter sees except this project), each file
-a fresh ``python FILE``, the command the description prints. ``plan`` is pure; ``run_ab`` does
-the work. ``python -m tools.series.ab OUT`` is ``make demo`` (``demo``).
+"""``ab --fix N --out DIR``: the base and the base + that fix materialised, and ``ci run`` of the
+fix's own tests on both from a plain environment (this project left out); ``demo`` is ``make demo``.
 """
 
 import json
@@ -27,8 +23,7 @@ from tools.series import base, check, seriesdir, usage
 from tools.series.seriesdir import REPO_ROOT
 
 PROJECT = "sglang-overlay"  # the distribution a plain environment leaves out
-# Run in the plain environment: exit 0 only when this project cannot be imported there and its
-# start-up hook imported nothing.
+# Exit 0 only when this project is neither importable nor imported (its start-up hook) there.
 _PLAIN_PROBE = (
     "import importlib.util, sys\n"
     "held = sorted(m for m in sys.modules if m.split('.')[0] == 'sglang_overlay')\n"
@@ -47,8 +42,7 @@ class Plan:
 
 
 def plan(series, fix, out, backend: str) -> Plan:
-    """The trees and the ``ci run`` that prove ``fix`` on ``backend``: every test the fix adds
-    (ci run keeps the files registered for that backend), on patches/BASE's release."""
+    """The trees and the ``ci run`` of every test ``fix`` adds, on patches/BASE's release."""
     out = Path(out).resolve()
     version = series.base.version
     tests = sorted(path for path, new in fix.touched_files().items() if new)
@@ -66,9 +60,8 @@ def plan(series, fix, out, backend: str) -> Plan:
 
 
 def plain_env(folder: Path) -> Path:
-    """A venv at ``folder`` (its python returned) whose site-packages links every entry of this
-    interpreter's site-packages except this project's files (its package and its start-up
-    ``.pth``); a usage error when this project is importable there all the same."""
+    """A venv at ``folder`` (its python returned) linking this interpreter's site-packages but
+    this project's files; a usage error when this project is importable there all the same."""
     venv.EnvBuilder(symlinks=True).create(folder)
     paths = {"base": str(folder), "platbase": str(folder)}
     target = Path(sysconfig.get_paths(vars=paths)["purelib"])
@@ -101,8 +94,7 @@ def record_plain(results_dir: Path) -> None:
 
 
 def run_ab(series, fix, out, backend: str) -> tuple:
-    """(ci run's exit code, the plan) after making the trees and running the A/B; the trees
-    are made fresh, so an existing ``out/trees`` is refused (exit 2)."""
+    """(ci run's exit code, the plan); an existing ``out/trees`` is refused (exit 2)."""
     made = plan(series, fix, out, backend)
     if made.unmodified.parent.exists():
         raise usage(f"{made.unmodified.parent} exists; give ab a new --out folder")
@@ -110,7 +102,7 @@ def run_ab(series, fix, out, backend: str) -> tuple:
     base.materialize(series.base.version, made.change)
     check.apply_to(series, made.change, fix)
     python = plain_env(made.env)
-    described = seriesdir.describe(seriesdir.PATCHES_DIR)
+    described = seriesdir.summary(seriesdir.load())
     (made.unmodified.parent.parent / "series.json").write_text(json.dumps(described))
     proc = subprocess.run([python, "-m", *made.ci_run], cwd=REPO_ROOT, check=False)
     if (made.results / "results.json").is_file():
@@ -122,11 +114,8 @@ TICK_S = 20  # the longest the demo stays silent
 
 
 def demo(out: Path, jobs: int = max(2, (os.cpu_count() or 2) // 2)) -> int:
-    """``make demo``: the registered tests unmodified and with the overlay (``ci run``, OUT), the
-    bot's preview of them (``ci report``), and each fix's A/B from the series' trees with its PR
-    description (``series ab``, OUT-fix-N), ``jobs`` at a time (each runs two processes at
-    once: its sides); a line at least every TICK_S
-    seconds, the verdict last. 0 when every step is ok, 1 otherwise."""
+    """``make demo``: the overlay's A/B (OUT) with the bot's preview, and each fix's ``series ab``
+    (OUT-fix-N), ``jobs`` at a time; a line at least every TICK_S seconds. 0 when all are ok."""
     import torch
 
     backend = "cuda" if torch.cuda.is_available() else "cpu"

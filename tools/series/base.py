@@ -1,8 +1,5 @@
-"""A sglang release from PyPI: its wheel (downloaded once into ``.cache/wheels/``, read, never
-installed), and that wheel as a git repository in upstream's layout (``python/sglang/`` minus
-compiled extensions, one commit with a fixed identity and date, tagged ``base``), built once
-under ``.cache/bases/`` and cloned from there.
-"""
+"""A sglang release's wheel from PyPI (cached, never installed) as a git repository in upstream's
+layout: one commit of fixed identity and date, tagged ``base``, built once and cloned from there."""
 
 import fcntl
 import hashlib

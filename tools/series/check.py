@@ -1,9 +1,5 @@
-"""``check``: the series applies with ``git am`` to a fresh base whose files hash to
-``patches/BASE``, each fix applies alone, each file it adds under ``test/registered/`` is the
-project's byte for byte, and upstream's pinned hooks pass on what it changes. ``apply``: the
-series, or one fix, committed into an upstream checkout. git's failures told as patch, file and
-hunk (``explain``).
-"""
+"""``check``: the series and each fix alone ``git am`` onto a base pinned by ``patches/BASE``, the
+tests it adds are the project's, upstream's hooks pass; ``apply``: commit it into a checkout."""
 
 import os
 import re

@@ -1,7 +1,5 @@
-"""``matrix``: how each patch applies to each sglang release with the DSV4 workspace. Each fix
-on its own copy of the files it touches (from the release's wheel) gets its patches in order with
-``git apply``: ``clean``, ``fuzz`` (only with one line of context) or ``fails``.
-"""
+"""``matrix``: how each patch applies (``git apply``, each fix on its own copy of the wheel's
+files) to each DSV4 release: ``clean``, ``fuzz`` (only with one line of context) or ``fails``."""
 
 import re
 import tempfile
@@ -74,16 +72,17 @@ def short_detail(detail: str) -> str:
     return "; ".join(parts)
 
 
+def cell(result: dict) -> str:
+    detail = short_detail(result["detail"])
+    return result["status"] + (f" ({detail})" if detail else "")
+
+
 def render_table(names, rows) -> str:
     """A markdown table: one row per release, one column per patch."""
     header = ["sglang"] + [name.split("-", 1)[0] for name in names]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        cells = [row["version"]]
-        for name in names:
-            result = row["patches"][name]
-            detail = short_detail(result["detail"])
-            cells.append(result["status"] + (f" ({detail})" if detail else ""))
+        cells = [row["version"], *(cell(row["patches"][name]) for name in names)]
         lines.append("| " + " | ".join(cells) + " |")
     legend = [f"{name.split('-', 1)[0]}: {name}" for name in names]
     return "\n".join(lines + [""] + legend) + "\n"

@@ -1,8 +1,5 @@
-"""The upstream pull request's description of one fix in sglang's template (Motivation,
-Modifications, Accuracy Tests, Speed Tests and Profiling, Checklist): prose from the fix's own
-patch messages, every figure from a ``ci run`` folder made with that very fix (its id) and only
-from the tests the fix adds.
-"""
+"""One fix's upstream PR description in sglang's template: prose from its patch messages, every
+figure from a ``ci run`` folder made with that very fix, of the tests it adds alone."""
 
 import re
 import shlex
@@ -58,8 +55,8 @@ def _added(fixlike) -> set:
 
 
 def select_fix(series, results, number: str | None = None):
-    """The fix ``number`` names, else the one fix whose tests the results hold; a usage error
-    (exit 2) for results not made from the series' own plain trees and tests, or ambiguous."""
+    """The fix ``number`` names, else the one whose tests the results hold; a usage error for
+    results not from the series' own plain trees and tests, or ambiguous."""
     for mode, side in sorted(
         ((m, results.sides.get(m)) for m in ("unmodified", "change")),
         key=lambda ms: not (ms[1] is not None and ms[1].overlay),
@@ -106,9 +103,9 @@ def own_results(fix, results):
     return judge.with_verdict(replace(results, files=files, cases=cases, pictures={}))
 
 
-def verify_results_match(series, fix, results) -> str:
-    """The fix's id; SeriesError (exit 1) when the results are not evidence for this fix: other
-    code, another sglang release, or a proof that is not ok (the run's or the fix's tests')."""
+def verify_results_match(series, fix, results) -> None:
+    """SeriesError when the results are not evidence for this fix: other code, another release,
+    or a proof that is not ok (the run's or the fix's tests')."""
     recorded = results.series
     if recorded is None:
         raise SeriesError(
@@ -133,7 +130,6 @@ def verify_results_match(series, fix, results) -> str:
         if proof.verdict != "ok":
             why = "; ".join(proof.reasons) or proof.verdict
             raise SeriesError(f"the results do not prove the change ({proof.verdict}): {why}")
-    return fix.id
 
 
 def upstream_environment(environment: dict) -> dict:
@@ -162,8 +158,7 @@ def ab_table(results, labels: dict) -> list:
 
 
 def checklist(fix, results, check: CheckState, labels: dict) -> list:
-    """Ticked only where the evidence shows it; no benchmark is part of it and no tool checks
-    the style guidance, so those two stay for the author and reviewers."""
+    """Ticked only where the evidence shows it (never benchmarks and style)."""
     touched = fix.touched_files()
     proved = [c for c in results.cases if c.kind == "regression"]
     docs = any(path.startswith("docs/") for path in touched)
@@ -189,8 +184,7 @@ def checklist(fix, results, check: CheckState, labels: dict) -> list:
 
 
 def render(series, results, check: CheckState, number=None) -> str:
-    """The whole description (Markdown) of the fix ``number`` names, else the one whose tests
-    the results hold."""
+    """The description (Markdown) of the fix ``select_fix`` picks."""
     fix = select_fix(series, results, number)
     verify_results_match(series, fix, results)
     results = own_results(fix, results)

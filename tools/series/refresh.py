@@ -1,8 +1,5 @@
-"""``refresh --from DIR``: rewrite ``patches/`` from the commits on top of ``base`` in a
-repository made by ``materialize`` (each patch keeps its file name, ``BASE`` is re-pinned, the
-cover letter keeps its subject and blurb), independent of the user's git configuration but for
-the author: whoever refreshes (``submitter``), each commit keeping its message and date.
-"""
+"""``refresh --from DIR``: rewrite ``patches/`` from the commits on ``base`` in a ``materialize``
+repository (names, cover blurb kept; BASE re-pinned), authored by whoever refreshes."""
 
 import re
 import tempfile

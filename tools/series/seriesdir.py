@@ -1,7 +1,5 @@
-"""Read ``patches/`` (``series``, ``BASE``, the patches, the cover letter) and render ``series``
-and ``BASE`` back; how the series falls into fixes (one upstream pull request each); and the ids
-(sha256 of the release and each patch's diff) that tie a ``ci run`` folder to a series or a fix.
-"""
+"""``patches/`` read and ``series``/``BASE`` rendered back; its fixes (one upstream pull request
+each) and the ids (sha256 of the release and each diff) that tie a ``ci run`` to them."""
 
 import codecs
 import email
@@ -299,7 +297,3 @@ def summary(series: SeriesDir) -> dict:
         "patches": list(series.names),
         "fixes": [{"id": fix.id, "patches": list(fix.names)} for fix in series.fixes],
     }
-
-
-def describe(patches_dir) -> dict:
-    return summary(load(patches_dir))
