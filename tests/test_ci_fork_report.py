@@ -39,8 +39,6 @@ def test_the_bot_writes_as_the_login_given_or_the_tokens_own(token, given, login
     with FakeGitHub(token=token, bot="octo") as server:
         assert ci_samples.publisher(server).identity(given) == login
         assert server.count("GET", r"/user$") == (given is None)
-        with pytest.raises(ValueError, match="marker alone"):
-            ci_samples.publisher(server).upsert_comment("<!-- m -->", "<!-- m -->\nx", None)
 
 
 def test_a_fork_prs_read_only_token_fails_cleanly_and_changes_nothing(tmp_path, monkeypatch):

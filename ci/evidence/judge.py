@@ -183,7 +183,8 @@ def with_verdict(results: Results, problems=()) -> Results:
 
 
 def rejudge(results: Results, patterns) -> Results:
-    """The kinds, flags and verdict again, from the stored outcomes and ``patterns`` alone."""
+    """The kinds, flags and verdict again from the stored outcomes and ``patterns`` alone; a
+    side missing, or a listed regression of a file that ran absent from the cases, fails it."""
     cases = []
     for c in results.cases:  # a mode a results file leaves out counts as missing there
         outcomes = {m: c.modes.get(m, TestResult(c.test, Outcome.MISSING)) for m in results.modes}
@@ -192,22 +193,13 @@ def rejudge(results: Results, patterns) -> Results:
         replace(f, flags=file_flags(f.modes, [c for c in cases if c.file == f.path]))
         for f in results.files
     ]
-    problems = record_problems(results, patterns)
-    return with_verdict(replace(results, cases=cases, files=files), problems)
-
-
-def record_problems(results: Results, patterns) -> list[str]:
-    """Why a stored run is no A/B: a side missing, or a listed regression of a file that ran
-    absent from the cases."""
     problems = [f"no {mode} side: an A/B needs both" for mode in MODES if mode not in results.modes]
-    ran, keys = [f.path for f in results.files], [c.key for c in results.cases]
+    keys = [c.key for c in results.cases]
     for pattern in patterns:
-        path = pattern.split("::", 1)[0]
-        if any(fnmatch.fnmatchcase(p, path) for p in ran) and not any(
-            fnmatch.fnmatchcase(key, pattern) for key in keys
-        ):
+        ran = any(fnmatch.fnmatchcase(f.path, pattern.split("::", 1)[0]) for f in results.files)
+        if ran and not any(fnmatch.fnmatchcase(key, pattern) for key in keys):
             problems.append(f"the listed regression {pattern} is not among the cases")
-    return problems[:5]
+    return with_verdict(replace(results, cases=cases, files=files), problems[:5])
 
 
 def tail(text: str, limit: int = EXCERPT_CHARS) -> str:

@@ -48,10 +48,8 @@ def without_results(state: str, head_sha: str, now: str, details_url, refused=No
 
 def _annotation(case: Case, labels: dict) -> dict | None:
     def peak(mode):
-        result = case.modes.get(mode)
-        return (
-            f" (peak {result.peak_mib:.1f} MiB)" if result and result.peak_mib is not None else ""
-        )
+        mib = getattr(case.modes.get(mode), "peak_mib", None)
+        return "" if mib is None else f" (peak {mib:.1f} MiB)"
 
     base, change = case.modes.get("unmodified"), case.modes.get("change")
     if case.kind == "regression":
@@ -62,10 +60,8 @@ def _annotation(case: Case, labels: dict) -> dict | None:
         side = labels["unmodified" if case.kind == "masked-by-retry" else "change"]
         level, message = "failure", f"{case.kind} on {side}: failed at first, passed on the retry"
     elif case.kind == "unproven":
-        level, message = (
-            "failure",
-            "not proven: it passed, but the runner could not count its attempts",
-        )
+        message = "not proven: it passed, but the runner could not count its attempts"
+        level = "failure"
     elif case.kind == "broken":
         detail = f": {change.detail[-1500:]}" if change and change.detail else ""
         outcome = change.outcome if change else "missing"

@@ -3,6 +3,7 @@ PR, approval and results artifacts (capped, only results.json read); ``fork_fact
 
 import contextlib
 import os
+import re
 import zipfile
 import zlib
 from dataclasses import replace
@@ -13,7 +14,7 @@ from ci.evidence import model as evidence
 from ci.evidence.model import EvidenceError
 from ci.reporter import gate, render
 from ci.reporter.plan import ReportPlan, ReportRequest, RequestError
-from ci.reporter.publish import Publisher, PublishFailed, RetryPolicy, TooLarge, connect
+from ci.reporter.publish import Publisher, PublishFailed, RetryPolicy, connect
 
 MAX_ARTIFACT_BYTES = 256 * 1024 * 1024  # the zip: results.json, report.md, JUnit, logs, pictures
 SETTLE_ENV = "CI_REPORT_SETTLE_S"
@@ -28,15 +29,13 @@ def _github(repo: str, pr: int | None, api_url: str | None, why: str):
     if not token:
         raise RequestError(f"{why} needs a token in GITHUB_TOKEN")
     owner, name = repo.split("/")
-    settle = os.environ.get(SETTLE_ENV, "")
-    try:
-        settle_s = float(settle) if settle else Publisher.settle_s
-    except ValueError:
-        settle_s = -1.0
-    if not 0 <= settle_s <= 60:
+    settle = os.environ.get(SETTLE_ENV) or str(Publisher.settle_s)
+    if not re.fullmatch(r"[0-9]{1,2}(\.[0-9]*)?", settle) or float(settle) > 60:
         raise RequestError(f"{SETTLE_ENV}={settle!r}: seconds from 0 to 60")
     try:
-        yield Publisher(connect(token, api_url), owner, name, pr, RetryPolicy(), settle_s=settle_s)
+        yield Publisher(
+            connect(token, api_url), owner, name, pr, RetryPolicy(), settle_s=float(settle)
+        )
     except (github3.exceptions.GitHubException, RuntimeError, ValueError, OSError) as exc:
         raise PublishFailed(str(exc).replace(token, "***")) from None
 
@@ -105,12 +104,8 @@ def fork(request: ReportRequest, folder: str):
             return None, f"PR #{request.pr} moved on from {run.head_sha[:12]}: nothing posted"
         if not decision.run:
             return replace(request, state=decision.state), None
-        count = request.shards
-        names = (
-            (request.artifact,)
-            if count is None
-            else tuple(f"{request.artifact}-{i}" for i in range(count))
-        )
+        count, artifact = request.shards, request.artifact
+        names = (artifact,) if count is None else tuple(f"{artifact}-{i}" for i in range(count))
         listed = {name: _artifacts_named(github, run.run_id, name) for name in names}
         ran = run.conclusion in ("success", "skipped")
         if not any(listed.values()):
@@ -130,7 +125,7 @@ def fork(request: ReportRequest, folder: str):
         for name, into in zip(names, folders, strict=True):
             try:
                 _fetch(github, listed[name][0], into)
-            except (TooLarge, EvidenceError) as exc:
+            except EvidenceError as exc:
                 return replace(request, invalid=f"{name}: {exc}"), None
         # The conclusion stays: green results of a run that did not succeed are never green.
         request = replace(request, test_result=run.conclusion)

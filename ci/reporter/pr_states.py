@@ -53,10 +53,7 @@ def set_slot(body: str | None, slot: str, label: str, text: str) -> str:
         end = block[1]
         lead = "" if body[:end].endswith(("\n", "\r")) else newline
         return body[:end] + lead + line + newline + body[end:]
-    if not body or body.endswith(newline * 2):
-        gap = ""
-    else:
-        gap = newline if body.endswith(newline) else newline * 2
+    gap = newline * (2 - body.endswith(newline) - body.endswith(newline * 2) if body else 0)
     from ci.reporter import markdown
 
     fence = markdown.open_fence(body)  # closed first, or it would run over our block

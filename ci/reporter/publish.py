@@ -10,6 +10,7 @@ import github3.exceptions as gh_errors
 import requests
 
 from ci.errors import EXIT_FAILED, CiError
+from ci.evidence.model import EvidenceError
 from ci.reporter import gate, pr_states
 
 # Who writes with the Actions GITHUB_TOKEN; that token cannot call GET /user to say so itself.
@@ -24,10 +25,6 @@ class PublishFailed(CiError, RuntimeError):
     """GitHub refused, or kept failing in a retryable way (the last error chained): exit 1."""
 
     code = EXIT_FAILED
-
-
-class TooLarge(ValueError):
-    """A download went past its limit, whatever the listing said its size was."""
 
 
 @dataclass
@@ -209,8 +206,6 @@ class Publisher:
 
     def upsert_comment(self, marker: str, body: str, author: str) -> str:
         """The one comment by ``author`` that starts with ``marker``: edited, or created."""
-        if not author:
-            raise ValueError("upsert_comment needs the bot's login; a marker alone proves nothing")
         number, comment = self.number, ("issues", "comments")
 
         def write(method, *parts):
@@ -265,7 +260,7 @@ class Publisher:
         return replace(facts, approvals=approved, unchecked=unchecked)
 
     def download(self, artifact_id: int, path: str, limit: int) -> None:
-        """The artifact's zip into ``path``; TooLarge past ``limit`` bytes (requests drops the
+        """The artifact's zip into ``path``; EvidenceError past ``limit`` bytes (requests drops the
         token on the redirect to storage)."""
 
         def fetch():
@@ -275,7 +270,7 @@ class Publisher:
                 for chunk in response.iter_content(1 << 16):
                     size += len(chunk)
                     if size > limit:
-                        raise TooLarge(f"artifact {artifact_id}: more than {limit} bytes")
+                        raise EvidenceError(f"artifact {artifact_id}: more than {limit} bytes")
                     handle.write(chunk)
 
         self.policy.call(f"download artifact {artifact_id}", fetch)
