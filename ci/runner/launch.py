@@ -18,7 +18,6 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 
 from ci.evidence.judge import FileRun
 
@@ -36,31 +35,6 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def _run(path, mode, timeout_s, log, results, start) -> FileRun:
-    """One file: ``start()`` -> (its session's pid, ``finish(deadline)`` -> its exit code, or
-    None once killed at the deadline)."""
-    started = time.monotonic()
-    if _STOPPING.is_set():
-        raise KeyboardInterrupt
-    pid, finish = start()
-    with _LIVE_LOCK:
-        _LIVE.add(pid)
-        if _STOPPING.is_set():  # Ctrl-C came as it started: nobody else kills it
-            _kill_group(pid)
-    try:
-        returncode = finish(started + timeout_s)
-    finally:
-        with _LIVE_LOCK:
-            _LIVE.discard(pid)
-    channel = _tail(results, None).splitlines()
-    record = None
-    if channel and channel[-1].startswith('{"process"'):
-        with contextlib.suppress(ValueError, AttributeError):
-            record = json.dumps(json.loads(channel.pop())["process"])
-    return FileRun(path, mode, returncode, round(time.monotonic() - started, 3),
-                   returncode is None, _tail(log), "\n".join(channel), record)  # fmt: skip
-
-
 def _tail(path: str, limit: int | None = OUTPUT_TAIL) -> str:
     try:
         with open(path, "rb") as handle:
@@ -75,25 +49,23 @@ class Worker:
     """One side's ``child.py serve``, preloading ``modules``; ``error`` says why it cannot fork."""
 
     def __init__(self, modules, env, cwd, timeout_s):
-        self.modules, self.error, self.lock = tuple(modules), None, threading.Lock()
+        self.error, self.lock, self.timeout_s = None, threading.Lock(), timeout_s
         self.waiting: dict = {}  # request id -> queue of its answers
         self.ready, self.next_id = queue.SimpleQueue(), 0
         read, write = os.pipe()
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, CHILD, "serve", str(write), *self.modules], cwd=cwd, env=env,
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True, pass_fds=(write,),
-            )  # fmt: skip
-        finally:
-            os.close(write)
+        self.proc = subprocess.Popen(
+            [sys.executable, CHILD, "serve", str(write), *modules], cwd=cwd, env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, pass_fds=(write,),
+        )  # fmt: skip
+        os.close(write)
         threading.Thread(target=self._answers, args=(os.fdopen(read, "rb"),), daemon=True).start()
         try:
             said = self.ready.get(timeout=timeout_s)
         except queue.Empty:
             said = {"error": f"not ready in {timeout_s:g} s"}
         if "ready" not in said:
-            self.error = str(said.get("error") or "the preloading process ended")[:500]
+            self.error = str(said["error"])[:500]
             self.stop()
 
     def _answers(self, answers) -> None:
@@ -105,37 +77,47 @@ class Worker:
         for waiting in list(self.waiting.values()):
             waiting.put({"exit": None})
 
-    def record(self) -> dict:
-        return {"modules": list(self.modules), "forked": self.error is None, "error": self.error}
-
-    def run(self, path, mode, timeout_s, log, results) -> FileRun:
-        def start():
-            with self.lock:
-                self.next_id += 1
-                request, answers = self.next_id, queue.SimpleQueue()
-                self.waiting[request] = answers
-                command = {"id": request, "path": path, "args": ["-v"], "results": results}
-                self.proc.stdin.write((json.dumps({**command, "log": log}) + "\n").encode())
-                self.proc.stdin.flush()
-            try:
-                pid = answers.get(timeout=timeout_s).get("pid")
-            except queue.Empty:
-                pid = None
-            if pid is None:
-                raise OSError(f"the {mode} preloading process is gone")
-
-            def finish(deadline):
-                try:
-                    return answers.get(timeout=max(0.0, deadline - time.monotonic()))["exit"]
-                except queue.Empty:  # its timeout: the worker reaps it once its group is killed
-                    _kill_group(pid)
-                    with contextlib.suppress(queue.Empty):
-                        answers.get(timeout=10)
-                    return None
-
-            return pid, finish
-
-        return _run(path, mode, timeout_s, log, results, start)
+    def run(self, path, mode, log, results) -> FileRun:
+        """One file forked from this serve; its exit code None once killed at its timeout."""
+        started = time.monotonic()
+        with self.lock:
+            if _STOPPING.is_set():
+                raise KeyboardInterrupt
+            self.next_id += 1
+            request, answers = self.next_id, queue.SimpleQueue()
+            self.waiting[request] = answers
+            command = {"id": request, "path": path, "args": ["-v"], "results": results, "log": log}
+            self.proc.stdin.write((json.dumps(command) + "\n").encode())
+            self.proc.stdin.flush()
+        try:
+            pid = answers.get(timeout=self.timeout_s).get("pid")
+        except queue.Empty:
+            pid = None
+        if pid is None:
+            raise OSError(f"the {mode} preloading process is gone")
+        with _LIVE_LOCK:
+            _LIVE.add(pid)
+            if _STOPPING.is_set():  # Ctrl-C came as it started: nobody else kills it
+                _kill_group(pid)
+        try:
+            returncode = answers.get(timeout=max(0.0, started + self.timeout_s - time.monotonic()))
+            returncode = returncode["exit"]
+        except queue.Empty:  # its timeout: the serve reaps it once its group is killed
+            _kill_group(pid)
+            with contextlib.suppress(queue.Empty):
+                answers.get(timeout=10)
+            returncode = None
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(pid)
+        channel = _tail(results, None).splitlines()
+        record = None
+        if channel and channel[-1].startswith('{"process"'):
+            with contextlib.suppress(ValueError, AttributeError):
+                record = json.dumps(json.loads(channel.pop())["process"])
+        return FileRun(path, mode, returncode, round(time.monotonic() - started, 3),
+                       returncode is None, _tail(log), "\n".join(channel), record,
+                       f"logs/{os.path.basename(log)}")  # fmt: skip
 
     def stop(self) -> None:
         _kill_group(self.proc.pid)
@@ -153,7 +135,8 @@ def run_all(paths, envs: dict, cwd: str, timeout_s: float, jobs: int, progress, 
     workers = (
         {m: Worker(preload, env, cwd, timeout_s) for m, env in envs.items()} if preload else {}
     )
-    preloads = {mode: w.record() for mode, w in workers.items()}
+    preloads = {m: {"modules": list(preload), "forked": w.error is None, "error": w.error}
+                for m, w in workers.items()}  # fmt: skip
     bare, bare_lock = {}, threading.Lock()  # mode -> a serve that imported nothing, once needed
 
     def one(path, mode):
@@ -164,7 +147,7 @@ def run_all(paths, envs: dict, cwd: str, timeout_s: float, jobs: int, progress, 
             preloads[mode].setdefault("fresh", {})[path] = fresh[path]
         if worker is not None and worker.error is None and path not in fresh:
             try:
-                return replace(worker.run(path, mode, timeout_s, log, results), log=f"logs/{name}")
+                return worker.run(path, mode, log, results)
             except OSError as exc:  # the preloading process is gone: this file starts fresh
                 worker.error = preloads[mode]["error"] = str(exc)
                 preloads[mode]["forked"] = False
@@ -173,7 +156,7 @@ def run_all(paths, envs: dict, cwd: str, timeout_s: float, jobs: int, progress, 
                 bare[mode] = Worker((), envs[mode], cwd, timeout_s)
         if bare[mode].error is not None:
             raise OSError(f"the {mode} side's test process did not start: {bare[mode].error}")
-        return replace(bare[mode].run(path, mode, timeout_s, log, results), log=f"logs/{name}")
+        return bare[mode].run(path, mode, log, results)
 
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))  # each thread only waits on a child
     try:
