@@ -388,7 +388,7 @@ def test_ctrl_c_stops_every_test_process_and_prints_one_line(tmp_path):
 @pytest.mark.parametrize(
     "args, line",
     [
-        (["run", "--out", "/dev/null", "--tests", PYTEST_STYLE], "error: --out /dev/null: not a"),
+        (["run", "--out", "/dev/null", "--tests", PYTEST_STYLE], "error: --out /dev/null: Not a"),
         (["run", "--out", "/proc/version/out"], "error: --out /proc/version/out: Not a directory"),
         (["run", "--out", "x", "--jobs", "0"], "error: --jobs 0: at least 1"),
         (["run", "--out", "x", "--regressions", sys.executable], "error: --regressions "),

@@ -1,13 +1,11 @@
 """The process a test file runs in under ``ci run`` (after sglang's ``fork_test_worker.py``):
-``python FILE ARGS`` plus a result channel the runner owns, so the file stays as upstream wrote
-it. It is the PR's process: it imports nothing of the bot.
+``python FILE ARGS`` plus a result channel the runner owns; it imports nothing of the bot.
 
-``child.py serve FD MODULE...`` imports MODULEs once (never CUDA), answers ``{"ready"}`` on FD,
-then per JSON line ``{"id", "path", "args", "results", "log"}`` on stdin forks a child in its own
-session that runs FILE as ``__main__``, its output to ``log``, and answers ``{"id", "pid"}``, then
-``{"id", "exit"}`` once the child ended and its session was killed. The child writes each
-finished test as one JSON line on ``results`` (each call of a test method, so that a retry is
-seen), then ``{"process": {...}}``, what it ran with.
+``child.py serve FD MODULE...`` imports MODULEs once, answers ``{"ready"}`` on FD, then per JSON
+line ``{"id", "path", "args", "results", "log"}`` on stdin forks a child in its own session and
+answers ``{"id", "pid"}``, then ``{"id", "exit"}`` once the child ended and its session was
+killed. The child writes each finished test as one JSON line on ``results`` (each call of a test
+method, so that a retry is seen), then ``{"process": {...}}``, what it ran with.
 """
 
 import atexit
@@ -140,11 +138,8 @@ def hook_unittest(channel: Channel, calls: dict) -> None:
         if method is None:
             return run(test, result)
         own = test.__dict__.get(name)  # pytest sets the method on the instance
-        setattr(
-            test,
-            name,
-            _counting(method, calls.setdefault(unittest_id(test), []), test.failureException),
-        )
+        counted = calls.setdefault(unittest_id(test), [])
+        setattr(test, name, _counting(method, counted, test.failureException))
         try:
             return run(test, result)
         finally:
@@ -244,13 +239,10 @@ class PytestResults:
 
 def hook_pytest(pytest, channel: Channel, calls: dict) -> None:
     real = pytest.main
-    if getattr(real, "ci_results", False):
-        return
 
     def main(args=None, plugins=None, **kwargs):
         return real(args, [*(plugins or ()), PytestResults(channel, calls)], **kwargs)
 
-    main.ci_results = True
     pytest.main = main
 
 
@@ -371,14 +363,6 @@ def _forked(command: dict, modules, answers: int) -> None:
             os._exit(code & 0xFF)
 
 
-def main(argv) -> int:
-    if argv[:1] != ["serve"] or len(argv) < 2 or not argv[1].isdigit():
-        print("usage: child.py serve FD MODULE...", file=sys.stderr)
-        return 2
+if __name__ == "__main__":  # child.py serve FD MODULE..., only as launch.py starts it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner ends this process's group
-    serve(argv[2:], int(argv[1]))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    serve(sys.argv[3:], int(sys.argv[2]))

@@ -84,7 +84,7 @@ def execute(request: RunRequest, log) -> Results:
         sided = replace(request, tests=tests, unmodified_src=base, change_src=head)
         return _execute(sided, head, log, out, change)
     finally:
-        sides.remove(out)
+        shutil.rmtree(os.path.join(out, sides.SIDES_DIR), ignore_errors=True)
 
 
 def _execute(request: RunRequest, root: str, log, out=None, change=None) -> Results:
@@ -205,20 +205,18 @@ def _prepare_out(out: str) -> str:
     no run writes, so nothing of someone else's is lost."""
     out = os.path.abspath(out)
     try:
-        if os.path.exists(out) and not os.path.isdir(out):
-            raise RequestError(f"--out {out}: not a folder")
-        if os.path.isdir(out):
-            foreign = sorted(set(os.listdir(out)) - set(OUTPUTS) - set(OUTPUT_DIRS))
-            if foreign:
-                raise RequestError(
-                    f"--out {out}: holds {foreign[0]!r}, which no ci run writes; use an empty folder"
-                )
-            for name in OUTPUTS:
-                if os.path.isfile(os.path.join(out, name)):
-                    os.remove(os.path.join(out, name))
-            for name in OUTPUT_DIRS:
-                shutil.rmtree(os.path.join(out, name), ignore_errors=True)
-        os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+        names = os.listdir(out) if os.path.exists(out) else []
+        foreign = sorted(set(names) - set(OUTPUTS) - set(OUTPUT_DIRS))
+        if foreign:
+            raise RequestError(
+                f"--out {out}: holds {foreign[0]!r}, which no ci run writes; use an empty folder"
+            )
+        for path in (os.path.join(out, name) for name in names):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+        os.makedirs(os.path.join(out, "logs"))
     except OSError as exc:
         raise RequestError(f"--out {out}: {exc.strerror}") from None
     return out

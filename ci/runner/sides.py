@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ci import gitcmd
 from ci.evidence.model import MODES, Side
 from ci.runner import RequestError
+from ci.runner.collect import REGISTERED_ROOT
 
 # What sglang's CI sets that changes how a test behaves: SGLANG_IS_IN_CI turns on CustomTestCase's
 # retry and the other CI-only paths. SGLANG_TEST_MAX_RETRY is not set there, so a caller's goes.
@@ -29,7 +30,6 @@ ALLOWED = frozenset(
 )
 ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "SGLANG_", "TORCH_", "TORCHINDUCTOR_", "TRITON_")
 PACKAGE = "python/sglang"
-REGISTERED_ROOT = "test/registered"
 SIDES_DIR = "sides"  # under --out; removed when the run ends
 
 
@@ -90,7 +90,7 @@ def environment(setup: SideSetup, base=None, upstream_ci: bool = True) -> dict:
     return {**env, **setup.env}
 
 
-def side(setup: SideSetup, record: dict, commit: str | None = None, other=None) -> Side:
+def side(setup: SideSetup, record: dict, commit: str | None, other) -> Side:
     """The side as the reports name it, from what its test processes imported, and the settings
     in which it differs from the ``other`` side."""
     version = record.get("sglang")
@@ -127,13 +127,10 @@ def record_of(text: str | None) -> dict:
 
 def nvidia_smi() -> list[dict]:
     """GPU name, driver and memory per device, or [] where there is no nvidia-smi."""
-    exe = shutil.which("nvidia-smi")
-    query = [exe, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+    query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
     try:
-        out = (
-            subprocess.run(query, capture_output=True, text=True, timeout=30).stdout if exe else ""
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        out = subprocess.run(query, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):  # no nvidia-smi
         return []
     rows = [[part.strip() for part in line.split(",")] for line in out.splitlines()]
     return [{"name": r[0], "driver": r[1], "memory": ",".join(r[2:])} for r in rows if len(r) >= 2]
@@ -172,17 +169,12 @@ class Change:
 
 def read_change(root: str, base_rev: str, head_rev: str) -> Change:
     """The change from ``base_rev`` to ``head_rev`` in the clean checkout at ``root``."""
-    root = os.path.abspath(root)
-    try:
-        return _read_change(root, base_rev, head_rev)
-    except OSError as exc:
-        raise RequestError(f"--git-base/--git-head need git: {exc.strerror}") from None
 
-
-def _read_change(root: str, base_rev: str, head_rev: str) -> Change:
     def git(*args):
         return gitcmd.out(list(args), root, check=False)
 
+    if shutil.which("git") is None:
+        raise RequestError("--git-base/--git-head need git")
     if not gitcmd.is_top(root):
         raise RequestError(f"--root {root}: not the top of a git checkout")
     dirty = gitcmd.changed(root)  # uncommitted edits would not be tested
@@ -219,7 +211,6 @@ def make_sides(root: str, change: Change, out: str) -> tuple[str, str]:
     """The base (its python/) and head (python/ and test/) trees under ``out``/sides/, written
     from git as plain files. The head's tree is PR code, which runs anyway: what its entries
     point at grants it nothing its tests could not do (ci/THREATS.md N1)."""
-    remove(out)
     made = []
     for name, commit, paths in (
         ("base", change.base, ("python",)),
@@ -235,7 +226,3 @@ def make_sides(root: str, change: Change, out: str) -> tuple[str, str]:
             raise RequestError(f"writing commit {commit[:12]} of {root} failed: {exc}") from None
         made.append(dest)
     return made[0], made[1]
-
-
-def remove(out: str) -> None:
-    shutil.rmtree(os.path.join(out, SIDES_DIR), ignore_errors=True)
