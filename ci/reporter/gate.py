@@ -112,7 +112,7 @@ def approvals(reviews, comments, trigger: str | None = None, before: str | None 
         if not login or not _is_sha(sha) or at is None or (limit and at > limit):
             continue
         if review.get("state") in SUBMITTED and (login not in last or at >= last[login][0]):
-            last[login] = (at, sha, review["state"], _association(review))
+            last[login] = (at, sha, review["state"], review.get("author_association"))
     for login, (_, sha, state, association) in sorted(last.items()):
         if state == "APPROVED":
             found.append(Approval(login, sha, "review", association))
@@ -123,7 +123,8 @@ def approvals(reviews, comments, trigger: str | None = None, before: str | None 
         at = _time(comment.get("updated_at") or comment.get("created_at"))
         if login and isinstance(body, str) and at is not None and not (limit and at > limit):
             found += [
-                Approval(login, sha, "comment", _association(comment)) for sha in run_ci_shas(body)
+                Approval(login, sha, "comment", comment.get("author_association"))
+                for sha in run_ci_shas(body)
             ]
     return tuple(found)
 
@@ -142,18 +143,10 @@ def candidates(found, head: str | None) -> list:
     rank = {}
     for approval in found:
         if head and approval.sha == head:
-            where = _rank(approval.association)
+            a = approval.association
+            where = ASSOCIATIONS.index(a) if a in ASSOCIATIONS else len(ASSOCIATIONS)
             rank[approval.login] = min(where, rank.get(approval.login, where))
     return sorted(rank, key=lambda login: (rank[login], login))
-
-
-def _rank(association: str) -> int:
-    return ASSOCIATIONS.index(association) if association in ASSOCIATIONS else len(ASSOCIATIONS)
-
-
-def _association(item: dict) -> str:
-    value = item.get("author_association")
-    return value if isinstance(value, str) else ""
 
 
 CONCLUSIONS = (  # of a finished run

@@ -136,9 +136,6 @@ class Publisher:
             raise RuntimeError(f"PR #{self.number}: not found (404)")
         return issue.get("body") or ""
 
-    def _write_body(self, body: str) -> None:
-        self.request("PATCH", "write PR body", "issues", self.number, json={"body": body})
-
     def update_slot(self, slot: str, label: str, texts: list[str]) -> str:
         """The first of ``texts`` that fits into our slot. No compare-and-swap for bodies: read
         again just before the write (an edit since is merged) and after it (a stale body saved
@@ -161,7 +158,7 @@ class Publisher:
                 base = fresh
                 continue
             self.replaced, self.written = pr_states.get_slot(base, slot), text
-            self._write_body(new)
+            self.request("PATCH", "write PR body", "issues", self.number, json={"body": new})
             # A writer that read before our write lands its stale body within the settle time.
             self.policy.pause(self.settle_s)
             base = self._body()
@@ -177,7 +174,8 @@ class Publisher:
         body = self._body()
         if pr_states.get_slot(body, slot) != self.written:
             return "left as a newer writer set it"
-        self._write_body(pr_states.set_slot(body, slot, label, self.replaced))
+        body = pr_states.set_slot(body, slot, label, self.replaced)
+        self.request("PATCH", "write PR body", "issues", self.number, json={"body": body})
         return "put back"
 
     def identity(self, login: str | None = None) -> str:

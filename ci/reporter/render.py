@@ -123,25 +123,21 @@ def environment_line(environment: dict, backend: str = "cuda") -> str:
     env = mapping(environment)
     modes = mapping(env.get("modes"))
     probe = mapping(modes.get("change")) or mapping(next(iter(modes.values()), {}))
-    on_cuda = backend != "cpu"
-    gpus = env.get("gpus") if on_cuda and isinstance(env.get("gpus"), list) else []
+    gpus = env.get("gpus") if isinstance(env.get("gpus"), list) else []
     parts = [f"{g.get('name')} (driver {g.get('driver')})" for g in map(mapping, gpus)]
-    parts = parts if on_cuda else ["CPU"]
-    if probe.get("torch"):
-        parts.append(f"torch {probe['torch']}")
-    if on_cuda:
-        parts.append(f"CUDA {probe['cuda']}" if probe.get("cuda") else "no CUDA")
-    if probe.get("sglang"):
-        parts.append(f"sglang {probe['sglang']}")
+    parts = parts if backend != "cpu" else ["CPU"]
     settings = env.get("upstream_ci")
+    ci = "outside sglang's CI (no SGLANG_IS_IN_CI: no retries)" if "upstream_ci" in env else None
     if isinstance(settings, dict):
-        shown = ", ".join(f"{k}={v}" for k, v in list(settings.items())[:8])
-        parts.append(f"as sglang's CI runs it ({shown})")
-    elif "upstream_ci" in env:
-        parts.append("outside sglang's CI (no SGLANG_IS_IN_CI: no retries)")
-    if probe.get("python"):
-        parts.append(f"Python {probe['python']}")
-    return " \u00b7 ".join(_text(p, 200) for p in parts)
+        ci = f"as sglang's CI runs it ({', '.join(f'{k}={v}' for k, v in list(settings.items())[:8])})"
+    parts += [
+        probe.get("torch") and f"torch {probe['torch']}",
+        backend != "cpu" and (f"CUDA {probe['cuda']}" if probe.get("cuda") else "no CUDA"),
+        probe.get("sglang") and f"sglang {probe['sglang']}",
+        ci,
+        probe.get("python") and f"Python {probe['python']}",
+    ]
+    return " \u00b7 ".join(_text(p, 200) for p in parts if p)
 
 
 def comment(results, slot, run_id=None, run_url=None, artifacts_url=None) -> str:
