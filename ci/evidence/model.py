@@ -33,9 +33,6 @@ class EvidenceError(CiError, ValueError):
     """Evidence that is not what the runner writes; the message names the field."""
 
 
-# ---- checks: (value, where, *args) -> the value as the model holds it ----
-
-
 def _field(check, *args, nullable=False, required=None, **kwargs):
     """A field loaded through ``check(value, where, *args)``; None passes where nullable."""
     if required is None:
@@ -146,9 +143,6 @@ def load_object(data, where: str, cls):
                 value = check(value, f"{where}.{f.name}", *args)
             values[f.name] = value
     return cls(**values)
-
-
-# ---- the model ----
 
 
 class Outcome(enum.StrEnum):

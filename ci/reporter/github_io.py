@@ -89,12 +89,9 @@ def fork(request: ReportRequest, folder: str):
         owner = (run.head_repo or "").split("/")[0]
         query = {"head": f"{owner}:{run.head_branch}", "state": "open", "per_page": 100}
         found = github.request("GET", f"PRs of {query['head']}", "pulls", params=query)
-        pulls = [
-            pull
-            for pull in (found if isinstance(found, list) else [])
-            if (pull.get("head") or {}).get("sha") == run.head_sha
-            and ((pull.get("head") or {}).get("repo") or {}).get("full_name") == run.head_repo
-        ]
+        heads = [(p, p.get("head") or {}) for p in (found if isinstance(found, list) else [])]
+        pulls = [p for p, head in heads if head.get("sha") == run.head_sha
+                 and (head.get("repo") or {}).get("full_name") == run.head_repo]  # fmt: skip
         if len(pulls) != 1:
             return None, f"{len(pulls)} open PRs have head {run.head_sha[:12]}: nothing posted"
         request = replace(request, pr=pulls[0]["number"])
@@ -128,10 +125,9 @@ def fork(request: ReportRequest, folder: str):
             except EvidenceError as exc:
                 return replace(request, invalid=f"{name}: {exc}"), None
         # The conclusion stays: green results of a run that did not succeed are never green.
-        request = replace(request, test_result=run.conclusion)
-        if count is None:
-            return replace(request, results=folders[0]), None
-        return replace(request, results=folders, shard_artifacts=names), None
+        one = count is None
+        results = dict(results=folders[0]) if one else dict(results=folders, shard_artifacts=names)
+        return replace(request, test_result=run.conclusion, **results), None
 
 
 def _artifacts_named(github: Publisher, run_id: int, name: str) -> list:

@@ -5,7 +5,7 @@ import datetime
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 from ci.errors import CiError
 from ci.evidence import shards
@@ -71,12 +71,6 @@ class ReportPlan:
     statuses_skipped: bool  # there were statuses to set, but no sha to set them on
     summary: str | None  # the full report for the step summary, when asked for
     invalid: str | None = None  # why the artifact was refused (the slot says failure)
-
-    def to_dict(self) -> dict:
-        """What ``--json`` prints."""
-        shown = ("repo", "pr", "slot", "slot_line", "comment", "statuses", "sha", "check_run")
-        data = asdict(self)
-        return {key: list(data[key]) if key == "statuses" else data[key] for key in shown}
 
 
 def prepare(request: ReportRequest) -> ReportRequest:
@@ -211,7 +205,8 @@ def write_summary(request: ReportRequest, report: ReportPlan) -> None:
 
 def dry_run_text(report: ReportPlan, as_json: bool) -> str:
     if as_json:
-        return json.dumps(report.to_dict(), indent=2) + "\n"
+        shown = ("repo", "pr", "slot", "slot_line", "comment", "statuses", "sha", "check_run")
+        return json.dumps({key: getattr(report, key) for key in shown}, indent=2) + "\n"
     target = f"{report.repo} PR #{report.pr}" if report.repo else "none (local preview)"
     out = [f"# dry run: nothing is sent. Target: {target}\n"]
     out.append(f"\n## PR body: slot {report.slot!r} set to this line (block added if missing)\n\n")
