@@ -5,6 +5,8 @@ import json
 import sys
 
 from ci.errors import CiError
+from ci.evidence import shards
+from ci.evidence.model import EvidenceError
 from tools.series import SeriesError, ab, audit_tree, base, check, hooks, matrix, refresh, seriesdir
 from tools.series import pr_description as prd
 
@@ -120,7 +122,10 @@ def run(args) -> str:
 
 
 def _pr_body(series, folder, number, no_check) -> str:
-    results = prd.load_results(folder)
+    try:
+        results = shards.load(str(folder))
+    except EvidenceError as err:
+        raise SeriesError(f"cannot read the results: {err}", 2) from None
     fix = prd.select_fix(series, results, number)  # refuse before the slow check
     prd.verify_results_match(series, fix, results)
     # Named as upstream knows them: the description names no command of this project.

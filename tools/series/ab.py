@@ -85,14 +85,6 @@ def plain_env(folder: Path) -> Path:
     return python
 
 
-def record_plain(results_dir: Path) -> None:
-    """Mark the results as made from the plain environment, the mark ``pr-body`` asks for."""
-    path = results_dir / "results.json"
-    results = model.load(str(path))
-    environment = {**results.environment, "plain": True}
-    path.write_bytes(model.dumps(replace(results, environment=environment)))
-
-
 def run_ab(series, fix, out, backend: str) -> tuple:
     """(ci run's exit code, the plan); an existing ``out/trees`` is refused (exit 2)."""
     made = plan(series, fix, out, backend)
@@ -105,8 +97,10 @@ def run_ab(series, fix, out, backend: str) -> tuple:
     described = seriesdir.summary(seriesdir.load())
     (made.unmodified.parent.parent / "series.json").write_text(json.dumps(described))
     proc = subprocess.run([python, "-m", *made.ci_run], cwd=REPO_ROOT, check=False)
-    if (made.results / "results.json").is_file():
-        record_plain(made.results)
+    if (path := made.results / "results.json").is_file():  # the mark pr-body asks for
+        results = model.load(str(path))
+        plain = replace(results, environment={**results.environment, "plain": True})
+        path.write_bytes(model.dumps(plain))
     return proc.returncode, made
 
 

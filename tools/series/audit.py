@@ -30,7 +30,7 @@ class Site:
     verdict: str
     grows_with: "tuple[str, ...]"
     reason: str
-    dtype: str = ""  # as the call names it; "" when inherited or the default
+    dtype: str = ""  # the call's dtype=; "" when inherited or the default
 
     def to_dict(self) -> dict:
         return {**asdict(self), "grows_with": list(self.grows_with)}
@@ -300,16 +300,17 @@ class _ClassAudit:
 
     def _classify(self, cand: _Candidate) -> Site:
         verdict, reason = self._verdict(cand)
+        attr, keywords = cand.call.func.attr, cand.call.keywords
         return Site(
             self.file,
             f"{self.cls.name}.{cand.func}",
             cand.stmt.lineno,
             cand.key,
-            expr.allocator_name(cand.call),
+            f".{attr}" if attr in expr.NEW_METHODS else f"torch.{attr}",
             verdict,
             expr.grows_with(cand.call, self.methods[cand.func]),
             reason,
-            expr.element_type(cand.call),
+            next((ast.unparse(k.value) for k in keywords if k.arg == "dtype"), ""),
         )
 
     def _verdict(self, cand: _Candidate) -> "tuple[str, str]":

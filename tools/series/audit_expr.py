@@ -91,16 +91,6 @@ def allocator(value) -> "ast.Call | None":
     return None
 
 
-def allocator_name(call: ast.Call) -> str:
-    func = call.func
-    return f"torch.{func.attr}" if func.attr not in NEW_METHODS else f".{func.attr}"
-
-
-def element_type(call: ast.Call) -> str:
-    """The ``dtype=`` the call names ("" when it inherits one or takes the default)."""
-    return next((ast.unparse(k.value) for k in call.keywords if k.arg == "dtype"), "")
-
-
 def names_in(node) -> "set[str]":
     return {
         sub.id if isinstance(sub, ast.Name) else sub.attr
@@ -338,7 +328,7 @@ def comments(source: str) -> "dict[int, tuple[str, bool]]":
     return {n: (text, n not in code_lines) for n, text in found.items()}
 
 
-def _reason(comment: str) -> "str | None":
+def marker_reason(comment: str) -> "str | None":
     """A marker's reason: None without a marker, "" when it has no visible character."""
     match = MARKER.search(comment)
     if match is None:
@@ -347,10 +337,6 @@ def _reason(comment: str) -> "str | None":
     return match.group("reason").strip() if visible else ""
 
 
-def marker_reason(comment: str) -> "str | None":
-    return _reason(comment) or None
-
-
 def bare_markers(source: str) -> "list[int]":
     """The lines whose comment is a marker without a visible reason (the hook refuses them)."""
-    return sorted(n for n, (text, _) in comments(source).items() if _reason(text) == "")
+    return sorted(n for n, (text, _) in comments(source).items() if marker_reason(text) == "")

@@ -13,9 +13,9 @@ from tools.series import audit, usage
 def package_root(tree: str) -> Path:
     path = Path(tree)
     for candidate in (path, path / "sglang", path / "python" / "sglang"):
-        if (candidate / "__init__.py").is_file() and (candidate / "srt").is_dir():
-            if candidate.name == "sglang":
-                return candidate
+        has_srt = (candidate / "__init__.py").is_file() and (candidate / "srt").is_dir()
+        if has_srt and candidate.name == "sglang":
+            return candidate
     raise usage(
         f"{tree}: not an sglang source tree (no sglang/__init__.py with srt/ in it, "
         "nor python/sglang/)"

@@ -18,16 +18,12 @@ from tools.series.seriesdir import NEW, REPO_ROOT, check_version
 CACHE_DIR = Path(os.environ.get("SGLANG_SERIES_CACHE", REPO_ROOT / ".cache"))
 BASE_TAG = "base"
 VERSION_KEY = "sglang-series.version"
-# A fixed identity and date make the materialised base commit the same on every machine.
-_IDENTITY = {
-    f"GIT_{role}_{key}": value
-    for role in ("AUTHOR", "COMMITTER")
-    for key, value in (
-        ("NAME", "sglang-overlay base"),
-        ("EMAIL", "base@sglang-overlay.invalid"),
-        ("DATE", "2000-01-01T00:00:00+0000"),
-    )
-}
+
+
+def identity(name: str, email: str, date: str) -> dict:
+    """git's environment that makes ``name <email>`` at ``date`` the author and committer."""
+    who = {"NAME": name, "EMAIL": email, "DATE": date}
+    return {f"GIT_{role}_{k}": v for role in ("AUTHOR", "COMMITTER") for k, v in who.items()}
 
 
 def wheel_path(version: str) -> Path:
@@ -93,7 +89,10 @@ def _build(version: str, dest: Path) -> None:
     gitcmd.run(
         ["commit", "-q", "--no-verify", "-F", "-"],
         dest,
-        env=_IDENTITY,
+        # the same base commit on every machine
+        env=identity(
+            "sglang-overlay base", "base@sglang-overlay.invalid", "2000-01-01T00:00:00+0000"
+        ),
         stdin=(
             f"sglang {version} from PyPI\n\n"
             f"python/sglang/ is the sglang/ package of the sglang=={version} wheel, compiled\n"

@@ -5,8 +5,7 @@ import re
 import shlex
 from dataclasses import dataclass, replace
 
-from ci.evidence import judge, shards
-from ci.evidence import model as evidence
+from ci.evidence import judge
 from ci.reporter.render import cell, environment_line, escape_inline
 from tools.series import SeriesError, usage
 
@@ -238,10 +237,3 @@ def reproduce(version: str, results) -> list:
         "git apply --exclude='test/*' pr.patch   # the fix",
         *(f"{line}   # passes" for line in runs),
     ]
-
-
-def load_results(results_dir: str):
-    try:
-        return shards.load(str(results_dir))
-    except evidence.EvidenceError as err:
-        raise usage(f"cannot read the results: {err}") from None

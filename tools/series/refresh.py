@@ -101,12 +101,10 @@ def _authored(source: Path, author: tuple, workdir: Path) -> Path:
         raw = gitcmd.run(["cat-file", "commit", commit], source).stdout
         message = raw.split(b"\n\n", 1)[1] if b"\n\n" in raw else b""
         date = gitcmd.out(["log", "-1", "--format=%ad", "--date=raw", commit], source)
-        who = {"NAME": author[0], "EMAIL": author[1], "DATE": date}
-        env = {f"GIT_{role}_{k}": v for role in ("AUTHOR", "COMMITTER") for k, v in who.items()}
         parent = gitcmd.out(
             ["commit-tree", f"{commit}^{{tree}}", "-p", parent, "-F", "-"],
             clone,
-            env=env,
+            env=base.identity(*author, date),
             stdin=message,
         )
     head = f"refs/heads/{branch or 'series'}"
