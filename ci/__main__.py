@@ -69,7 +69,7 @@ RUN_FLAGS = (
     ("--tests", "tests under --root (default test/registered)", {"nargs": "+", "metavar": "PATH"}),
     ("--backend", "default: cuda when nvidia-smi exists, else cpu", {"choices": ["cuda", "cpu"]}),
     ("--shard", "I/N: run partition I (0-based) of N, split by est_time"),
-    ("--modes", "comma list (default both: unmodified,change)"),
+    ("--modes", "comma list (default both: unmodified,change)", {"default": "unmodified,change"}),
     ("--unmodified-src", "a tree holding python/sglang for this side", DIR),
     ("--change-src", "a tree holding python/sglang for this side", DIR),
     ("--unmodified-env", "a setting of this side's test processes (repeatable)", ENV),
@@ -78,9 +78,9 @@ RUN_FLAGS = (
     ("--git-head", "the head commit: its added/modified registered tests run on both", REV),
     ("--regressions", "tests that must fail unmodified (default ci/regressions.txt)", FILE),
     ("--series", "the patch series, as `python -m tools.series describe` prints it", FILE),
-    ("--timeout", "seconds per file and mode (default 1800)", {"type": float}),
-    ("--jobs", "processes at once (default 2)", {"type": int}),
-    ("--root", "repository root (default: current directory)"),
+    ("--timeout", "seconds per file and mode (default 1800)", {"type": float, "default": 1800}),
+    ("--jobs", "processes at once (default 2)", {"type": int, "default": 2}),
+    ("--root", "repository root (default: current directory)", {"default": "."}),
     (
         "--preload",
         "comma list: each side imports them once, then forks each file (default: the torch "
@@ -194,10 +194,7 @@ def _flags(parser, flags) -> None:
 def cmd_run(args) -> int:
     from ci.runner import run
 
-    args.tests = tuple(args.tests or ())
-    args.unmodified_env, args.change_env = tuple(args.unmodified_env), tuple(args.change_env)
-    request = run.RunRequest(**_fields(run.RunRequest, args))
-    results = run.execute(request, lambda line: print(printable(line), file=sys.stderr, flush=True))
+    results = run.execute(args, lambda line: print(printable(line), file=sys.stderr, flush=True))
     refused = run.write(results, args.out)
     args.exit_code = EXIT_OK if results.verdict == "ok" and refused is None else EXIT_FAILED
     if args.json:
@@ -221,10 +218,10 @@ def cmd_report(args) -> int:
 
     if args.results is not None:  # one folder, or the shards of one run
         args.results = args.results[0] if len(args.results) == 1 else tuple(args.results)
+    fields = {f.name for f in dataclasses.fields(reporting.ReportRequest)}
+    given = {k: v for k, v in vars(args).items() if k in fields and v is not None}
     try:
-        request = reporting.prepare(
-            reporting.ReportRequest(**_fields(reporting.ReportRequest, args))
-        )
+        request = reporting.prepare(reporting.ReportRequest(**given))
         if not request.post and isinstance(request.results, str):
             _write_report(request.results)
         with tempfile.TemporaryDirectory(prefix="ci-report-") as folder:
@@ -263,13 +260,6 @@ def _write_report(results: str) -> None:
         render.write_full_report(model, folder)
     except OSError as exc:  # a read-only folder: the dry run itself still prints
         print(f"note: report.md not written in {folder}: {exc.strerror}", file=sys.stderr)
-
-
-def _fields(record_type, args) -> dict:
-    """The parsed arguments a request record has fields for; a flag not given takes the
-    record's default."""
-    names = {f.name for f in dataclasses.fields(record_type)}
-    return {k: v for k, v in vars(args).items() if k in names and v is not None}
 
 
 def cmd_gate(args) -> int:

@@ -298,7 +298,7 @@ def test_the_machine_commit_and_series_are_recorded(tmp_path, capsys):
     (root / "test/registered/test_tiny.py").write_text(registered())
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "tiny"]):
         gitcmd.run(args, root, env=IDENTITY)
-    described = seriesdir.describe(REPO / "patches")
+    described = seriesdir.summary(seriesdir.load(REPO / "patches"))
     series.write_text(json.dumps(described))
     code, out, err = ci(capsys, "run", "--root", root, "--out", tmp_path / "out", "--series",
                         series, "--backend", "cpu", "--change-env", "SIDE=change")  # fmt: skip

@@ -1,11 +1,11 @@
-"""``ci run``: a frozen ``RunRequest`` -> select, run each file on both sides, judge, and write
+"""``ci run``: its parsed command line -> select, run each file on both sides, judge, and write
 the results folder (results.json, JUnit, logs/, summary.txt). Rendering is the reporter's."""
 
 import json
 import os
 import re
 import shutil
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 
 from ci.errors import EXIT_FAILED, EXIT_OK, CiError
 from ci.evidence import judge, junit
@@ -34,34 +34,10 @@ class NothingToRun(CiError):
     code, prefix = EXIT_OK, "ci run: nothing to run: "
 
 
-@dataclass(frozen=True)
-class RunRequest:
-    out: str
-    root: str = "."
-    backend: str | None = None  # None: cuda when nvidia-smi exists, else cpu
-    modes: str = "unmodified,change"  # a comma list, as typed
-    tests: tuple[str, ...] = ()  # folders or files under root; default test/registered
-    suite: str | None = None
-    stage: str | None = None
-    shard: str | None = None
-    nightly: bool = False
-    unmodified_src: str | None = None
-    change_src: str | None = None
-    unmodified_env: tuple[str, ...] = ()  # NAME=VALUE settings of each side
-    change_env: tuple[str, ...] = ()
-    regressions: str | None = None  # default ci/regressions.txt
-    git_base: str | None = None  # both sides from git: commits of the checkout at root
-    git_head: str | None = None
-    preload: str | None = None  # a comma list, "none", or None: collect.PRELOADED_PACKAGES
-    timeout: float = 1800
-    jobs: int = 2
-    outside_upstream_ci: bool = False  # True: without sglang CI's settings
-    series: str | None = None  # a JSON file `python -m tools.series describe` wrote
-
-
-def execute(request: RunRequest, log) -> Results:
-    """Run the A/B ``request`` describes and write its folder; ``log(line)`` hears progress.
-    With ``git_base``/``git_head`` both sides are written under ``out``/sides/ for the run."""
+def execute(request, log) -> Results:
+    """Run the A/B ``request`` (``ci run``'s arguments) describes and write its folder;
+    ``log(line)`` hears progress. With ``git_base``/``git_head`` both sides are written under
+    ``out``/sides/ for the run."""
     root = os.path.abspath(request.root)
     if not (request.git_base or request.git_head):
         return _execute(request, root, log)
@@ -81,13 +57,13 @@ def execute(request: RunRequest, log) -> Results:
                 f"{request.git_head} adds or modifies no registered test file under "
                 f"{collect.REGISTERED_ROOT} since the merge base {change.merge_base[:12]}"
             )
-        sided = replace(request, tests=tests, unmodified_src=base, change_src=head)
-        return _execute(sided, head, log, out, change)
+        request.tests, request.unmodified_src, request.change_src = tests, base, head
+        return _execute(request, head, log, out, change)
     finally:
         shutil.rmtree(os.path.join(out, sides.SIDES_DIR), ignore_errors=True)
 
 
-def _execute(request: RunRequest, root: str, log, out=None, change=None) -> Results:
+def _execute(request, root: str, log, out=None, change=None) -> Results:
     backend = request.backend or ("cuda" if shutil.which("nvidia-smi") else "cpu")
     wanted = tuple(m.strip() for m in request.modes.split(",") if m.strip())
     if not wanted or any(m not in MODES for m in wanted) or len(set(wanted)) != len(wanted):
@@ -151,7 +127,7 @@ def _execute(request: RunRequest, root: str, log, out=None, change=None) -> Resu
         for m, s in setups.items()
     }
     selection = {
-        "tests": list(request.tests) or [collect.REGISTERED_ROOT],
+        "tests": list(request.tests or [collect.REGISTERED_ROOT]),
         "suite": request.suite,
         "stage": request.stage,
         "shard": "{}/{}".format(*shard) if shard else None,
@@ -222,7 +198,7 @@ def _prepare_out(out: str) -> str:
     return out
 
 
-def _select(request: RunRequest, tree, backend: str, shard, readers, diff: bool):
+def _select(request, tree, backend: str, shard, readers, diff: bool):
     filters = dict(suite=request.suite, stage=request.stage, nightly=request.nightly, trees=readers)
     try:
         selected, elsewhere = tree.select(backend, shard=shard, **filters)
