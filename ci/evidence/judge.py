@@ -54,10 +54,8 @@ def listed(patterns, file: str, test: str) -> bool:
     return any(fnmatch.fnmatchcase(f"{file}::{test}", p) for p in patterns)
 
 
-# What a case proves, first matching row wins: (with the change, unmodified, listed in
-# regressions.txt) -> kind. Each side's result is one of: absent (the mode did not run), skip,
-# missing (ran, never reported), fail (fail or error), retry (passed after a failed attempt),
-# unseen (passed, attempts not counted), pass. "*" is any; "|" separates alternatives.
+# (with the change, unmodified, listed in regressions.txt) -> kind, first matching row wins; a
+# side is one of SIDE_RESULTS (``side_result``), "*" any, "|" between alternatives.
 TRUTH_TABLE = (
     ("fail|missing", "*", "*", Kind.BROKEN),
     ("skip", "*", "*", Kind.SKIPPED),
@@ -165,7 +163,6 @@ def with_verdict(results: Results, problems=()) -> Results:
 
     failed = [*problems, *([] if cases else ["no test reported a result"])]
     failed += said(FAILS_THE_RUN, {k: [c for c in cases if c.kind == k] for k in FAILS_THE_RUN})
-    # Only the change side times a file out against the run.
     late = [f.path for f in results.files if getattr(f.modes.get("change"), "timed_out", False)]
     failed += [f"timed out with {labels['change']}: {', '.join(late)}"] if late else []
     groups: dict = {"passed": [], "no verdict": [], "nothing ran": []}
@@ -236,8 +233,7 @@ def _mode_results(run: FileRun) -> tuple[dict, TestResult | None, ProcessEnd]:
     for t in tests:
         seen = results.get(t.test)
         if seen is not None:
-            # One id twice (two classes of one name, a replayed line): the file is broken, and
-            # a failed report of the id is never overwritten by a later pass.
+            # One id twice: the file is broken, and a failure is never overwritten by a pass.
             errors = (*errors, f"{t.test[:200]!r} reported more than once: a broken file")
             if seen.outcome in FAILED:
                 continue

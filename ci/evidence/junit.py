@@ -6,13 +6,11 @@ from collections import Counter
 
 from ci.evidence.model import Results
 
-# XML 1.0 cannot carry most control characters (test logs have them), lone surrogates (JSON's
-# "\ud800" on a result channel decodes to one), U+FFFE or U+FFFF.
+# What XML 1.0 cannot carry: most control characters, lone surrogates, U+FFFE, U+FFFF.
 _XML_SAFE = dict.fromkeys({*range(32), *range(0xD800, 0xE000), 0xFFFE, 0xFFFF} - {9, 10, 13})
 # The element a test's outcome adds to its testcase (a skip's carries no text).
 _TAGS = {"fail": "failure", "error": "error", "missing": "error", "skip": "skipped"}
 _COUNTS = {"failures": "failure", "errors": "error", "skipped": "skipped"}  # testsuite's
-# A test that failed, then passed when run again, in words: what upstream's CI made of it.
 _RETRIED = {
     "unmodified": "masked by retry: failed at first, passed on the retry; upstream's CI would "
     "pass this test on the unmodified code",

@@ -12,8 +12,7 @@ COMMIT_SHA = re.compile(r"[0-9a-f]{40}")  # a full commit id, as GitHub sends it
 RUN_COMMENT = re.compile(r"/run-ci +([0-9a-f]{40})")  # a whole line of the comment
 SUBMITTED = ("APPROVED", "COMMENTED", "CHANGES_REQUESTED")  # not PENDING, not DISMISSED
 WRITE = ("admin", "write")  # GitHub's ``permission`` field; maintain reads as write
-# GitHub's ``author_association``, most plausible writer first: whose permission is read first.
-# Not trusted on its own (a private org member can read as CONTRIBUTOR); it only orders.
+# GitHub's ``author_association``, most plausible writer first: it orders, never approves.
 ASSOCIATIONS = ("OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR")
 
 
@@ -106,7 +105,7 @@ def approvals(reviews, comments, trigger: str | None = None, before: str | None 
     whoever made it: permissions are not checked here."""
     limit = _time(before) if before else None
     found, last = [], {}
-    for review in _dicts(reviews):
+    for review in reviews:
         login, sha = _login(review), review.get("commit_id")
         at = _time(review.get("submitted_at"))
         if not login or not _is_sha(sha) or at is None or (limit and at > limit):
@@ -118,7 +117,7 @@ def approvals(reviews, comments, trigger: str | None = None, before: str | None 
             found.append(Approval(login, sha, "review", association))
         if login == trigger:
             found.append(Approval(login, sha, "trigger", association))
-    for comment in _dicts(comments):
+    for comment in comments:
         login, body = _login(comment), comment.get("body")
         at = _time(comment.get("updated_at") or comment.get("created_at"))
         if login and isinstance(body, str) and at is not None and not (limit and at > limit):
@@ -221,10 +220,6 @@ def field_object(parent: dict, where: str) -> dict:
     if not isinstance(value, dict):
         raise ValueError(f"{where} is {type(value).__name__}, not an object")
     return value
-
-
-def _dicts(items) -> list:
-    return [item for item in items or [] if isinstance(item, dict)]
 
 
 def _login(item: dict) -> str | None:

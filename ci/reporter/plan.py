@@ -80,7 +80,6 @@ def prepare(request: ReportRequest) -> ReportRequest:
             run = gate.finished_run(gate.load_event(request.workflow_run))
         except (OSError, ValueError) as exc:
             raise RequestError(f"workflow_run report: {exc}") from None
-        # GitHub's payload, so trusted; the PR, its approval and the results come in ``fork``.
         request = replace(
             request,
             repo=run.repo,
@@ -122,7 +121,6 @@ def plan(request: ReportRequest) -> ReportPlan:
     if invalid:
         state = "failure"
     elif state == "results" and request.test_result and not _has_results(request.results):
-        # The test job left nothing behind (it failed early, timed out or was cancelled).
         state = "cancelled" if request.test_result in ("cancelled", "skipped") else "failure"
     if state == "results":
         if not request.results:

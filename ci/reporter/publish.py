@@ -13,7 +13,6 @@ from ci.errors import EXIT_FAILED, CiError
 from ci.evidence.model import EvidenceError
 from ci.reporter import gate, pr_states
 
-# Who writes with the Actions GITHUB_TOKEN; that token cannot call GET /user to say so itself.
 ACTIONS_BOT = "github-actions[bot]"
 MAX_PAGES = 10  # of 100: a PR's reviews and comments beyond 1,000 are not read
 # Permission reads per decision (anyone can review or comment), most plausible writer first.

@@ -44,12 +44,10 @@ def _name(text, limit: int = 300) -> str:
 
 
 def _url(url) -> str:
-    # A URL goes inside (...): spaces and parentheses would end it.
     return str(url).replace(" ", "%20").replace("(", "%28").replace(")", "%29").replace("<", "%3C")
 
 
 def comment_marker(slot: str) -> str:
-    """The hidden line that finds our sticky comment again on reruns."""
     return f"<!-- sglang-overlay-ci:{slot} -->"
 
 
