@@ -108,12 +108,5 @@ def _merged(everything) -> Results:
     machines = {n: {"gpus": g} for n, g in zip(names, gpus, strict=True)}
     environment = {**first.environment, "modes": modes, "shards": machines}
     pictures = {k: v for r in everything for k, v in r.pictures.items()}
-    return replace(
-        first,
-        sides=sides,
-        files=tuple(files),
-        cases=tuple(cases),
-        selection=selection,
-        environment=environment,
-        pictures=pictures,
-    )
+    return replace(first, sides=sides, files=tuple(files), cases=tuple(cases), selection=selection,
+                   environment=environment, pictures=pictures)  # fmt: skip

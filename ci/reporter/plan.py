@@ -80,15 +80,8 @@ def prepare(request: ReportRequest) -> ReportRequest:
             run = gate.finished_run(gate.load_event(request.workflow_run))
         except (OSError, ValueError) as exc:
             raise RequestError(f"workflow_run report: {exc}") from None
-        request = replace(
-            request,
-            repo=run.repo,
-            sha=run.head_sha,
-            run_id=str(run.run_id),
-            run_url=run.html_url or None,
-            require_head=True,
-            check_run=True,
-        )
+        request = replace(request, repo=run.repo, sha=run.head_sha, run_id=str(run.run_id),
+                          run_url=run.html_url or None, require_head=True, check_run=True)  # fmt: skip
     elif request.post and (not request.repo or request.pr is None):
         raise RequestError("--post needs --repo OWNER/NAME and --pr N")
     if request.shards is not None and not request.workflow_run:
@@ -130,11 +123,7 @@ def plan(request: ReportRequest) -> ReportPlan:
         except EvidenceError as exc:  # refused whole and said so, never left pending
             state, invalid = "failure", str(exc)
     result = request.test_result
-    if (
-        model is not None
-        and render.overall_state(model) == "success"
-        and result not in (None, "success")
-    ):
+    if model and render.overall_state(model) == "success" and result not in (None, "success"):
         # What GitHub says of the job outranks what the job's own files say: never green.
         untrusted = f"the test job's result is {result[:20]}, although its results say all passed"
         model, state = None, "cancelled" if result == "cancelled" else "failure"
@@ -155,19 +144,14 @@ def plan(request: ReportRequest) -> ReportPlan:
     )
     refused = ("Invalid artifact", invalid) if invalid else ("Not reported", untrusted)
     return ReportPlan(
-        repo=request.repo,
-        pr=request.pr,
-        slot=request.slot,
+        request.repo, request.pr, request.slot,
         slot_line=pr_states.slot_line(request.slot, request.slot_label, texts[0]),
         comment=None if full is None else cap(full, BODY_LIMIT),
-        statuses=tuple(statuses) if request.sha else (),
-        sha=request.sha,
+        statuses=tuple(statuses) if request.sha else (), sha=request.sha,
         check_run=_check_run(request, model, state, refused if refused[1] else None, full),
-        texts=texts,
-        statuses_skipped=bool(statuses and not request.sha),
-        summary=summary,
+        texts=texts, statuses_skipped=bool(statuses and not request.sha), summary=summary,
         invalid=invalid,
-    )
+    )  # fmt: skip
 
 
 def _paths(results) -> tuple[str, ...]:
