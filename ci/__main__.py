@@ -61,6 +61,8 @@ def _version() -> str:
 # --help order. The README says more about each flag.
 SWITCH = {"action": "store_true"}
 DIR, FILE, REV = {"metavar": "DIR"}, {"metavar": "FILE"}, {"metavar": "REV"}
+DIRS, COUNT = {"nargs": "+", "metavar": "DIR"}, {"type": int, "metavar": "N"}
+NAME, MODULES = {"metavar": "NAME"}, {"metavar": "MODULES"}
 ENV = {"action": "append", "metavar": "NAME=VALUE", "default": []}
 REPORT_STATES = ("results", "pending", "missing-label", "stale-label", "failure", "cancelled")
 TEST_RESULTS = ("success", "failure", "cancelled", "skipped")
@@ -81,19 +83,9 @@ RUN_FLAGS = (
     ("--timeout", "seconds per file and mode (default 1800)", {"type": float, "default": 1800}),
     ("--jobs", "processes at once (default 2)", {"type": int, "default": 2}),
     ("--root", "repository root (default: current directory)", {"default": "."}),
-    (
-        "--preload",
-        "comma list: each side imports them once, then forks each file (default: the torch "
-        "and sglang modules the files import, on cuda torch only; none: no preloading)",
-        {"metavar": "MODULES"},
-    ),
+    ("--preload", "comma list a side imports once, then forks its files; none: fresh", MODULES),
     ("--nightly", "include nightly registrations", SWITCH),
-    (
-        "--outside-upstream-ci",
-        "run as on a developer's machine: without SGLANG_IS_IN_CI and sglang CI's other "
-        "settings (default: as sglang's CI runs each file, retries included)",
-        SWITCH,
-    ),
+    ("--outside-upstream-ci", "without SGLANG_IS_IN_CI and sglang CI's retries", SWITCH),
     ("--json", "print the summary as JSON", SWITCH),
 )
 SUITE_OR_STAGE = (
@@ -101,11 +93,7 @@ SUITE_OR_STAGE = (
     ("--stage", "only files registered for this stage"),
 )
 REPORT_FLAGS = (
-    (
-        "--results",
-        "the --out directory of `ci run` (or results.json); several: every shard of one run",
-        {"nargs": "+", "metavar": "DIR"},
-    ),
+    ("--results", "`ci run`'s --out (or results.json); several: the shards of one run", DIRS),
     ("--repo", "OWNER/NAME (required with --post)"),
     ("--pr", "pull request number (required with --post)", {"type": int}),
     ("--sha", "head commit for the statuses (none are set without it)"),
@@ -118,16 +106,8 @@ REPORT_FLAGS = (
     ("--check-run", "also create a check run on --sha (needs an installation token)", SWITCH),
     ("--summary", "append the full report here ($GITHUB_STEP_SUMMARY)"),
     ("--workflow-run", "fork PRs: the workflow_run event payload", {"metavar": "EVENT"}),
-    (
-        "--artifact",
-        "fork PRs: the run's results artifact (default dsv4-results)",
-        {"metavar": "NAME"},
-    ),
-    (
-        "--shards",
-        "fork PRs: the run's shard count; artifacts NAME-0 .. NAME-(N-1), merged into one report",
-        {"type": int, "metavar": "N"},
-    ),
+    ("--artifact", "fork PRs: the run's results artifact (default dsv4-results)", NAME),
+    ("--shards", "fork PRs: the run's shard count (artifacts NAME-0 .. NAME-(N-1))", COUNT),
     ("--run-id", "workflow run id, shown as Run #ID"),
     ("--run-url", "workflow run URL"),
     ("--artifacts-url", "where results.json, JUnit and logs are"),
@@ -153,13 +133,10 @@ def _parser() -> argparse.ArgumentParser:
     run = verbs.add_parser(
         "run",
         help="run registered test files on both sides; write results.json, JUnit, logs",
-        description="Each selected file runs as its own `python FILE -v` process once per side, "
-        "unchanged, in the environment sglang's CI gives it (SGLANG_IS_IN_CI=true: "
-        "CustomTestCase retries a failed test once). A side is a tree (the installed sglang, "
-        "--*-src, or a commit with --git-base/--git-head) plus the settings --*-env gives its "
-        "processes; the two sides must differ. Exit 0 when every test passes (or skips) on the "
-        "change side at its first attempt and the listed regressions fail on the unmodified "
-        "side, retry included; 1, with one line saying why, otherwise.",
+        description="Each selected file runs as `python FILE -v` once per side, as sglang's CI "
+        "runs it (retries included). A side is a tree (installed, --*-src, --git-*) plus the "
+        "settings --*-env gives it. Exit 0 when the change passes at its first attempt and the "
+        "listed regressions fail unmodified; 1, with one line saying why, otherwise.",
     )
     _flags(run, RUN_FLAGS)
     _flags(run.add_mutually_exclusive_group(), SUITE_OR_STAGE)
@@ -176,10 +153,9 @@ def _parser() -> argparse.ArgumentParser:
     gate = verbs.add_parser(
         "gate",
         help="decide from the event payload whether this PR may run CI",
-        description="A fork PR's head runs only when someone with write permission approved that "
-        "commit, read from GitHub with GITHUB_TOKEN. Prints run=true|false (also appended to "
-        "$GITHUB_OUTPUT when set). Exit 0 either way (the decision is data), 1 when GitHub "
-        "could not be read.",
+        description="A fork PR's head runs only once a writer approved that commit. Prints "
+        "run=true|false (also to $GITHUB_OUTPUT). Exit 0 either way, 1 when GitHub could not "
+        "be read.",
     )
     _flags(gate, GATE_FLAGS)
     gate.set_defaults(func=cmd_gate)
