@@ -175,16 +175,11 @@ def finished_run(event: dict) -> FinishedRun:
     actor = actor or field_object(run, "workflow_run.actor").get("login")
     head = field_object(run, "workflow_run.head_repository").get("full_name")
     found = FinishedRun(
-        run_id=run.get("id"),
-        head_sha=run.get("head_sha"),
-        conclusion=run.get("conclusion"),
-        html_url=str(run.get("html_url") or ""),
+        run.get("id"), run.get("head_sha"), run.get("conclusion"), str(run.get("html_url") or ""),
         head_repo=head if isinstance(head, str) else None,
-        repo=field_object(event, "repository").get("full_name"),
-        head_branch=run.get("head_branch"),
-        actor=actor if isinstance(actor, str) else None,
-        created_at=run.get("created_at"),
-    )
+        repo=field_object(event, "repository").get("full_name"), head_branch=run.get("head_branch"),
+        actor=actor if isinstance(actor, str) else None, created_at=run.get("created_at"),
+    )  # fmt: skip
     checks = {
         "workflow_run.id": type(found.run_id) is int,
         "workflow_run.head_sha": _is_sha(found.head_sha),

@@ -190,12 +190,11 @@ def dry_run_text(report: ReportPlan, as_json: bool) -> str:
         shown = ("repo", "pr", "slot", "slot_line", "comment", "statuses", "sha", "check_run")
         return json.dumps({key: getattr(report, key) for key in shown}, indent=2) + "\n"
     target = f"{report.repo} PR #{report.pr}" if report.repo else "none (local preview)"
-    out = [f"# dry run: nothing is sent. Target: {target}\n"]
-    out.append(f"\n## PR body: slot {report.slot!r} set to this line (block added if missing)\n\n")
-    out.append(report.slot_line + "\n")
+    out = [f"# dry run: nothing is sent. Target: {target}\n",
+           f"\n## PR body: slot {report.slot!r} set to this line (block added if missing)\n\n",
+           report.slot_line + "\n"]  # fmt: skip
     if report.comment is not None:
-        out.append("\n## sticky comment (created, or edited in place on reruns)\n\n")
-        out.append(report.comment)
+        out += ["\n## sticky comment (created, or edited in place on reruns)\n\n", report.comment]
     out.append("\n## commit statuses" + (f" on {report.sha}" if report.sha else "") + "\n\n")
     out += [json.dumps(status) + "\n" for status in report.statuses]
     if report.statuses_skipped:
