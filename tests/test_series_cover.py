@@ -7,7 +7,7 @@ import pytest
 
 from tools.series import SeriesError, seriesdir
 from tools.series.__main__ import main
-from tools.series.seriesdir import COVER_NAME, PATCHES_DIR, REPO_ROOT, CoverError, parse_cover
+from tools.series.seriesdir import COVER_NAME, PATCHES_DIR, REPO_ROOT, parse_cover
 
 pytest_plugins = ["series_fixtures"]
 
@@ -50,7 +50,7 @@ HEAD = b"From 0 Mon Sep 17 00:00:00 2001\nFrom: a <a@b>\nDate: x\n"
     ],
 )  # fmt: skip
 def test_a_cover_letter_that_format_patch_did_not_write_is_corrupt(data, said):
-    with pytest.raises(CoverError, match=said):
+    with pytest.raises(SeriesError, match=said):
         parse_cover(data)
 
 

@@ -56,10 +56,8 @@ def _added(fixlike) -> set:
 def select_fix(series, results, number: str | None = None):
     """The fix ``number`` names, else the one whose tests the results hold; a usage error for
     results not from the series' own plain trees and tests, or ambiguous."""
-    for mode, side in sorted(
-        ((m, results.sides.get(m)) for m in ("unmodified", "change")),
-        key=lambda ms: not (ms[1] is not None and ms[1].overlay),
-    ):
+    sides = {m: results.sides.get(m) for m in ("unmodified", "change")}
+    for mode, side in sorted(sides.items(), key=lambda ms: not (ms[1] and ms[1].overlay)):
         if side is None or side.overlay or not side.tree:
             how = "the runtime overlay" if side is not None and side.overlay else "no source tree"
             raise usage(

@@ -35,12 +35,7 @@ def refresh(patches_dir, source) -> list:
         raise SeriesError(f"{source} has merge commits on top of '{base.BASE_TAG}'; rebase them")
     series_file, cover_file = patches_dir / "series", patches_dir / COVER_NAME
     old_names = seriesdir.parse_series(series_file.read_text()) if series_file.is_file() else []
-    letter = None
-    if cover_file.is_file():
-        try:
-            letter = seriesdir.parse_cover(cover_file.read_bytes())
-        except seriesdir.CoverError as err:
-            raise SeriesError(f"corrupt cover letter, fix it before refreshing: {err}") from None
+    letter = seriesdir.parse_cover(cover_file.read_bytes()) if cover_file.is_file() else None
     author = submitter(patches_dir.resolve().parent)
     with tempfile.TemporaryDirectory(prefix="series-refresh-") as tmp:
         authored = _authored(source, author, Path(tmp))

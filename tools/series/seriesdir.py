@@ -110,10 +110,6 @@ def _mail(data: bytes):
     return mail.get_unixfrom(), None if subject is None else str(subject), text
 
 
-class CoverError(SeriesError):
-    """The cover letter is not what format-patch writes."""
-
-
 @dataclass(frozen=True)
 class Cover:
     """The hand-written subject and blurb above git's shortlog and diffstat (refresh rewrites
@@ -125,21 +121,24 @@ class Cover:
 
 
 def parse_cover(data: bytes) -> Cover:
+    def corrupt(problem: str) -> SeriesError:
+        return SeriesError(f"corrupt cover letter: {COVER_NAME}{problem}")
+
     unixfrom, subject, text = _mail(data)
     if unixfrom is None:
-        raise CoverError(f"{COVER_NAME}:1: not a format-patch cover letter (no 'From ' line)")
+        raise corrupt(":1: not a format-patch cover letter (no 'From ' line)")
     match = _COVER_SUBJECT_RE.match(subject or "")
     if not match:
-        raise CoverError(f"{COVER_NAME}: the subject must start with '[PATCH 0/N]'")
+        raise corrupt(": the subject must start with '[PATCH 0/N]'")
     lines = text.splitlines()
     shortlog = [
         i for i, ln in enumerate(lines) if i and _SHORTLOG_RE.match(ln) and not lines[i - 1].strip()
     ]
     if not shortlog:
-        raise CoverError(f"{COVER_NAME}: no shortlog ('Author (N):') below the blurb")
+        raise corrupt(": no shortlog ('Author (N):') below the blurb")
     blurb, subject = "\n".join(lines[: shortlog[-1]]).strip(), match.group(2).strip()
     if not blurb or subject.startswith("*** ") or blurb.startswith("*** "):
-        raise CoverError(f"{COVER_NAME}: the subject and blurb are still git's placeholders")
+        raise corrupt(": the subject and blurb are still git's placeholders")
     return Cover(subject, blurb, int(match.group(1)))
 
 
@@ -275,17 +274,12 @@ def load(root=PATCHES_DIR) -> SeriesDir:
         if not (root / name).is_file():
             raise SeriesError(f"{series_file} lists {name}, but {root / name} does not exist")
         patches.append(parse_patch((root / name).read_bytes(), name))
-    letter = None
-    if cover_file.is_file():
-        try:
-            letter = parse_cover(cover_file.read_bytes())
-        except CoverError as err:
-            raise SeriesError(f"corrupt cover letter: {err}") from None
-        if letter.count != len(names):
-            raise SeriesError(
-                f"{COVER_NAME} introduces {letter.count} patches, {series_file} lists "
-                f"{len(names)}; run 'python -m tools.series refresh'"
-            )
+    letter = parse_cover(cover_file.read_bytes()) if cover_file.is_file() else None
+    if letter is not None and letter.count != len(names):
+        raise SeriesError(
+            f"{COVER_NAME} introduces {letter.count} patches, {series_file} lists "
+            f"{len(names)}; run 'python -m tools.series refresh'"
+        )
     return SeriesDir(root, tuple(names), base, tuple(patches), letter)
 
 
