@@ -164,11 +164,9 @@ class Kind(enum.StrEnum):
     BROKEN = "broken"  # fails, errors or is missing with the change
     SKIPPED = "skipped"
     NO_BASELINE = "no-baseline"  # passes with the change; unmodified gave no verdict
-    # failed first, passed on a retry: upstream's CI would pass it on the unmodified code
-    MASKED_BY_RETRY = "masked-by-retry"
+    MASKED_BY_RETRY = "masked-by-retry"  # failed first unmodified, passed on a retry
     FLAKY = "flaky"  # failed first with the change, passed on a retry
-    # passed where the runner could not count the calls of its method: a retry may hide a failure
-    UNPROVEN = "unproven"
+    UNPROVEN = "unproven"  # passed, its method's calls not counted: a retry may hide a failure
 
 
 ATTEMPTS = (Outcome.PASS, Outcome.FAIL, Outcome.ERROR)
@@ -184,17 +182,14 @@ class TestResult:
     outcome: Outcome = _field(_one_of, Outcome)
     duration_s: float | None = _field(_number, MAX_S, default=None)
     peak_mib: float | None = _field(_number, MAX_S, default=None)  # CUDA memory at its peak
-    # the skip reason, or the end of the failure's traceback (a retried pass: the first's)
-    detail: str = _field(_text, MAX_TEXT, default="")
+    detail: str = _field(_text, MAX_TEXT, default="")  # a skip's reason, a traceback's end
     # each call of the test method in order, where the runner saw them (CI retries once)
     attempts: tuple[Outcome, ...] = _field(_list_of, 20, _one_of, ATTEMPTS, default=())
-    # passed, yet the runner saw no call of its method (a run outside its hooks): not proven
-    unobserved: bool = _field(_flag, default=False)
+    unobserved: bool = _field(_flag, default=False)  # passed, yet no call of its method seen
 
     @property
     def passed_on_retry(self) -> bool:
-        """Passed, its last attempt after one that failed: no pass at all to upstream (an
-        expected failure's attempts end in the failure it expects)."""
+        """Passed, its last attempt after one that failed: no pass at all to upstream."""
         a = self.attempts
         return self.outcome == Outcome.PASS and a[-1:] == (Outcome.PASS,) and set(a) != {"pass"}
 

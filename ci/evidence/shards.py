@@ -67,17 +67,13 @@ def merge(named) -> Results:
     for name, results in ordered:
         for key, value in _identity(results).items():
             if value != expected[key]:
-                raise EvidenceError(
-                    f"{name}: {key} {value!s:.120} differs from {first_name}'s "
-                    f"{expected[key]!s:.120}: shards of different runs"
-                )
+                theirs = f"{first_name}'s {expected[key]!s:.120}: shards of different runs"
+                raise EvidenceError(f"{name}: {key} {value!s:.120} differs from {theirs}")
         for mode, side in results.sides.items():
             theirs = first.sides[mode].sglang
             if side.sglang and theirs and side.sglang != theirs:
-                raise EvidenceError(
-                    f"{name}: {mode} ran sglang {side.sglang!r:.40}, {first_name} "
-                    f"{theirs!r:.40}: shards of different releases"
-                )
+                theirs = f"{first_name} {theirs!r:.40}: shards of different releases"
+                raise EvidenceError(f"{name}: {mode} ran sglang {side.sglang!r:.40}, {theirs}")
         for file in results.files:
             if file.path in owner:
                 raise EvidenceError(f"{file.path} ran in {owner[file.path]} and in {name}")

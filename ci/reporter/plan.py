@@ -135,13 +135,8 @@ def plan(request: ReportRequest) -> ReportPlan:
             {"context": f"{request.slot}/{suite}", "state": s, "description": d, "target_url": url}
             for suite, (s, d) in render.status_descriptions(model).items()
         ]
-    texts = (
-        render.slot_text(state, **request.links, note=note),
-        render.slot_text(state, note=note),
-    )
-    summary = (
-        (cap(full, STEP_SUMMARY_BYTES) if full else f"{texts[0]}\n") if request.summary else None
-    )
+    texts = tuple(render.slot_text(state, **links, note=note) for links in (request.links, {}))
+    summary = cap(full, STEP_SUMMARY_BYTES) if full else f"{texts[0]}\n"
     refused = ("Invalid artifact", invalid) if invalid else ("Not reported", untrusted)
     return ReportPlan(
         request.repo, request.pr, request.slot,
@@ -149,7 +144,7 @@ def plan(request: ReportRequest) -> ReportPlan:
         comment=None if full is None else cap(full, BODY_LIMIT),
         statuses=tuple(statuses) if request.sha else (), sha=request.sha,
         check_run=_check_run(request, model, state, refused if refused[1] else None, full),
-        texts=texts, statuses_skipped=bool(statuses and not request.sha), summary=summary,
+        texts=texts, statuses_skipped=bool(statuses and not request.sha), summary=summary if request.summary else None,
         invalid=invalid,
     )  # fmt: skip
 

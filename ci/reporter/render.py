@@ -174,13 +174,13 @@ def comment(results, slot, run_id=None, run_url=None, artifacts_url=None) -> str
     return "\n".join(lines) + "\n"
 
 
-def _not_run(results, shown: int = 20) -> list:
+def _not_run(results) -> list:
     """One line per selected file that did not run on this backend, and why."""
     entries = results.selection.get("not_run")
     entries = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
     lines = [
         f"Not run on {escape_inline(results.backend)}: {_name(e['file'])} ({_text(e['why'], 100)})"
-        for e in entries[:shown]
+        for e in entries[:20]
         if isinstance(e.get("file"), str) and isinstance(e.get("why"), str)
     ]
     return [*lines, ""] if lines else []
