@@ -24,22 +24,15 @@ class GitError(CiError):
     """A git command that failed; the message carries git's own words."""
 
 
-def environment(extra=None, ceiling=None) -> dict:
-    """This environment as every git of the project gets it, plus ``extra``; ``ceiling`` stops
-    git from finding a repository above that folder."""
-    env = {k: v for k, v in os.environ.items() if k not in CALLERS_REPO}
-    env.update(GIT_CONFIG_NOSYSTEM="1", LC_ALL="C", GIT_OPTIONAL_LOCKS="0", **(extra or {}))
-    if ceiling is not None:
-        env["GIT_CEILING_DIRECTORIES"] = str(ceiling)
-    return env
-
-
 def run(args, cwd, env=None, stdin=None, ceiling=None, check=True) -> subprocess.CompletedProcess:
-    """``git *args`` in ``cwd``, output captured as bytes; GitError on failure unless ``check``
-    is false (OSError where git cannot start)."""
-    proc = subprocess.run(
-        [*COMMAND, *args], cwd=cwd, env=environment(env, ceiling), capture_output=True, input=stdin
-    )
+    """``git *args`` in ``cwd`` with ``env`` added, output captured as bytes; ``ceiling`` stops
+    git from finding a repository above that folder. GitError on failure unless ``check`` is
+    false (OSError where git cannot start)."""
+    environ = {k: v for k, v in os.environ.items() if k not in CALLERS_REPO}
+    environ.update(GIT_CONFIG_NOSYSTEM="1", LC_ALL="C", GIT_OPTIONAL_LOCKS="0", **(env or {}))
+    if ceiling is not None:
+        environ["GIT_CEILING_DIRECTORIES"] = str(ceiling)
+    proc = subprocess.run([*COMMAND, *args], cwd=cwd, env=environ, capture_output=True, input=stdin)
     if check and proc.returncode != 0:
         said = proc.stderr.decode("utf-8", "replace").strip()
         raise GitError(f"git {' '.join(map(str, args))} failed in {cwd}: {said}")

@@ -135,7 +135,8 @@ def run_all(paths, envs: dict, cwd: str, timeout_s: float, jobs: int, progress, 
     workers = (
         {m: Worker(preload, env, cwd, timeout_s) for m, env in envs.items()} if preload else {}
     )
-    preloads = {m: {"modules": list(preload), "forked": w.error is None, "error": w.error}
+    noted = {"fresh": dict(fresh)} if fresh else {}
+    preloads = {m: {"modules": list(preload), "forked": w.error is None, "error": w.error, **noted}
                 for m, w in workers.items()}  # fmt: skip
     bare, bare_lock = {}, threading.Lock()  # mode -> a serve that imported nothing, once needed
 
@@ -143,8 +144,6 @@ def run_all(paths, envs: dict, cwd: str, timeout_s: float, jobs: int, progress, 
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", path) + f".{mode}.log"
         log, results = os.path.join(logs, name), os.path.join(folder, name)
         worker = workers.get(mode)
-        if worker is not None and path in fresh:
-            preloads[mode].setdefault("fresh", {})[path] = fresh[path]
         if worker is not None and worker.error is None and path not in fresh:
             try:
                 return worker.run(path, mode, log, results)

@@ -44,9 +44,7 @@ def execute(request, log) -> Results:
     if not (request.git_base and request.git_head):
         raise RequestError("--git-base and --git-head go together")
     if request.unmodified_src or request.change_src:
-        raise RequestError(
-            "--git-base/--git-head make both sides: no --unmodified-src/--change-src"
-        )
+        raise RequestError("--git-base/--git-head make both sides: no --*-src")
     change = sides.read_change(root, request.git_base, request.git_head)
     out = _prepare_out(request.out)
     try:
@@ -76,9 +74,7 @@ def _execute(request, root: str, log, out=None, change=None) -> Results:
     preload = () if preload == ("none",) else preload
     if not all(re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", m) for m in preload):
         raise RequestError(f"--preload {request.preload!r}: a comma list of module names")
-    trees = {"unmodified": request.unmodified_src, "change": request.change_src}
-    envs = {m: sides.parse_env(getattr(request, f"{m}_env"), f"--{m}-env") for m in MODES}
-    setups = sides.setups(wanted, trees, envs)
+    setups = sides.setups(wanted, request)
     if request.regressions is not None and not os.path.isfile(request.regressions):
         raise RequestError(f"--regressions {request.regressions}: not a file")
     try:
@@ -117,15 +113,7 @@ def _execute(request, root: str, log, out=None, change=None) -> Results:
         for m in wanted
     }
     commits = {"unmodified": change.base, "change": change.head} if change else {}
-    by_mode = {
-        m: sides.side(
-            s,
-            records[m],
-            commits.get(m) or sides.git_commit(s.tree)["commit"],
-            next((o for o in setups.values() if o is not s), None),
-        )
-        for m, s in setups.items()
-    }
+    by_mode = {m: sides.side(s, records[m], setups, commits.get(m)) for m, s in setups.items()}
     selection = {
         "tests": list(request.tests or [collect.REGISTERED_ROOT]),
         "suite": request.suite,

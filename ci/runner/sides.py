@@ -42,25 +42,20 @@ class SideSetup:
     env: dict = field(default_factory=dict)  # NAME -> VALUE, set last
 
 
-def parse_env(items, flag: str) -> dict:
-    """``NAME=VALUE`` items of ``--unmodified-env``/``--change-env`` as a dict."""
-    settings = {}
-    for item in items or ():
-        name, eq, value = item.partition("=")
-        if not eq or not re.fullmatch(r"[A-Za-z_]\w*", name, re.ASCII):
-            raise RequestError(f"{flag} {item!r:.100}: expected NAME=VALUE")
-        settings[name] = value
-    return settings
-
-
-def setups(modes, trees: dict, envs: dict) -> dict:
-    """mode -> SideSetup for each of ``modes``; refused when two sides would be the same."""
+def setups(modes, request) -> dict:
+    """mode -> SideSetup for each of ``modes``, from ``request``'s ``--MODE-src`` and
+    ``--MODE-env NAME=VALUE``; refused when two sides would be the same."""
     made = {}
     for mode in modes:
-        tree = trees.get(mode)
+        tree, env = getattr(request, f"{mode}_src"), {}
+        for item in getattr(request, f"{mode}_env"):
+            name, eq, value = item.partition("=")
+            if not eq or not re.fullmatch(r"[A-Za-z_]\w*", name, re.ASCII):
+                raise RequestError(f"--{mode}-env {item!r:.100}: expected NAME=VALUE")
+            env[name] = value
         if tree and not os.path.isdir(os.path.join(tree, PACKAGE)):
             raise RequestError(f"--{mode}-src {tree}: no python/sglang inside")
-        made[mode] = SideSetup(mode, os.path.abspath(tree) if tree else None, envs.get(mode, {}))
+        made[mode] = SideSetup(mode, os.path.abspath(tree) if tree else None, env)
     if (
         len(made) == len(MODES)
         and len({(s.tree, tuple(sorted(s.env.items()))) for s in made.values()}) == 1
@@ -90,9 +85,11 @@ def environment(setup: SideSetup, base=None, upstream_ci: bool = True) -> dict:
     return {**env, **setup.env}
 
 
-def side(setup: SideSetup, record: dict, commit: str | None, other) -> Side:
+def side(setup: SideSetup, record: dict, setups: dict, commit: str | None) -> Side:
     """The side as the reports name it, from what its test processes imported, and the settings
-    in which it differs from the ``other`` side."""
+    in which it differs from the other side in ``setups``."""
+    other = next((o for o in setups.values() if o is not setup), None)
+    commit = commit or git_commit(setup.tree)["commit"]
     version = record.get("sglang")
     label = f"sglang {version or '(version unknown)'}"
     if setup.tree:
