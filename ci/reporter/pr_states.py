@@ -25,10 +25,8 @@ def markers(slot: str) -> tuple[str, str]:
 
 def slot_line(slot: str, label: str, text: str) -> str:
     for what, value in (("label", label), ("slot text", text)):
-        if "\n" in value or "\r" in value or "<!--" in value or "-->" in value:
-            raise ValueError(
-                f"{what} must be one line without HTML comment markers: {value[:80]!r}"
-            )
+        if re.search(r"[\r\n]|<!--|-->", value):
+            raise ValueError(f"{what} must be one line without HTML comments: {value[:80]!r}")
     start, end = markers(slot)
     return f"{label}: {start}{text}{end}"
 

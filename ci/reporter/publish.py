@@ -139,14 +139,12 @@ class Publisher:
         """The first of ``texts`` that fits into our slot. No compare-and-swap for bodies: read
         again just before the write (an edit since is merged) and after it (a stale body saved
         over ours gets our slot again)."""
-        base = self._body()
+        base, limit = self._body(), pr_states.BODY_LIMIT
         for _ in range(self.rounds):
             bodies = [(pr_states.set_slot(base, slot, label, text), text) for text in texts]
-            fits = [(new, text) for new, text in bodies if len(new) <= pr_states.BODY_LIMIT]
+            fits = [(new, text) for new, text in bodies if len(new) <= limit]
             if not fits:
-                self.log(
-                    f"PR body: unchanged: with our slot over {pr_states.BODY_LIMIT} characters"
-                )
+                self.log(f"PR body: unchanged: with our slot over {limit} characters")
                 return "too-long"
             new, text = fits[0]
             if new == base:
@@ -209,16 +207,13 @@ class Publisher:
             return self.request(method, f"sticky comment: {method}", *parts, json={"body": body})
 
         def once():
-            outcome, _ = upsert_sticky(
-                self.pages(f"comments of PR #{number}", "issues", number, "comments"),
-                marker,
-                author,
+            return upsert_sticky(
+                self.pages(f"comments of PR #{number}", "issues", number, "comments"), marker, author,
                 create=lambda: write("POST", "issues", number, "comments"),
                 unchanged=lambda keep: keep.get("body") == body,
                 edit=lambda keep: write("PATCH", *comment, keep["id"]),
                 retire=lambda extra: self.request("DELETE", "duplicate", *comment, extra["id"]),
-            )
-            return outcome
+            )[0]  # fmt: skip
 
         # The whole find-then-write repeats on a retry, so a retried create cannot duplicate.
         return self.policy.call("sticky comment", once)
