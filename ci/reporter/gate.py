@@ -61,19 +61,16 @@ _HOW = {
 
 
 def decide(facts: PullFacts) -> Gate:
-    where = dict(fork=facts.fork, pr=facts.pr, sha=facts.head)
+    where, label = dict(fork=facts.fork, pr=facts.pr, sha=facts.head), RUN_LABEL in facts.labels
     if not facts.fork:
         return Gate(run=True, reason="branch of the base repository", **where)
-    seen = [
-        a
-        for a in facts.approvals
-        if facts.head and a.sha == facts.head and (a.via != "trigger" or RUN_LABEL in facts.labels)
-    ]
+    # An approval is a full commit id: none matches a head of None.
+    seen = [a for a in facts.approvals if a.sha == facts.head and (a.via != "trigger" or label)]
     if seen:
         who = seen[0]
         reason = f"fork: {who.login} approved {facts.head[:12]} ({_HOW[who.via]})"
         return Gate(run=True, reason=reason, **where)
-    if RUN_LABEL in facts.labels or facts.approvals or facts.unchecked:
+    if label or facts.approvals or facts.unchecked:
         reason = f"fork: no one with write permission approved {facts.head}, the head now"
         if facts.unchecked:
             reason += f" ({facts.unchecked} more naming it were not checked: the bound)"

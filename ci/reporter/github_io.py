@@ -135,11 +135,8 @@ def _artifacts_named(github: Publisher, run_id: int, name: str) -> list:
     found = github.request("GET", f"artifacts of run {run_id}", "actions", "runs", run_id,
                            "artifacts", params={"name": name, "per_page": 100})  # fmt: skip
     listed = found.get("artifacts") if isinstance(found, dict) else None
-    return [
-        a
-        for a in listed or []
-        if isinstance(a, dict) and a.get("name") == name and not a.get("expired")
-    ]
+    return [a for a in listed or [] if isinstance(a, dict) and a.get("name") == name
+            and not a.get("expired")]  # fmt: skip
 
 
 def _fetch(github: Publisher, found: dict, folder: str) -> None:
