@@ -88,10 +88,6 @@ RUN_FLAGS = (
     ("--outside-upstream-ci", "without SGLANG_IS_IN_CI and sglang CI's retries", SWITCH),
     ("--json", "print the summary as JSON", SWITCH),
 )
-SUITE_OR_STAGE = (
-    ("--suite", "only files registered for this effective suite"),
-    ("--stage", "only files registered for this stage"),
-)
 REPORT_FLAGS = (
     ("--results", "`ci run`'s --out (or results.json); several: the shards of one run", DIRS),
     ("--repo", "OWNER/NAME (required with --post)"),
@@ -122,6 +118,31 @@ GATE_FLAGS = (
 )
 
 
+# verb -> (help, description, flags)
+VERBS = {
+    "run": (
+        "run registered test files on both sides; write results.json, JUnit, logs",
+        "Each selected file runs as `python FILE -v` once per side, as sglang's CI runs it "
+        "(retries included). A side is a tree (installed, --*-src, --git-*) plus the settings "
+        "--*-env gives it. Exit 0 when the change passes at its first attempt and the listed "
+        "regressions fail unmodified; 1, with one line saying why, otherwise.",
+        RUN_FLAGS,
+    ),
+    "report": (
+        "render the A/B and (with --post) publish it on the PR",
+        "Dry-run by default: prints exactly what would be sent. --post publishes with the token "
+        "in GITHUB_TOKEN: the PR-body slot, one sticky comment, one commit status per suite.",
+        REPORT_FLAGS,
+    ),
+    "gate": (
+        "decide from the event payload whether this PR may run CI",
+        "A fork PR's head runs only once a writer approved that commit. Prints run=true|false "
+        "(also to $GITHUB_OUTPUT). Exit 0 either way, 1 when GitHub could not be read.",
+        GATE_FLAGS,
+    ),
+}
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m ci",
@@ -130,41 +151,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     verbs = parser.add_subparsers(dest="verb", required=True)
-    run = verbs.add_parser(
-        "run",
-        help="run registered test files on both sides; write results.json, JUnit, logs",
-        description="Each selected file runs as `python FILE -v` once per side, as sglang's CI "
-        "runs it (retries included). A side is a tree (installed, --*-src, --git-*) plus the "
-        "settings --*-env gives it. Exit 0 when the change passes at its first attempt and the "
-        "listed regressions fail unmodified; 1, with one line saying why, otherwise.",
-    )
-    _flags(run, RUN_FLAGS)
-    _flags(run.add_mutually_exclusive_group(), SUITE_OR_STAGE)
-    run.set_defaults(func=cmd_run)
-    report = verbs.add_parser(
-        "report",
-        help="render the A/B and (with --post) publish it on the PR",
-        description="Dry-run by default: prints exactly what would be sent. --post publishes "
-        "with the token in GITHUB_TOKEN: the PR-body slot, one sticky comment, one commit "
-        "status per suite.",
-    )
-    _flags(report, REPORT_FLAGS)
-    report.set_defaults(func=cmd_report)
-    gate = verbs.add_parser(
-        "gate",
-        help="decide from the event payload whether this PR may run CI",
-        description="A fork PR's head runs only once a writer approved that commit. Prints "
-        "run=true|false (also to $GITHUB_OUTPUT). Exit 0 either way, 1 when GitHub could not "
-        "be read.",
-    )
-    _flags(gate, GATE_FLAGS)
-    gate.set_defaults(func=cmd_gate)
+    for verb, (help_text, description, flags) in VERBS.items():
+        sub = verbs.add_parser(verb, help=help_text, description=description)
+        for name, flag_help, *more in flags:
+            sub.add_argument(name, help=flag_help, **(more[0] if more else {}))
+        sub.set_defaults(func=globals()[f"cmd_{verb}"])
+        if verb == "run":
+            group = sub.add_mutually_exclusive_group()
+            group.add_argument("--suite", help="only files registered for this effective suite")
+            group.add_argument("--stage", help="only files registered for this stage")
     return parser
-
-
-def _flags(parser, flags) -> None:
-    for name, help_text, *more in flags:
-        parser.add_argument(name, help=help_text, **(more[0] if more else {}))
 
 
 def cmd_run(args) -> int:

@@ -4,7 +4,8 @@ import shutil
 
 import pytest
 
-from ci.runner import RequestError, run
+from ci.errors import CiError
+from ci.runner import run
 from tools.series import seriesdir
 from tools.series.__main__ import main
 from tools.series.seriesdir import PATCHES_DIR
@@ -57,5 +58,5 @@ def test_a_series_file_that_describe_did_not_write_is_one_line(tmp_path, text, s
     path = tmp_path / "series.json"
     if text is not None:
         path.write_text(text)
-    with pytest.raises(RequestError, match=said):
+    with pytest.raises(CiError, match=said):
         run._series(str(path))

@@ -10,7 +10,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from ci.runner import RequestError
+from ci.errors import CiError
 
 READER_MODULE = "_sglang_ci_register_reader"  # the reader's name when loaded without its package
 REGISTERED_ROOT = "test/registered"
@@ -34,9 +34,9 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     try:
         index, size = (int(part) for part in text.split("/"))
     except ValueError:
-        raise RequestError(f"--shard {text!r}: expected I/N, e.g. 0/2") from None
+        raise CiError(f"--shard {text!r}: expected I/N, e.g. 0/2") from None
     if size < 1 or not 0 <= index < size:
-        raise RequestError(f"--shard {text!r}: need 0 <= I < N")
+        raise CiError(f"--shard {text!r}: need 0 <= I < N")
     return index, size
 
 
@@ -61,7 +61,7 @@ class Tree:
                 found.add(os.path.abspath(path))
                 continue
             if not os.path.isdir(path):
-                raise RequestError(f"--tests {entry}: no such file or folder under {self.root}")
+                raise CiError(f"--tests {entry}: no such file or folder under {self.root}")
             for folder, dirs, files in os.walk(path, onerror=_unreadable):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # as glob's ** does
                 for name in [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
@@ -75,7 +75,7 @@ class Tree:
         top = os.path.realpath(self.root)
         for path in found:
             if os.path.commonpath([top, os.path.realpath(path)]) != top:
-                raise RequestError(f"--tests: {path} is outside --root {self.root}")
+                raise CiError(f"--tests: {path} is outside --root {self.root}")
         self.files = sorted(found)
         for path in self.files:
             try:
@@ -190,7 +190,7 @@ def line_of(lines: dict, test: str) -> int | None:
 
 
 def _unreadable(error: OSError) -> None:
-    raise RequestError(f"--tests: {error.filename}: {error.strerror}")
+    raise CiError(f"--tests: {error.filename}: {error.strerror}")
 
 
 def _module_level(body):

@@ -11,7 +11,7 @@ from ci.errors import EXIT_FAILED, EXIT_OK, CiError
 from ci.evidence import judge, junit
 from ci.evidence import model as evidence
 from ci.evidence.model import MODES, Results, SeriesId
-from ci.runner import RequestError, collect, launch, sides
+from ci.runner import collect, launch, sides
 from ci.runner.child import BACKEND_ENV
 
 # What a results folder holds (``ci report``'s dry run writes report.md and pictures/ beside
@@ -42,9 +42,9 @@ def execute(request, log) -> Results:
     if not (request.git_base or request.git_head):
         return _execute(request, root, log)
     if not (request.git_base and request.git_head):
-        raise RequestError("--git-base and --git-head go together")
+        raise CiError("--git-base and --git-head go together")
     if request.unmodified_src or request.change_src:
-        raise RequestError("--git-base/--git-head make both sides: no --*-src")
+        raise CiError("--git-base/--git-head make both sides: no --*-src")
     change = sides.read_change(root, request.git_base, request.git_head)
     out = _prepare_out(request.out)
     try:
@@ -65,22 +65,22 @@ def _execute(request, root: str, log, out=None, change=None) -> Results:
     backend = request.backend or ("cuda" if shutil.which("nvidia-smi") else "cpu")
     wanted = tuple(m.strip() for m in request.modes.split(",") if m.strip())
     if not wanted or any(m not in MODES for m in wanted) or len(set(wanted)) != len(wanted):
-        raise RequestError(f"--modes {request.modes!r}: use a comma list of {', '.join(MODES)}")
+        raise CiError(f"--modes {request.modes!r}: use a comma list of {', '.join(MODES)}")
     if request.jobs < 1:
-        raise RequestError(f"--jobs {request.jobs}: at least 1")
+        raise CiError(f"--jobs {request.jobs}: at least 1")
     if not request.timeout > 0:
-        raise RequestError(f"--timeout {request.timeout}: more than 0 seconds")
+        raise CiError(f"--timeout {request.timeout}: more than 0 seconds")
     preload = tuple(m.strip() for m in (request.preload or "").split(",") if m.strip())
     preload = () if preload == ("none",) else preload
     if not all(re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", m) for m in preload):
-        raise RequestError(f"--preload {request.preload!r}: a comma list of module names")
+        raise CiError(f"--preload {request.preload!r}: a comma list of module names")
     setups = sides.setups(wanted, request)
     if request.regressions is not None and not os.path.isfile(request.regressions):
-        raise RequestError(f"--regressions {request.regressions}: not a file")
+        raise CiError(f"--regressions {request.regressions}: not a file")
     try:
         patterns = judge.load_patterns(request.regressions or judge.REGRESSIONS)
     except UnicodeDecodeError:
-        raise RequestError(f"--regressions {request.regressions}: not UTF-8 text") from None
+        raise CiError(f"--regressions {request.regressions}: not UTF-8 text") from None
     series = _series(request.series)
     shard = collect.parse_shard(request.shard)
     tree = collect.Tree(root, request.tests)
@@ -172,7 +172,7 @@ def _prepare_out(out: str) -> str:
         names = os.listdir(out) if os.path.exists(out) else []
         foreign = sorted(set(names) - set(OUTPUTS) - set(OUTPUT_DIRS))
         if foreign:
-            raise RequestError(
+            raise CiError(
                 f"--out {out}: holds {foreign[0]!r}, which no ci run writes; use an empty folder"
             )
         for path in (os.path.join(out, name) for name in names):
@@ -182,7 +182,7 @@ def _prepare_out(out: str) -> str:
                 os.remove(path)
         os.makedirs(os.path.join(out, "logs"))
     except OSError as exc:
-        raise RequestError(f"--out {out}: {exc.strerror}") from None
+        raise CiError(f"--out {out}: {exc.strerror}") from None
     return out
 
 
@@ -193,7 +193,7 @@ def _select(request, tree, backend: str, shard, readers, diff: bool):
         if selected or (shard and tree.select(backend, **filters)[0]):
             return selected, elsewhere  # an empty shard: every file falls in another one
     except ImportError as exc:  # collect uses sglang's own registry reader
-        raise RequestError(f"cannot load sglang's ci_register ({exc})") from None
+        raise CiError(f"cannot load sglang's ci_register ({exc})") from None
     except ValueError as exc:  # a registration collect_tests rejects names its file
         raise RegistrationError(str(exc)) from None
     if diff:
@@ -201,7 +201,7 @@ def _select(request, tree, backend: str, shard, readers, diff: bool):
             f"none of the registered test files {request.git_head} adds or modifies is a "
             f"{backend} test the filters select"
         )
-    raise RequestError(f"no registered {backend} test files match the filters under {tree.root}")
+    raise CiError(f"no registered {backend} test files match the filters under {tree.root}")
 
 
 def _series(path: str | None) -> SeriesId | None:
@@ -212,11 +212,11 @@ def _series(path: str | None) -> SeriesId | None:
         with open(path, encoding="utf-8") as handle:
             return evidence.load_object(json.load(handle), "--series", SeriesId)
     except OSError as exc:
-        raise RequestError(f"--series {path}: {exc.strerror}") from None
+        raise CiError(f"--series {path}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
-        raise RequestError(f"--series {path}: not JSON ({exc})") from None
+        raise CiError(f"--series {path}: not JSON ({exc})") from None
     except ValueError as exc:
-        raise RequestError(f"--series {path}: {exc}") from None
+        raise CiError(f"--series {path}: {exc}") from None
 
 
 def summary_lines(results: Results) -> list[str]:

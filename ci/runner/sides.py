@@ -14,8 +14,8 @@ import tarfile
 from dataclasses import dataclass, field
 
 from ci import gitcmd
+from ci.errors import CiError
 from ci.evidence.model import MODES, Side
-from ci.runner import RequestError
 from ci.runner.collect import REGISTERED_ROOT
 
 # What sglang's CI sets that changes how a test behaves: SGLANG_IS_IN_CI turns on CustomTestCase's
@@ -51,16 +51,16 @@ def setups(modes, request) -> dict:
         for item in getattr(request, f"{mode}_env"):
             name, eq, value = item.partition("=")
             if not eq or not re.fullmatch(r"[A-Za-z_]\w*", name, re.ASCII):
-                raise RequestError(f"--{mode}-env {item!r:.100}: expected NAME=VALUE")
+                raise CiError(f"--{mode}-env {item!r:.100}: expected NAME=VALUE")
             env[name] = value
         if tree and not os.path.isdir(os.path.join(tree, PACKAGE)):
-            raise RequestError(f"--{mode}-src {tree}: no python/sglang inside")
+            raise CiError(f"--{mode}-src {tree}: no python/sglang inside")
         made[mode] = SideSetup(mode, os.path.abspath(tree) if tree else None, env)
     if (
         len(made) == len(MODES)
         and len({(s.tree, tuple(sorted(s.env.items()))) for s in made.values()}) == 1
     ):
-        raise RequestError(
+        raise CiError(
             "both sides are the same: give them different trees (--unmodified-src/--change-src, "
             "--git-base/--git-head) or settings (--unmodified-env/--change-env NAME=VALUE)"
         )
@@ -171,29 +171,29 @@ def read_change(root: str, base_rev: str, head_rev: str) -> Change:
         return gitcmd.out(list(args), root, check=False)
 
     if shutil.which("git") is None:
-        raise RequestError("--git-base/--git-head need git")
+        raise CiError("--git-base/--git-head need git")
     if not gitcmd.is_top(root):
-        raise RequestError(f"--root {root}: not the top of a git checkout")
+        raise CiError(f"--root {root}: not the top of a git checkout")
     dirty = gitcmd.changed(root)  # uncommitted edits would not be tested
     if dirty:
-        raise RequestError(f"--root {root}: the work tree has uncommitted changes ({dirty[0]}...)")
+        raise CiError(f"--root {root}: the work tree has uncommitted changes ({dirty[0]}...)")
     commits = {}
     for flag, rev, needs in (
         ("base", base_rev, (PACKAGE,)),
         ("head", head_rev, (PACKAGE, REGISTERED_ROOT)),
     ):
         if not rev or rev.startswith("-"):
-            raise RequestError(f"--git-{flag} {rev!r}: not a revision")
+            raise CiError(f"--git-{flag} {rev!r}: not a revision")
         commit = git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
         if not commit:
-            raise RequestError(f"--git-{flag} {rev!r}: no such commit in {root}")
+            raise CiError(f"--git-{flag} {rev!r}: no such commit in {root}")
         for path in needs:
             if git("cat-file", "-e", f"{commit}:{path}") is None:
-                raise RequestError(f"--git-{flag} {rev}: no {path}/ in it (not sglang's layout)")
+                raise CiError(f"--git-{flag} {rev}: no {path}/ in it (not sglang's layout)")
         commits[flag] = commit
     merge_base = git("merge-base", commits["base"], commits["head"])
     if not merge_base:
-        raise RequestError(f"--git-base {base_rev} and --git-head {head_rev}: no merge base")
+        raise CiError(f"--git-base {base_rev} and --git-head {head_rev}: no merge base")
 
     def registered(status: str) -> tuple[str, ...]:
         listing = git("diff", "--no-renames", "--name-only", "-z", f"--diff-filter={status}",
@@ -220,6 +220,6 @@ def make_sides(root: str, change: Change, out: str) -> tuple[str, str]:
             with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
                 tar.extractall(dest, filter="fully_trusted")
         except (OSError, tarfile.TarError, gitcmd.GitError) as exc:
-            raise RequestError(f"writing commit {commit[:12]} of {root} failed: {exc}") from None
+            raise CiError(f"writing commit {commit[:12]} of {root} failed: {exc}") from None
         made.append(dest)
     return made[0], made[1]
