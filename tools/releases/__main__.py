@@ -102,9 +102,8 @@ def _post(args, body) -> bool:
 
 
 def upsert_issue(gh, owner, repo, body, author, policy) -> tuple:
-    """(outcome, number): edit ``author``'s issue that starts with watch.MARKER, or open one; a
-    closed one is reopened only when its text changes; racing duplicates are closed, keeping the
-    oldest. Only ``author``'s issues are listed (``creator``), never the repository's all."""
+    """(outcome, number): edit ``author``'s issue (listed by ``creator``) that starts with
+    watch.MARKER, or open one; a closed one reopens only on new text; duplicates close."""
     from ci.reporter.publish import Publisher, upsert_sticky
 
     title, github = watch.TITLE, Publisher(gh, owner, repo, None, policy)

@@ -1,6 +1,5 @@
 """``ab --fix N --out DIR``: the base and the base + that fix materialised, and ``ci run`` of the
-fix's own tests on both from a plain environment (this project left out); ``demo`` is ``make demo``.
-"""
+fix's own tests on both from a plain environment (this project left out); ``demo``: make demo."""
 
 import json
 import os

@@ -1,7 +1,5 @@
-"""Every method that replaces a tensor it still references by allocating the new one first
-(``self.buf = torch.empty(...)`` needs old + new while it runs), each site classified. Reads one
-module's source with ``ast``, never importing it; stdlib only (``grow_hook.py`` runs it as a file).
-"""
+"""Every method that allocates a tensor's replacement while still holding it (old + new live at
+once), classified; reads source with ``ast``, never imports it; stdlib only (``grow_hook.py``)."""
 
 import ast
 import io
@@ -143,7 +141,7 @@ class _ClassAudit:
 
     def _function(self, func, qual: str) -> "list[_Candidate]":
         self.roots = {expr.self_name(func): "self"}
-        self.flags = expr.flags_set_true(func, self.roots)
+        self.flags = expr.assigned_keys(func, self.roots, lambda v: getattr(v, "value", 0) is True)
         self.assigned = expr.assigned_keys(func, self.roots)
         self.fresh: dict[str, tuple[ast.Call, _Path, int]] = {}
         self.old_locals: dict[str, str] = {}  # local name -> key whose old value it holds

@@ -1,11 +1,6 @@
-"""The vocabulary of the grow-while-held analysis (``audit.py``): allocations, the value a target
-names, what a test proves about a target, what a size grows with, the exempting marker comment.
-Pure functions of ``ast`` nodes and source text; stdlib only.
-
-An allocation is ``torch.X(...)`` (X in ``TORCH_ALLOCATORS``) or ``t.new_X(...)``, also at the
-root of a chain (``torch.zeros(n).to(dev)``). Not: copies of the old value (``.to``, ``.clone``,
-``torch.cat``: both live during the copy whatever the order), nor ``torch.tensor`` (host data).
-"""
+"""The grow-while-held audit's vocabulary (pure, stdlib only): an allocation is ``torch.X(...)``
+or ``t.new_X(...)``, also at a chain's root; never a copy of the old value (``.to``, ``.clone``,
+``torch.cat``: both live anyway) nor ``torch.tensor`` (host data)."""
 
 import ast
 import io
@@ -157,19 +152,6 @@ def flag_test(test, roots: dict) -> "tuple[str, bool] | None":
     return (key, not negated) if key else None
 
 
-def flags_set_true(func, roots: dict) -> "set[str]":
-    """Targets the function sets to ``True`` anywhere (a built-once flag)."""
-    return {
-        key
-        for node in ast.walk(func)
-        if isinstance(node, ast.Assign)
-        and isinstance(node.value, ast.Constant)
-        and node.value.value is True
-        for key in (chain(t, roots) for t in node.targets)
-        if key
-    }
-
-
 def absent_on(test, roots: dict) -> "list[tuple[str, bool]]":
     """(key, on_body) for each target the test proves empty on one branch (the body of ``if
     self.x is None and ...``, the else of ``if self.x is not None or ...``)."""
@@ -181,14 +163,14 @@ def absent_on(test, roots: dict) -> "list[tuple[str, bool]]":
     return [once] if once else []
 
 
-def assigned_keys(func, roots: dict) -> "set[str]":
-    """Every self-rooted target the function sets to something other than None."""
+def assigned_keys(func, roots: dict, to=lambda value: not is_none(value)) -> "set[str]":
+    """Every self-rooted target the function sets to a value ``to`` accepts (not None)."""
     return {
         key
         for node in ast.walk(func)
         if isinstance(node, (ast.Assign, ast.AnnAssign))
         and node.value is not None
-        and not is_none(node.value)
+        and to(node.value)
         for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
         for key in [chain(target, roots)]
         if key

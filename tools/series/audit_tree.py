@@ -1,7 +1,5 @@
-"""``python -m tools.series audit TREE``: the grow-while-held analysis over an sglang checkout,
-package folder or the folder holding one, files named from the package down (``sglang/srt/...``)
-whichever layout, so two trees' results compare line by line. Reads files, never imports them.
-"""
+"""``audit TREE``: the audit over an sglang checkout or package folder, files named from the
+package down (``sglang/srt/...``) whichever layout, so two trees compare line by line."""
 
 import os
 from pathlib import Path

@@ -144,8 +144,7 @@ def pins(repo, paths) -> dict:
 
 def materialize(version: str, dest, only=None) -> Path:
     """A fresh repository at ``dest`` whose HEAD (tag ``base``) is the release's base commit;
-    with ``only`` (upstream paths), a sparse checkout of those files alone (index and history
-    whole, so ``git am`` works as in a full tree)."""
+    ``only`` (upstream paths): a sparse checkout of those alone (``git am`` works as in a full one)."""
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise usage(f"{dest} exists and is not empty; materialize into a new directory")

@@ -1,13 +1,10 @@
 #!/usr/bin/env python3
 """A pre-commit hook: refuse a NEW grow-while-held allocation in the files being committed.
 
-A ``grows-while-held`` site the file at ``--base`` (default HEAD) lacks (same ``Class.method``
-and target) fails; old sites pass, so a tree can adopt the hook and fix them one by one. A site
-held on purpose says why on its line or the line above::
+A site the file at ``--base`` (default HEAD) lacks fails; old ones pass. One held on purpose says
+why (a marker without a reason fails) on its line or above; exit 0 clean, 1 not::
 
     # grows-while-held: keeps-old-on-purpose a captured CUDA graph may still read the old one
-
-A marker without a reason fails too. Stdlib only (``language: script``); exit 0 clean, 1 not.
 """
 
 import argparse

@@ -1,6 +1,5 @@
-"""Upstream sglang's pinned pre-commit hooks (``HOOKS``) on scratch copies of the files a series
-touches; a failure counts against the series only where it brings the problem in.
-"""
+"""Upstream sglang's pinned pre-commit hooks on scratch copies of the files a series touches; a
+failure counts against the series only where it brings the problem in."""
 
 import hashlib
 import importlib.util
