@@ -118,10 +118,8 @@ def approvals(reviews, comments, trigger: str | None = None, before: str | None 
         login, body = _login(comment), comment.get("body")
         at = _time(comment.get("updated_at") or comment.get("created_at"))
         if login and isinstance(body, str) and at is not None and not (limit and at > limit):
-            found += [
-                Approval(login, sha, "comment", comment.get("author_association"))
-                for sha in run_ci_shas(body)
-            ]
+            association = comment.get("author_association")
+            found += [Approval(login, sha, "comment", association) for sha in run_ci_shas(body)]
     return tuple(found)
 
 

@@ -81,7 +81,8 @@ def prepare(request: ReportRequest) -> ReportRequest:
         except (OSError, ValueError) as exc:
             raise RequestError(f"workflow_run report: {exc}") from None
         request = replace(request, repo=run.repo, sha=run.head_sha, run_id=str(run.run_id),
-                          run_url=run.html_url or None, require_head=True, check_run=True)  # fmt: skip
+                          run_url=run.html_url or None, require_head=True,
+                          check_run=True)  # fmt: skip
     elif request.post and (not request.repo or request.pr is None):
         raise RequestError("--post needs --repo OWNER/NAME and --pr N")
     if request.shards is not None and not request.workflow_run:
@@ -144,8 +145,8 @@ def plan(request: ReportRequest) -> ReportPlan:
         comment=None if full is None else cap(full, BODY_LIMIT),
         statuses=tuple(statuses) if request.sha else (), sha=request.sha,
         check_run=_check_run(request, model, state, refused if refused[1] else None, full),
-        texts=texts, statuses_skipped=bool(statuses and not request.sha), summary=summary if request.summary else None,
-        invalid=invalid,
+        texts=texts, statuses_skipped=bool(statuses and not request.sha),
+        summary=summary if request.summary else None, invalid=invalid,
     )  # fmt: skip
 
 

@@ -122,8 +122,7 @@ class Publisher:
         items = []
         for page in range(1, MAX_PAGES + 1):
             query = {**(params or {}), "per_page": 100, "page": page}
-            batch = self.request("GET", what, *parts, params=query)
-            batch = batch if isinstance(batch, list) else []
+            batch = self.request("GET", what, *parts, params=query) or []  # a list, or a 404
             items += [item for item in batch if isinstance(item, dict)]
             if len(batch) < 100:
                 break
@@ -208,7 +207,8 @@ class Publisher:
 
         def once():
             return upsert_sticky(
-                self.pages(f"comments of PR #{number}", "issues", number, "comments"), marker, author,
+                self.pages(f"comments of PR #{number}", "issues", number, "comments"),
+                marker, author,
                 create=lambda: write("POST", "issues", number, "comments"),
                 unchanged=lambda keep: keep.get("body") == body,
                 edit=lambda keep: write("PATCH", *comment, keep["id"]),
@@ -271,12 +271,8 @@ class Publisher:
 def upsert_sticky(items, marker: str, author: str, create, unchanged, edit, retire) -> tuple:
     """(outcome, item) for the one item (oldest first) by ``author`` starting with ``marker``:
     "created", "unchanged" or "edited"; further ones (two runs racing) are ``retire``d."""
-    ours = [
-        item
-        for item in items
-        if (item.get("body") or "").startswith(marker)
-        and (item.get("user") or {}).get("login") == author
-    ]
+    ours = [item for item in items if (item.get("body") or "").startswith(marker)
+            and (item.get("user") or {}).get("login") == author]  # fmt: skip
     if not ours:
         return "created", create()
     keep, *extra = ours

@@ -126,7 +126,8 @@ def environment_line(environment: dict, backend: str = "cuda") -> str:
     settings = env.get("upstream_ci")
     ci = "outside sglang's CI (no SGLANG_IS_IN_CI: no retries)" if "upstream_ci" in env else None
     if isinstance(settings, dict):
-        ci = f"as sglang's CI runs it ({', '.join(f'{k}={v}' for k, v in list(settings.items())[:8])})"
+        shown = ", ".join(f"{k}={v}" for k, v in list(settings.items())[:8])
+        ci = f"as sglang's CI runs it ({shown})"
     parts += [
         probe.get("torch") and f"torch {probe['torch']}",
         backend != "cpu" and (f"CUDA {probe['cuda']}" if probe.get("cuda") else "no CUDA"),
@@ -177,12 +178,10 @@ def comment(results, slot, run_id=None, run_url=None, artifacts_url=None) -> str
 def _not_run(results) -> list:
     """One line per selected file that did not run on this backend, and why."""
     entries = results.selection.get("not_run")
-    entries = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
-    lines = [
-        f"Not run on {escape_inline(results.backend)}: {_name(e['file'])} ({_text(e['why'], 100)})"
-        for e in entries[:20]
-        if isinstance(e.get("file"), str) and isinstance(e.get("why"), str)
-    ]
+    entries = [e for e in entries if isinstance(e, dict)][:20] if isinstance(entries, list) else []
+    where = f"Not run on {escape_inline(results.backend)}"
+    lines = [f"{where}: {_name(e['file'])} ({_text(e['why'], 100)})" for e in entries
+             if isinstance(e.get("file"), str) and isinstance(e.get("why"), str)]  # fmt: skip
     return [*lines, ""] if lines else []
 
 
@@ -192,11 +191,8 @@ def _summary(results: Results, side: dict) -> str:
         "preservation": "pass both ways",
         "broken": f"fail with {side['change']}",
     }
-    parts = [
-        f"**{n}** {VERDICTS[kind][0]}" + (f" ({meaning[kind]})" if kind in meaning else "")
-        for kind, n in results.counts().items()
-        if n
-    ]
+    parts = [f"**{n}** {VERDICTS[kind][0]}" + (f" ({meaning[kind]})" if kind in meaning else "")
+             for kind, n in results.counts().items() if n]  # fmt: skip
     reasons = [f"**{_name(r)}**" for r in results.reasons]
     return " ".join([("; ".join(parts) or "No cases ran") + ".", *reasons])
 
