@@ -237,13 +237,9 @@ class PytestResults:
             self.channel.send(where, "error", report.longreprtext)
 
 
-def hook_pytest(pytest, channel: Channel, calls: dict) -> None:
-    real = pytest.main
-
-    def main(args=None, plugins=None, **kwargs):
-        return real(args, [*(plugins or ()), PytestResults(channel, calls)], **kwargs)
-
-    pytest.main = main
+def _with_results(real, channel, calls, args=None, plugins=None, **kwargs):
+    """``pytest.main`` with ``PytestResults`` among its plugins."""
+    return real(args, [*(plugins or ()), PytestResults(channel, calls)], **kwargs)
 
 
 def describe(preloaded=()) -> dict:
@@ -257,10 +253,8 @@ def describe(preloaded=()) -> dict:
     except Exception as exc:
         info["torch_error"] = f"{type(exc).__name__}: {exc}"
     if sglang is not None:
-        info.update(
-            sglang=getattr(sglang, "__version__", None),
-            sglang_path=getattr(sglang, "__file__", None),
-        )
+        info["sglang"] = getattr(sglang, "__version__", None)
+        info["sglang_path"] = getattr(sglang, "__file__", None)
     return {k: v for k, v in info.items() if v is not None}
 
 
@@ -273,7 +267,7 @@ def run(results: str, path: str, args, preloaded=()) -> int:
             if b"pytest" in source.read():
                 import pytest
 
-                hook_pytest(pytest, channel, calls)
+                pytest.main = functools.partial(_with_results, pytest.main, channel, calls)
     except (OSError, ImportError):
         pass  # python FILE says what is wrong with an unreadable file; no pytest, no plugin
     sys.argv = [path, *args]

@@ -87,7 +87,7 @@ def _execute(request, root: str, log, out=None, change=None) -> Results:
     readers = [s.tree for s in setups.values() if s.tree]
     if change is not None:
         readers.reverse()  # the head's registry reader: the head's tests may use what it adds
-    selected, elsewhere = _select(request, tree, backend, shard, readers, change is not None)
+    selected, elsewhere = _select(request, tree, backend, shard, readers)
     out = out or _prepare_out(request.out)
     links = [{"file": link, "why": LINK_NOT_FOLLOWED} for link in tree.links]
     for link in links:
@@ -186,7 +186,7 @@ def _prepare_out(out: str) -> str:
     return out
 
 
-def _select(request, tree, backend: str, shard, readers, diff: bool):
+def _select(request, tree, backend: str, shard, readers):
     filters = dict(suite=request.suite, stage=request.stage, nightly=request.nightly, trees=readers)
     try:
         selected, elsewhere = tree.select(backend, shard=shard, **filters)
@@ -196,7 +196,7 @@ def _select(request, tree, backend: str, shard, readers, diff: bool):
         raise CiError(f"cannot load sglang's ci_register ({exc})") from None
     except ValueError as exc:  # a registration collect_tests rejects names its file
         raise RegistrationError(str(exc)) from None
-    if diff:
+    if request.git_head:  # both sides from git
         raise NothingToRun(
             f"none of the registered test files {request.git_head} adds or modifies is a "
             f"{backend} test the filters select"
