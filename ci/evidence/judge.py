@@ -186,10 +186,8 @@ def rejudge(results: Results, patterns) -> Results:
     for c in results.cases:  # a mode a results file leaves out counts as missing there
         outcomes = {m: c.modes.get(m, TestResult(c.test, Outcome.MISSING)) for m in results.modes}
         cases.append(replace(c, kind=kind_of(outcomes, listed(patterns, c.file, c.test))))
-    files = [
-        replace(f, flags=file_flags(f.modes, [c for c in cases if c.file == f.path]))
-        for f in results.files
-    ]
+    files = [replace(f, flags=file_flags(f.modes, [c for c in cases if c.file == f.path]))
+             for f in results.files]  # fmt: skip
     problems = [f"no {mode} side: an A/B needs both" for mode in MODES if mode not in results.modes]
     keys = [c.key for c in results.cases]
     for pattern in patterns:

@@ -49,10 +49,7 @@ def publish(request: ReportRequest, report: ReportPlan, say) -> None:
 def _publish(request: ReportRequest, report: ReportPlan, publisher: Publisher, say) -> None:
     def superseded(what: str) -> bool:
         """With --require-head, whether a push moved the PR on (statuses name their commit)."""
-        if not request.require_head:
-            return False
-        head = publisher.pr_head()
-        if head == request.sha:
+        if not request.require_head or (head := publisher.pr_head()) == request.sha:
             return False
         say(f"PR #{request.pr} head is {head[:12] or 'unknown'}, not {request.sha[:12]}: "
             f"this run is superseded (or not this PR's); {what}")  # fmt: skip

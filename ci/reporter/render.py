@@ -142,10 +142,9 @@ def comment(results, slot, run_id=None, run_url=None, artifacts_url=None) -> str
     """The whole report; callers cap it to where it goes (``escape.cap``)."""
     side = {m: _text(results.label(m), 100) if m in results.modes else m for m in MODES}
     paths = [file.path for file in results.files]
+    ran = _name(paths[0], 120) if len(paths) == 1 else f"{len(paths)} test files"
     if paths and all(p.startswith("test/registered/") for p in paths):
         ran = "the registered tests"
-    else:
-        ran = _name(paths[0], 120) if len(paths) == 1 else f"{len(paths)} test files"
     state = STATES[overall_state(results)]
     lines = [comment_marker(slot), f"### {state} A/B of {ran} on {_text(results.backend, 40)}"]
     lines += ["", _summary(results, side), ""]
