@@ -182,9 +182,7 @@ def cmd_run(args) -> int:
 def cmd_report(args) -> int:
     import tempfile
 
-    # Here, not at the top: the test job that runs `ci run` installs no github3 (the report
-    # side's client), only the report jobs do.
-    from ci.reporter import github_io
+    from ci.reporter import github_io  # here: the job that runs `ci run` has no github3
     from ci.reporter import plan as reporting
     from ci.reporter.escape import inert, one_line
 
@@ -247,24 +245,16 @@ def cmd_gate(args) -> int:
     except (OSError, ValueError) as exc:
         raise CiError(f"event payload: {exc}") from None
     if facts is not None and facts.fork:
-        # Here, not at the top: only the jobs that talk to GitHub install github3.
-        from ci.reporter import github_io
+        from ci.reporter import github_io  # here: only the jobs that talk to GitHub have github3
 
         try:
             facts = github_io.fork_facts(event, facts.pr, args.api_url)
         except github_io.PublishFailed as exc:
             print(f"error: reading PR #{facts.pr}: {one_line(str(exc))}", file=sys.stderr)
             return EXIT_FAILED
-    if facts is None:
-        decision = gate.Gate(run=True, fork=False, reason="not a pull_request event")
-    else:
-        decision = gate.decide(facts)
-    lines = [
-        f"run={'true' if decision.run else 'false'}",
-        f"fork={'true' if decision.fork else 'false'}",
-        f"state={decision.state}",
-        f"sha={decision.sha or ''}",
-    ]
+    decision = gate.decide(facts) if facts else gate.Gate(True, False, "not a pull_request event")
+    lines = [f"run={str(decision.run).lower()}", f"fork={str(decision.fork).lower()}"]
+    lines += [f"state={decision.state}", f"sha={decision.sha or ''}"]
     output = os.environ.get("GITHUB_OUTPUT")
     if output:
         try:
