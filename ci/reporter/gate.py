@@ -53,11 +53,8 @@ class Gate:
         return data
 
 
-_HOW = {
-    "review": "an approving review of it",
-    "comment": "a /run-ci comment naming it",
-    "trigger": "their last review was of it",
-}
+_HOW = {"review": "an approving review of it", "comment": "a /run-ci comment naming it",
+        "trigger": "their last review was of it"}  # fmt: skip
 
 
 def decide(facts: PullFacts) -> Gate:

@@ -43,39 +43,37 @@ def _github(repo: str, pr: int | None, api_url: str | None, why: str):
 def publish(request: ReportRequest, report: ReportPlan, say) -> None:
     """Send ``report``; ``say(line)`` hears each step."""
     with _github(request.repo, request.pr, request.api_url, "--post") as publisher:
-        _publish(request, report, publisher, say)
 
+        def superseded(what: str) -> bool:
+            """With --require-head, whether a push moved the PR on (a status names its commit)."""
+            if not request.require_head or (head := publisher.pr_head()) == request.sha:
+                return False
+            say(f"PR #{request.pr} head is {head[:12] or 'unknown'}, not {request.sha[:12]}: "
+                f"this run is superseded (or not this PR's); {what}")  # fmt: skip
+            return True
 
-def _publish(request: ReportRequest, report: ReportPlan, publisher: Publisher, say) -> None:
-    def superseded(what: str) -> bool:
-        """With --require-head, whether a push moved the PR on (statuses name their commit)."""
-        if not request.require_head or (head := publisher.pr_head()) == request.sha:
-            return False
-        say(f"PR #{request.pr} head is {head[:12] or 'unknown'}, not {request.sha[:12]}: "
-            f"this run is superseded (or not this PR's); {what}")  # fmt: skip
-        return True
-
-    if superseded("nothing posted"):
-        return
-    outcome = publisher.update_slot(request.slot, request.slot_label, list(report.texts))
-    say(f"PR body slot {request.slot}: {outcome}")
-    moved = superseded("our slot write is undone and the comment skipped")
-    if moved and outcome == "updated":
-        back = publisher.put_back_slot(request.slot, request.slot_label)
-        say(f"PR body slot {request.slot}: {back}")
-    if report.comment is not None and not moved:
-        login = publisher.identity(request.bot_login)
-        marker = render.comment_marker(request.slot)
-        say(f"sticky comment ({login}): {publisher.upsert_comment(marker, report.comment, login)}")
-    for status in report.statuses:
-        publisher.set_status(request.sha, **status)
-        say(f"status {status['context']}: {status['state']}")
-    if report.comment is not None and not request.sha:
-        say("statuses: skipped (no --sha)")
-    if report.check_run is not None:
-        check = report.check_run
-        run_id = publisher.create_check_run(check["create"], check.get("updates", []))
-        say(f"check run {run_id}: {check['create']['conclusion']}")
+        if superseded("nothing posted"):
+            return
+        outcome = publisher.update_slot(request.slot, request.slot_label, list(report.texts))
+        say(f"PR body slot {request.slot}: {outcome}")
+        moved = superseded("our slot write is undone and the comment skipped")
+        if moved and outcome == "updated":
+            back = publisher.put_back_slot(request.slot, request.slot_label)
+            say(f"PR body slot {request.slot}: {back}")
+        if report.comment is not None and not moved:
+            login = publisher.identity(request.bot_login)
+            marker = render.comment_marker(request.slot)
+            said = publisher.upsert_comment(marker, report.comment, login)
+            say(f"sticky comment ({login}): {said}")
+        for status in report.statuses:
+            publisher.set_status(request.sha, **status)
+            say(f"status {status['context']}: {status['state']}")
+        if report.comment is not None and not request.sha:
+            say("statuses: skipped (no --sha)")
+        if report.check_run is not None:
+            check = report.check_run
+            run_id = publisher.create_check_run(check["create"], check.get("updates", []))
+            say(f"check run {run_id}: {check['create']['conclusion']}")
 
 
 def fork(request: ReportRequest, folder: str):
