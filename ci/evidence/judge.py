@@ -21,7 +21,6 @@ from ci.evidence.model import (
 
 # This checkout's listed regressions: ci run and the report both judge with them.
 REGRESSIONS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "regressions.txt")
-EXCERPT_CHARS = 1500
 FLAG_NOT_REPRODUCED = "does not reproduce the bug"
 FAILED = (Outcome.FAIL, Outcome.ERROR)
 
@@ -197,7 +196,7 @@ def rejudge(results: Results, patterns) -> Results:
     return with_verdict(replace(results, cases=cases, files=files), problems[:5])
 
 
-def tail(text: str, limit: int = EXCERPT_CHARS) -> str:
+def tail(text: str, limit: int = 1500) -> str:
     """The end of ``text``, marked where it was cut."""
     text = (text or "").strip()
     return text if len(text) <= limit else "[...]\n" + text[-limit:]

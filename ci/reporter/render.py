@@ -10,13 +10,8 @@ from ci.evidence.model import FILE_CASE, MODES, Case, Results
 from ci.reporter.escape import clip, escape_block, escape_inline, escape_name
 from ci.reporter.pr_states import DEFAULT_SLOT, MISSING_LABEL
 
-STATES = {
-    "success": ":white_check_mark:",
-    "failure": ":x:",
-    "not-reproduced": ":warning:",
-    "pending": ":hourglass_flowing_sand:",
-    "cancelled": ":no_entry_sign:",
-}
+STATES = {"success": ":white_check_mark:", "failure": ":x:", "not-reproduced": ":warning:",
+          "pending": ":hourglass_flowing_sand:", "cancelled": ":no_entry_sign:"}  # fmt: skip
 STALE_LABEL = (
     ":x: **No approval of this commit** -- a maintainer reviews it, then adds `run-ci` again."
 )
