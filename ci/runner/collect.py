@@ -8,13 +8,14 @@ import fnmatch
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ci.errors import CiError
 
 READER_MODULE = "_sglang_ci_register_reader"  # the reader's name when loaded without its package
 REGISTERED_ROOT = "test/registered"
 FRESH_MARK = "# ci: fresh-interpreter"
+LINK_NOT_FOLLOWED = "a link to a folder: not followed (its tests are not run through it)"
 # What a side preloads when not told: the modules of these packages the files import. On CUDA
 # only torch: importing sglang initialises CUDA on some machines, which a fork cannot use.
 PRELOADED_PACKAGES = {"cpu": ("torch", "sglang"), "cuda": ("torch",)}
@@ -40,22 +41,14 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     return index, size
 
 
-@dataclass
 class Tree:
-    """The test files under ``tests`` (folders or files under ``root``, default test/registered),
-    each parsed once. A link to a folder is not followed (one to its own folder would repeat its
-    files at every depth): ``links`` names them."""
+    """The test files under ``tests`` (under ``root``, default test/registered), each parsed once.
+    A link to a folder is not followed (one to its own folder repeats it at every depth): ``links``
+    names them, as ``ci run`` reports them."""
 
-    root: str
-    tests: tuple = ()
-    files: list = field(default_factory=list)  # absolute paths, sorted
-    links: list = field(default_factory=list)
-    parsed: dict = field(default_factory=dict)  # absolute path -> ast.Module or None
-
-    def __post_init__(self):
-        self.root = os.path.abspath(self.root)
-        found = set()
-        for entry in self.tests or (REGISTERED_ROOT,):
+    def __init__(self, root: str, tests=()):
+        self.root, self.links, self.parsed, found = os.path.abspath(root), [], {}, set()
+        for entry in tests or (REGISTERED_ROOT,):
             path = os.path.join(self.root, entry)
             if os.path.isfile(path):
                 found.add(os.path.abspath(path))
@@ -66,7 +59,8 @@ class Tree:
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # as glob's ** does
                 for name in [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
                     dirs.remove(name)
-                    self.links.append(os.path.relpath(os.path.join(folder, name), self.root))
+                    link = os.path.relpath(os.path.join(folder, name), self.root)
+                    self.links.append({"file": link, "why": LINK_NOT_FOLLOWED})
                 found.update(
                     os.path.abspath(os.path.join(folder, n))
                     for n in files

@@ -1,9 +1,7 @@
-"""Run each test file once per side, forked from a ``ci/runner/child.py serve`` of that side (as
-sglang's ``fork_test_worker``), and keep what it leaves: its output, written straight to its log,
-and its result channel. A side with modules to preload forks its files from a serve that imported
-them; a file that must start fresh, or a side whose preloading failed, forks from a serve that
-imported nothing. Every file runs in a session of its own, killed at its end or its timeout.
-"""
+"""Run each test file once per side, forked from a ``child.py serve`` of that side (as sglang's
+``fork_test_worker``), and keep its log and result channel. A file that must start fresh, or a
+side whose preloading failed, forks from a serve that imported nothing. Every file runs in a
+session of its own, killed at its end or its timeout."""
 
 import contextlib
 import json
@@ -126,10 +124,9 @@ class Worker:
 
 def run_all(paths, envs: dict, cwd: str, timeout_s: float, jobs: int, progress, logs: str,
             preload=(), fresh=None) -> tuple[list[FileRun], dict]:  # fmt: skip
-    """Every (file, side) pair, ``jobs`` at a time, each side with its environment from
-    ``envs``; ``progress(line)`` is told as each ends. With ``preload`` (module names) a side
-    forks its files, but those in ``fresh`` (path -> why), from one process that imported them.
-    Returns the runs and, per side, how its preloading went."""
+    """Every (file, side) pair, ``jobs`` at a time, in the side's environment from ``envs``;
+    ``progress(line)`` hears each end. With ``preload`` a side forks its files, but ``fresh``'s
+    (path -> why), from one serve that imported them. The runs, and how each side preloaded."""
     fresh = fresh or {}
     folder = tempfile.mkdtemp(prefix="ci-run-")  # the result channels, private to this run
     workers = (

@@ -18,7 +18,6 @@ from ci.runner.child import BACKEND_ENV
 # results.json): a reused --out is cleared of these, and only of these.
 OUTPUTS = ("results.json", "summary.txt", "junit-unmodified.xml", "junit-change.xml", "report.md")
 OUTPUT_DIRS = ("logs", "pictures", sides.SIDES_DIR)
-LINK_NOT_FOLLOWED = "a link to a folder: not followed (its tests are not run through it)"
 BOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -89,8 +88,7 @@ def _execute(request, root: str, log, out=None, change=None) -> Results:
         readers.reverse()  # the head's registry reader: the head's tests may use what it adds
     selected, elsewhere = _select(request, tree, backend, shard, readers)
     out = out or _prepare_out(request.out)
-    links = [{"file": link, "why": LINK_NOT_FOLLOWED} for link in tree.links]
-    for link in links:
+    for link in tree.links:
         log(f"ci run: {link['file']}: {link['why']}")
     log(
         f"ci run: {len(selected)} files x {len(wanted)} sides on {backend}, {request.jobs} at a time"
@@ -121,7 +119,7 @@ def _execute(request, root: str, log, out=None, change=None) -> Results:
         "shard": "{}/{}".format(*shard) if shard else None,
         "files": paths,
         "regressions": list(patterns),
-        "not_run": elsewhere + links,
+        "not_run": elsewhere + tree.links,
         **({"git": asdict(change)} if change else {}),  # tuples: written as lists
     }
     environment = {
