@@ -24,13 +24,9 @@ JSON = ("--json", {"action": "store_true", "help": "print JSON instead of a tabl
 FIX = "the fix, by its first patch's number"
 VERBS = {  # verb -> (help, its arguments)
     "materialize": ("a git repo of a release in upstream layout", [RELEASE, ("dir", {})]),
-    "check": (
-        "git am the series, and each fix alone, onto a fresh base; the tests it adds are the "
-        "project's; upstream's pinned hooks pass on what it touches",
-        [RELEASE],
-    ),
+    "check": ("git am the series and each fix onto a fresh base; upstream's hooks", [RELEASE]),
     "apply": (
-        "commit the series (or one fix) into an upstream sglang checkout with a clean work tree",
+        "commit the series (or one fix) into a clean upstream sglang checkout",
         [("--to", {"required": True, "metavar": "PATH"}), ("--fix", {"metavar": "NNNN"})],
     ),
     "refresh": (
@@ -51,8 +47,7 @@ VERBS = {  # verb -> (help, its arguments)
         ],
     ),  # fmt: skip
     "ab": (
-        "prove one fix from the series' own trees (base against base + fix) and render its PR "
-        "description: OUT/trees, OUT/<backend> (ci run), OUT/<backend>-pr-body.md",
+        "A/B one fix (base against base + fix) into OUT/<backend>, its PR description beside",
         [
             ("--fix", {"required": True, "metavar": "NNNN", "help": FIX}),
             ("--out", {"required": True, "metavar": "DIR", "help": "a new folder"}),
@@ -61,8 +56,7 @@ VERBS = {  # verb -> (help, its arguments)
         ],
     ),  # fmt: skip
     "audit": (
-        "every method that allocates a tensor's replacement while still holding it (reads the "
-        "tree, never imports it)",
+        "every method that allocates a tensor's replacement while still holding it",
         [("tree", {"metavar": "TREE", "help": "an sglang checkout or package folder"}), JSON],
     ),
 }

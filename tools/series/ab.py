@@ -134,10 +134,8 @@ def demo(out: Path, jobs: int = max(2, (os.cpu_count() or 2) // 2)) -> int:
         argv = [python, "-m", "tools.series", "ab", "--fix", fix.number, "--backend", backend]
         tasks[f"fix {fix.number}"] = [([*argv, "--out", folder], Path(f"{folder}.txt"), None)]
     print(
-        f"demo: sglang {version} ({backend}): the registered tests unmodified and with the "
-        f"overlay, as sglang's CI runs each file, and the bot's preview ({out}-bot-preview.md); "
-        f"each of {len(series.fixes)} fixes' own tests on {version} and on {version} + that fix "
-        f"alone, and its PR description ({out}-fix-N/{backend}-pr-body.md); {jobs} at a time",
+        f"demo: sglang {version} ({backend}): the overlay's A/B and the bot's preview; each of "
+        f"{len(series.fixes)} fixes' A/B and PR description ({out}-fix-N); {jobs} at a time",
         flush=True,
     )
     started, failed = time.monotonic(), []
