@@ -40,9 +40,7 @@ def printable(text) -> str:
 
 
 def _line(verb: str, text) -> str:
-    """Plain for ``ci run`` (its job's log, where PR code writes anyway); through the reporter's
-    one escape for the verbs that hold a token."""
-    if verb == "run":
+    if verb == "run":  # its job's log, where PR code writes anyway; the others hold a token
         return printable(text)
     from ci.reporter.escape import one_line
 

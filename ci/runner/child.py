@@ -1,8 +1,8 @@
 """The process a test file runs in under ``ci run`` (after sglang's ``fork_test_worker.py``):
-``python FILE ARGS`` plus a result channel the runner owns; it imports nothing of the bot.
+``python FILE -v`` plus a result channel the runner owns; it imports nothing of the bot.
 
 ``child.py serve FD MODULE...`` imports MODULEs once, answers ``{"ready"}`` on FD, then per JSON
-line ``{"id", "path", "args", "results", "log"}`` on stdin forks a child in its own session and
+line ``{"id", "path", "results", "log"}`` on stdin forks a child in its own session and
 answers ``{"id", "pid"}``, then ``{"id", "exit"}`` once the child ended and its session was
 killed. The child writes each finished test as one JSON line on ``results`` (each call of a test
 method, so that a retry is seen), then ``{"process": {...}}``, what it ran with.
@@ -143,9 +143,8 @@ def hook_unittest(channel: Channel, calls: dict) -> None:
         try:
             return run(test, result)
         finally:
-            if own is None:
-                test.__dict__.pop(name, None)
-            else:
+            test.__dict__.pop(name, None)
+            if own is not None:
                 test.__dict__[name] = own
 
     def record(self, test, outcome, err=None, text=None):
@@ -258,8 +257,8 @@ def describe(preloaded=()) -> dict:
     return {k: v for k, v in info.items() if v is not None}
 
 
-def run(results: str, path: str, args, preloaded=()) -> int:
-    """Run ``path`` as ``python FILE ARGS`` does, its tests reported on ``results``; its exit."""
+def run(results: str, path: str, preloaded) -> int:
+    """Run ``path`` as ``python FILE -v`` does, its tests reported on ``results``; its exit."""
     channel, calls = Channel(results), {}
     hook_unittest(channel, calls)
     try:  # a file that runs pytest.main names pytest: imported only then (it costs a start-up)
@@ -270,7 +269,7 @@ def run(results: str, path: str, args, preloaded=()) -> int:
                 pytest.main = functools.partial(_with_results, pytest.main, channel, calls)
     except (OSError, ImportError):
         pass  # python FILE says what is wrong with an unreadable file; no pytest, no plugin
-    sys.argv = [path, *args]
+    sys.argv = [path, "-v"]
     sys.path[0] = os.path.dirname(os.path.realpath(path))  # as ``python FILE`` sets it
     code = 1
     try:
@@ -347,7 +346,7 @@ def _forked(command: dict, modules, answers: int) -> None:
         for fd in (devnull, log, answers):
             os.close(fd)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        code = run(command["results"], command["path"], command["args"], modules)
+        code = run(command["results"], command["path"], modules)
     finally:
         try:
             atexit._run_exitfuncs()  # as the interpreter's own exit would

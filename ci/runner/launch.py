@@ -84,7 +84,7 @@ class Worker:
             self.next_id += 1
             request, answers = self.next_id, queue.SimpleQueue()
             self.waiting[request] = answers
-            command = {"id": request, "path": path, "args": ["-v"], "results": results, "log": log}
+            command = {"id": request, "path": path, "results": results, "log": log}
             self.proc.stdin.write((json.dumps(command) + "\n").encode())
             self.proc.stdin.flush()
         try:

@@ -1,9 +1,8 @@
 """The two sides of the A/B as data: each is a tree (the installed sglang, a folder holding
-``python/sglang``, or a commit of an sglang checkout written out) plus the settings the caller
-gives its processes. Test processes run PR code, so they start from an allowlisted environment,
-never the caller's whole one (ci/THREATS.md N2).
-"""
+``python/sglang``, or a commit written out) plus the settings the caller gives its processes.
+Test processes run PR code: they start from an allowlisted environment (ci/THREATS.md N2)."""
 
+import contextlib
 import io
 import json
 import os
@@ -132,13 +131,11 @@ def nvidia_smi() -> list[dict]:
 
 def git_commit(cwd: str | None) -> dict:
     """The commit of the work tree whose top is ``cwd`` (not of a repository it sits in)."""
-    try:
+    with contextlib.suppress(OSError):  # no git
         if cwd and gitcmd.is_top(cwd):
             dirty = gitcmd.changed(cwd)
             commit = gitcmd.out(["rev-parse", "HEAD"], cwd, check=False)
             return {"commit": commit, "dirty": None if dirty is None else bool(dirty)}
-    except OSError:  # no git
-        pass
     return {"commit": None, "dirty": None}
 
 
