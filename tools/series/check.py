@@ -45,15 +45,12 @@ def run_check(series, version=None) -> list:
 def verify_base_hashes(series, repo: Path) -> None:
     actual = base.pins(repo, [path for path, _ in series.base.files])
     for path, digest in series.base.files:
-        if actual[path] == digest:
-            continue
-        if digest == NEW:
-            raise SeriesError(f"patches/BASE says {path} is new, but the base has it")
-        if actual[path] == NEW:
-            raise SeriesError(f"patches/BASE pins {path}, but the base has no such file")
-        raise SeriesError(
-            f"base drift: {path} has sha256 {actual[path]}, patches/BASE pins {digest}"
-        )
+        if (got := actual[path]) != digest:
+            raise SeriesError(
+                f"patches/BASE says {path} is new, but the base has it" if digest == NEW
+                else f"patches/BASE pins {path}, but the base has no such file" if got == NEW
+                else f"base drift: {path} has sha256 {got}, patches/BASE pins {digest}"
+            )  # fmt: skip
 
 
 def am_series(series, repo: Path, env=None) -> None:

@@ -180,8 +180,7 @@ def parse_patch(data: bytes, name: str = "<patch>") -> Patch:
 
 
 def _unquoted(path: str) -> str:
-    """A path as git prints it: C-quoted where it holds a quote, a control or a non-ASCII
-    character (``"caf\\303\\251.py"``)."""
+    """A path as git prints it: C-quoted where it holds a quote, a control or non-ASCII."""
     if len(path) < 2 or not path[0] == path[-1] == '"':
         return path
     return codecs.escape_decode(path[1:-1].encode())[0].decode("utf-8", "replace")
