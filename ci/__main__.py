@@ -2,8 +2,7 @@
 
 Arguments in, the runner or the reporter called, exit codes out (``ci.errors``). The reporter is
 imported only inside ``ci report`` and ``ci gate``: ``ci run``, in the job that runs PR code,
-loads no reporter code and no github3.
-"""
+loads no reporter code and no github3."""
 
 import argparse
 import dataclasses

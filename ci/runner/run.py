@@ -211,10 +211,9 @@ def _series(path: str | None) -> SeriesId | None:
             return evidence.load_object(json.load(handle), "--series", SeriesId)
     except OSError as exc:
         raise CiError(f"--series {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise CiError(f"--series {path}: not JSON ({exc})") from None
-    except ValueError as exc:
-        raise CiError(f"--series {path}: {exc}") from None
+    except ValueError as exc:  # not JSON, or not what describe writes
+        why = f"not JSON ({exc})" if isinstance(exc, json.JSONDecodeError) else exc
+        raise CiError(f"--series {path}: {why}") from None
 
 
 def summary_lines(results: Results) -> list[str]:

@@ -68,12 +68,8 @@ def environment(setup: SideSetup, base=None, upstream_ci: bool = True) -> dict:
     as in sglang's CI unless ``upstream_ci`` is False, the side's tree first on PYTHONPATH, and
     the side's own settings last."""
     base = os.environ if base is None else base
-    env = {
-        k: v
-        for k, v in base.items()
-        if (k in ALLOWED or k.startswith(ALLOWED_PREFIXES))
-        and k not in (*UPSTREAM_CI_UNSET, *UPSTREAM_CI_ENV)
-    }
+    allowed = (k for k in base if k in ALLOWED or k.startswith(ALLOWED_PREFIXES))
+    env = {k: base[k] for k in allowed if k not in (*UPSTREAM_CI_UNSET, *UPSTREAM_CI_ENV)}
     env.update(UPSTREAM_CI_ENV if upstream_ci else {}, PYTHONUNBUFFERED="1")
     if setup.tree:
         src = os.path.join(setup.tree, "python")
