@@ -199,10 +199,8 @@ def _module_level(body):
                 yield from _module_level(inner)
 
 
-def _is_environ(node) -> bool:
-    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
-        isinstance(node, ast.Name) and node.id == "environ"
-    )
+def _is_environ(node) -> bool:  # os.environ, or environ
+    return getattr(node, "attr", getattr(node, "id", None)) == "environ"
 
 
 def _changes_environment(node) -> bool:
@@ -222,9 +220,8 @@ def registry_reader(trees=()):
     """sglang's ``ci_register`` from the first of ``trees`` (folders holding ``python/sglang``)
     that has one, else the installed sglang; ImportError when none loads. Not through the sglang
     package: the reader is stdlib only, ``import sglang`` costs seconds and CUDA state."""
-    loaded = sys.modules.get(READER_MODULE)
-    if loaded is not None:
-        return loaded
+    if READER_MODULE in sys.modules:
+        return sys.modules[READER_MODULE]
     places = [os.path.join(tree, "python", "sglang") for tree in trees]
     package = importlib.util.find_spec("sglang")  # locates the package, runs none of it
     places += (package.submodule_search_locations or []) if package else []

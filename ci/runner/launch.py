@@ -111,7 +111,7 @@ class Worker:
         channel = _tail(results, None).splitlines()
         record = None
         if channel and channel[-1].startswith('{"process"'):
-            with contextlib.suppress(ValueError, AttributeError):
+            with contextlib.suppress(ValueError, AttributeError, RecursionError):
                 record = json.dumps(json.loads(channel.pop())["process"])
         return FileRun(path, mode, returncode, round(time.monotonic() - started, 3),
                        returncode is None, _tail(log), "\n".join(channel), record,

@@ -150,7 +150,6 @@ def _execute(request, root: str, log, out=None, change=None) -> Results:
 
 def write(results: Results, out: str) -> str | None:
     """results.json and summary.txt in ``out``; why ``ci report`` would refuse them, or None."""
-    out = os.path.abspath(out)
     try:
         evidence.checked(results)
         refused = None

@@ -105,10 +105,7 @@ def imported_elsewhere(setup: SideSetup, record: dict) -> str | None:
 
 def record_of(text: str | None) -> dict:
     """What a side's test process said about itself (``child.describe``), as short texts."""
-    try:
-        raw = json.loads(text or "")
-    except (ValueError, RecursionError):
-        raw = None
+    raw = json.loads(text) if text else None  # launch parsed it once already
     if not isinstance(raw, dict):
         return {"error": "no test process of this side reported its environment"}
     return {str(k)[:50]: None if v is None else str(v)[:500] for k, v in list(raw.items())[:20]}
