@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import sys
+import tempfile
 from importlib import metadata
 
 from ci.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CiError
@@ -177,8 +178,6 @@ def cmd_run(args) -> int:
 
 
 def cmd_report(args) -> int:
-    import tempfile
-
     from ci.reporter import github_io  # here: the job that runs `ci run` has no github3
     from ci.reporter import plan as reporting
     from ci.reporter.escape import inert, one_line

@@ -123,11 +123,10 @@ class Worker:
 
 
 def run_all(paths, envs: dict, cwd: str, timeout_s: float, jobs: int, progress, logs: str,
-            preload=(), fresh=None) -> tuple[list[FileRun], dict]:  # fmt: skip
+            preload=(), fresh=()) -> tuple[list[FileRun], dict]:  # fmt: skip
     """Every (file, side) pair, ``jobs`` at a time, in the side's environment from ``envs``;
     ``progress(line)`` hears each end. With ``preload`` a side forks its files, but ``fresh``'s
     (path -> why), from one serve that imported them. The runs, and how each side preloaded."""
-    fresh = fresh or {}
     folder = tempfile.mkdtemp(prefix="ci-run-")  # the result channels, private to this run
     workers = (
         {m: Worker(preload, env, cwd, timeout_s) for m, env in envs.items()} if preload else {}
@@ -154,17 +153,19 @@ def run_all(paths, envs: dict, cwd: str, timeout_s: float, jobs: int, progress, 
             raise OSError(f"the {mode} side's test process did not start: {bare[mode].error}")
         return bare[mode].run(path, mode, log, results)
 
-    pool = ThreadPoolExecutor(max_workers=max(1, jobs))  # each thread only waits on a child
+    pool = ThreadPoolExecutor(max_workers=jobs)  # each thread only waits on a child
     try:
         futures = [pool.submit(one, path, mode) for path in paths for mode in envs]
         finished: queue.SimpleQueue = queue.SimpleQueue()
         for future in futures:
             future.add_done_callback(finished.put)
-        for done in range(1, len(futures) + 1):
-            run = _next(finished).result()
-            state = "timeout" if run.timed_out else f"exit {run.returncode}"
-            line = f"{run.mode:<10} {run.path}: {state} in {run.duration_s:.1f}s"
-            progress(f"[{done}/{len(futures)}] {line}")
+        done = 0  # polled: the kernel may hand Ctrl-C's signal to another thread, and only
+        while done < len(futures):  # this (main) one raises it, once it runs again
+            with contextlib.suppress(queue.Empty):
+                run, done = finished.get(timeout=0.25).result(), done + 1
+                state = "timeout" if run.timed_out else f"exit {run.returncode}"
+                line = f"{run.mode:<10} {run.path}: {state} in {run.duration_s:.1f}s"
+                progress(f"[{done}/{len(futures)}] {line}")
     except KeyboardInterrupt:
         _STOPPING.set()
         with _LIVE_LOCK:
@@ -178,11 +179,3 @@ def run_all(paths, envs: dict, cwd: str, timeout_s: float, jobs: int, progress, 
             worker.stop()
         shutil.rmtree(folder, ignore_errors=True)
     return [future.result() for future in futures], preloads
-
-
-def _next(finished: queue.SimpleQueue):
-    """The next future to finish, waited for a quarter second at a time: the kernel may hand
-    Ctrl-C's signal to another thread, and only this (main) thread running again raises it."""
-    while True:
-        with contextlib.suppress(queue.Empty):
-            return finished.get(timeout=0.25)

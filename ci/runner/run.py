@@ -48,7 +48,7 @@ def execute(request, log) -> Results:
     out = _prepare_out(request.out)
     try:
         base, head = sides.make_sides(root, change, out)
-        tests = request.tests or change.tests
+        tests = request.tests or sorted(change.added + change.modified)
         if not tests:
             raise NothingToRun(
                 f"{request.git_head} adds or modifies no registered test file under "

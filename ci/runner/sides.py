@@ -146,10 +146,6 @@ class Change:
     added: tuple[str, ...]
     modified: tuple[str, ...]
 
-    @property
-    def tests(self) -> tuple[str, ...]:
-        return tuple(sorted(self.added + self.modified))
-
 
 def read_change(root: str, base_rev: str, head_rev: str) -> Change:
     """The change from ``base_rev`` to ``head_rev`` in the clean checkout at ``root``."""
