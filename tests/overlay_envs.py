@@ -1,7 +1,4 @@
-"""Fresh venvs of each declared Python the machine has (pyenv's, or ``pythonX.Y`` on PATH),
-with the project's wheel installed by pip, the ``.pth`` included, as a user gets it; the
-program under test puts the stand-in sglang and torch (``standin.py``) on ``sys.path``.
-"""
+"""Fresh venvs of each declared Python the machine has, with the project's wheel installed."""
 
 import os
 import shutil
@@ -21,8 +18,7 @@ class OverlayEnv:
 
 
 def find_interpreter(version: str) -> "Path | None":
-    """A real interpreter binary for ``version``: pyenv's, or what ``pythonX.Y`` on PATH runs
-    (never a pyenv shim: shims cost 50 ms a start)."""
+    """A real interpreter binary for ``version`` (never a pyenv shim)."""
     root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
     found = sorted(root.glob(f"{version}.*/bin/python{version}"), reverse=True)
     on_path = shutil.which(f"python{version}")
@@ -50,8 +46,7 @@ def make_env(interpreter: Path, version: str, wheel: Path, root: Path) -> Overla
 
 
 def clone_env(env: OverlayEnv, root: Path) -> OverlayEnv:
-    """A copy of ``env`` at ``root`` (milliseconds, where pip takes seconds), for a test that
-    damages its install."""
+    """A copy of ``env`` at ``root``, for a test that damages its install."""
     source = Path(env.python).parent.parent
     shutil.copytree(source, root, symlinks=True)
     return OverlayEnv(root / "bin" / "python", root / env.site_packages.relative_to(source))

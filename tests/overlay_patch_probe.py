@@ -1,17 +1,4 @@
-"""What a fresh interpreter with the overlay installed does to the stand-in modules of the
-generic-rewrite patches (tests/test_overlay_patch_guarantees.py writes them and
-runs this file, with the stand-in root on PYTHONPATH): one observation of every patch per
-process, printed as one JSON line, so that one process serves each guarantee.
-
-    python overlay_patch_probe.py grow|lifecycle
-
-``grow`` imports each module, grows each patch's buffers once and says, at every allocation
-of a replacement, whether the old tensor was still alive, whether the new contents are what
-sglang's method gives, the patch's record and which methods carry the overlay's mark.
-``lifecycle`` races eight threads to the first import, then reloads each module, then has a
-spawned child import them, then hooks one of 0011's two methods as another plugin would and
-removes the overlay.
-"""
+"""``python overlay_patch_probe.py grow|lifecycle``: one JSON line of every patch's observations."""
 
 import functools
 import importlib
@@ -49,8 +36,7 @@ def import_all() -> None:
 
 @contextmanager
 def watching(**held):
-    """At each ``torch.<allocator>`` call of ``held`` (allocator -> tensors), whether any of
-    those tensors is still alive; only weak references are kept."""
+    """At each ``torch.<allocator>`` call, whether any of ``held``'s tensors is alive."""
     seen, real = [], {}
     refs = {name: [weakref.ref(t) for t in tensors] for name, tensors in held.items()}
     del held
@@ -178,8 +164,7 @@ def grow() -> dict:
 
 
 def lifecycle() -> dict:
-    """Threads racing the first import, then a reload of each module, then a spawned child:
-    each observed before the next changes anything it looks at."""
+    """Threads racing the first import, then a reload of each module, then a spawned child."""
     import sglang_overlay
     from sglang_overlay import overlay
 

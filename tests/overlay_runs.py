@@ -1,11 +1,4 @@
-"""Fresh processes of the project venv that tests of several modules share, started at once.
-
-Importing sglang costs a fresh interpreter 10 - 12 s on a 2-core machine, so the observations
-that tests register (``observe``) run in ONE shared process, ``default_process``, in a fixed
-order, each in its own ``try``, written as one JSON document. A job (``job``) is a test's own
-process. Every selected test's jobs are submitted to a small pool when the first is asked
-for, so the cores stay busy; every wait is bounded.
-"""
+"""Fresh processes of the project venv that several test modules share, started at once."""
 
 import json
 import os
@@ -44,8 +37,7 @@ _jobs: dict = {}
 
 
 def observe(process: str, name: str, body: str) -> str:
-    """Register ``body`` (a function body that returns JSON) as observation ``name`` of the
-    shared ``process``; ``{WORKSPACE_MODULE}`` in it is filled in. Returns ``name``."""
+    """Register ``body`` (returns JSON) as observation ``name`` of the shared ``process``."""
     assert process == "default_process" and name in ORDER, f"{name} has no place in {ORDER}"
     _observations[name] = body.replace("{WORKSPACE_MODULE}", WORKSPACE_MODULE)
     return name
@@ -143,8 +135,7 @@ class Pool:
             self._executor.shutdown(wait=True, cancel_futures=True)
 
     def run(self, argv, timeout=JOB_TIMEOUT_S, **kwargs) -> subprocess.CompletedProcess:
-        """``subprocess.run(argv, capture_output=True, text=True, timeout=timeout)``, whose
-        process the pool kills if the session ends first."""
+        """``subprocess.run`` whose process the pool kills if the session ends first."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the test session is over")
@@ -173,9 +164,7 @@ def pool_names() -> set:
 
 
 def _items_here(request):
-    """The tests whose jobs this pytest process starts: under pytest-xdist, which collects the
-    whole suite on every worker, only those of the requesting test's group
-    (``conftest.XDIST_GROUPS``, one worker's share); otherwise every selected test."""
+    """The tests whose jobs this pytest process starts (one xdist group's, or all selected)."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return request.session.items
     group = group_of(request.node.path.name)
@@ -183,6 +172,5 @@ def _items_here(request):
 
 
 def standin_root(tmp_path_factory):
-    """The stand-in sglang and torch (``standin.py``): for tests of the overlay's own logic,
-    which a fresh interpreter imports in milliseconds."""
+    """The stand-in sglang and torch (``standin.py``)."""
     return standin.write(tmp_path_factory.mktemp("standin"))

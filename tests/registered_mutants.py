@@ -1,14 +1,4 @@
-"""Named mutants of each fix of the series, and which registered tests kill each one.
-
-A mutant is a plausible wrong version of a fix: exact substitutions on the fixed file (the
-installed 0.5.23 file, pinned by patches/BASE, with the fix's patch applied). Each variant
-(unmodified, the fix, every mutant) is loaded in place of the real module, and the fix's
-registered test file for one backend runs against it in this process; the real module is put
-back after. A table row names the tests that must fail on that variant, by a word that names
-one test of the file; every other test must pass. ``run`` gives the outcomes
-(tests/test_registered_mutants.py judges them; by hand: ``python tests/registered_mutants.py
-cpu|cuda`` prints them as JSON).
-"""
+"""Named mutants of each fix, and which registered tests kill each (``cpu|cuda`` by hand)."""
 
 import contextlib
 import hashlib
@@ -50,8 +40,7 @@ def _parts(release: str) -> tuple:
 
 
 def keeps(release: str, which: str) -> tuple:
-    """The release clearing only the attribute (``which="local"``: the local keeps the old
-    buffer alive) or only the local (``which="attribute"``)."""
+    """The release clearing only the attribute (``which='local'``) or only the local."""
     indent, attribute, local = _parts(release)
     return (release, f"{indent}{attribute if which == 'local' else local} = None\n")
 

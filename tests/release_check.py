@@ -1,7 +1,4 @@
-"""``python -m tools.releases watch --installed`` on this venv's sglang 0.5.23, once per session for two test modules:
-the release watch's tests read its row, the ``ci run`` tests the A/B it ran through
-``python -m ci run --backend cpu`` (``<out>/0.5.23``: results.json, report.md, JUnit, logs).
-Started with the shared processes (``overlay_runs``), so it runs while other tests do."""
+"""``python -m tools.releases watch --installed`` on this venv's sglang, once per session."""
 
 import os
 import sys

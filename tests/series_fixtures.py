@@ -1,6 +1,4 @@
-"""Fixtures of the patch-series tests (a pytest plugin: ``pytest_plugins = ["series_fixtures"]``):
-the release base cloned from its cache under .cache/, pristine or with the series applied, and a
-project copy (patches/ and the registered tests the series adds) for tests that change it."""
+"""Fixtures of the patch-series tests: the release base, pristine or patched, a project copy."""
 
 import shutil
 
@@ -15,8 +13,7 @@ def series():
 
 
 def checkout(series, dest):
-    """The base as a git checkout whose work tree holds only the files the series touches (its
-    index and history whole, so git sees what it sees in a full checkout)."""
+    """The base as a git checkout whose work tree holds only the files the series touches."""
     from tools.series import base
 
     return base.materialize(series.base.version, dest, only=series.touched_files())

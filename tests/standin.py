@@ -1,9 +1,4 @@
-"""A tiny stand-in ``sglang`` and ``torch`` for the start-up hook's tests: the DSV4 workspace
-and fused-KV modules carry the installed sglang's ``SparsePrefillKVBuffer`` and
-``FusedKVMaterializeHelper`` class text byte for byte, so the overlay recognises (or, edited,
-refuses) each as it does the real one, and any Python imports them in milliseconds. The
-stand-in ``torch`` has shapes, dtypes, ``empty`` and slicing only.
-"""
+"""A tiny stand-in ``sglang`` (the patched classes' text byte for byte) and ``torch``."""
 
 import ast
 import importlib.util
@@ -77,9 +72,7 @@ def _module_file(root: Path, module: str) -> Path:
 
 
 def write(root: Path, *, edit=None, fused_edit=None, fused=True) -> Path:
-    """Write the stand-in packages under ``root``; ``edit`` = (old, new) on the workspace
-    class text, ``fused_edit`` on the fused-KV helper's; ``fused=False`` leaves the fused-KV
-    module out (a release without it)."""
+    """The stand-in under ``root``; ``edit``/``fused_edit`` = (old, new); ``fused=False``: none."""
     root.mkdir(parents=True, exist_ok=True)
     class_source = _edited(real_class_source(WORKSPACE_MODULE, "SparsePrefillKVBuffer"), edit)
     workspace_file = _module_file(root, WORKSPACE_MODULE)

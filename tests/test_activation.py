@@ -1,8 +1,4 @@
-"""The overlay in a real sglang 0.5.23 process: the first import patched with nothing of the
-user's, the second activation path a no-op, another plugin's hook, torch.compile. Importing
-sglang is most of what a fresh interpreter costs, so the observations share one process
-(``overlay_runs``); a serving process's record is test_status's.
-"""
+"""The overlay in one shared real sglang 0.5.23 process (``overlay_runs``)."""
 
 from functools import partial
 

@@ -1,7 +1,4 @@
-"""The benchmarks' peaks on sglang 0.5.23's real classes, in this process: a replacement of the
-DSV4 workspace peaks at old + new unmodified and at the larger of the two with the overlay; the
-fused-KV helper's growth C -> 2C peaks one K workspace above the new total unmodified only (the
-measurement docs/grow-while-held-audit-0.5.23.md rests on). Each leaves the overlay as it was."""
+"""The benchmarks' peaks on sglang 0.5.23's real classes, in this process."""
 
 import importlib
 

@@ -1,6 +1,4 @@
-"""The release watch: discovery through pip against a local index, the per-release check on the
-installed sglang, rows from another job validated, every cell and the body capped, and the one
-tracking issue against the fake GitHub through the real github3.py client."""
+"""The release watch: discovery, the per-release check, rows, the table, the tracking issue."""
 
 import json
 from pathlib import Path

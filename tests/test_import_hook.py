@@ -1,9 +1,4 @@
-"""The start-up hook as an operator's process meets it: fresh interpreters of a venv with the
-overlay installed from its wheel (``overlay_envs.py``) against the stand-in sglang
-(``standin.py``). Only the bytecode-only deployment depends on the interpreter (its code
-objects), so it alone runs on every declared Python (``overlay_env``); the rest on one
-(``one_env``).
-"""
+"""The start-up hook in fresh interpreters of a venv with the wheel installed, on the stand-in."""
 
 import json
 import shutil
@@ -40,8 +35,7 @@ TIMEOUT_S = 120
 
 @pytest.fixture(scope="session")
 def overlay_envs(tmp_path_factory) -> dict:
-    """The environment of each declared Python this machine has, built once per session, all
-    at once (each is mostly a pip install waiting on its own interpreter)."""
+    """Each declared Python's env this machine has, built at once, once per session."""
     wheel = build_wheel(tmp_path_factory.mktemp("wheel"))
     interpreters = {v: find_interpreter(v) for v in VERSIONS}
     roots = {v: tmp_path_factory.mktemp(f"venv{v}") for v, found in interpreters.items() if found}

@@ -1,5 +1,4 @@
-"""What `make` installs: the pins, the two install steps that run at once, and the reuse of a
-system torch (``make -n``, and make's own recipe with pip replaced by a script)."""
+"""What `make` installs: the pins, the two install steps at once, a system torch reused."""
 
 import os
 import shutil
@@ -58,8 +57,7 @@ def test_a_failure_of_either_step_run_at_once_fails_the_set_up(tmp_path, failing
 
 
 def _dependency_closure(names) -> set:
-    """The canonical names of ``names`` and of everything they need, from this venv's metadata
-    (requirements whose markers hold here, extras left out)."""
+    """The canonical names of ``names`` and everything they need, from this venv's metadata."""
     from importlib import metadata
 
     seen, todo = set(), [canonicalize_name(n) for n in names]

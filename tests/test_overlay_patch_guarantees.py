@@ -1,10 +1,4 @@
-"""The generic rewrite's patches (0005, 0007, 0009, 0011) keep the overlay's guarantees, in
-fresh interpreters with the overlay installed, against stand-ins carrying the installed sglang's
-exact method text (real torch): applied on first import under ``-W error``, the old buffer dead
-at each allocation, sglang's exact contents; an unknown shape of any method untouched with its
-reason; the fix's own text upstream-fixed; per-patch disable; threads, reload, a spawned child
-and another plugin's hook (``overlay_patch_probe.py``).
-"""
+"""The generic rewrite's patches (0005, 0007, 0009, 0011) keep the overlay's guarantees."""
 
 import ast
 import json
@@ -36,8 +30,7 @@ CLASS_OF = {method: cls for (_, cls), methods in COPIED.items() for method in me
 
 
 def release(method, attr, local, allocation, indent=12):
-    """What a fix inserts in ``method``: ``self.<attr> = <local> = None`` before ``allocation``
-    (a statement of that line's own text, at ``indent``)."""
+    """``self.<attr> = <local> = None`` before ``allocation`` in ``method``."""
     line = f"{' ' * indent}{allocation}\n"
     return (method, line, f"{' ' * indent}self.{attr} = {local} = None\n{line}")
 
@@ -152,8 +145,7 @@ def installed_methods(module: str, cls: str, methods) -> dict:
 
 
 def write_standin(root: Path, edits=()) -> Path:
-    """The stand-in sglang under ``root``; ``edits`` are (method, old, new), each old text
-    found exactly once in that method."""
+    """The stand-in sglang under ``root``; ``edits`` are (method, old, new)."""
     package = root / "sglang"
     for sub in ("", "srt", "srt/speculative", "srt/layers", "srt/layers/attention", "kernels",
                 "kernels/ops", "kernels/ops/attention"):  # fmt: skip

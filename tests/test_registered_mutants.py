@@ -1,8 +1,4 @@
-"""Every registered test kills a named mutant of its fix, and the fix passes them all
-(``registered_mutants.py``: each fix applied to the installed 0.5.23 file, changed into each
-named mutant, the fix's registered file for one backend run against every variant in this
-process). The CUDA files run where torch sees a GPU (on the H200: ``python -m pytest -q -p
-no:xdist tests/test_registered_mutants.py``)."""
+"""Every registered test kills a named mutant of its fix, and the fix passes them all."""
 
 import pytest
 import registered_mutants

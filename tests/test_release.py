@@ -1,6 +1,4 @@
-"""The release as an operator and the package index meet it: one version everywhere, and an
-sdist and a wheel that ``twine check`` accepts.
-"""
+"""One version everywhere, and an sdist and a wheel that ``twine check`` accepts."""
 
 import os
 import re
@@ -22,8 +20,7 @@ from sglang_overlay import cli
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
-    """``python -m build`` as the release workflow runs it (the wheel built from the sdist),
-    without build isolation: the pinned hatchling of this venv, no index."""
+    """``python -m build`` as the release workflow runs it, without build isolation."""
     out = tmp_path_factory.mktemp("dist")
     proc = subprocess.run(
         [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(REPO)],

@@ -1,12 +1,4 @@
-"""The overlay's patch 0003 on sglang 0.5.23's real ``FusedKVMaterializeHelper`` (CPU torch).
-
-Preservation: apart from the release order, the overlay's ``_ensure_workspace`` does what
-sglang's does: over one fixed sequence of requests (a start from capacity 0, doubling, shrinking
-and equal requests, dtype changes at the same capacity) both end every step in the same state
-and reuse or replace the same workspaces. And an allocation that raises leaves no capacity or
-dtype claiming workspaces the helper does not hold; the next request recovers. (Found by trying
-to break the patch; the peaks themselves are tests/test_benchmark.py's.)
-"""
+"""Patch 0003 on the real ``FusedKVMaterializeHelper``: sglang's states, and recovery."""
 
 import pytest
 import torch
@@ -28,8 +20,8 @@ def trace(order: str) -> list:
         for total_ctx, dtype in REQUESTS:
             before = ws._k_workspace
             ws._ensure_workspace(total_ctx, dtype)
-            shapes = [tuple(t.shape) for t in (ws._proj_workspace, ws._k_workspace, ws._v_workspace)]
-            dtypes = {t.dtype for t in (ws._proj_workspace, ws._k_workspace, ws._v_workspace)}
+            held = (ws._proj_workspace, ws._k_workspace, ws._v_workspace)
+            shapes, dtypes = [tuple(t.shape) for t in held], {t.dtype for t in held}
             replaced = ws._k_workspace is not before
             steps.append((ws._workspace_capacity, ws._workspace_dtype, shapes, dtypes, replaced))
     return steps
@@ -62,4 +54,4 @@ def test_a_failed_allocation_claims_nothing_and_the_next_request_recovers(monkey
         monkeypatch.setattr(torch, "empty", real_empty)
         ws._ensure_workspace(9, BF16)
     assert (ws._workspace_capacity, ws._workspace_dtype) == (9, BF16)
-    assert tuple(ws._k_workspace.shape) == (2, 9, 2, 4) and ws._v_workspace.shape == ws._k_workspace.shape
+    assert tuple(ws._k_workspace.shape) == tuple(ws._v_workspace.shape) == (2, 9, 2, 4)

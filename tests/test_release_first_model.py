@@ -1,9 +1,4 @@
-"""The patched class, driven by random request sequences, against a small reference model.
-
-In this process the overlay is active (the start-up hook patched the class on import), so this
-exercises the real sglang class with the release-first method on CPU, with no allocator cap:
-the decisions and the data, not the memory, are under test here.
-"""
+"""The patched class, driven by random request sequences, against a small reference model."""
 
 import logging
 import weakref
@@ -32,8 +27,7 @@ def workspace_module():
 
 @dataclass
 class WorkspaceModel:
-    """What the workspace must do: reuse when rows and dtype fit, else replace with exactly
-    the requested rows; views a caller kept from replaced buffers keep their bytes."""
+    """Reuse when rows and dtype fit, else replace; kept views keep their bytes."""
 
     capacity: int = 0
     dtype: "torch.dtype | None" = None

@@ -1,8 +1,4 @@
-"""The release-first method as this working tree builds it (not the installed copy the other
-tests import): the old buffer is gone before the new one is allocated, and each built method
-has the parameters of the method it replaces. Run on the stand-in torch in milliseconds, so that
-an edit of ``sglang_overlay/`` shows here without a reinstall.
-"""
+"""The release-first method as this working tree builds it, on the stand-in torch."""
 
 import json
 

@@ -1,5 +1,4 @@
-"""``series ab``: a fix's evidence from the series' own trees (base against base + that fix),
-run from an environment without this project, the only evidence ``pr-body`` renders from."""
+"""``series ab``: a fix's evidence from the series' own trees (base against base + fix)."""
 
 import subprocess
 import sys

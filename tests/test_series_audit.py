@@ -1,8 +1,4 @@
-"""``python -m tools.series audit``: each verdict on small classes, the command line on small
-trees, hostile trees (links, FIFOs, huge and deep files, markers hidden in strings), and the
-facts of the real sglang 0.5.23 package (read as files, never imported): its known sites, and
-each fix of the series turning its own sites into release-first.
-"""
+"""``python -m tools.series audit``: verdicts, the command line, hostile trees, sglang 0.5.23."""
 
 import importlib.util
 import json

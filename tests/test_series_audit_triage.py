@@ -1,6 +1,4 @@
-"""The triage of every grows-while-held site of sglang 0.5.23: docs/grow-while-held-audit-0.5.23.md
-is its source (it was rendered from Python literals, deleted): each site has a call (worth fixing
-or not) and where the call comes from, the worth-fixing ones first, and the counts match."""
+"""The triage of every grows-while-held site of sglang 0.5.23 in docs/."""
 
 import re
 from pathlib import Path

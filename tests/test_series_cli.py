@@ -1,7 +1,4 @@
-"""``python -m tools.series`` end to end: check, apply --to, refresh, materialize, matrix and
-their refusals (one line; exit 1 for a failed check or a refused target, 2 for bad input), on
-throwaway checkouts of the release and copies of patches/ changed on purpose.
-"""
+"""``python -m tools.series`` check, apply --to, refresh, materialize, matrix and refusals."""
 
 import os
 import shutil

@@ -1,5 +1,4 @@
-"""The cover letter: 0000-cover-letter.patch as git format-patch --cover-letter writes it, never
-listed in ``series``, never applied by ``git am``, introducing every patch and fix it carries."""
+"""The cover letter: never in ``series``, never applied, introducing every patch."""
 
 import json
 

@@ -1,7 +1,4 @@
-"""Reading ``patches/``: the series, ``BASE`` and each patch parsed (one line naming the file and
-line for each bad input), the series falling into fixes, git's failures told as patch, file and
-hunk, the wheel laid out as upstream, the base cache, the matrix table.
-"""
+"""Reading ``patches/``: series, ``BASE``, patches, fixes, git's failures, wheel, matrix."""
 
 import fcntl
 import zipfile

@@ -1,7 +1,4 @@
-"""The grow-while-held pre-commit hook (``tools/series/grow_hook.py``): a new site in a changed
-file fails, a site the base already had passes, a marker with a visible reason passes, every
-unreadable file is named; and the real pre-commit running it from a hook repository and vendored.
-"""
+"""The grow-while-held pre-commit hook (``tools/series/grow_hook.py``)."""
 
 import os
 import shutil

@@ -1,8 +1,4 @@
-"""Upstream's pinned hooks in ``python -m tools.series check`` (``tools.series.hooks``): the real
-black 24.10.0 at 88 columns, isort 5.13.2, codespell 2.4.1 with upstream's ignore list and the
-basic pre-commit-hooks, run by pre-commit from a per-user cache; a failure counts against the
-series only where the series brought it in.
-"""
+"""Upstream's pinned hooks in ``python -m tools.series check`` (``tools.series.hooks``)."""
 
 import pytest
 

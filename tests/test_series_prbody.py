@@ -1,6 +1,4 @@
-"""``series pr-body``: sglang's PR template filled, for one fix of the series, from that fix's
-messages and a ``ci run`` results folder made with it, quoting only the tests the fix adds, and
-refusing results made for other code, other trees or another release."""
+"""``series pr-body``: sglang's PR template filled for one fix from its ``ci run`` results."""
 
 import json
 import shlex
@@ -211,8 +209,7 @@ COMMITTED = sorted(REPO_ROOT.glob("docs/evidence/fix-*/*-pr-body.md"))
 
 @pytest.mark.parametrize("committed", COMMITTED, ids=lambda p: f"{p.parent.name}-{p.stem}")
 def test_every_committed_description_is_what_its_results_render_today(capsys, committed):
-    """Nothing stale: a change of a fix's code or tests would refuse its old folder. Only the
-    format box differs, as ``check`` is not run here."""
+    """Nothing stale; only the format box differs, as ``check`` is not run here."""
     fix = committed.parent.name.removeprefix("fix-")
     folder = committed.parent / committed.name.removesuffix("-pr-body.md")
     code, out, err = _body(capsys, folder, "--fix", fix, "--no-check")

@@ -1,7 +1,4 @@
-"""How the overlay reads its settings (``SGLANG_OVERLAY_DISABLE``, ``SGLANG_OVERLAY_STRICT``,
-sglang's ``SGLANG_PLUGINS``), in this process; that a setting reaches an sglang process is
-``test_import_hook.py``'s and ``test_status.py``'s.
-"""
+"""How the overlay reads ``SGLANG_OVERLAY_DISABLE``, ``_STRICT`` and ``SGLANG_PLUGINS``."""
 
 import pytest
 

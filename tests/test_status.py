@@ -1,9 +1,4 @@
-"""``sglang-overlay status --processes`` as an operator and a health check run it: one row per
-live sglang process with a column per patch, every state a record can hold, the runtime folder
-it trusts, dead processes' records and gauges cleaned up, answers that never crash a pipe; and
-the gauges. Run in this process (``cli.main``) against sleepers under sglang's process names
-with planted records, and stand-in servers that write their own.
-"""
+"""``sglang-overlay status --processes`` and the gauges, run in this process against sleepers."""
 
 import contextlib
 import io
@@ -108,8 +103,7 @@ for line in sys.stdin:
 
 
 def serve(known, **env) -> subprocess.Popen:
-    """A stand-in server: the workspace module, then each stdin line a request of that many
-    rows, answered once served (``ask``)."""
+    """A stand-in server: each stdin line a request of that many rows, answered once served."""
     code = f"import sys; sys.path[:0] = [{str(known)!r}]\n" + SERVER
     return subprocess.Popen(
         [sys.executable, "-c", code], env=clean_env(**env), cwd="/", stdin=subprocess.PIPE,
