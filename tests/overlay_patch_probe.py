@@ -201,8 +201,7 @@ def lifecycle() -> dict:
     for p in PATCHES:
         out[p]["spawn"] = [got[p], process.exitcode]
 
-    # Another plugin's hook over the second method of 0011 only (sglang's HookRegistry: an
-    # AROUND calls the overlay's method, a REPLACE only names it), then remove().
+    # another plugin's AROUND or REPLACE hook over 0011's second method, then remove()
     module, cls, methods = PATCHES[BORN_Q]
     owner = getattr(sys.modules[module], cls)
     ours = vars(owner)[methods[1]]

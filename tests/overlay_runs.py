@@ -15,14 +15,10 @@ from conftest import WORKSPACE_MODULE, clean_env, group_of
 WORKERS = max(2, min(4, os.cpu_count() or 2))
 JOB_TIMEOUT_S = 300  # one process; a bound against hangs, never a measurement
 
-# The shared process's observations in order, in the environment a user's process gets (no
-# overlay setting, the start-up hook installed, its record in a folder of its own). Nothing
-# before the first import looks at anything; another plugin's hook stays on the class, so it
-# comes last but for the registry reader, which only needs sglang imported.
+# the shared process's observations in order, in a user's environment; hooks come last
 ORDER = ("start_modules", "first_import", "second_activation", "torch_compile", "hook_AROUND",
          "reader_after_the_real_import")  # fmt: skip
-# Each observation a function of its own: what it returns (JSON) is its result, what it raises
-# its error; the document goes to the file named by argv[1].
+# each observation returns JSON or raises; the document goes to the file argv[1] names
 PRELUDE = """\
 import json, sys, traceback
 _observed, _document = {}, sys.argv.pop(1)

@@ -63,8 +63,7 @@ def early(release: str, read: str) -> tuple:
     return ((release, ""), (read, f"{indent}{attribute} = None\n" + read))
 
 
-# fix -> (patch, module, {backend: test file}, {variant: (edits, CPU killers, CUDA killers)}).
-# "unmodified" is the base file; every other variant is the fixed file with its edits.
+# fix -> (patch, module, {backend: file}, {variant: (edits, CPU, CUDA killers)})
 # fmt: off
 FIXES = {
     "0001": (
@@ -216,8 +215,7 @@ def load_variant(module_name: str, text: str, origin: str) -> None:
     module.__spec__ = importlib.util.spec_from_file_location(module_name, origin)
     package, _, leaf = module_name.rpartition(".")
     module.__package__ = package
-    # In sys.modules before it runs, as an import puts it: a dataclass with string
-    # annotations (the DSA backend's) looks its module up while the class is made.
+    # in sys.modules before it runs: a dataclass with string annotations looks it up
     sys.modules[module_name] = module
     exec(compile(text, origin, "exec"), module.__dict__)
     setattr(sys.modules[package], leaf, module)

@@ -82,8 +82,7 @@ def write(root: Path, *, edit=None, fused_edit=None, fused=True) -> Path:
             "from typing import Callable, List, Optional\n\nimport torch\n\n\n" + helper + "\n"
         )
     (root / "sglang" / "version.py").write_text('__version__ = "0.5.23"\n')
-    # As sglang's own __init__ does: a process that imported sglang has its version loaded,
-    # and the overlay reads it there instead of from the package metadata.
+    # as sglang's __init__ does: the overlay reads the version from the loaded module
     (root / "sglang" / "__init__.py").write_text("from sglang.version import __version__\n")
     header = "from typing import Optional, Tuple\n\nimport torch\n\nWORKSPACE_DIM = 512\n\n\n"
     workspace_file.write_text(header + class_source + "\n")

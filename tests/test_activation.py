@@ -41,8 +41,7 @@ SECOND_ACTIVATION = observe(
 )
 
 
-# dynamo traces get() -> _reserve -> the replacement: no logging, lock or clock call may be in
-# what it traces. The compiled call must still replace and reuse as eager does.
+# no logging, lock or clock call in what dynamo traces; compiled replaces and reuses as eager
 TORCH_COMPILE = observe(
     "torch_compile",
     """

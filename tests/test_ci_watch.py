@@ -181,8 +181,7 @@ def _status_record(patch, state, reason):
     ],
 )
 def test_a_patch_of_two_methods_shows_each_methods_sha256_in_its_column(state, second, shown):
-    # status --json of patch 0011 (two methods), as applied, with its second method changed,
-    # and when its module does not import
+    # patch 0011's two methods: applied, its second changed, its module not importing
     reason = "acquire: shape (0.5.17-0.5.23), sha256 c9be682c090c; " + second
     (row,) = watch.patch_rows([_status_record("0011-x", state, reason)], {"0011": "clean"})
     want = "c9be682c090c/" + shown if shown else "c9be682c090c"
@@ -191,8 +190,7 @@ def test_a_patch_of_two_methods_shows_each_methods_sha256_in_its_column(state, s
 
 
 def test_a_release_that_breaks_one_patchs_shape_shows_in_that_patchs_column_and_fails():
-    # sglang-overlay status --json of a release where every patch but 0007 still matches, and
-    # the series matrix of it (no download: the rows are what check() builds from them)
+    # a release where every patch but 0007 matches, and its series matrix
     dsa = "0007-dsa-q8kv8-release-first"
     records = [
         _status_record(patch, "applied", "shape (0.5.23), sha256 0123456789ab")

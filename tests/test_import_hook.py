@@ -106,8 +106,7 @@ MARKS = [TARGETS[n][4] for n in TARGETS]
 def test_sglang_deployed_as_bytecode_only_is_recognised_by_its_code_objects(
     overlay_env, one_env, tmp_path, edited
 ):
-    # compileall -b, then the sources removed: each method is matched by the code object this
-    # CPython compiles, so the known shape runs on every declared Python, under -W error.
+    # compileall -b, sources removed: matched by this CPython's code objects, under -W error
     if edited and overlay_env is not one_env:
         pytest.skip("an unknown code object is refused alike on every Python")
     root = standin.write(tmp_path / "standin", **(UNKNOWN if edited else {}))
@@ -123,9 +122,7 @@ def test_sglang_deployed_as_bytecode_only_is_recognised_by_its_code_objects(
 
 
 def test_threads_importing_what_activation_imports_never_deadlock_the_first_import(one_env, known):
-    # CPython holds its global import lock while a finder's find_spec runs. A hook that
-    # imports there deadlocks against a thread that is importing the same module. Each module
-    # activation imports is raced by a thread of its own, all in every process.
+    # a hook importing inside find_spec deadlocks against a thread importing the same module
     race = f"""
 import threading, time
 for racing in {RACING!r}:
@@ -218,12 +215,9 @@ print(json.dumps(codes))
 ID = object()  # the patch's id in RELOADED
 RELOADED = [[ID, "applied"], [True, ID, "applied"], [None, "pending", True],  # the original back
             [None, "pending"], [ID, "applied"]]  # fmt: skip
-# What a fresh interpreter prints, and its warning count: (program, the stand-in's edits or None:
-# no sglang, settings, interpreter flags, expected JSON, overlay warnings).
+# case -> (program, stand-in edits or None: no sglang, settings, flags, JSON, warnings)
 PROGRAMS = {
-    # before the first import: status reads the version without importing sglang or torch;
-    # find_spec imports the parents (sglang), never the module or the fix; copy.deepcopy and
-    # pickle build the wrapped loader without calling __init__
+    # before the first import nothing is imported; copied specs keep the wrapped loader
     "status, find_spec and a copied spec import nothing": ("""
 import copy, importlib.util, pickle, sglang_overlay
 r = sglang_overlay.status()[0]
@@ -302,8 +296,7 @@ sys.meta_path.remove(activation.HOOK)
 plugin.load()()
 print(json.dumps([MARK(importlib.import_module(MODULE)), activation.HOOK in sys.meta_path]))
 """, {}, {}, (), [PATCH_ID, True], 0),
-    # the overlay logs "applied" under its own lock: a thread that forks meanwhile must not hand
-    # the child a lock nobody releases; then spawn and forkserver children, in isolated mode
+    # a fork while the overlay logs under its lock, then spawn and forkserver children
     "children forked while the overlay logs, spawned, forkserver's": (CHILDREN, {}, {},
                                                                       ("-I",), [0, 0, 0], 0),
 }  # fmt: skip
@@ -333,8 +326,7 @@ def test_a_broken_install_is_named_and_a_stale_pth_is_silent(one_env, known, tmp
     proc, records = cli(env, known)
     assert proc.returncode == 1 and [r["state"] for r in records] == ["pending", "pending"]
     assert all("start-up hook did not run in a fresh process" in r["reason"] for r in records)
-    # An interrupted uninstall leaves the .pth behind; no Python start (pip's included) may
-    # print a traceback for it.
+    # an interrupted uninstall leaves the .pth: no Python start may print a traceback
     pth.write_text(text)
     shutil.rmtree(env.site_packages / "sglang_overlay")
     proc = run(env, "print('ok')", flags=["-W", "error"])
@@ -353,9 +345,7 @@ def _prepend(text):
     return lambda root: (root / FUSED).write_text(text + (root / FUSED).read_text())
 
 
-# What `status` (a fresh process) reports for the DSV4 and the fused-KV patch, for each
-# setting and each release or environment that differs in the fused-KV module: (stand-in
-# options, change, setting, exit, [(state, what its record names)] for 0001 and 0003).
+# case -> (stand-in options, change, settings, exit, [(state, named)] for 0001 and 0003)
 CLI_CASES = {
     "0003 disabled": ({}, None, {"SGLANG_OVERLAY_DISABLE": "0003"}, 0,
                       [("applied", ""), ("disabled", "lists 0003")]),

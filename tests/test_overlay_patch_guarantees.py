@@ -40,10 +40,7 @@ def unknown(method, line):
     return (method, f"{line}\n", f"{line}  # x\n")
 
 
-# patch -> what the tests expect of it: its methods, each method's shape sha256 (any one
-# release's), the number of allocations a grow makes (the old tensor dead at each, applied),
-# the rows after the grow, the high-water mark the overlay logs, an edit of one method to an
-# unknown shape, the edits the fix makes, and what its upstream-fixed reason names.
+# patch -> methods, shas, allocations, rows, high water, unknown edit, fix edits, fixed reason
 SELECT, DSA_Q8, DSV4_Q8 = (
     "_selector_sampling_accept",
     "_forward_flashmla_sparse_q8kv8",
@@ -279,8 +276,7 @@ def test_threads_reload_a_spawned_child_and_another_hook(lived, patch):
     assert out["spawn"] == [marked, 0]  # a spawned child applies it on its own import
     states, marks = out["hooks"]  # another hook over one method of 0011, then remove()
     if patch.startswith("0011"):
-        # an AROUND calls ours, a REPLACE does not; remove() cannot take ours out from under
-        # the hook and says so, and puts back the original of the other method
+        # an AROUND calls ours, a REPLACE does not; remove() says so and restores the other method
         assert (states, marks) == (["wrapped", "replaced", "replaced"], [None] * len(marked))
     else:  # the other patches (0007: the same class) stay applied until remove()
         assert (states, marks) == (["applied", "applied", "pending"], [None] * len(marked))

@@ -13,8 +13,7 @@ from ci.evidence import judge
 from ci.runner.collect import registry_reader
 
 SUITE = {"cpu": ("CPU", "base-a-test-cpu"), "cuda": ("CUDA", "base-b-kernel-unit-test-1-gpu-large")}
-# Each fix's registered files (the mutants' table) -> (backend, how many tests the regression
-# list names in it; the rest preserve behaviour).
+# fix's registered files -> (backend, how many tests the regression list names in it)
 LISTED = {
     "0001": (2, 3),
     "0003": (3, 2),
@@ -48,8 +47,7 @@ def _test_ids(path) -> list:
 
 @pytest.mark.parametrize("path", list(SUITES), ids=lambda p: p.name)
 def test_the_registered_test_follows_upstreams_test_guide_and_survives_its_retry(path):
-    # CustomTestCase for every test class, no argparse or sys.argv, module-level register_*_ci
-    # calls of literal values, a plain unittest.main() entry, a reviewable size.
+    # CustomTestCase, no argparse, literal register_*_ci calls, unittest.main(), a small size
     source = path.read_text()
     tree = ast.parse(source)
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
@@ -75,8 +73,7 @@ def test_the_registered_test_follows_upstreams_test_guide_and_survives_its_retry
     main = tree.body[-1]
     assert ast.unparse(main) == "if __name__ == '__main__':\n    unittest.main()"
     assert len(source.splitlines()) <= MAX_LINES
-    # In CI, CustomTestCase calls a failed test method again without setUp: state a fixture
-    # built is then the first attempt's leftovers (the grown buffer), and the retry passes.
+    # CI retries a failed test method without setUp: the retry must not pass on leftovers
     fixtures = ("setUp", "setUpClass", "asyncSetUp")
     assert not [f for c in classes for f in c.body if getattr(f, "name", None) in fixtures]
 

@@ -58,8 +58,7 @@ def test_sdist_and_wheel_pass_twine_check_and_hold_the_start_up_hook(dist):
 
 
 def test_the_readmes_operator_commands_give_every_patch_applied(tmp_path):
-    # A fresh clone's files, and an environment that runs sglang: a venv that sees this venv's
-    # packages (sglang, torch, pip, hatchling) but not its overlay, with a `pip` of its own.
+    # a fresh clone, and a venv seeing this one's packages but not its overlay
     checkout = tmp_path / "checkout"
     for name in ("sglang_overlay", "README.md", "CHANGELOG.md", "LICENSE", "pyproject.toml"):
         (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, checkout / name)

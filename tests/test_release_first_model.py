@@ -14,8 +14,7 @@ import sglang_overlay
 DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float32)
 
 
-# Imported on the worker that runs this module only: every pytest-xdist worker collects every
-# module, and importing sglang costs a collection 5-6 CPU-s.
+# imported on the worker that runs this module only (sglang costs a collection 5 CPU-s)
 @pytest.fixture(scope="module")
 def workspace_module():
     from sglang.srt.layers.attention.dsv4 import sparse_prefill_utils

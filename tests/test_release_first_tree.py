@@ -6,10 +6,7 @@ import overlay_runs
 import pytest
 from conftest import REPO, run_python
 
-# The installed overlay came in through the .pth; this program forgets it and imports the
-# working tree's. The workspace's ``device`` is read right before the allocation (torch.empty's
-# argument): at that moment the owner must hold no buffer, the old buffer must be unreachable
-# (no local reference keeps it alive), and a reserve must have forgotten its cached head.
+# the working tree's overlay; at the allocation no buffer is held or reachable
 PROGRAM = """
 import gc, inspect, json, sys, weakref
 for name in [m for m in sys.modules if m.split(".")[0] == "sglang_overlay"]:
@@ -67,7 +64,6 @@ def test_the_old_buffer_is_released_before_the_new_one_is_allocated(built):
 
 
 def test_the_built_method_has_the_parameters_of_the_method_it_replaces(built):
-    # follow_wrapped=False: the patched function's own parameters (inspect.signature would
-    # otherwise follow __wrapped__ to the original and compare it with itself).
+    # follow_wrapped=False: the patched function's own parameters
     ours, original = built["parameters"]
     assert ours == original

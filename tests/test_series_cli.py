@@ -145,15 +145,12 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch):
     assert exc.value.code == 2
 
 
-# sglang 0.5.23's base commit as the build makes it from the wheel on any machine (fixed identity
-# and date, the wheel's files and modes). Any other id means a setting of this machine's git, or
-# a change in the build, reached the commit.
+# sglang 0.5.23's base commit as built from the wheel on any machine
 BASE_0_5_23 = "dc55f224f0cd424ba9f3dac845f04c01adf15849"
 
 
 def test_materialize_gives_the_reproducible_base_commit_across_filesystems(tmp_path, series):
-    # On tmpfs when it is another filesystem than the cache's (git cannot hard-link across it:
-    # git clone --local would die; a plain clone copies where it cannot link).
+    # on tmpfs where it is another filesystem than the cache's (no hard links)
     shm = Path("/dev/shm")
     devices = {base.CACHE_DIR.stat().st_dev, tmp_path.stat().st_dev}
     other = shm.is_dir() and os.access(shm, os.W_OK) and shm.stat().st_dev not in devices
