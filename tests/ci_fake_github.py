@@ -1,12 +1,4 @@
-"""A small fake of GitHub's REST API on loopback (under ``/api/v3``, as GitHub Enterprise), serving
-only what the bot asks, and strict where the bot could go wrong: the token header, 404 for an
-unknown PR, 422 for a body over 65,536 characters, a status's state enum and 140-character
-description, the Checks API's rules (enums, at most 50 annotations a request, sizes). Like
-GitHub, an installation token (``ghs_...``) gets 403 from GET /user, a ``read_only`` token (a
-fork PR's) 403 on every write, and an artifact's zip redirects to storage on another host name.
-Tests inject faults (``fail_next``) and hooks run after a request (``after``), and read the
-request log. Threaded, so two publishers can really race.
-"""
+"""A strict fake of GitHub's REST API on loopback, with faults and a request log."""
 
 import io
 import json

@@ -1,5 +1,4 @@
-"""Synthetic test processes (their result channel and log) and judged runs for the ci tests,
-without starting any process; and ``ci report`` in this process against the fake GitHub."""
+"""Synthetic test processes and judged runs; ``ci report`` against the fake GitHub."""
 
 import json
 from dataclasses import replace

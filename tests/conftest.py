@@ -1,7 +1,6 @@
 """Shared helpers for the project's tests: fresh interpreters of the project venv."""
 
 import atexit
-import json
 import os
 import shutil
 import subprocess
@@ -13,20 +12,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-REGISTERED_TEST = (
-    REPO / "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py"
-)
 CPU_PROOF = REPO / "test/proofs/cpu/test_dsv4_workspace_cpu_peak.py"
 CPU_COMPANION = (
     REPO / "test/registered/unit/layers/attention/test_dsv4_sparse_prefill_release_order.py"
 )
 FUSED_KV_DIR = REPO / "test/registered/unit/kernels/ops/speculative"
-FUSED_KV_TEST = REPO / "test/registered/kernels/ops/speculative/test_fused_kv_workspace_peak.py"
 FUSED_KV_COMPANION = FUSED_KV_DIR / "test_fused_kv_workspace_release_order.py"
-DFLASH_TEST = REPO / "test/registered/kernels/ops/speculative/test_dflash_draft_probs_peak.py"
-DSA_Q8_TEST = REPO / "test/registered/kernels/ops/attention/test_dsa_q8kv8_scratch_peak.py"
 DSA_Q8_COMPANION = REPO / "test/registered/unit/layers/attention/test_dsa_q8kv8_release_order.py"
-DSV4_Q8_TEST = REPO / "test/registered/kernels/ops/attention/dsv4/test_dsv4_q8kv8_qpad_peak.py"
 DSV4_Q8_COMPANION = (
     REPO / "test/registered/unit/layers/attention/test_dsv4_q8kv8_qpad_release_order.py"
 )
@@ -37,21 +29,20 @@ WORKSPACE_MODULE = "sglang.srt.layers.attention.dsv4.sparse_prefill_utils"
 # On PYTHONPATH, sglang's test-method retry comes without its 1.5-2 s back-off (the A/B jobs).
 NO_RETRY_DELAY = REPO / "tests/fixtures/no_retry_delay"
 OVERLAY_ENV = ("SGLANG_OVERLAY_DISABLE", "SGLANG_OVERLAY_STRICT")
-# The processes the tests start write their records here, not into the runtime directory
-# of whoever runs the tests (where `sglang-overlay status --processes` would list them). The
-# process that made it (pytest-xdist's workers inherit it) removes it when it exits: one run
-# left 1.7 MB in /tmp each time.
+# The processes the tests start record themselves here, not in the user's runtime directory;
+# the process that made it (xdist workers inherit it) removes it at exit.
 if "SGLANG_OVERLAY_RUNTIME_DIR" not in os.environ:
-    os.environ["SGLANG_OVERLAY_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="sglang-overlay-test-records-")
+    os.environ["SGLANG_OVERLAY_RUNTIME_DIR"] = tempfile.mkdtemp(
+        prefix="sglang-overlay-test-records-"
+    )
     atexit.register(shutil.rmtree, os.environ["SGLANG_OVERLAY_RUNTIME_DIR"], ignore_errors=True)
 
 
-
-# In a module-scoped fixture, not at module level: every pytest-xdist worker collects every
-# module, and importing sglang costs a collection 5-6 CPU-s on the worker that never runs them.
+# A fixture, not module level: every xdist worker collects every module, and importing sglang costs.
 @pytest.fixture(scope="module")
 def fused_kv_importable():
     pytest.importorskip("sglang.kernels.ops.speculative.fused_kv_materialize")
+
 
 def clean_env(**overrides) -> dict:
     """This environment without the overlay's switches, plus ``overrides``."""
@@ -70,14 +61,12 @@ _DEFAULT_SIGINT = (
 
 
 def with_default_sigint(*args: str) -> list:
-    """The command line of this venv's ``python *args``, started with SIGINT's default action
-    whatever this process inherited."""
+    """This venv's ``python *args``, started with SIGINT's default action whatever was inherited."""
     return [sys.executable, "-c", _DEFAULT_SIGINT, *args]
 
 
 def run_python(code: str, *args: str, cwd=None, **env) -> subprocess.CompletedProcess:
-    """Run ``python -c code`` in a fresh interpreter of this venv (cwd outside the repo, so
-    the installed package, not the source tree, is what gets imported)."""
+    """``python -c code`` in a fresh interpreter, cwd outside the repo (the installed package)."""
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         env=clean_env(**env),
@@ -86,13 +75,6 @@ def run_python(code: str, *args: str, cwd=None, **env) -> subprocess.CompletedPr
         text=True,
         timeout=300,
     )
-
-
-def run_json(code: str, **env):
-    """Run ``code``, which prints one JSON document as its last stdout line; return it."""
-    proc = run_python(code, **env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 # Files that ``ci run`` runs in the tests, as any pull request's tests: not the project's own.
@@ -109,8 +91,7 @@ def alive(pid: int) -> bool:
 
 
 def until(condition, within_s: float = 120.0) -> bool:
-    """Whether ``condition()`` holds within ``within_s``, polled: a signal is delivered and a
-    process reaped asynchronously, so what a test reads right after may not show it yet."""
+    """Whether ``condition()`` holds within ``within_s``, polled (signals and reaping are async)."""
     deadline = time.monotonic() + within_s
     while not condition():
         if time.monotonic() > deadline:
@@ -120,9 +101,7 @@ def until(condition, within_s: float = 120.0) -> bool:
 
 
 def runs_program(pid: int, path: str) -> bool:
-    """Whether ``pid`` has finished exec'ing ``path`` (its executable and its stack start in
-    /proc): ``Popen`` may return while the child is still inside ``execve``, since vfork
-    resumes the parent before the new program's executable and stack are in place."""
+    """Whether ``pid`` has finished exec'ing ``path``: ``Popen`` may return inside ``execve``."""
     try:
         exe = os.stat(f"/proc/{pid}/exe")
         fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
@@ -132,13 +111,8 @@ def runs_program(pid: int, path: str) -> bool:
     return (exe.st_dev, exe.st_ino) == (target.st_dev, target.st_ino) and fields[25] != "0"
 
 
-# Under pytest-xdist (``make test`` runs ``-n 2 --dist loadfile``) each module runs on one
-# worker, so its module-scoped fixtures are set up once; the modules below run on one worker
-# together, since they share a pool process or job (``overlay_runs``) or an expensive session
-# fixture, which then runs or is built once in the session. The first module of a group names
-# it. ``pytest_collection_modifyitems`` checks this table against what the modules use.
-# (pytest-xdist's own ``--dist loadgroup`` reads groups from node ids it can no longer change
-# under pytest 9, so it scheduled every test on its own: each worker ran the shared processes.)
+# Under ``-n 2 --dist loadfile`` the modules of a group run on one worker, since they share a
+# pool process or job (``overlay_runs``) or a session fixture; the first module names the group.
 XDIST_GROUPS = {
     "test_activation.py": "test_activation.py",
     "test_ci_attacks.py": "test_activation.py",

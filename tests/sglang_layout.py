@@ -1,12 +1,4 @@
-"""A local git repository in sglang's own layout, for ``ci run --git-base/--git-head`` and the
-drop-in workflow: sglang 0.5.23 slimmed to the files the DSV4 patches touch plus the registry
-reader (``SLIM``), a ``main`` that adds upstream-style registered CPU tests, and two pull-request
-branches off it: ``fix`` (patch 0001 and its tests by ``git am``, less the CPU companion that
-imports sglang, plus a test that reads the release order from the tree's source, and a modified
-test) and ``tests-only`` (the same tests without the fix). Its CPU tests import no sglang, so each
-process is cheap. Built once per content under ``.cache/layouts/`` (locked: xdist workers share
-it) and copied per use.
-"""
+"""A cached local git repository in sglang's layout: main, ``fix`` and ``tests-only``."""
 
 import fcntl
 import hashlib

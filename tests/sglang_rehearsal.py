@@ -1,14 +1,4 @@
-"""A rehearsal of the drop-in workflows for sglang (ci/workflows/sglang-pr-ab.yml and, for fork
-PRs, sglang-pr-ab-report.yml), job by job: each ``run:`` step is the workflow's own text run by
-bash with the environment the workflow gives it (``${{ }}`` answered from a table; one it lacks
-fails the test), GITHUB_ENV and GITHUB_OUTPUT carried as Actions carries them, each ``uses:``
-step done by its local equivalent (checkout: a clone; upload: a folder and a zip the fake GitHub
-serves as the run's artifact). The repository is ``sglang_layout``'s; GitHub is the fake on
-loopback (the real github3.py client). Deviations: BACKEND is cpu, nothing is preloaded, no job
-container (SGLANG_AB_IMAGE=none: the step that kills leftovers is skipped, as on a VM), the
-head's dependencies are this venv's (the install step makes ab-venv's python run this one),
-and a step that pip-installs pinned packages this venv holds at those versions does nothing.
-"""
+"""The drop-in workflows played job by job: ``run:`` steps by bash, ``uses:`` locally."""
 
 import importlib.metadata
 import json

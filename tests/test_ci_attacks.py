@@ -1,6 +1,4 @@
-"""What a hostile registered file hands on through ``ci run`` (the test process is PR code): lone
-surrogates that no UTF-8 writer takes, a case matplotlib cannot draw, an sglang whose
-``ci_register.py`` raises; and sglang's registry reader however sglang is found."""
+"""What a hostile registered file hands on through ``ci run``."""
 
 import importlib.util
 import json

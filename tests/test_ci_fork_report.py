@@ -1,7 +1,4 @@
-"""A fork PR's report (``ci report --workflow-run``): GitHub's account of the finished run, the
-approval of exactly that commit, the artifact fetched within its cap, and the identity the bot
-writes with (a marker alone never adopts a comment); the check run and its annotations.
-"""
+"""A fork PR's report (``ci report --workflow-run``): run, approval, artifact, identity."""
 
 import json
 from dataclasses import replace

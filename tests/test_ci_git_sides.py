@@ -1,8 +1,4 @@
-"""``ci run --git-base REV --git-head REV``: both sides made from a checkout in sglang's layout
-(``sglang_layout``: sglang 0.5.23 with upstream-style tests, a branch with the fix and one
-without), the tests picked from the diff and split into shards, the user's checkout left as it
-was, bad input refused.
-"""
+"""``ci run --git-base REV --git-head REV`` on a checkout in sglang's layout."""
 
 import json
 import os

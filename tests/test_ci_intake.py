@@ -1,9 +1,4 @@
-"""The results artifact is a stranger's upload: read through zipfile with its size capped,
-checked by the evidence model and judged again from the raw outcomes. A refused artifact is
-exit 2 and a failure slot saying "invalid artifact", never a traceback, a pending slot or green,
-and nothing it carries reaches the log as a workflow command. (The model's own refusals, field
-by field, are tests/test_evidence.py's.)
-"""
+"""The results artifact is a stranger's upload: refused as exit 2, never green."""
 
 import json
 import os

@@ -1,7 +1,4 @@
-"""Every request the bot sends is an operation of GitHub's own REST description (octokit's
-``api.github.com.deref.json``, named by ``OCTOKIT_OPENAPI``; skipped without it), and every JSON
-body it sends matches that operation's request-body schema.
-"""
+"""Every request the bot sends is an operation of GitHub's REST description."""
 
 import json
 import os

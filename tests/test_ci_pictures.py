@@ -1,5 +1,4 @@
-"""Memory pictures: one PNG per regression case measured on both sides, listed in the report;
-nothing drawn where nothing was measured."""
+"""Memory pictures: one PNG per measured regression case, none unmeasured."""
 
 from dataclasses import replace
 

@@ -1,5 +1,4 @@
-"""The PR-body CI States block: only our slot's text changes, every other byte stays; markers
-count only where CommonMark reads them as HTML, never in the author's code, quotes or examples."""
+"""The PR-body CI States block: only our slot changes, markers as CommonMark reads them."""
 
 import pytest
 

@@ -1,6 +1,4 @@
-"""Rendering, pure: what a reviewer reads (verdict words, the failed assertion, one short
-environment line, a comment under 10 KB for the project's own evidence), and that no text from
-a test can break the markdown, pose as another name or start a workflow command."""
+"""Rendering, pure: what a reviewer reads; no test text breaks the markdown."""
 
 import glob
 import html
@@ -102,19 +100,15 @@ def test_a_test_name_full_of_markdown_and_comment_markers_cannot_break_anything(
         assert len(re.findall(r"(?<!\\)\|", line)) == 5 and "@team" not in line
 
 
+# Hangul fillers, a combining joiner, a variation selector, zero-width, braille and no-break
+# spaces, a Cyrillic o, the escape written out, a combining and a precomposed accent.
 LOOK_ALIKES = [
     "test_grow",
-    "test_grow\u3164",  # Hangul filler
-    "test_grow\u115f",  # Hangul choseong filler
-    "test_grow\u034f",  # combining grapheme joiner
-    "test_grow\ufe0f",  # variation selector
-    "test_grow\u200b",  # zero-width space
-    "test_grow\u2800",  # braille blank
-    "test_grow\u00a0",  # no-break space
-    "test_gr\u043ew",  # a Cyrillic o
-    "test_grow\\u3164",  # the escape itself, written out
-    "test_gro\u0301w",  # a combining accent
-    "test_gr\u00f3w",  # the same accent, precomposed
+    *(f"test_grow{c}" for c in "\u3164\u115f\u034f\ufe0f\u200b\u2800\u00a0"),
+    "test_gr\u043ew",
+    "test_grow\\u3164",
+    "test_gro\u0301w",
+    "test_gr\u00f3w",
 ]
 
 

@@ -1,8 +1,4 @@
-"""``python -m ci run`` for real: the project's CPU proof on installed sglang with the overlay off
-and on (the release check's run, ``release_check``), a pull request's base against its head as
-two source trees, sglang's own retry, upstream-style files the bot was not written for, and the
-command line's answers to bad input, Ctrl-C and a reader that leaves early.
-"""
+"""``python -m ci run`` for real: A/B, base against head, retries, bad input, Ctrl-C."""
 
 import json
 import os

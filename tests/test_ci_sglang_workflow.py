@@ -1,8 +1,4 @@
-"""The drop-in workflows for sglang's repository (ci/workflows/sglang-pr-ab.yml, and for fork PRs
-sglang-pr-ab-report.yml), rehearsed end to end (``sglang_rehearsal``): a same-repo PR, a PR whose
-own list of regressions names a test that passes on the base, an approved fork's PR (a read-only
-run, then the workflow_run report reading every shard's artifact from GitHub itself), and that
-report on shard artifacts the fork's PR code could have left missing or doubled."""
+"""The drop-in workflows for sglang, rehearsed end to end (``sglang_rehearsal``)."""
 
 import pytest
 import sglang_layout

@@ -1,8 +1,4 @@
-"""Shards and one verdict: ``ci run --shard I/N`` splits the selection by est_time with sglang's
-own ``auto_partition`` (longest first, each to the lightest shard), and ``ci report --results
-A B`` merges every shard of one run into one report, refusing a missing, duplicated or foreign
-shard by name. (A real run of each shard: test_ci_git_sides; of a PR's: the rehearsal.)
-"""
+"""``ci run --shard I/N`` splits as sglang does; ``ci report`` merges one run's shards."""
 
 from dataclasses import replace
 

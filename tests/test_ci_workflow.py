@@ -1,8 +1,4 @@
-"""Who may do what in the pull-request workflows, read from the YAML: what actionlint and zizmor
-(pre-commit) do not check. PR code runs only in jobs that hold no write permission, no token
-and no secret; a job that holds one never checks out, installs or runs the PR's code; no process
-the PR's tests left outlives them into the upload step, whose runtime token is readable.
-"""
+"""Who may do what in the workflows: PR code runs only where no token is held."""
 
 import re
 from pathlib import Path

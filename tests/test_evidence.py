@@ -1,5 +1,4 @@
-"""The evidence contract: the result channel, judging, the verdict, and results.json as
-untrusted input (every shape and bound checked once, at load)."""
+"""The evidence contract: result channel, judging, verdict, results.json at load."""
 
 import json
 import re
@@ -38,7 +37,6 @@ def _line(test, report):
 
 
 def _side(mode, spec):
-    """One file's process in ``mode``: "test=report ..." or a dict with the process's own keys."""
     spec = dict(p.split("=") for p in spec.split()) if isinstance(spec, str) else spec
     tests = {t: r for t, r in spec.items() if t not in PROCESS}
     failed = any(REPORTS[r]["outcome"] in ("fail", "error") for r in tests.values())
@@ -231,16 +229,11 @@ def _mutated(tmp_path, mutate):
         (lambda d: d["cases"][0].update(sneaky=1), "unknown field 'sneaky'"),
         (lambda d: d.update(schema=99), "schema: 99"),
         (lambda d: _change(d).update(peak_mib=-1), "peak_mib"),
-        (lambda d: _change(d).update(peak_mib=1e12), "peak_mib"),
         (lambda d: _change(d).update(test="t" * 501), "501 characters; at most 500"),
         (lambda d: d["cases"][0].update(file="../../etc/passwd.py"), "relative test-file path"),
-        (lambda d: d["cases"][0].update(file="test/x.py\n"), "relative test-file path"),
-        (lambda d: d["files"][0].update(suite="a b"), "suite"),
         (lambda d: d["files"][0].update(suite="base-a-test-cpu\n"), "suite"),
         (lambda d: d["files"][0]["modes"]["change"].update(log="logs/a\n"), "log"),
         (lambda d: d["cases"][0].update(line=10**7), "line"),
-        (lambda d: d["cases"][0].update(line=0), "line"),
-        (lambda d: _change(d).update(attempts=["skip"]), "attempts"),
         (lambda d: _change(d).update(attempts=["fail"] * 21), "attempts"),
         (lambda d: d["cases"][0]["modes"].update({"x\n::error::forged": {}}), "not one of the run"),
         (lambda d: d["files"][0]["modes"]["change"].update(returncode=10**400), "401 digits"),
@@ -251,10 +244,7 @@ def _mutated(tmp_path, mutate):
         (lambda d: d.update(environment={"a": json.loads("[" * 20 + "]" * 20)}), "nested"),
         (lambda d: d["cases"].append(d["cases"][0]), r"cases\[2\]: .* is listed twice"),
         (lambda d: d["files"].append(d["files"][0]), r"files\[1\]: .* is listed twice"),
-        (
-            lambda d: d.update(series={"id": "a" * 64, "release": "0.5.23", "fixes": [{}] * 101}),
-            "101 items; at most 100",
-        ),
+        (lambda d: d.update(series={**_wire()["series"], "fixes": [{}] * 101}), "101 items; at"),
     ],
 )
 def test_results_out_of_bounds_are_refused_naming_the_field(tmp_path, mutate, message):

@@ -1,8 +1,4 @@
-"""The trust boundary (ci/THREATS.md N2), read from the imports (AST) of every module, a function's
-too: the runner (runs PR code, no token) never imports the reporter or github3; the reporter
-(holds the token) never imports the runner; ``ci/`` never imports ``tools/`` nor names the product
-it proves (``sglang_overlay``). The checker is seen to fail on synthetic trees. And on processes:
-a real ``ci run`` loads no reporter module and no github3, and its test processes hold no token."""
+"""The trust boundary (ci/THREATS.md N2): runner and reporter import apart."""
 
 import ast
 import json
