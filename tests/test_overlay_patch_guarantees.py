@@ -185,73 +185,54 @@ def standin(tmp_path_factory) -> Path:
     return write_standin(tmp_path_factory.mktemp("standin"))
 
 
-def observed(name, make):
-    """A module-scoped fixture: ``make(tmp_path_factory, standin)``, once."""
-
-    @pytest.fixture(scope="module", name=name)
-    def fixture(tmp_path_factory, standin):
-        return make(tmp_path_factory, standin)
-
-    return fixture
+VARIANTS = {
+    "known": lambda p: (),
+    "unknown": lambda p: [p["unknown"]],
+    "fixed": lambda p: p["fixed"],
+}
 
 
-# -W error: warnings as exceptions must not break the import the overlay patches
-grown = observed("grown", lambda _, root: observe(root, "grow", "-W", "error"))
-lived = observed("lived", lambda _, root: observe(root, "lifecycle"))
-grown_unknown = observed(
-    "grown_unknown",
-    lambda tmp, _: observe(
-        write_standin(tmp.mktemp("unknown"), [p["unknown"] for p in PATCHES.values()]), "grow"
-    ),
-)
-grown_fixed = observed(
-    "grown_fixed",
-    lambda tmp, _: observe(
-        write_standin(tmp.mktemp("fixed"), [e for p in PATCHES.values() for e in p["fixed"]]),
-        "grow",
-    ),
-)
+@pytest.fixture(scope="module")
+def grown(tmp_path_factory, standin):
+    """``grow`` of each variant of the stand-in (``-W error`` for the known one), once."""
+    runs = {}
+
+    def get(variant):
+        if variant not in runs:
+            edits = [e for p in PATCHES.values() for e in VARIANTS[variant](p)]
+            root = write_standin(tmp_path_factory.mktemp(variant), edits) if edits else standin
+            runs[variant] = observe(root, "grow", *(() if edits else ("-W", "error")))
+        return runs[variant]
+
+    return get
 
 
+@pytest.fixture(scope="module")
+def lived(standin):
+    return observe(standin, "lifecycle")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("patch", PATCHES, ids=IDS)
-def test_first_import_under_w_error_applies_it_and_the_old_buffer_is_dead_at_each_allocation(
-    grown, patch
+def test_applied_on_first_import_unknown_shapes_untouched_the_fix_upstream_fixed(
+    grown, variant, patch
 ):
-    out, expect = grown[patch], PATCHES[patch]
-    assert (out["state"], out["marks"]) == ("applied", [patch] * len(expect["methods"]))
-    for alternatives in expect["sha256"]:  # each method recognised by its own text
-        assert any(sha in out["reason"] for sha in alternatives), out["reason"]
-    assert out["old_alive"] == [False] * expect["allocations"]
-    assert (out["rows"], out["exact"]) == (expect["rows"], True)
-    assert out["high_water"] == expect["high_water"]  # the replacement reached the overlay's log
-
-
-@pytest.mark.parametrize("patch", PATCHES, ids=IDS)
-def test_an_unknown_shape_of_any_method_leaves_the_patch_untouched_with_its_reason(
-    grown_unknown, patch
-):
-    out, expect = grown_unknown[patch], PATCHES[patch]
-    method = expect["unknown"][0]
-    assert (out["state"], out["marks"]) == ("unsupported", [None] * len(expect["methods"]))
-    assert f"unknown source of {CLASS_OF[method]}.{method}" in out["reason"]
-    if len(expect["methods"]) > 1:
-        assert "the patch replaces all of its methods or none" in out["reason"]
-    # sglang's own methods: every old tensor alive at its replacement, contents unchanged
-    assert (out["old_alive"], out["exact"]) == ([True] * expect["allocations"], True)
-    assert out["high_water"] == 0
-
-
-@pytest.mark.parametrize("patch", PATCHES, ids=IDS)
-def test_the_methods_as_the_fix_leaves_them_are_upstream_fixed_and_untouched(grown_fixed, patch):
-    out, expect = grown_fixed[patch], PATCHES[patch]
-    assert (out["state"], out["marks"], out["old_alive"]) == (
-        "upstream-fixed",
-        [None] * len(expect["methods"]),
-        [False] * expect["allocations"],
-    )
-    for released in expect["upstream"]:
-        assert f"already drops the old {released} before allocating" in out["reason"]
-    assert out["exact"]
+    out, expect = grown(variant)[patch], PATCHES[patch]
+    state, mark, alive = {"known": ("applied", patch, False), "unknown": ("unsupported", None, True),
+                          "fixed": ("upstream-fixed", None, False)}[variant]  # fmt: skip
+    assert (out["state"], out["marks"]) == (state, [mark] * len(expect["methods"]))
+    assert (out["old_alive"], out["exact"]) == ([alive] * expect["allocations"], True)
+    if variant == "known":  # each method recognised by its own text; the replacement logged
+        assert all(any(sha in out["reason"] for sha in alt) for alt in expect["sha256"])
+        assert (out["rows"], out["high_water"]) == (expect["rows"], expect["high_water"])
+    elif variant == "unknown":
+        method = expect["unknown"][0]
+        assert f"unknown source of {CLASS_OF[method]}.{method}" in out["reason"]
+        all_or_none = "the patch replaces all of its methods or none" in out["reason"]
+        assert (all_or_none or len(expect["methods"]) == 1, out["high_water"]) == (True, 0)
+    else:
+        for released in expect["upstream"]:
+            assert f"already drops the old {released} before allocating" in out["reason"]
 
 
 def test_disabling_patches_by_number_turns_off_those_and_no_other(standin):
