@@ -36,7 +36,6 @@ PYTEST_STYLE = f"{FIXTURES}/test_release_first_pytest.py"
 RETRIED = f"{FIXTURES}/test_retried_in_ci.py"
 EVERY_WAY = f"{FIXTURES}/test_every_way_retried.py"
 PYTEST_WAY = f"{FIXTURES}/test_pytest_way_retried.py"
-# The overlay's A/B as two sides of `ci run`, as the Makefile and the workflow give them.
 OVERLAY_SIDES = ["--unmodified-env", "SGLANG_OVERLAY_DISABLE=1"]
 OVERLAY_SIDES += ["--change-env", "SGLANG_OVERLAY_DISABLE=0"]
 OFF, ON = "sglang 0.5.23 (SGLANG_OVERLAY_DISABLE=1)", "sglang 0.5.23 (SGLANG_OVERLAY_DISABLE=0)"
@@ -64,7 +63,6 @@ checked_0_5_23 = release_check.checked_0_5_23
 
 @pytest.fixture(scope="module")
 def overlay_run(checked_0_5_23):
-    """The proof's A/B on installed sglang, overlay off and on: the release check's ``ci run``."""
     proc, out = checked_0_5_23
     return proc, out / "0.5.23", json.loads((out / "0.5.23" / "results.json").read_text())
 
@@ -80,7 +78,6 @@ def test_the_cpu_tests_reproduce_the_bug_unmodified_and_pass_with_the_overlay(ov
     assert {f: (k.count("preservation"), k.count("regression")) for f, k in kinds.items()} == PROVED
     grow = next(c for c in data["cases"] if c["file"] == PROOF and "grow" in c["test"])
     assert "peaked at 160.0 MiB" in grow["modes"]["unmodified"]["detail"]
-    # The proof publishes the live CPU memory it measured: each side's peak, as on CUDA.
     assert {m: v["peak_mib"] for m, v in grow["modes"].items()} == {
         "unmodified": 160.0,
         "change": 96.0,
@@ -127,10 +124,7 @@ def _ci_run_in_pool(out, *args):
     return overlay_runs.POOL.run(argv, timeout=900, cwd=REPO, env=env)
 
 
-# Started with the shared processes (``overlay_runs``), so it runs while other tests do: sglang
-# 0.5.23 materialised, and a second copy with the series applied by git am (as
-# ``series_fixtures`` makes them); the CPU proof and an upstream-style pytest file, base against
-# head, the runtime overlay off on both.
+# A shared job (``overlay_runs``): sglang 0.5.23 against a copy with the series applied.
 @overlay_runs.job("trees_run")
 def _trees_run(directory):
     from ci import gitcmd
@@ -169,7 +163,6 @@ def test_a_pull_requests_base_against_its_head_proves_its_tests(trees_run, overl
         assert path.startswith(str(tree)), (mode, path)
     assert data["environment"]["upstream_ci"]["SGLANG_IS_IN_CI"] == "true"
 
-    # The series and the overlay are the same fix by the same proof.
     def outcomes(data):
         return {
             (c["test"], mode): c["modes"][mode]["outcome"]
@@ -181,10 +174,7 @@ def test_a_pull_requests_base_against_its_head_proves_its_tests(trees_run, overl
     assert outcomes(data) == outcomes(overlay_run[2]) and len(outcomes(data)) == 12
 
 
-# sglang's own CustomTestCase under SGLANG_IS_IN_CI (the default): a test whose state lives in
-# setUp fails unmodified at first and passes on the retry, a plain regression beside it, and
-# tests (one async) that pass with the change only on their retry; beside them, every other way
-# a test's method is called again.
+# sglang's CustomTestCase retry under SGLANG_IS_IN_CI, and every other way a method runs again.
 @overlay_runs.job("retry_run")
 def _retry_run(directory):
     listed = directory / "regressions.txt"
@@ -242,14 +232,11 @@ def test_every_way_a_method_runs_again_has_its_attempts_counted(retry_run):
     assert around["outcome"] == "pass" and around.get("unobserved") is True, around
     assert every_way["Plain.test_once"]["attempts"] == ["pass"]
     assert not every_way["Plain.test_once"].get("unobserved")
-    # An expected failure fails every call (the restored method calls it twice).
     assert every_way["Plain.test_expected"]["attempts"] == ["fail", "fail"]
     assert not every_way["Plain.test_expected"]["detail"].startswith("attempt")
     static = every_way["Plain.test_static"]
     assert static["outcome"] == "fail" and static["attempts"] == ["fail", "fail"], static
     assert "a method without self fails as itself" in static["detail"]
-    # A unittest case that pytest.main runs has its attempts counted; a plain function has no
-    # retry to count: a pass, not an unproven one.
     assert said[(PYTEST_WAY, "AsyncCustom.test_async")]["attempts"] == ["fail", "pass"]
     function = said[(PYTEST_WAY, "test_function")]
     assert function["outcome"] == "pass" and not function.get("unobserved")
@@ -276,7 +263,6 @@ def test_files_that_fail_outside_their_tests_are_cases_and_a_reused_out_keeps_no
     whole = "(whole file)"
     assert "exited 3 after 0 test results" in cases[("test_exits_early.py", whole)]["detail"]
     assert "SyntaxError" in cases[("test_does_not_compile.py", whole)]["detail"]
-    # Test ids as plain text, as pytest takes them: no invisible joiner inside "::".
     assert f"{files[0]}::TestNeedsAServer.setUpClass" in out
     (tmp_path / "notes.txt").write_text("mine")
     code, _, err = ci(capsys, *argv)
@@ -314,8 +300,6 @@ def test_the_machine_commit_and_series_are_recorded(tmp_path, capsys):
 def test_a_looping_link_is_not_followed_and_results_the_report_would_refuse_fail_the_run(
     tmp_path, capsys
 ):
-    """Each side a tree whose sglang says its version; the change's is over the 100 characters
-    the report takes."""
     root, out = tmp_path / "root", tmp_path / "out"
     for mode, version in (("unmodified", "0.5.23"), ("change", "0.5.23+" + "x" * 120)):
         (tmp_path / mode / "python/sglang").mkdir(parents=True)
@@ -337,9 +321,7 @@ def test_a_looping_link_is_not_followed_and_results_the_report_would_refuse_fail
     assert [c["kind"] for c in data["cases"]] == ["preservation"]
 
 
-# The kernel hands a process's SIGINT to any thread that does not block it; Python raises it only
-# in the main thread, when that thread runs. Here a helper thread takes it, once both sides'
-# test processes run.
+# A helper thread takes the SIGINT (as the kernel may deliver it) once both sides' tests run.
 CTRL_C = """
 import os, runpy, signal, sys, threading, time
 def ctrl_c_to_this_thread():
@@ -411,7 +393,6 @@ def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, args, line):
 def test_a_reader_that_stops_early_ends_ci_run_quietly_with_the_verdicts_code(
     tmp_path, monkeypatch, capsys
 ):
-    # `ci run ... | head -1`: the reader is gone before the summary is printed.
     read, write = os.pipe()
     os.close(read)
     monkeypatch.setattr(sys, "stdout", os.fdopen(write, "w"))
@@ -422,7 +403,6 @@ def test_a_reader_that_stops_early_ends_ci_run_quietly_with_the_verdicts_code(
 
 
 def test_the_watch_check_starts_where_no_github3_is_installed():
-    # The release watch's check job installs no github3 (only the report jobs do).
     blocked = "import runpy, sys; sys.modules['github3'] = None; sys.argv = sys.argv[1:]; "
     blocked += "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"
     proc = subprocess.run(

@@ -22,8 +22,7 @@ PRODUCT_NAMES = ("sglang_overlay", "SGLANG_OVERLAY")
 
 
 def _imports(path: Path, package: str):
-    """(line, module) for each import of ``path``; relative imports resolved against
-    ``package``, the dotted name of the package holding ``path``."""
+    """(line, module) for each import of ``path``, relative ones resolved against ``package``."""
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             yield from ((node.lineno, alias.name) for alias in node.names)
@@ -34,7 +33,6 @@ def _imports(path: Path, package: str):
             else:
                 base = node.module
             yield node.lineno, base
-            # `from ci import reporter` imports ci.reporter
             yield from ((node.lineno, f"{base}.{alias.name}") for alias in node.names)
 
 
@@ -104,7 +102,6 @@ def test_a_real_ci_run_loads_no_reporter_code_and_its_tests_hold_no_secret(tmp_p
         json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("LOADED ")
     ]
     assert "ci.runner.run" in loaded
-    # (sglang_overlay's start-up hook is this venv's, loaded by site before any code of ci)
     assert [m for m in loaded if m.startswith(("ci.reporter", "github3"))] == []
     held = [json.loads(p.read_text()) for p in sorted((tmp_path / "seen").iterdir())]
     assert len(held) == 2  # one test process per side
@@ -125,14 +122,10 @@ def _tree(tmp_path, files: dict) -> Path:
     "name, text, module",
     [
         ("ci/runner/run.py", "import github3\n", "github3"),
-        ("ci/runner/run.py", "import github3.exceptions as e\n", "github3.exceptions"),
-        ("ci/runner/run.py", "from ci.reporter import render\n", "ci.reporter"),
         ("ci/runner/run.py", "from ci import reporter\n", "ci.reporter"),
         ("ci/runner/run.py", "def f():\n    from ..reporter import pictures\n", "ci.reporter"),
-        ("ci/reporter/plan.py", "from ci.runner.launch import run_all\n", "ci.runner.launch"),
         ("ci/reporter/plan.py", "from . import x\nfrom ..runner import run\n", "ci.runner"),
         ("ci/__main__.py", "from tools.releases import watch\n", "tools.releases"),
-        ("ci/evidence/model.py", "import tools.series.seriesdir\n", "tools.series.seriesdir"),
         ("ci/runner/run.py", "from ci.evidence import model\nfrom . import launch\n", None),
         ("ci/reporter/plan.py", "import github3\nfrom ci.evidence import judge\n", None),
         ("ci/__main__.py", "from ci.reporter import render\nfrom ci.runner import run\n", None),
