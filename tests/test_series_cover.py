@@ -60,10 +60,3 @@ def test_series_may_not_list_the_cover_letter_nor_introduce_another_count(capsys
     cover.write_bytes(cover.read_bytes().replace(b"[PATCH 00/12]", b"[PATCH 0/3]", 1))
     assert main(["--patches", str(project / "patches"), "check"]) == 1
     assert "introduces 3 patches" in capsys.readouterr().err
-
-
-def test_pin_date_touches_only_the_date_header():
-    data = b"From 0\nDate: now\nSubject: s\n\nDate: body line\n"
-    assert (
-        seriesdir.pin_date(data, "then") == b"From 0\nDate: then\nSubject: s\n\nDate: body line\n"
-    )
