@@ -44,8 +44,6 @@ class FakeGitHub:
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
 
-    # -- test controls ------------------------------------------------------------------
-
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -106,8 +104,6 @@ class FakeGitHub:
     def count(self, method, path_regex=".*") -> int:
         return sum(1 for m, p in self.requests if m == method and re.search(path_regex, p))
 
-    # -- request handling ---------------------------------------------------------------
-
     def handle(self, method, path, headers, payload):
         """(status, JSON body or bytes or None, extra headers)."""
         with self.lock:
@@ -155,8 +151,6 @@ class FakeGitHub:
                 hook[2](self)
         return result
 
-    # -- JSON ---------------------------------------------------------------------------
-
     def _issue(self, number):
         if number not in self.bodies:
             raise _Refused(404, "Not Found")
@@ -184,11 +178,8 @@ class FakeGitHub:
             "labels": [{"name": name} for name in meta["labels"]],
         }
 
-    # -- routes: each answers JSON (200, or the status it names) or raises _Refused --------
-
     def list_issues(self, payload, query):
-        """Pull requests included, open unless ``state``, newest first unless ``direction=asc``,
-        ``creator`` filtering, as GitHub does."""
+        """As GitHub: PRs included, open unless ``state``, newest first, ``creator`` filters."""
         state, creator = query.get("state", "open"), query.get("creator")
         numbers = sorted(self.bodies, reverse=query.get("direction") != "asc")
         items = [i for i in map(self._issue, numbers) if state in ("all", i["state"])]

@@ -54,16 +54,14 @@ def channel_line(test, outcome, detail="", peak_mib=None) -> str:
 
 
 def file_run(mode, tests, returncode=None, duration_s=30.0, path=FILE) -> FileRun:
-    """A finished test process: ``tests`` are (name, outcome, detail, peak MiB), one channel line
-    each; the log (never parsed) says how many ran."""
+    """A finished test process: ``tests`` are (name, outcome, detail, peak MiB), one line each."""
     failed = any(t[1] in ("fail", "error") for t in tests)
     code = int(failed) if returncode is None else returncode
     channel = "".join(channel_line(*test) + "\n" for test in tests)
     return FileRun(path, mode, code, duration_s, False, f"Ran {len(tests)} tests\n", channel)
 
 
-# The file's other listed regressions (ci/regressions.txt): a whole run of the file has them,
-# and the report never calls a run green that leaves one out (``posted``).
+# The file's other listed regressions (ci/regressions.txt): a green run must hold them.
 OTHER_LISTED = (
     "test_replace_48_mib_fp8_with_96_mib_bf16_peaks_at_96_mib",
     "test_shrink_by_dtype_96_mib_bf16_to_48_mib_fp8_peaks_at_96_mib",
@@ -71,8 +69,7 @@ OTHER_LISTED = (
 
 
 def workspace_runs(grow_unmodified="fail", grow=GROW, others=()):
-    """A CUDA-like A/B: one grow test and one preservation test, then ``others`` (more tests
-    that fail unmodified and pass with the change)."""
+    """A CUDA-like A/B: a grow test, a preservation test, then ``others`` fixed by the change."""
     failed = grow_unmodified == "fail"
     unmodified = [
         (grow, grow_unmodified, TRACEBACK if failed else "", 160.0 if failed else 96.0),
@@ -115,14 +112,12 @@ def model(runs=None, patterns=None, suite="base-b-test-1-gpu-small", **fields):
 
 
 def posted(**fields):
-    """The sample as a whole run of the file writes it, every listed regression of it included:
-    what the report calls green."""
+    """The sample with every listed regression of its file: what the report calls green."""
     return model(workspace_runs(others=OTHER_LISTED), **fields)
 
 
 def refused(fake, pr=7, slot="dsv4-workspace"):
-    """What a refused results artifact leaves on the fake GitHub: the slot says failure and
-    why, and nothing of the artifact is posted (no comment, no status)."""
+    """A refused artifact's trace: the slot says failure and why; no comment, no status."""
     from ci.reporter import pr_states
 
     text = pr_states.get_slot(fake.bodies[pr], slot)
@@ -149,8 +144,7 @@ def pull_request(head, action="labeled", sender="maint", fork="someone/sglang", 
 
 
 def fork_pr(fake, head=HEAD, fork="someone/sglang", branch="fix", approved=True):
-    """PR 7 from ``fork``'s ``branch`` at ``head``, labelled run-ci; a writer (maint) approved
-    ``head`` before the run started, unless not ``approved``."""
+    """PR 7 from ``fork`` at ``head``, labelled run-ci; maint approved ``head`` if ``approved``."""
     fake.add_pr(7, "Author's text.\n", head_sha=head, fork=fork)
     fake.pr_meta[7].update(branch=branch, labels=["run-ci"])
     fake.permissions["maint"] = "write"
@@ -159,8 +153,7 @@ def fork_pr(fake, head=HEAD, fork="someone/sglang", branch="fix", approved=True)
 
 
 def workflow_run(path, /, **run) -> str:
-    """``path``, holding the workflow_run event of a fork's finished pull_request run 4242 at
-    HEAD, started after the review (``run``: other fields; ``repository``: the event's)."""
+    """``path`` holding the workflow_run event of fork run 4242 at HEAD (``run``: other fields)."""
     repository = run.pop("repository", {"full_name": "sgl/sglang", "default_branch": "main"})
     run = {"id": 4242, "html_url": "https://github.example/runs/4242", "event": "pull_request",
            "head_sha": HEAD, "conclusion": "success", "head_branch": "fix",
@@ -172,8 +165,7 @@ def workflow_run(path, /, **run) -> str:
 
 
 def pr_fake():
-    """A fixture's body (``pytest.fixture(pr_fake, name=...)``): the fake GitHub with PR 7 at
-    HEAD, written to as the Actions bot with TOKEN."""
+    """A fixture's body: the fake GitHub with PR 7 at HEAD, written to as the Actions bot."""
     with FakeGitHub(token=TOKEN, bot="github-actions[bot]") as server:
         server.add_pr(7, "Author's text.\n", head_sha=HEAD)
         yield server

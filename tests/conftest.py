@@ -126,8 +126,7 @@ def group_of(module: str) -> str:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Refuse a run whose modules share a pool process or job without sharing a group of
-    ``XDIST_GROUPS``: under pytest-xdist each worker would run it."""
+    """Refuse modules sharing a pool process or job outside one group of ``XDIST_GROUPS``."""
     import overlay_runs  # imports this module: here, not at the top
 
     names = overlay_runs.pool_names()

@@ -82,8 +82,7 @@ class Rehearsal:
         return re.sub(r"\$\{\{(.*?)\}\}", answer, str(text))
 
     def job(self, job_id, extra=None, flow=None, event="event.json") -> tuple[str, dict, str]:
-        """Job ``job_id`` of ``flow`` (default the pull_request workflow) on the event payload
-        ``event`` (under tmp): its result, its outputs and its job summary."""
+        """Job ``job_id`` of ``flow`` on the payload ``event``: its result, outputs and summary."""
         flow = flow or self.flow
         job = flow["jobs"][job_id]
         folder = self.tmp / f"{flow['name'][:12]}-{job_id}-{(extra or {}).get('matrix.shard')}"
@@ -187,9 +186,7 @@ def report_fork_run(tmp, fake, repo, base, head, conclusion, fork):
 
 
 def rehearse(tmp, repo, branch, fork=None) -> dict:
-    """A PR from ``branch`` onto main (``fork``: the OWNER/NAME it comes from, approved by a
-    review of its head) through gate, every shard and the report; for a fork, whose token is
-    read-only, then the report workflow on the completed run."""
+    """A PR from ``branch`` (``fork``: OWNER/NAME) through gate, shards, report, fork report."""
     base, head = git(repo, "rev-parse", "main"), git(repo, "rev-parse", branch)
     event = pull_request(head, "opened", "contributor", fork, labels=(), base=base)
     (tmp / "event.json").write_text(json.dumps(event))

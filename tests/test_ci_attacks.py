@@ -57,8 +57,7 @@ def test_an_sglang_whose_ci_register_raises_is_a_usage_error_not_a_traceback(tmp
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and said in proc.stderr
 
 
-# After sglang itself was imported the reader must still be sglang's: the last observation of
-# the shared default process (``overlay_runs``), which imported sglang long before it.
+# The shared default process (``overlay_runs``) imported sglang first: the reader is sglang's.
 READER_AFTER_THE_REAL_IMPORT = overlay_runs.observe(
     "default_process",
     "reader_after_the_real_import",
@@ -106,8 +105,7 @@ def test_the_registry_reader_is_sglangs_on_a_namespace_path(tmp_path):
 def test_a_regression_case_matplotlib_cannot_draw_costs_its_picture_not_the_run(
     tmp_path, name, peak
 ):
-    # Any name and any number on the channel: a case failing unmodified and passing with the
-    # change is a regression, and each regression gets a picture.
+    # Any name and number on the channel: each regression gets a picture.
     runs = [
         file_run("unmodified", [(name, "fail", "OOM", peak)]),
         file_run("change", [(name, "pass", "", peak)]),

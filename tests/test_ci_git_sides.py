@@ -117,8 +117,7 @@ def test_a_head_that_changes_no_selected_test_has_nothing_to_run(
 
 
 def test_every_git_of_the_project_ignores_a_callers_repository(tmp_path, monkeypatch):
-    # Inside a git hook GIT_DIR names the caller's repository: the checkout's commit that ci run
-    # records, and what the series tools read, must still be the folder's own (ci.gitcmd).
+    # In a git hook GIT_DIR names the caller's repository: ci run still reads the folder's own.
     heads = {}
     for name in ("project", "caller"):
         (tmp_path / name).mkdir()

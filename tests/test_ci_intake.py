@@ -45,8 +45,7 @@ def _set(path, value):
 
 
 def _commands(text: str) -> list:
-    """The lines the Actions runner would take as a command: ``::`` at a line's start, after
-    blanks, or ``##[`` anywhere."""
+    """Lines the Actions runner takes as a command: ``::`` at a line's start, or ``##[``."""
     return [line for line in text.splitlines() if line.lstrip().startswith("::") or "##[" in line]
 
 

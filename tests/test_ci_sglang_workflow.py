@@ -16,8 +16,7 @@ layout = pytest.fixture(sglang_layout.checkout, scope="module", name="layout")
 
 
 def _reported(fake, mark, state, head=None):
-    """The PR got one report: the slot starts with ``mark``, one status and one check run of
-    ``state``, on ``head`` when given; the sticky comment (or None)."""
+    """One report: slot ``mark``, one status and check run of ``state``; the sticky comment."""
     assert pr_states.get_slot(fake.bodies[PR], "ab").startswith(mark)
     assert [(s["context"], s["state"]) for s in fake.statuses] == [("ab/base-a-test-cpu", state)]
     (check,) = fake.check_runs.values()
@@ -38,8 +37,7 @@ def test_a_same_repo_pr_runs_every_shard_and_gets_one_report_of_both(layout, tmp
 
 
 def test_the_heads_own_list_of_regressions_judges_its_shards_and_its_report(layout, tmp_path):
-    """REGRESSIONS in the head's tree lists a test that passes on the base: the bug did not
-    reproduce, so that test's shard fails, and the report, reading the list from GitHub, says why."""
+    """The head's REGRESSIONS names a test passing on the base: its shard fails, said why."""
     path = load()["env"]["REGRESSIONS"]
     git(layout, "checkout", "-q", "-b", "listed", "fix")
     (layout / path).write_text(f"{sglang_layout.MODIFIED}::*.test_modified\n")

@@ -53,8 +53,7 @@ def test_pr_code_runs_only_where_no_token_or_write_permission_is(name):
         assert not powerful and job["permissions"] == {"contents": "read"}, job_id
         if "container" not in job:
             continue
-        # In a job container, a process the tests left is killed before the upload (its
-        # runtime token is readable in /proc).
+        # In a job container what the tests left dies before the upload (its token is readable).
         ab = next(i for i, s in enumerate(steps) if s.get("id") == "ab")
         kill = next(i for i, s in enumerate(steps) if "kill -KILL -1" in str(s.get("run")))
         upload = next(i for i, s in enumerate(steps) if "upload-artifact" in str(s.get("uses")))
