@@ -14,14 +14,8 @@ from ci.runner.collect import registry_reader
 
 SUITE = {"cpu": ("CPU", "base-a-test-cpu"), "cuda": ("CUDA", "base-b-kernel-unit-test-1-gpu-large")}
 # fix's registered files -> (backend, how many tests the regression list names in it)
-LISTED = {
-    "0001": (2, 3),
-    "0003": (3, 2),
-    "0005": (2, 1),
-    "0007": (3, 2),
-    "0009": (1, 1),
-    "0011": (3, 2),
-}
+LISTED = {"0001": (2, 3), "0003": (3, 2), "0005": (2, 1), "0007": (3, 2), "0009": (1, 1),
+          "0011": (3, 2)}  # fmt: skip
 SUITES = {
     REPO / files[backend]: (backend, LISTED[number][backend == "cuda"])
     for number, (_, _, files, _) in registered_mutants.FIXES.items()
@@ -35,14 +29,9 @@ def _tree(path):
 
 
 def _test_ids(path) -> list:
-    tree = _tree(path)
-    return [
-        f"{node.name}.{item.name}"
-        for node in tree.body
-        if isinstance(node, ast.ClassDef)
-        for item in node.body
-        if isinstance(item, ast.FunctionDef) and item.name.startswith("test_")
-    ]
+    classes = [n for n in _tree(path).body if isinstance(n, ast.ClassDef)]
+    return [f"{c.name}.{f.name}" for c in classes for f in c.body
+            if isinstance(f, ast.FunctionDef) and f.name.startswith("test_")]  # fmt: skip
 
 
 @pytest.mark.parametrize("path", list(SUITES), ids=lambda p: p.name)
@@ -51,22 +40,15 @@ def test_the_registered_test_follows_upstreams_test_guide_and_survives_its_retry
     source = path.read_text()
     tree = ast.parse(source)
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
-    cases = [
-        c
-        for c in classes
-        if any(f.name.startswith("test_") for f in c.body if isinstance(f, ast.FunctionDef))
-    ]
+    tests = {name.split(".")[0] for name in _test_ids(path)}
+    cases = [c for c in classes if c.name in tests]
     assert cases and all([ast.unparse(b) for b in c.bases] == ["CustomTestCase"] for c in cases)
-    imported = {
-        alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names
-    }
-    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert "argparse" not in imported and "sglang.test.test_utils" in imported
     assert "sys.argv" not in source and "argv" not in source
-    calls = [
-        n.value for n in tree.body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
-    ]
-    registrations = [c for c in calls if ast.unparse(c.func).startswith("register_")]
+    calls = [n.value for n in tree.body if isinstance(n, ast.Expr)]
+    registrations = [c for c in calls if ast.unparse(c).startswith("register_")]
     assert registrations and all(
         isinstance(k.value, ast.Constant) for c in registrations for k in c.keywords
     )
@@ -98,9 +80,8 @@ def test_without_a_gpu_each_cuda_file_skips_every_test_with_its_reason(path):
     result = unittest.TestResult()
     unittest.defaultTestLoader.loadTestsFromModule(module).run(result)
     assert result.wasSuccessful() and result.testsRun == len(_test_ids(path)) >= 1
-    assert [why for _, why in result.skipped] == [
-        "reads the CUDA allocator's peak"
-    ] * result.testsRun
+    peak = "reads the CUDA allocator's peak"
+    assert [why for _, why in result.skipped] == [peak] * result.testsRun
 
 
 def test_every_line_of_the_regression_list_names_a_test_of_a_proof():
