@@ -140,9 +140,11 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     code, _, err = _run(capsys, "check")
     assert code == 2 and err == "error: git: No such file or directory\n"
-    with pytest.raises(SystemExit) as exc:
-        main(["check", "--version", "latest"])
-    assert exc.value.code == 2
+    # a foreign checkout's own hooks and collector are run by no flag (--checkout is gone)
+    for argv in (["check", "--version", "latest"], ["check", "--checkout", str(tmp_path)]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
 
 
 # sglang 0.5.23's base commit as built from the wheel on any machine
