@@ -54,8 +54,6 @@ REFUSED = {
     "schema-only": lambda d: '{"schema": 1}',
     "command-in-a-mode-key": _set(["cases", 0, "modes", COMMAND], {"outcome": "bogus"}),
     "command-in-an-outcome": _set(["cases", 0, "modes", "change", "outcome"], COMMAND),
-    "command-in-the-backend": _set(["backend"], COMMAND),
-    "command-in-a-suite": _set(["files", 0, "suite"], COMMAND),
     "command-in-a-path": _set(["cases", 0, "file"], COMMAND),
 }  # fmt: skip
 

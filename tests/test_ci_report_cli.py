@@ -36,15 +36,6 @@ def test_a_dry_run_prints_exactly_the_frozen_plan_and_never_the_token(
     assert plan.statuses == () and plan.statuses_skipped  # no --sha: nothing to set them on
 
 
-def test_the_settle_pause_is_three_seconds_unless_set(monkeypatch):
-    monkeypatch.setenv("GITHUB_TOKEN", "ghs_never_printed")
-    with github_io._github("o/r", 1, None, "--post") as publisher:
-        assert publisher.settle_s == 3.0
-    monkeypatch.setenv(github_io.SETTLE_ENV, "0")
-    with github_io._github("o/r", 1, None, "--post") as publisher:
-        assert publisher.settle_s == 0
-
-
 USAGE = {
     "no-results-flag": ([], {}, "--results DIR is required"),
     "results-not-json": (["--results", "{bad}"], {}, "not JSON"),
