@@ -80,15 +80,12 @@ def timed(command, env=None) -> tuple:
     """(wall seconds, stdout) of ``command`` from the repository root; a non-zero exit is a
     BenchmarkError (the time of a command that failed measures nothing)."""
     started = time.perf_counter()
-    proc = subprocess.run(
-        [str(c) for c in command], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900
-    )
+    command = [str(c) for c in command]
+    proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise BenchmarkError(
-            f"{' '.join(map(str, command))[:200]} exited {proc.returncode}: {tail}"
-        )
+        raise BenchmarkError(f"{' '.join(command)[:200]} exited {proc.returncode}: {tail}")
     return wall, proc.stdout
 
 

@@ -18,26 +18,17 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # Each part: (what it measures, plan -> the keys it sets in the results).
 PARTS = {
     "peaks": ("replacement peak / new size", lambda p: {"peaks": peaks.peaks(p.device, p.quick)}),
-    "hot": (
-        "reuse-path calls per second",
-        lambda p: {"hot_path": hot_path.measure(p.device, **p.hot)},
-    ),
-    "startup": (
-        "the .pth hook's start-up cost",
-        lambda p: {"startup": startup.measure(p.startup_runs)},
-    ),
-    "proof": ("ci run's wall time", lambda p: {"proof": proof.measure(p.device, p.proof_repeats)}),
-}
+    "hot": ("reuse-path calls per s", lambda p: {"hot_path": hot_path.measure(p.device, **p.hot)}),
+    "startup": ("the .pth hook's start-up cost", lambda p: {"startup": startup.measure(p.runs)}),
+    "proof": ("ci run's wall time", lambda p: {"proof": proof.measure(p.device, p.repeats)}),
+}  # fmt: skip
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.benchmark", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer rounds: a smoke test")
-    parser.add_argument(
-        "--parts",
-        default=",".join(PARTS),
-        help="comma list of " + "; ".join(f"{k} ({v[0]})" for k, v in PARTS.items()),
-    )
+    about = "; ".join(f"{k} ({v[0]})" for k, v in PARTS.items())
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma list of {about}")
     parser.add_argument("--device", help="workspace device (default: cuda if available)")
     args = parser.parse_args(argv)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
@@ -48,28 +39,19 @@ def main(argv=None) -> int:
     started = time.monotonic()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     quick, cuda = args.quick, device == "cuda"
-    plan = argparse.Namespace(
-        device=device,
-        quick=quick,
-        hot=dict(rounds=5, number=2000) if quick else dict(rounds=21, number=20000),
-        startup_runs=4 if quick else (10 if cuda else 20),
-        proof_repeats=1 if quick else (5 if cuda else 3),  # ratios of medians: noise needs repeats
-    )
+    plan = argparse.Namespace(device=device, quick=quick)
+    plan.hot = dict(rounds=5, number=2000) if quick else dict(rounds=21, number=20000)
+    plan.runs = 4 if quick else (10 if cuda else 20)
+    plan.repeats = 1 if quick else (5 if cuda else 3)  # ratios of medians: noise needs repeats
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name(0).replace(" ", "-").lower()
     else:
         name = f"cpu-{platform.machine()}-{socket.gethostname()[:12]}"
     path = RESULTS / f"{name}.json"
     report = json.loads(path.read_text()) if path.exists() else {}
-    report.update(
-        machine=name,
-        device=device,
-        torch=torch.__version__,
-        python=platform.python_version(),
-        generated=datetime.date.today().isoformat(),
-        command="python -m tools.benchmark" + (" --quick" if quick else ""),
-        quick=quick,
-    )
+    report.update(machine=name, device=device, torch=torch.__version__, quick=quick)
+    report.update(python=platform.python_version(), generated=datetime.date.today().isoformat())
+    report["command"] = "python -m tools.benchmark" + (" --quick" if quick else "")
     errors = report.setdefault("errors", {})
     for part in parts:
         part_started = time.monotonic()

@@ -5,7 +5,6 @@ method (``unmodified``), the overlay's (``overlay``, patch 0003) and sglang's wi
 workspaces dropped first (``released-first``: the limit)."""
 
 import argparse
-import contextlib
 import json
 import sys
 
@@ -33,15 +32,6 @@ def helper(n_layers: int, num_kv_heads: int, head_dim: int, device="cpu"):
     return obj
 
 
-def method(order: str) -> contextlib.AbstractContextManager:
-    """The method ``order`` runs on the class while the block runs."""
-    return overlay(order == "overlay", PATCH)
-
-
-def _total(ws) -> int:
-    return sum(t.nbytes for t in (ws._proj_workspace, ws._k_workspace, ws._v_workspace))
-
-
 def grow(capacity: int, order: str, dtype=torch.bfloat16, device="cpu") -> dict:
     """Grow a fresh helper to ``capacity`` tokens, then ask for one more token (the method
     doubles) with ``order``'s method: the sizes and the peak, in units."""
@@ -49,23 +39,19 @@ def grow(capacity: int, order: str, dtype=torch.bfloat16, device="cpu") -> dict:
 
     def work():
         ws._ensure_workspace(capacity, dtype)
-        seen.update(old=_total(ws), unit=ws._k_workspace.nbytes)
+        seen["old"] = sum(t.nbytes for t in (ws._proj_workspace, ws._k_workspace, ws._v_workspace))
+        seen["unit"] = ws._k_workspace.nbytes
         if order == "released-first":
             ws._proj_workspace = ws._k_workspace = ws._v_workspace = None
         ws._ensure_workspace(capacity + 1, dtype)
 
-    with method(order):
+    with overlay(order == "overlay", PATCH):
         peak, final = live_bytes(work, device)
     unit = seen["unit"]
-    return {
-        "order": order,
-        "capacity": [capacity, ws._workspace_capacity],
-        "unit_bytes": unit,
-        "old_total_units": seen["old"] / unit,
-        "new_total_units": final / unit,
-        "peak_units": peak / unit,
-        "peak_bytes": peak,
-    }
+    return dict(
+        order=order, capacity=[capacity, ws._workspace_capacity], unit_bytes=unit, peak_bytes=peak,
+        old_total_units=seen["old"] / unit, new_total_units=final / unit, peak_units=peak / unit,
+    )  # fmt: skip
 
 
 def main(argv=None) -> int:

@@ -23,21 +23,14 @@ def measure(device: str, repeats: int) -> dict:
     with tempfile.TemporaryDirectory() as out:
         ci_run = [sys.executable, "-m", "ci", "run", "--backend", device, "--tests", proof_file]
         ci_run += [f"--unmodified-env={DISABLE_ENV}=1", f"--change-env={DISABLE_ENV}=0"]
-        walls = alternate(
-            {
-                "import": [sys.executable, "-c", f"import {WORKSPACE_MODULE}"],
-                "file": [sys.executable, proof_file, "-v"],
-                "ab": lambda r: [*ci_run, "--jobs", "2", "--json", "--out", f"{out}/{r}"],
-            },
-            repeats,
-        )
+        commands = {"import": [sys.executable, "-c", f"import {WORKSPACE_MODULE}"]}
+        commands["file"] = [sys.executable, proof_file, "-v"]
+        commands["ab"] = lambda r: [*ci_run, "--jobs", "2", "--json", "--out", f"{out}/{r}"]
+        walls = alternate(commands, repeats)
     bare = statistics.median(walls["import"])
-    return {
-        "file": proof_file,
-        "repeats": repeats,
-        "seconds": {kind: summary(values) for kind, values in walls.items()},
-        "over_bare_import": {
-            k: round(statistics.median(walls[k]) / bare, 2) for k in ("file", "ab")
-        },
-        "goals": dict(GOALS) if device == "cuda" else {},
-    }
+    ratios = {k: round(statistics.median(walls[k]) / bare, 2) for k in ("file", "ab")}
+    seconds = {kind: summary(values) for kind, values in walls.items()}
+    goals = dict(GOALS) if device == "cuda" else {}
+    return dict(
+        file=proof_file, repeats=repeats, seconds=seconds, over_bare_import=ratios, goals=goals
+    )

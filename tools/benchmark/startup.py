@@ -64,9 +64,8 @@ def measure(runs: int = 30) -> dict:
         }
         for program in PROGRAMS:
             # One warm-up pair for the page cache, then ``runs`` pairs.
-            walls = alternate(
-                {"without": [without, "-c", program], "with": [with_, "-c", program]}, runs + 1
-            )
+            pair = {"without": [without, "-c", program], "with": [with_, "-c", program]}
+            walls = alternate(pair, runs + 1)
             deltas = [(w - o) * 1000 for w, o in zip(walls["with"], walls["without"], strict=True)]
             results[program] = {"overlay_minus_without_ms": summary(deltas[1:]), "goal": "<= 1 ms"}
     return {"runs": runs, "results": results}
