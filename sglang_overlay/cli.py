@@ -99,10 +99,6 @@ def fresh_status(as_json: bool) -> "tuple[list[str], bool]":
 def processes_status(as_json: bool, pids: "set[int] | None" = None) -> "tuple[list[str], bool]":
     from sglang_overlay import observe
 
-    observe.prune_records(os.getuid())
-    folder = observe.multiprocess_dir()
-    if folder and os.path.isdir(folder):
-        observe.sweep_dead_gauges(folder)
     listed = [(p, process_rows(p)) for p in observe.processes(pids)]
     ok = all(row_ok(r) for _, rows in listed for r in rows)
     if as_json:

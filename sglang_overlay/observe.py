@@ -1,7 +1,6 @@
 """What operators see of the overlay: warnings (once per cause), the replacement log, the
-per-process record that ``status --processes`` reads (in one 0700 runtime folder per user),
-and the Prometheus gauges. Publishing happens inside sglang's imports and allocations, so it
-never raises.
+per-process record ``status --processes`` reads (one 0700 runtime folder per user), and the
+Prometheus gauges. Publishing runs inside sglang's imports and allocations: it never raises.
 """
 
 import atexit
@@ -30,8 +29,7 @@ _lock = threading.Lock()
 
 
 def warn_once(cause: tuple, message: str, *args) -> bool:
-    """Log one WARNING per ``cause`` (never ``warnings.warn``: under ``-W error`` it would
-    raise inside the import it protects)."""
+    """One WARNING per ``cause`` (``warnings.warn`` would raise under ``-W error``)."""
     with _lock:
         if cause in _said:
             return False
@@ -80,8 +78,8 @@ class ReplacementLog:
 
 
 def runtime_dir(uid: int) -> Path:
-    """Where ``uid``'s processes keep their records: ``$SGLANG_OVERLAY_RUNTIME_DIR`` (this
-    uid's), else ``/run/user/UID/sglang-overlay`` where that exists, else a temporary folder."""
+    """``$SGLANG_OVERLAY_RUNTIME_DIR`` (this uid's), else ``/run/user/UID/sglang-overlay``
+    where that exists, else a temporary folder."""
     override = os.environ.get(RUNTIME_DIR_ENV)
     if override and uid == os.getuid():
         return Path(override)
@@ -112,8 +110,7 @@ def folder_problem(folder: Path, uid: int) -> "str | None":
 
 
 def start_time(pid: int) -> "str | None":
-    """The pid's start time (``/proc/PID/stat`` field 22): a record with another start time
-    belongs to an earlier process of that pid."""
+    """``/proc/PID/stat`` field 22: a record with another belongs to an earlier process."""
     try:
         fields = (PROC / str(pid) / "stat").read_text().rpartition(")")[2].split()
     except OSError:
@@ -138,7 +135,7 @@ def write_record(fields: dict) -> None:
 
 
 class FolderError(OverlayError):
-    """The runtime folder cannot hold records; its text says why."""
+    """The runtime folder cannot hold records."""
 
 
 def read_record(pid: int, uid: int) -> "tuple[dict | None, str | None]":
@@ -230,9 +227,17 @@ def _sglang_name(name: str) -> bool:
     return name.startswith("sglang") and not name.startswith(("sglang-overlay", "sglang_overlay"))
 
 
+def multiprocess_dir() -> "str | None":  # as prometheus_client reads it
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir")
+
+
 def processes(pids: "set[int] | None" = None) -> "list[dict]":
     """Every live process (of ``pids``) that runs sglang or has a record: pid, command, record
-    and its problem."""
+    and its problem. Sweeps the records and gauges of processes that are gone first."""
+    prune_records(os.getuid())
+    folder = multiprocess_dir()
+    if folder and os.path.isdir(folder):
+        sweep_dead_gauges(folder)
     found = []
     for entry in PROC.iterdir() if PROC.is_dir() else ():
         pid = int(entry.name) if entry.name.isdigit() else os.getpid()
@@ -252,11 +257,6 @@ def processes(pids: "set[int] | None" = None) -> "list[dict]":
 
 
 _gauges = None  # registered once per process
-
-
-def multiprocess_dir() -> "str | None":
-    """prometheus_client's multiprocess folder, as it reads it."""
-    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir")
 
 
 def set_gauges(patches: "list[dict]", overlay_version: str, states) -> None:
@@ -338,8 +338,7 @@ def publish(patches: "list[dict]", fields: dict, states) -> None:
             )  # fmt: skip
 
 
-def forget_published() -> bool:
-    """In a forked child: whether the parent had published (then the child does)."""
+def forget_published() -> bool:  # a forked child publishes when its parent had
     global _published
     had, _published = _published is not None, None
     return had

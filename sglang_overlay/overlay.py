@@ -1,6 +1,5 @@
 """Apply, remove and report the overlay's patches in this process, one record per patch,
-checked against the live class by identity. Applying twice is a no-op; removing puts back the
-original functions; each change of state is published (``observe.publish``).
+checked against the live class by identity; each change of state is published.
 """
 
 import functools
@@ -16,8 +15,7 @@ from sglang_overlay.patches import PATCH_IDS, PATCHED_MODULES, OverlayError, __v
 
 STATES = ("applied", "wrapped", "pending", "not-present", "upstream-fixed", "unsupported",
           "disabled", "replaced", "failed")  # fmt: skip
-# A process runs the code it should: fixed, or unfixed on purpose. Anything else means
-# "unmodified sglang although the overlay is installed".
+# A process runs the code it should: fixed, or unfixed on purpose.
 OK_STATES = frozenset({"applied", "wrapped", "upstream-fixed", "not-present", "disabled"})
 
 
@@ -48,18 +46,10 @@ _applied: "list[_Applied]" = []
 _removed = False  # remove() keeps it off until apply()
 
 
-def _status_record(patch, target, sglang_version, state, reason) -> dict:
-    return {"patch": patch, "target": target, "sglang_version": sglang_version, "state": state,
-            "reason": reason}  # fmt: skip
-
-
 _WAITING = {p: f"waiting for the import of {' or '.join(m)}" for p, m in PATCHED_MODULES.items()}
 _REMOVED_REASON = "removed by sglang_overlay.remove(); apply() patches again"
 # patch id -> its record, in series order
-_status = {
-    p: _status_record(p, PATCHED_MODULES[p][0], "unknown", "pending", _WAITING[p])
-    for p in PATCH_IDS
-}
+_status: "dict[str, dict]" = {}
 
 
 def _new_lock_in_child() -> None:
@@ -238,8 +228,7 @@ def remove() -> list:
 
 
 def _foreign_hook(done) -> "tuple[tuple[str, str] | None, tuple[_Installed, ...]]":
-    """Another plugin's hook over ``done``'s methods (``shapes.foreign_hook``; replaced
-    before wrapped), and the methods it stands over."""
+    """Another plugin's hook over ``done``'s methods (replaced before wrapped), and those."""
     hook, hooked = None, ()
     for one in done.installed:
         found = shapes.foreign_hook(vars(one.cls).get(one.method), one.patched)
@@ -270,8 +259,8 @@ _FOLLOWS = "__sglang_overlay_publishes__"
 
 
 def follow_registry() -> None:
-    """Publish again after each ``HookRegistry.apply_hooks`` of a registry sglang loaded: there
-    another plugin's REPLACE or AROUND lands on a patched class."""
+    """Publish again after each ``HookRegistry.apply_hooks`` of a loaded registry (another
+    plugin's REPLACE or AROUND lands there)."""
     registry = getattr(sys.modules.get(REGISTRY_MODULE), "HookRegistry", None)
     current = vars(registry).get("apply_hooks") if isinstance(registry, type) else None
     if not isinstance(current, classmethod) or getattr(current.__func__, _FOLLOWS, False):
@@ -290,8 +279,7 @@ def follow_registry() -> None:
 
 
 def sglang_version() -> str:
-    """The sglang version, without importing sglang or torch: the loaded ``sglang.version``,
-    else the installed package's metadata."""
+    """The sglang version, without importing sglang or torch."""
     loaded = getattr(sys.modules.get("sglang.version"), "__version__", None)
     if isinstance(loaded, str):
         return loaded
@@ -318,7 +306,14 @@ def publish() -> None:
         observe.publish(patches, fields, STATES)
 
 
-def _record(patch_id: str, state: str, target: str, reason: str) -> None:
+def _record(patch_id, state, target, reason, version=None, publishing=True) -> None:
+    version = version or sglang_version()
     with _lock:
-        _status[patch_id] = _status_record(patch_id, target, sglang_version(), state, reason)
-        publish()
+        _status[patch_id] = {"patch": patch_id, "target": target, "sglang_version": version,
+                             "state": state, "reason": reason}  # fmt: skip
+        if publishing:
+            publish()
+
+
+for _p in PATCH_IDS:
+    _record(_p, "pending", PATCHED_MODULES[_p][0], _WAITING[_p], "unknown", publishing=False)

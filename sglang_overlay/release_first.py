@@ -1,5 +1,5 @@
-"""The fix itself: methods that release the old tensors before allocating anew. A shape with
-a builder (``BUILDERS``) gets a hand-written method; every other shape gets its own source with
+"""The fix itself: methods that release the old tensors before allocating anew. The DSV4 and
+fused-KV shapes get a hand-written method; every other shape gets its own source with
 each released attribute (and the local holding it) set to None before the allocation
 (``released_method``). Each replacement is logged and published, outside torch.compile graphs.
 """
@@ -53,11 +53,7 @@ def describe(values) -> str:
     if not tensors:
         return "none"
     shapes = ", ".join(f"{list(t.shape)} {t.dtype}" for t in tensors)
-    return f"{shapes} {sum(map(_nbytes, tensors)) / MIB:.1f} MiB"
-
-
-def _nbytes(tensor) -> int:
-    return tensor.nelement() * tensor.element_size()
+    return f"{shapes} {sum(t.nelement() * t.element_size() for t in tensors) / MIB:.1f} MiB"
 
 
 def _logged(patch_id, owner, released, old, publish) -> None:
@@ -66,16 +62,19 @@ def _logged(patch_id, owner, released, old, publish) -> None:
     if _compiling():
         return
     now = [getattr(owner, a, None) for a in released]
-    log_of(patch_id).replaced(old, describe(now), sum(map(_nbytes, _tensors(now))))
+    log_of(patch_id).replaced(
+        old, describe(now), sum(t.nelement() * t.element_size() for t in _tensors(now))
+    )
     publish()
 
 
 def build(site, found, module, publish):
     """The release-first method of ``site`` for what ``shapes.recognise`` ``found`` in
     ``module`` (its globals); it calls ``publish()`` after each replacement."""
-    builder = BUILDERS.get(found.shape.name)
-    if builder is not None:
-        return builder(module, publish)
+    if found.shape.name == "fused-kv-ensure-workspace":
+        return _build_ensure_workspace(module, publish)
+    if site is shapes.DSV4:
+        return _build_dsv4(module, publish, found.shape.name)
     method = released_method(module, found.cls.__name__, found.method, site.released)
     released = site.released
 
@@ -90,46 +89,36 @@ def build(site, found, module, publish):
     return released_first
 
 
-def _workspace(self, num_tokens, dtype, module, forget_head, publish) -> torch.Tensor:
-    """The DSV4 workspace: reuse when rows and dtype fit; else drop the owner's reference
-    (and a reserve's cached head), then allocate."""
-    assert num_tokens > 0
-    buffer = self._buffer
-    if buffer is not None and num_tokens <= buffer.shape[0] and dtype == buffer.dtype:
-        return buffer[:num_tokens]
-    del buffer  # a local reference would keep the old storage alive
-    old = None if _compiling() else describe([self._buffer])
-    self._buffer = None
-    if forget_head:
-        # Before allocating: neither an allocation landing at the old address nor one that
-        # raises may leave stale rows reported as filled.
-        self._head_source = None
-    self._buffer = torch.empty(
-        (num_tokens, 1, module.WORKSPACE_DIM), dtype=dtype, device=self.device
-    )
-    _logged(PATCH_ID, self, ("_buffer",), old, publish)
-    return self._buffer[:num_tokens]
+def _build_dsv4(module, publish, shape):
+    """The DSV4 workspace: reuse when rows and dtype fit; else drop the owner's reference (and
+    a reserve's cached head, so no stale rows count as filled), then allocate."""
 
+    def workspace(self, num_tokens, dtype, forget_head) -> torch.Tensor:
+        assert num_tokens > 0
+        buffer = self._buffer
+        if buffer is not None and num_tokens <= buffer.shape[0] and dtype == buffer.dtype:
+            return buffer[:num_tokens]
+        del buffer  # a local reference would keep the old storage alive
+        old = None if _compiling() else describe([self._buffer])
+        self._buffer = None
+        if forget_head:
+            self._head_source = None
+        self._buffer = torch.empty(
+            (num_tokens, 1, module.WORKSPACE_DIM), dtype=dtype, device=self.device
+        )
+        _logged(PATCH_ID, self, ("_buffer",), old, publish)
+        return self._buffer[:num_tokens]
 
-def _build_reserve(module, publish):
     def _reserve(self, num_tokens: int, dtype: torch.dtype) -> torch.Tensor:
-        return _workspace(self, num_tokens, dtype, module, True, publish)
+        return workspace(self, num_tokens, dtype, True)
 
-    return _reserve
-
-
-def _build_get_dtype(module, publish):
     def get(self, num_tokens: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-        return _workspace(self, num_tokens, dtype, module, False, publish)
+        return workspace(self, num_tokens, dtype, False)
 
-    return get
+    def get_bf16(self, num_tokens: int) -> torch.Tensor:
+        return workspace(self, num_tokens, torch.bfloat16, False)
 
-
-def _build_get_bf16(module, publish):
-    def get(self, num_tokens: int) -> torch.Tensor:
-        return _workspace(self, num_tokens, torch.bfloat16, module, False, publish)
-
-    return get
+    return {"kv-buffer-reserve": _reserve, "workspace-get-dtype": get}.get(shape, get_bf16)
 
 
 FUSED_KV = ("_proj_workspace", "_k_workspace", "_v_workspace")
@@ -170,15 +159,6 @@ def _build_ensure_workspace(module, publish):
         _logged(FUSED_KV_PATCH_ID, self, FUSED_KV, old, publish)
 
     return _ensure_workspace
-
-
-# shape name -> (module, publish) -> the release-first method
-BUILDERS = {
-    "kv-buffer-reserve": _build_reserve,
-    "workspace-get-dtype": _build_get_dtype,
-    "workspace-get-bf16": _build_get_bf16,
-    "fused-kv-ensure-workspace": _build_ensure_workspace,
-}
 
 
 def released_method(module, class_name: str, method: str, released) -> "object":
