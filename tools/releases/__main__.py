@@ -24,15 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmd = verbs.add_parser("watch", help="check new sglang releases", description=__doc__)
     cmd.add_argument("--index-url", help="the package index to ask (default: pip's)")
     cmd.add_argument("--versions", nargs="+", help="check these releases, skip discovery")
-    cmd.add_argument(
-        "--installed", action="store_true", help="check this venv's sglang (one --versions)"
-    )
-    cmd.add_argument(
-        "--out",
-        type=Path,
-        default=watch.REPO / "out" / "watch",
-        help=f"{watch.ROWS_FILE} and each release's A/B go here (default: out/watch)",
-    )
+    cmd.add_argument("--installed", action="store_true", help="this venv's sglang (one --versions)")
+    out_help = f"{watch.ROWS_FILE} and each release's A/B go here (default: out/watch)"
+    cmd.add_argument("--out", type=Path, default=watch.REPO / "out" / "watch", help=out_help)
     cmd.add_argument("--rows", help=f"post an earlier run's {watch.ROWS_FILE}; no checks")
     cmd.add_argument("--repo", help="OWNER/NAME of the tracking issue (required with --post)")
     cmd.add_argument("--api-url", help="GitHub Enterprise base URL (client adds /api/v3)")
@@ -70,7 +64,7 @@ def _check_usage(args) -> None:
 
 
 def _rows(args) -> tuple:
-    """(rows, newest known release, requested) from --rows, or checked and written to --out."""
+    """(rows, newest known, requested) from --rows, or checked and written to --out."""
     if args.rows:
         return watch.load_rows(Path(args.rows))
     known = watch.known_releases()
@@ -102,8 +96,8 @@ def _post(args, body) -> bool:
 
 
 def upsert_issue(gh, owner, repo, body, author, policy) -> tuple:
-    """(outcome, number): edit ``author``'s issue (listed by ``creator``) that starts with
-    watch.MARKER, or open one; a closed one reopens only on new text; duplicates close."""
+    """(outcome, number): edit ``author``'s issue starting with watch.MARKER, or open one; a
+    closed one reopens only on new text; duplicates close."""
     from ci.reporter.publish import Publisher, upsert_sticky
 
     title, github = watch.TITLE, Publisher(gh, owner, repo, None, policy)
@@ -115,17 +109,15 @@ def upsert_issue(gh, owner, repo, body, author, policy) -> tuple:
     def once():
         wanted = {"creator": author, "state": "all", "sort": "created", "direction": "asc"}
         found = github.pages(f"issues opened by {author}", "issues", params=wanted)
+        issues = sorted((i for i in found if "pull_request" not in i), key=lambda i: i["number"])
         outcome, issue = upsert_sticky(
-            sorted((i for i in found if "pull_request" not in i), key=lambda i: i["number"]),
-            watch.MARKER,
-            author,
-            create=lambda: github.request(
-                "POST", "open the tracking issue", "issues", json={"title": title, "body": body}
-            ),  # fmt: skip
+            issues, watch.MARKER, author,
+            create=lambda: github.request("POST", "open the tracking issue", "issues",
+                                          json={"title": title, "body": body}),
             unchanged=lambda keep: keep.get("body") == body and keep.get("title") == title,
             edit=lambda keep: edit(keep, title=title, body=body, state="open"),
             retire=lambda extra: extra.get("state") == "closed" or edit(extra, state="closed"),
-        )
+        )  # fmt: skip
         return outcome, issue["number"]
 
     # The whole find-then-write repeats on a retry, so a retried create cannot duplicate.

@@ -1,7 +1,5 @@
-"""The release watch: sglang releases newer than the project knows (or those named), each checked
-and kept in ONE tracking issue. Rows another job wrote ran a release's code: validated before
-posting, cells and body capped. Top-level imports are the project's and stdlib (the posting job
-has github3 alone)."""
+"""The release watch: each sglang release newer than the project knows (or named) checked, kept
+in ONE tracking issue. Rows another job wrote are validated; cells and body capped."""
 
 import json
 import os
@@ -46,8 +44,7 @@ _SHA256 = re.compile(r"sha256 ([0-9a-f]{12})")
 
 
 class WatchError(ToolError):
-    """Discovery, input or an install failed. The message may quote a release's output or a
-    row, so it is made inert (no workflow command)."""
+    """Discovery, input or an install failed; made inert (it may quote a release's output)."""
 
     def __init__(self, message: str):
         super().__init__(inert(message))
@@ -74,8 +71,7 @@ def known_releases() -> list:
 
 
 def index_versions(index_url=None) -> list:
-    """sglang's releases on pip's index (or ``index_url``), as ``pip index versions`` lists
-    them: yanked ones left out."""
+    """sglang's releases on pip's index (or ``index_url``), yanked ones left out."""
     command = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-cache-dir"]
     command += ["index", "versions", "sglang"] + (["--index-url", index_url] if index_url else [])
     proc = _run(command, None, REPO, 300)
@@ -111,8 +107,7 @@ def install(version: str) -> Path:
 
 
 def patch_rows(records, fixes: dict) -> list:
-    """One {patch, state, sha256, series} per status record; ``fixes``: fix number -> how its
-    first patch applies to the release."""
+    """One {patch, state, sha256, series} per status record; ``fixes``: number -> applies?"""
     found = []
     for record in records:
         if isinstance(record, dict) and isinstance(record.get("patch"), str):
@@ -132,11 +127,9 @@ def state_of(record: dict) -> tuple:
 
 
 def overlay_state(version: str, env: dict) -> dict:
-    """{state, reason, sha256} of the first patch by ``sglang-overlay status`` in a fresh
-    process, and ``records``: every patch's."""
-    status = _run(
-        [sys.executable, "-W", "ignore", "-m", "sglang_overlay", "status", "--json"], env, "/"
-    )
+    """{state, reason, sha256} of the first patch in a fresh process; ``records``: every one's."""
+    argv = [sys.executable, "-W", "ignore", "-m", "sglang_overlay", "status", "--json"]
+    status = _run(argv, env, "/")
     try:
         records = json.loads(status.stdout)
         record = records[0]
@@ -185,8 +178,8 @@ def ab(version: str, env: dict, out: Path) -> dict:
 
 
 def check(version: str, out: Path, installed: bool = False) -> dict:
-    """One release's row: overlay state, whether each fix applies, and the A/B when the overlay
-    applies. ``installed``: this venv's sglang instead of the release's wheel."""
+    """One release's row: overlay state, whether each fix applies, the A/B when the overlay
+    applies. ``installed``: this venv's sglang, not the release's wheel."""
     env = dict(os.environ)
     env.pop(DISABLE_ENV, None)
     if installed:
@@ -221,15 +214,10 @@ HEADER = (
 )
 
 
-def _patch_cells(row) -> list:
-    """One cell per carried patch: state, sha256, and whether its fix applies."""
-    by_id = {p["patch"][:4]: p for p in row.get("patches") or []}
-    cells = []
-    for number in (p[:4] for p in PATCH_IDS):
-        patch = by_id.get(number)
-        sha = f" {patch['sha256']}" if patch and patch.get("sha256") else ""
-        cells.append(f"{patch['state']}{sha}; fix {patch['series']}" if patch else "-")
-    return cells
+def _patch_cell(patch) -> str:
+    """A carried patch's state, sha256, and whether its fix applies."""
+    sha = f" {patch['sha256']}" if patch and patch["sha256"] else ""
+    return f"{patch['state']}{sha}; fix {patch['series']}" if patch else "-"
 
 
 def render(rows) -> str:
@@ -241,7 +229,8 @@ def render(rows) -> str:
         series = row.get("series") or {"status": "-", "detail": ""}
         applies = series["status"] + (f" ({series['detail']})" if series.get("detail") else "")
         cells = [row["version"], f"{row['state']}: {row['reason']}", row.get("sha256") or "-"]
-        cells += [applies, *_patch_cells(row)]
+        by_id = {p["patch"][:4]: p for p in row.get("patches") or []}
+        cells += [applies, *(_patch_cell(by_id.get(p[:4])) for p in PATCH_IDS)]
         cells += [counts.get(kind, "-") for kind in ("regression", "preservation", "skipped")]
         cells.append(VERDICTS[verdict(row)])
         lines.append("| " + " | ".join(escape_inline(clip(str(c), MAX_CELL)) for c in cells) + " |")
@@ -249,8 +238,8 @@ def render(rows) -> str:
 
 
 def issue_body(rows, newest_known: str, requested: bool = False) -> str:
-    """The tracking issue's text, cut to MAX_BODY by whole rows; no timestamp, so a run that
-    finds nothing new leaves the issue untouched."""
+    """The tracking issue's text, cut to MAX_BODY by whole rows; no timestamp (an unchanged
+    run leaves the issue untouched)."""
     known = f"{newest_known} is the newest release the overlay and the patch series know"
     if requested:
         lead = f"sglang releases checked on request ({known})."
@@ -310,8 +299,7 @@ def _row_problem(row) -> "str | None":
     """What is wrong with one row, in one line, or None; types checked so rendering cannot fail."""
     if not isinstance(row, dict):
         return f"expected an object, got {type(row).__name__}"
-    missing = [key for key in ("version", "state", "reason") if key not in row]
-    if missing:
+    if missing := [key for key in ("version", "state", "reason") if key not in row]:
         return f"no text in {', '.join(missing)}"
     if problem := _typed(row, ROW_SCHEMA):
         return problem
