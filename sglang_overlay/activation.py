@@ -1,9 +1,7 @@
-"""How the overlay reaches every sglang process, by two paths that end in ``on_import``: the
-start-up hook (``sglang_overlay.pth`` calls ``install()`` in every interpreter: a meta-path
-finder that wraps the loader of sglang and each patched module, and activates right after the
-module ran), and sglang's plugin loader (entry point group ``sglang.srt.plugins``: ``activate``).
-Applying is idempotent, so the second path changes nothing. ``find_spec`` runs under
-importlib's lock, so it imports nothing. Imports only ``sys`` and ``_thread`` at start-up.
+"""Two paths to ``on_import`` in every sglang process: the start-up hook (the .pth calls
+``install()``: a meta-path finder wrapping the loader of sglang and each patched module) and
+sglang's plugin loader (``activate``). ``find_spec`` runs under importlib's lock: it imports
+nothing, and this module only ``sys`` and ``_thread`` at start-up.
 """
 
 import _thread
@@ -63,13 +61,11 @@ HOOK = WorkspaceImportHook()
 
 
 def install() -> None:
-    """Put the finder first on ``sys.meta_path`` once (never from a finder)."""
     if HOOK not in sys.meta_path:
         sys.meta_path.insert(0, HOOK)
 
 
 def activate() -> None:
-    """sglang's plugin loader's entry point: patch what is loaded, and watch what is not yet."""
     install()
     loaded = [sys.modules[n] for n in PATCHED if n in sys.modules]
     for module in loaded:
@@ -81,8 +77,7 @@ def activate() -> None:
 
 
 def on_import(module, via: str) -> None:
-    """Right after ``module`` ran: apply each of its patches on its own (sglang itself: record
-    that this process has the overlay). Never raises unless strict."""
+    """Apply each of ``module``'s patches (sglang: publish); never raises unless strict."""
     from sglang_overlay import config, overlay
 
     patch_ids = [p for p, names in PATCHED_MODULES.items() if module.__name__ in names]

@@ -1,7 +1,6 @@
-"""``sglang-overlay status``: what a new sglang process of this environment gets (asked of a
-fresh interpreter; nothing is patched here), and with ``--processes`` what the running ones got.
-Exit 0 when every process runs the fixed code or is unfixed on purpose, 1 otherwise or on an
-unrecognised setting, 2 for bad usage.
+"""``sglang-overlay status``: what a new sglang process gets (a fresh interpreter is asked),
+with ``--processes`` what the running ones got. Exit 0 when each runs the fixed code or is
+unfixed on purpose, 1 otherwise or on an unrecognised setting, 2 for bad usage.
 """
 
 import argparse
@@ -120,8 +119,7 @@ def processes_status(as_json: bool, pids: "set[int] | None" = None) -> "tuple[li
 
 
 def row_ok(row: dict) -> bool:
-    """A live process's row passes when it runs the fixed code, is unfixed on purpose, or has
-    not imported the patch's module (never without a believed record or with a bad setting)."""
+    """Fixed, unfixed on purpose, or the patch's module not imported (with a good record)."""
     from sglang_overlay.overlay import OK_STATES
 
     bad = row["state"] in BAD_ROWS
@@ -154,16 +152,15 @@ def process_rows(process: dict) -> "list[dict]":
 
 
 def say(line: str) -> None:
-    """Print ``line`` safe for a terminal (record text and argv are anyone's, and root reads
-    them): control, format and separator characters, and what stdout cannot encode, escaped."""
+    """Print ``line`` with what a terminal must not see, or stdout cannot encode, escaped
+    (record text and argv are anyone's)."""
     line = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in line)
     encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
     print(line.encode(encoding, "backslashreplace").decode(encoding))
 
 
 def fresh_process_status() -> dict:
-    """The status report of a fresh interpreter of this Python and environment, without
-    prometheus_client's multiprocess folder (the probe must add no series to /metrics)."""
+    """A fresh interpreter's report, without the multiprocess folder (no series in /metrics)."""
     hidden = ("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir")
     env = {k: v for k, v in os.environ.items() if k not in hidden}
     command = [sys.executable, "-c", PROBE]
@@ -192,8 +189,7 @@ def fresh_process_status() -> dict:
 
 
 def probe(hook_ran: bool) -> None:
-    """The fresh process's side: import as a user's process would; one JSON document on
-    stdout (what the imports print goes to stderr)."""
+    """In the fresh process: import as a user's would, one JSON document on stdout."""
     channel = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     import sglang_overlay
@@ -206,7 +202,6 @@ def probe(hook_ran: bool) -> None:
 
 
 def _failed(reason: str) -> dict:
-    """One ``failed`` record per patch, when the fresh process gave none."""
     from sglang_overlay.overlay import sglang_version
 
     version = sglang_version()

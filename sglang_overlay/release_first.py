@@ -1,7 +1,6 @@
-"""The fix itself: methods that release the old tensors before allocating anew. The DSV4 and
-fused-KV shapes get a hand-written method; every other shape gets its own source with
-each released attribute (and the local holding it) set to None before the allocation
-(``released_method``). Each replacement is logged and published, outside torch.compile graphs.
+"""The fix: methods that release the old tensors before allocating anew. DSV4 and fused-KV
+get a hand-written method, every other shape its own source with each released attribute (and
+its local) set to None before the allocation. Each replacement is logged and published.
 """
 
 import __future__
@@ -35,7 +34,6 @@ def log_of(patch_id: str) -> ReplacementLog:
 
 
 def high_water_bytes(patch_id: str) -> int:
-    """The largest workspace ``patch_id``'s method allocated in this process, bytes."""
     log = LOGS.get(patch_id)
     return log.high_water_bytes if log else 0
 
@@ -47,8 +45,7 @@ def _tensors(values) -> list:
 
 
 def describe(values) -> str:
-    """Shapes, dtypes and size of the buffers (never the tensors: a reference kept would hold
-    the old buffer again)."""
+    """Shapes, dtypes and size of the buffers (never the tensors: that would keep them)."""
     tensors = _tensors(values)
     if not tensors:
         return "none"
@@ -57,8 +54,7 @@ def describe(values) -> str:
 
 
 def _logged(patch_id, owner, released, old, publish) -> None:
-    """Log and publish a replacement (``old``: the buffers before it, described); never inside
-    a torch.compile graph (dynamo reads is_compiling() as True and drops this branch)."""
+    """Log and publish a replacement, never inside a torch.compile graph."""
     if _compiling():
         return
     now = [getattr(owner, a, None) for a in released]
@@ -69,8 +65,7 @@ def _logged(patch_id, owner, released, old, publish) -> None:
 
 
 def build(site, found, module, publish):
-    """The release-first method of ``site`` for what ``shapes.recognise`` ``found`` in
-    ``module`` (its globals); it calls ``publish()`` after each replacement."""
+    """The release-first method for what ``shapes.recognise`` ``found`` in ``module``."""
     if found.shape.name == "fused-kv-ensure-workspace":
         return _build_ensure_workspace(module, publish)
     if site is shapes.DSV4:
@@ -125,8 +120,7 @@ FUSED_KV = ("_proj_workspace", "_k_workspace", "_v_workspace")
 
 
 def _build_ensure_workspace(module, publish):
-    """sglang's reuse rule and doubling, with the three old workspaces (and the capacity and
-    dtype they stand for) dropped first."""
+    """sglang's reuse rule and doubling, with the old workspaces, capacity and dtype dropped."""
 
     def _ensure_workspace(self, total_ctx: int, dtype: torch.dtype) -> None:
         if (
@@ -162,8 +156,8 @@ def _build_ensure_workspace(module, publish):
 
 
 def released_method(module, class_name: str, method: str, released) -> "object":
-    """``class_name.method`` of ``module`` with the ``released`` attributes dropped first: the
-    source ``shapes.recognise`` hashed, compiled in the module's globals, file and lines."""
+    """``class_name.method`` of ``module`` with the ``released`` attributes dropped first,
+    compiled from its source in the module's globals, file and lines."""
     node = shapes._method_node(shapes.module_tree(inspect.getsource(module)), class_name, method)
     node = copy.deepcopy(node)  # the cached tree stays the module's own text
     for attr in released:
@@ -178,9 +172,8 @@ def released_method(module, class_name: str, method: str, released) -> "object":
 
 
 def _drop_before_allocation(node, attr: str) -> None:
-    """Insert ``self.<attr> = <local> = None`` before the statement that allocates what
-    ``self.<attr> = <local>`` stores (or ``self.<attr> = None`` before ``self.<attr> = <call>``),
-    in every statement list of ``node``."""
+    """Insert ``self.<attr> = <local> = None`` before the allocation ``self.<attr> = <local>``
+    stores (or ``self.<attr> = None`` before ``self.<attr> = <call>``), everywhere in ``node``."""
     for body in list(_statement_lists(node)):
         inserts = []  # (position, statement), made after the scan so no index shifts under it
         for index, stmt in enumerate(body):
@@ -215,7 +208,6 @@ def _names(stmt, local) -> bool:
 
 
 def _allocates(value) -> bool:
-    """A call, or a tuple of calls (several buffers kept together)."""
     if isinstance(value, ast.Tuple):
         return bool(value.elts) and all(isinstance(e, ast.Call) for e in value.elts)
     return isinstance(value, ast.Call)

@@ -1,7 +1,5 @@
-"""The overlay's table and its recognition. Each method a patch replaces is a ``Site``: its
-class under every published name, the attributes released first, and each release's method as
-the overlay knows it (``WorkspaceShape``). ``recognise`` says which shape a loaded module has,
-``foreign_hook`` whether another plugin's hook stands over ours. Never changes anything.
+"""The overlay's table (a ``Site`` per method a patch replaces, with its known shapes) and its
+recognition of a loaded module; ``foreign_hook``: another plugin's hook over ours.
 """
 
 import ast
@@ -18,9 +16,8 @@ CODE_PYTHONS = ("3.10", "3.11", "3.12", "3.13")  # the order of WorkspaceShape.c
 
 @dataclass(frozen=True)
 class WorkspaceShape:
-    """One published form of a patched method: the first 12 hex digits of the sha256 of its
-    exact source text, and of its code object as each of ``CODE_PYTHONS`` compiles that text
-    (where only bytecode is deployed; none: the source is needed, as the generic rewrite's)."""
+    """One published form of a method: sha256 (12 hex digits) of its source text, and of its
+    code object under each of ``CODE_PYTHONS`` (none: the source is needed)."""
 
     name: str
     source_sha256: str
@@ -34,9 +31,8 @@ def _shapes(*rows) -> "tuple[WorkspaceShape, ...]":
 
 @dataclass(frozen=True)
 class Site:
-    """One method a patch replaces: the class (under any of its published names), the method
-    (the first of ``methods`` the class defines), the attributes set to None before they are
-    allocated anew, and its known shapes. A patch of several methods has several sites."""
+    """One method a patch replaces: its class's names, the method's names (the first the class
+    defines), the attributes set to None before they are allocated anew, its shapes."""
 
     patch_id: str
     class_names: "tuple[str, ...]"
@@ -47,9 +43,6 @@ class Site:
 
 
 def _address_keyed_validity(module) -> "str | None":
-    # An unreleased upstream design keys a per-forward gather cache on the workspace's
-    # allocation address: released first, a replacement may get the old address back and a
-    # stale key would match, so that code needs the upstream change, not this one.
     gather = getattr(module, "CompressedGather", None)
     if "dequantized_source" in getattr(gather, "__dataclass_fields__", {}):
         return (
@@ -109,8 +102,6 @@ SITES = {p: tuple(s for s in ALL_SITES if s.patch_id == p) for p in PATCH_IDS}  
 
 @dataclass(frozen=True)
 class Recognition:
-    """What the overlay found: a known shape, or a state and the reason it is not patchable."""
-
     state: str  # "recognised", "not-present", "upstream-fixed", "unsupported"
     target: str
     reason: str
@@ -125,16 +116,14 @@ def workspace_class(module, site: "Site | None" = None) -> "type | None":
     for name in site.class_names:
         cls = getattr(module, name, None)
         if isinstance(cls, type):
-            # A plugin's subclass in its place (sglang's HookRegistry class REPLACE) runs the
-            # first method on its MRO: that class is the one to patch and check.
+            # a plugin's subclass in its place (HookRegistry REPLACE): its MRO's definer
             defines = (c for c in cls.__mro__ if any(m in vars(c) for m in site.methods))
             return next(defines, cls)
     return None
 
 
 def code_sha256(code) -> str:
-    """A code object's behaviour as this CPython compiled it: bytecode, names, argument
-    counts, flags and constants (nested code included); no file name or line numbers."""
+    """A code object's behaviour (nested code included), without file name or line numbers."""
 
     def parts(c):
         consts = tuple(parts(k) if isinstance(k, type(c)) else repr(k) for k in c.co_consts)
@@ -145,7 +134,7 @@ def code_sha256(code) -> str:
 
 
 def recognise(module, site: "Site | None" = None) -> Recognition:
-    """Classify the method ``site`` patches (the DSV4 workspace's by default) in ``module``."""
+    """Classify the method ``site`` (DSV4 by default) patches in ``module``."""
     site, name = site or DSV4, module.__name__
     cls = workspace_class(module, site)
     if cls is None:
@@ -195,8 +184,7 @@ def recognise(module, site: "Site | None" = None) -> Recognition:
 
 
 def all_or_none(found: "list[Recognition]") -> Recognition:
-    """One patch's recognition from its methods' (in order): a state all share, else
-    unsupported with each method's reason (all or none)."""
+    """One patch's recognition from its methods': a state all share, else unsupported."""
     if len(found) == 1:
         return found[0]
     states = {f.state for f in found}
@@ -211,13 +199,12 @@ def all_or_none(found: "list[Recognition]") -> Recognition:
 
 @functools.lru_cache(maxsize=1)
 def module_tree(source: str) -> ast.Module:
-    """``source`` parsed once for every method of a patch; read-only."""
     return ast.parse(source)
 
 
 def releases_first(method_node: ast.FunctionDef, released=("_buffer",)) -> bool:
-    """True when, in source order, each ``self.<attr> = <call>`` (or ``= <local>`` of a local
-    last assigned a call) of the ``released`` attributes follows a ``self.<attr> = None``."""
+    """Whether each ``self.<attr> = <call>`` (or ``= <local>`` holding a call's result) of the
+    ``released`` attributes follows a ``self.<attr> = None``, in source order."""
     assigns = sorted(
         (n for n in ast.walk(method_node) if isinstance(n, ast.Assign)),
         key=lambda n: (n.lineno, n.col_offset),
@@ -247,16 +234,14 @@ def _method_node(tree: ast.Module, class_name: str, method: str) -> "ast.Functio
 
 
 def _self_attr(target: ast.expr) -> "str | None":
-    """``attr`` for a ``self.attr`` target, else None."""
     is_self = isinstance(target, ast.Attribute) and getattr(target.value, "id", None) == "self"
     return target.attr if is_self else None
 
 
 def foreign_hook(live, ours) -> "tuple[str, str] | None":
-    """``("wrapped" | "replaced", reason)`` when ``live`` is another hook's function whose
-    ``__wrapped__`` chain leads to ``ours``: wrapped when each link holds the next in its
-    closure (it can call it: sglang's AROUND, BEFORE, AFTER), replaced when one does not
-    (sglang's REPLACE only names the original)."""
+    """``("wrapped" | "replaced", reason)`` when ``live``'s ``__wrapped__`` chain leads to
+    ``ours``: wrapped when each link holds the next in its closure (AROUND, BEFORE, AFTER),
+    replaced when one does not (REPLACE)."""
     calls, outer = True, live
     for _ in range(100):  # a chain, not a cycle
         inner = getattr(outer, "__wrapped__", None)
@@ -267,17 +252,14 @@ def foreign_hook(live, ours) -> "tuple[str, str] | None":
             code = getattr(live, "__code__", None)
             at = f"{code.co_name} in {code.co_filename}:{code.co_firstlineno}" if code else live
             hook = f"another hook's function ({at})"
-            if calls:
-                return (
-                    "wrapped",
-                    f"{hook} wraps the overlay's release-first method and can call "
-                    "it: release-first runs where that hook calls through",
-                )
-            return (
-                "replaced",
-                f"{hook} names the overlay's release-first method as __wrapped__ "
-                "but does not hold it: that hook runs instead, release-first does not",
+            how = (
+                "wraps the overlay's release-first method and can call it: release-first runs "
+                "where that hook calls through"
+                if calls
+                else "names the overlay's release-first method as __wrapped__ but does not hold "
+                "it: that hook runs instead, release-first does not"
             )
+            return ("wrapped" if calls else "replaced"), f"{hook} {how}"
         outer = inner
     return None
 
