@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tools.benchmark import fused_kv
+from tools.benchmark import fused_kv, overlay
 
 pytestmark = pytest.mark.usefixtures("fused_kv_importable")
 
@@ -16,7 +16,7 @@ REQUESTS = [(5, BF16), (5, BF16), (3, BF16), (6, BF16), (11, BF16), (11, F16), (
 def trace(order: str) -> list:
     """Each request's resulting state and whether the K workspace was replaced."""
     ws, steps = fused_kv.helper(**SHAPE), []
-    with fused_kv.method(order):
+    with overlay(order == "overlay", fused_kv.PATCH):
         for total_ctx, dtype in REQUESTS:
             before = ws._k_workspace
             ws._ensure_workspace(total_ctx, dtype)
@@ -37,7 +37,7 @@ def test_the_overlays_method_ends_every_request_as_sglangs_does():
 
 def test_a_failed_allocation_claims_nothing_and_the_next_request_recovers(monkeypatch):
     ws = fused_kv.helper(**SHAPE)
-    with fused_kv.method("overlay"):
+    with overlay(True, fused_kv.PATCH):
         ws._ensure_workspace(8, BF16)
         real_empty = torch.empty
 

@@ -23,8 +23,8 @@ def summary(values) -> dict:
 
 @contextlib.contextmanager
 def overlay(on: bool, patch: str):
-    """The overlay's methods (``on``, ``patch`` must then apply) or sglang's own while the block
-    runs; the overlay's state before it is put back after."""
+    """The overlay's methods (``on``: ``patch`` must apply) or sglang's own while the block runs;
+    the state before is put back after."""
     import sglang_overlay
 
     def applied() -> bool:
@@ -42,15 +42,6 @@ def overlay(on: bool, patch: str):
     finally:
         if was != on:
             (sglang_overlay.apply if was else sglang_overlay.remove)()
-
-
-def running_peak(changes) -> tuple:
-    """(peak, final) of the running sum of (time, signed bytes) events, in time order."""
-    live = peak = 0
-    for _, nbytes in sorted(changes):
-        live += nbytes
-        peak = max(peak, live)
-    return peak, live
 
 
 def live_bytes(work, device: str) -> tuple:
@@ -73,15 +64,18 @@ def live_bytes(work, device: str) -> tuple:
     changes = [(e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"]
     if not changes:
         raise BenchmarkError("the profiler recorded no allocation")
-    return running_peak(changes)
+    live = peak = 0
+    for _, nbytes in sorted(changes):  # the running sum, in time order
+        live += nbytes
+        peak = max(peak, live)
+    return peak, live
 
 
-def timed(command, env=None) -> tuple:
-    """(wall seconds, stdout) of ``command`` from the repository root; a non-zero exit is a
-    BenchmarkError (the time of a command that failed measures nothing)."""
+def timed(command) -> tuple:
+    """(wall seconds, stdout) of ``command`` from the repository root; a non-zero exit raises."""
     started = time.perf_counter()
     command = [str(c) for c in command]
-    proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -89,12 +83,12 @@ def timed(command, env=None) -> tuple:
     return wall, proc.stdout
 
 
-def alternate(commands: dict, repeats: int, env=None) -> dict:
-    """Each command once per repeat, in order then in reverse, so that a busy machine slows
-    them alike: {name: [wall seconds of each repeat]}. A command may be a function of the repeat."""
+def alternate(commands: dict, repeats: int) -> dict:
+    """{name: [wall seconds per repeat]}, the commands (or functions of the repeat giving one)
+    run in order then in reverse, so that a busy machine slows them alike."""
     walls: dict = {name: [] for name in commands}
     for r in range(repeats):
         for name in list(commands)[:: 1 if r % 2 == 0 else -1]:
             command = commands[name]
-            walls[name].append(timed(command(r) if callable(command) else command, env)[0])
+            walls[name].append(timed(command(r) if callable(command) else command)[0])
     return walls

@@ -32,10 +32,10 @@ def helper(n_layers: int, num_kv_heads: int, head_dim: int, device="cpu"):
     return obj
 
 
-def grow(capacity: int, order: str, dtype=torch.bfloat16, device="cpu") -> dict:
+def grow(capacity: int, order: str, device="cpu") -> dict:
     """Grow a fresh helper to ``capacity`` tokens, then ask for one more token (the method
     doubles) with ``order``'s method: the sizes and the peak, in units."""
-    ws, seen = helper(**SHAPE, device=device), {}
+    ws, seen, dtype = helper(**SHAPE, device=device), {}, torch.bfloat16
 
     def work():
         ws._ensure_workspace(capacity, dtype)

@@ -31,8 +31,7 @@ SWEEP_CUDA_ONLY = {
 
 
 def step_mib(step) -> float:
-    rows, dtype = step
-    return rows * 512 * DTYPE_BYTES[dtype] / MIB
+    return step[0] * 512 * DTYPE_BYTES[step[1]] / MIB
 
 
 def peak_mib(steps, device: str, change: bool) -> float:

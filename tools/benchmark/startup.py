@@ -54,7 +54,7 @@ def _run(python: Path, program: str):
     return json.loads(timed([python, "-c", program])[1])
 
 
-def measure(runs: int = 30) -> dict:
+def measure(runs: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         without = _make_venv(Path(tmp) / "without", with_overlay=False)
         with_ = _make_venv(Path(tmp) / "with", with_overlay=True)
