@@ -44,9 +44,8 @@ def test_a_hook_fails_the_series_only_for_what_it_brings_in(hook_env, case):
 def test_problem_lines_drop_positions_and_diff_context():
     out = "--- a\n+++ b\n@@ -1 +1 @@\n context\n-old\n+new\nf.py:12:3: word ==> fix\n"
     assert hooks.problem_lines(out) == {"-old", "+new", "f.py: word ==> fix"}
-    assert hooks.introduced("f.py:1: a ==> b\n", "f.py:9: a ==> b\nf.py:10: c ==> d\n") == [
-        "f.py: c ==> d"
-    ]
+    moved, added = hooks.problem_lines("f.py:9: a ==> b\nf.py:10: c ==> d\n"), {"f.py: c ==> d"}
+    assert moved - hooks.problem_lines("f.py:1: a ==> b\n") == added
 
 
 @pytest.mark.parametrize(

@@ -92,14 +92,6 @@ class _Path:
         return _Path(set(self.released), dict(self.kept), set(self.once))
 
 
-def _merge(a: _Path, b: _Path) -> _Path:
-    """After an if/else: released on both stays released; kept on one and kept or released on
-    the other stays kept (``if self.buf is not None: keep(self.buf)``)."""
-    kept = {k: why for k, why in a.kept.items() if k in b.kept or k in b.released}
-    kept.update({k: why for k, why in b.kept.items() if k in a.released})
-    return _Path(a.released & b.released, kept, a.once & b.once)
-
-
 @dataclass
 class _Candidate:
     key: str
@@ -131,13 +123,11 @@ class _ClassAudit:
 
     def _like_sized(self, site: Site, cand: _Candidate, sites: "list[Site]") -> Site:
         """``torch.empty_like(self._k)`` grows with whatever ``self._k`` grows with."""
-        if site.grows_with or not cand.call.args:
-            return site
-        like = expr.chain(cand.call.args[0], {expr.self_name(self.methods[cand.func]): "self"})
-        for other in sites:
-            if other.qualname == site.qualname and other.target == like and other.grows_with:
-                return replace(site, grows_with=other.grows_with)
-        return site
+        roots = {expr.self_name(self.methods[cand.func]): "self"}
+        like = cand.call.args and expr.chain(cand.call.args[0], roots)
+        grown = [o.grows_with for o in sites if o.qualname == site.qualname and o.target == like]
+        grown = [g for g in grown if g]
+        return replace(site, grows_with=grown[0]) if grown and not site.grows_with else site
 
     def _function(self, func, qual: str) -> "list[_Candidate]":
         self.roots = {expr.self_name(func): "self"}
@@ -149,8 +139,15 @@ class _ClassAudit:
         self.qual, self.escapes[qual] = qual, []
         self._block(func.body, _Path(set(), {}, set()))
         for cand in self.found:  # the old value copied into the new one after allocating
+            after = cand.stmt.end_lineno or cand.stmt.lineno
             for name, key in self.old_locals.items():
-                if key == cand.key and self._used_after(func, name, cand.stmt):
+                if key == cand.key and any(
+                    isinstance(n, ast.Name)
+                    and n.id == name
+                    and isinstance(n.ctx, ast.Load)
+                    and n.lineno > after
+                    for n in ast.walk(func)
+                ):
                     cand.path.kept.setdefault(key, f"copies the old value (local '{name}')")
             if cand.alloc_line and self._read_between(func, cand):
                 cand.path.kept.setdefault(cand.key, "copies the old value into the new one")
@@ -211,7 +208,12 @@ class _ClassAudit:
             return else_end
         if expr.terminates(stmt.orelse) and not expr.terminates(stmt.body):
             return body_end
-        return _merge(body_end, else_end)
+        # released on both stays released; kept on one and kept or released on the other stays
+        # kept (``if self.buf is not None: keep(self.buf)``)
+        a, b = body_end, else_end
+        kept = {k: why for k, why in a.kept.items() if k in b.kept or k in b.released}
+        kept.update({k: why for k, why in b.kept.items() if k in a.released})
+        return _Path(a.released & b.released, kept, a.once & b.once)
 
     def _assign(self, target, value, stmt, path: _Path) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
@@ -273,26 +275,17 @@ class _ClassAudit:
         """``new = torch.zeros(...); new[:n] = self.buf; self.buf = new``: the old value is
         read after the allocation and before the replacement."""
         roots = {expr.self_name(func): "self"}
-        metadata = set()  # self.buf.shape, self.buf.dtype: read about it, not from it
-        for n in ast.walk(func):
-            if isinstance(n, ast.Attribute) and n.attr not in expr.VIEW_METHODS:
-                metadata.add(id(n.value))
+        metadata = {  # self.buf.shape, self.buf.dtype: read about it, not from it
+            id(n.value)
+            for n in ast.walk(func)
+            if isinstance(n, ast.Attribute) and n.attr not in expr.VIEW_METHODS
+        }
         return any(
             isinstance(n, (ast.Attribute, ast.Subscript))
             and isinstance(n.ctx, ast.Load)
             and id(n) not in metadata
             and cand.alloc_line < n.lineno < cand.stmt.lineno
             and expr.holds(expr.chain(n, roots) or "", cand.key)
-            for n in ast.walk(func)
-        )
-
-    def _used_after(self, func, name: str, stmt) -> bool:
-        after = stmt.end_lineno or stmt.lineno
-        return any(
-            isinstance(n, ast.Name)
-            and n.id == name
-            and isinstance(n.ctx, ast.Load)
-            and n.lineno > after
             for n in ast.walk(func)
         )
 

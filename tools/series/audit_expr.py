@@ -118,13 +118,11 @@ def viewed(expr, roots: dict):
     key = chain(expr, roots)
     if key:
         yield key
-    elif isinstance(expr, ast.Subscript):
+    elif isinstance(expr, (ast.Subscript, ast.Starred)):
         yield from viewed(expr.value, roots)
     elif isinstance(expr, (ast.Tuple, ast.List, ast.Set)):
         for elt in expr.elts:
             yield from viewed(elt, roots)
-    elif isinstance(expr, ast.Starred):
-        yield from viewed(expr.value, roots)
     elif isinstance(expr, ast.IfExp):
         yield from viewed(expr.body, roots)
         yield from viewed(expr.orelse, roots)
@@ -226,13 +224,10 @@ def is_none(node) -> bool:
 
 
 def is_empty_holder(node) -> bool:
-    if isinstance(node, (ast.Dict, ast.List, ast.Tuple, ast.Set)):
-        return not getattr(node, "elts", getattr(node, "keys", None))
-    return (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in {"dict", "list", "set", "tuple"}
-        and not node.args
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return node.func.id in {"dict", "list", "set", "tuple"} and not node.args
+    return isinstance(node, (ast.Dict, ast.List, ast.Tuple, ast.Set)) and not getattr(
+        node, "elts", getattr(node, "keys", None)
     )
 
 
@@ -241,8 +236,7 @@ def terminates(body) -> bool:
 
 
 def self_name(func) -> "str | None":
-    decorators = {d.id for d in func.decorator_list if isinstance(d, ast.Name)}
-    if "staticmethod" in decorators:
+    if any(getattr(d, "id", None) == "staticmethod" for d in func.decorator_list):
         return None
     args = func.args.posonlyargs + func.args.args
     return args[0].arg if args else None
@@ -282,14 +276,11 @@ def construction_only(methods: "dict[str, ast.FunctionDef]") -> "set[str]":
             ):
                 callers[node.attr].add(name)
     init_only = set(INIT_METHODS) & set(methods)
-    changed = True
-    while changed:  # a private helper that only init-only methods call
-        changed = False
-        for name, by in callers.items():
-            private = name.startswith("_") and not name.startswith("__")
-            if name not in init_only and private and by and by <= init_only:
-                init_only.add(name)
-                changed = True
+    private = {
+        n for n, by in callers.items() if n.startswith("_") and not n.startswith("__") and by
+    }
+    while more := {n for n in private - init_only if callers[n] <= init_only}:
+        init_only |= more  # a private helper that only init-only methods call
     return init_only
 
 

@@ -48,10 +48,6 @@ def problem_lines(output: str) -> set:
     }
 
 
-def introduced(base_output: str, patched_output: str) -> list:
-    return sorted(problem_lines(patched_output) - problem_lines(base_output))
-
-
 def _hooks_cache_dir() -> Path:
     """The hooks, their environments and verdicts: per user (as pre-commit's own store), or
     ``$SGLANG_SERIES_CACHE``."""
@@ -96,7 +92,7 @@ def _judge(home: Path, name: str, patched: dict, before: dict) -> tuple:
     report, failures = [], []
     for path, (ok, output) in zip(patched, results, strict=False):
         base_ok, base_output = on_base.get(path, (True, ""))
-        added = [] if ok or base_ok else introduced(base_output, output)
+        added = [] if ok or base_ok else sorted(problem_lines(output) - problem_lines(base_output))
         if not ok and not base_ok and not added:
             report.append(
                 f"upstream hook {name}: {path} fails as the base release has it; "
