@@ -7,7 +7,7 @@ import importlib
 import os
 import sys
 import threading
-from dataclasses import dataclass, replace
+from collections import namedtuple
 
 from sglang_overlay import config, observe, shapes
 from sglang_overlay.observe import logger, warn_once
@@ -23,23 +23,10 @@ class UnsupportedShapeError(OverlayError):
     """Raised instead of a warning when SGLANG_OVERLAY_STRICT=1."""
 
 
-@dataclass(frozen=True)
-class _Installed:  # one method the overlay put on a class, and both function objects
-    site: shapes.Site
-    cls: type
-    method: str
-    original: object
-    patched: object
-
-
-@dataclass(frozen=True)
-class _Applied:  # one application of a patch to a module: every method it installed, or none
-    patch_id: str
-    module_name: str
-    installed: "tuple[_Installed, ...]"
-    target: str
-    reason: str
-
+# one method the overlay put on a class, with both function objects; one application of a
+# patch to a module: every method it installed, or none
+_Installed = namedtuple("_Installed", "site cls method original patched")
+_Applied = namedtuple("_Applied", "patch_id module_name installed target reason")
 
 _lock = threading.RLock()
 _applied: "list[_Applied]" = []
@@ -216,7 +203,7 @@ def remove() -> list:
                 if vars(one.cls).get(one.method) is one.patched:
                     setattr(one.cls, one.method, one.original)
             if hook is not None:  # ours runs inside someone else's function: say so
-                kept.append(replace(done, installed=hooked))
+                kept.append(done._replace(installed=hooked))
                 why = f"remove() cannot take release-first out: {hook[1]}"
                 outcome[done.patch_id] = (hook[0], done.target, why)
             elif outcome[done.patch_id][0] == "pending":

@@ -7,39 +7,26 @@ import functools
 import hashlib
 import inspect
 import sys
-from dataclasses import dataclass
+from collections import namedtuple
 
 from sglang_overlay.patches import FUSED_KV_PATCH_ID, PATCH_ID, PATCH_IDS
 
 CODE_PYTHONS = ("3.10", "3.11", "3.12", "3.13")  # the order of WorkspaceShape.code_sha256
 
 
-@dataclass(frozen=True)
-class WorkspaceShape:
-    """One published form of a method: sha256 (12 hex digits) of its source text, and of its
-    code object under each of ``CODE_PYTHONS`` (none: the source is needed)."""
-
-    name: str
-    source_sha256: str
-    releases: str
-    code_sha256: "tuple[str, ...]" = ()
+# One published form of a method: sha256 (12 hex digits) of its source text, and of its code
+# object under each of CODE_PYTHONS (none: the source is needed).
+WorkspaceShape = namedtuple("WorkspaceShape", "name source_sha256 releases code_sha256")
 
 
 def _shapes(*rows) -> "tuple[WorkspaceShape, ...]":
     return tuple(WorkspaceShape(n, source, rel, tuple(code)) for n, source, rel, *code in rows)
 
 
-@dataclass(frozen=True)
-class Site:
-    """One method a patch replaces: its class's names, the method's names (the first the class
-    defines), the attributes set to None before they are allocated anew, its shapes."""
-
-    patch_id: str
-    class_names: "tuple[str, ...]"
-    methods: "tuple[str, ...]"
-    released: "tuple[str, ...]"
-    shapes: "tuple[WorkspaceShape, ...]"
-    hazard: "object" = None  # module -> a reason not to patch it, or None
+# One method a patch replaces: its class's names, the method's names (the first the class
+# defines), the attributes set to None before they are allocated anew, its shapes, and a
+# hazard (module -> a reason not to patch it, or None).
+Site = namedtuple("Site", "patch_id class_names methods released shapes hazard", defaults=[None])
 
 
 def _address_keyed_validity(module) -> "str | None":
@@ -100,14 +87,10 @@ DSV4 = ALL_SITES[0]
 SITES = {p: tuple(s for s in ALL_SITES if s.patch_id == p) for p in PATCH_IDS}  # in order
 
 
-@dataclass(frozen=True)
-class Recognition:
-    state: str  # "recognised", "not-present", "upstream-fixed", "unsupported"
-    target: str
-    reason: str
-    shape: "WorkspaceShape | None" = None
-    cls: "type | None" = None
-    method: str = ""
+# state: recognised, not-present, upstream-fixed or unsupported
+Recognition = namedtuple(
+    "Recognition", "state target reason shape cls method", defaults=[None, None, ""]
+)
 
 
 def workspace_class(module, site: "Site | None" = None) -> "type | None":
