@@ -32,24 +32,18 @@ def pid(text: str) -> int:
 
 
 def main(argv=None) -> int:
-    parser = Parser(
-        prog="sglang-overlay",
-        description="Release-first scratch workspaces for installed sglang releases: what a new "
-        "process gets, and what the running ones got.",
-    )
+    about = "Release-first scratch workspaces for sglang: what new and running processes get."
+    parser = Parser(prog="sglang-overlay", description=about)
     parser.add_argument("--version", action="version", version=f"sglang-overlay {__version__}")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
     show = verbs.add_parser(
         "status",
         help="what a fresh sglang process of this environment gets, one line per patch",
-        description="Start a fresh interpreter of this Python, import each patched module as "
-        "any sglang process would, and report each patch. Patches nothing in this process. "
-        "With --processes: what every live sglang process on this machine recorded.",
+        description="Import each patched module in a fresh interpreter and report each patch; "
+        "with --processes: what every live sglang process here recorded.",
     )
     show.add_argument("--json", action="store_true", help="print JSON for machines")
-    show.add_argument(
-        "--processes", action="store_true", help="every live sglang process, one row each"
-    )
+    show.add_argument("--processes", action="store_true", help="every live sglang process")
     show.add_argument(
         "--pid", type=pid, action="append", metavar="PID", help="with --processes: only this one"
     )

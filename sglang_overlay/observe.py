@@ -188,10 +188,6 @@ def prune_records(uid: int) -> None:
             continue
 
 
-# Options of the interpreter that take a value, attached (-Wignore) or as the next word.
-_VALUED = frozenset("WX")
-
-
 def runs_sglang(argv: "list[str]") -> bool:
     """Whether a command line is sglang's: ``sglang serve``, ``sglang::scheduler_TP0``,
     ``python [options] -m sglang...`` or ``python [options] path/to/sglang*``."""
@@ -216,7 +212,7 @@ def runs_sglang(argv: "list[str]") -> bool:
                 return (word[position:] or following).split(".")[0] == "sglang"
             if flag == "c":
                 return False
-            if flag in _VALUED:
+            if flag in "WX":  # a value, attached (-Wignore) or the next word
                 i += 0 if word[position:] else 1
                 break
         i += 1
