@@ -63,8 +63,7 @@ def decode(data: bytes) -> str:
 
 
 def read_source(path: "str | os.PathLike") -> str:
-    """A module's text from a regular file (not a link) of at most ``MAX_BYTES``, else
-    ``Unreadable``."""
+    """A module's text from a regular file (no link) of at most ``MAX_BYTES``, else Unreadable."""
     try:
         if os.path.islink(path):
             raise Unreadable("a link, not followed")
@@ -116,18 +115,13 @@ class _ClassAudit:
 
     def sites(self) -> "list[Site]":
         found = [c for name, func in self.methods.items() for c in self._function(func, name)]
-        sites = [self._classify(c) for c in found]
-        return [
-            self._like_sized(site, cand, sites) for site, cand in zip(sites, found, strict=True)
-        ]
-
-    def _like_sized(self, site: Site, cand: _Candidate, sites: "list[Site]") -> Site:
-        """``torch.empty_like(self._k)`` grows with whatever ``self._k`` grows with."""
-        roots = {expr.self_name(self.methods[cand.func]): "self"}
-        like = cand.call.args and expr.chain(cand.call.args[0], roots)
-        grown = [o.grows_with for o in sites if o.qualname == site.qualname and o.target == like]
-        grown = [g for g in grown if g]
-        return replace(site, grows_with=grown[0]) if grown and not site.grows_with else site
+        sites, out = [self._classify(c) for c in found], []
+        for site, cand in zip(sites, found, strict=True):  # empty_like(self._k) grows as self._k
+            roots = {expr.self_name(self.methods[cand.func]): "self"}
+            like = (site.qualname, cand.call.args and expr.chain(cand.call.args[0], roots))
+            grown = [o.grows_with for o in sites if (o.qualname, o.target) == like and o.grows_with]
+            out.append(replace(site, grows_with=site.grows_with or next(iter(grown), ())))
+        return out
 
     def _function(self, func, qual: str) -> "list[_Candidate]":
         self.roots = {expr.self_name(func): "self"}

@@ -49,8 +49,7 @@ def problem_lines(output: str) -> set:
 
 
 def _hooks_cache_dir() -> Path:
-    """The hooks, their environments and verdicts: per user (as pre-commit's own store), or
-    ``$SGLANG_SERIES_CACHE``."""
+    """Hooks, environments, verdicts: per user (as pre-commit's store), or $SGLANG_SERIES_CACHE."""
     if "SGLANG_SERIES_CACHE" in os.environ:
         return Path(os.environ["SGLANG_SERIES_CACHE"])
     xdg, home = os.environ.get("XDG_CACHE_HOME", ""), os.path.expanduser("~")
