@@ -171,11 +171,9 @@ class _ClassAudit:
                 self._block(block, path.copy())
             return self._block(getattr(stmt, "finalbody", []), path)
         path = path.copy()
-        if isinstance(stmt, ast.Assign):
-            for target in stmt.targets:
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+            for target in getattr(stmt, "targets", None) or [stmt.target]:
                 self._assign(target, stmt.value, stmt, path)
-        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
-            self._assign(stmt.target, stmt.value, stmt, path)
         elif isinstance(stmt, ast.Delete):
             path.released |= {k for k in (expr.chain(t, self.roots) for t in stmt.targets) if k}
         elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):

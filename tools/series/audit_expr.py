@@ -139,14 +139,11 @@ def flag_test(test, roots: dict) -> "tuple[str, bool] | None":
     """``self.ready`` or ``getattr(self, "ready", False)`` -> ("self.ready", True); negated (also
     in an ``and``) -> ("self.ready", False)."""
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        found = [flag_test(v, roots) for v in test.values]
-        negated = [f for f in found if f and not f[1]]
-        return negated[0] if negated else None
+        found = (flag_test(v, roots) for v in test.values)
+        return next((f for f in found if f and not f[1]), None)
     negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
     node = test.operand if negated else test
-    key = by_name(node, roots, "getattr") or (
-        chain(node, roots) if isinstance(node, ast.Attribute) else None
-    )
+    key = by_name(node, roots, "getattr") or isinstance(node, ast.Attribute) and chain(node, roots)
     return (key, not negated) if key else None
 
 
