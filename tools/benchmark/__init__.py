@@ -17,7 +17,6 @@ class BenchmarkError(ToolError):
 
 
 def summary(values) -> dict:
-    values = list(values)
     return dict(median=statistics.median(values), min=min(values), max=max(values), n=len(values))
 
 

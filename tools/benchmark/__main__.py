@@ -1,7 +1,5 @@
-"""``python -m tools.benchmark`` (``make bench``): the parts below, written to
-``tools/benchmark/results/<machine>.json`` (merged: parts not run keep their figures; a part
-that fails is recorded and the others still run). BENCHMARKS.md is written from it by hand.
-Exit 0 when every part ran, 1 when one failed, 2 for bad usage."""
+"""``python -m tools.benchmark``: the parts below, merged into ``results/<machine>.json`` (a part
+that fails is recorded, the others still run). Exit 0 when every part ran, 1 when one failed."""
 
 import argparse
 import datetime

@@ -1,8 +1,7 @@
-"""``python -m tools.benchmark.fused_kv``: the peak while sglang's DFlash
-``FusedKVMaterializeHelper._ensure_workspace`` grows its three workspaces C -> 2C, on the real
-method (the helper built without its constructor), in units of the K workspace at C: sglang's
-method (``unmodified``), the overlay's (``overlay``, patch 0003) and sglang's with the old
-workspaces dropped first (``released-first``: the limit)."""
+"""``python -m tools.benchmark.fused_kv``: the peak while the real DFlash
+``FusedKVMaterializeHelper._ensure_workspace`` grows its three workspaces C -> 2C, in units of
+the K workspace at C: sglang's method, the overlay's (0003), and sglang's with the old ones
+dropped first (``released-first``: the limit)."""
 
 import argparse
 import json

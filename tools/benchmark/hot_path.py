@@ -1,6 +1,5 @@
 """The ``hot`` part: calls per second of the workspace's reuse path (``get``, ``get_with_head``),
-sglang's method against the overlay's, alternated in one process through the bound call path
-the engine uses."""
+sglang's method against the overlay's, alternated in one process, bound as the engine calls it."""
 
 import importlib
 import timeit

@@ -1,7 +1,6 @@
-"""The ``proof`` part: the wall time of the proof file (``python FILE -v``, as upstream's runner
-starts it) and of ``ci run`` of it on both sides, over one bare import of the workspace module
-(every proof pays that once), alternated. FILE: the registered test on CUDA, the CPU proof on
-CPU (where that test skips)."""
+"""The ``proof`` part: wall time of ``python FILE -v`` (as upstream's runner starts it) and of
+``ci run`` of it on both sides, over one bare import of the workspace module, alternated. FILE:
+the registered test on CUDA, the CPU proof on CPU (where that test skips)."""
 
 import statistics
 import sys

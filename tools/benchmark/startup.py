@@ -1,6 +1,6 @@
-"""The ``startup`` part: what the overlay's .pth hook adds to an interpreter's start. Two
-throw-away venvs see the project venv's site-packages as a plain path (its .pth files are not
-run); only the second also gets the overlay and its .pth. Timed A B A B."""
+"""The ``startup`` part: what the overlay's .pth hook adds to an interpreter's start, timed A B A B
+in two throw-away venvs over the project's site-packages (its .pth files not run); only the
+second also gets the overlay and its .pth."""
 
 import json
 import shutil
@@ -36,12 +36,13 @@ print(json.dumps({"calls": calls[0], "ns_per_call": per_call * 1e9, "ms": calls[
 """
 
 
+PURELIB = "import json, sysconfig; print(json.dumps(sysconfig.get_paths()['purelib']))"
+
+
 def _make_venv(root: Path, with_overlay: bool) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
     python = root / "bin" / "python"
-    site = Path(
-        _run(python, "import json, sysconfig; print(json.dumps(sysconfig.get_paths()['purelib']))")
-    )
+    site = Path(_run(python, PURELIB))
     project_site = Path(sysconfig.get_paths()["purelib"])
     (site / "project_site.pth").write_text(f"{project_site}\n")
     if with_overlay:
@@ -58,10 +59,8 @@ def measure(runs: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         without = _make_venv(Path(tmp) / "without", with_overlay=False)
         with_ = _make_venv(Path(tmp) / "with", with_overlay=True)
-        results = {
-            "modules_after_start_with_overlay": _run(with_, PROBE),
-            "trigger_cost_import_torch": _run(with_, TRIGGER_COST),
-        }
+        results = {"modules_after_start_with_overlay": _run(with_, PROBE)}
+        results["trigger_cost_import_torch"] = _run(with_, TRIGGER_COST)
         for program in PROGRAMS:
             # One warm-up pair for the page cache, then ``runs`` pairs.
             pair = {"without": [without, "-c", program], "with": [with_, "-c", program]}

@@ -45,9 +45,8 @@ def main(argv=None) -> int:
         return EXIT_USAGE
     body = watch.issue_body(rows, newest, requested)
     sys.stdout.write(inert(body))
-    if args.post and not _post(args, body):
-        return EXIT_FAILED
-    return EXIT_FAILED if any(watch.verdict(row) is False for row in rows) else EXIT_OK
+    posted = not args.post or _post(args, body)
+    return EXIT_OK if posted and all(watch.verdict(r) is not False for r in rows) else EXIT_FAILED
 
 
 def _check_usage(args) -> None:
@@ -85,7 +84,6 @@ def _post(args, body) -> bool:
     owner, name = args.repo.split("/")
     gh, policy = connect(token, args.api_url), RetryPolicy()
     try:
-        # Our issue is the one by our login: --bot-login, else the token's user, as for comments.
         author = Publisher(gh, owner, name, None, policy).identity(args.bot_login)
         outcome, number = upsert_issue(gh, owner, name, body, author, policy)
     except (PublishFailed, github3.exceptions.GitHubException, RuntimeError) as exc:

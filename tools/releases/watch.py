@@ -25,19 +25,14 @@ ROWS_FILE = "watch.json"
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "compat"
 PROOFS = ("test/registered", "test/proofs")
-# A row as ``check`` writes it: key -> the types it may have (exactly; True is no count).
-ROW_SCHEMA = {
-    **dict.fromkeys(("version", "state", "reason", "error"), (str,)),
-    "sha256": (str, type(None)),
-    "series": (dict, type(None)),
-    "counts": (dict,),
-    "change_ok": (bool,),
-    "patches": (list,),  # one {patch, state, sha256, series} per carried patch
-}
+# A row as ``check`` writes it: key -> the types it may have (exactly; True is no count);
+# patches: one {patch, state, sha256, series} per carried patch.
+ROW_SCHEMA = {**dict.fromkeys(("version", "state", "reason", "error"), (str,)),
+              "sha256": (str, type(None)), "series": (dict, type(None)), "counts": (dict,),
+              "change_ok": (bool,), "patches": (list,)}  # fmt: skip
 PATCH_KEYS = {"patch": (str,), "state": (str,), "sha256": (str, type(None)), "series": (str,)}
 MAX_TEXT, MAX_CELL = 4000, 300  # characters of one value in a row, of one rendered cell
 MAX_BODY = 60000  # GitHub refuses an issue body over 65,536 characters
-TRUNCATED = " (truncated)"
 # Fixed, or on purpose not fixed on this release; anything else is the patch's failure there.
 OK_STATES = ("applied", "not-present", "upstream-fixed")
 _SHA256 = re.compile(r"sha256 ([0-9a-f]{12})")
@@ -59,7 +54,7 @@ def _last_line(text: str) -> str:
 
 
 def known_releases() -> list:
-    """Every release the project names: the series matrix's and the overlay shapes'."""
+    """Every release the series matrix or an overlay shape names."""
     from packaging.version import Version
 
     from sglang_overlay.shapes import KNOWN_SHAPES
@@ -180,11 +175,8 @@ def ab(version: str, env: dict, out: Path) -> dict:
 def check(version: str, out: Path, installed: bool = False) -> dict:
     """One release's row: overlay state, whether each fix applies, the A/B when the overlay
     applies. ``installed``: this venv's sglang, not the release's wheel."""
-    env = dict(os.environ)
-    env.pop(DISABLE_ENV, None)
-    if installed:
-        env.pop("PYTHONPATH", None)
-    else:
+    env = {k: v for k, v in os.environ.items() if k not in (DISABLE_ENV, "PYTHONPATH")}
+    if not installed:
         env["PYTHONPATH"] = str(install(version))
     overlay = overlay_state(version, env)
     records = overlay.pop("records", [])
@@ -241,27 +233,23 @@ def issue_body(rows, newest_known: str, requested: bool = False) -> str:
     """The tracking issue's text, cut to MAX_BODY by whole rows; no timestamp (an unchanged
     run leaves the issue untouched)."""
     known = f"{newest_known} is the newest release the overlay and the patch series know"
-    if requested:
-        lead = f"sglang releases checked on request ({known})."
-    else:
-        lead = f"sglang releases on the package index newer than {newest_known} ({known})."
+    which = "checked on request" if requested else f"on the package index newer than {newest_known}"
+    lead = f"sglang releases {which} ({known})."
     if not rows:
         return f"{MARKER}\n\n{lead}\n\nNone: {newest_known} is the newest release there.\n"
     table = render(rows).splitlines()
     note = (
-        "Each release's wheel over the pinned CPU closure: the overlay's state and the "
-        "allocating method's sha256, whether patch 0001 applies to the wheel, then one column "
-        "per carried patch (its state and sha256, and whether its fix applies) "
-        "(`python -m tools.series matrix`), and the registered tests on both sides "
-        "(`python -m ci run --backend cpu`). Any verdict but `ok` needs a new shape in "
-        "`sglang_overlay/shapes.py` or a rebased series."
+        "Each release's wheel over the pinned CPU closure: the overlay's state and method sha256, "
+        "then whether each carried patch applies (`python -m tools.series matrix`) and the "
+        "registered tests on both sides (`python -m ci run --backend cpu`). Any verdict but `ok` "
+        "needs a new shape in `sglang_overlay/shapes.py` or a rebased series."
     )
     room = MAX_BODY - len(MARKER) - len(lead) - len(note) - 200
     kept = 2
     while kept < len(table) and sum(len(line) + 1 for line in table[: kept + 1]) <= room:
         kept += 1
     if kept < len(table):
-        table[kept:] = [f"{len(table) - kept} more rows{TRUNCATED}: see {ROWS_FILE}"]
+        table[kept:] = [f"{len(table) - kept} more rows (truncated): see {ROWS_FILE}"]
     return "\n".join([MARKER, "", lead, "", *table, "", note]) + "\n"
 
 
