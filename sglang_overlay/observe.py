@@ -126,16 +126,12 @@ def write_record(fields: dict) -> None:
         folder.mkdir(mode=0o700)
     problem = folder_problem(folder, uid)
     if problem is not None:
-        raise FolderError(problem)
+        raise OverlayError(problem)
     temporary = folder / f".{pid}.tmp"
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as handle:
         json.dump({**fields, "pid": pid, "start_time": start_time(pid)}, handle)
     os.replace(temporary, folder / f"{pid}.json")
-
-
-class FolderError(OverlayError):
-    """The runtime folder cannot hold records."""
 
 
 def read_record(pid: int, uid: int) -> "tuple[dict | None, str | None]":
@@ -191,31 +187,21 @@ def prune_records(uid: int) -> None:
 def runs_sglang(argv: "list[str]") -> bool:
     """Whether a command line is sglang's: ``sglang serve``, ``sglang::scheduler_TP0``,
     ``python [options] -m sglang...`` or ``python [options] path/to/sglang*``."""
-    if not argv:
-        return False
-    if _sglang_name(os.path.basename(argv[0])):
-        return True
-    if not os.path.basename(argv[0]).startswith("python"):
-        return False
-    words = argv[1:]
-    i = 0
-    while i < len(words):
-        word, following = words[i], (words[i + 1] if i + 1 < len(words) else "")
-        if word == "--" or not word.startswith("-") or word == "-":
-            script = following if word == "--" else word
-            return word != "-" and _sglang_name(os.path.basename(script))
-        if word.startswith("--"):
-            i += 2 if word == "--check-hash-based-pycs" else 1
-            continue
-        for position, flag in enumerate(word[1:], 2):
-            if flag == "m":
-                return (word[position:] or following).split(".")[0] == "sglang"
-            if flag == "c":
-                return False
-            if flag in "WX":  # a value, attached (-Wignore) or the next word
-                i += 0 if word[position:] else 1
-                break
-        i += 1
+    name = os.path.basename(argv[0]) if argv else ""
+    if not name.startswith("python"):
+        return _sglang_name(name)
+    words = iter(argv[1:])
+    for word in words:
+        if word in ("-", "--") or not word.startswith("-"):  # the script (or stdin)
+            return _sglang_name(os.path.basename(next(words, "") if word == "--" else word))
+        # one-letter options run together (-SWignore): -m or -c ends them, -W or -X takes a value
+        option = re.match(r"-[^-cmWX]*([cmWX])(.*)", word)
+        if option and option[1] == "m":
+            return (option[2] or next(words, "")).split(".")[0] == "sglang"
+        if option and option[1] == "c":
+            return False
+        if (option and not option[2]) or word == "--check-hash-based-pycs":
+            next(words, None)  # its value is the next word
     return False
 
 

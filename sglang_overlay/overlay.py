@@ -75,8 +75,6 @@ def _patch_status(patch_id: str) -> dict:
                     "of it on sys.meta_path served the module, or the hook was removed or could "
                     "not load); this process runs unmodified sglang there; apply() patches now"
                 )
-    if record["sglang_version"] == "unknown":  # nothing has looked yet
-        record["sglang_version"] = sglang_version()
     return record
 
 
@@ -122,13 +120,6 @@ def apply() -> list:
 
 def apply_to_module(module, patch_id: str) -> None:
     """Apply ``patch_id`` to ``module``: every method of the patch, or none."""
-    try:
-        _apply_patch(module, patch_id)
-    finally:
-        shapes.module_tree.cache_clear()  # the size of the module: keep none
-
-
-def _apply_patch(module, patch_id: str) -> None:
     patch_sites = shapes.SITES[patch_id]
     with _lock:
         # This patch's latest application to these classes (another patch of the same class,
@@ -151,7 +142,10 @@ def _apply_patch(module, patch_id: str) -> None:
         if reason is not None:
             _record(patch_id, "disabled", module.__name__, reason)
             return
-        each = [shapes.recognise(module, site) for site in patch_sites]
+        try:
+            each = [shapes.recognise(module, site) for site in patch_sites]
+        finally:
+            shapes.module_tree.cache_clear()  # the size of the module: keep none
         found = shapes.all_or_none(each)
         if found.state != "recognised":
             _record(patch_id, found.state, found.target, found.reason)
@@ -293,8 +287,8 @@ def publish() -> None:
         observe.publish(patches, fields, STATES)
 
 
-def _record(patch_id, state, target, reason, version=None, publishing=True) -> None:
-    version = version or sglang_version()
+def _record(patch_id, state, target, reason, publishing=True) -> None:
+    version = sglang_version()
     with _lock:
         _status[patch_id] = {"patch": patch_id, "target": target, "sglang_version": version,
                              "state": state, "reason": reason}  # fmt: skip
@@ -303,4 +297,4 @@ def _record(patch_id, state, target, reason, version=None, publishing=True) -> N
 
 
 for _p in PATCH_IDS:
-    _record(_p, "pending", PATCHED_MODULES[_p][0], _WAITING[_p], "unknown", publishing=False)
+    _record(_p, "pending", PATCHED_MODULES[_p][0], _WAITING[_p], publishing=False)

@@ -70,7 +70,7 @@ def build(site, found, module, publish):
         return _build_ensure_workspace(module, publish)
     if site is shapes.DSV4:
         return _build_dsv4(module, publish, found.shape.name)
-    method = released_method(module, found.cls.__name__, found.method, site.released)
+    method = released_method(module, found.node, site.released)
     released = site.released
 
     def released_first(self, *args, **kwargs):
@@ -155,11 +155,10 @@ def _build_ensure_workspace(module, publish):
     return _ensure_workspace
 
 
-def released_method(module, class_name: str, method: str, released) -> "object":
-    """``class_name.method`` of ``module`` with the ``released`` attributes dropped first,
+def released_method(module, node: ast.FunctionDef, released) -> "object":
+    """The method ``node`` of ``module`` with the ``released`` attributes dropped first,
     compiled from its source in the module's globals, file and lines."""
-    node = shapes._method_node(shapes.module_tree(inspect.getsource(module)), class_name, method)
-    node = copy.deepcopy(node)  # the cached tree stays the module's own text
+    node = copy.deepcopy(node)  # the recognised tree stays the module's own text
     for attr in released:
         _drop_before_allocation(node, attr)
     tree = ast.fix_missing_locations(ast.Module(body=[node], type_ignores=[]))
@@ -168,7 +167,7 @@ def released_method(module, class_name: str, method: str, released) -> "object":
     code = compile(tree, inspect.getsourcefile(module), "exec", flags=flags, dont_inherit=True)
     namespace = {}
     exec(code, vars(module), namespace)  # the def only: the module's globals, as the original's
-    return namespace[method]
+    return namespace[node.name]
 
 
 def _drop_before_allocation(node, attr: str) -> None:

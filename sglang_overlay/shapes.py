@@ -89,7 +89,7 @@ SITES = {p: tuple(s for s in ALL_SITES if s.patch_id == p) for p in PATCH_IDS}  
 
 # state: recognised, not-present, upstream-fixed or unsupported
 Recognition = namedtuple(
-    "Recognition", "state target reason shape cls method", defaults=[None, None, ""]
+    "Recognition", "state target reason shape cls method node", defaults=[None, None, "", None]
 )
 
 
@@ -137,7 +137,7 @@ def recognise(module, site: "Site | None" = None) -> Recognition:
         source = inspect.getsource(module)
     except (OSError, TypeError) as exc:
         python = f"{sys.version_info[0]}.{sys.version_info[1]}"
-        digest, evidence = code_sha256(func.__code__), "bytecode only, code sha256"
+        digest, evidence, node = code_sha256(func.__code__), "bytecode only, code sha256", None
         ours = func.__qualname__ == where and func.__module__ == name
         codes = {s: dict(zip(CODE_PYTHONS, s.code_sha256, strict=False)) for s in site.shapes}
         found = [s for s in site.shapes if ours and codes[s].get(python) == digest]
@@ -163,7 +163,7 @@ def recognise(module, site: "Site | None" = None) -> Recognition:
     if not found or hazard:
         return refused("unsupported", hazard or unknown)
     reason = f"{found[0].name} ({found[0].releases}), {evidence} {digest}"
-    return Recognition("recognised", target, reason, found[0], cls, method)
+    return Recognition("recognised", target, reason, found[0], cls, method, node)
 
 
 def all_or_none(found: "list[Recognition]") -> Recognition:

@@ -16,7 +16,7 @@ import pytest
 import standin
 from conftest import clean_env, runs_program, until
 
-from sglang_overlay import PATCH_IDS, __version__, cli, observe
+from sglang_overlay import PATCH_IDS, OverlayError, __version__, cli, observe
 from sglang_overlay.observe import runs_sglang
 
 NOBODY = 65534
@@ -190,7 +190,7 @@ def test_a_runtime_folder_that_cannot_hold_records_is_named_instead_of_restart_i
         pytest.skip("only root can give the folder to another user")
     spoil, says = FOLDER_PROBLEMS[problem]
     spoil(runtime_dir)
-    with pytest.raises(observe.FolderError, match=says):  # the writer refuses it too
+    with pytest.raises(OverlayError, match=says):  # the writer refuses it too
         observe.write_record({"patches": []})
     code, rows = rows_of(capsys, sleeper)
     row = rows[PATCH_IDS[0]]
