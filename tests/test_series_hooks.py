@@ -27,13 +27,8 @@ CASES = {
 }  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def hook_env():
-    return hooks.ensure_env()
-
-
 @pytest.mark.parametrize("case", CASES)
-def test_a_hook_fails_the_series_only_for_what_it_brings_in(hook_env, case):
+def test_a_hook_fails_the_series_only_for_what_it_brings_in(case):
     patched, before, failing = CASES[case]
     report, failures = hooks.check_files(patched, before)
     assert [f.split(" fails on ")[0] for f in failures] == failing, failures
@@ -48,32 +43,9 @@ def test_problem_lines_drop_positions_and_diff_context():
     assert moved - hooks.problem_lines("f.py:1: a ==> b\n") == added
 
 
-@pytest.mark.parametrize(
-    "variables, expected",
-    [
-        ({"XDG_CACHE_HOME": "/x/cache"}, "/x/cache/sglang-overlay"),
-        ({"XDG_CACHE_HOME": "relative/cache", "HOME": "/h"}, "/h/.cache/sglang-overlay"),
-        ({"HOME": "/h"}, "/h/.cache/sglang-overlay"),
-        ({"SGLANG_SERIES_CACHE": "/one/place", "XDG_CACHE_HOME": "/x"}, "/one/place"),
-        ({"HOME": ""}, str(REPO_ROOT / ".cache")),  # no home: this clone's own folder
-    ],
-)
-def test_the_hooks_are_kept_per_user_unless_one_cache_folder_is_named(
-    monkeypatch, variables, expected
-):
-    for name in ("XDG_CACHE_HOME", "SGLANG_SERIES_CACHE", "HOME"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in variables.items():
-        monkeypatch.setenv(name, value)
-    assert str(hooks._hooks_cache_dir()) == expected
-
-
-def test_a_hooks_folder_that_cannot_be_written_is_one_line_and_exit_2(monkeypatch, tmp_path):
+def test_hooks_pre_commit_cannot_install_are_exit_2_not_a_traceback(monkeypatch, tmp_path):
     (tmp_path / "file").write_text("")
-    monkeypatch.setattr(hooks, "HOOKS_CACHE_DIR", tmp_path / "file" / "below")
-    with pytest.raises(SeriesError) as raised:
-        hooks.ensure_env()
-    said = str(raised.value)
-    assert raised.value.exit_code == 2 and len(said.splitlines()) == 1, said
-    assert said.startswith(f"cannot write upstream's hooks into {tmp_path}/file/below/")
-    assert "Not a directory; set XDG_CACHE_HOME or SGLANG_SERIES_CACHE" in said
+    monkeypatch.setenv("PRE_COMMIT_HOME", str(tmp_path / "file" / "store"))
+    with pytest.raises(SeriesError, match="could not install or run upstream's hooks") as raised:
+        hooks.check_files({MODULE: str(tmp_path).encode()}, {MODULE: None})  # never cached
+    assert raised.value.exit_code == 2 and len(str(raised.value).splitlines()) == 1

@@ -123,7 +123,7 @@ def _pr_body(series, folder, number, no_check) -> str:
     fix = prd.select_fix(series, results, number)  # refuse before the slow check
     prd.verify_results_match(series, fix, results)
     # Named as upstream knows them: the description names no command of this project.
-    names = ", ".join(name for name, *_ in hooks.HOOKS if " " in name) + ", pre-commit-hooks"
+    names = ", ".join(name for name in hooks.table() if " " in name) + ", pre-commit-hooks"
     state = prd.CheckState(None, f"upstream's pinned hooks ({names}) not run")
     if not no_check:
         try:
