@@ -8,6 +8,7 @@ from markdown_it import MarkdownIt
 _PARSER = MarkdownIt("commonmark")
 _SHOWN_AS_IS = re.compile(r"<(pre|script|style|textarea)\b", re.I)  # HTML blocks of raw text
 LINE_END = re.compile(r"\r\n|\r|\n")  # CommonMark's line endings, and no others
+_PROBE = "a paragraph after the text"
 
 
 def own_lines(text: str) -> list[str]:
@@ -38,20 +39,10 @@ def raw_html(text: str) -> list[tuple[int, int, str]]:
 
 
 def open_fence(text: str) -> str | None:
-    """The line that closes a code block or raw HTML block (``<pre>``) ``text`` leaves open."""
-    tokens = _PARSER.parse(text)
-    last = tokens[-1] if tokens else None
-    raw = last and last.type == "html_block" and _SHOWN_AS_IS.match(last.content.lstrip())
-    if raw:
-        closer = f"</{raw[1].lower()}>"
-        return None if closer in last.content.lower() else closer
-    if not tokens or tokens[-1].type != "fence":
-        return None
-    fence, lines = tokens[-1], LINE_END.split(text)
-    if lines[-1] == "":
-        lines.pop()
-    first, end = fence.map
-    closing = re.escape(fence.markup[0]) + f"{{{len(fence.markup)},}}[ \\t]*"
-    if end < len(lines) or (end - first > 1 and re.fullmatch(r" {0,3}" + closing, lines[end - 1])):
-        return None
-    return fence.markup
+    """The line that closes a code block or raw HTML block (``<pre>``) ``text`` leaves open: the
+    one that swallows a paragraph put after it."""
+    last = _PARSER.parse(f"{text}\n\n{_PROBE}")[-1]
+    if last.type == "fence":
+        return last.markup
+    raw = last.type == "html_block" and _SHOWN_AS_IS.match(last.content.lstrip())
+    return f"</{raw[1].lower()}>" if raw else None

@@ -7,7 +7,6 @@ import re
 
 DEFAULT_SLOT = "dsv4-workspace"
 DEFAULT_LABEL = "Latest PR Test (DSV4 workspace)"
-REPORT_STATES = ("results", "pending", "missing-label", "stale-label", "failure", "cancelled")
 
 BLOCK_START = "<!-- pr-states:start -->"
 BLOCK_END = "<!-- pr-states:end -->"
@@ -33,7 +32,7 @@ def slot_line(slot: str, label: str, text: str) -> str:
 
 def get_slot(body: str | None, slot: str) -> str | None:
     """Our slot's text in the body's block, or None when the block or the slot is absent."""
-    found = _find_slot(body or "", slot)
+    found = _find(body or "", slot)[1]
     return None if found is None else (body or "")[found[0] : found[1]]
 
 
@@ -41,16 +40,14 @@ def set_slot(body: str | None, slot: str, label: str, text: str) -> str:
     """The body with our slot holding ``text``; everything else byte for byte the same."""
     line = slot_line(slot, label, text)  # checks that label and text are one safe line each
     body = body or ""  # GitHub sends null for an empty PR description
-    found = _find_slot(body, slot)
+    block_end, found = _find(body, slot)
     if found is not None:
         return body[: found[0]] + text + body[found[1] :]
     # GitHub keeps the author's line endings; new lines follow them.
     newline = "\r\n" if "\r\n" in body else "\n"
-    block = _find_block(body, _Html(body))
-    if block is not None:
-        end = block[1]
-        lead = "" if body[:end].endswith(("\n", "\r")) else newline
-        return body[:end] + lead + line + newline + body[end:]
+    if block_end is not None:
+        lead = "" if body[:block_end].endswith(("\n", "\r")) else newline
+        return body[:block_end] + lead + line + newline + body[block_end:]
     gap = newline * (2 - body.endswith(newline) - body.endswith(newline * 2) if body else 0)
     from ci.reporter import markdown
 
@@ -59,46 +56,35 @@ def set_slot(body: str | None, slot: str, label: str, text: str) -> str:
     return body + gap + newline.join(([fence, ""] if fence else []) + lines)
 
 
-class _Html:
-    """Where a body's raw HTML sits (``markdown.raw_html``): a marker counts only there."""
+def _find(body: str, slot: str) -> tuple:
+    """(where the block's end marker starts, (first, last) offsets of our slot's text in the
+    block), each None when absent. A marker counts only where CommonMark reads raw HTML
+    (``markdown.raw_html``); a slot is one line."""
+    from ci.reporter import markdown  # the report's dependency: `ci run` never edits a body
 
-    def __init__(self, body: str):
-        from ci.reporter import markdown  # the report's dependency: `ci run` never edits a body
+    pieces = markdown.raw_html(body)
+    starts = [0] + [m.end() for m in markdown.LINE_END.finditer(body)]
 
-        self.body, self.pieces = body, markdown.raw_html(body)
-        self.starts = [0] + [m.end() for m in markdown.LINE_END.finditer(body)]
-        self.line_end = markdown.LINE_END
-
-    def find(self, marker: str, first: int, last: int) -> int:
-        at = self.body.find(marker, first, last)
+    def find(marker: str, first: int, last: int) -> int:
+        at = body.find(marker, first, last)
         while at >= 0:
-            line = bisect.bisect_right(self.starts, at) - 1
-            if any(a <= line < b and marker in html for a, b, html in self.pieces):
+            line = bisect.bisect_right(starts, at) - 1
+            if any(a <= line < b and marker in html for a, b, html in pieces):
                 return at
-            at = self.body.find(marker, at + len(marker), last)
+            at = body.find(marker, at + len(marker), last)
         return -1
 
-
-def _find_block(body: str, html: _Html) -> tuple[int, int] | None:
-    """(start of the block-start marker, start of the block-end marker)."""
-    start = html.find(BLOCK_START, 0, len(body))
-    end = -1 if start < 0 else html.find(BLOCK_END, start + len(BLOCK_START), len(body))
-    return None if end < 0 else (start, end)
-
-
-def _find_slot(body: str, slot: str) -> tuple[int, int] | None:
-    """(first, last) offsets of our slot's text in the block; a slot is one line."""
-    html = _Html(body)
-    block = _find_block(body, html)
-    if block is None:
-        return None
+    start = find(BLOCK_START, 0, len(body))
+    end = -1 if start < 0 else find(BLOCK_END, start + len(BLOCK_START), len(body))
+    if end < 0:
+        return None, None
     start_marker, end_marker = markers(slot)
-    start = html.find(start_marker, block[0], block[1])
-    while start >= 0:
-        first = start + len(start_marker)
-        line_end = html.line_end.search(body, first, block[1])
-        last = html.find(end_marker, first, line_end.start() if line_end else block[1])
+    at = find(start_marker, start, end)
+    while at >= 0:
+        first = at + len(start_marker)
+        line_end = markdown.LINE_END.search(body, first, end)
+        last = find(end_marker, first, line_end.start() if line_end else end)
         if last >= 0:
-            return first, last
-        start = html.find(start_marker, first, block[1])
-    return None
+            return end, (first, last)
+        at = find(start_marker, first, end)
+    return end, None
