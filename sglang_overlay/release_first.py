@@ -171,23 +171,17 @@ def released_method(module, node: ast.FunctionDef, released) -> "object":
 
 
 def _drop_before_allocation(node, attr: str) -> None:
-    """Insert ``self.<attr> = <local> = None`` before the allocation ``self.<attr> = <local>``
-    stores (or ``self.<attr> = None`` before ``self.<attr> = <call>``), everywhere in ``node``."""
+    """Insert ``self.<attr> = <local> = None`` before ``<local> = <allocation>`` where a later
+    ``self.<attr> = <local>`` of the same block stores it, everywhere in ``node``."""
     for body in list(_statement_lists(node)):
-        inserts = []  # (position, statement), made after the scan so no index shifts under it
-        for index, stmt in enumerate(body):
-            if all(shapes._self_attr(t) != attr for t in _targets(stmt)):
-                continue
-            if isinstance(stmt.value, ast.Call):
-                inserts.append((index, _none_assign(stmt, attr, None)))
-            elif isinstance(stmt.value, ast.Name):
-                local = stmt.value.id
-                sets = (i for i in range(index - 1, -1, -1) if _names(body[i], local))
-                at = next(sets, None)
-                if at is not None and _allocates(body[at].value):
-                    inserts.append((at, _none_assign(body[at], attr, local)))
-        for position, statement in sorted(inserts, key=lambda item: -item[0]):
-            body.insert(position, statement)
+        stores = [s for s in body if isinstance(s, ast.Assign) and isinstance(s.value, ast.Name)]
+        for store in stores:
+            local = store.value.id
+            sets = [s for s in body[: body.index(store)] if _names(s, local)]
+            mine = any(shapes._self_attr(t) == attr for t in store.targets)
+            if mine and sets and _allocates(sets[-1].value):
+                drop = ast.parse(f"self.{attr} = {local} = None").body[0]
+                body.insert(body.index(sets[-1]), ast.copy_location(drop, sets[-1]))
 
 
 def _statement_lists(node):
@@ -207,13 +201,7 @@ def _names(stmt, local) -> bool:
 
 
 def _allocates(value) -> bool:
+    """A call, or a tuple of calls."""
     if isinstance(value, ast.Tuple):
         return bool(value.elts) and all(isinstance(e, ast.Call) for e in value.elts)
     return isinstance(value, ast.Call)
-
-
-def _none_assign(where, attr, local):
-    targets = [ast.Attribute(value=ast.Name(id="self", ctx=ast.Load()), attr=attr, ctx=ast.Store())]
-    if local is not None:
-        targets.append(ast.Name(id=local, ctx=ast.Store()))
-    return ast.copy_location(ast.Assign(targets=targets, value=ast.Constant(value=None)), where)
