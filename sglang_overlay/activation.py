@@ -7,7 +7,7 @@ nothing, and this module only ``sys`` and ``_thread`` at start-up.
 import _thread
 import sys
 
-from sglang_overlay.patches import PATCHED_MODULES
+from sglang_overlay import PATCHED_MODULES
 
 PATCHED = tuple(dict.fromkeys(n for names in PATCHED_MODULES.values() for n in names))
 WATCHED = frozenset({"sglang", *PATCHED})  # a process that imported sglang says it has us

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from sglang_overlay.patches import PATCH_IDS, PATCHED_MODULES, OverlayError, __version__
+from sglang_overlay import PATCH_IDS, PATCHED_MODULES, OverlayError, __version__
 
 # The fresh process notes whether the .pth ran before anything of ours is imported.
 PROBE = (

@@ -5,8 +5,8 @@ value not recognised fails safe (every patch off, or strict) with one WARNING, a
 
 import os
 
+from sglang_overlay import PATCH_IDS
 from sglang_overlay.observe import warn_once
-from sglang_overlay.patches import PATCH_IDS
 
 DISABLE_ENV, STRICT_ENV = "SGLANG_OVERLAY_DISABLE", "SGLANG_OVERLAY_STRICT"
 PLUGINS_ENV = "SGLANG_PLUGINS"

@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from sglang_overlay.patches import OverlayError
+from sglang_overlay import OverlayError, __version__
 
 logger = logging.getLogger("sglang_overlay")
 RUNTIME_DIR_ENV = "SGLANG_OVERLAY_RUNTIME_DIR"
@@ -241,7 +241,7 @@ def processes(pids: "set[int] | None" = None) -> "list[dict]":
 _gauges = None  # registered once per process
 
 
-def set_gauges(patches: "list[dict]", overlay_version: str, states) -> None:
+def set_gauges(patches: "list[dict]", states) -> None:
     """Set this process's gauges. prometheus_client picks its mode when first imported, after
     sglang sets ``PROMETHEUS_MULTIPROC_DIR``: imported here only once either happened."""
     global _gauges
@@ -265,9 +265,7 @@ def set_gauges(patches: "list[dict]", overlay_version: str, states) -> None:
     state_gauge, high_water_gauge = _gauges
     for record in patches:
         for state in states:
-            state_gauge.labels(record["patch"], state, overlay_version).set(
-                state == record["state"]
-            )
+            state_gauge.labels(record["patch"], state, __version__).set(state == record["state"])
         high_water_gauge.labels(record["patch"]).set(record["high_water_bytes"])
 
 
@@ -298,16 +296,18 @@ def _mark_dead(folder: str, pid: int) -> None:
 _published = None  # what publish() last wrote, so an unchanged state writes nothing
 
 
-def publish(patches: "list[dict]", fields: dict, states) -> None:
+def publish(patches: "list[dict]", misconfigured: list, states) -> None:
     """Write this process's record and set its gauges when they changed; never raises."""
     global _published
-    key = json.dumps([patches, fields], sort_keys=True)
+    record = {"patches": patches, "misconfigured": misconfigured, "overlay_version": __version__,
+              "overlay_path": os.path.dirname(__file__), "python": sys.executable}  # fmt: skip
+    key = json.dumps(record, sort_keys=True)
     if key == _published:
         return
     _published = key
     for what, write in (
-        ("record was", lambda: write_record({**fields, "patches": patches})),
-        ("gauges were", lambda: set_gauges(patches, fields["overlay_version"], states)),
+        ("record was", lambda: write_record(record)),
+        ("gauges were", lambda: set_gauges(patches, states)),
     ):
         try:
             write()

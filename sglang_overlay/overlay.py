@@ -9,9 +9,8 @@ import sys
 import threading
 from collections import namedtuple
 
-from sglang_overlay import config, observe, shapes
+from sglang_overlay import PATCH_IDS, PATCHED_MODULES, OverlayError, config, observe, shapes
 from sglang_overlay.observe import logger, warn_once
-from sglang_overlay.patches import PATCH_IDS, PATCHED_MODULES, OverlayError, __version__
 
 STATES = ("applied", "wrapped", "pending", "not-present", "upstream-fixed", "unsupported",
           "disabled", "replaced", "failed")  # fmt: skip
@@ -281,10 +280,7 @@ def publish() -> None:
              "workspace_imported": any(m in sys.modules for m in PATCHED_MODULES[r["patch"]])}
             for r in status()
         ]  # fmt: skip
-        fields = {"misconfigured": config.problems(), "overlay_version": __version__,
-                  "overlay_path": os.path.dirname(os.path.abspath(__file__)),
-                  "python": sys.executable}  # fmt: skip
-        observe.publish(patches, fields, STATES)
+        observe.publish(patches, config.problems(), STATES)
 
 
 def _record(patch_id, state, target, reason, publishing=True) -> None:

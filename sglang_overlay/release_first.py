@@ -11,9 +11,8 @@ import inspect
 
 import torch
 
-from sglang_overlay import shapes
+from sglang_overlay import FUSED_KV_PATCH_ID, PATCH_ID, shapes
 from sglang_overlay.observe import MIB, ReplacementLog
-from sglang_overlay.patches import FUSED_KV_PATCH_ID, PATCH_ID
 
 # patch id -> what its log calls the buffers; a patch's first replacement makes its log
 NAMES = {

@@ -9,7 +9,7 @@ import inspect
 import sys
 from collections import namedtuple
 
-from sglang_overlay.patches import FUSED_KV_PATCH_ID, PATCH_ID, PATCH_IDS
+from sglang_overlay import FUSED_KV_PATCH_ID, PATCH_ID, PATCH_IDS
 
 CODE_PYTHONS = ("3.10", "3.11", "3.12", "3.13")  # the order of WorkspaceShape.code_sha256
 

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import torch
 
-from sglang_overlay.patches import PATCH_IDS, PATCHED_MODULES
+from sglang_overlay import PATCH_IDS, PATCHED_MODULES
 from sglang_overlay.shapes import SITES
 
 # patch -> (module, class, the methods it replaces), from the overlay's own table

@@ -65,7 +65,7 @@ FP8 = "torch.float8_e4m3fn"
     "observation, expected",
     [
         (FIRST_IMPORT, PATCH_ID),  # plain `python -c`: nothing of the user's imports the overlay
-        (START_MODULES, ["sglang_overlay", "sglang_overlay.activation", "sglang_overlay.patches"]),
+        (START_MODULES, ["sglang_overlay", "sglang_overlay.activation"]),
         (SECOND_ACTIVATION, [True, "_reserve", "applied"]),  # sglang's plugin loader: a no-op
         (TORCH_COMPILE, [[[16, 1, 512], [32, 1, 512], [8, 1, 512], [8, 1, 512]], [8, 1, 512], FP8]),
     ],
