@@ -169,8 +169,9 @@ def test_a_run_of_two_fixes_describes_each_alone_and_a_changed_fix_loses_it(caps
 
 def test_the_checklist_ticks_only_what_the_evidence_shows(capsys):
     series, results = seriesdir.load(), load(str(CUDA))
-    passed = pr_description.render(series, results, pr_description.CheckState(True, "hooks pass"))
-    skipped = pr_description.render(series, results, pr_description.CheckState(None, "not run"))
+    fix, state = series.fix("0001"), pr_description.CheckState
+    passed = pr_description.render(series, results, state(True, "hooks pass"), fix)
+    skipped = pr_description.render(series, results, state(None, "not run"), fix)
     assert passed.count("- [x]") == skipped.count("- [x]") + 1  # the format box: hooks ran
     assert "- [x] Add unit tests" in passed and "- [ ] Update documentation" in passed
     # No benchmark is part of the evidence, and no tool checks the style guidance.

@@ -10,8 +10,9 @@ import sys
 import sysconfig
 import time
 import venv
+from collections import namedtuple
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
@@ -31,13 +32,9 @@ _PLAIN_PROBE = (
 )
 
 
-@dataclass(frozen=True)
-class Plan:
-    unmodified: Path  # the base, materialised
-    change: Path  # the base with the fix applied alone
-    results: Path  # ci run's --out
-    ci_run: tuple  # argv after "python -m"
-    env: Path  # the plain environment ci run runs from
+# The base materialised, the base with the fix applied alone, ci run's --out, its argv after
+# "python -m", and the plain environment it runs from.
+Plan = namedtuple("Plan", "unmodified change results ci_run env")
 
 
 def plan(series, fix, out, backend: str) -> Plan:
@@ -91,7 +88,7 @@ def run_ab(series, fix, out, backend: str) -> tuple:
         raise usage(f"{made.unmodified.parent} exists; give ab a new --out folder")
     base.materialize(series.base.version, made.unmodified)
     base.materialize(series.base.version, made.change)
-    check.apply_to(series, made.change, fix)
+    check.apply_to(fix, made.change)
     python = plain_env(made.env)
     described = seriesdir.summary(seriesdir.load())
     (made.unmodified.parent.parent / "series.json").write_text(json.dumps(described))

@@ -106,7 +106,7 @@ def _build(version: str, dest: Path) -> None:
 def cached_base(version: str) -> Path:
     """The cached base repository of ``version``, built on first use by one process at a time
     (a second one waits and takes the first one's)."""
-    cache = CACHE_DIR / "bases" / version
+    cache = CACHE_DIR / "bases" / check_version(version)
     cache.parent.mkdir(parents=True, exist_ok=True)
     with open(cache.parent / f".{version}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -126,11 +126,7 @@ def has_base_tag(repo) -> bool:
     return gitcmd.ok(["rev-parse", "-q", "--verify", f"refs/tags/{BASE_TAG}"], repo)
 
 
-def blob(repo, path: str):
-    return commit_blob(repo, BASE_TAG, path)
-
-
-def commit_blob(repo, rev: str, path: str):
+def blob(repo, path: str, rev: str = BASE_TAG):
     """The bytes of ``path`` at ``rev`` of ``repo``, or None when it has no such file."""
     proc = gitcmd.run(["cat-file", "blob", f"{rev}:{path}"], repo, check=False)
     return proc.stdout if proc.returncode == 0 else None

@@ -73,15 +73,14 @@ def am_series(series, repo: Path, env=None) -> None:
     )
 
 
-def apply_to(series, path, fix=None) -> list:
-    """The series, or only ``fix``, committed into the upstream checkout at ``path``; refused,
+def apply_to(series, path) -> list:
+    """The series (or one fix) committed into the upstream checkout at ``path``; refused,
     nothing changed, when it is dirty or any of it is already applied."""
     repo = Path(path).resolve()
     if not (repo / "python" / "sglang").is_dir() or not gitcmd.is_top(repo):
         raise usage(
             f"{repo} is not an upstream sglang checkout (a git work tree with python/sglang/)"
         )
-    series = fix or series
     if dirty := gitcmd.dirty_paths(repo):
         raise SeriesError(
             f"{repo} has uncommitted changes; commit or stash them first: {', '.join(dirty[:10])}"
@@ -149,7 +148,7 @@ def verify_mirrored_files(series, repo: Path) -> list:
         ours = series.root.parent / path
         if not ours.is_file():
             raise SeriesError(f"the series adds {path}, but the project has no such file")
-        expected, actual = ours.read_bytes(), base.commit_blob(repo, "HEAD", path) or b""
+        expected, actual = ours.read_bytes(), base.blob(repo, path, "HEAD") or b""
         if expected != actual:
             owner = next(p.name for p in series.patches if any(f[0] == path for f in p.files))
             raise SeriesError(
@@ -173,7 +172,7 @@ def verify_hooks(series, repo: Path) -> list:
     adds is its text); SeriesError on a failure the series brought in."""
     patched, before = {}, {}
     for path in series.touched_files():
-        if (after := base.commit_blob(repo, "HEAD", path)) is not None:  # None: deleted
+        if (after := base.blob(repo, path, "HEAD")) is not None:  # None: deleted
             patched[path], before[path] = after, base.blob(repo, path)
     report, failures = hooks.check_files(patched, before)
     if failures:

@@ -3,7 +3,8 @@ figure from a ``ci run`` folder made with that very fix, of the tests it adds al
 
 import re
 import shlex
-from dataclasses import dataclass, replace
+from collections import namedtuple
+from dataclasses import replace
 
 from ci.evidence import judge
 from ci.reporter.render import cell, environment_line, escape_inline
@@ -11,25 +12,12 @@ from tools.series import SeriesError, usage
 
 _PATCH_URL = "https://github.com/sgl-project/sglang/pull/<number>.patch"
 DOCS = "https://docs.sglang.io/developer_guide/contribution_guide.html"
-CHECKLIST = {  # each "(#anchor)" is a section of DOCS
-    "format": "Format your code according to the [Format code with pre-commit]"
-    "(#format-code-with-pre-commit).",
-    "tests": "Add unit tests according to the [Run and add unit tests](#run-and-add-unit-tests).",
-    "docs": "Update documentation according to [Write documentations](#write-documentations).",
-    "benchmarks": "Provide accuracy and speed benchmark results according to [Test the accuracy]"
-    "(#test-the-accuracy) and [Benchmark the speed](#benchmark-the-speed).",
-    "style": "Follow the SGLang code style [guidance](#code-style-guidance).",
-}
 _OWN = {"motivation", "modifications", "tests"}  # message sections with a template section
 _SEE_AB = "(python -m tools.series ab --fix N --out DIR)"
 
 
-@dataclass(frozen=True)
-class CheckState:
-    """What ``python -m tools.series check`` said; ``passed`` None when it was not run."""
-
-    passed: bool | None
-    detail: str = ""
+# What ``python -m tools.series check`` said; ``passed`` None when it was not run.
+CheckState = namedtuple("CheckState", "passed detail")
 
 
 def message_sections(body: str) -> list:
@@ -54,8 +42,9 @@ def _added(fixlike) -> set:
 
 
 def select_fix(series, results, number: str | None = None):
-    """The fix ``number`` names, else the one whose tests the results hold; a usage error for
-    results not from the series' own plain trees and tests, or ambiguous."""
+    """The fix ``number`` names, else the one whose tests the results hold; refused (exit 2) for
+    results not from the series' own plain trees and tests, or ambiguous, and (exit 1) when they
+    are no evidence for that fix: other code, another release, or a proof that is not ok."""
     sides = {m: results.sides.get(m) for m in ("unmodified", "change")}
     for mode, side in sorted(sides.items(), key=lambda ms: not (ms[1] and ms[1].overlay)):
         if side is None or side.overlay or not side.tree:
@@ -83,26 +72,13 @@ def select_fix(series, results, number: str | None = None):
         if fix not in holding:
             tests = ", ".join(sorted(_added(fix))) or "none"
             raise usage(f"the results hold no test of fix {fix.number} (its tests: {tests})")
-        return fix
-    if len(holding) != 1:
+    elif len(holding) != 1:
         numbers = " and ".join(fix.number for fix in holding) or "no fix"
         raise usage(
             f"the results hold tests of {numbers}; one description per fix: pick it with --fix"
         )
-    return holding[0]
-
-
-def own_results(fix, results):
-    """``results`` with only the files and cases of ``fix``'s tests, judged again."""
-    added = _added(fix)
-    files = tuple(f for f in results.files if f.path in added)
-    cases = tuple(c for c in results.cases if c.file in added)
-    return judge.with_verdict(replace(results, files=files, cases=cases, pictures={}))
-
-
-def verify_results_match(series, fix, results) -> None:
-    """SeriesError when the results are not evidence for this fix: other code, another release,
-    or a proof that is not ok (the run's or the fix's tests')."""
+    else:
+        fix = holding[0]
     recorded = results.series
     if recorded is None:
         raise SeriesError(
@@ -127,6 +103,15 @@ def verify_results_match(series, fix, results) -> None:
         if proof.verdict != "ok":
             why = "; ".join(proof.reasons) or proof.verdict
             raise SeriesError(f"the results do not prove the change ({proof.verdict}): {why}")
+    return fix
+
+
+def own_results(fix, results):
+    """``results`` with only the files and cases of ``fix``'s tests, judged again."""
+    added = _added(fix)
+    files = tuple(f for f in results.files if f.path in added)
+    cases = tuple(c for c in results.cases if c.file in added)
+    return judge.with_verdict(replace(results, files=files, cases=cases, pictures={}))
 
 
 def upstream_environment(environment: dict) -> dict:
@@ -155,35 +140,34 @@ def ab_table(results, labels: dict) -> list:
 
 
 def checklist(fix, results, check: CheckState, labels: dict) -> list:
-    """Ticked only where the evidence shows it (never benchmarks and style)."""
+    """sglang's checklist, ticked only where the evidence shows it (never benchmarks and style)."""
     touched = fix.touched_files()
     proved = [c for c in results.cases if c.kind == "regression"]
+    adds_tests = any(new and p.startswith("test/registered/") for p, new in touched.items())
     docs = any(path.startswith("docs/") for path in touched)
-    state = {
-        "format": check.passed is True,
-        "tests": any(new and p.startswith("test/registered/") for p, new in touched.items())
-        and bool(proved),
-        "docs": docs,
-    }
-    notes = {
-        "format": check.detail,
-        "tests": proved
-        and f"{len(proved)} tests fail on {labels['unmodified']} and pass with the change",
-        "docs": "" if docs else "no documentation change in these patches",
-        "benchmarks": "the evidence holds no accuracy or speed benchmark",
-        "style": "no tool checks it: for the reviewers",
-    }
+    rows = [  # (ticked, the template's line, each "(#anchor)" a section of DOCS; what shows it)
+        (check.passed is True, "Format your code according to the [Format code with pre-commit]"
+         "(#format-code-with-pre-commit).", check.detail),
+        (adds_tests and bool(proved),
+         "Add unit tests according to the [Run and add unit tests](#run-and-add-unit-tests).",
+         proved and f"{len(proved)} tests fail on {labels['unmodified']} and pass with the change"),
+        (docs, "Update documentation according to [Write documentations](#write-documentations).",
+         "" if docs else "no documentation change in these patches"),
+        (False, "Provide accuracy and speed benchmark results according to [Test the accuracy]"
+         "(#test-the-accuracy) and [Benchmark the speed](#benchmark-the-speed).",
+         "the evidence holds no accuracy or speed benchmark"),
+        (False, "Follow the SGLang code style [guidance](#code-style-guidance).",
+         "no tool checks it: for the reviewers"),
+    ]  # fmt: skip
     return [
-        f"- [{'x' if state.get(key) else ' '}] {text.replace('](#', f']({DOCS}#')}"
-        + (f" ({notes[key]})" if notes.get(key) else "")
-        for key, text in CHECKLIST.items()
+        f"- [{'x' if ticked else ' '}] {text.replace('](#', f']({DOCS}#')}"
+        + (f" ({note})" if note else "")
+        for ticked, text, note in rows
     ]
 
 
-def render(series, results, check: CheckState, number=None) -> str:
-    """The description (Markdown) of the fix ``select_fix`` picks."""
-    fix = select_fix(series, results, number)
-    verify_results_match(series, fix, results)
+def render(series, results, check: CheckState, fix) -> str:
+    """The description (Markdown) of ``fix``, from results ``select_fix`` accepts for it."""
     results = own_results(fix, results)
     first = fix.patches[0]
     motivation = [t for h, t in message_sections(first.body) if h.lower() == "motivation"]

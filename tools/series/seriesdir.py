@@ -22,10 +22,6 @@ RELEASE = re.compile(r"[0-9]+(\.[0-9]+)*(\.post[0-9]+|rc[0-9]+)?")  # fullmatch:
 _NAME_RE = re.compile(r"^[0-9]{4}-[A-Za-z0-9._-]+\.patch$")
 _COVER_SUBJECT_RE = re.compile(r"^\[PATCH 0+/(\d+)\]\s*(.+)$")
 _SHORTLOG_RE = re.compile(r"^\S.* \(\d+\):$")  # git's "Author Name (2):" after a blank line
-SERIES_HEAD = (
-    "# Apply in this order (quilt series). Regenerate with: python -m tools.series refresh"
-)
-BASE_HEAD = "# The base this series is cut against. Regenerate with: python -m tools.series refresh"
 
 
 def _lines(text: str):
@@ -53,7 +49,8 @@ def parse_series(text: str, where: str = "patches/series") -> list:
 
 
 def render_series(names) -> str:
-    return SERIES_HEAD + "\n" + "".join(f"{name}\n" for name in names)
+    head = "# Apply in this order (quilt series). Regenerate with: python -m tools.series refresh\n"
+    return head + "".join(f"{name}\n" for name in names)
 
 
 def check_version(version: str) -> str:
@@ -93,7 +90,7 @@ def parse_base(text: str, where: str = "patches/BASE") -> Base:
 def render_base(base: Base) -> str:
     v = base.version
     lines = [
-        BASE_HEAD,
+        "# The base this series is cut against. Regenerate with: python -m tools.series refresh",
         f"release: sglang=={v}",
         f"source: the sglang=={v} wheel, as pip download finds it on the index pip is configured for",
         "layout: upstream; python/sglang/ holds the wheel's sglang/ minus compiled extensions",
