@@ -1,11 +1,12 @@
 """The process a test file runs in under ``ci run`` (after sglang's ``fork_test_worker.py``):
 ``python FILE -v`` plus a result channel the runner owns; it imports nothing of the bot.
 
-``child.py serve FD MODULE...`` imports MODULEs once, answers ``{"ready"}`` on FD, then per JSON
-line ``{"id", "path", "results", "log"}`` on stdin forks a child in its own session and
-answers ``{"id", "pid"}``, then ``{"id", "exit"}`` once the child ended and its session was
-killed. The child writes each finished test as one JSON line on ``results`` (each call of a test
-method, so that a retry is seen), then ``{"process": {...}}``, what it ran with.
+``child.py FD MODULE...`` imports MODULEs once, answers ``{"ready"}`` on FD, then per JSON line
+``{"id", "path", "results", "log", "timeout"}`` on stdin forks a child in its own session and
+answers ``{"id", "exit"}`` once the child ended and its session was killed (``exit`` null past
+its timeout). The end of stdin kills every child still running. The child writes each finished
+test as one JSON line on ``results`` (each call of a test method, so that a retry is seen), then
+``{"process": {...}}``, what it ran with.
 """
 
 import atexit
@@ -197,11 +198,7 @@ class PytestResults:
     """One result per test item from its setup, call and teardown reports."""
 
     def __init__(self, channel: Channel, calls: dict):
-        self.channel, self.calls, self.reports, self.cases = channel, calls, {}, set()
-
-    def pytest_collection_modifyitems(self, session, config, items):
-        cases = [i for i in items if isinstance(getattr(i, "cls", None), type)]
-        self.cases |= {i.nodeid for i in cases if issubclass(i.cls, unittest.TestCase)}
+        self.channel, self.calls, self.reports = channel, calls, {}
 
     @staticmethod
     def test_id(nodeid: str) -> str:
@@ -226,8 +223,8 @@ class PytestResults:
                 detail = skip[2] if isinstance(skip, tuple) and len(skip) == 3 else str(skip)
                 detail = detail.removeprefix("Skipped: ")
         test_id = self.test_id(nodeid)
-        counted = self.calls.pop(test_id, None)
-        found = retried(outcome, detail, counted) if nodeid in self.cases else (detail,)
+        counted = self.calls.pop(test_id, None)  # None: not a unittest case, whose calls count
+        found = (detail,) if counted is None else retried(outcome, detail, counted)
         self.channel.send(test_id, outcome, *found)
 
     def pytest_collectreport(self, report):
@@ -257,36 +254,6 @@ def describe(preloaded=()) -> dict:
     return {k: v for k, v in info.items() if v is not None}
 
 
-def run(results: str, path: str, preloaded) -> int:
-    """Run ``path`` as ``python FILE -v`` does, its tests reported on ``results``; its exit."""
-    channel, calls = Channel(results), {}
-    hook_unittest(channel, calls)
-    try:  # a file that runs pytest.main names pytest: imported only then (it costs a start-up)
-        with open(path, "rb") as source:
-            if b"pytest" in source.read():
-                import pytest
-
-                pytest.main = functools.partial(_with_results, pytest.main, channel, calls)
-    except (OSError, ImportError):
-        pass  # python FILE says what is wrong with an unreadable file; no pytest, no plugin
-    sys.argv = [path, "-v"]
-    sys.path[0] = os.path.dirname(os.path.realpath(path))  # as ``python FILE`` sets it
-    code = 1
-    try:
-        runpy.run_path(path, run_name="__main__")
-        code = 0
-    except SystemExit as exc:  # as the interpreter exits: a code, None, or a message
-        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-        if code and not isinstance(exc.code, int):
-            print(exc.code, file=sys.stderr)
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        if os.getpid() == channel.pid:  # the starting process's record, not a fork's
-            channel.write({"process": describe(preloaded)})
-    return code
-
-
 # ---- serve: one preloaded parent per side, a fork per file ----
 
 
@@ -303,7 +270,7 @@ def serve(modules, answers: int) -> None:
     if torch is not None and torch.cuda.is_initialized():
         return answer({"error": "CUDA was initialised while preloading: a fork cannot use it"})
     answer({"ready": list(modules)})
-    children, buffer, reading = {}, b"", True
+    children, buffer, reading = {}, b"", True  # pid -> (request id, deadline)
     while reading or children:
         ready, _, _ = select.select([0] if reading else [], [], [], 0.05)
         if ready:
@@ -322,8 +289,11 @@ def serve(modules, answers: int) -> None:
                 os.close(started)
                 os.read(session, 1)
                 os.close(session)
-                children[pid] = command["id"]
-                answer({"id": command["id"], "pid": pid})
+                children[pid] = (command["id"], time.monotonic() + command["timeout"])
+        for pid, (_, deadline) in children.items():
+            if not reading or time.monotonic() > deadline:  # the runner stopped, or its timeout
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
         while children:
             ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             if ended is None:
@@ -332,12 +302,15 @@ def serve(modules, answers: int) -> None:
                 os.killpg(ended.si_pid, signal.SIGKILL)
             _, status = os.waitpid(ended.si_pid, 0)
             if ended.si_pid in children:
-                exit_code = os.waitstatus_to_exitcode(status)
-                answer({"id": children.pop(ended.si_pid), "exit": exit_code})
+                request, deadline = children.pop(ended.si_pid)
+                code = None if time.monotonic() > deadline else os.waitstatus_to_exitcode(status)
+                answer({"id": request, "exit": code})
 
 
 def _forked(command: dict, modules, answers: int) -> None:
-    code = 1
+    """The forked child: ``command["path"]`` run as ``python FILE -v`` runs it, its output in
+    the log, its tests on its result channel, then what it ran with; it never returns."""
+    code, path = 1, command["path"]
     try:
         log = os.open(command["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         devnull = os.open(os.devnull, os.O_RDONLY)
@@ -345,8 +318,29 @@ def _forked(command: dict, modules, answers: int) -> None:
             os.dup2(fd, to)
         for fd in (devnull, log, answers):
             os.close(fd)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        code = run(command["results"], command["path"], modules)
+        channel, calls = Channel(command["results"]), {}
+        hook_unittest(channel, calls)
+        try:  # a file that runs pytest.main names pytest: imported only then (it costs a start-up)
+            with open(path, "rb") as source:
+                if b"pytest" in source.read():
+                    import pytest
+
+                    pytest.main = functools.partial(_with_results, pytest.main, channel, calls)
+        except (OSError, ImportError):
+            pass  # python FILE says what is wrong with an unreadable file; no pytest, no plugin
+        sys.argv = [path, "-v"]
+        sys.path[0] = os.path.dirname(os.path.realpath(path))  # as ``python FILE`` sets it
+        try:
+            runpy.run_path(path, run_name="__main__")
+            code = 0
+        except SystemExit as exc:  # as the interpreter exits: a code, None, or a message
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+            if code and not isinstance(exc.code, int):
+                print(exc.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+        if os.getpid() == channel.pid:  # the starting process's record, not a fork's
+            channel.write({"process": describe(modules)})
     finally:
         try:
             atexit._run_exitfuncs()  # as the interpreter's own exit would
@@ -356,6 +350,5 @@ def _forked(command: dict, modules, answers: int) -> None:
             os._exit(code & 0xFF)
 
 
-if __name__ == "__main__":  # child.py serve FD MODULE..., only as launch.py starts it
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner ends this process's group
-    serve(sys.argv[3:], int(sys.argv[2]))
+if __name__ == "__main__":  # child.py FD MODULE..., only as launch.py starts it
+    serve(sys.argv[2:], int(sys.argv[1]))

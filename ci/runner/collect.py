@@ -133,12 +133,12 @@ class Tree:
         return None
 
     def default_preload(self, rels, backend: str) -> tuple:
-        """The modules of ``PRELOADED_PACKAGES[backend]`` the forkable files import at module
-        level, torch first; on CUDA a file importing sglang brings torch."""
+        """The modules of ``PRELOADED_PACKAGES[backend]`` the files ``rels`` (those that may
+        fork) import at module level, torch first; on CUDA a file importing sglang brings torch."""
         wanted, found = PRELOADED_PACKAGES[backend], set()
         for rel in rels:
             tree = self.parsed.get(os.path.join(self.root, rel))
-            if tree is None or self.fresh_reason(rel) is not None:
+            if tree is None:
                 continue
             for node in _module_level(tree.body):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
@@ -152,12 +152,13 @@ class Tree:
                         found.add("torch")
         return tuple(sorted(found, key=lambda name: (not name.startswith("torch"), name)))
 
-    def test_lines(self, rel: str) -> dict:
-        """``Class.test_name`` (or a function's name) -> the line of its ``def``; a method
-        inherited from a class of the same file has the base's."""
+    def def_line(self, rel: str, test: str) -> int | None:
+        """The line of the ``def`` of ``test`` (``Class.test_name``, a function's name, or a
+        parametrized ``test_x[1]``); a method inherited from a class of the same file has the
+        base's."""
         tree = self.parsed.get(os.path.join(self.root, rel))
         if tree is None:
-            return {}
+            return None
         classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
         functions = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -175,12 +176,7 @@ class Tree:
         lines = {node.name: node.lineno for node in tree.body if isinstance(node, functions)}
         for cls in classes:
             lines.update({f"{cls}.{fn}": n for fn, n in methods(cls, frozenset()).items()})
-        return lines
-
-
-def line_of(lines: dict, test: str) -> int | None:
-    """The ``def`` line of a test id, parametrized ids (``test_x[1]``) included."""
-    return lines.get(test) or lines.get(test.split("[", 1)[0])
+        return lines.get(test) or lines.get(test.split("[", 1)[0])
 
 
 def _unreadable(error: OSError) -> None:

@@ -1,7 +1,7 @@
-"""Run each test file once per side, forked from a ``child.py serve`` of that side (as sglang's
+"""Run each test file once per side, forked from a ``child.py`` serve of that side (as sglang's
 ``fork_test_worker``), and keep its log and result channel. A file that must start fresh, or a
 side whose preloading failed, forks from a serve that imported nothing. Every file runs in a
-session of its own, killed at its end or its timeout."""
+session of its own, killed at its end, its timeout, or when the run stops (Ctrl-C)."""
 
 import contextlib
 import json
@@ -21,16 +21,6 @@ from ci.evidence.judge import FileRun
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
 OUTPUT_TAIL = 64 * 1024  # what the judge quotes of a failed file's output comes from its end
-# The sessions running now: Ctrl-C kills them (in sessions of their own, the terminal's SIGINT
-# never reaches them) and starts no more.
-_LIVE: set = set()
-_LIVE_LOCK = threading.Lock()
-_STOPPING = threading.Event()
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
 
 
 def _tail(path: str, limit: int | None = OUTPUT_TAIL) -> str:
@@ -44,81 +34,61 @@ def _tail(path: str, limit: int | None = OUTPUT_TAIL) -> str:
 
 
 class Worker:
-    """One side's ``child.py serve``, preloading ``modules``; ``error`` says why it cannot fork."""
+    """One side's ``child.py`` serve, preloading ``modules``; ``error`` says why it cannot fork.
+    Its input closed (``stop``, or this process gone), it kills every file it forked and ends."""
 
     def __init__(self, modules, env, cwd, timeout_s):
-        self.error, self.lock, self.timeout_s = None, threading.Lock(), timeout_s
-        self.waiting: dict = {}  # request id -> queue of its answers
-        self.ready, self.next_id = queue.SimpleQueue(), 0
+        self.error, self.lock, self.timeout_s, self.next_id = None, threading.Lock(), timeout_s, 0
+        self.waiting = {0: queue.SimpleQueue()}  # request id -> queue of its answers; 0: ready
         read, write = os.pipe()
         self.proc = subprocess.Popen(
-            [sys.executable, CHILD, "serve", str(write), *modules], cwd=cwd, env=env,
+            [sys.executable, CHILD, str(write), *modules], cwd=cwd, env=env,
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, pass_fds=(write,),
         )  # fmt: skip
         os.close(write)
         threading.Thread(target=self._answers, args=(os.fdopen(read, "rb"),), daemon=True).start()
         try:
-            said = self.ready.get(timeout=timeout_s)
+            said = self.waiting[0].get(timeout=timeout_s)
         except queue.Empty:
             said = {"error": f"not ready in {timeout_s:g} s"}
         if "ready" not in said:
             self.error = str(said["error"])[:500]
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # still importing
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.stop()
 
     def _answers(self, answers) -> None:
         with answers:
             for line in answers:
                 said = json.loads(line)
-                (self.waiting[said["id"]] if "id" in said else self.ready).put(said)
-        self.ready.put({"error": "the preloading process ended"})
+                self.waiting[said.get("id", 0)].put(said)
         for waiting in list(self.waiting.values()):
-            waiting.put({"exit": None})
+            waiting.put({"error": "the preloading process ended"})
 
     def run(self, path, mode, log, results) -> FileRun:
         """One file forked from this serve; its exit code None once killed at its timeout."""
         started = time.monotonic()
-        with self.lock:
-            if _STOPPING.is_set():
-                raise KeyboardInterrupt
+        with self.lock:  # a closed input (Ctrl-C) refuses the write: nothing more starts
             self.next_id += 1
-            request, answers = self.next_id, queue.SimpleQueue()
-            self.waiting[request] = answers
-            command = {"id": request, "path": path, "results": results, "log": log}
+            answers = self.waiting[self.next_id] = queue.SimpleQueue()
+            command = {"id": self.next_id, "path": path, "results": results, "log": log}
+            command["timeout"] = self.timeout_s
             self.proc.stdin.write((json.dumps(command) + "\n").encode())
             self.proc.stdin.flush()
-        try:
-            pid = answers.get(timeout=self.timeout_s).get("pid")
-        except queue.Empty:
-            pid = None
-        if pid is None:
+        said = answers.get()
+        if "exit" not in said:
             raise OSError(f"the {mode} preloading process is gone")
-        with _LIVE_LOCK:
-            _LIVE.add(pid)
-            if _STOPPING.is_set():  # Ctrl-C came as it started: nobody else kills it
-                _kill_group(pid)
-        try:
-            returncode = answers.get(timeout=max(0.0, started + self.timeout_s - time.monotonic()))
-            returncode = returncode["exit"]
-        except queue.Empty:  # its timeout: the serve reaps it once its group is killed
-            _kill_group(pid)
-            with contextlib.suppress(queue.Empty):
-                answers.get(timeout=10)
-            returncode = None
-        finally:
-            with _LIVE_LOCK:
-                _LIVE.discard(pid)
+        returncode = said["exit"]
         channel = _tail(results, None).splitlines()
-        record = None
-        if channel and channel[-1].startswith('{"process"'):
-            with contextlib.suppress(ValueError, AttributeError, RecursionError):
-                record = json.dumps(json.loads(channel.pop())["process"])
+        record = channel.pop() if channel and channel[-1].startswith('{"process"') else None
         return FileRun(path, mode, returncode, round(time.monotonic() - started, 3),
                        returncode is None, _tail(log), "\n".join(channel), record,
                        f"logs/{os.path.basename(log)}")  # fmt: skip
 
     def stop(self) -> None:
-        _kill_group(self.proc.pid)
+        with self.lock:
+            self.proc.stdin.close()
         self.proc.wait()
 
 
@@ -134,7 +104,7 @@ def run_all(paths, envs: dict, cwd: str, timeout_s: float, jobs: int, progress, 
     noted = {"fresh": dict(fresh)} if fresh else {}
     preloads = {m: {"modules": list(preload), "forked": w.error is None, "error": w.error, **noted}
                 for m, w in workers.items()}  # fmt: skip
-    bare, bare_lock = {}, threading.Lock()  # mode -> a serve that imported nothing, once needed
+    bare = {m: Worker((), env, cwd, timeout_s) for m, env in envs.items()}  # imports nothing
 
     def one(path, mode):
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", path) + f".{mode}.log"
@@ -146,9 +116,6 @@ def run_all(paths, envs: dict, cwd: str, timeout_s: float, jobs: int, progress, 
             except OSError as exc:  # the preloading process is gone: this file starts fresh
                 worker.error = preloads[mode]["error"] = str(exc)
                 preloads[mode]["forked"] = False
-        with bare_lock:
-            if mode not in bare:
-                bare[mode] = Worker((), envs[mode], cwd, timeout_s)
         if bare[mode].error is not None:
             raise OSError(f"the {mode} side's test process did not start: {bare[mode].error}")
         return bare[mode].run(path, mode, log, results)
@@ -166,16 +133,9 @@ def run_all(paths, envs: dict, cwd: str, timeout_s: float, jobs: int, progress, 
                 state = "timeout" if run.timed_out else f"exit {run.returncode}"
                 line = f"{run.mode:<10} {run.path}: {state} in {run.duration_s:.1f}s"
                 progress(f"[{done}/{len(futures)}] {line}")
-    except KeyboardInterrupt:
-        _STOPPING.set()
-        with _LIVE_LOCK:
-            live = list(_LIVE)
-        for pid in live:
-            _kill_group(pid)
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    finally:  # on Ctrl-C too: each serve kills what it forked, and nothing more starts
         for worker in [*workers.values(), *bare.values()]:
             worker.stop()
+        pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(folder, ignore_errors=True)
     return [future.result() for future in futures], preloads

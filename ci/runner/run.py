@@ -99,9 +99,9 @@ def _execute(request, root: str, log, out=None, change=None) -> Results:
         for m, s in setups.items()
     }
     paths = [s.path for s in selected]
+    fresh = {p: why for p in paths if (why := tree.fresh_reason(p))}
     if request.preload is None:
-        preload = tree.default_preload(paths, backend)
-    fresh = {p: why for p in paths if (why := tree.fresh_reason(p))} if preload else {}
+        preload = tree.default_preload([p for p in paths if p not in fresh], backend)
     runs, preloads = launch.run_all(
         paths, environments, root, request.timeout, request.jobs, log, os.path.join(out, "logs"),
         preload, fresh,
@@ -135,8 +135,7 @@ def _execute(request, root: str, log, out=None, change=None) -> Results:
         runs, backend, by_mode, suites, patterns, selection=selection, environment=environment,
         series=series,
     )  # fmt: skip
-    lines = {path: tree.test_lines(path) for path in {c.file for c in results.cases}}
-    cases = [replace(c, line=collect.line_of(lines[c.file], c.test)) for c in results.cases]
+    cases = [replace(c, line=tree.def_line(c.file, c.test)) for c in results.cases]
     results = replace(results, cases=cases)
     wrong = [why for m, s in setups.items() if (why := sides.imported_elsewhere(s, records[m]))]
     if wrong:

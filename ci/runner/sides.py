@@ -104,8 +104,10 @@ def imported_elsewhere(setup: SideSetup, record: dict) -> str | None:
 
 
 def record_of(text: str | None) -> dict:
-    """What a side's test process said about itself (``child.describe``), as short texts."""
-    raw = json.loads(text) if text else None  # launch parsed it once already
+    """What a side's test process said about itself (its ``{"process"}`` line), as short texts."""
+    raw = None
+    with contextlib.suppress(ValueError, KeyError, RecursionError):
+        raw = json.loads(text)["process"] if text else None
     if not isinstance(raw, dict):
         return {"error": "no test process of this side reported its environment"}
     return {str(k)[:50]: None if v is None else str(v)[:500] for k, v in list(raw.items())[:20]}
@@ -165,8 +167,6 @@ def read_change(root: str, base_rev: str, head_rev: str) -> Change:
         ("base", base_rev, (PACKAGE,)),
         ("head", head_rev, (PACKAGE, REGISTERED_ROOT)),
     ):
-        if not rev or rev.startswith("-"):
-            raise CiError(f"--git-{flag} {rev!r}: not a revision")
         commit = git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
         if not commit:
             raise CiError(f"--git-{flag} {rev!r}: no such commit in {root}")
