@@ -9,7 +9,8 @@ import os
 import subprocess
 import sys
 
-from sglang_overlay import PATCH_IDS, PATCHED_MODULES, OverlayError, __version__
+from sglang_overlay import PATCH_IDS, PATCHED_MODULES, OverlayError, __version__, config, observe
+from sglang_overlay.overlay import OK_STATES, sglang_version
 
 # The fresh process notes whether the .pth ran before anything of ours is imported.
 PROBE = (
@@ -17,7 +18,7 @@ PROBE = (
     "from sglang_overlay.cli import probe; probe(hook_ran)\n"
 )
 PROBE_TIMEOUT_S = 600
-BAD_ROWS = ("invalid-record", "misconfigured", "unpatched")
+MODULES = tuple(dict.fromkeys(names[0] for names in PATCHED_MODULES.values()))
 
 
 class Parser(argparse.ArgumentParser):
@@ -32,21 +33,16 @@ def pid(text: str) -> int:
 
 
 def main(argv=None) -> int:
-    about = "Release-first scratch workspaces for sglang: what new and running processes get."
-    parser = Parser(prog="sglang-overlay", description=about)
+    parser = Parser(
+        prog="sglang-overlay",
+        description="Release-first scratch workspaces for sglang. status: what a fresh process "
+        "of this environment gets, one line per patch; with --processes: every live one.",
+    )
     parser.add_argument("--version", action="version", version=f"sglang-overlay {__version__}")
-    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
-    show = verbs.add_parser(
-        "status",
-        help="what a fresh sglang process of this environment gets, one line per patch",
-        description="Import each patched module in a fresh interpreter and report each patch; "
-        "with --processes: what every live sglang process here recorded.",
-    )
-    show.add_argument("--json", action="store_true", help="print JSON for machines")
-    show.add_argument("--processes", action="store_true", help="every live sglang process")
-    show.add_argument(
-        "--pid", type=pid, action="append", metavar="PID", help="with --processes: only this one"
-    )
+    parser.add_argument("verb", choices=["status"])
+    parser.add_argument("--json", action="store_true", help="print JSON for machines")
+    parser.add_argument("--processes", action="store_true", help="every live sglang process")
+    parser.add_argument("--pid", type=pid, action="append", help="with --processes: only this one")
     try:
         args = parser.parse_args(argv)
         if args.pid and not args.processes:
@@ -70,9 +66,6 @@ def main(argv=None) -> int:
 
 
 def fresh_status(as_json: bool) -> "tuple[list[str], bool]":
-    from sglang_overlay import config
-    from sglang_overlay.overlay import OK_STATES
-
     report = fresh_process_status()
     records, problems = report["records"], config.problems()
     for r in records:
@@ -80,8 +73,7 @@ def fresh_status(as_json: bool) -> "tuple[list[str], bool]":
     ok = all(r["state"] in OK_STATES for r in records) and not problems
     if as_json:
         return [json.dumps(records, indent=2)], ok
-    modules = ", ".join(dict.fromkeys(names[0] for names in PATCHED_MODULES.values()))
-    lines = [f"checked in a fresh process: {sys.executable} -c 'import {modules}'",
+    lines = [f"checked in a fresh process: {sys.executable} -c 'import {', '.join(MODULES)}'",
              f"overlay {report.get('overlay_version')} at {report.get('overlay_path')}"]  # fmt: skip
     for r in records:
         lines.append(f"{r['patch']}  {r['state']}  sglang {r['sglang_version']}  {r['target']}")
@@ -90,8 +82,6 @@ def fresh_status(as_json: bool) -> "tuple[list[str], bool]":
 
 
 def processes_status(as_json: bool, pids: "set[int] | None" = None) -> "tuple[list[str], bool]":
-    from sglang_overlay import observe
-
     listed = [(p, process_rows(p)) for p in observe.processes(pids)]
     ok = all(row_ok(r) for _, rows in listed for r in rows)
     if as_json:
@@ -114,10 +104,9 @@ def processes_status(as_json: bool, pids: "set[int] | None" = None) -> "tuple[li
 
 def row_ok(row: dict) -> bool:
     """Fixed, unfixed on purpose, or the patch's module not imported (with a good record)."""
-    from sglang_overlay.overlay import OK_STATES
-
-    bad = row["state"] in BAD_ROWS
-    return not bad and (row["state"] in OK_STATES or row.get("workspace_imported") is False)
+    if row["state"] == "misconfigured":
+        return False
+    return row["state"] in OK_STATES or row.get("workspace_imported") is False
 
 
 def process_rows(process: dict) -> "list[dict]":
@@ -162,16 +151,14 @@ def fresh_process_status() -> dict:
         proc = subprocess.run(
             command, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S
         )
+        report = json.loads(proc.stdout) if proc.returncode == 0 else None
     except subprocess.TimeoutExpired:
         return _failed(f"a fresh process did not finish within {PROBE_TIMEOUT_S} s")
-    try:
-        report = json.loads(proc.stdout)
-    except ValueError:
+    except ValueError:  # something else wrote to its stdout
         report = None
-    if proc.returncode != 0 or not isinstance(report, dict):
+    if report is None:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        modules = " and ".join(dict.fromkeys(names[0] for names in PATCHED_MODULES.values()))
-        return _failed(f"a fresh process failed to import {modules}: {tail}")
+        return _failed(f"a fresh process failed to import {' and '.join(MODULES)}: {tail}")
     if not report["hook_ran"]:
         for r in report["records"]:
             if r["state"] == "pending":
@@ -196,8 +183,6 @@ def probe(hook_ran: bool) -> None:
 
 
 def _failed(reason: str) -> dict:
-    from sglang_overlay.overlay import sglang_version
-
     version = sglang_version()
     return {"records": [{"patch": p, "target": m[0], "sglang_version": version, "state": "failed",
                          "reason": reason} for p, m in PATCHED_MODULES.items()]}  # fmt: skip
