@@ -14,7 +14,7 @@ import torch
 from sglang_overlay import FUSED_KV_PATCH_ID, PATCH_ID, shapes
 from sglang_overlay.observe import MIB, ReplacementLog
 
-# patch id -> what its log calls the buffers; a patch's first replacement makes its log
+# patch id -> what its log calls the buffers (else the class and methods)
 NAMES = {
     PATCH_ID: "DSV4 sparse-prefill workspace",
     FUSED_KV_PATCH_ID: "fused KV materialisation workspace",
@@ -22,14 +22,6 @@ NAMES = {
 }
 LOGS: "dict[str, ReplacementLog]" = {}
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
-
-
-def log_of(patch_id: str) -> ReplacementLog:
-    if patch_id not in LOGS:
-        sites = shapes.SITES[patch_id]
-        name = f"{sites[0].class_names[0]}.{'/'.join(s.methods[0] for s in sites)} scratch"
-        LOGS.setdefault(patch_id, ReplacementLog(NAMES.get(patch_id, name)))
-    return LOGS[patch_id]
 
 
 def high_water_bytes(patch_id: str) -> int:
@@ -56,10 +48,12 @@ def _logged(patch_id, owner, released, old, publish) -> None:
     """Log and publish a replacement, never inside a torch.compile graph."""
     if _compiling():
         return
-    now = [getattr(owner, a, None) for a in released]
-    log_of(patch_id).replaced(
-        old, describe(now), sum(t.nelement() * t.element_size() for t in _tensors(now))
-    )
+    if patch_id not in LOGS:  # a patch's first replacement makes its log
+        sites = shapes.SITES[patch_id]
+        name = f"{sites[0].class_names[0]}.{'/'.join(s.methods[0] for s in sites)} scratch"
+        LOGS.setdefault(patch_id, ReplacementLog(NAMES.get(patch_id, name)))
+    now = _tensors(getattr(owner, a, None) for a in released)
+    LOGS[patch_id].replaced(old, describe(now), sum(t.nelement() * t.element_size() for t in now))
     publish()
 
 
@@ -69,8 +63,7 @@ def build(site, found, module, publish):
         return _build_ensure_workspace(module, publish)
     if site is shapes.DSV4:
         return _build_dsv4(module, publish, found.shape.name)
-    method = released_method(module, found.node, site.released)
-    released = site.released
+    method, released = released_method(module, found.node, site.released), site.released
 
     def released_first(self, *args, **kwargs):
         before = None if _compiling() else describe(getattr(self, a, None) for a in released)
@@ -155,11 +148,19 @@ def _build_ensure_workspace(module, publish):
 
 
 def released_method(module, node: ast.FunctionDef, released) -> "object":
-    """The method ``node`` of ``module`` with the ``released`` attributes dropped first,
-    compiled from its source in the module's globals, file and lines."""
+    """The method ``node`` of ``module``, compiled from its source in the module's globals, file
+    and lines, with ``self.<attr> = <local> = None`` inserted for each ``released`` attribute
+    before ``<local> = <allocation>`` where a later ``self.<attr> = <local>`` stores it."""
     node = copy.deepcopy(node)  # the recognised tree stays the module's own text
-    for attr in released:
-        _drop_before_allocation(node, attr)
+    for body in list(_statement_lists(node)):
+        last_set = {}  # local -> the statement of this block that last assigned it
+        for stmt in [s for s in body if isinstance(s, ast.Assign)]:
+            at = last_set.get(stmt.value.id if isinstance(stmt.value, ast.Name) else None)
+            if at is not None and _allocates(at.value):
+                for attr in {shapes._self_attr(t) for t in stmt.targets} & set(released):
+                    drop = ast.parse(f"self.{attr} = {stmt.value.id} = None").body[0]
+                    body.insert(body.index(at), ast.copy_location(drop, at))
+            last_set.update((t.id, stmt) for t in stmt.targets if isinstance(t, ast.Name))
     tree = ast.fix_missing_locations(ast.Module(body=[node], type_ignores=[]))
     # Annotations stay strings: names imported only under TYPE_CHECKING must not be looked up.
     flags = __future__.annotations.compiler_flag
@@ -169,34 +170,11 @@ def released_method(module, node: ast.FunctionDef, released) -> "object":
     return namespace[node.name]
 
 
-def _drop_before_allocation(node, attr: str) -> None:
-    """Insert ``self.<attr> = <local> = None`` before ``<local> = <allocation>`` where a later
-    ``self.<attr> = <local>`` of the same block stores it, everywhere in ``node``."""
-    for body in list(_statement_lists(node)):
-        stores = [s for s in body if isinstance(s, ast.Assign) and isinstance(s.value, ast.Name)]
-        for store in stores:
-            local = store.value.id
-            sets = [s for s in body[: body.index(store)] if _names(s, local)]
-            mine = any(shapes._self_attr(t) == attr for t in store.targets)
-            if mine and sets and _allocates(sets[-1].value):
-                drop = ast.parse(f"self.{attr} = {local} = None").body[0]
-                body.insert(body.index(sets[-1]), ast.copy_location(drop, sets[-1]))
-
-
 def _statement_lists(node):
     for sub in ast.walk(node):
         for field in ("body", "orelse", "finalbody"):
-            value = getattr(sub, field, None)
-            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
-                yield value
-
-
-def _targets(stmt) -> list:
-    return stmt.targets if isinstance(stmt, ast.Assign) else []
-
-
-def _names(stmt, local) -> bool:
-    return any(isinstance(t, ast.Name) and t.id == local for t in _targets(stmt))
+            if isinstance(getattr(sub, field, None), list):
+                yield getattr(sub, field)
 
 
 def _allocates(value) -> bool:
