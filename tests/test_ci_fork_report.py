@@ -8,7 +8,7 @@ import pytest
 from ci_fake_github import FakeGitHub, zipped
 from ci_samples import CLS, FILE, GROW, HEAD, PR, SLOT, TOKEN, file_run, model, refused, report
 
-from ci.reporter import checks, github_io, pr_states, render
+from ci.reporter import github_io, pr_states, render
 
 fake = pytest.fixture(ci_samples.pr_fake, name="fake")
 
@@ -170,14 +170,14 @@ def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
 def test_check_run_has_the_table_and_a_notice_at_the_regression_tests_line(fake):
     m = model()
     m = replace(m, cases=[replace(m.cases[0], line=123), *m.cases[1:]])
-    create, updates = checks.bodies(m, HEAD, render.comment(m, "s"), "2026-01-01T00:00:00Z")
+    create, updates = render.check_run(m, HEAD, render.comment(m, "s"), "2026-01-01T00:00:00Z")
     ci_samples.publisher(fake).create_check_run(create, updates)
     (run,) = fake.check_runs.values()
     assert run["output"]["summary"].startswith(render.comment_marker("s"))
     (note,) = run["annotations"]
     assert note == {"path": FILE, "start_line": 123, "end_line": 123, "annotation_level": "notice",
-                    "title": f"{CLS}.{GROW}", "message": "fail on sglang 0.5.23 (peak 160.0 MiB); "
-                    "passes on sglang 0.5.23 + this change (peak 96.0 MiB)"}  # fmt: skip
+                    "title": f"{CLS}.{GROW}", "message": "fixed by this PR: sglang 0.5.23: Fail \u00b7 "
+                    "peak 160.0 MiB; sglang 0.5.23 + this change: Pass \u00b7 peak 96.0 MiB"}  # fmt: skip
 
 
 def test_120_annotations_go_out_50_per_request_and_broken_cases_are_failures(fake):
@@ -188,7 +188,7 @@ def test_120_annotations_go_out_50_per_request_and_broken_cases_are_failures(fak
         file_run("change", [(n, "pass") for n in names[:-1]] + [(names[-1], "fail", failing)]),
     ]
     m = model(runs, patterns=[], suite="s")
-    create, updates = checks.bodies(m, HEAD, "summary", "2026-01-01T00:00:00Z")
+    create, updates = render.check_run(m, HEAD, "summary", "2026-01-01T00:00:00Z")
     assert [len(u["annotations"]) for u in updates] == [50, 20]
     ci_samples.publisher(fake).create_check_run(create, updates)
     (run,) = fake.check_runs.values()

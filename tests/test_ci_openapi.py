@@ -11,7 +11,7 @@ from ci_samples import HEAD, PR, TOKEN, model, report, results_folder, workflow_
 from test_ci_fork_report import _fork_pr
 
 from ci.__main__ import main
-from ci.reporter import checks
+from ci.reporter import render
 from ci.reporter.publish import Publisher, RetryPolicy, connect
 
 SPEC = os.environ.get("OCTOKIT_OPENAPI")
@@ -55,7 +55,7 @@ def test_every_request_of_every_report_path_is_in_githubs_description(fake, tmp_
     assert main(["gate", "--event", str(path), "--api-url", fake.url]) == 0
     # Annotations 51 and on go out as check-run updates (PATCH); storage is not the API.
     many = replace(m, cases=[m.cases[0]] * 60)
-    create, updates = checks.bodies(many, HEAD, "summary", "2026-01-01T00:00:00Z")
+    create, updates = render.check_run(many, HEAD, "summary", "2026-01-01T00:00:00Z")
     policy = RetryPolicy(sleep=lambda _: None)
     Publisher(connect(TOKEN, fake.url), "sgl", "sglang", 7, policy).create_check_run(
         create, updates

@@ -29,8 +29,8 @@ def publish_all(fake, slot="dsv4", text=":white_check_mark: [Run #1](https://ci/
     m = model()
     pub.update_slot(slot, LABEL, [text, ":white_check_mark:"])
     pub.upsert_comment(render.comment_marker(slot), render.comment(m, slot), author="ci-bot")
-    for suite, (state, description) in render.status_descriptions(m).items():
-        pub.set_status("abc1234", f"{slot}/{suite}", state, description, "https://ci/1")
+    for status in render.statuses(m, slot, "https://ci/1"):
+        pub.set_status("abc1234", status)
     return pub
 
 
@@ -128,7 +128,7 @@ def test_retries_wait_as_github_asks_and_give_up_after_five(
         fake.fail_next(method, path, status, {"message": message}, headers)
     waited = []
     pub = publisher(fake, sleeps=waited, settle_s=0)
-    send = lambda: pub.set_status("abc1234", "ctx", "success", "ok")  # noqa: E731
+    send = lambda: pub.set_status("abc1234", {"context": "c", "state": "success"})  # noqa: E731
     if method == "PATCH":
         send = lambda: pub.update_slot("dsv4", LABEL, [":x:"])  # noqa: E731
     if sleeps == "gives up":

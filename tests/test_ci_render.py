@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from ci.evidence import judge
 from ci.evidence import model as evidence
-from ci.reporter import checks, escape, render
+from ci.reporter import escape, render
 from ci.reporter.pr_states import MISSING_LABEL
 
 NASTY = "test_`x`|y <!-- slot:dsv4:end --> *z* [l](u) @team\nFAIL: -->"
@@ -73,8 +73,9 @@ def test_the_environment_line_names_the_device_that_ran_the_tests():
 def test_only_an_ok_run_posts_success_statuses_of_140_characters(runs, suite, state, status):
     run = model(runs, suite=suite)
     assert render.overall_state(run) == state
-    ((posted, description),) = render.status_descriptions(run).values()
-    assert posted == status and len(description) <= 140 and "1 " in description
+    (posted,) = render.statuses(run, "dsv4")
+    assert posted["state"] == status and len(posted["description"]) <= 140
+    assert "1 " in posted["description"] and posted["context"] == f"dsv4/{suite}"
 
 
 def test_slot_text_is_a_state_and_a_link():
@@ -122,7 +123,7 @@ def test_two_different_case_names_never_render_alike_in_rows_reasons_or_annotati
     # no letter of another script or invisible character passes for ours, in the reason either
     assert not (set("".join(LOOK_ALIKES)) - set(string.printable)) & set(text)
     assert "test\\_grow\\\\u3164, test\\_grow\\\\u115f and 9 more" in text
-    create, _ = checks.bodies(m, "c0ffee" + "0" * 34, "s", "2026-01-01T00:00:00Z")
+    create, _ = render.check_run(m, "c0ffee" + "0" * 34, "s", "2026-01-01T00:00:00Z")
     titles = [note["title"] for note in create["output"]["annotations"]]
     assert len(set(titles)) == len(LOOK_ALIKES) and all(t.isascii() for t in titles)
 

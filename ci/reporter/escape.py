@@ -13,7 +13,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _LINE_BREAKS = re.compile("\r\n|[\n\r\u2028\u2029]")
 # GitHub finds mentions, issue references and bare links after entities are decoded.
 _ACTS_ON_GITHUB = re.compile(r"(@|#|(?<![A-Za-z0-9])GH-|:(?=//)|(?<![A-Za-z0-9])www(?=\.))", re.I)
-_ASCII_HIDDEN = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _NOT_SHOWN = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Mn", "Me"))
 _FILLERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")  # render as nothing at all
 
@@ -43,16 +42,14 @@ def _escaped(ch: str) -> str:
     return ascii(ch)[1:-1]  # \x1b, \u3164, \U000e0001: ASCII, visible, one per character
 
 
-def show_hidden(text: str, keep: str = "\t\n") -> str:
-    """``text`` with every character a reader would not see written as its escape."""
-    if text.isascii():
-        return _ASCII_HIDDEN.sub(lambda m: m[0] if m[0] in keep else _escaped(m[0]), text)
-    return "".join(_escaped(ch) if ch not in keep and _hidden(ch) else ch for ch in text)
+def show_hidden(text: str) -> str:
+    """``text`` with every character a reader would not see (but tabs and line ends) escaped."""
+    return "".join(_escaped(ch) if ch not in "\t\n" and _hidden(ch) else ch for ch in text)
 
 
 def escape_inline(text) -> str:
     """One line of plain text, safe in a table cell, a heading or a link text."""
-    return _markdown_inline(show_hidden(_LINE_BREAKS.sub(" ", _ANSI.sub("", str(text))), keep=""))
+    return _markdown_inline(show_hidden(_LINE_BREAKS.sub(" ", _ANSI.sub("", str(text)))))
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -76,15 +73,15 @@ def _markdown_inline(text: str) -> str:
 
 
 def visible(text) -> str:
-    """Plain text (a check-run annotation): every hidden character shown, no workflow command."""
-    return inert(show_hidden(_ANSI.sub("", str(text)).replace("\r\n", "\n")))
+    """Plain text (a check-run annotation, a log excerpt): one kind of line break, every hidden
+    character shown, no workflow command."""
+    return inert(show_hidden(_LINE_BREAKS.sub("\n", _ANSI.sub("", str(text)))))
 
 
 def escape_block(text) -> str:
     """Log text as a fenced code block: markers defused, the fence longer than any run."""
-    text = inert(show_hidden(_LINE_BREAKS.sub("\n", _ANSI.sub("", str(text)))))
     # Inside a fence entities are not decoded, so a zero-width space defuses the markers.
-    text = text.replace("<!--", "<\u200b!--").replace("-->", "--\u200b>")
+    text = visible(text).replace("<!--", "<\u200b!--").replace("-->", "--\u200b>")
     longest = max((len(run) for run in re.findall(r"`+|~+", text)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}text\n{text}\n{fence}"

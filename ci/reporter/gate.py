@@ -5,6 +5,7 @@ write permission approved exactly that commit (``Publisher.pull_facts`` gathers 
 import datetime
 import json
 import re
+from collections import namedtuple
 from dataclasses import asdict, dataclass, field
 
 RUN_LABEL = "run-ci"
@@ -145,17 +146,10 @@ CONCLUSIONS = (  # of a finished run
 ).split()
 
 
-@dataclass(frozen=True)
-class FinishedRun:
-    run_id: int
-    head_sha: str
-    conclusion: str
-    html_url: str
-    head_repo: str | None
-    repo: str
-    head_branch: str
-    actor: str | None  # who triggered it: the labeler, a pusher, a re-runner
-    created_at: str
+# actor: who triggered the run (the labeler, a pusher, a re-runner).
+FinishedRun = namedtuple(
+    "FinishedRun", "run_id head_sha conclusion html_url head_repo repo head_branch actor created_at"
+)
 
 
 def finished_run(event: dict) -> FinishedRun:

@@ -66,7 +66,7 @@ def publish(request: ReportRequest, report: ReportPlan, say) -> None:
             said = publisher.upsert_comment(marker, report.comment, login)
             say(f"sticky comment ({login}): {said}")
         for status in report.statuses:
-            publisher.set_status(request.sha, **status)
+            publisher.set_status(request.sha, status)
             say(f"status {status['context']}: {status['state']}")
         if report.comment is not None and not request.sha:
             say("statuses: skipped (no --sha)")

@@ -10,12 +10,13 @@ from dataclasses import dataclass, replace
 from ci.errors import CiError
 from ci.evidence import shards
 from ci.evidence.model import EvidenceError
-from ci.reporter import checks, gate, pr_states, render
+from ci.reporter import gate, pr_states, render
 from ci.reporter.escape import cap
 from ci.reporter.pr_states import BODY_LIMIT, DEFAULT_LABEL, DEFAULT_SLOT
 
 INVALID_NOTE = "invalid artifact"
 STEP_SUMMARY_BYTES = 1024 * 1024  # GitHub drops a step's summary whole past 1 MiB
+CHECK_SUMMARY_LIMIT = 65535
 RESULTS_ARTIFACT = "dsv4-results"
 MAX_SHARDS = 256  # GitHub runs at most 256 jobs of one matrix
 ARTIFACT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
@@ -64,11 +65,10 @@ class ReportPlan:
     slot: str
     slot_line: str
     comment: str | None
-    statuses: tuple  # of {context, state, description, target_url}; empty without a sha
+    statuses: tuple  # of {context, state, description, target_url}; none without a sha
     sha: str | None
     check_run: dict | None  # {"create": ..., "updates": [...]}
     texts: tuple  # the slot text with links, and without (for comparing with what is there)
-    statuses_skipped: bool  # there were statuses to set, but no sha to set them on
     summary: str | None  # the full report for the step summary, when asked for
     invalid: str | None = None  # why the artifact was refused (the slot says failure)
 
@@ -128,14 +128,11 @@ def plan(request: ReportRequest) -> ReportPlan:
         # What GitHub says of the job outranks what the job's own files say: never green.
         untrusted = f"the test job's result is {result[:20]}, although its results say all passed"
         model, state = None, "cancelled" if result == "cancelled" else "failure"
-    statuses, note, url = [], INVALID_NOTE if invalid else untrusted, request.run_url
+    statuses, note = [], INVALID_NOTE if invalid else untrusted
     if model is not None:
         state, note = render.overall_state(model), render.retry_note(model.cases)
         full = render.comment(model, request.slot, **request.links)  # capped per place
-        statuses = [
-            {"context": f"{request.slot}/{suite}", "state": s, "description": d, "target_url": url}
-            for suite, (s, d) in render.status_descriptions(model).items()
-        ]
+        statuses = render.statuses(model, request.slot, request.run_url)
     texts = tuple(render.slot_text(state, **links, note=note) for links in (request.links, {}))
     summary = cap(full, STEP_SUMMARY_BYTES) if full else f"{texts[0]}\n"
     refused = ("Invalid artifact", invalid) if invalid else ("Not reported", untrusted)
@@ -145,8 +142,7 @@ def plan(request: ReportRequest) -> ReportPlan:
         comment=None if full is None else cap(full, BODY_LIMIT),
         statuses=tuple(statuses) if request.sha else (), sha=request.sha,
         check_run=_check_run(request, model, state, refused if refused[1] else None, full),
-        texts=texts, statuses_skipped=bool(statuses and not request.sha),
-        summary=summary if request.summary else None, invalid=invalid,
+        texts=texts, summary=summary if request.summary else None, invalid=invalid,
     )  # fmt: skip
 
 
@@ -166,9 +162,10 @@ def _check_run(request: ReportRequest, model, state: str, refused, full):
         return None
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     if model is None:
-        return {"create": checks.without_results(state, request.sha, now, request.run_url, refused)}
-    summary = full.split("\n", 1)[1]  # the marker line is for the sticky comment only
-    create, updates = checks.bodies(model, request.sha, summary, now, request.run_url)
+        create = render.check_run_without_results(state, request.sha, now, request.run_url, refused)
+        return {"create": create}
+    summary = cap(full.split("\n", 1)[1], CHECK_SUMMARY_LIMIT)  # less the marker line
+    create, updates = render.check_run(model, request.sha, summary, now, request.run_url)
     return {"create": create, "updates": updates}
 
 
@@ -193,7 +190,7 @@ def dry_run_text(report: ReportPlan, as_json: bool) -> str:
         out += ["\n## sticky comment (created, or edited in place on reruns)\n\n", report.comment]
     out.append("\n## commit statuses" + (f" on {report.sha}" if report.sha else "") + "\n\n")
     out += [json.dumps(status) + "\n" for status in report.statuses]
-    if report.statuses_skipped:
+    if report.comment is not None and not report.sha:
         out.append("(none: pass --sha to set one per suite)\n")
     if report.check_run:
         create = report.check_run["create"]

@@ -187,11 +187,8 @@ class Publisher:
             raise
         return (me or {}).get("login") or ACTIONS_BOT
 
-    def pr_head(self) -> str:
-        return str(((self.pull() or {}).get("head") or {}).get("sha") or "")
-
     def create_check_run(self, create: dict, updates: list) -> int:
-        """One check run from ``checks.bodies``; the updates append further annotations."""
+        """One check run from ``render.check_run``; the updates append further annotations."""
         run = self.request("POST", f"check run {create['name']}", "check-runs", json=create)
         for output in updates:
             what = f"check run {run['id']} annotations"
@@ -218,10 +215,11 @@ class Publisher:
         # The whole find-then-write repeats on a retry, so a retried create cannot duplicate.
         return self.policy.call("sticky comment", once)
 
-    def set_status(self, sha: str, context: str, state: str, description: str, target_url=None):
-        status = dict(state=state, description=description, context=context)
-        status.update({"target_url": target_url} if target_url else {})
-        self.request("POST", f"status {context}", "statuses", sha, json=status)
+    def pr_head(self) -> str:
+        return str(((self.pull() or {}).get("head") or {}).get("sha") or "")
+
+    def set_status(self, sha: str, status: dict) -> None:
+        self.request("POST", f"status {status['context']}", "statuses", sha, json=status)
 
     def pull(self):
         return self.request("GET", f"read PR #{self.number}", "pulls", self.number)

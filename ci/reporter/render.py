@@ -1,5 +1,6 @@
-"""Pure rendering, evidence in, markdown out: the comment (also report.md and the summaries), the
-slot text, the status descriptions. Untrusted text goes through ``ci.reporter.escape`` (R3)."""
+"""Pure rendering, evidence in, what GitHub shows out: the comment (also report.md and the
+summaries), the slot text, the commit statuses and the check run's request bodies. Untrusted text
+goes through ``ci.reporter.escape`` (R3)."""
 
 import os
 import re
@@ -7,7 +8,7 @@ from collections import Counter
 
 from ci.evidence.judge import tail
 from ci.evidence.model import FILE_CASE, MODES, Case, Results
-from ci.reporter.escape import clip, escape_block, escape_inline, escape_name
+from ci.reporter.escape import clip, escape_block, escape_inline, escape_name, name_text, visible
 from ci.reporter.pr_states import DEFAULT_SLOT, MISSING_LABEL
 
 STATES = {"success": ":white_check_mark:", "failure": ":x:", "not-reproduced": ":warning:",
@@ -15,17 +16,24 @@ STATES = {"success": ":white_check_mark:", "failure": ":x:", "not-reproduced": "
 STALE_LABEL = (
     ":x: **No approval of this commit** -- a maintainer reviews it, then adds `run-ci` again."
 )
-# kind -> what it means to a reviewer, and the side whose log excerpt shows why.
+# kind -> what it means to a reviewer, the side whose log excerpt shows why, and the level of the
+# check-run annotation at its test (None: none).
 VERDICTS = {
-    "regression": ("fixed by this PR", None),
-    "preservation": ("unchanged", None),
-    "not-reproduced": ("bug not reproduced", None),
-    "broken": ("broken by this PR", "change"),
-    "skipped": ("skipped", None),
-    "no-baseline": ("no baseline", None),
-    "masked-by-retry": ("hidden by a retry", "unmodified"),
-    "flaky": ("flaky with this PR", "change"),
-    "unproven": ("not proven", None),
+    "regression": ("fixed by this PR", None, "notice"),
+    "preservation": ("unchanged", None, None),
+    "not-reproduced": ("bug not reproduced", None, None),
+    "broken": ("broken by this PR", "change", "failure"),
+    "skipped": ("skipped", None, None),
+    "no-baseline": ("no baseline", None, None),
+    "masked-by-retry": ("hidden by a retry", "unmodified", "failure"),
+    "flaky": ("flaky with this PR", "change", "failure"),
+    "unproven": ("not proven", None, "failure"),
+}
+CHECK_NAME = "DSV4 workspace A/B"
+ANNOTATIONS_PER_REQUEST, MAX_ANNOTATIONS = 50, 500
+NO_RESULTS = {
+    "failure": "The test job failed before it wrote results; see the run's log.",
+    "cancelled": "The test job was cancelled (a newer push, or a timeout) before it wrote results.",
 }
 _RAISED = re.compile(r"^[\w.]*(?:Error|Exception|Failure|Interrupt|Exit)\b.*$", re.M)
 
@@ -62,16 +70,75 @@ def slot_text(state: str, run_id=None, run_url=None, artifacts_url=None, note=No
     return " ".join(parts + ([f"-- {escape_inline(note)}"] if note else []))
 
 
-def status_descriptions(results: Results) -> dict:
-    """suite -> (state, description <= 140 chars): success only where the run is ok (a broken
-    case fails it)."""
-    ok, statuses = results.verdict == "ok", {}
+def statuses(results: Results, slot: str, target_url=None) -> list:
+    """A commit status per suite, described in at most 140 characters: success only where the run
+    is ok (a broken case fails it)."""
+    ok, found = results.verdict == "ok", []
     for suite, cases in results.suites().items():
         counts = Counter(VERDICTS[case.kind][0] for case in cases)
         text = ", ".join(f"{n} {k}" for k, n in counts.items()) or "no cases ran"
         text = clip(f"A/B {results.backend}: {text if ok else f'{results.verdict}: {text}'}", 140)
-        statuses[suite] = ("success" if ok else "failure", text)
-    return statuses
+        state = "success" if ok else "failure"
+        status = {"context": f"{slot}/{suite}", "state": state, "description": text}
+        found.append({**status, "target_url": target_url} if target_url else status)
+    return found
+
+
+def check_run(results: Results, head_sha: str, summary: str, now: str, details_url=None):
+    """The Checks API's create body, and the outputs of the updates that carry annotations 51 and
+    on (each at the ``def`` line of a regression, broken, masked, flaky or unproven case)."""
+    labels = {mode: results.label(mode) for mode in MODES}
+    notes = [a for a in (_annotation(c, labels) for c in results.cases) if a is not None]
+    counts = ", ".join(f"{n} {kind}" for kind, n in results.counts().items() if n)
+    title = f"A/B on {results.backend}: {counts or 'no cases'}"
+    retried = retry_note(results.cases)
+    if retried:
+        title += f" -- {retried}"
+    if len(notes) > MAX_ANNOTATIONS:
+        title += f" (annotations on the first {MAX_ANNOTATIONS} of {len(notes)})"
+        notes = notes[:MAX_ANNOTATIONS]
+    output = {"title": clip(title, 255), "summary": summary}
+    step = ANNOTATIONS_PER_REQUEST
+    batches = [notes[i : i + step] for i in range(0, len(notes), step)] or [[]]
+    outputs = [{**output, "annotations": batch} for batch in batches]
+    conclusion = {"ok": "success", "void": "neutral"}.get(results.verdict, "failure")
+    return _check_create(head_sha, conclusion, now, details_url, outputs[0]), outputs[1:]
+
+
+def check_run_without_results(state: str, head_sha: str, now: str, details_url, refused=None):
+    """The check run's create body for a job that left no results, or whose results were
+    ``refused`` (title, why)."""
+    if refused:
+        summary = f"The test job's results were refused: {escape_inline(refused[1])}"
+        output = {"title": refused[0], "summary": summary[:2000]}
+    else:
+        output = {"title": f"No results: {state}", "summary": NO_RESULTS[state]}
+    return _check_create(head_sha, state, now, details_url, output)
+
+
+def _annotation(case: Case, labels: dict) -> dict | None:
+    """The case's row of the table as plain text, at its test's line."""
+    words, _, level = VERDICTS[case.kind]
+    if level is None:
+        return None
+    message = f"{words}: " + "; ".join(f"{labels[m]}: {cell(case, m)}" for m in MODES)
+    change = case.modes.get("change")
+    if case.kind == "broken" and change and change.detail:
+        message += f"\n{change.detail[-1500:]}"
+    line, title = case.line or 1, clip(name_text(case.test), 255)
+    where = {"path": case.file, "start_line": line, "end_line": line, "annotation_level": level}
+    return {**where, "title": title, "message": clip(visible(message), 4000)}
+
+
+def _check_create(head_sha: str, conclusion: str, now: str, details_url, output: dict) -> dict:
+    body = {
+        "name": CHECK_NAME,
+        "head_sha": head_sha,
+        "status": "completed",
+        "conclusion": conclusion,
+    }
+    return {**body, "completed_at": now, **({"details_url": details_url} if details_url else {}),
+            "output": output}  # fmt: skip
 
 
 def retry_note(cases) -> str | None:
