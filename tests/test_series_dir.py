@@ -5,8 +5,6 @@ import zipfile
 from dataclasses import replace
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from ci import gitcmd
 from tools.series import SeriesError, base, check, matrix, seriesdir
@@ -42,17 +40,6 @@ def test_the_first_fix_parses_to_one_file_one_hunk_releasing_before_allocating()
 def test_a_corrupt_patch_is_named_with_its_line(data, said):
     with pytest.raises(SeriesError, match=said):
         parse_patch(data, "0001")
-
-
-@given(st.lists(st.from_regex(r"[0-9]{4}-[a-z0-9-]{1,20}\.patch", fullmatch=True), unique=True))
-def test_the_series_file_round_trips(names):
-    assert seriesdir.parse_series(seriesdir.render_series(names)) == names
-
-
-def test_the_base_round_trips():
-    pin = seriesdir.Base("0.5.23", ((FIX, "a" * 64), (TEST, seriesdir.NEW)))
-    assert seriesdir.parse_base(seriesdir.render_base(pin)) == pin
-    assert seriesdir.render_base(load().base) == (PATCHES_DIR / "BASE").read_text()
 
 
 @pytest.mark.parametrize(

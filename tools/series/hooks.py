@@ -106,20 +106,18 @@ def _run_hooks_now(files: dict, only: str | None) -> dict:
             (Path(scratch) / path).parent.mkdir(parents=True, exist_ok=True)
             (Path(scratch) / path).write_bytes(data)
         gitcmd.run(["init", "-q"], scratch)  # pre-commit, and two of the basic checks, ask git
-        # The caller's pre-commit or git hook settings (SKIP, GIT_DIR, ...) must not leak in.
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "PRE_COMMIT"))}
-        env.pop("SKIP", None)
-        if "PRE_COMMIT_HOME" in os.environ:  # the store pre-commit keeps environments in
-            env["PRE_COMMIT_HOME"] = os.environ["PRE_COMMIT_HOME"]
+        # The caller's git and pre-commit hook settings (GIT_DIR, SKIP, ...) must not leak in;
+        # PRE_COMMIT_HOME (the store pre-commit keeps the environments in) does.
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k == "PRE_COMMIT_HOME" or not k.startswith(("GIT_", "PRE_COMMIT", "SKIP"))
+        }
         hook_id = [table()[only]["id"]] if only else []
-        argv = ["run", *hook_id, "--color", "never", "-c", str(CONFIG), "--files", *files]
+        argv = [sys.executable, "-m", "pre_commit", "run", *hook_id, "-c", str(CONFIG)]
+        argv += ["--color", "never", "--files", *files]
         proc = subprocess.run(
-            [sys.executable, "-m", "pre_commit", *argv],
-            cwd=scratch,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
+            argv, cwd=scratch, env=env, capture_output=True, text=True, timeout=600
         )
     results, current = {}, None
     for line in proc.stdout.splitlines():

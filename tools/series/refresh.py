@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ci import gitcmd
 from tools.series import SeriesError, base, seriesdir, usage
-from tools.series.seriesdir import COVER_NAME
+from tools.series.seriesdir import COVER_NAME, NEW
 
 # Options that keep the output independent of the user's git config and git version.
 FORMAT_PATCH = (
@@ -59,16 +59,28 @@ def refresh(patches_dir, source) -> list:
         if letter is not None:
             # Dated like the newest commit, not the moment of the refresh: same commits, bytes.
             date = gitcmd.out(["log", "-1", "--format=%aD", "HEAD"], source)
-            data = seriesdir.pin_date((Path(tmp) / COVER_NAME).read_bytes(), date)
+            head, sep, body = (Path(tmp) / COVER_NAME).read_bytes().partition(b"\n\n")
+            head = re.sub(rb"(?m)^Date: .*$", lambda _: b"Date: " + date.encode(), head)
+            data = head + sep + body
             subject = seriesdir.parse_cover(data).subject
             report.append(f"{COVER_NAME}: {_write(cover_file, data)} ({subject})")
     for stale in set(old_names) - set(names):
         (patches_dir / stale).unlink(missing_ok=True)
         report.append(f"{stale}: removed (no matching commit)")
-    series_file.write_text(seriesdir.render_series(names))
+    again = "Regenerate with: python -m tools.series refresh"
+    listing = "".join(f"{name}\n" for name in names)
+    series_file.write_text(f"# Apply in this order (quilt series). {again}\n{listing}")
     touched = dict.fromkeys(path for patch in patches for path, _ in patch.files)
-    files = tuple(base.pins(source, touched).items())
-    (patches_dir / "BASE").write_text(seriesdir.render_base(seriesdir.Base(version, files)))
+    pins = base.pins(source, touched).items()
+    lines = [
+        f"# The base this series is cut against. {again}",
+        f"release: sglang=={version}",
+        f"source: the sglang=={version} wheel, as pip download finds it on the index pip is "
+        "configured for",
+        "layout: upstream; python/sglang/ holds the wheel's sglang/ minus compiled extensions",
+        *(f"file: {p} {d if d == NEW else 'sha256=' + d}" for p, d in pins),
+    ]
+    (patches_dir / "BASE").write_text("\n".join(lines) + "\n")
     return report
 
 

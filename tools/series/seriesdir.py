@@ -1,12 +1,12 @@
-"""``patches/`` read and ``series``/``BASE`` rendered back; its fixes (one upstream pull request
+"""``patches/`` read (``refresh`` writes it): the series, its base and cover letter; its fixes (one upstream pull request
 each) and the ids (sha256 of the release and each diff) that tie a ``ci run`` to them."""
 
-import codecs
 import email
 import email.policy
 import hashlib
 import re
 import tempfile
+from collections import namedtuple
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -48,21 +48,14 @@ def parse_series(text: str, where: str = "patches/series") -> list:
     return names
 
 
-def render_series(names) -> str:
-    head = "# Apply in this order (quilt series). Regenerate with: python -m tools.series refresh\n"
-    return head + "".join(f"{name}\n" for name in names)
-
-
 def check_version(version: str) -> str:
     if not RELEASE.fullmatch(version):
         raise usage(f"{version!r} is not a release version like 0.5.23")
     return version
 
 
-@dataclass(frozen=True)
-class Base:
-    version: str  # the release
-    files: tuple  # (upstream path, sha256 hex or NEW)
+# The release, and each file's (upstream path, sha256 hex or NEW).
+Base = namedtuple("Base", "version files")
 
 
 def parse_base(text: str, where: str = "patches/BASE") -> Base:
@@ -87,18 +80,6 @@ def parse_base(text: str, where: str = "patches/BASE") -> Base:
     return Base(version, tuple(files))
 
 
-def render_base(base: Base) -> str:
-    v = base.version
-    lines = [
-        "# The base this series is cut against. Regenerate with: python -m tools.series refresh",
-        f"release: sglang=={v}",
-        f"source: the sglang=={v} wheel, as pip download finds it on the index pip is configured for",
-        "layout: upstream; python/sglang/ holds the wheel's sglang/ minus compiled extensions",
-        *(f"file: {p} {NEW if d == NEW else 'sha256=' + d}" for p, d in base.files),
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def _mail(data: bytes):
     """(mbox 'From ' line or None, Subject or None, the message text) of a format-patch file."""
     mail = email.message_from_bytes(data, policy=email.policy.default)
@@ -107,14 +88,9 @@ def _mail(data: bytes):
     return mail.get_unixfrom(), None if subject is None else str(subject), text
 
 
-@dataclass(frozen=True)
-class Cover:
-    """The hand-written subject and blurb above git's shortlog and diffstat (refresh rewrites
-    those); ``count`` is N of its [PATCH 0/N]."""
-
-    subject: str
-    blurb: str
-    count: int
+# The hand-written subject and blurb above git's shortlog and diffstat (refresh rewrites those);
+# ``count`` is N of its [PATCH 0/N].
+Cover = namedtuple("Cover", "subject blurb count")
 
 
 def parse_cover(data: bytes) -> Cover:
@@ -139,19 +115,9 @@ def parse_cover(data: bytes) -> Cover:
     return Cover(subject, blurb, int(match.group(1)))
 
 
-def pin_date(data: bytes, date: str) -> bytes:
-    """The cover letter with its Date header replaced (format-patch writes the current time)."""
-    head, sep, body = data.partition(b"\n\n")
-    return re.sub(rb"(?m)^Date: .*$", lambda _: b"Date: " + date.encode(), head) + sep + body
-
-
-@dataclass(frozen=True)
-class Patch:
-    name: str
-    subject: str  # without the [PATCH n/m] tag
-    body: str  # the message above the '---' line
-    data: bytes
-    files: tuple  # (upstream path, added by this patch), in the order of the diff
+# ``subject`` without its [PATCH n/m] tag, ``body`` the message above the '---' line, ``data``
+# the file's bytes, ``files`` each (upstream path, added by this patch) in the order of the diff.
+Patch = namedtuple("Patch", "name subject body data files")
 
 
 def parse_patch(data: bytes, name: str = "<patch>") -> Patch:
@@ -161,26 +127,19 @@ def parse_patch(data: bytes, name: str = "<patch>") -> Patch:
     if subject is None:
         raise SeriesError(f"corrupt patch: {name}: no Subject header")
     scratch = tempfile.gettempdir()  # outside any checkout: git apply filters by the cwd
-    proc = gitcmd.run(
-        ["apply", "--numstat", "--summary"], scratch, check=False, stdin=data, ceiling=scratch
-    )
-    stat = gitcmd.text(proc).strip()
+    # -z: every path as it is, never C-quoted; NUL after each numstat entry, then the summary
+    argv = ["apply", "-z", "--numstat", "--summary"]
+    proc = gitcmd.run(argv, scratch, check=False, stdin=data, ceiling=scratch)
     if proc.returncode != 0:
+        stat = gitcmd.text(proc).strip()
         raise SeriesError(f"corrupt patch: {name}: {stat.replace('error: ', '')}")
-    lines = stat.splitlines()
-    create = [line.split(None, 3) for line in lines if line.split()[:2] == ["create", "mode"]]
-    created = {_unquoted(words[3]) for words in create}
-    paths = [_unquoted(line.split("\t")[2]) for line in lines if line.count("\t") == 2]
+    *numstat, summary = proc.stdout.decode("utf-8", "replace").split("\0")
+    paths = [entry.split("\t", 2)[2] for entry in numstat if entry.count("\t") == 2]
+    create = [line.split(" ", 4) for line in summary.splitlines()]
+    created = {words[4] for words in create if words[1:3] == ["create", "mode"]}
     body = text.split("\n---\n", 1)[0].strip()  # the diffstat follows the '---' line
     subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", subject)
     return Patch(name, subject, body, data, tuple((path, path in created) for path in paths))
-
-
-def _unquoted(path: str) -> str:
-    """A path as git prints it: C-quoted where it holds a quote, a control or non-ASCII."""
-    if len(path) < 2 or not path[0] == path[-1] == '"':
-        return path
-    return codecs.escape_decode(path[1:-1].encode())[0].decode("utf-8", "replace")
 
 
 def diff_section(data: bytes) -> bytes:
