@@ -46,9 +46,7 @@ class ReplacementLog:
     def __init__(self, what: str, clock=time.monotonic, thrash_per_minute: int = 100):
         self.what, self._clock, self._thrash = what, clock, thrash_per_minute
         self._lock = threading.Lock()
-        self.high_water_bytes = 0
-        self._window_start = self._last_warning = float("-inf")
-        self._in_window = 0
+        self.high_water_bytes, self._in_window, self._window_start = 0, 0, float("-inf")
 
     def replaced(self, old: str, new: str, new_bytes: int) -> None:
         now = self._clock()
@@ -56,12 +54,9 @@ class ReplacementLog:
             if now - self._window_start >= 60:
                 self._window_start, self._in_window = now, 0
             self._in_window += 1
+            thrashing = self._in_window == self._thrash + 1  # once a window: a minute apart
             passed = new_bytes > self.high_water_bytes
             self.high_water_bytes = max(self.high_water_bytes, new_bytes)
-            thrashing = self._in_window > self._thrash and now - self._last_warning >= 60
-            if thrashing:
-                self._last_warning = now
-            count = self._in_window
         if passed:
             logger.info(
                 "%s replaced (release-first): %s -> %s; high-water now %.1f MiB",
@@ -73,7 +68,7 @@ class ReplacementLog:
             logger.warning(
                 "sglang-overlay: %d %s replacements in the last minute (mixed dtypes or sizes "
                 "replace the buffer each time); high-water %.1f MiB",
-                count, self.what, self.high_water_bytes / MIB,
+                self._thrash + 1, self.what, self.high_water_bytes / MIB,
             )  # fmt: skip
 
 
@@ -173,15 +168,9 @@ def _record_text(path: Path) -> str:
 
 def prune_records(uid: int) -> None:
     """Delete ``uid``'s records of processes that are gone."""
-    folder = runtime_dir(uid)
-    if folder_problem(folder, uid) is not None or not folder.is_dir():
-        return
-    for path in folder.glob("*.json"):
-        try:
-            if json.loads(_record_text(path)).get("start_time") != start_time(int(path.stem)):
-                path.unlink()
-        except (OSError, ValueError, AttributeError):
-            continue
+    for path in runtime_dir(uid).glob("*.json"):
+        if path.stem.isdigit() and read_record(int(path.stem), uid) == (None, None):
+            path.unlink(missing_ok=True)
 
 
 def runs_sglang(argv: "list[str]") -> bool:

@@ -199,8 +199,6 @@ def remove() -> list:
                 kept.append(done._replace(installed=hooked))
                 why = f"remove() cannot take release-first out: {hook[1]}"
                 outcome[done.patch_id] = (hook[0], done.target, why)
-            elif outcome[done.patch_id][0] == "pending":
-                outcome[done.patch_id] = ("pending", done.target, _REMOVED_REASON)
         _applied.extend(reversed(kept))
         for patch_id, (state, target, reason) in outcome.items():
             _record(patch_id, state, target, reason)
