@@ -5,7 +5,7 @@ import importlib
 import pytest
 
 import sglang_overlay
-from tools.benchmark import fused_kv, peaks
+from tools.benchmark import fused_kv, workspace
 
 
 def state(patch: str) -> str:
@@ -22,10 +22,10 @@ def state(patch: str) -> str:
 )
 def test_a_workspace_replacement_peaks_at_old_plus_new_unmodified_only(name, unmodified, change):
     importlib.import_module(sglang_overlay.WORKSPACE_MODULE)
-    before = state(peaks.PATCH)
-    steps = peaks.TRANSITIONS[name]
-    assert [peaks.peak_mib(steps, "cpu", on) for on in (False, True)] == [unmodified, change]
-    assert state(peaks.PATCH) == before
+    before = state(workspace.PATCH)
+    steps = workspace.TRANSITIONS[name]
+    assert [workspace.peak_mib(steps, "cpu", on) for on in (False, True)] == [unmodified, change]
+    assert state(workspace.PATCH) == before
 
 
 @pytest.mark.usefixtures("fused_kv_importable")

@@ -8,7 +8,7 @@ import release_check
 import yaml
 from ci_fake_github import FakeGitHub
 
-from ci.reporter.publish import ACTIONS_BOT, RetryPolicy, connect
+from ci.reporter.publish import ACTIONS_BOT, Publisher, RetryPolicy, connect
 from tools.releases import watch
 from tools.releases.__main__ import main, upsert_issue
 
@@ -81,7 +81,8 @@ def test_no_new_release_posts_one_issue_saying_so(index, github, monkeypatch, ca
 
 def upsert(github, body, author=BOT):
     policy = RetryPolicy(sleep=lambda _: None, base_s=0.01)
-    return upsert_issue(connect(TOKEN, github.url), "sgl", "sglang", body, author, policy)
+    publisher = Publisher(connect(TOKEN, github.url), "sgl", "sglang", None, policy)
+    return upsert_issue(publisher, body, author)
 
 
 def test_tracking_issue_is_created_once_then_edited_in_place_even_after_a_server_error(github):

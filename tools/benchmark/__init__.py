@@ -3,13 +3,8 @@ one run (A B A B where time is measured)."""
 
 import contextlib
 import statistics
-import subprocess
-import time
-from pathlib import Path
 
 from tools import ToolError
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 class BenchmarkError(ToolError):
@@ -68,26 +63,3 @@ def live_bytes(work, device: str) -> tuple:
         live += nbytes
         peak = max(peak, live)
     return peak, live
-
-
-def timed(command) -> tuple:
-    """(wall seconds, stdout) of ``command`` from the repository root; a non-zero exit raises."""
-    started = time.perf_counter()
-    command = [str(c) for c in command]
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    wall = time.perf_counter() - started
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise BenchmarkError(f"{' '.join(command)[:200]} exited {proc.returncode}: {tail}")
-    return wall, proc.stdout
-
-
-def alternate(commands: dict, repeats: int) -> dict:
-    """{name: [wall seconds per repeat]}, the commands (or functions of the repeat giving one)
-    run in order then in reverse, so that a busy machine slows them alike."""
-    walls: dict = {name: [] for name in commands}
-    for r in range(repeats):
-        for name in list(commands)[:: 1 if r % 2 == 0 else -1]:
-            command = commands[name]
-            walls[name].append(timed(command(r) if callable(command) else command)[0])
-    return walls

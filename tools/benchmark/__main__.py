@@ -10,16 +10,16 @@ import sys
 import time
 from pathlib import Path
 
-from tools.benchmark import hot_path, peaks, proof, startup
+from tools.benchmark import processes, workspace
 
 RESULTS = Path(__file__).resolve().parent / "results"
-# Each part: (what it measures, plan -> the keys it sets in the results).
+# Each part: (what it measures, its key in the results, its function of (device, quick)).
 PARTS = {
-    "peaks": ("replacement peak / new size", lambda p: {"peaks": peaks.peaks(p.device, p.quick)}),
-    "hot": ("reuse-path calls per s", lambda p: {"hot_path": hot_path.measure(p.device, **p.hot)}),
-    "startup": ("the .pth hook's start-up cost", lambda p: {"startup": startup.measure(p.runs)}),
-    "proof": ("ci run's wall time", lambda p: {"proof": proof.measure(p.device, p.repeats)}),
-}  # fmt: skip
+    "peaks": ("replacement peak / new size", "peaks", workspace.peaks),
+    "hot": ("reuse-path calls per s", "hot_path", workspace.hot_path),
+    "startup": ("the .pth hook's start-up cost", "startup", processes.startup),
+    "proof": ("ci run's wall time", "proof", processes.proof),
+}
 
 
 def main(argv=None) -> int:
@@ -36,26 +36,22 @@ def main(argv=None) -> int:
 
     started = time.monotonic()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    quick, cuda = args.quick, device == "cuda"
-    plan = argparse.Namespace(device=device, quick=quick)
-    plan.hot = dict(rounds=5, number=2000) if quick else dict(rounds=21, number=20000)
-    plan.runs = 4 if quick else (10 if cuda else 20)
-    plan.repeats = 1 if quick else (5 if cuda else 3)  # ratios of medians: noise needs repeats
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name(0).replace(" ", "-").lower()
     else:
         name = f"cpu-{platform.machine()}-{socket.gethostname()[:12]}"
     path = RESULTS / f"{name}.json"
     report = json.loads(path.read_text()) if path.exists() else {}
-    report.update(machine=name, device=device, torch=torch.__version__, quick=quick)
+    report.update(machine=name, device=device, torch=torch.__version__, quick=args.quick)
     report.update(python=platform.python_version(), generated=datetime.date.today().isoformat())
-    report["command"] = "python -m tools.benchmark" + (" --quick" if quick else "")
+    report["command"] = "python -m tools.benchmark" + (" --quick" if args.quick else "")
     errors = report.setdefault("errors", {})
     for part in parts:
         part_started = time.monotonic()
         print(f"benchmark: {part} ...", file=sys.stderr, flush=True)
         try:
-            report.update(PARTS[part][1](plan))
+            _, key, measure = PARTS[part]
+            report[key] = measure(device, args.quick)
             errors.pop(part, None)
         except Exception as exc:  # one failing part must not lose the others
             errors[part] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300].replace("`", "'")

@@ -14,11 +14,10 @@ from pathlib import Path
 from ci.reporter.escape import inert
 from tools import ToolError
 from tools.releases import watch
+from tools.series import SeriesError
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
-
-def build_parser() -> argparse.ArgumentParser:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.releases")
     verbs = parser.add_subparsers(dest="verb", required=True)
     cmd = verbs.add_parser("watch", help="check new sglang releases", description=__doc__)
@@ -32,21 +31,17 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--api-url", help="GitHub Enterprise base URL (client adds /api/v3)")
     cmd.add_argument("--bot-login", help="our login (default: GET /user, else the Actions bot)")
     cmd.add_argument("--post", action="store_true", help="update the tracking issue")
-    return parser
-
-
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parser.parse_args(argv)
     try:
         _check_usage(args)
         rows, newest, requested = _rows(args)
-    except ToolError as exc:
+    except (ToolError, SeriesError) as exc:
         print(f"error: {inert(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+        return 2
     body = watch.issue_body(rows, newest, requested)
     sys.stdout.write(inert(body))
     posted = not args.post or _post(args, body)
-    return EXIT_OK if posted and all(watch.verdict(r) is not False for r in rows) else EXIT_FAILED
+    return 0 if posted and all(watch.verdict(r) is not False for r in rows) else 1
 
 
 def _check_usage(args) -> None:
@@ -82,10 +77,9 @@ def _post(args, body) -> bool:
 
     token = os.environ["GITHUB_TOKEN"]
     owner, name = args.repo.split("/")
-    gh, policy = connect(token, args.api_url), RetryPolicy()
+    github = Publisher(connect(token, args.api_url), owner, name, None, RetryPolicy())
     try:
-        author = Publisher(gh, owner, name, None, policy).identity(args.bot_login)
-        outcome, number = upsert_issue(gh, owner, name, body, author, policy)
+        outcome, number = upsert_issue(github, body, github.identity(args.bot_login))
     except (PublishFailed, github3.exceptions.GitHubException, RuntimeError) as exc:
         print(f"error: tracking issue: {inert(str(exc).replace(token, '***'))}", file=sys.stderr)
         return False
@@ -93,12 +87,12 @@ def _post(args, body) -> bool:
     return True
 
 
-def upsert_issue(gh, owner, repo, body, author, policy) -> tuple:
-    """(outcome, number): edit ``author``'s issue starting with watch.MARKER, or open one; a
-    closed one reopens only on new text; duplicates close."""
-    from ci.reporter.publish import Publisher, upsert_sticky
+def upsert_issue(github, body, author) -> tuple:
+    """(outcome, number): edit ``author``'s issue starting with watch.MARKER through ``github`` (a
+    Publisher), or open one; a closed one reopens only on new text; duplicates close."""
+    from ci.reporter.publish import upsert_sticky
 
-    title, github = watch.TITLE, Publisher(gh, owner, repo, None, policy)
+    title = watch.TITLE
 
     def edit(issue, **fields):
         return github.request("PATCH", f"issue #{issue['number']}", "issues", issue["number"],
@@ -119,7 +113,7 @@ def upsert_issue(gh, owner, repo, body, author, policy) -> tuple:
         return outcome, issue["number"]
 
     # The whole find-then-write repeats on a retry, so a retried create cannot duplicate.
-    return policy.call("tracking issue", once)
+    return github.policy.call("tracking issue", once)
 
 
 if __name__ == "__main__":

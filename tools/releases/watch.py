@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ci.evidence import model as evidence
 from ci.evidence import shards
-from ci.reporter.escape import clip, escape_inline, inert
+from ci.reporter.escape import clip, escape_inline
 from sglang_overlay import PATCH_IDS
 from sglang_overlay.config import DISABLE_ENV
 from tools import ToolError
@@ -24,7 +24,6 @@ TITLE = "Release watch: sglang releases newer than the overlay knows"
 ROWS_FILE = "watch.json"
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "compat"
-PROOFS = ("test/registered", "test/proofs")
 # A row as ``check`` writes it: key -> the types it may have (exactly; True is no count);
 # patches: one {patch, state, sha256, series} per carried patch.
 ROW_SCHEMA = {**dict.fromkeys(("version", "state", "reason", "error"), (str,)),
@@ -36,13 +35,6 @@ MAX_BODY = 60000  # GitHub refuses an issue body over 65,536 characters
 # Fixed, or on purpose not fixed on this release; anything else is the patch's failure there.
 OK_STATES = ("applied", "not-present", "upstream-fixed")
 _SHA256 = re.compile(r"sha256 ([0-9a-f]{12})")
-
-
-class WatchError(ToolError):
-    """Discovery, input or an install failed; made inert (it may quote a release's output)."""
-
-    def __init__(self, message: str):
-        super().__init__(inert(message))
 
 
 def _run(argv, env, cwd, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -73,7 +65,7 @@ def index_versions(index_url=None) -> list:
     for line in proc.stdout.splitlines():
         if line.startswith("Available versions:"):
             return [v.strip() for v in line.partition(":")[2].split(",") if v.strip()]
-    raise WatchError(f"pip index versions sglang: {_last_line(proc.stderr)}")
+    raise ToolError(f"pip index versions sglang: {_last_line(proc.stderr)}")
 
 
 def newer_releases(available, known) -> list:
@@ -89,10 +81,7 @@ def install(version: str) -> Path:
     """The release's wheel (the series' fetcher) unpacked into the cache, for ``PYTHONPATH``."""
     target = CACHE / f"sglang-{version}"
     if not (target / "sglang").is_dir():
-        try:
-            wheel = base.wheel_path(version)
-        except SeriesError as exc:
-            raise WatchError(str(exc).splitlines()[0]) from None
+        wheel = base.wheel_path(version)  # a SeriesError: one line, exit 2
         CACHE.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".sglang-{version}-", dir=CACHE))
         with zipfile.ZipFile(wheel) as archive:
@@ -131,7 +120,7 @@ def overlay_state(version: str, env: dict) -> dict:
     except (ValueError, IndexError, KeyError):
         return {"state": "does not import", "reason": _last_line(status.stderr), "sha256": None}
     if record.get("sglang_version") not in (version, "unknown", None):
-        raise WatchError(f"asked for sglang {version}, found {record['sglang_version']}")
+        raise ToolError(f"asked for sglang {version}, found {record['sglang_version']}")
     state, sha = state_of(record)
     reason = record["reason"]
     if state == "does not import":  # not testable here; the row keeps the import's error
@@ -158,7 +147,7 @@ def series_status(version: str) -> tuple:
 def ab(version: str, env: dict, out: Path) -> dict:
     """The proofs on both sides on CPU: {counts, change_ok}."""
     argv = [sys.executable, "-m", "ci", "run", "--backend", "cpu", "--out", str(out / version)]
-    argv += ["--tests", *PROOFS, f"--unmodified-env={DISABLE_ENV}=1"]
+    argv += ["--tests", "test/registered", "test/proofs", f"--unmodified-env={DISABLE_ENV}=1"]
     argv += [f"--change-env={DISABLE_ENV}=0"]
     run = _run(argv, env, REPO, 3600)
     try:
@@ -258,16 +247,16 @@ def load_rows(path: Path) -> tuple:
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise WatchError(f"{path}: {exc}") from None
+        raise ToolError(f"{path}: {exc}") from None
     rows = data.get("rows") if isinstance(data, dict) else None
     if not isinstance(rows, list):
-        raise WatchError(f"{path}: expected {{'newest_known': ..., 'rows': [...]}}")
+        raise ToolError(f"{path}: expected {{'newest_known': ..., 'rows': [...]}}")
     newest = data.get("newest_known")
     if not isinstance(newest, str) or not RELEASE.fullmatch(newest):
-        raise WatchError(f"{path}: newest_known {newest!r} is not a release version")
+        raise ToolError(f"{path}: newest_known {newest!r} is not a release version")
     for number, row in enumerate(rows):
         if problem := _row_problem(row):
-            raise WatchError(f"{path}: row {number}: {problem}")
+            raise ToolError(f"{path}: row {number}: {problem}")
     return rows, newest, data.get("requested") is True
 
 
