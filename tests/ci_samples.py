@@ -8,7 +8,7 @@ from ci_fake_github import FakeGitHub
 from ci.__main__ import main
 from ci.evidence import judge
 from ci.evidence.judge import FileRun
-from ci.evidence.model import MODES, Side, save
+from ci.evidence.model import MODES, ProcessEnd, Side, save
 from ci.reporter.publish import Publisher, RetryPolicy, connect
 
 FILE = "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py"
@@ -58,7 +58,7 @@ def file_run(mode, tests, returncode=None, duration_s=30.0, path=FILE) -> FileRu
     failed = any(t[1] in ("fail", "error") for t in tests)
     code = int(failed) if returncode is None else returncode
     channel = "".join(channel_line(*test) + "\n" for test in tests)
-    return FileRun(path, mode, code, duration_s, False, f"Ran {len(tests)} tests\n", channel)
+    return FileRun(path, mode, ProcessEnd(code, duration_s), f"Ran {len(tests)} tests\n", channel)
 
 
 # The file's other listed regressions (ci/regressions.txt): a green run must hold them.

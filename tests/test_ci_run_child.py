@@ -157,7 +157,7 @@ def test_what_a_file_left_running_dies_with_it(ran):
     run = runs["test_forks.py"]
     pid = int(run.output.split("grandchild ", 1)[1].split()[0])
     try:
-        assert run.returncode == 0 and run.duration_s < 60
+        assert run.end.returncode == 0 and run.end.duration_s < 60
         assert until(lambda: not alive(pid), within_s=30.0)
     finally:
         if alive(pid):
@@ -172,8 +172,8 @@ def test_a_file_past_its_timeout_is_killed_and_said_so(tmp_path, preload):
     runs, _ = launch.run_all(["test_sleeps.py"], {"change": env}, str(tmp_path), 2, 1,
                              lambda _: None, str(tmp_path / "logs"), preload)  # fmt: skip
     (run,) = runs
-    assert run.timed_out and run.returncode is None and run.duration_s < 30
-    assert run.log == "logs/test_sleeps.py.change.log"
+    assert run.end.timed_out and run.end.returncode is None and run.end.duration_s < 30
+    assert run.end.log == "logs/test_sleeps.py.change.log"
 
 
 def test_a_test_process_gets_an_allowlisted_environment_and_its_sides_settings():

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from ci.evidence.model import (
     FILE_CASE,
     MODES,
+    SCHEMA,
     Case,
     FileResult,
     Kind,
@@ -31,19 +32,14 @@ class FileRun:
 
     path: str
     mode: str
-    returncode: int | None
-    duration_s: float
-    timed_out: bool
+    end: ProcessEnd  # its ``tests`` counted by the judge
     output: str  # for the log, never parsed
     channel: str = ""  # its result channel: one JSON line per test
     environment: str | None = None  # what its process wrote about itself, raw
-    log: str | None = None  # logs/NAME, once written
 
 
 def load_patterns(path: str) -> tuple[str, ...]:
     """The listed regressions: one fnmatch pattern a line over ``FILE::Class.test``."""
-    if not os.path.exists(path):
-        return ()
     with open(path, encoding="utf-8") as handle:
         lines = (line.strip() for line in handle)
         return tuple(line for line in lines if line and not line.startswith("#"))
@@ -112,14 +108,14 @@ def build(runs, backend: str, sides: dict, suites: dict, patterns=(), **fields) 
         ends = {mode: end for mode, (_, _, end) in per_mode.items()}
         files.append(FileResult(path, suites.get(path), ends, file_flags(ends, file_cases)))
         cases += file_cases
-    return with_verdict(Results(backend, modes, sides, files, cases, **fields))
+    return with_verdict(Results(backend, modes, sides, files, cases, **fields, schema=SCHEMA))
 
 
 def _outcome(test: str, results: dict, failure) -> TestResult:
     if test in results:
         return results[test]
     if failure is not None:
-        return replace(failure, test=test) if test != FILE_CASE else failure
+        return replace(failure, test=test)
     return TestResult(test, Outcome.PASS if test == FILE_CASE else Outcome.MISSING)
 
 
@@ -225,7 +221,7 @@ def read_channel(text: str) -> tuple[tuple[TestResult, ...], tuple[str, ...]]:
 def _mode_results(run: FileRun) -> tuple[dict, TestResult | None, ProcessEnd]:
     """test -> result of one file in one mode, the process's own failure if any, its end."""
     tests, errors = read_channel(run.channel)
-    end = ProcessEnd(run.returncode, run.duration_s, run.timed_out, len(tests), run.log)
+    end = replace(run.end, tests=len(tests))
     results = {}
     for t in tests:
         seen = results.get(t.test)

@@ -18,6 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ci.evidence.judge import FileRun
+from ci.evidence.model import ProcessEnd
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
 OUTPUT_TAIL = 64 * 1024  # what the judge quotes of a failed file's output comes from its end
@@ -82,9 +83,9 @@ class Worker:
         returncode = said["exit"]
         channel = _tail(results, None).splitlines()
         record = channel.pop() if channel and channel[-1].startswith('{"process"') else None
-        return FileRun(path, mode, returncode, round(time.monotonic() - started, 3),
-                       returncode is None, _tail(log), "\n".join(channel), record,
-                       f"logs/{os.path.basename(log)}")  # fmt: skip
+        name, duration = os.path.basename(log), round(time.monotonic() - started, 3)
+        end = ProcessEnd(returncode, duration, returncode is None, log=f"logs/{name}")
+        return FileRun(path, mode, end, _tail(log), "\n".join(channel), record)
 
     def stop(self) -> None:
         with self.lock:
@@ -130,8 +131,8 @@ def run_all(paths, envs: dict, cwd: str, timeout_s: float, jobs: int, progress, 
         while done < len(futures):  # this (main) one raises it, once it runs again
             with contextlib.suppress(queue.Empty):
                 run, done = finished.get(timeout=0.25).result(), done + 1
-                state = "timeout" if run.timed_out else f"exit {run.returncode}"
-                line = f"{run.mode:<10} {run.path}: {state} in {run.duration_s:.1f}s"
+                state = "timeout" if run.end.timed_out else f"exit {run.end.returncode}"
+                line = f"{run.mode:<10} {run.path}: {state} in {run.end.duration_s:.1f}s"
                 progress(f"[{done}/{len(futures)}] {line}")
     finally:  # on Ctrl-C too: each serve kills what it forked, and nothing more starts
         for worker in [*workers.values(), *bare.values()]:
