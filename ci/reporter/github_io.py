@@ -2,6 +2,7 @@
 PR, approval and results artifacts (capped, only results.json read); ``fork_facts`` for the gate."""
 
 import contextlib
+import io
 import os
 import re
 import zipfile
@@ -10,10 +11,11 @@ from dataclasses import replace
 
 import github3.exceptions
 
+from ci.errors import CiError
 from ci.evidence import model as evidence
 from ci.evidence.model import EvidenceError
 from ci.reporter import gate, render
-from ci.reporter.plan import ReportPlan, ReportRequest, RequestError
+from ci.reporter.plan import ReportPlan, ReportRequest
 from ci.reporter.publish import Publisher, PublishFailed, RetryPolicy, connect
 
 MAX_ARTIFACT_BYTES = 256 * 1024 * 1024  # the zip: results.json, report.md, JUnit, logs, pictures
@@ -27,11 +29,11 @@ def _github(repo: str, pr: int | None, api_url: str | None, why: str):
     """A ``Publisher`` for ``repo``'s PR ``pr`` with the token in GITHUB_TOKEN."""
     token = os.environ.get("GITHUB_TOKEN")
     if not token:
-        raise RequestError(f"{why} needs a token in GITHUB_TOKEN")
+        raise CiError(f"{why} needs a token in GITHUB_TOKEN")
     owner, name = repo.split("/")
     settle = os.environ.get(SETTLE_ENV) or str(Publisher.settle_s)
     if not re.fullmatch(r"[0-9]{1,2}(\.[0-9]*)?", settle) or float(settle) > 60:
-        raise RequestError(f"{SETTLE_ENV}={settle!r}: seconds from 0 to 60")
+        raise CiError(f"{SETTLE_ENV}={settle!r}: seconds from 0 to 60")
     try:
         yield Publisher(
             connect(token, api_url), owner, name, pr, RetryPolicy(), settle_s=float(settle)
@@ -140,20 +142,14 @@ def _fetch(github: Publisher, found: dict, folder: str) -> None:
     if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= limit:
         raise EvidenceError(f"{size!r} bytes; at most {limit}")
     os.makedirs(folder, exist_ok=True)
-    zipped = os.path.join(folder, "artifact.zip")
-    try:
-        github.download(found["id"], zipped, limit)
-        extract_results(zipped, folder)
-    finally:
-        if os.path.exists(zipped):
-            os.remove(zipped)
+    extract_results(io.BytesIO(github.download(found["id"], limit)), folder)
 
 
-def extract_results(zip_path: str, folder: str) -> None:
+def extract_results(zipped, folder: str) -> None:
     """results.json, the one member read, out of the zip: at most MAX_RESULTS_BYTES of it."""
     limit = evidence.MAX_RESULTS_BYTES
     try:
-        with zipfile.ZipFile(zip_path) as archive:
+        with zipfile.ZipFile(zipped) as archive:
             info = archive.getinfo("results.json")
             if info.file_size > limit:
                 raise EvidenceError(f"results.json: {info.file_size} bytes; at most {limit}")
@@ -175,9 +171,9 @@ def fork_facts(event: dict, pr: int | None, api_url: str | None) -> gate.PullFac
         repo = gate.field_object(event, "repository").get("full_name")
         sender = gate.field_object(event, "sender").get("login")
     except ValueError as exc:
-        raise RequestError(f"event payload: {exc}") from None
+        raise CiError(f"event payload: {exc}") from None
     if not isinstance(repo, str) or repo.count("/") != 1 or pr is None:
-        raise RequestError("a fork PR's approvals are read from GitHub: the payload's repository "
+        raise CiError("a fork PR's approvals are read from GitHub: the payload's repository "
                            "and PR number are needed")  # fmt: skip
     with _github(repo, pr, api_url, "reading a fork PR's approvals") as github:
         return github.pull_facts(trigger=sender if isinstance(sender, str) else None)

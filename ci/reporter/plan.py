@@ -1,5 +1,5 @@
 """``ci report``: a ``ReportRequest`` -> a ``ReportPlan`` that the dry run prints and ``--post``
-sends (``github_io``). Bad arguments raise ``RequestError`` (exit 2)."""
+sends (``github_io``). Bad arguments raise ``CiError`` (exit 2, one line)."""
 
 import datetime
 import json
@@ -20,10 +20,6 @@ CHECK_SUMMARY_LIMIT = 65535
 RESULTS_ARTIFACT = "dsv4-results"
 MAX_SHARDS = 256  # GitHub runs at most 256 jobs of one matrix
 ARTIFACT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
-
-
-class RequestError(CiError, ValueError):
-    """Arguments or inputs that cannot make a report; the message says which."""
 
 
 @dataclass(frozen=True)
@@ -79,33 +75,33 @@ def prepare(request: ReportRequest) -> ReportRequest:
         try:
             run = gate.finished_run(gate.load_event(request.workflow_run))
         except (OSError, ValueError) as exc:
-            raise RequestError(f"workflow_run report: {exc}") from None
+            raise CiError(f"workflow_run report: {exc}") from None
         request = replace(request, repo=run.repo, sha=run.head_sha, run_id=str(run.run_id),
                           run_url=run.html_url or None, require_head=True,
                           check_run=True)  # fmt: skip
     elif request.post and (not request.repo or request.pr is None):
-        raise RequestError("--post needs --repo OWNER/NAME and --pr N")
+        raise CiError("--post needs --repo OWNER/NAME and --pr N")
     if request.shards is not None and not request.workflow_run:
-        raise RequestError("--shards is the fork path's: with --workflow-run (else --results A B)")
+        raise CiError("--shards is the fork path's: with --workflow-run (else --results A B)")
     if request.shards is not None and not 1 <= request.shards <= MAX_SHARDS:
-        raise RequestError(f"--shards {request.shards}: between 1 and {MAX_SHARDS}")
+        raise CiError(f"--shards {request.shards}: between 1 and {MAX_SHARDS}")
     if not ARTIFACT_NAME.fullmatch(request.artifact):
-        raise RequestError(f"--artifact {request.artifact[:80]!r}: letters, digits, '_.-' only")
+        raise CiError(f"--artifact {request.artifact[:80]!r}: letters, digits, '_.-' only")
     if request.repo and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", request.repo):
-        raise RequestError(f"--repo {request.repo!r}: expected OWNER/NAME")
+        raise CiError(f"--repo {request.repo!r}: expected OWNER/NAME")
     if (request.require_head or request.check_run) and not request.sha:
-        raise RequestError("--require-head and --check-run need --sha")
+        raise CiError("--require-head and --check-run need --sha")
     if request.sha is not None and not gate.COMMIT_SHA.fullmatch(request.sha):
-        raise RequestError(f"--sha {request.sha[:80]!r}: expected a full commit id (40 hex digits)")
+        raise CiError(f"--sha {request.sha[:80]!r}: expected a full commit id (40 hex digits)")
     missing = [p for p in _paths(request.results) if not os.path.exists(p)]
     if missing and not request.workflow_run and not request.test_result:
-        raise RequestError(f"--results {missing[0]}: no such folder or file")
+        raise CiError(f"--results {missing[0]}: no such folder or file")
     if request.summary and not os.path.isdir(os.path.dirname(os.path.abspath(request.summary))):
-        raise RequestError(f"--summary {request.summary}: its folder does not exist")
+        raise CiError(f"--summary {request.summary}: its folder does not exist")
     try:
         pr_states.slot_line(request.slot, request.slot_label, "")
     except ValueError as exc:
-        raise RequestError(str(exc)) from None
+        raise CiError(str(exc)) from None
     return request
 
 
@@ -118,7 +114,7 @@ def plan(request: ReportRequest) -> ReportPlan:
         state = "cancelled" if request.test_result in ("cancelled", "skipped") else "failure"
     if state == "results":
         if not request.results:
-            raise RequestError("--results DIR is required: the folder `ci run --out` wrote")
+            raise CiError("--results DIR is required: the folder `ci run --out` wrote")
         try:
             model = shards.load(request.results, request.shard_artifacts)
         except EvidenceError as exc:  # refused whole and said so, never left pending
@@ -175,7 +171,7 @@ def write_summary(request: ReportRequest, report: ReportPlan) -> None:
             with open(request.summary, "a", encoding="utf-8") as handle:
                 handle.write(report.summary)
         except OSError as exc:
-            raise RequestError(f"--summary {request.summary}: {exc.strerror}") from None
+            raise CiError(f"--summary {request.summary}: {exc.strerror}") from None
 
 
 def dry_run_text(report: ReportPlan, as_json: bool) -> str:

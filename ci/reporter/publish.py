@@ -1,5 +1,5 @@
-"""The only part of the bot that talks to GitHub: REST calls through github3.py's session, each
-retried. Writes are idempotent; a sticky comment is found by its marker *and* its author."""
+"""REST calls to GitHub through github3.py's session, each retried, and what the bot reads and
+writes with them. Writes are idempotent; a sticky comment is found by its marker *and* author."""
 
 import random
 import time
@@ -99,9 +99,7 @@ class Publisher:
 
         def once():
             response = self._send(method, parts, params=params, json=json)
-            if method == "GET" and response.status_code == 404:
-                return None
-            return response.json() if response.content else None
+            return response.json() if response is not None and response.content else None
 
         return self.policy.call(what, once)
 
@@ -112,8 +110,9 @@ class Publisher:
             response = self.gh.session.request(method, url, **kwargs)
         except requests.exceptions.ConnectionError as exc:
             raise gh_errors.ConnectionError(exc) from exc
-        missing = method == "GET" and response.status_code == 404 and not kwargs.get("stream")
-        if not (200 <= response.status_code < 300 or missing):
+        if method == "GET" and response.status_code == 404 and not kwargs.get("stream"):
+            return None
+        if not 200 <= response.status_code < 300:
             raise gh_errors.error_for(response)
         return response
 
@@ -249,21 +248,20 @@ class Publisher:
         unchecked = 0 if writer else max(0, len(logins) - MAX_APPROVERS)
         return replace(facts, approvals=approved, unchecked=unchecked)
 
-    def download(self, artifact_id: int, path: str, limit: int) -> None:
-        """The artifact's zip into ``path``; EvidenceError past ``limit`` bytes (requests drops the
-        token on the redirect to storage)."""
+    def download(self, artifact_id: int, limit: int) -> bytes:
+        """The artifact's zip; EvidenceError past ``limit`` bytes (requests drops the token on the
+        redirect to storage)."""
 
         def fetch():
             response = self._send("GET", ("actions", "artifacts", artifact_id, "zip"), stream=True)
-            size = 0
-            with open(path, "wb") as handle:
-                for chunk in response.iter_content(1 << 16):
-                    size += len(chunk)
-                    if size > limit:
-                        raise EvidenceError(f"artifact {artifact_id}: more than {limit} bytes")
-                    handle.write(chunk)
+            data = bytearray()
+            for chunk in response.iter_content(1 << 16):
+                data += chunk
+                if len(data) > limit:
+                    raise EvidenceError(f"artifact {artifact_id}: more than {limit} bytes")
+            return bytes(data)
 
-        self.policy.call(f"download artifact {artifact_id}", fetch)
+        return self.policy.call(f"download artifact {artifact_id}", fetch)
 
 
 def upsert_sticky(items, marker: str, author: str, create, unchanged, edit, retire) -> tuple:
