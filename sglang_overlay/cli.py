@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from sglang_overlay import PATCH_IDS, PATCHED_MODULES, OverlayError, __version__, config, observe
-from sglang_overlay.overlay import OK_STATES, sglang_version
+from sglang_overlay.overlay import OK_STATES, import_patched_modules, sglang_version
 
 # The fresh process notes whether the .pth ran before anything of ours is imported.
 PROBE = (
@@ -173,13 +173,10 @@ def probe(hook_ran: bool) -> None:
     """In the fresh process: import as a user's would, one JSON document on stdout."""
     channel = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    import sglang_overlay
-    from sglang_overlay import overlay
-
-    records = overlay.import_patched_modules(keep_going=True)
+    records = import_patched_modules(keep_going=True)
     with channel:
         json.dump({"hook_ran": hook_ran, "records": records, "overlay_version": __version__,
-                   "overlay_path": sglang_overlay.__path__[0]}, channel)  # fmt: skip
+                   "overlay_path": os.path.dirname(__file__)}, channel)  # fmt: skip
 
 
 def _failed(reason: str) -> dict:

@@ -115,33 +115,21 @@ def _build_ensure_workspace(module, publish):
     """sglang's reuse rule and doubling, with the old workspaces, capacity and dtype dropped."""
 
     def _ensure_workspace(self, total_ctx: int, dtype: torch.dtype) -> None:
-        if (
-            self._workspace_capacity >= total_ctx
-            and self._workspace_dtype == dtype
-            and self._proj_workspace is not None
-            and self._k_workspace is not None
-            and self._v_workspace is not None
-        ):
+        fits = self._workspace_capacity >= total_ctx and self._workspace_dtype == dtype
+        if fits and all(getattr(self, a) is not None for a in FUSED_KV):
             return
-        new_capacity = max(1, total_ctx)
-        if self._workspace_capacity > 0:
-            new_capacity = max(new_capacity, self._workspace_capacity * 2)
+        new_capacity = max(1, total_ctx, self._workspace_capacity * 2)  # at least double
         old = None if _compiling() else describe(getattr(self, a) for a in FUSED_KV)
         # No reference to the old workspaces while the new ones are allocated, and no
         # capacity or dtype claiming a workspace if an allocation raises.
         self._proj_workspace = self._k_workspace = self._v_workspace = None
         self._workspace_capacity, self._workspace_dtype = 0, None
-        self._proj_workspace = torch.empty(
-            (new_capacity, self.n_layers * self.layer_out_dim), dtype=dtype, device=self.device
-        )
-        self._k_workspace = torch.empty(
-            (self.n_layers, new_capacity, self.num_kv_heads, self.head_dim),
-            dtype=dtype,
-            device=self.device,
-        )
+        width = self.n_layers * self.layer_out_dim
+        self._proj_workspace = torch.empty((new_capacity, width), dtype=dtype, device=self.device)
+        rows = (self.n_layers, new_capacity, self.num_kv_heads, self.head_dim)
+        self._k_workspace = torch.empty(rows, dtype=dtype, device=self.device)
         self._v_workspace = torch.empty_like(self._k_workspace)
-        self._workspace_capacity = new_capacity
-        self._workspace_dtype = dtype
+        self._workspace_capacity, self._workspace_dtype = new_capacity, dtype
         _logged(FUSED_KV_PATCH_ID, self, FUSED_KV, old, publish)
 
     return _ensure_workspace
