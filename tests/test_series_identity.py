@@ -35,7 +35,7 @@ def test_the_ids_change_with_the_code_only(tmp_path, case):
 
 
 def test_the_base_release_is_part_of_the_id():
-    datas = [p.read_bytes() for p in seriesdir.load().paths()]
+    datas = [patch.data for patch in seriesdir.load().patches]
     assert seriesdir.series_id("0.5.22", datas) != seriesdir.series_id("0.5.23", datas)
 
 

@@ -19,10 +19,9 @@ from pathlib import Path
 from ci.evidence import model
 from sglang_overlay.config import DISABLE_ENV
 from tools import ToolError
-from tools.series import base, check, seriesdir, usage
+from tools.series import SeriesError, base, check, seriesdir, usage
 from tools.series.seriesdir import REPO_ROOT
 
-PROJECT = "sglang-overlay"  # the distribution a plain environment leaves out
 # Exit 0 only when this project is neither importable nor imported (its start-up hook) there.
 _PLAIN_PROBE = (
     "import importlib.util, sys\n"
@@ -62,7 +61,7 @@ def plain_env(folder: Path) -> Path:
     paths = {"base": str(folder), "platbase": str(folder)}
     target = Path(sysconfig.get_paths(vars=paths)["purelib"])
     try:
-        files = metadata.distribution(PROJECT).files or ()
+        files = metadata.distribution("sglang-overlay").files or ()  # this project's, left out
     except metadata.PackageNotFoundError:
         files = ()
     ours = {Path(str(f)).parts[0] for f in files}
@@ -81,8 +80,9 @@ def plain_env(folder: Path) -> Path:
     return python
 
 
-def run_ab(series, fix, out, backend: str) -> tuple:
-    """(ci run's exit code, the plan); an existing ``out/trees`` is refused (exit 2)."""
+def run_ab(series, fix, out, backend: str) -> Plan:
+    """The plan, carried out; an existing ``out/trees`` is refused (exit 2), a ``ci run`` that
+    fails is exit 1."""
     made = plan(series, fix, out, backend)
     if made.unmodified.parent.exists():
         raise usage(f"{made.unmodified.parent} exists; give ab a new --out folder")
@@ -90,14 +90,18 @@ def run_ab(series, fix, out, backend: str) -> tuple:
     base.materialize(series.base.version, made.change)
     check.apply_to(fix, made.change)
     python = plain_env(made.env)
-    described = seriesdir.summary(seriesdir.load())
-    (made.unmodified.parent.parent / "series.json").write_text(json.dumps(described))
+    described = json.dumps(seriesdir.summary(series))  # ci run's --series, as plan names it
+    (made.unmodified.parents[1] / "series.json").write_text(described)
     proc = subprocess.run([python, "-m", *made.ci_run], cwd=REPO_ROOT, check=False)
     if (path := made.results / "results.json").is_file():  # the mark pr-body asks for
         results = model.load(str(path))
         plain = replace(results, environment={**results.environment, "plain": True})
         path.write_bytes(model.dumps(plain))
-    return proc.returncode, made
+    if proc.returncode != 0:
+        raise SeriesError(
+            f"ci run exited {proc.returncode}; its summary: {made.results}/summary.txt"
+        )
+    return made
 
 
 TICK_S = 20  # the longest the demo stays silent

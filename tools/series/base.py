@@ -30,8 +30,7 @@ def wheel_path(version: str) -> Path:
     """The cached wheel of ``sglang==version``, downloading it the first time."""
     check_version(version)
     target = CACHE_DIR / "wheels" / version
-    cached = sorted(target.glob(f"sglang-{version}-*.whl"))
-    if cached:
+    if cached := sorted(target.glob(f"sglang-{version}-*.whl")):
         return cached[0]
     target.parent.mkdir(parents=True, exist_ok=True)
     # Downloaded beside the cache and moved in: an interrupted download leaves no half wheel.
@@ -83,7 +82,6 @@ def _build(version: str, dest: Path) -> None:
         target.write_bytes(data)
         os.chmod(target, 0o755 if executable else 0o644)
     gitcmd.run(["init", "-q", "-b", "main"], dest)
-    gitcmd.run(["config", VERSION_KEY, version], dest)
     # -f: a user's global excludes must not drop wheel files from the base.
     gitcmd.run(["add", "-A", "-f"], dest)
     gitcmd.run(

@@ -21,7 +21,12 @@ def run_check(series, version=None) -> list:
     with tempfile.TemporaryDirectory(prefix="series-check-") as tmp:
         repo = base.materialize(version, Path(tmp) / "sglang", only=series.touched_files())
         if version == series.base.version:
-            verify_base_hashes(series, repo)
+            pinned = dict(series.base.files)
+            got = base.pins(repo, pinned)
+            for path in (path for path in pinned if got[path] != pinned[path]):
+                has = "no such file" if got[path] == NEW else got[path]
+                said = f"patches/BASE pins {path} as {pinned[path]}, the base has {has}"
+                raise SeriesError(f"base drift: {said}")
             report.append(f"base {name}: pinned files match patches/BASE")
         am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
         report.append(f"{len(series.names)} patches apply to {name} with git am")
@@ -42,21 +47,10 @@ def run_check(series, version=None) -> list:
     return report
 
 
-def verify_base_hashes(series, repo: Path) -> None:
-    actual = base.pins(repo, [path for path, _ in series.base.files])
-    for path, digest in series.base.files:
-        if (got := actual[path]) != digest:
-            raise SeriesError(
-                f"patches/BASE says {path} is new, but the base has it" if digest == NEW
-                else f"patches/BASE pins {path}, but the base has no such file" if got == NEW
-                else f"base drift: {path} has sha256 {got}, patches/BASE pins {digest}"
-            )  # fmt: skip
-
-
 def am_series(series, repo: Path, env=None) -> None:
     """``git am`` every patch in one session; on failure abort it and raise one line naming
     the patch, the file and the hunk."""
-    paths = [str(path) for path in series.paths()]
+    paths = [str(series.root / name) for name in series.names]
     argv = ["am", "--quiet", "--no-3way", "--keep-non-patch", *paths]
     proc = gitcmd.run(argv, repo, env=env, check=False)
     if proc.returncode == 0:
@@ -85,8 +79,8 @@ def apply_to(series, path) -> list:
         raise SeriesError(
             f"{repo} has uncommitted changes; commit or stash them first: {', '.join(dirty[:10])}"
         )
-    paths = zip(series.names, series.paths(), strict=True)
-    applied = [n for n, p in paths if gitcmd.ok(["apply", "--check", "-R", str(p)], repo)]
+    reverse = ["apply", "--check", "-R"]
+    applied = [n for n in series.names if gitcmd.ok([*reverse, str(series.root / n)], repo)]
     if applied:
         missing = [name for name in series.names if name not in applied]
         state = f"partly patched ({', '.join(applied)} applied, {', '.join(missing)} not)"

@@ -114,17 +114,6 @@ def own_results(fix, results):
     return judge.with_verdict(replace(results, files=files, cases=cases, pictures={}))
 
 
-def upstream_environment(environment: dict) -> dict:
-    """The environment record without the overlay's states and this checkout's commit."""
-    env = {k: v for k, v in environment.items() if k != "git"}
-    if isinstance(modes := env.get("modes"), dict):
-        env["modes"] = {
-            m: {k: v for k, v in info.items() if k != "overlay"} if isinstance(info, dict) else info
-            for m, info in modes.items()
-        }
-    return env
-
-
 def ab_table(results, labels: dict) -> list:
     head = " | ".join(escape_inline(labels[m]) for m in ("unmodified", "change"))
     lines = [f"| case | kind | {head} |", "| --- | --- | --- | --- |"]
@@ -182,7 +171,7 @@ def render(series, results, check: CheckState, fix) -> str:
     name = f"sglang {series.base.version}"
     labels = {"unmodified": name, "change": f"{name} + this PR"}
     counts = ", ".join(f"{n} {kind}" for kind, n in results.counts().items() if n)
-    env = environment_line(upstream_environment(results.environment), results.backend)
+    env = environment_line(results.environment, results.backend)  # no overlay, no commit
     out += [
         "## Accuracy Tests", "",
         f"{len(results.cases)} tests on the {results.backend} backend: {counts}.", "",

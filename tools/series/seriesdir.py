@@ -17,7 +17,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PATCHES_DIR = REPO_ROOT / "patches"
 COVER_NAME = "0000-cover-letter.patch"
 NEW = "new"  # BASE's digest for a file the series adds
-ID_SCHEME = "sglang-series-id/1"
 RELEASE = re.compile(r"[0-9]+(\.[0-9]+)*(\.post[0-9]+|rc[0-9]+)?")  # fullmatch: a release
 _NAME_RE = re.compile(r"^[0-9]{4}-[A-Za-z0-9._-]+\.patch$")
 _COVER_SUBJECT_RE = re.compile(r"^\[PATCH 0+/(\d+)\]\s*(.+)$")
@@ -154,7 +153,7 @@ def diff_section(data: bytes) -> bytes:
 
 def series_id(release: str, patch_bytes) -> str:
     """sha256 of the scheme, the base release and each patch's diff section, in order."""
-    digest = hashlib.sha256(f"{ID_SCHEME}\nrelease: sglang=={release}\n".encode())
+    digest = hashlib.sha256(f"sglang-series-id/1\nrelease: sglang=={release}\n".encode())
     for data in patch_bytes:
         section = diff_section(data)
         digest.update(b"patch %d\n" % len(section))
@@ -180,9 +179,6 @@ class SeriesDir:
     @property
     def number(self) -> str:  # its first patch's number, as --fix names a fix
         return self.names[0].split("-", 1)[0]
-
-    def paths(self):
-        return [self.root / name for name in self.names]
 
     def touched_files(self) -> dict:
         """Every upstream path the patches touch, first-touch order -> added by them."""
