@@ -27,7 +27,6 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer rounds: a smoke test")
     about = "; ".join(f"{k} ({v[0]})" for k, v in PARTS.items())
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma list of {about}")
-    parser.add_argument("--device", help="workspace device (default: cuda if available)")
     args = parser.parse_args(argv)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     if not parts or any(p not in PARTS for p in parts):
@@ -35,8 +34,8 @@ def main(argv=None) -> int:
     import torch
 
     started = time.monotonic()
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if torch.cuda.is_available():
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
         name = torch.cuda.get_device_name(0).replace(" ", "-").lower()
     else:
         name = f"cpu-{platform.machine()}-{socket.gethostname()[:12]}"

@@ -61,13 +61,13 @@ def _rows(args) -> tuple:
     """(rows, newest known, requested) from --rows, or checked and written to --out."""
     if args.rows:
         return watch.load_rows(Path(args.rows))
-    known = watch.known_releases()
-    found = args.versions or watch.newer_releases(watch.index_versions(args.index_url), known)
+    newest = watch.newest_known()
+    found = args.versions or watch.newer_releases(watch.index_versions(args.index_url), newest)
     rows = [watch.check(v, args.out, installed=args.installed) for v in found]
     args.out.mkdir(parents=True, exist_ok=True)
-    record = {"newest_known": known[-1], "requested": bool(args.versions), "rows": rows}
+    record = {"newest_known": newest, "requested": bool(args.versions), "rows": rows}
     (args.out / watch.ROWS_FILE).write_text(json.dumps(record, indent=2) + "\n")
-    return rows, known[-1], bool(args.versions)
+    return rows, newest, bool(args.versions)
 
 
 def _post(args, body) -> bool:

@@ -24,11 +24,12 @@ TITLE = "Release watch: sglang releases newer than the overlay knows"
 ROWS_FILE = "watch.json"
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "compat"
-# A row as ``check`` writes it: key -> the types it may have (exactly; True is no count);
-# patches: one {patch, state, sha256, series} per carried patch.
+# A row as ``check`` writes it: key -> the types its value may have (exactly; True is no count);
+# series: {status, detail}; patches: one {patch, state, sha256, series} per carried patch.
 ROW_SCHEMA = {**dict.fromkeys(("version", "state", "reason", "error"), (str,)),
               "sha256": (str, type(None)), "series": (dict, type(None)), "counts": (dict,),
               "change_ok": (bool,), "patches": (list,)}  # fmt: skip
+SERIES_KEYS = {"status": (str,), "detail": (str,)}
 PATCH_KEYS = {"patch": (str,), "state": (str,), "sha256": (str, type(None)), "series": (str,)}
 MAX_TEXT, MAX_CELL = 4000, 300  # characters of one value in a row, of one rendered cell
 MAX_BODY = 60000  # GitHub refuses an issue body over 65,536 characters
@@ -45,16 +46,14 @@ def _last_line(text: str) -> str:
     return clip((text.strip().splitlines() or ["no output"])[-1], MAX_TEXT)
 
 
-def known_releases() -> list:
-    """Every release the series matrix or an overlay shape names."""
+def newest_known() -> str:
+    """The newest release the series matrix or an overlay shape (its releases "A-B") names."""
     from packaging.version import Version
 
     from sglang_overlay.shapes import KNOWN_SHAPES
 
-    names = set(matrix.DSV4_RELEASES)
-    for shape in KNOWN_SHAPES:
-        names.update(part.strip() for part in re.split(r"[-,]", shape.releases) if part.strip())
-    return sorted(names, key=Version)
+    ends = (shape.releases.rpartition("-")[2] for shape in KNOWN_SHAPES)
+    return str(max(map(Version, [*matrix.DSV4_RELEASES, *ends])))
 
 
 def index_versions(index_url=None) -> list:
@@ -68,12 +67,11 @@ def index_versions(index_url=None) -> list:
     raise ToolError(f"pip index versions sglang: {_last_line(proc.stderr)}")
 
 
-def newer_releases(available, known) -> list:
-    """Final releases (a dev release is a pre-release too) newer than every known one."""
+def newer_releases(available, newest: str) -> list:
+    """Final releases (a dev release is a pre-release too) newer than ``newest``."""
     from packaging.version import Version
 
-    newest = max(map(Version, known))
-    found = [v for v in map(Version, available) if v > newest and not v.is_prerelease]
+    found = [v for v in map(Version, available) if v > Version(newest) and not v.is_prerelease]
     return [str(version) for version in sorted(found)]
 
 
@@ -260,7 +258,13 @@ def load_rows(path: Path) -> tuple:
     return rows, newest, data.get("requested") is True
 
 
-def _typed(record: dict, schema: dict) -> "str | None":
+def _typed(record, schema: dict, required) -> "str | None":
+    """What is wrong with ``record``: not an object, a ``required`` key missing, or a key not in
+    ``schema`` (key -> the exact types of its value), of another type or too long."""
+    if not isinstance(record, dict):
+        return f"expected an object, got {type(record).__name__}"
+    if missing := [key for key in required if key not in record]:
+        return f"no {', '.join(missing)}"
     for key, value in record.items():
         kinds = schema.get(key)
         if kinds is None:
@@ -274,26 +278,18 @@ def _typed(record: dict, schema: dict) -> "str | None":
 
 def _row_problem(row) -> "str | None":
     """What is wrong with one row, in one line, or None; types checked so rendering cannot fail."""
-    if not isinstance(row, dict):
-        return f"expected an object, got {type(row).__name__}"
-    if missing := [key for key in ("version", "state", "reason") if key not in row]:
-        return f"no text in {', '.join(missing)}"
-    if problem := _typed(row, ROW_SCHEMA):
+    if problem := _typed(row, ROW_SCHEMA, ("version", "state", "reason")):
         return problem
     if not RELEASE.fullmatch(row["version"]):
         return f"{row['version'][:40]!r} is not a release version"
-    counts = row.get("counts", {})
-    if not all(type(k) is str and type(n) is int for k, n in counts.items()):
+    if not all(type(k) is str and type(n) is int for k, n in row.get("counts", {}).items()):
         return "counts: expected kind -> a count"
-    series = row.get("series") or {}
-    if _typed(series, {"status": (str,), "detail": (str,)}) or (series and "status" not in series):
+    if row.get("series") and _typed(row["series"], SERIES_KEYS, ("status",)):
         return "series: expected {status, detail} text"
     patches = row.get("patches", [])
-    if len(patches) > 32 or not all(
-        isinstance(p, dict) and set(p) == set(PATCH_KEYS) for p in patches
-    ):
-        return f"patches: expected at most 32 records of exactly {', '.join(PATCH_KEYS)}"
-    if problem := next(filter(None, (_typed(p, PATCH_KEYS) for p in patches)), None):
+    if len(patches) > 32:
+        return "patches: at most 32 records"
+    if problem := next(filter(None, (_typed(p, PATCH_KEYS, PATCH_KEYS) for p in patches)), None):
         return f"patches: {problem}"
     if row["state"] == "applied" and "change_ok" not in row:
         return "an applied release's row has no change_ok"
