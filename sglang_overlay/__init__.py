@@ -29,9 +29,6 @@ PATCHED_MODULES = {
 }
 PATCH_IDS = tuple(PATCHED_MODULES)
 
-__all__ = ["apply", "remove", "status", "PATCH_ID", "FUSED_KV_PATCH_ID", "PATCH_IDS",
-           "PATCHED_MODULES", "WORKSPACE_MODULE", "OverlayError", "__version__"]  # fmt: skip
-
 
 def __getattr__(name):  # apply, remove, status: overlay.py loads on first use only
     if name in ("apply", "remove", "status"):

@@ -28,14 +28,13 @@ _said: "set[tuple]" = set()
 _lock = threading.Lock()
 
 
-def warn_once(cause: tuple, message: str, *args) -> bool:
+def warn_once(cause: tuple, message: str, *args) -> None:
     """One WARNING per ``cause`` (``warnings.warn`` would raise under ``-W error``)."""
     with _lock:
         if cause in _said:
-            return False
+            return
         _said.add(cause)
     logger.warning(message, *args)
-    return True
 
 
 class ReplacementLog:

@@ -232,17 +232,13 @@ def _live_state(done) -> "tuple[str, str]":
     return hook or ("applied", done.reason)
 
 
-REGISTRY_MODULE = "sglang.srt.plugins.hook_registry"
-_FOLLOWS = "__sglang_overlay_publishes__"
-
-
 def follow_registry() -> None:
     """Publish again after each ``HookRegistry.apply_hooks`` of a loaded registry (another
     plugin's REPLACE or AROUND lands there)."""
-    registry = getattr(sys.modules.get(REGISTRY_MODULE), "HookRegistry", None)
+    registry = getattr(sys.modules.get("sglang.srt.plugins.hook_registry"), "HookRegistry", None)
     current = vars(registry).get("apply_hooks") if isinstance(registry, type) else None
-    if not isinstance(current, classmethod) or getattr(current.__func__, _FOLLOWS, False):
-        return
+    if not isinstance(current, classmethod) or hasattr(current.__func__, "__sglang_overlay__"):
+        return  # no registry loaded, or it follows already
     apply_hooks = current.__func__
 
     @functools.wraps(apply_hooks)
@@ -252,7 +248,7 @@ def follow_registry() -> None:
         finally:
             publish()
 
-    setattr(then_publish, _FOLLOWS, True)
+    then_publish.__sglang_overlay__ = True
     registry.apply_hooks = classmethod(then_publish)
 
 
