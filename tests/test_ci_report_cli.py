@@ -47,7 +47,7 @@ USAGE = {
     "settle-as-text": (["--post"], {github_io.SETTLE_ENV: "soon"}, "CI_REPORT_SETTLE_S='soon'"),
     "settle-an-hour": (["--post"], {github_io.SETTLE_ENV: "3600"}, "seconds from 0 to 60"),
     "summary-a-folder": (["--summary", "{tmp}"], {}, "error: --summary"),
-    "summary-folder-missing": (["--summary", "{tmp}/no/s.md"], {}, "its folder does not exist"),
+    "summary-folder-missing": (["--summary", "{tmp}/no/s.md"], {}, "No such file or directory"),
     "post-without-a-token": (["--post"], {"GITHUB_TOKEN": None}, "needs a token in GITHUB_TOKEN"),
 }
 

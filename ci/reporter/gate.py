@@ -27,16 +27,11 @@ class Approval:
     association: str = field(default="", compare=False)  # GitHub's author_association
 
 
-@dataclass(frozen=True)
-class PullFacts:
-    """What the decision reads; ``approvals`` holds only those of people with write permission."""
-
-    fork: bool
-    pr: int | None
-    head: str | None
-    labels: frozenset = frozenset()
-    approvals: tuple = ()
-    unchecked: int = 0  # people naming the head whose permission was not read (the bound)
+# What the decision reads. approvals: only of people with write permission; unchecked: people
+# naming the head whose permission was not read (the bound).
+PullFacts = namedtuple(
+    "PullFacts", "fork pr head labels approvals unchecked", defaults=(frozenset(), (), 0)
+)
 
 
 @dataclass(frozen=True)

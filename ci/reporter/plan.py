@@ -96,8 +96,6 @@ def prepare(request: ReportRequest) -> ReportRequest:
     missing = [p for p in _paths(request.results) if not os.path.exists(p)]
     if missing and not request.workflow_run and not request.test_result:
         raise CiError(f"--results {missing[0]}: no such folder or file")
-    if request.summary and not os.path.isdir(os.path.dirname(os.path.abspath(request.summary))):
-        raise CiError(f"--summary {request.summary}: its folder does not exist")
     try:
         pr_states.slot_line(request.slot, request.slot_label, "")
     except ValueError as exc:

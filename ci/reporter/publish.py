@@ -3,7 +3,7 @@ writes with them. Writes are idempotent; a sticky comment is found by its marker
 
 import random
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import github3
 import github3.exceptions as gh_errors
@@ -234,7 +234,7 @@ class Publisher:
         if not isinstance(pull, dict):
             raise RuntimeError(f"PR #{number}: not found (404)")
         labels = frozenset(item.get("name") for item in pull.get("labels") or [])
-        facts = replace(gate.event_facts({"pull_request": pull}), pr=number, labels=labels)
+        facts = gate.event_facts({"pull_request": pull})._replace(pr=number, labels=labels)
         if not facts.fork:
             return facts
         reviews = self.pages(f"reviews of PR #{number}", "pulls", number, "reviews")
@@ -246,7 +246,7 @@ class Publisher:
         writer = next((login for login in logins[:MAX_APPROVERS] if self.can_write(login)), None)
         approved = tuple(a for a in found if a.login == writer)
         unchecked = 0 if writer else max(0, len(logins) - MAX_APPROVERS)
-        return replace(facts, approvals=approved, unchecked=unchecked)
+        return facts._replace(approvals=approved, unchecked=unchecked)
 
     def download(self, artifact_id: int, limit: int) -> bytes:
         """The artifact's zip; EvidenceError past ``limit`` bytes (requests drops the token on the
