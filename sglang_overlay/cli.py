@@ -76,8 +76,8 @@ def fresh_status(as_json: bool) -> "tuple[list[str], bool]":
     lines = [f"checked in a fresh process: {sys.executable} -c 'import {', '.join(MODULES)}'",
              f"overlay {report.get('overlay_version')} at {report.get('overlay_path')}"]  # fmt: skip
     for r in records:
-        lines.append(f"{r['patch']}  {r['state']}  sglang {r['sglang_version']}  {r['target']}")
-        lines.append(f"    {r['reason']}")
+        head = f"{r['patch']}  {r['state']}  sglang {r['sglang_version']}  {r['target']}"
+        lines += [head, f"    {r['reason']}"]
     return lines + [f"not recognised: {problem}" for problem in problems], ok
 
 

@@ -127,12 +127,8 @@ def recognise(module, site: "Site | None" = None) -> Recognition:
     method = next((m for m in site.methods if m in vars(cls)), site.methods[-1])
     where, func = f"{cls.__name__}.{method}", vars(cls).get(method)
     target = f"{name}.{where}"
-
-    def refused(state, reason):
-        return Recognition(state, target, reason, cls=cls)
-
     if not inspect.isfunction(func):
-        return refused("unsupported", f"{cls.__name__} has no plain {method}() method")
+        return Recognition("unsupported", target, f"{cls.__name__} has no plain {method}() method")
     try:
         source = inspect.getsource(module)
     except (OSError, TypeError) as exc:
@@ -149,19 +145,19 @@ def recognise(module, site: "Site | None" = None) -> Recognition:
             node is None
             or func.__code__.co_firstlineno != (node.decorator_list or [node])[0].lineno
         ):
-            return refused("unsupported", f"{where} is not the function defined in {name}'s "
-                           "source (something else already replaced it)")  # fmt: skip
+            how = f"{where} is not the function defined in {name}'s source"
+            return Recognition("unsupported", target, f"{how} (something else already replaced it)")
         text = ast.get_source_segment(source, node)
         digest, evidence = hashlib.sha256(text.encode()).hexdigest()[:12], "sha256"
         found = [s for s in site.shapes if s.source_sha256 == digest]
         if not found and releases_first(node, site.released):
-            return refused("upstream-fixed", f"{where} (sha256 {digest}) already drops the old "
-                           f"{', '.join(site.released)} before allocating")  # fmt: skip
+            fixed = f"{where} (sha256 {digest}) already drops the old {', '.join(site.released)}"
+            return Recognition("upstream-fixed", target, f"{fixed} before allocating")
         known = ", ".join(f"{s.source_sha256} ({s.releases})" for s in site.shapes)
         unknown = f"unknown source of {where} (sha256 {digest}); known: {known}"
     hazard = site.hazard(module) if found and site.hazard else None
     if not found or hazard:
-        return refused("unsupported", hazard or unknown)
+        return Recognition("unsupported", target, hazard or unknown)
     reason = f"{found[0].name} ({found[0].releases}), {evidence} {digest}"
     return Recognition("recognised", target, reason, found[0], cls, method, node)
 
