@@ -9,7 +9,7 @@ import math
 import os
 import re
 import typing
-from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from ci.errors import CiError
 
@@ -46,30 +46,35 @@ def _ensure(ok, where: str, why: str, *args) -> None:
         raise EvidenceError(f"{where}: {why.format(*args)}")
 
 
-def _check(value, where: str, kind, bound):
-    """``value`` from JSON as a ``kind`` (a field's type) held to ``bound``: for str a length, a
+@functools.cache
+def _shape(kind) -> tuple:
+    """A type as ``_check`` reads it: (its class, its arguments' shapes, None allowed)."""
+    nullable = type(None) in typing.get_args(kind)
+    kind = typing.get_args(kind)[0] if nullable else kind
+    of = tuple(_shape(arg) for arg in typing.get_args(kind) if arg is not ...)
+    return typing.get_origin(kind) or kind, of, nullable
+
+
+def _check(value, where: str, shape, bound):
+    """``value`` from JSON as a field's type (its ``_shape``) held to ``bound``: for str a length, a
     pattern or the choices; for int a range; for float a maximum (from 0); for an enum the
     choices, or all; for tuple[X, ...] (count, X's bound); for dict[str, X] (count, the keys'
     bound, X's bound); a bare dict is a free-form record, nested at most MAX_NESTING."""
-    if type(None) in typing.get_args(kind):  # X | None
-        if value is None:
-            return None
-        kind = typing.get_args(kind)[0]
-    origin, of = typing.get_origin(kind), typing.get_args(kind)
-    if is_dataclass(kind):
-        return load_object(value, where, kind)
-    if origin is tuple:
+    kind, of, nullable = shape
+    if value is None and nullable:
+        return None
+    if kind is tuple:
         count, item = bound
         _ensure(isinstance(value, list), where, "expected a list, got {.__name__}", type(value))
         _ensure(len(value) <= count, where, "{} items; at most {}", len(value), count)
         return tuple(_check(v, f"{where}[{i}]", of[0], item) for i, v in enumerate(value))
-    if origin is dict:
+    if kind is dict and of:
         count, keys, item = bound
         ok = isinstance(value, dict) and len(value) <= count
         _ensure(ok, where, "expected an object of at most {} keys", count)
         named, loaded = isinstance(keys, tuple), {}  # a key among choices is safe to print
         for key, v in value.items():
-            key = _check(key, where, str, keys)
+            key = _check(key, where, of[0], keys)
             loaded[key] = _check(v, f"{where}.{key}" if named else where, of[1], item)
         return loaded
     if kind is dict:
@@ -81,10 +86,9 @@ def _check(value, where: str, kind, bound):
         _ensure(ok, where, "expected an object nested at most {}", MAX_NESTING)
         return value
     if isinstance(kind, enum.EnumType) or isinstance(bound, tuple):
-        choices = bound or tuple(kind)
-        _ensure(
-            value in choices, where, "{!r:.40} is not one of {}", str(value), ", ".join(choices)
-        )
+        choices = bound or kind.__members__.values()
+        if value not in choices:
+            raise EvidenceError(f"{where}: {str(value)!r:.40} is not one of {', '.join(choices)}")
         return kind(value)
     if kind is bool:
         _ensure(isinstance(value, bool), where, "expected true or false")
@@ -98,6 +102,8 @@ def _check(value, where: str, kind, bound):
         ok = ok and math.isfinite(value) and 0 <= value <= bound
         _ensure(ok, where, "expected a number from 0 to {}", bound)
         return float(value)
+    if kind is not str:
+        return load_object(value, where, kind)
     _ensure(isinstance(value, str), where, "expected text, got {.__name__}", type(value))
     if isinstance(bound, re.Pattern):
         _ensure(bound.fullmatch(value), where, "{!r:.80} does not match {}", value, bound.pattern)
@@ -106,16 +112,18 @@ def _check(value, where: str, kind, bound):
     return value
 
 
-_fields = functools.cache(fields)
+@functools.cache
+def _fields(cls) -> tuple:
+    return tuple((f, _shape(f.type)) for f in fields(cls))
 
 
 def load_object(data, where: str, cls):
     """A ``cls`` from JSON ``data``, every field checked, no other key."""
     _ensure(isinstance(data, dict), where, "expected an object, got {.__name__}", type(data))
     values = {}
-    for f in _fields(cls):
+    for f, shape in _fields(cls):
         if f.name in data:
-            values[f.name] = _check(data[f.name], f"{where}.{f.name}", f.type, f.metadata["bound"])
+            values[f.name] = _check(data[f.name], f"{where}.{f.name}", shape, f.metadata["bound"])
         else:
             optional = MISSING is not f.default or MISSING is not f.default_factory
             _ensure(optional, where, "missing field {!r}", f.name)
@@ -311,11 +319,11 @@ def load(path: str) -> Results:
     """results.json at ``path`` (a file, or the folder holding it), checked whole."""
     if os.path.isdir(path):
         path = os.path.join(path, "results.json")
+    if os.path.islink(path) or not os.path.isfile(path):
+        raise EvidenceError(f"{path}: not a plain file (did `python -m ci run` write it?)")
+    if os.path.getsize(path) > MAX_RESULTS_BYTES:
+        raise EvidenceError(f"{path}: larger than {MAX_RESULTS_BYTES} bytes")
     try:
-        if os.path.islink(path) or not os.path.isfile(path):
-            raise EvidenceError(f"{path}: not a plain file (did `python -m ci run` write it?)")
-        if os.path.getsize(path) > MAX_RESULTS_BYTES:
-            raise EvidenceError(f"{path}: larger than {MAX_RESULTS_BYTES} bytes")
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except (OSError, UnicodeDecodeError, RecursionError) as exc:

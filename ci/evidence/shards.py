@@ -56,8 +56,6 @@ def merge(named) -> Results:
         if index in shards:
             raise EvidenceError(f"shard {index}/{count} given twice: {shards[index][0]} and {name}")
         shards[index], size = (name, results), count
-    if not shards:
-        raise EvidenceError("no shards to merge")
     missing = [f"{i}/{size}" for i in range(size) if i not in shards]
     if missing:
         raise EvidenceError(f"shard {', '.join(missing)} missing (given: {len(shards)} of {size})")
