@@ -49,11 +49,10 @@ def test_the_plain_environment_imports_sglang_and_not_this_project(tmp_path):
     assert out.stdout.split() == ["True", "False", "False"], out.stderr
 
 
-def test_a_demo_step_says_its_last_ci_run_line_and_names_the_output_of_what_failed(tmp_path):
-    def step(name, code, stderr=None):
+def test_a_demo_step_says_its_last_ci_run_line_and_names_its_log_when_it_failed(tmp_path):
+    def step(name, code):
         say = f"import sys; print('ci run: started'); print('ci run: {name}'); sys.exit({code})"
-        return ([sys.executable, "-c", say], tmp_path / f"{name}.txt", stderr)
+        return [sys.executable, "-c", say], tmp_path / f"{name}.txt"
 
-    assert ab._run_steps([step("ok", 0)]) == (None, "ok")
-    steps = [step("first", 0), step("broke", 1, tmp_path / "broke.log"), step("after", 1)]
-    assert ab._run_steps(steps) == (tmp_path / "broke.log", "after")
+    assert ab._run(*step("ok", 0)) == (None, "ok")
+    assert ab._run(*step("broke", 1)) == (tmp_path / "broke.txt", "broke")

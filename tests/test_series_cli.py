@@ -133,7 +133,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch):
         (["apply", "--fix", "0002", "--to", tmp_path], "no fix starting at that patch"),
         (["refresh", "--from", tmp_path], "is not a git checkout made by 'materialize'"),
         (["--patches", tmp_path, "describe"], "series is missing"),
-        (["check", "--version", "latest"], "'latest' is not a release version"),
+        (["materialize", "--version", "latest", tmp_path / "x"], "'latest' is not a release version"),
     ]  # fmt: skip
     for argv, said in cases:
         code, out, err = _run(capsys, *argv)

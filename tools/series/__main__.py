@@ -16,7 +16,7 @@ JSON = ("--json", {"action": "store_true", "help": "print JSON instead of a tabl
 FIX = "the fix, by its first patch's number"
 VERBS = {  # verb -> (help, its arguments)
     "materialize": ("a git repo of a release in upstream layout", [RELEASE, ("dir", {})]),
-    "check": ("git am the series and each fix onto a fresh base; upstream's hooks", [RELEASE]),
+    "check": ("git am the series and each fix onto a fresh base; upstream's hooks", []),
     "apply": (
         "commit the series (or one fix) into a clean upstream sglang checkout",
         [("--to", {"required": True, "metavar": "PATH"}), ("--fix", {"metavar": "NNNN"})],
@@ -91,7 +91,7 @@ def run(args) -> str:
     if args.verb == "describe":
         return _json(seriesdir.summary(series))
     if args.verb == "check":
-        return _lines([*check.run_check(series, args.version), "ok"])
+        return _lines([*check.run_check(series), "ok"])
     if args.verb == "apply":
         return _lines(check.apply_to(series.fix(args.fix) if args.fix else series, args.to))
     if args.verb == "ab":

@@ -121,19 +121,12 @@ def demo(out: Path, jobs: int = max(2, (os.cpu_count() or 2) // 2)) -> int:
     ci_run = [python, "-m", "ci", "run", "--out", out, "--tests", "test/registered"]
     ci_run += ["--backend", backend, "--series", described]
     ci_run += [f"--unmodified-env={DISABLE_ENV}=1", f"--change-env={DISABLE_ENV}=0"]
-    preview = [python, "-m", "ci", "report", "--results", out]
-    # label -> commands run in turn, each with the files its stdout and its stderr go to
-    tasks = {
-        "the A/B and the bot's preview": [
-            (ci_run, Path(f"{out}.txt"), None),
-            (preview, Path(f"{out}-bot-preview.md"), Path(f"{out}-bot-preview.log")),
-        ]
-    }
+    tasks = {"the overlay's A/B": (ci_run, Path(f"{out}.txt"))}  # label -> (argv, its log)
     for fix in series.fixes:
         folder = Path(f"{out}-fix-{fix.number}")
         shutil.rmtree(folder, ignore_errors=True)
         argv = [python, "-m", "tools.series", "ab", "--fix", fix.number, "--backend", backend]
-        tasks[f"fix {fix.number}"] = [([*argv, "--out", folder], Path(f"{folder}.txt"), None)]
+        tasks[f"fix {fix.number}"] = ([*argv, "--out", folder], Path(f"{folder}.txt"))
     print(
         f"demo: sglang {version} ({backend}): the overlay's A/B and the bot's preview; each of "
         f"{len(series.fixes)} fixes' A/B and PR description ({out}-fix-N); {jobs} at a time",
@@ -141,7 +134,7 @@ def demo(out: Path, jobs: int = max(2, (os.cpu_count() or 2) // 2)) -> int:
     )
     started, failed = time.monotonic(), []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(_run_steps, steps): label for label, steps in tasks.items()}
+        futures = {pool.submit(_run, *task): label for label, task in tasks.items()}
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=TICK_S, return_when=FIRST_COMPLETED)
@@ -154,6 +147,10 @@ def demo(out: Path, jobs: int = max(2, (os.cpu_count() or 2) // 2)) -> int:
             if not done:
                 waiting = ", ".join(sorted(futures[f] for f in pending))
                 print(f"demo: {took:3.0f} s: running or queued: {waiting}", flush=True)
+    preview = [python, "-m", "ci", "report", "--results", str(out)]
+    with open(f"{out}-bot-preview.md", "w") as body, open(f"{out}-bot-preview.log", "w") as log:
+        if subprocess.run(preview, stdout=body, stderr=log, cwd=REPO_ROOT).returncode:
+            failed.append(f"the bot's preview ({log.name})")
     print(f"the evidence: {out}/report.md, {out}/results.json, JUnit and logs in {out}/")
     if failed:
         print(f"demo: FAILED: {', '.join(failed)}")
@@ -165,21 +162,14 @@ def demo(out: Path, jobs: int = max(2, (os.cpu_count() or 2) // 2)) -> int:
     return 0
 
 
-def _run_steps(steps) -> tuple:
-    """(the output file of the first command that failed, or None; the last ``ci run: `` line)."""
-    bad, said = None, "no summary"
-    for argv, log, errors in steps:
-        with open(log, "w") as sink, open(errors or os.devnull, "w") as err:
-            code = subprocess.run(
-                [str(a) for a in argv],
-                stdout=sink,
-                stderr=err if errors else subprocess.STDOUT,
-                cwd=REPO_ROOT,
-            )
-        bad = bad or (errors or log if code.returncode else None)
-        lines = [line for line in log.read_text().splitlines() if line.startswith("ci run: ")]
-        said = lines[-1].removeprefix("ci run: ") if lines else said
-    return bad, said
+def _run(argv, log: Path) -> tuple:
+    """``argv`` run, its output in ``log``: (``log`` if it failed, else None; its last ``ci run: ``
+    line)."""
+    with open(log, "w") as sink:
+        argv = [str(a) for a in argv]
+        code = subprocess.run(argv, stdout=sink, stderr=subprocess.STDOUT, cwd=REPO_ROOT).returncode
+    lines = [line for line in log.read_text().splitlines() if line.startswith("ci run: ")]
+    return log if code else None, lines[-1].removeprefix("ci run: ") if lines else "no summary"
 
 
 if __name__ == "__main__":

@@ -13,21 +13,20 @@ from tools.series.seriesdir import COVER_NAME, NEW
 MIRRORED_PREFIX = "test/registered/"  # what the series adds here is the project's copy
 
 
-def run_check(series, version=None) -> list:
-    """Report lines; SeriesError (exit 1) naming what failed. ``version``: another release than
-    patches/BASE's (its pinned hashes are then not compared)."""
-    version = version or series.base.version
+def run_check(series) -> list:
+    """Report lines; SeriesError (exit 1) naming what failed."""
+    version = series.base.version
     report, name = [], f"sglang=={version}"
     with tempfile.TemporaryDirectory(prefix="series-check-") as tmp:
         repo = base.materialize(version, Path(tmp) / "sglang", only=series.touched_files())
-        if version == series.base.version:
-            pinned = dict(series.base.files)
-            got = base.pins(repo, pinned)
-            for path in (path for path in pinned if got[path] != pinned[path]):
-                has = "no such file" if got[path] == NEW else got[path]
-                said = f"patches/BASE pins {path} as {pinned[path]}, the base has {has}"
-                raise SeriesError(f"base drift: {said}")
-            report.append(f"base {name}: pinned files match patches/BASE")
+        pinned = dict(series.base.files)
+        got = base.pins(repo, pinned)
+        for path in (path for path in pinned if got[path] != pinned[path]):
+            has = "no such file" if got[path] == NEW else got[path]
+            raise SeriesError(
+                f"base drift: patches/BASE pins {path} as {pinned[path]}, the base has {has}"
+            )
+        report.append(f"base {name}: pinned files match patches/BASE")
         am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
         report.append(f"{len(series.names)} patches apply to {name} with git am")
         if series.cover is not None:
@@ -126,10 +125,8 @@ def explain(output: str, patch) -> list:
     for pattern, meaning in _OTHERS.items():
         problems += [f"{patch.name}: {p}: {meaning}" for p in re.findall(pattern, output, re.M)]
     if not problems:
-        detail = next(
-            (ln for ln in output.splitlines() if ln.startswith(("error:", "fatal:"))),
-            output.strip().splitlines()[-1] if output.strip() else "no output",
-        )
+        said = [line for line in output.splitlines() if line.strip()] or ["no output"]
+        detail = next((ln for ln in said if ln.startswith(("error:", "fatal:"))), said[-1])
         problems.append(f"{patch.name}: does not apply ({detail})")
     return problems
 

@@ -93,24 +93,22 @@ Cover = namedtuple("Cover", "subject blurb count")
 
 
 def parse_cover(data: bytes) -> Cover:
-    def corrupt(problem: str) -> SeriesError:
-        return SeriesError(f"corrupt cover letter: {COVER_NAME}{problem}")
-
+    corrupt = f"corrupt cover letter: {COVER_NAME}"
     unixfrom, subject, text = _mail(data)
     if unixfrom is None:
-        raise corrupt(":1: not a format-patch cover letter (no 'From ' line)")
+        raise SeriesError(f"{corrupt}:1: not a format-patch cover letter (no 'From ' line)")
     match = _COVER_SUBJECT_RE.match(subject or "")
     if not match:
-        raise corrupt(": the subject must start with '[PATCH 0/N]'")
+        raise SeriesError(f"{corrupt}: the subject must start with '[PATCH 0/N]'")
     lines = text.splitlines()
     shortlog = [
         i for i, ln in enumerate(lines) if i and _SHORTLOG_RE.match(ln) and not lines[i - 1].strip()
     ]
     if not shortlog:
-        raise corrupt(": no shortlog ('Author (N):') below the blurb")
+        raise SeriesError(f"{corrupt}: no shortlog ('Author (N):') below the blurb")
     blurb, subject = "\n".join(lines[: shortlog[-1]]).strip(), match.group(2).strip()
     if not blurb or subject.startswith("*** ") or blurb.startswith("*** "):
-        raise corrupt(": the subject and blurb are still git's placeholders")
+        raise SeriesError(f"{corrupt}: the subject and blurb are still git's placeholders")
     return Cover(subject, blurb, int(match.group(1)))
 
 
