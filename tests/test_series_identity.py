@@ -51,7 +51,7 @@ def test_a_ci_run_records_the_series_id_it_was_made_with(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "text, said",
-    [("{", "not JSON"), ("[]", "expected an object"), ('{"id": "x"}', "missing field 'release'"),
+    [("{", "not JSON"), ("[]", "expected an object"), ('{"id": "%s"}' % ("0" * 64), "missing field 'release'"),
      (None, "No such file")],
 )  # fmt: skip
 def test_a_series_file_that_describe_did_not_write_is_one_line(tmp_path, text, said):
