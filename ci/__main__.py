@@ -16,8 +16,7 @@ from ci.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CiErro
 
 
 def main(argv=None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     try:
         code = args.func(args)
         sys.stdout.flush()  # here, not at exit: a reader gone early is seen below
@@ -164,8 +163,9 @@ def _parser() -> argparse.ArgumentParser:
 def cmd_run(args) -> int:
     from ci.runner import run
 
-    results = run.execute(args, lambda line: print(printable(line), file=sys.stderr, flush=True))
-    refused = run.write(results, args.out)
+    results, refused = run.execute(
+        args, lambda line: print(printable(line), file=sys.stderr, flush=True)
+    )
     args.exit_code = EXIT_OK if results.verdict == "ok" and refused is None else EXIT_FAILED
     if args.json:
         summary = {"verdict": results.verdict, "reasons": list(results.reasons)}

@@ -215,9 +215,8 @@ def _changes_environment(node) -> bool:
 def registry_reader(trees=()):
     """sglang's ``ci_register`` from the first of ``trees`` (folders holding ``python/sglang``)
     that has one, else the installed sglang; ImportError when none loads. Not through the sglang
-    package: the reader is stdlib only, ``import sglang`` costs seconds and CUDA state."""
-    if READER_MODULE in sys.modules:
-        return sys.modules[READER_MODULE]
+    package: the reader is stdlib only, ``import sglang`` costs seconds and CUDA state. Loaded
+    anew on each call, so a run reads with its own tree's reader."""
     places = [os.path.join(tree, "python", "sglang") for tree in trees]
     package = importlib.util.find_spec("sglang")  # locates the package, runs none of it
     places += (package.submodule_search_locations or []) if package else []

@@ -12,7 +12,6 @@ from ci.evidence import judge, junit
 from ci.evidence import model as evidence
 from ci.evidence.model import MODES, Results, SeriesId
 from ci.runner import collect, launch, sides
-from ci.runner.child import BACKEND_ENV
 
 # What a results folder holds (``ci report``'s dry run writes report.md and pictures/ beside
 # results.json): a reused --out is cleared of these, and only of these.
@@ -33,10 +32,10 @@ class NothingToRun(CiError):
     code, prefix = EXIT_OK, "ci run: nothing to run: "
 
 
-def execute(request, log) -> Results:
+def execute(request, log) -> tuple[Results, str | None]:
     """Run the A/B ``request`` (``ci run``'s arguments) describes and write its folder;
-    ``log(line)`` hears progress. With ``git_base``/``git_head`` both sides are written under
-    ``out``/sides/ for the run."""
+    ``log(line)`` hears progress. The results, and why ``ci report`` would refuse them (or None).
+    With ``git_base``/``git_head`` both sides are written under ``out``/sides/ for the run."""
     root = os.path.abspath(request.root)
     if not (request.git_base or request.git_head):
         return _execute(request, root, log)
@@ -60,7 +59,7 @@ def execute(request, log) -> Results:
         shutil.rmtree(os.path.join(out, sides.SIDES_DIR), ignore_errors=True)
 
 
-def _execute(request, root: str, log, out=None, change=None) -> Results:
+def _execute(request, root: str, log, out=None, change=None) -> tuple[Results, str | None]:
     backend = request.backend or ("cuda" if shutil.which("nvidia-smi") else "cpu")
     wanted = tuple(m.strip() for m in request.modes.split(",") if m.strip())
     if not wanted or any(m not in MODES for m in wanted) or len(set(wanted)) != len(wanted):
@@ -94,10 +93,7 @@ def _execute(request, root: str, log, out=None, change=None) -> Results:
         f"ci run: {len(selected)} files x {len(wanted)} sides on {backend}, {request.jobs} at a time"
     )
     upstream_ci = not request.outside_upstream_ci
-    environments = {
-        m: {**sides.environment(s, upstream_ci=upstream_ci), BACKEND_ENV: backend}
-        for m, s in setups.items()
-    }
+    environments = {m: sides.environment(s, upstream_ci=upstream_ci) for m, s in setups.items()}
     paths = [s.path for s in selected]
     fresh = {p: why for p in paths if (why := tree.fresh_reason(p))}
     if request.preload is None:
@@ -143,21 +139,16 @@ def _execute(request, root: str, log, out=None, change=None) -> Results:
     if not selected:  # one shard of a matrix: its report merges with the others'
         why = f"shard {request.shard}: every selected file falls in another shard"
         results = replace(results, verdict="ok", reasons=(why,))
-    junit.write(results, out)
-    return results
-
-
-def write(results: Results, out: str) -> str | None:
-    """results.json and summary.txt in ``out``; why ``ci report`` would refuse them, or None."""
     try:
         Results.from_json(json.loads(evidence.dumps(results)))  # as a report loads them
         refused = None
     except evidence.EvidenceError as exc:
         refused = str(exc)
-    evidence.save(results, out)
+    evidence.save(results, out)  # written even so: nothing of the run is lost
+    junit.write(results, out)
     with open(os.path.join(out, "summary.txt"), "w", encoding="utf-8") as handle:
         handle.write("\n".join(summary_lines(results)) + "\n")
-    return refused
+    return results, refused
 
 
 def _prepare_out(out: str) -> str:
