@@ -28,7 +28,7 @@ def publish_all(fake, slot="dsv4", text=":white_check_mark: [Run #1](https://ci/
     pub = publisher(fake)
     m = model()
     pub.update_slot(slot, LABEL, [text, ":white_check_mark:"])
-    pub.upsert_comment(render.comment_marker(slot), render.comment(m, slot), author="ci-bot")
+    pub.upsert_comment(render.comment(m, slot), author="ci-bot")
     for status in render.statuses(m, slot, "https://ci/1"):
         pub.set_status("abc1234", status)
     return pub
@@ -54,7 +54,7 @@ def test_duplicate_sticky_comments_from_a_race_are_folded_back_into_one(fake):
     fake.add_comment(7, marker + "\nold one")
     fake.add_comment(7, marker + "\nold two")
     fake.add_comment(7, marker + "\nsomeone else's copy", login="mallory")
-    publisher(fake).upsert_comment(marker, marker + "\nnew", author="ci-bot")
+    publisher(fake).upsert_comment(marker + "\nnew", author="ci-bot")
     bodies = sorted(c["body"] for c in fake.comments.values())
     assert bodies == [marker + "\nnew", marker + "\nsomeone else's copy"]
 

@@ -14,7 +14,7 @@ import github3.exceptions
 from ci.errors import CiError
 from ci.evidence import model as evidence
 from ci.evidence.model import EvidenceError
-from ci.reporter import gate, render
+from ci.reporter import gate
 from ci.reporter.plan import ReportPlan, ReportRequest
 from ci.reporter.publish import Publisher, PublishFailed, RetryPolicy, connect
 
@@ -64,8 +64,7 @@ def publish(request: ReportRequest, report: ReportPlan, say) -> None:
             say(f"PR body slot {request.slot}: {back}")
         if report.comment is not None and not moved:
             login = publisher.identity(request.bot_login)
-            marker = render.comment_marker(request.slot)
-            said = publisher.upsert_comment(marker, report.comment, login)
+            said = publisher.upsert_comment(report.comment, login)
             say(f"sticky comment ({login}): {said}")
         for status in report.statuses:
             publisher.set_status(request.sha, status)

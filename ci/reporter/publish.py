@@ -194,9 +194,9 @@ class Publisher:
             self.request("PATCH", what, "check-runs", run["id"], json={"output": output})
         return run["id"]
 
-    def upsert_comment(self, marker: str, body: str, author: str) -> str:
-        """The one comment by ``author`` that starts with ``marker``: edited, or created."""
-        number, comment = self.number, ("issues", "comments")
+    def upsert_comment(self, body: str, author: str) -> str:
+        """The one comment by ``author`` starting with ``body``'s marker line: edited, or created."""
+        number, comment, marker = self.number, ("issues", "comments"), body.split("\n", 1)[0]
 
         def write(method, *parts):
             return self.request(method, f"sticky comment: {method}", *parts, json={"body": body})
