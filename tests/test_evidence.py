@@ -245,7 +245,7 @@ def _mutated(tmp_path, mutate):
         (lambda d: d.update(environment={"a": json.loads("[" * 20 + "]" * 20)}), "nested"),
         (lambda d: d["cases"].append(d["cases"][0]), r"cases\[2\]: .* is listed twice"),
         (lambda d: d["files"].append(d["files"][0]), r"files\[1\]: .* is listed twice"),
-        (lambda d: d.update(series={**_wire()["series"], "fixes": [{}] * 101}), "101 items; at"),
+        (lambda d: d.update(series={**_wire()["series"], "fixes": [{}] * 101}), "at most 100 it"),
     ],
 )
 def test_results_out_of_bounds_are_refused_naming_the_field(tmp_path, mutate, message):

@@ -65,8 +65,8 @@ def _check(value, where: str, shape, bound):
         return None
     if kind is tuple:
         count, item = bound
-        _ensure(isinstance(value, list), where, "expected a list, got {.__name__}", type(value))
-        _ensure(len(value) <= count, where, "{} items; at most {}", len(value), count)
+        ok = isinstance(value, list) and len(value) <= count
+        _ensure(ok, where, "expected a list of at most {} items", count)
         return tuple(_check(v, f"{where}[{i}]", of[0], item) for i, v in enumerate(value))
     if kind is dict and of:
         count, keys, item = bound
@@ -259,12 +259,10 @@ class Results:
     sides: dict[str, Side] = _field(PER_MODE)
     files: tuple[FileResult, ...] = _field((MAX_FILES, None))
     cases: tuple[Case, ...] = _field((MAX_CASES, None))
-    # ``ci.evidence.judge.with_verdict``'s, with one line per reason it is not ok
-    verdict: str = _field(VERDICTS, default="ok")
-    reasons: tuple[str, ...] = _field((20, 500), default=())
-    # what was asked for, as typed; the machine and per-mode process records
-    selection: dict = _field(default_factory=dict)
-    environment: dict = _field(default_factory=dict)
+    verdict: str = _field(VERDICTS, default="ok")  # ``judge.with_verdict``'s
+    reasons: tuple[str, ...] = _field((20, 500), default=())  # one line per reason it is not ok
+    selection: dict = _field(default_factory=dict)  # what was asked for, as typed
+    environment: dict = _field(default_factory=dict)  # the machine, per-mode process records
     series: SeriesId | None = _field(default=None)
     pictures: dict[str, str] = _field((MAX_CASES, 2 * MAX_NAME, _PICTURE), default_factory=dict)
     schema: int = _field(range(SCHEMA, SCHEMA + 1), kw_only=True)  # no default: always said
