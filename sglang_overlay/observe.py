@@ -135,12 +135,19 @@ def read_record(pid: int, uid: int) -> "tuple[dict | None, str | None]":
     problem = folder_problem(folder, uid)
     if problem is not None:
         return None, f"no record can be kept there: {problem}"
-    try:
-        record = json.loads(_record_text(folder / f"{pid}.json"))
+    path = folder / f"{pid}.json"
+    try:  # not blocking, a regular file of at most 1 MiB: a FIFO would stop every reader
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise ValueError("not a regular file")
+            data = handle.read((1 << 20) + 1)
+        if len(data) > 1 << 20:
+            raise ValueError("larger than 1 MiB")
+        record = json.loads(data)
     except FileNotFoundError:
         return None, None
     except (OSError, ValueError) as exc:
-        return None, f"its record {folder / f'{pid}.json'} is unreadable ({exc})"
+        return None, f"its record {path} is unreadable ({exc})"
     if not isinstance(record, dict) or record.get("start_time") != start_time(pid):
         return None, None
     patches = record.get("patches")
@@ -148,21 +155,8 @@ def read_record(pid: int, uid: int) -> "tuple[dict | None, str | None]":
         isinstance(p, dict) and all(isinstance(p.get(k), str) for k in ("patch", "state", "reason"))
         for p in patches
     ):  # fmt: skip
-        return None, f"its record {folder / f'{pid}.json'} lists no patch with a state"
+        return None, f"its record {path} lists no patch with a state"
     return record, None
-
-
-def _record_text(path: Path) -> str:
-    """A record's text; ValueError for what is not a regular file of at most 1 MiB (a FIFO
-    would stop every reader for good)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError("not a regular file")
-        data = handle.read((1 << 20) + 1)
-    if len(data) > 1 << 20:
-        raise ValueError("larger than 1 MiB")
-    return data.decode()
 
 
 def prune_records(uid: int) -> None:
