@@ -98,9 +98,7 @@ def run_ab(series, fix, out, backend: str) -> Plan:
         plain = replace(results, environment={**results.environment, "plain": True})
         path.write_bytes(model.dumps(plain))
     if proc.returncode != 0:
-        raise SeriesError(
-            f"ci run exited {proc.returncode}; its summary: {made.results}/summary.txt"
-        )
+        raise SeriesError(f"ci run exited {proc.returncode}: see {made.results}/summary.txt")
     return made
 
 

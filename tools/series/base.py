@@ -84,20 +84,15 @@ def _build(version: str, dest: Path) -> None:
     gitcmd.run(["init", "-q", "-b", "main"], dest)
     # -f: a user's global excludes must not drop wheel files from the base.
     gitcmd.run(["add", "-A", "-f"], dest)
-    gitcmd.run(
-        ["commit", "-q", "--no-verify", "-F", "-"],
-        dest,
-        # the same base commit on every machine
-        env=identity(
-            "sglang-overlay base", "base@sglang-overlay.invalid", "2000-01-01T00:00:00+0000"
-        ),
-        stdin=(
-            f"sglang {version} from PyPI\n\n"
-            f"python/sglang/ is the sglang/ package of the sglang=={version} wheel, compiled\n"
-            "extensions left out. Base of the sglang-overlay patch series.\n\n"
-            f"Sglang-Version: {version}\n"
-        ).encode(),
+    message = (
+        f"sglang {version} from PyPI\n\n"
+        f"python/sglang/ is the sglang/ package of the sglang=={version} wheel, compiled\n"
+        "extensions left out. Base of the sglang-overlay patch series.\n\n"
+        f"Sglang-Version: {version}\n"
     )
+    # the same base commit on every machine
+    who = identity("sglang-overlay base", "base@sglang-overlay.invalid", "2000-01-01T00:00:00+0000")
+    gitcmd.run(["commit", "-q", "--no-verify", "-F", "-"], dest, env=who, stdin=message.encode())
     gitcmd.run(["tag", BASE_TAG], dest)
 
 

@@ -92,15 +92,6 @@ def _run_hooks(files: dict, only: str | None = None) -> dict:
         return {name: tuple(result) for name, result in json.loads(stored.read_text()).items()}
     except (OSError, ValueError):
         pass  # not run yet (or a torn file from a killed run): run them
-    results = _run_hooks_now(files, only)
-    stored.parent.mkdir(parents=True, exist_ok=True)
-    partial_file = stored.with_suffix(f".{os.getpid()}.tmp")
-    partial_file.write_text(json.dumps(results))
-    os.replace(partial_file, stored)  # whole or absent, whoever reads it concurrently
-    return results
-
-
-def _run_hooks_now(files: dict, only: str | None) -> dict:
     with tempfile.TemporaryDirectory(prefix="upstream-hook-") as scratch:
         for path, data in files.items():
             (Path(scratch) / path).parent.mkdir(parents=True, exist_ok=True)
@@ -131,4 +122,9 @@ def _run_hooks_now(files: dict, only: str | None) -> dict:
     if proc.returncode != 0 and all(ok for ok, _ in results.values()):  # none ran: installing
         said = ((proc.stdout + proc.stderr).strip().splitlines() or ["no output"])[-1]
         raise usage(f"pre-commit could not install or run upstream's hooks from PyPI: {said}")
-    return {name: (ok, "\n".join(lines).strip()) for name, (ok, lines) in results.items()}
+    results = {name: (ok, "\n".join(lines).strip()) for name, (ok, lines) in results.items()}
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    partial_file = stored.with_suffix(f".{os.getpid()}.tmp")
+    partial_file.write_text(json.dumps(results))
+    os.replace(partial_file, stored)  # whole or absent, whoever reads it concurrently
+    return results

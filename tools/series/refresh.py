@@ -41,9 +41,8 @@ def refresh(patches_dir, source) -> list:
         authored = _authored(source, author, Path(tmp))
         command, env = list(FORMAT_PATCH), None
         if letter is not None:  # its subject and blurb through the branch description
-            branch = gitcmd.out(["symbolic-ref", "--short", "HEAD"], authored)
             description = f"{letter.subject}\n\n{letter.blurb}\n"
-            command = ["-c", f"branch.{branch}.description={description}", *command]
+            command = ["-c", f"branch.series.description={description}", *command]
             command += ["--cover-letter", "--cover-from-description=subject"]
             # the letter's From (the committer) is the first commit's author
             env = {"GIT_COMMITTER_NAME": author[0], "GIT_COMMITTER_EMAIL": author[1]}
@@ -98,25 +97,19 @@ def submitter(project: Path) -> tuple[str, str]:
 
 
 def _authored(source: Path, author: tuple, workdir: Path) -> Path:
-    """A bare clone of ``source`` whose checked-out branch holds ``base..HEAD`` again, each
+    """A bare clone of ``source`` whose branch ``series`` holds ``base..HEAD`` again, each
     commit with its tree, message and author date, authored and committed by ``author``."""
     clone = workdir / "authored.git"
     gitcmd.run(["clone", "-q", "--bare", "--shared", str(source), str(clone)], workdir)
-    branch = gitcmd.out(["symbolic-ref", "-q", "--short", "HEAD"], source, check=False)
     parent = gitcmd.out(["rev-parse", f"{base.BASE_TAG}^{{commit}}"], source)
     for commit in gitcmd.out(["rev-list", "--reverse", f"{base.BASE_TAG}..HEAD"], source).split():
         raw = gitcmd.run(["cat-file", "commit", commit], source).stdout
-        message = raw.split(b"\n\n", 1)[1] if b"\n\n" in raw else b""
         date = gitcmd.out(["log", "-1", "--format=%ad", "--date=raw", commit], source)
-        parent = gitcmd.out(
-            ["commit-tree", f"{commit}^{{tree}}", "-p", parent, "-F", "-"],
-            clone,
-            env=base.identity(*author, date),
-            stdin=message,
-        )
-    head = f"refs/heads/{branch or 'series'}"
-    gitcmd.run(["update-ref", head, parent], clone)
-    gitcmd.run(["symbolic-ref", "HEAD", head], clone)
+        tree = ["commit-tree", f"{commit}^{{tree}}", "-p", parent, "-F", "-"]
+        who = base.identity(*author, date)
+        parent = gitcmd.out(tree, clone, env=who, stdin=raw.partition(b"\n\n")[2])
+    gitcmd.run(["update-ref", "refs/heads/series", parent], clone)
+    gitcmd.run(["symbolic-ref", "HEAD", "refs/heads/series"], clone)
     return clone
 
 
