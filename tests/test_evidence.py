@@ -42,9 +42,8 @@ def _side(mode, spec):
     tests = {t: r for t, r in spec.items() if t not in PROCESS}
     failed = any(REPORTS[r]["outcome"] in ("fail", "error") for r in tests.values())
     channel = "".join(_line(t, r) for t, r in tests.items()) + spec.get("channel", "")
-    code = spec.get("returncode", int(failed))
-    timed_out = spec.get("timed_out", False)
-    return FileRun(FILE, mode, ProcessEnd(code, 30.0, timed_out), spec.get("output", ""), channel)
+    end = ProcessEnd(spec.get("returncode", int(failed)), 30.0, spec.get("timed_out", False))
+    return FileRun(FILE, mode, end, spec.get("output", ""), channel)
 
 
 FIXED, BOTH = "grow=fail reuse=pass", "grow=pass reuse=pass"

@@ -184,10 +184,9 @@ def rejudge(results: Results, patterns) -> Results:
     files = [replace(f, flags=file_flags(f.modes, [c for c in cases if c.file == f.path]))
              for f in results.files]  # fmt: skip
     problems = [f"no {mode} side: an A/B needs both" for mode in MODES if mode not in results.modes]
-    keys = [c.key for c in results.cases]
     for pattern in patterns:
         ran = any(fnmatch.fnmatchcase(f.path, pattern.split("::", 1)[0]) for f in results.files)
-        if ran and not any(fnmatch.fnmatchcase(key, pattern) for key in keys):
+        if ran and not any(listed([pattern], c.file, c.test) for c in cases):
             problems.append(f"the listed regression {pattern} is not among the cases")
     return with_verdict(replace(results, cases=cases, files=files), problems[:5])
 
