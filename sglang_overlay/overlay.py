@@ -30,12 +30,9 @@ _Applied = namedtuple("_Applied", "patch_id module_name installed target reason"
 _lock = threading.RLock()
 _applied: "list[_Applied]" = []
 _removed = False  # remove() keeps it off until apply()
-
-
+_status: "dict[str, dict]" = {}  # patch id -> its record, in series order
 _WAITING = {p: f"waiting for the import of {' or '.join(m)}" for p, m in PATCHED_MODULES.items()}
 _REMOVED_REASON = "removed by sglang_overlay.remove(); apply() patches again"
-# patch id -> its record, in series order
-_status: "dict[str, dict]" = {}
 
 
 def _new_lock_in_child() -> None:
