@@ -85,7 +85,7 @@ def _check(value, where: str, shape, bound):
         ok = isinstance(value, dict) and depth <= MAX_NESTING
         _ensure(ok, where, "expected an object nested at most {}", MAX_NESTING)
         return value
-    if isinstance(kind, enum.EnumType) or isinstance(bound, tuple):
+    if isinstance(kind, enum.EnumMeta) or isinstance(bound, tuple):
         choices = bound or kind.__members__.values()
         if value not in choices:
             raise EvidenceError(f"{where}: {str(value)!r:.40} is not one of {', '.join(choices)}")
