@@ -80,7 +80,12 @@ def publish(request: ReportRequest, report: ReportPlan, say) -> None:
 def fork(request: ReportRequest, folder: str):
     """(request, note) for a fork run: its PR, whether a writer approved its head before the run,
     its results artifacts (NAME, or NAME-I per shard) in ``folder``; (None, why): nothing to do."""
-    run = gate.finished_run(gate.load_event(request.workflow_run))
+    try:
+        run = gate.finished_run(gate.load_event(request.workflow_run))
+    except (OSError, ValueError) as exc:
+        raise CiError(f"workflow_run report: {exc}") from None
+    request = replace(request, repo=run.repo, sha=run.head_sha, run_id=str(run.run_id),
+                      run_url=run.html_url or None, require_head=True, check_run=True)  # fmt: skip
     with _github(request.repo, None, request.api_url, "--workflow-run (it reads GitHub)") as github:
         owner = (run.head_repo or "").split("/")[0]
         query = {"head": f"{owner}:{run.head_branch}", "state": "open", "per_page": 100}

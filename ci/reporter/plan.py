@@ -5,7 +5,7 @@ import datetime
 import json
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ci.errors import CiError
 from ci.evidence import shards
@@ -70,16 +70,8 @@ class ReportPlan:
 
 
 def prepare(request: ReportRequest) -> ReportRequest:
-    """The request with what a workflow_run payload says filled in, checked."""
-    if request.workflow_run:
-        try:
-            run = gate.finished_run(gate.load_event(request.workflow_run))
-        except (OSError, ValueError) as exc:
-            raise CiError(f"workflow_run report: {exc}") from None
-        request = replace(request, repo=run.repo, sha=run.head_sha, run_id=str(run.run_id),
-                          run_url=run.html_url or None, require_head=True,
-                          check_run=True)  # fmt: skip
-    elif request.post and (not request.repo or request.pr is None):
+    """The request, checked (a workflow_run's payload is ``github_io.fork``'s to read)."""
+    if request.post and not request.workflow_run and (not request.repo or request.pr is None):
         raise CiError("--post needs --repo OWNER/NAME and --pr N")
     if request.shards is not None and not request.workflow_run:
         raise CiError("--shards is the fork path's: with --workflow-run (else --results A B)")
