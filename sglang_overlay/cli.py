@@ -55,14 +55,13 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("sglang-overlay: interrupted", file=sys.stderr)
         return 130
-    code = 0 if ok else 1
     try:
         for line in lines:  # JSON escapes what a terminal must not see on its own
             print(line) if args.json else say(line)
         sys.stdout.flush()
     except BrokenPipeError:  # `| head -1`: the reader has what it wanted; the verdict stands
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return code
+    return 0 if ok else 1
 
 
 def fresh_status(as_json: bool) -> "tuple[list[str], bool]":
