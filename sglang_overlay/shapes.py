@@ -204,12 +204,9 @@ def releases_first(method_node: ast.FunctionDef, released=("_buffer",)) -> bool:
 
 
 def _method_node(tree: ast.Module, class_name: str, method: str) -> "ast.FunctionDef | None":
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == class_name:
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == method:
-                    return item
-    return None
+    classes = (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
+    functions = (f for c in classes for f in c.body if isinstance(f, ast.FunctionDef))
+    return next((f for f in functions if f.name == method), None)
 
 
 def _self_attr(target: ast.expr) -> "str | None":
