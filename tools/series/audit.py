@@ -6,11 +6,10 @@ import io
 import os
 import stat
 import tokenize
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field
 
 from tools.series import SeriesError
 from tools.series import audit_expr as expr
-from tools.series.audit_expr import INIT_METHODS, construction_only, released_at_top
 
 ALL = "*"  # in _Path.once: everything on this path is built once
 VERDICTS = tuple(
@@ -83,9 +82,9 @@ def read_source(path: "str | os.PathLike") -> str:
 class _Path:
     """What holds on the path through a method before the statement being read."""
 
-    released: "set[str]"
-    kept: "dict[str, str]"  # key -> where the old value was kept
-    once: "set[str]"  # keys only allocated while they hold nothing
+    released: "set[str]" = field(default_factory=set)
+    kept: "dict[str, str]" = field(default_factory=dict)  # key -> where the old value was kept
+    once: "set[str]" = field(default_factory=set)  # keys only allocated while they hold nothing
 
     def copy(self) -> "_Path":
         return _Path(set(self.released), dict(self.kept), set(self.once))
@@ -102,50 +101,61 @@ class _Candidate:
 
 
 class _ClassAudit:
-    def __init__(self, cls: ast.ClassDef, file: str, lines: "list[str]"):
+    def __init__(self, cls: ast.ClassDef, file: str, lines: "dict[int, tuple[str, bool]]"):
         self.cls, self.file, self.lines = cls, file, lines
         self.methods = {
             f.name: f
             for f in cls.body
             if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and expr.self_name(f)
         }
-        self.releases_by_method = {n: released_at_top(f) for n, f in self.methods.items()}
-        self.init_only = construction_only(self.methods)
-        self.escapes: dict[str, list[str]] = {}  # function -> key shapes stored as views
+        self.releases_by_method = {n: expr.released_at_top(f) for n, f in self.methods.items()}
+        self.init_only = expr.construction_only(self.methods)
+        self.escapes: dict[str, list[str]] = {}  # method -> key shapes it stores as views
+        self.found: list[_Candidate] = []
 
     def sites(self) -> "list[Site]":
-        found = [c for name, func in self.methods.items() for c in self._function(func, name)]
-        sites, out = [self._classify(c) for c in found], []
-        for site, cand in zip(sites, found, strict=True):  # empty_like(self._k) grows as self._k
-            roots = {expr.self_name(self.methods[cand.func]): "self"}
-            like = (site.qualname, cand.call.args and expr.chain(cand.call.args[0], roots))
-            grown = [o.grows_with for o in sites if (o.qualname, o.target) == like and o.grows_with]
-            out.append(replace(site, grows_with=site.grows_with or next(iter(grown), ())))
-        return out
+        for name, func in self.methods.items():
+            self._function(func, name)
+        return [self._classify(cand) for cand in self.found]
 
-    def _function(self, func, qual: str) -> "list[_Candidate]":
-        self.roots = {expr.self_name(func): "self"}
+    def _function(self, func, qual: str) -> None:
+        self.roots = {expr.self_name(func): "self"}  # and each local alias of a target
         self.flags = expr.assigned_keys(func, self.roots, lambda v: getattr(v, "value", 0) is True)
         self.assigned = expr.assigned_keys(func, self.roots)
-        self.fresh: dict[str, tuple[ast.Call, _Path, int]] = {}
-        self.old_locals: dict[str, str] = {}  # local name -> key whose old value it holds
-        self.found: list[_Candidate] = []
-        self.qual, self.escapes[qual] = qual, []
-        self._block(func.body, _Path(set(), {}, set()))
-        for cand in self.found:  # the old value copied into the new one after allocating
-            after = cand.stmt.end_lineno or cand.stmt.lineno
-            for name, key in self.old_locals.items():
-                if key == cand.key and any(
-                    isinstance(n, ast.Name)
-                    and n.id == name
-                    and isinstance(n.ctx, ast.Load)
-                    and n.lineno > after
-                    for n in ast.walk(func)
-                ):
-                    cand.path.kept.setdefault(key, f"copies the old value (local '{name}')")
-            if cand.alloc_line and self._read_between(func, cand):
-                cand.path.kept.setdefault(cand.key, "copies the old value into the new one")
-        return self.found
+        self.fresh: dict[str, tuple[ast.Call, _Path, int]] = {}  # local -> its allocation
+        self.qual, self.escapes[qual], first = qual, [], len(self.found)
+        self._block(func.body, _Path())
+        for cand in self.found[first:]:
+            if copied := self._copies_old(func, cand):
+                cand.path.kept.setdefault(cand.key, copied)
+
+    def _copies_old(self, func, cand: _Candidate) -> "str | None":
+        """Why the new value holds a copy of the old one: a local alias of the old value read
+        after the replacement, or the old value read between the allocation and the replacement
+        (``new = torch.zeros(...); new[:n] = self.buf; self.buf = new``)."""
+        after = cand.stmt.end_lineno or cand.stmt.lineno
+        loads = [n for n in ast.walk(func) if isinstance(getattr(n, "ctx", None), ast.Load)]
+        for name, key in self.roots.items():
+            if key == cand.key and any(
+                getattr(n, "id", None) == name and n.lineno > after for n in loads
+            ):
+                return f"copies the old value (local '{name}')"
+        if cand.alloc_line is None:
+            return None
+        roots = {expr.self_name(func): "self"}
+        metadata = {  # self.buf.shape, self.buf.dtype: read about it, not from it
+            id(n.value)
+            for n in ast.walk(func)
+            if isinstance(n, ast.Attribute) and n.attr not in expr.VIEW_METHODS
+        }
+        read = any(
+            isinstance(n, (ast.Attribute, ast.Subscript))
+            and id(n) not in metadata
+            and cand.alloc_line < n.lineno < cand.stmt.lineno
+            and expr.holds(expr.chain(n, roots) or "", cand.key)
+            for n in loads
+        )
+        return "copies the old value into the new one" if read else None
 
     def _block(self, body, path: _Path) -> _Path:
         for stmt in body:
@@ -153,6 +163,7 @@ class _ClassAudit:
         return path
 
     def _stmt(self, stmt, path: _Path) -> _Path:
+        """The path after the statement (``path`` itself, changed, for a simple one)."""
         self.line = stmt.lineno
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             return path  # nested scopes run at another time
@@ -170,7 +181,6 @@ class _ClassAudit:
             ]:
                 self._block(block, path.copy())
             return self._block(getattr(stmt, "finalbody", []), path)
-        path = path.copy()
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
             for target in getattr(stmt, "targets", None) or [stmt.target]:
                 self._assign(target, stmt.value, stmt, path)
@@ -182,18 +192,13 @@ class _ClassAudit:
 
     def _if(self, stmt: ast.If, path: _Path) -> _Path:
         body_path, else_path = path.copy(), path.copy()
-        for key, on_body in expr.absent_on(stmt.test, self.roots):
-            # On that branch the target holds nothing: allocating there replaces nothing, and
-            # where the method builds that target, whatever it builds beside it is built once.
+        for key, on_body, absent in expr.empty_on(stmt.test, self.roots):
             empty = body_path if on_body else else_path
-            empty.once.update([key, ALL] if key in self.assigned else [key])
-            empty.released.add(key)
-        flag = expr.flag_test(stmt.test, self.roots)
-        if flag and flag[0] in self.flags:  # if self.ready: return ... self.ready = True
-            if not flag[1]:
-                body_path.once.add(ALL)
-            elif expr.terminates(stmt.body):
-                else_path.once.add(ALL)
+            if absent:  # allocating there replaces nothing; what the method builds beside it
+                empty.once.update([key, ALL] if key in self.assigned else [key])
+                empty.released.add(key)
+            elif key in self.flags:  # if self._ready: return ... self._ready = True
+                empty.once.add(ALL)
         body_end = self._block(stmt.body, body_path)
         else_end = self._block(stmt.orelse, else_path)
         if expr.terminates(stmt.body) and not expr.terminates(stmt.orelse):
@@ -209,9 +214,9 @@ class _ClassAudit:
 
     def _assign(self, target, value, stmt, path: _Path) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
-            values = value.elts if isinstance(value, (ast.Tuple, ast.List)) else None
+            values = value.elts if isinstance(value, (ast.Tuple, ast.List)) else []
             for i, elt in enumerate(target.elts):
-                self._assign(elt, values[i] if values and i < len(values) else None, stmt, path)
+                self._assign(elt, values[i] if i < len(values) else None, stmt, path)
             return
         if isinstance(target, ast.Name):
             return self._bind_local(target.id, value, path)
@@ -224,7 +229,7 @@ class _ClassAudit:
             self.found.append(_Candidate(key, call, stmt, at_alloc, self.qual, line))
         elif call is not None:
             self.found.append(_Candidate(key, call, stmt, path.copy(), self.qual))
-        elif expr.is_none(value) or expr.is_empty_holder(value):
+        elif ast.unparse(value) in expr.EMPTY:
             path.released.add(key)
         else:
             for held in expr.viewed(value, self.roots):
@@ -234,8 +239,7 @@ class _ClassAudit:
 
     def _bind_local(self, name: str, value, path: _Path) -> None:
         self.fresh.pop(name, None)
-        self.roots.pop(name, None)
-        self.old_locals.pop(name, None)  # from here on the name holds something else
+        self.roots.pop(name, None)  # from here on the name holds something else
         if value is None:
             return
         call = expr.allocator(value)
@@ -244,13 +248,10 @@ class _ClassAudit:
             self.fresh[name] = (call, path.copy(), self.line)
         elif key is not None:
             self.roots[name] = key  # an alias: ws = self._workspaces; ws[r] = torch.empty(...)
-            self.old_locals[name] = key
 
     def _call(self, call: ast.Call, path: _Path) -> None:
         func = call.func
-        if not isinstance(func, ast.Attribute):
-            return
-        receiver = expr.chain(func.value, self.roots)
+        receiver = isinstance(func, ast.Attribute) and expr.chain(func.value, self.roots)
         if receiver and func.attr in {"append", "extend", "add", "insert", "appendleft"}:
             for arg in call.args:
                 for held in expr.viewed(arg, self.roots):
@@ -259,31 +260,17 @@ class _ClassAudit:
         elif receiver and func.attr == "clear":
             path.released.add(receiver)
         elif receiver and func.attr == "pop" and call.args:
-            path.released.add(f"{receiver}[{expr.slice_text(call.args[0])}]")
+            path.released.add(expr.slot(receiver, call.args[0]))
         elif receiver == "self" and func.attr in self.releases_by_method:
             path.released |= self.releases_by_method[func.attr]
 
-    def _read_between(self, func, cand: _Candidate) -> bool:
-        """``new = torch.zeros(...); new[:n] = self.buf; self.buf = new``: the old value is
-        read after the allocation and before the replacement."""
-        roots = {expr.self_name(func): "self"}
-        metadata = {  # self.buf.shape, self.buf.dtype: read about it, not from it
-            id(n.value)
-            for n in ast.walk(func)
-            if isinstance(n, ast.Attribute) and n.attr not in expr.VIEW_METHODS
-        }
-        return any(
-            isinstance(n, (ast.Attribute, ast.Subscript))
-            and isinstance(n.ctx, ast.Load)
-            and id(n) not in metadata
-            and cand.alloc_line < n.lineno < cand.stmt.lineno
-            and expr.holds(expr.chain(n, roots) or "", cand.key)
-            for n in ast.walk(func)
-        )
-
     def _classify(self, cand: _Candidate) -> Site:
         verdict, reason = self._verdict(cand)
-        attr, keywords = cand.call.func.attr, cand.call.keywords
+        func, attr = self.methods[cand.func], cand.call.func.attr
+        # empty_like(self._k) grows as the self._k the method allocates
+        like = cand.call.args and expr.chain(cand.call.args[0], {expr.self_name(func): "self"})
+        sized = [o.call for o in self.found if (o.func, o.key) == (cand.func, like)]
+        grows = (expr.grows_with(call, func) for call in [cand.call, *sized])
         return Site(
             self.file,
             f"{self.cls.name}.{cand.func}",
@@ -291,16 +278,16 @@ class _ClassAudit:
             cand.key,
             f".{attr}" if attr in expr.NEW_METHODS else f"torch.{attr}",
             verdict,
-            expr.grows_with(cand.call, self.methods[cand.func]),
+            next(filter(None, grows), ()),
             reason,
-            next((ast.unparse(k.value) for k in keywords if k.arg == "dtype"), ""),
+            next((ast.unparse(k.value) for k in cand.call.keywords if k.arg == "dtype"), ""),
         )
 
     def _verdict(self, cand: _Candidate) -> "tuple[str, str]":
         stmt, key, path = cand.stmt, cand.key, cand.path
         if marker := self._marker(stmt):
             return "keeps-old-on-purpose", f"marked: {marker}"
-        if cand.func in INIT_METHODS:
+        if cand.func in expr.INIT_METHODS:
             return "init-only", f"in {cand.func}"
         if cand.func in self.init_only:
             return "init-only", f"{cand.func} is only called from construction"
@@ -310,9 +297,10 @@ class _ClassAudit:
             return "init-only", "built once: only while it holds nothing"
         if kept := [why for k, why in path.kept.items() if expr.holds(k, key)]:
             return "keeps-old-on-purpose", kept[0]
-        escaped = self.escapes.items()
         if holders := [
-            q for q, held in escaped if q != cand.func and any(expr.holds(h, key) for h in held)
+            q
+            for q, held in self.escapes.items()
+            if q != cand.func and any(expr.holds(h, key) for h in held)
         ]:
             named = ", ".join(f"{self.cls.name}.{q}" for q in sorted(holders))
             return "views-escape", f"{named} keeps a view of it"

@@ -24,25 +24,25 @@ VIEW_METHODS = frozenset(
     "view view_as reshape narrow select unflatten flatten as_strided permute transpose t "
     "unsqueeze squeeze expand expand_as split chunk unbind detach contiguous".split()
 )
+# A target set to one of these holds nothing.
+EMPTY = frozenset("None {} [] () dict() list() set() tuple()".split())
+# Construction, and unittest's per-test set-up (a fresh TestCase instance per test).
+INIT_METHODS = frozenset({"__init__", "__post_init__", "__new__", "setUp", "setup_method"})
 
 
 def chain(node, roots: dict) -> "str | None":
     """``self.a[k].b`` -> "self.a[k].b" when the chain starts at a root (self or an alias)."""
-    if isinstance(node, ast.Name):
-        return roots.get(node.id)
-    if isinstance(node, ast.Attribute):
-        base = chain(node.value, roots)
-        return base and f"{base}.{node.attr}"
-    if isinstance(node, ast.Subscript):
-        base = chain(node.value, roots)
-        return base and f"{base}[{slice_text(node.slice)}]"
+    root = node
+    while isinstance(root, (ast.Attribute, ast.Subscript)):
+        root = root.value
+    if isinstance(root, ast.Name) and root.id in roots:
+        return roots[root.id] + ast.unparse(node)[len(root.id) :]
     return None
 
 
-def slice_text(node) -> str:
-    return (
-        ", ".join(map(ast.unparse, node.elts)) if isinstance(node, ast.Tuple) else ast.unparse(node)
-    )
+def slot(base: "str | None", index) -> "str | None":
+    """``self.d`` and ``k`` -> "self.d[k]", written as ``chain`` writes it."""
+    return base and ast.unparse(ast.Subscript(ast.Name(base), index))
 
 
 def shape(key: str) -> str:
@@ -66,10 +66,7 @@ def writes_into(target) -> bool:
     if not isinstance(target, ast.Subscript):
         return False
     parts = target.slice.elts if isinstance(target.slice, ast.Tuple) else [target.slice]
-    return any(
-        isinstance(p, ast.Slice) or (isinstance(p, ast.Constant) and p.value is Ellipsis)
-        for p in parts
-    )
+    return any(isinstance(p, ast.Slice) or ast.unparse(p) == "..." for p in parts)
 
 
 def allocator(value) -> "ast.Call | None":
@@ -86,14 +83,6 @@ def allocator(value) -> "ast.Call | None":
     return None
 
 
-def names_in(node) -> "set[str]":
-    return {
-        sub.id if isinstance(sub, ast.Name) else sub.attr
-        for sub in ast.walk(node)
-        if isinstance(sub, (ast.Name, ast.Attribute))
-    }
-
-
 def grows_with(call: ast.Call, func) -> "tuple[str, ...]":
     """The words of the names in the call's size, followed through the method's locals
     (``new_capacity = max(1, total_ctx)``) -> what the size grows with."""
@@ -102,12 +91,14 @@ def grows_with(call: ast.Call, func) -> "tuple[str, ...]":
         for t in node.targets if isinstance(node, ast.Assign) else ():
             if isinstance(t, ast.Name):
                 assigned.setdefault(t.id, []).append(node.value)
-    sized = [*call.args, *(k.value for k in call.keywords if k.arg == "size")]
-    todo, seen = [n for a in sized for n in names_in(a)], set()
+    todo, seen = [*call.args, *(k.value for k in call.keywords if k.arg == "size")], set()
     while todo:
-        if (name := todo.pop()) not in seen:
-            seen.add(name)
-            todo += [n for value in assigned.get(name, ()) for n in names_in(value)]
+        for node in ast.walk(todo.pop()):
+            if isinstance(node, (ast.Name, ast.Attribute)):
+                name = node.id if isinstance(node, ast.Name) else node.attr
+                if name not in seen:
+                    seen.add(name)
+                    todo += assigned.get(name, [])
     words = {w for n in seen for w in n.lower().split("_")}
     return tuple(kind for kind, vocab in GROWS_WITH_WORDS.items() if words & vocab)
 
@@ -135,27 +126,30 @@ def viewed(expr, roots: dict):
                 yield from viewed(arg, roots)
 
 
-def flag_test(test, roots: dict) -> "tuple[str, bool] | None":
-    """``self.ready`` or ``getattr(self, "ready", False)`` -> ("self.ready", True); negated (also
-    in an ``and``) -> ("self.ready", False)."""
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        found = (flag_test(v, roots) for v in test.values)
-        return next((f for f in found if f and not f[1]), None)
-    negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
-    node = test.operand if negated else test
-    key = by_name(node, roots, "getattr") or isinstance(node, ast.Attribute) and chain(node, roots)
-    return (key, not negated) if key else None
-
-
-def absent_on(test, roots: dict) -> "list[tuple[str, bool]]":
-    """(key, on_body) for each target the test proves empty on one branch (the body of ``if
-    self.x is None and ...``, the else of ``if self.x is not None or ...``)."""
-    if isinstance(test, ast.BoolOp):
-        found = [once_test(v, roots) for v in test.values]
-        wanted = isinstance(test.op, ast.And)  # And: every operand holds in the body
-        return [(key, wanted) for key, absent in filter(None, found) if absent == wanted]
-    once = once_test(test, roots)
-    return [once] if once else []
+def empty_on(test, roots: dict) -> "list[tuple[str, bool, bool]]":
+    """(key, on_body, absent) for each target the test proves empty on one branch: absent
+    (``self.x is None``, ``k not in self.d`` for the slot ``self.d[k]``, ``not hasattr(self,
+    "x")``) or false (a flag: ``not self.ready``, ``getattr(self, "ready", False)``)."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return [
+            (key, not on_body, absent) for key, on_body, absent in empty_on(test.operand, roots)
+        ]
+    if isinstance(test, ast.BoolOp):  # and: what holds in the body; or: what holds in the else
+        on_body = isinstance(test.op, ast.And)
+        return [found for v in test.values for found in empty_on(v, roots) if found[1] == on_body]
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op, right = test.ops[0], test.comparators[0]
+        if isinstance(op, (ast.Is, ast.IsNot)) and is_none(right):
+            key, on_body = chain(test.left, roots), isinstance(op, ast.Is)
+        elif isinstance(op, (ast.In, ast.NotIn)):
+            key, on_body = slot(chain(right, roots), test.left), isinstance(op, ast.NotIn)
+        else:
+            return []
+        return [(key, on_body, True)] if key else []
+    if key := by_name(test, roots, "hasattr"):
+        return [(key, False, True)]
+    flag = by_name(test, roots, "getattr") or isinstance(test, ast.Attribute) and chain(test, roots)
+    return [(flag, False, False)] if flag else []
 
 
 def assigned_keys(func, roots: dict, to=lambda value: not is_none(value)) -> "set[str]":
@@ -172,33 +166,13 @@ def assigned_keys(func, roots: dict, to=lambda value: not is_none(value)) -> "se
     }
 
 
-def once_test(test, roots: dict) -> "tuple[str, bool] | None":
-    """``self.x is None`` -> ("self.x", True), ``is not None`` -> False; likewise ``k (not) in
-    self.d`` for the slot ``self.d[k]`` and ``(not) hasattr(self, "x")``."""
-    negated = False
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        test, negated = test.operand, True
-    if isinstance(test, ast.Compare) and len(test.ops) == 1:
-        op, right = test.ops[0], test.comparators[0]
-        if isinstance(op, (ast.Is, ast.IsNot)) and is_none(right):
-            key = chain(test.left, roots)
-            return key and (key, isinstance(op, ast.Is) != negated)
-        if isinstance(op, (ast.In, ast.NotIn)):
-            base = chain(right, roots)
-            slot = base and f"{base}[{slice_text(test.left)}]"
-            return slot and (slot, isinstance(op, ast.NotIn) != negated)
-    key = by_name(test, roots, "hasattr")
-    return (key, negated) if key else None
-
-
 def probe(value, roots: dict) -> "str | None":
     """``self.d.get(k)`` -> "self.d[k]", ``getattr(self, "x", None)`` -> "self.x"."""
     if not isinstance(value, ast.Call) or not value.args:
         return None
     func = value.func
     if isinstance(func, ast.Attribute) and func.attr == "get" and len(value.args) <= 2:
-        base = chain(func.value, roots)
-        return base and f"{base}[{slice_text(value.args[0])}]"
+        return slot(chain(func.value, roots), value.args[0])
     return by_name(value, roots, "getattr")
 
 
@@ -220,14 +194,6 @@ def is_none(node) -> bool:
     return isinstance(node, ast.Constant) and node.value is None
 
 
-def is_empty_holder(node) -> bool:
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        return node.func.id in {"dict", "list", "set", "tuple"} and not node.args
-    return isinstance(node, (ast.Dict, ast.List, ast.Tuple, ast.Set)) and not getattr(
-        node, "elts", getattr(node, "keys", None)
-    )
-
-
 def terminates(body) -> bool:
     return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break))
 
@@ -239,10 +205,6 @@ def self_name(func) -> "str | None":
     return args[0].arg if args else None
 
 
-# Construction, and unittest's per-test set-up (a fresh TestCase instance per test).
-INIT_METHODS = frozenset({"__init__", "__post_init__", "__new__", "setUp", "setup_method"})
-
-
 def released_at_top(func) -> "set[str]":
     """The targets a method releases in its top-level statements (``self.x = None``, ``= []``,
     ``del self.x``): calling it releases them."""
@@ -252,7 +214,7 @@ def released_at_top(func) -> "set[str]":
         for stmt in func.body
         if isinstance(stmt, ast.Delete)
         or isinstance(stmt, ast.Assign)
-        and (is_none(stmt.value) or is_empty_holder(stmt.value))
+        and ast.unparse(stmt.value) in EMPTY
         for key in (chain(t, roots) for t in stmt.targets)
         if key
     }
