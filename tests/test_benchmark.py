@@ -22,10 +22,10 @@ def state(patch: str) -> str:
 )
 def test_a_workspace_replacement_peaks_at_old_plus_new_unmodified_only(name, unmodified, change):
     importlib.import_module(sglang_overlay.WORKSPACE_MODULE)
-    before = state(workspace.PATCH)
+    before = state(sglang_overlay.PATCH_ID)
     steps = workspace.TRANSITIONS[name]
     assert [workspace.peak_mib(steps, "cpu", on) for on in (False, True)] == [unmodified, change]
-    assert state(workspace.PATCH) == before
+    assert state(sglang_overlay.PATCH_ID) == before
 
 
 @pytest.mark.usefixtures("fused_kv_importable")
@@ -33,8 +33,8 @@ def test_a_workspace_replacement_peaks_at_old_plus_new_unmodified_only(name, unm
 def test_growing_the_fused_kv_workspaces_c_to_2c_peaks_above_the_new_total_unmodified_only(
     order, peak
 ):
-    before = state(fused_kv.PATCH)
+    before = state(sglang_overlay.FUSED_KV_PATCH_ID)
     row = fused_kv.grow(64, order)
     assert row["capacity"] == [64, 128]
     assert (row["old_total_units"], row["new_total_units"], row["peak_units"]) == (4, 8, peak)
-    assert state(fused_kv.PATCH) == before
+    assert state(sglang_overlay.FUSED_KV_PATCH_ID) == before

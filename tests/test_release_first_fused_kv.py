@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from sglang_overlay import FUSED_KV_PATCH_ID
 from tools.benchmark import fused_kv, overlay
 
 pytestmark = pytest.mark.usefixtures("fused_kv_importable")
@@ -16,7 +17,7 @@ REQUESTS = [(5, BF16), (5, BF16), (3, BF16), (6, BF16), (11, BF16), (11, F16), (
 def trace(order: str) -> list:
     """Each request's resulting state and whether the K workspace was replaced."""
     ws, steps = fused_kv.helper(**SHAPE), []
-    with overlay(order == "overlay", fused_kv.PATCH):
+    with overlay(order == "overlay", FUSED_KV_PATCH_ID):
         for total_ctx, dtype in REQUESTS:
             before = ws._k_workspace
             ws._ensure_workspace(total_ctx, dtype)
@@ -37,7 +38,7 @@ def test_the_overlays_method_ends_every_request_as_sglangs_does():
 
 def test_a_failed_allocation_claims_nothing_and_the_next_request_recovers(monkeypatch):
     ws = fused_kv.helper(**SHAPE)
-    with overlay(True, fused_kv.PATCH):
+    with overlay(True, FUSED_KV_PATCH_ID):
         ws._ensure_workspace(8, BF16)
         real_empty = torch.empty
 

@@ -2,13 +2,8 @@
 one run (A B A B where time is measured)."""
 
 import contextlib
+import itertools
 import statistics
-
-from tools import ToolError
-
-
-class BenchmarkError(ToolError):
-    """A command failed or a figure cannot be measured; the part that raised it is recorded."""
 
 
 def summary(values) -> dict:
@@ -28,7 +23,7 @@ def overlay(on: bool, patch: str):
     if on:
         sglang_overlay.apply()
         if not applied():
-            raise BenchmarkError(f"the overlay's {patch} is not applied here")
+            raise RuntimeError(f"the overlay's {patch} is not applied here")
     elif was:
         sglang_overlay.remove()
     try:
@@ -57,9 +52,6 @@ def live_bytes(work, device: str) -> tuple:
     events = prof.profiler.kineto_results.events()
     changes = [(e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"]
     if not changes:
-        raise BenchmarkError("the profiler recorded no allocation")
-    live = peak = 0
-    for _, nbytes in sorted(changes):  # the running sum, in time order
-        live += nbytes
-        peak = max(peak, live)
-    return peak, live
+        raise RuntimeError("the profiler recorded no allocation")
+    live = list(itertools.accumulate(nbytes for _, nbytes in sorted(changes)))  # in time order
+    return max(0, *live), live[-1]

@@ -9,12 +9,12 @@ import sys
 
 import torch
 
+from sglang_overlay import FUSED_KV_PATCH_ID
 from tools.benchmark import live_bytes, overlay
 
 # A DFlash draft shape (5 draft layers, 8 KV heads of 128, bf16); any shape gives the same units.
 SHAPE = {"n_layers": 5, "num_kv_heads": 8, "head_dim": 128}
 ORDERS = ("unmodified", "overlay", "released-first")
-PATCH = "0003-fused-kv-workspace-release-first"
 
 
 def helper(n_layers: int, num_kv_heads: int, head_dim: int, device="cpu"):
@@ -44,7 +44,7 @@ def grow(capacity: int, order: str, device="cpu") -> dict:
             ws._proj_workspace = ws._k_workspace = ws._v_workspace = None
         ws._ensure_workspace(capacity + 1, dtype)
 
-    with overlay(order == "overlay", PATCH):
+    with overlay(order == "overlay", FUSED_KV_PATCH_ID):
         peak, final = live_bytes(work, device)
     unit = seen["unit"]
     return dict(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sglang_overlay import WORKSPACE_MODULE
 from sglang_overlay.config import DISABLE_ENV
-from tools.benchmark import BenchmarkError, summary
+from tools.benchmark import summary
 
 ROOT = Path(__file__).resolve().parents[2]
 PROOF_FILES = {
@@ -55,7 +55,7 @@ def timed(command) -> tuple:
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise BenchmarkError(f"{' '.join(command)[:200]} exited {proc.returncode}: {tail}")
+        raise RuntimeError(f"{' '.join(command)[:200]} exited {proc.returncode}: {tail}")
     return wall, proc.stdout
 
 

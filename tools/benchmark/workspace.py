@@ -6,12 +6,11 @@ calls them."""
 import importlib
 import timeit
 
-from sglang_overlay import WORKSPACE_MODULE
+from sglang_overlay import PATCH_ID, WORKSPACE_MODULE
 from sglang_overlay.shapes import workspace_class
 from tools.benchmark import live_bytes, overlay, summary
 
 MIB = 1 << 20
-PATCH = "0001-dsv4-sparse-prefill-release-first"
 BF16, FP8 = "bfloat16", "float8_e4m3fn"
 DTYPE_BYTES = {BF16: 2, FP8: 1}
 # name -> (old, new): (rows, dtype) requests, a row (num_tokens, 1, 512). The regression test's
@@ -49,7 +48,7 @@ def peak_mib(steps, device: str, change: bool) -> float:
         for rows, dtype in steps:
             workspace.get(rows, getattr(torch, dtype))
 
-    with overlay(change, PATCH):
+    with overlay(change, PATCH_ID):
         return live_bytes(work, device)[0] / MIB
 
 
@@ -71,7 +70,7 @@ def peaks(device: str, quick: bool = False) -> dict:
 
 def hot_path(device: str, quick: bool = False) -> dict:
     rounds, number = (5, 2000) if quick else (21, 20000)
-    with overlay(True, PATCH):
+    with overlay(True, PATCH_ID):
         workspace = _workspace(device)
         workspace.get(2 * REUSE_ROWS)  # allocate once; every timed call reuses
         cls = type(workspace)
