@@ -102,9 +102,6 @@ def run_all(paths, envs: dict, cwd: str, timeout_s: float, jobs: int, progress, 
     workers = (
         {m: Worker(preload, env, cwd, timeout_s) for m, env in envs.items()} if preload else {}
     )
-    noted = {"fresh": dict(fresh)} if fresh else {}
-    preloads = {m: {"modules": list(preload), "forked": w.error is None, "error": w.error, **noted}
-                for m, w in workers.items()}  # fmt: skip
     bare = {m: Worker((), env, cwd, timeout_s) for m, env in envs.items()}  # imports nothing
 
     def one(path, mode):
@@ -115,8 +112,7 @@ def run_all(paths, envs: dict, cwd: str, timeout_s: float, jobs: int, progress, 
             try:
                 return worker.run(path, mode, log, results)
             except OSError as exc:  # the preloading process is gone: this file starts fresh
-                worker.error = preloads[mode]["error"] = str(exc)
-                preloads[mode]["forked"] = False
+                worker.error = str(exc)
         if bare[mode].error is not None:
             raise OSError(f"the {mode} side's test process did not start: {bare[mode].error}")
         return bare[mode].run(path, mode, log, results)
@@ -139,4 +135,7 @@ def run_all(paths, envs: dict, cwd: str, timeout_s: float, jobs: int, progress, 
             worker.stop()
         pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(folder, ignore_errors=True)
+    noted = {"fresh": dict(fresh)} if fresh else {}
+    preloads = {m: {"modules": list(preload), "forked": w.error is None, "error": w.error, **noted}
+                for m, w in workers.items()}  # fmt: skip
     return [future.result() for future in futures], preloads
