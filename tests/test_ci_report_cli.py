@@ -26,9 +26,8 @@ def test_a_dry_run_prints_exactly_the_frozen_plan_and_never_the_token(
     assert "| Case | Verdict | sglang 0.5.23 | sglang 0.5.23 + this change |" in out
     assert '"context": "dsv4-workspace/base-b-test-1-gpu-small"' in out
     assert "ghs_never_printed" not in out
-    plan = reporting.plan(
-        reporting.prepare(reporting.ReportRequest(results=str(tmp_path), repo="o/r", pr=1))
-    )
+    request = reporting.prepare(reporting.ReportRequest(results=str(tmp_path), repo="o/r", pr=1))
+    plan = reporting.plan(request)
     with pytest.raises(FrozenInstanceError):
         plan.comment = "something else"
     assert main([*args, "--json"]) == 0
