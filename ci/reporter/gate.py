@@ -160,7 +160,7 @@ def finished_run(event: dict) -> FinishedRun:
         "workflow_run.id": type(found.run_id) is int,
         "workflow_run.head_sha": _is_sha(found.head_sha),
         "workflow_run.conclusion": isinstance(found.conclusion, str),
-        "repository.full_name": isinstance(found.repo, str),
+        "repository.full_name": isinstance(found.repo, str) and found.repo.count("/") == 1,
         "workflow_run.head_branch": isinstance(found.head_branch, str) and found.head_branch,
         "workflow_run.created_at": isinstance(found.created_at, str),
     }

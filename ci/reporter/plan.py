@@ -81,7 +81,7 @@ def prepare(request: ReportRequest) -> ReportRequest:
         raise CiError(f"--artifact {request.artifact[:80]!r}: letters, digits, '_.-' only")
     if request.repo and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", request.repo):
         raise CiError(f"--repo {request.repo!r}: expected OWNER/NAME")
-    if (request.require_head or request.check_run) and not request.sha:
+    if (request.require_head or request.check_run) and not (request.sha or request.workflow_run):
         raise CiError("--require-head and --check-run need --sha")
     if request.sha is not None and not gate.COMMIT_SHA.fullmatch(request.sha):
         raise CiError(f"--sha {request.sha[:80]!r}: expected a full commit id (40 hex digits)")

@@ -30,7 +30,8 @@ VERDICTS = {
     "unproven": ("not proven", None, "failure"),
 }
 CHECK_NAME = "DSV4 workspace A/B"
-ANNOTATIONS_PER_REQUEST, MAX_ANNOTATIONS = 50, 500
+ANNOTATIONS_PER_REQUEST = 50
+MAX_ANNOTATIONS = 500
 NO_RESULTS = {
     "failure": "The test job failed before it wrote results; see the run's log.",
     "cancelled": "The test job was cancelled (a newer push, or a timeout) before it wrote results.",
@@ -131,14 +132,9 @@ def _annotation(case: Case, labels: dict) -> dict | None:
 
 
 def _check_create(head_sha: str, conclusion: str, now: str, details_url, output: dict) -> dict:
-    body = {
-        "name": CHECK_NAME,
-        "head_sha": head_sha,
-        "status": "completed",
-        "conclusion": conclusion,
-    }
-    return {**body, "completed_at": now, **({"details_url": details_url} if details_url else {}),
-            "output": output}  # fmt: skip
+    body = {"name": CHECK_NAME, "head_sha": head_sha, "status": "completed"}
+    return {**body, "conclusion": conclusion, "completed_at": now,
+            **({"details_url": details_url} if details_url else {}), "output": output}  # fmt: skip
 
 
 def retry_note(cases) -> str | None:
