@@ -272,17 +272,12 @@ def serve(modules, answers: int) -> None:
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
                 command = json.loads(line)
-                session, started = os.pipe()
                 pid = os.fork()
                 if pid == 0:
-                    os.close(session)
                     os.setsid()
-                    os.close(started)  # the session exists: its group can be killed
                     _forked(command, modules, answers)
-                os.close(started)
-                os.read(session, 1)
-                os.close(session)
                 children[pid] = (command["id"], time.monotonic() + command["timeout"])
+        # Killed again at each pass until reaped: a child not yet in its session is next time.
         for pid, (_, deadline) in children.items():
             if not reading or time.monotonic() > deadline:  # the runner stopped, or its timeout
                 with contextlib.suppress(ProcessLookupError):
