@@ -174,6 +174,6 @@ def fork_facts(event: dict, pr: int | None, api_url: str | None) -> gate.PullFac
         raise CiError(f"event payload: {exc}") from None
     if not isinstance(repo, str) or repo.count("/") != 1 or pr is None:
         raise CiError("a fork PR's approvals are read from GitHub: the payload's repository "
-                           "and PR number are needed")  # fmt: skip
+                      "and PR number are needed")  # fmt: skip
     with _github(repo, pr, api_url, "reading a fork PR's approvals") as github:
         return github.pull_facts(trigger=sender if isinstance(sender, str) else None)

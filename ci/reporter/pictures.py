@@ -13,8 +13,7 @@ MAX_PICTURES = 30  # a results.json may list thousands of regressions; each cost
 def draw_all(results: Results, out_dir: str) -> dict:
     """Draw each regression case measured on both sides; case key -> path under ``out_dir``."""
     cases = [c for c in results.cases if c.kind == "regression" and None not in
-             [getattr(c.modes.get(m), "peak_mib", None) for m in MODES]]  # fmt: skip
-    cases = cases[:MAX_PICTURES]
+             [getattr(c.modes.get(m), "peak_mib", None) for m in MODES]][:MAX_PICTURES]  # fmt: skip
     if not cases:
         return {}
     try:

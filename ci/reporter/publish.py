@@ -186,6 +186,9 @@ class Publisher:
             raise
         return (me or {}).get("login") or ACTIONS_BOT
 
+    def pr_head(self) -> str:
+        return str(((self.pull() or {}).get("head") or {}).get("sha") or "")
+
     def create_check_run(self, create: dict, updates: list) -> int:
         """One check run from ``render.check_run``; the updates append further annotations."""
         run = self.request("POST", f"check run {create['name']}", "check-runs", json=create)
@@ -213,9 +216,6 @@ class Publisher:
 
         # The whole find-then-write repeats on a retry, so a retried create cannot duplicate.
         return self.policy.call("sticky comment", once)
-
-    def pr_head(self) -> str:
-        return str(((self.pull() or {}).get("head") or {}).get("sha") or "")
 
     def set_status(self, sha: str, status: dict) -> None:
         self.request("POST", f"status {status['context']}", "statuses", sha, json=status)
