@@ -64,18 +64,17 @@ def decode(data: bytes) -> str:
 def read_source(path: "str | os.PathLike") -> str:
     """A module's text from a regular file (no link) of at most ``MAX_BYTES``, else Unreadable."""
     try:
-        if os.path.islink(path):
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
             raise Unreadable("a link, not followed")
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with open(fd, "rb") as file:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise Unreadable("not a regular file")
-            data = file.read(MAX_BYTES + 1)
+        if not stat.S_ISREG(info.st_mode):
+            raise Unreadable("not a regular file")
+        if info.st_size > MAX_BYTES:
+            raise Unreadable(f"over the {MAX_BYTES}-byte bound")
+        with open(path, "rb") as file:
+            return decode(file.read())
     except OSError as exc:
         raise Unreadable(exc.strerror or type(exc).__name__) from None
-    if len(data) > MAX_BYTES:
-        raise Unreadable(f"over the {MAX_BYTES}-byte bound")
-    return decode(data)
 
 
 @dataclass

@@ -21,9 +21,15 @@ def package_root(tree: str) -> Path:
 
 
 def audit_package(root: Path) -> "tuple[list[audit.Site], list[str]]":
-    """Every site under the package, and one line for each file that could not be read."""
+    """Every site under the package, and one line for each file or folder that could not be read."""
     sites, skipped = [], []
-    for path in _python_files(root, skipped):
+
+    def unlisted(exc: OSError) -> None:
+        shown = Path(exc.filename).relative_to(root).as_posix()
+        skipped.append(f"sglang/{printable(shown)}: cannot list: {exc.strerror}")
+
+    walk = os.walk(root, onerror=unlisted)  # never through a link
+    for path in sorted(Path(top, f) for top, _, files in walk for f in files if f.endswith(".py")):
         name = f"sglang/{path.relative_to(root).as_posix()}"
         try:
             sites.extend(audit.audit_source(audit.read_source(path), name))
@@ -32,28 +38,6 @@ def audit_package(root: Path) -> "tuple[list[audit.Site], list[str]]":
         except (SyntaxError, ValueError) as exc:
             skipped.append(f"{printable(name)}: {type(exc).__name__}: {printable(str(exc))}")
     return sites, skipped
-
-
-def _python_files(root: Path, skipped: "list[str]") -> "list[Path]":
-    """Every ``*.py`` entry under ROOT (links included, to be named), sorted; iterative (no depth
-    limit), never through a link, naming each folder it cannot list."""
-    found, folders = [], [root]
-    while folders:
-        folder = folders.pop()
-        try:
-            with os.scandir(folder) as listing:
-                entries = list(listing)
-        except OSError as exc:
-            shown = folder.relative_to(root).as_posix()
-            skipped.append(f"sglang/{printable(shown)}: cannot list: {exc.strerror}")
-            continue
-        for entry in entries:
-            path = folder / entry.name
-            if entry.name.endswith(".py"):
-                found.append(path)
-            elif entry.is_dir(follow_symlinks=False):
-                folders.append(path)
-    return sorted(found)
 
 
 def render_table(sites: "list[audit.Site]") -> str:
