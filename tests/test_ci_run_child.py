@@ -117,23 +117,24 @@ EXPECTED = {
 }
 
 
-@pytest.fixture(scope="module", params=["fresh", "forked"])
-def ran(request, tmp_path_factory):
-    folder = tmp_path_factory.mktemp(request.param)
+# Forked from a serve that preloaded a module; a file that must start fresh forks from one that
+# imported nothing (as every file does with --preload none): the same serve, with no modules.
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("forked")
     (folder / "logs").mkdir()
     for name, source in FILES.items():
         (folder / name).write_text(source)
     env = sides.environment(sides.SideSetup("change"), base=clean_env())
-    preload = ("json",) if request.param == "forked" else ()
     tree = collect.Tree(str(folder), tuple(FILES))
     fresh = {p: why for p in FILES if (why := tree.fresh_reason(p))}
     runs, preloads = launch.run_all(list(FILES), {"change": env}, str(folder), 120, 2,
-                                    lambda _: None, str(folder / "logs"), preload, fresh)  # fmt: skip
+                                    lambda _: None, str(folder / "logs"), ("json",), fresh)  # fmt: skip
     return {run.path: run for run in runs}, preloads, fresh
 
 
 @pytest.mark.parametrize("path", EXPECTED)
-def test_every_style_of_test_file_reports_each_test_once_fresh_or_forked(ran, path):
+def test_every_style_of_test_file_reports_each_test_once(ran, path):
     runs, _, _ = ran
     tests, errors = judge.read_channel(runs[path].channel)
     assert errors == ()
@@ -146,10 +147,9 @@ def test_a_file_that_changes_the_environment_as_it_is_imported_starts_fresh(ran)
     runs, preloads, fresh = ran
     assert list(fresh) == ["test_sets_env.py"]
     assert "line 4" in fresh["test_sets_env.py"]
-    if preloads:
-        assert preloads["change"]["forked"] is True
-        assert "preloaded" not in runs["test_sets_env.py"].environment
-        assert "preloaded" in runs["test_unittest.py"].environment
+    assert preloads["change"]["forked"] is True
+    assert "preloaded" not in runs["test_sets_env.py"].environment
+    assert "preloaded" in runs["test_unittest.py"].environment
 
 
 def test_what_a_file_left_running_dies_with_it(ran):
@@ -164,13 +164,12 @@ def test_what_a_file_left_running_dies_with_it(ran):
             os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("preload", [(), ("json",)], ids=["fresh", "forked"])
-def test_a_file_past_its_timeout_is_killed_and_said_so(tmp_path, preload):
+def test_a_file_past_its_timeout_is_killed_and_said_so(tmp_path):
     (tmp_path / "logs").mkdir()
     (tmp_path / "test_sleeps.py").write_text("import time\ntime.sleep(600)\n")
     env = sides.environment(sides.SideSetup("change"), base=clean_env())
     runs, _ = launch.run_all(["test_sleeps.py"], {"change": env}, str(tmp_path), 2, 1,
-                             lambda _: None, str(tmp_path / "logs"), preload)  # fmt: skip
+                             lambda _: None, str(tmp_path / "logs"))  # fmt: skip
     (run,) = runs
     assert run.end.timed_out and run.end.returncode is None and run.end.duration_s < 30
     assert run.end.log == "logs/test_sleeps.py.change.log"
