@@ -19,7 +19,7 @@ def _registered(root, name, est, suite="base-a-test-cpu", more=""):
 def _shard(root, text):
     shard = collect.parse_shard(text)
     selected, _ = collect.Tree(str(root)).select("cpu", shard=shard)
-    return [s.path.rpartition("/")[2] for s in selected]
+    return [path.rpartition("/")[2] for path in selected]
 
 
 def test_shards_split_by_est_time_longest_first_to_the_lightest(tmp_path):

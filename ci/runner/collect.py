@@ -8,7 +8,6 @@ import fnmatch
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass
 
 from ci.errors import CiError
 
@@ -20,12 +19,6 @@ LINK_NOT_FOLLOWED = "a link to a folder: not followed (its tests are not run thr
 # only torch: importing sglang initialises CUDA on some machines, which a fork cannot use.
 PRELOADED_PACKAGES = {"cpu": ("torch", "sglang"), "cuda": ("torch",)}
 _ENV_CALLS = {"update", "setdefault", "pop", "clear", "popitem", "__setitem__", "__delitem__"}
-
-
-@dataclass(frozen=True)
-class Selected:
-    path: str  # relative to the repository root
-    suite: str | None
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -82,8 +75,8 @@ class Tree:
         return os.path.relpath(path, self.root)
 
     def select(self, backend, suite=None, stage=None, shard=None, nightly=False, trees=()):
-        """(the files to run, the files registered only for other backends with why), filtered
-        by suite, stage and nightly, and sharded."""
+        """(the files to run: path under the root -> its suite, the files registered only for
+        other backends with why), filtered by suite, stage and nightly, and sharded."""
         reader = registry_reader(trees)
         parsed = [p for p in self.files if self.parsed[p] is not None]
         registries = reader.collect_tests(parsed, sanity_check=True)
@@ -105,11 +98,11 @@ class Tree:
             # Newer readers bundle an ``in_process_group`` into one unit with its ``members``.
             units = [m for unit in units for m in getattr(unit, "members", None) or [unit]]
         units = sorted(units, key=lambda r: r.filename)
-        selected = [Selected(self.rel(r.filename), r.effective_suite) for r in units]
+        selected = {self.rel(r.filename): r.effective_suite for r in units}
         # A file that does not parse has no registration: it runs (in the first shard), and its
         # own process says why it fails, as a case of the report.
         if shard is None or shard[0] == 0:
-            selected += [Selected(self.rel(p), None) for p in self.files if self.parsed[p] is None]
+            selected.update({self.rel(p): None for p in self.files if self.parsed[p] is None})
         elsewhere = [
             {"file": self.rel(path), "why": f"registered for {', '.join(sorted(on))} only"}
             for path, on in sorted(backends.items())

@@ -94,7 +94,7 @@ def _execute(request, root: str, log, out=None, change=None) -> tuple[Results, s
     )
     upstream_ci = not request.outside_upstream_ci
     environments = {m: sides.environment(s, upstream_ci=upstream_ci) for m, s in setups.items()}
-    paths = [s.path for s in selected]
+    paths = list(selected)
     fresh = {p: why for p in paths if (why := tree.fresh_reason(p))}
     if request.preload is None:
         preload = tree.default_preload([p for p in paths if p not in fresh], backend)
@@ -126,9 +126,8 @@ def _execute(request, root: str, log, out=None, change=None) -> tuple[Results, s
         "sides": {m: {"tree": s.tree, "env": s.env} for m, s in setups.items()},
         "modes": records,
     }
-    suites = {s.path: s.suite for s in selected}
     results = judge.build(
-        runs, backend, by_mode, suites, patterns, selection=selection, environment=environment,
+        runs, backend, by_mode, selected, patterns, selection=selection, environment=environment,
         series=series,
     )  # fmt: skip
     cases = [replace(c, line=tree.def_line(c.file, c.test)) for c in results.cases]
