@@ -3,6 +3,7 @@
 import argparse
 import json
 import sys
+from dataclasses import asdict
 
 from ci.errors import CiError
 from ci.evidence import shards
@@ -77,8 +78,8 @@ def run(args) -> str:
         for line in skipped:
             print(f"skipped {line}", file=sys.stderr)
         if args.json:
-            return _json([s.to_dict() for s in sites])
-        return audit_tree.render_table(sites) + "\n" + audit_tree.summary(sites) + "\n"
+            return _json([asdict(s) for s in sites])
+        return audit_tree.render(sites)
     if args.verb == "refresh":
         return _lines(refresh.refresh(args.patches, args.source))
     if args.verb == "materialize":  # a named release needs no series

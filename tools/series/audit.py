@@ -6,7 +6,7 @@ import io
 import os
 import stat
 import tokenize
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from tools.series import SeriesError
 from tools.series import audit_expr as expr
@@ -28,9 +28,6 @@ class Site:
     grows_with: "tuple[str, ...]"
     reason: str
     dtype: str = ""  # the call's dtype=; "" when inherited or the default
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "grows_with": list(self.grows_with)}
 
 
 def audit_source(source: str, file: str) -> "list[Site]":
@@ -200,10 +197,9 @@ class _ClassAudit:
                 empty.once.add(ALL)
         body_end = self._block(stmt.body, body_path)
         else_end = self._block(stmt.orelse, else_path)
-        if expr.terminates(stmt.body) and not expr.terminates(stmt.orelse):
-            return else_end
-        if expr.terminates(stmt.orelse) and not expr.terminates(stmt.body):
-            return body_end
+        body_stops, else_stops = expr.terminates(stmt.body), expr.terminates(stmt.orelse)
+        if body_stops != else_stops:  # only the other branch goes on
+            return else_end if body_stops else body_end
         # released on both stays released; kept on one and kept or released on the other stays
         # kept (``if self.buf is not None: keep(self.buf)``)
         a, b = body_end, else_end

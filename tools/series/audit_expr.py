@@ -178,16 +178,11 @@ def probe(value, roots: dict) -> "str | None":
 
 def by_name(call, roots: dict, function: str) -> "str | None":
     """``getattr(self, "x", ...)`` or ``hasattr(self, "x")`` (``function``) -> "self.x"."""
-    if not (
-        isinstance(call, ast.Call)
-        and isinstance(call.func, ast.Name)
-        and call.func.id == function
-        and len(call.args) >= 2
-        and isinstance(call.args[1], ast.Constant)
-    ):
-        return None
-    base = chain(call.args[0], roots)
-    return base and f"{base}.{call.args[1].value}"
+    if isinstance(call, ast.Call) and getattr(call.func, "id", None) == function:
+        if len(call.args) >= 2 and isinstance(call.args[1], ast.Constant):
+            base = chain(call.args[0], roots)
+            return base and f"{base}.{call.args[1].value}"
+    return None
 
 
 def is_none(node) -> bool:
@@ -199,10 +194,9 @@ def terminates(body) -> bool:
 
 
 def self_name(func) -> "str | None":
-    if any(getattr(d, "id", None) == "staticmethod" for d in func.decorator_list):
-        return None
     args = func.args.posonlyargs + func.args.args
-    return args[0].arg if args else None
+    static = any(getattr(d, "id", None) == "staticmethod" for d in func.decorator_list)
+    return args[0].arg if args and not static else None
 
 
 def released_at_top(func) -> "set[str]":
@@ -248,16 +242,14 @@ MARKER = re.compile(r"#\s*grows-while-held:\s*keeps-old-on-purpose\b[ \t:,-]*(?P
 
 def comments(source: str) -> "dict[int, tuple[str, bool]]":
     """Each line's comment (``tokenize``'s: never a string's text) and whether it is alone."""
-    found, code_lines = {}, set()
+    found = {}
     try:
         for tok in tokenize.generate_tokens(io.StringIO(source).readline):
             if tok.type == tokenize.COMMENT:
-                found[tok.start[0]] = tok.string
-            elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
-                code_lines.update(range(tok.start[0], tok.end[0] + 1))
+                found[tok.start[0]] = (tok.string, not tok.line[: tok.start[1]].strip())
     except (tokenize.TokenError, SyntaxError):
         pass  # what was read so far stands; a marker beyond it exempts nothing
-    return {n: (text, n not in code_lines) for n, text in found.items()}
+    return found
 
 
 def marker_reason(comment: str) -> "str | None":

@@ -40,9 +40,10 @@ def audit_package(root: Path) -> "tuple[list[audit.Site], list[str]]":
     return sites, skipped
 
 
-def render_table(sites: "list[audit.Site]") -> str:
-    """A Markdown table, in the order of ``audit.VERDICTS``, each by file."""
+def render(sites: "list[audit.Site]") -> str:
+    """A Markdown table, in the order of ``audit.VERDICTS``, each by file; then the counts."""
     rows = sorted(sites, key=lambda s: (audit.VERDICTS.index(s.verdict), s.file, s.line))
+    counts = {v: sum(s.verdict == v for s in sites) for v in audit.VERDICTS}
     out = [
         "| verdict | file:line | method | target | allocator | grows with | why |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -51,10 +52,7 @@ def render_table(sites: "list[audit.Site]") -> str:
             f"`{s.allocator}` | {', '.join(s.grows_with) or '-'} | {s.reason} |"
             for s in rows
         ),
+        "",
+        f"{len(sites)} sites: " + ", ".join(f"{n} {v}" for v, n in counts.items()),
     ]
     return "\n".join(out) + "\n"
-
-
-def summary(sites: "list[audit.Site]") -> str:
-    counts = {v: sum(s.verdict == v for s in sites) for v in audit.VERDICTS}
-    return f"{len(sites)} sites: " + ", ".join(f"{n} {v}" for v, n in counts.items())
