@@ -1,8 +1,10 @@
 """Tools that keep the upstream patch series in ``patches/`` healthy (``python -m tools.series``)
 and their one error type. Nothing here imports sglang or ``sglang_overlay``."""
 
+from tools import ToolError
 
-class SeriesError(Exception):
+
+class SeriesError(ToolError):
     """A failure the user can act on: the message, and the exit code (1 failed, 2 bad input)."""
 
     def __init__(self, message: str, exit_code: int = 1):

@@ -175,4 +175,4 @@ if __name__ == "__main__":
         sys.exit(demo(Path(sys.argv[1]) if len(sys.argv) > 1 else REPO_ROOT / "out" / "demo"))
     except (ToolError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(getattr(err, "exit_code", 2))

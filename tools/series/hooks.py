@@ -20,6 +20,14 @@ from tools.series import base, usage
 CONFIG = Path(__file__).with_name("upstream-hooks.yaml")
 _STATUS = re.compile(r"^(.+?)\.+(?:\(no files to check\))?(Passed|Failed|Skipped)$")
 _POSITION = re.compile(r":\d+(:\d+)?:")
+# Verdicts are keyed by the config and the files' bytes, so one folder per user serves every
+# clone (as pre-commit's store does): XDG's cache (an absolute one), or $SGLANG_SERIES_CACHE.
+_XDG = os.environ.get("XDG_CACHE_HOME", "")
+_VERDICTS = (
+    base.CACHE_DIR
+    if "SGLANG_SERIES_CACHE" in os.environ
+    else (Path(_XDG) if os.path.isabs(_XDG) else Path.home() / ".cache") / "sglang-overlay"
+) / "upstream-hooks"
 
 
 @cache
@@ -87,7 +95,7 @@ def _run_hooks(files: dict, only: str | None = None) -> dict:
     {hook name: (passed, output)}; kept in the cache by the config and the exact paths and bytes."""
     digests = sorted((path, hashlib.sha256(data).hexdigest()) for path, data in files.items())
     key = hashlib.sha256(repr((CONFIG.read_text(), only, digests)).encode()).hexdigest()
-    stored = base.CACHE_DIR / "upstream-hooks" / f"{key}.json"
+    stored = _VERDICTS / f"{key}.json"
     try:
         return {name: tuple(result) for name, result in json.loads(stored.read_text()).items()}
     except (OSError, ValueError):
