@@ -63,11 +63,10 @@ def setups(modes, request) -> dict:
     return made
 
 
-def environment(setup: SideSetup, base=None, upstream_ci: bool = True) -> dict:
+def environment(setup: SideSetup, base=os.environ, upstream_ci: bool = True) -> dict:
     """The environment one side's test processes start with: ``base`` (os.environ) allowlisted,
     as in sglang's CI unless ``upstream_ci`` is False, the side's tree first on PYTHONPATH, and
     the side's own settings last."""
-    base = os.environ if base is None else base
     allowed = (k for k in base if k in ALLOWED or k.startswith(ALLOWED_PREFIXES))
     env = {k: base[k] for k in allowed if k not in (*UPSTREAM_CI_UNSET, *UPSTREAM_CI_ENV)}
     env.update(UPSTREAM_CI_ENV if upstream_ci else {}, PYTHONUNBUFFERED="1")
