@@ -122,36 +122,32 @@ class _ClassAudit:
         self.qual, self.escapes[qual], first = qual, [], len(self.found)
         self._block(func.body, _Path())
         for cand in self.found[first:]:
-            if copied := self._copies_old(func, cand):
-                cand.path.kept.setdefault(cand.key, copied)
+            if self._copies_old(func, cand):
+                cand.path.kept.setdefault(cand.key, "copies the old value into the new one")
 
-    def _copies_old(self, func, cand: _Candidate) -> "str | None":
-        """Why the new value holds a copy of the old one: a local alias of the old value read
-        after the replacement, or the old value read between the allocation and the replacement
+    def _copies_old(self, func, cand: _Candidate) -> bool:
+        """Whether the old value is read, beyond its metadata, once the new one is allocated:
+        through a local alias of it, or through the target until the replacement
         (``new = torch.zeros(...); new[:n] = self.buf; self.buf = new``)."""
-        after = cand.stmt.end_lineno or cand.stmt.lineno
-        loads = [n for n in ast.walk(func) if isinstance(getattr(n, "ctx", None), ast.Load)]
-        for name, key in self.roots.items():
-            if key == cand.key and any(
-                getattr(n, "id", None) == name and n.lineno > after for n in loads
-            ):
-                return f"copies the old value (local '{name}')"
-        if cand.alloc_line is None:
-            return None
+        start = cand.alloc_line or cand.stmt.end_lineno or cand.stmt.lineno
+        aliases = {name for name, key in self.roots.items() if key == cand.key}
         roots = {expr.self_name(func): "self"}
         metadata = {  # self.buf.shape, self.buf.dtype: read about it, not from it
             id(n.value)
             for n in ast.walk(func)
             if isinstance(n, ast.Attribute) and n.attr not in expr.VIEW_METHODS
         }
-        read = any(
-            isinstance(n, (ast.Attribute, ast.Subscript))
+        return any(
+            isinstance(getattr(n, "ctx", None), ast.Load)
             and id(n) not in metadata
-            and cand.alloc_line < n.lineno < cand.stmt.lineno
-            and expr.holds(expr.chain(n, roots) or "", cand.key)
-            for n in loads
+            and n.lineno > start
+            and (
+                getattr(n, "id", None) in aliases
+                or n.lineno < cand.stmt.lineno
+                and expr.holds(expr.chain(n, roots) or "", cand.key)
+            )
+            for n in ast.walk(func)
         )
-        return "copies the old value into the new one" if read else None
 
     def _block(self, body, path: _Path) -> _Path:
         for stmt in body:
