@@ -170,8 +170,8 @@ def test_workflow_run_payloads_that_are_not_a_finished_pr_run_are_usage_errors(
 def test_check_run_has_the_table_and_a_notice_at_the_regression_tests_line(fake):
     m = model()
     m = replace(m, cases=[replace(m.cases[0], line=123), *m.cases[1:]])
-    create, updates = render.check_run(m, HEAD, render.comment(m, "s"), "2026-01-01T00:00:00Z")
-    ci_samples.publisher(fake).create_check_run(create, updates)
+    check = render.check_run(m, HEAD, render.comment(m, "s"), "2026-01-01T00:00:00Z")
+    ci_samples.publisher(fake).create_check_run(**check)
     (run,) = fake.check_runs.values()
     assert run["output"]["summary"].startswith(render.comment_marker("s"))
     (note,) = run["annotations"]
@@ -188,9 +188,9 @@ def test_120_annotations_go_out_50_per_request_and_broken_cases_are_failures(fak
         file_run("change", [(n, "pass") for n in names[:-1]] + [(names[-1], "fail", failing)]),
     ]
     m = model(runs, patterns=[], suite="s")
-    create, updates = render.check_run(m, HEAD, "summary", "2026-01-01T00:00:00Z")
-    assert [len(u["annotations"]) for u in updates] == [50, 20]
-    ci_samples.publisher(fake).create_check_run(create, updates)
+    check = render.check_run(m, HEAD, "summary", "2026-01-01T00:00:00Z")
+    assert [len(u["annotations"]) for u in check["updates"]] == [50, 20]
+    ci_samples.publisher(fake).create_check_run(**check)
     (run,) = fake.check_runs.values()
     levels = [a["annotation_level"] for a in run["annotations"]]
     assert len(levels) == 120 and levels.count("failure") == 1 and run["conclusion"] == "failure"

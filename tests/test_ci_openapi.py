@@ -55,11 +55,9 @@ def test_every_request_of_every_report_path_is_in_githubs_description(fake, tmp_
     assert main(["gate", "--event", str(path), "--api-url", fake.url]) == 0
     # Annotations 51 and on go out as check-run updates (PATCH); storage is not the API.
     many = replace(m, cases=[m.cases[0]] * 60)
-    create, updates = render.check_run(many, HEAD, "summary", "2026-01-01T00:00:00Z")
+    check = render.check_run(many, HEAD, "summary", "2026-01-01T00:00:00Z")
     policy = RetryPolicy(sleep=lambda _: None)
-    Publisher(connect(TOKEN, fake.url), "sgl", "sglang", 7, policy).create_check_run(
-        create, updates
-    )
+    Publisher(connect(TOKEN, fake.url), "sgl", "sglang", 7, policy).create_check_run(**check)
     sent, writes = list(fake.requests), list(fake.bodies_sent)
     sent = [(method, path) for method, path in sent if path.startswith("/api/v3/")]
     templates = {_operation(ops, method, path)[2] for method, path in sent}
@@ -72,7 +70,7 @@ def test_every_request_of_every_report_path_is_in_githubs_description(fake, tmp_
     used += " actions/artifacts/{artifact_id}/{archive_format}"
     assert {"/repos/{owner}/{repo}/" + t for t in used.split()} <= templates
     with pytest.raises(jsonschema.ValidationError):  # the check itself can fail
-        bad = dict(create, conclusion="passed")
+        bad = dict(check["create"], conclusion="passed")
         jsonschema.validate(bad, _schema(ops, "POST", "/repos/o/r/check-runs"))
     assert len(writes) >= 8
 

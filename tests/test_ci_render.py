@@ -123,7 +123,7 @@ def test_two_different_case_names_never_render_alike_in_rows_reasons_or_annotati
     # no letter of another script or invisible character passes for ours, in the reason either
     assert not (set("".join(LOOK_ALIKES)) - set(string.printable)) & set(text)
     assert "test\\_grow\\\\u3164, test\\_grow\\\\u115f and 9 more" in text
-    create, _ = render.check_run(m, "c0ffee" + "0" * 34, "s", "2026-01-01T00:00:00Z")
+    create = render.check_run(m, "c0ffee" + "0" * 34, "s", "2026-01-01T00:00:00Z")["create"]
     titles = [note["title"] for note in create["output"]["annotations"]]
     assert len(set(titles)) == len(LOOK_ALIKES) and all(t.isascii() for t in titles)
 

@@ -72,9 +72,8 @@ def publish(request: ReportRequest, report: ReportPlan, say) -> None:
         if report.comment is not None and not request.sha:
             say("statuses: skipped (no --sha)")
         if report.check_run is not None:
-            check = report.check_run
-            run_id = publisher.create_check_run(check["create"], check.get("updates", []))
-            say(f"check run {run_id}: {check['create']['conclusion']}")
+            run_id = publisher.create_check_run(**report.check_run)
+            say(f"check run {run_id}: {report.check_run['create']['conclusion']}")
 
 
 def fork(request: ReportRequest, folder: str):

@@ -148,11 +148,9 @@ def _check_run(request: ReportRequest, model, state: str, refused, full):
         return None
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     if model is None:
-        create = render.check_run_without_results(state, request.sha, now, request.run_url, refused)
-        return {"create": create}
+        return render.check_run_without_results(state, request.sha, now, request.run_url, refused)
     summary = cap(full.split("\n", 1)[1], CHECK_SUMMARY_LIMIT)  # less the marker line
-    create, updates = render.check_run(model, request.sha, summary, now, request.run_url)
-    return {"create": create, "updates": updates}
+    return render.check_run(model, request.sha, summary, now, request.run_url)
 
 
 def write_summary(request: ReportRequest, report: ReportPlan) -> None:
@@ -180,7 +178,7 @@ def dry_run_text(report: ReportPlan, as_json: bool) -> str:
         out.append("(none: pass --sha to set one per suite)\n")
     if report.check_run:
         create = report.check_run["create"]
-        more = sum(len(u["annotations"]) for u in report.check_run.get("updates", []))
+        more = sum(len(u["annotations"]) for u in report.check_run["updates"])
         out.append(f"\n## check run on {report.sha}: {create['conclusion']}\n\n")
         for note in create.get("output", {}).get("annotations", []):
             level, path, line = note["annotation_level"], note["path"], note["start_line"]

@@ -86,8 +86,8 @@ def statuses(results: Results, slot: str, target_url=None) -> list:
 
 
 def check_run(results: Results, head_sha: str, summary: str, now: str, details_url=None):
-    """The Checks API's create body, and the outputs of the updates that carry annotations 51 and
-    on (each at the ``def`` line of a regression, broken, masked, flaky or unproven case)."""
+    """The check run as {"create": its create body, "updates": outputs with annotations 51 and
+    on}; an annotation at the ``def`` line of each case ``VERDICTS`` gives a level."""
     labels = {mode: results.label(mode) for mode in MODES}
     notes = [a for a in (_annotation(c, labels) for c in results.cases) if a is not None]
     counts = ", ".join(f"{n} {kind}" for kind, n in results.counts().items() if n)
@@ -103,18 +103,19 @@ def check_run(results: Results, head_sha: str, summary: str, now: str, details_u
     batches = [notes[i : i + step] for i in range(0, len(notes), step)] or [[]]
     outputs = [{**output, "annotations": batch} for batch in batches]
     conclusion = {"ok": "success", "void": "neutral"}.get(results.verdict, "failure")
-    return _check_create(head_sha, conclusion, now, details_url, outputs[0]), outputs[1:]
+    create = _check_create(head_sha, conclusion, now, details_url, outputs[0])
+    return {"create": create, "updates": outputs[1:]}
 
 
 def check_run_without_results(state: str, head_sha: str, now: str, details_url, refused=None):
-    """The check run's create body for a job that left no results, or whose results were
-    ``refused`` (title, why)."""
+    """``check_run``'s bodies for a job that left no results, or whose results were ``refused``
+    (title, why)."""
     if refused:
         summary = f"The test job's results were refused: {escape_inline(refused[1])}"
         output = {"title": refused[0], "summary": summary[:2000]}
     else:
         output = {"title": f"No results: {state}", "summary": NO_RESULTS[state]}
-    return _check_create(head_sha, state, now, details_url, output)
+    return {"create": _check_create(head_sha, state, now, details_url, output), "updates": []}
 
 
 def _annotation(case: Case, labels: dict) -> dict | None:
