@@ -156,7 +156,6 @@ class _ClassAudit:
 
     def _stmt(self, stmt, path: _Path) -> _Path:
         """The path after the statement (``path`` itself, changed, for a simple one)."""
-        self.line = stmt.lineno
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             return path  # nested scopes run at another time
         if isinstance(stmt, ast.If):
@@ -210,7 +209,7 @@ class _ClassAudit:
                 self._assign(elt, values[i] if i < len(values) else None, stmt, path)
             return
         if isinstance(target, ast.Name):
-            return self._bind_local(target.id, value, path)
+            return self._bind_local(target.id, value, stmt, path)
         key = expr.chain(target, self.roots)
         if key is None or value is None or expr.writes_into(target):
             return
@@ -228,7 +227,7 @@ class _ClassAudit:
                     path.kept[held] = f"kept in {key}"
                     self.escapes[self.qual].append(expr.shape(held))
 
-    def _bind_local(self, name: str, value, path: _Path) -> None:
+    def _bind_local(self, name: str, value, stmt, path: _Path) -> None:
         self.fresh.pop(name, None)
         self.roots.pop(name, None)  # from here on the name holds something else
         if value is None:
@@ -236,7 +235,7 @@ class _ClassAudit:
         call = expr.allocator(value)
         key = expr.chain(value, self.roots) or expr.probe(value, self.roots)
         if call is not None:
-            self.fresh[name] = (call, path.copy(), self.line)
+            self.fresh[name] = (call, path.copy(), stmt.lineno)
         elif key is not None:
             self.roots[name] = key  # an alias: ws = self._workspaces; ws[r] = torch.empty(...)
 
