@@ -1,9 +1,7 @@
 """A cached local git repository in sglang's layout: main, ``fix`` and ``tests-only``."""
 
-import fcntl
 import hashlib
 import shutil
-import tempfile
 from pathlib import Path
 
 from ci_samples import REGISTERED, registered
@@ -55,19 +53,8 @@ def _cached() -> Path:
     digest = hashlib.sha256((series.base.version + REGISTERED).encode())
     for path in (Path(__file__), SOURCE_TEST, fix, cuda_test):
         digest.update(path.read_bytes())
-    root = base.CACHE_DIR / "layouts"
-    cache = root / digest.hexdigest()[:16]
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".{cache.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (cache / ".git").is_dir():
-            staging = Path(tempfile.mkdtemp(prefix=f".{cache.name}-", dir=root))
-            try:
-                _build(staging / "sglang", series, fix, cuda_test)
-                (staging / "sglang").rename(cache)
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
-    return cache
+    cache = base.CACHE_DIR / "layouts" / digest.hexdigest()[:16]
+    return base.built_once(cache, lambda repo: _build(repo, series, fix, cuda_test))
 
 
 def _touched(patch: Path) -> list:
@@ -79,7 +66,6 @@ def _build(repo: Path, series, fix: Path, cuda_test: Path) -> None:
     from tools.series import base
 
     release = base.cached_base(series.base.version)
-    repo.mkdir(parents=True)
     _git(repo, "init", "-q", "-b", "main")
     for path in sorted({*SLIM, *_touched(fix), *_touched(cuda_test)}):
         data = base.blob(release, path)

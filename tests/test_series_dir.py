@@ -77,7 +77,7 @@ def test_a_fix_is_a_patch_that_changes_sglang_and_the_test_only_patches_after_it
     assert series.fix("3") == fused
     with pytest.raises(SeriesError, match="no fix starting at that patch") as err:
         series.fix("0002")
-    assert err.value.exit_code == 2
+    assert err.value.code == 2
 
 
 def test_test_only_patches_join_the_fix_before_them_and_lead_alone_when_first():

@@ -48,4 +48,4 @@ def test_hooks_pre_commit_cannot_install_are_exit_2_not_a_traceback(monkeypatch,
     monkeypatch.setenv("PRE_COMMIT_HOME", str(tmp_path / "file" / "store"))
     with pytest.raises(SeriesError, match="could not install or run upstream's hooks") as raised:
         hooks.check_files({MODULE: str(tmp_path).encode()}, {MODULE: None})  # never cached
-    assert raised.value.exit_code == 2 and len(str(raised.value).splitlines()) == 1
+    assert raised.value.code == 2 and len(str(raised.value).splitlines()) == 1

@@ -12,9 +12,8 @@ import sys
 from pathlib import Path
 
 from ci.reporter.escape import inert
-from tools import ToolError
 from tools.releases import watch
-from tools.series import SeriesError
+from tools.series import SeriesError, usage
 
 
 def main(argv=None) -> int:
@@ -35,7 +34,7 @@ def main(argv=None) -> int:
     try:
         _check_usage(args)
         rows, newest, requested = _rows(args)
-    except (ToolError, SeriesError) as exc:
+    except SeriesError as exc:
         print(f"error: {inert(exc)}", file=sys.stderr)
         return 2
     body = watch.issue_body(rows, newest, requested)
@@ -46,15 +45,15 @@ def main(argv=None) -> int:
 
 def _check_usage(args) -> None:
     if args.post and not args.repo:
-        raise ToolError("--post needs --repo OWNER/NAME")
+        raise usage("--post needs --repo OWNER/NAME")
     if args.repo and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", args.repo):
-        raise ToolError(f"--repo {args.repo!r}: expected OWNER/NAME")
+        raise usage(f"--repo {args.repo!r}: expected OWNER/NAME")
     if args.rows and (args.versions or args.installed):
-        raise ToolError("--rows posts an earlier run's rows; it takes no --versions/--installed")
+        raise usage("--rows posts an earlier run's rows; it takes no --versions/--installed")
     if args.installed and len(args.versions or []) != 1:
-        raise ToolError("--installed checks one release: give it as --versions V")
+        raise usage("--installed checks one release: give it as --versions V")
     if args.post and not os.environ.get("GITHUB_TOKEN"):
-        raise ToolError("--post needs a token in GITHUB_TOKEN")
+        raise usage("--post needs a token in GITHUB_TOKEN")
 
 
 def _rows(args) -> tuple:

@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -15,8 +14,7 @@ from ci.evidence import shards
 from ci.reporter.escape import clip, escape_inline
 from sglang_overlay import PATCH_IDS
 from sglang_overlay.config import DISABLE_ENV
-from tools import ToolError
-from tools.series import SeriesError, base, matrix, seriesdir
+from tools.series import SeriesError, base, matrix, seriesdir, usage
 from tools.series.seriesdir import RELEASE  # not `packaging`: the posting job has only github3.py
 
 MARKER = "<!-- sglang-overlay:release-watch -->"
@@ -64,7 +62,7 @@ def index_versions(index_url=None) -> list:
     for line in proc.stdout.splitlines():
         if line.startswith("Available versions:"):
             return [v.strip() for v in line.partition(":")[2].split(",") if v.strip()]
-    raise ToolError(f"pip index versions sglang: {_last_line(proc.stderr)}")
+    raise usage(f"pip index versions sglang: {_last_line(proc.stderr)}")
 
 
 def newer_releases(available, newest: str) -> list:
@@ -77,15 +75,12 @@ def newer_releases(available, newest: str) -> list:
 
 def install(version: str) -> Path:
     """The release's wheel (the series' fetcher) unpacked into the cache, for ``PYTHONPATH``."""
-    target = CACHE / f"sglang-{version}"
-    if not (target / "sglang").is_dir():
-        wheel = base.wheel_path(version)  # a SeriesError: one line, exit 2
-        CACHE.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".sglang-{version}-", dir=CACHE))
-        with zipfile.ZipFile(wheel) as archive:
-            archive.extractall(staging)
-        os.replace(staging, target)
-    return target
+
+    def unpack(folder: Path) -> None:
+        with zipfile.ZipFile(base.wheel_path(version)) as archive:  # a SeriesError: exit 2
+            archive.extractall(folder)
+
+    return base.built_once(CACHE / f"sglang-{version}", unpack)
 
 
 def patch_rows(records, fixes: dict) -> list:
@@ -118,7 +113,7 @@ def overlay_state(version: str, env: dict) -> dict:
     except (ValueError, IndexError, KeyError):
         return {"state": "does not import", "reason": _last_line(status.stderr), "sha256": None}
     if record.get("sglang_version") not in (version, "unknown", None):
-        raise ToolError(f"asked for sglang {version}, found {record['sglang_version']}")
+        raise usage(f"asked for sglang {version}, found {record['sglang_version']}")
     state, sha = state_of(record)
     reason = record["reason"]
     if state == "does not import":  # not testable here; the row keeps the import's error
@@ -245,16 +240,16 @@ def load_rows(path: Path) -> tuple:
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise ToolError(f"{path}: {exc}") from None
+        raise usage(f"{path}: {exc}") from None
     rows = data.get("rows") if isinstance(data, dict) else None
     if not isinstance(rows, list):
-        raise ToolError(f"{path}: expected {{'newest_known': ..., 'rows': [...]}}")
+        raise usage(f"{path}: expected {{'newest_known': ..., 'rows': [...]}}")
     newest = data.get("newest_known")
     if not isinstance(newest, str) or not RELEASE.fullmatch(newest):
-        raise ToolError(f"{path}: newest_known {newest!r} is not a release version")
+        raise usage(f"{path}: newest_known {newest!r} is not a release version")
     for number, row in enumerate(rows):
         if problem := _row_problem(row):
-            raise ToolError(f"{path}: row {number}: {problem}")
+            raise usage(f"{path}: row {number}: {problem}")
     return rows, newest, data.get("requested") is True
 
 

@@ -1,15 +1,16 @@
 """Tools that keep the upstream patch series in ``patches/`` healthy (``python -m tools.series``)
-and their one error type. Nothing here imports sglang or ``sglang_overlay``."""
+and the tools' one error type. Nothing here imports sglang or ``sglang_overlay``."""
 
-from tools import ToolError
+from ci.errors import CiError
 
 
-class SeriesError(ToolError):
-    """A failure the user can act on: the message, and the exit code (1 failed, 2 bad input)."""
+class SeriesError(CiError):
+    """A failure the user can act on: the message, and ``code`` its exit (1 failed, 2 bad input:
+    one line, never a traceback)."""
 
-    def __init__(self, message: str, exit_code: int = 1):
+    def __init__(self, message: str, code: int = 1):
         super().__init__(message)
-        self.exit_code = exit_code
+        self.code = code
 
 
 def usage(message: str) -> SeriesError:

@@ -7,7 +7,6 @@ from dataclasses import asdict
 
 from ci.errors import CiError
 from ci.evidence import shards
-from ci.evidence.model import EvidenceError
 from tools.series import SeriesError, ab, audit_tree, base, check, hooks, matrix, refresh, seriesdir
 from tools.series import pr_description as prd
 
@@ -107,10 +106,7 @@ def run(args) -> str:
 
 
 def _pr_body(series, folder, number, no_check) -> str:
-    try:
-        results = shards.load(str(folder))
-    except EvidenceError as err:
-        raise SeriesError(f"cannot read the results: {err}", 2) from None
+    results = shards.load(str(folder))  # an EvidenceError: bad input, one line
     fix = prd.select_fix(series, results, number)  # refuse before the slow check
     # Named as upstream knows them: the description names no command of this project.
     names = ", ".join(name for name in hooks.table() if " " in name) + ", pre-commit-hooks"
@@ -138,13 +134,12 @@ def main(argv=None) -> int:
     try:
         sys.stdout.write(run(args))
         return 0
-    except SeriesError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return err.exit_code
-    except (CiError, OSError) as err:  # a git that failed or is missing, an unreadable path
+    except (CiError, OSError) as err:  # also a git that failed or is missing, an unreadable path
+        code = getattr(err, "code", 2)
         said = f"{err.filename}: {err.strerror}" if getattr(err, "strerror", None) else str(err)
-        print(f"error: {said}".splitlines()[0], file=sys.stderr)
-        return getattr(err, "code", 2)
+        said = f"error: {said}"  # a failure says all it found; bad input, one line
+        print(said if code == 1 else said.splitlines()[0], file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

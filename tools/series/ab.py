@@ -18,7 +18,6 @@ from pathlib import Path
 
 from ci.evidence import model
 from sglang_overlay.config import DISABLE_ENV
-from tools import ToolError
 from tools.series import SeriesError, base, check, seriesdir, usage
 from tools.series.seriesdir import REPO_ROOT
 
@@ -173,6 +172,6 @@ def _run(argv, log: Path) -> tuple:
 if __name__ == "__main__":
     try:
         sys.exit(demo(Path(sys.argv[1]) if len(sys.argv) > 1 else REPO_ROOT / "out" / "demo"))
-    except (ToolError, OSError) as err:
+    except (SeriesError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
-        sys.exit(getattr(err, "exit_code", 2))
+        sys.exit(getattr(err, "code", 2))

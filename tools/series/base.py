@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from functools import partial
 from pathlib import Path
 
 from ci import gitcmd
@@ -26,43 +27,46 @@ def identity(name: str, email: str, date: str) -> dict:
     return {f"GIT_{role}_{k}": v for role in ("AUTHOR", "COMMITTER") for k, v in who.items()}
 
 
+def built_once(target: Path, build) -> Path:
+    """``target``, made the first time by ``build(folder)`` in a folder beside it and moved in
+    whole, by one process at a time (another waits, then takes it): a killed build leaves none."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.exists():
+            staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+            try:
+                build(staging)
+                os.replace(staging, target)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
 def wheel_path(version: str) -> Path:
     """The cached wheel of ``sglang==version``, downloading it the first time."""
-    check_version(version)
-    target = CACHE_DIR / "wheels" / version
-    if cached := sorted(target.glob(f"sglang-{version}-*.whl")):
-        return cached[0]
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Downloaded beside the cache and moved in: an interrupted download leaves no half wheel.
-    staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=target.parent))
-    try:
-        pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "download"]
-        proc = subprocess.run(
-            [*pip, "--no-deps", "--only-binary=:all:", "-d", str(staging), f"sglang=={version}"],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            raise _download_error(version, proc.stderr)
-        wheels = sorted(staging.glob(f"sglang-{version}-*.whl"))
-        if not wheels:
-            raise SeriesError(f"pip download sglang=={version} produced no wheel in {staging}")
-        target.mkdir(exist_ok=True)
-        os.replace(wheels[0], target / wheels[0].name)
-        return target / wheels[0].name
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    folder = built_once(CACHE_DIR / "wheels" / check_version(version), partial(_download, version))
+    return next(folder.glob(f"sglang-{version}-*.whl"))
 
 
-def _download_error(version: str, stderr: str) -> SeriesError:
-    lines = [line for line in stderr.splitlines() if line.strip() and "is ignored" not in line]
-    if any("No matching distribution" in line for line in lines):
-        listed = next((line for line in lines if "from versions:" in line), "")
-        versions = listed.split("from versions:", 1)[-1].strip(" )").split(", ") if listed else []
-        hint = f"; latest releases: {', '.join(versions[-8:])}" if versions else ""
-        return usage(f"sglang=={version} is not on PyPI (pip found no matching release){hint}")
-    said = lines[-1] if lines else "pip said nothing"
-    return usage(f"could not download sglang=={version}: {said}")
+def _download(version: str, dest: Path) -> None:
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "download"]
+    proc = subprocess.run(
+        [*pip, "--no-deps", "--only-binary=:all:", "-d", str(dest), f"sglang=={version}"],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "is ignored" not in ln]
+        if any("No matching distribution" in line for line in lines):
+            listed = next((line for line in lines if "from versions:" in line), "")
+            versions = listed.split("from versions:", 1)[-1].strip(" )").split(", ")
+            hint = f"; latest releases: {', '.join(versions[-8:])}" if listed else ""
+            raise usage(f"sglang=={version} is not on PyPI (pip found no matching release){hint}")
+        said = lines[-1] if lines else "pip said nothing"
+        raise usage(f"could not download sglang=={version}: {said}")
+    if not any(dest.glob(f"sglang-{version}-*.whl")):
+        raise SeriesError(f"pip download sglang=={version} produced no wheel")
 
 
 def upstream_files(wheel: Path):
@@ -97,26 +101,8 @@ def _build(version: str, dest: Path) -> None:
 
 
 def cached_base(version: str) -> Path:
-    """The cached base repository of ``version``, built on first use by one process at a time
-    (a second one waits and takes the first one's)."""
-    cache = CACHE_DIR / "bases" / check_version(version)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    with open(cache.parent / f".{version}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (cache / ".git").is_dir() and has_base_tag(cache):
-            return cache
-        shutil.rmtree(cache, ignore_errors=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=cache.parent))
-        try:
-            _build(version, staging)
-            os.replace(staging, cache)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return cache
-
-
-def has_base_tag(repo) -> bool:
-    return gitcmd.ok(["rev-parse", "-q", "--verify", f"refs/tags/{BASE_TAG}"], repo)
+    """The cached base repository of ``version``, built on first use."""
+    return built_once(CACHE_DIR / "bases" / check_version(version), partial(_build, version))
 
 
 def blob(repo, path: str, rev: str = BASE_TAG):

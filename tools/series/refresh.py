@@ -24,7 +24,7 @@ def refresh(patches_dir, source) -> list:
     version = gitcmd.out(["config", base.VERSION_KEY], source, check=False)
     if not version:
         raise usage(f"{source} was not made by 'materialize' (no {base.VERSION_KEY} in its config)")
-    if not base.has_base_tag(source):
+    if not gitcmd.ok(["rev-parse", "-q", "--verify", f"refs/tags/{base.BASE_TAG}"], source):
         raise usage(f"{source} has no '{base.BASE_TAG}' tag marking the pristine release")
     if dirty := gitcmd.dirty_paths(source):
         raise SeriesError(f"{source} has uncommitted changes; commit them first: {dirty[:5]}")
