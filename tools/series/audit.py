@@ -116,7 +116,6 @@ class _ClassAudit:
 
     def _function(self, func, qual: str) -> None:
         self.roots = {expr.self_name(func): "self"}  # and each local alias of a target
-        self.flags = expr.assigned_keys(func, self.roots, lambda v: getattr(v, "value", 0) is True)
         self.assigned = expr.assigned_keys(func, self.roots)
         self.fresh: dict[str, tuple[ast.Call, _Path, int]] = {}  # local -> its allocation
         self.qual, self.escapes[qual], first = qual, [], len(self.found)
@@ -183,13 +182,12 @@ class _ClassAudit:
 
     def _if(self, stmt: ast.If, path: _Path) -> _Path:
         body_path, else_path = path.copy(), path.copy()
-        for key, on_body, absent in expr.empty_on(stmt.test, self.roots):
+        for key, on_body in expr.empty_on(stmt.test, self.roots):
+            # there the target holds nothing: allocating it replaces nothing, and if the method
+            # sets it (``self._ready = True``), all it builds there is built once
             empty = body_path if on_body else else_path
-            if absent:  # allocating there replaces nothing; what the method builds beside it
-                empty.once.update([key, ALL] if key in self.assigned else [key])
-                empty.released.add(key)
-            elif key in self.flags:  # if self._ready: return ... self._ready = True
-                empty.once.add(ALL)
+            empty.once.update([key, ALL] if key in self.assigned else [key])
+            empty.released.add(key)
         body_end = self._block(stmt.body, body_path)
         else_end = self._block(stmt.orelse, else_path)
         body_stops, else_stops = expr.terminates(stmt.body), expr.terminates(stmt.orelse)

@@ -126,40 +126,37 @@ def viewed(expr, roots: dict):
                 yield from viewed(arg, roots)
 
 
-def empty_on(test, roots: dict) -> "list[tuple[str, bool, bool]]":
-    """(key, on_body, absent) for each target the test proves empty on one branch: absent
-    (``self.x is None``, ``k not in self.d`` for the slot ``self.d[k]``, ``not hasattr(self,
-    "x")``) or false (a flag: ``not self.ready``, ``getattr(self, "ready", False)``)."""
+def empty_on(test, roots: dict) -> "list[tuple[str, bool]]":
+    """(key, on_body) for each target the test proves empty on one branch: None (``self.x is
+    None``), absent (``k not in self.d`` for the slot ``self.d[k]``, ``not hasattr(self, "x")``)
+    or false (``not self.ready``, ``getattr(self, "ready", False)``)."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return [
-            (key, not on_body, absent) for key, on_body, absent in empty_on(test.operand, roots)
-        ]
+        return [(key, not on_body) for key, on_body in empty_on(test.operand, roots)]
     if isinstance(test, ast.BoolOp):  # and: what holds in the body; or: what holds in the else
-        on_body = isinstance(test.op, ast.And)
-        return [found for v in test.values for found in empty_on(v, roots) if found[1] == on_body]
+        wanted = isinstance(test.op, ast.And)
+        return [found for v in test.values for found in empty_on(v, roots) if found[1] == wanted]
+    key = None
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         op, right = test.ops[0], test.comparators[0]
         if isinstance(op, (ast.Is, ast.IsNot)) and is_none(right):
             key, on_body = chain(test.left, roots), isinstance(op, ast.Is)
         elif isinstance(op, (ast.In, ast.NotIn)):
             key, on_body = slot(chain(right, roots), test.left), isinstance(op, ast.NotIn)
-        else:
-            return []
-        return [(key, on_body, True)] if key else []
-    if key := by_name(test, roots, "hasattr"):
-        return [(key, False, True)]
-    flag = by_name(test, roots, "getattr") or isinstance(test, ast.Attribute) and chain(test, roots)
-    return [(flag, False, False)] if flag else []
+    elif isinstance(test, ast.Attribute):
+        key, on_body = chain(test, roots), False
+    elif isinstance(test, ast.Call):
+        key, on_body = by_name(test, roots, "hasattr", "getattr"), False
+    return [(key, on_body)] if key else []
 
 
-def assigned_keys(func, roots: dict, to=lambda value: not is_none(value)) -> "set[str]":
-    """Every self-rooted target the function sets to a value ``to`` accepts (not None)."""
+def assigned_keys(func, roots: dict) -> "set[str]":
+    """Every self-rooted target the function sets to something other than None."""
     return {
         key
         for node in ast.walk(func)
         if isinstance(node, (ast.Assign, ast.AnnAssign))
         and node.value is not None
-        and to(node.value)
+        and not is_none(node.value)
         for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
         for key in [chain(target, roots)]
         if key
@@ -176,9 +173,9 @@ def probe(value, roots: dict) -> "str | None":
     return by_name(value, roots, "getattr")
 
 
-def by_name(call, roots: dict, function: str) -> "str | None":
-    """``getattr(self, "x", ...)`` or ``hasattr(self, "x")`` (``function``) -> "self.x"."""
-    if isinstance(call, ast.Call) and getattr(call.func, "id", None) == function:
+def by_name(call, roots: dict, *functions: str) -> "str | None":
+    """``getattr(self, "x", ...)`` or ``hasattr(self, "x")`` (one of ``functions``) -> "self.x"."""
+    if isinstance(call, ast.Call) and getattr(call.func, "id", None) in functions:
         if len(call.args) >= 2 and isinstance(call.args[1], ast.Constant):
             base = chain(call.args[0], roots)
             return base and f"{base}.{call.args[1].value}"
