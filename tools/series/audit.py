@@ -106,23 +106,20 @@ class _ClassAudit:
         }
         self.releases_by_method = {n: expr.released_at_top(f) for n, f in self.methods.items()}
         self.init_only = expr.construction_only(self.methods)
-        self.escapes: dict[str, list[str]] = {}  # method -> key shapes it stores as views
+        self.escapes: dict[str, list[str]] = {}  # method -> the keys it stores views of
         self.found: list[_Candidate] = []
 
     def sites(self) -> "list[Site]":
-        for name, func in self.methods.items():
-            self._function(func, name)
+        for qual, func in self.methods.items():
+            self.roots = {expr.self_name(func): "self"}  # and each local alias of a target
+            self.assigned = expr.assigned_keys(func, self.roots)
+            self.fresh: dict[str, tuple[ast.Call, _Path, int]] = {}  # local -> its allocation
+            self.qual, self.escapes[qual], first = qual, [], len(self.found)
+            self._block(func.body, _Path())
+            for cand in self.found[first:]:
+                if self._copies_old(func, cand):
+                    cand.path.kept.setdefault(cand.key, "copies the old value into the new one")
         return [self._classify(cand) for cand in self.found]
-
-    def _function(self, func, qual: str) -> None:
-        self.roots = {expr.self_name(func): "self"}  # and each local alias of a target
-        self.assigned = expr.assigned_keys(func, self.roots)
-        self.fresh: dict[str, tuple[ast.Call, _Path, int]] = {}  # local -> its allocation
-        self.qual, self.escapes[qual], first = qual, [], len(self.found)
-        self._block(func.body, _Path())
-        for cand in self.found[first:]:
-            if self._copies_old(func, cand):
-                cand.path.kept.setdefault(cand.key, "copies the old value into the new one")
 
     def _copies_old(self, func, cand: _Candidate) -> bool:
         """Whether the old value is read, beyond its metadata, once the new one is allocated:
@@ -223,7 +220,7 @@ class _ClassAudit:
             for held in expr.viewed(value, self.roots):
                 if expr.shape(held) != expr.shape(key):
                     path.kept[held] = f"kept in {key}"
-                    self.escapes[self.qual].append(expr.shape(held))
+                    self.escapes[self.qual].append(held)
 
     def _bind_local(self, name: str, value, stmt, path: _Path) -> None:
         self.fresh.pop(name, None)
@@ -244,7 +241,7 @@ class _ClassAudit:
             for arg in call.args:
                 for held in expr.viewed(arg, self.roots):
                     path.kept[held] = f"kept in {receiver}"
-                    self.escapes[self.qual].append(expr.shape(held))
+                    self.escapes[self.qual].append(held)
         elif receiver and func.attr == "clear":
             path.released.add(receiver)
         elif receiver and func.attr == "pop" and call.args:
