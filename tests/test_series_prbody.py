@@ -15,7 +15,6 @@ EVIDENCE = REPO_ROOT / "docs/evidence"
 CUDA = EVIDENCE / "fix-0001/cuda"  # series ab's: plain sides, the series' own trees
 DSV4_CPU = EVIDENCE / "fix-0001/cpu"
 FUSED_KV = EVIDENCE / "fix-0003/cpu"
-OVERLAY_RUN = EVIDENCE / "h200-0.5.23-upstream-ci/cuda"  # its change side ran the overlay
 SECTIONS = ["## Motivation", "## Modifications", "## Accuracy Tests",
             "## Speed Tests and Profiling", "## Checklist"]  # fmt: skip
 
@@ -78,13 +77,8 @@ def _other_fix_broken(data):
 REFUSALS = {
     "other-series": (CUDA, _other_series, [], 1, ["made for series 000000000000", "fix 0001 in patches/", "Run 'python -m ci run"]),
     "no-series": (CUDA, lambda d: d.pop("series"), [], 1, ["record no series id"]),
-    "overlay": (OVERLAY_RUN, None, [], 2, ["change side of the results ran with the runtime overlay"]),
     "not-plain": (CUDA, lambda d: d["environment"].pop("plain"), [], 2, ["do not record a plain environment"]),
-    "no-tree": (CUDA, lambda d: d["sides"]["unmodified"].update(tree=None, commit=None), [], 2,
-                ["unmodified side of the results ran with no source tree"]),
     "foreign-tests": (CUDA, _foreign, [], 2, ["hold test/proofs/cpu/test_x.py, which the series does not add"]),
-    "other-release": (CUDA, lambda d: d["sides"]["unmodified"].update(sglang="0.5.22", label="sglang 0.5.22"),
-                      [], 1, ["ran on sglang 0.5.22, but the base is sglang 0.5.23"]),
     "void": (CUDA, _void, [], 1, ["do not prove the change (void)"]),
     "two-fixes": (DSV4_CPU, _both_fixes, [], 2, ["tests of 0001 and 0003", "pick it with --fix"]),
     "fix-not-held": (DSV4_CPU, None, ["--fix", "0003"], 2, ["hold no test of fix 0003"]),

@@ -7,10 +7,12 @@ import re
 import subprocess
 import sys
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from ci.evidence import model as evidence
 from ci.evidence import shards
+from ci.evidence.model import _field, load_object
 from ci.reporter.escape import clip, escape_inline
 from sglang_overlay import PATCH_IDS
 from sglang_overlay.config import DISABLE_ENV
@@ -22,18 +24,42 @@ TITLE = "Release watch: sglang releases newer than the overlay knows"
 ROWS_FILE = "watch.json"
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "compat"
-# A row as ``check`` writes it: key -> the types its value may have (exactly; True is no count);
-# series: {status, detail}; patches: one {patch, state, sha256, series} per carried patch.
-ROW_SCHEMA = {**dict.fromkeys(("version", "state", "reason", "error"), (str,)),
-              "sha256": (str, type(None)), "series": (dict, type(None)), "counts": (dict,),
-              "change_ok": (bool,), "patches": (list,)}  # fmt: skip
-SERIES_KEYS = {"status": (str,), "detail": (str,)}
-PATCH_KEYS = {"patch": (str,), "state": (str,), "sha256": (str, type(None)), "series": (str,)}
 MAX_TEXT, MAX_CELL = 4000, 300  # characters of one value in a row, of one rendered cell
 MAX_BODY = 60000  # GitHub refuses an issue body over 65,536 characters
 # Fixed, or on purpose not fixed on this release; anything else is the patch's failure there.
 OK_STATES = ("applied", "not-present", "upstream-fixed")
 _SHA256 = re.compile(r"sha256 ([0-9a-f]{12})")
+
+
+@dataclass(frozen=True)
+class PatchRow:
+    """A carried patch on a release: its state, each method's sha256, whether its fix applies."""
+
+    patch: str = _field(MAX_TEXT)
+    state: str = _field(MAX_TEXT)
+    sha256: str | None = _field(MAX_TEXT)
+    series: str = _field(MAX_TEXT)
+
+
+@dataclass(frozen=True)
+class SeriesCell:
+    status: str = _field(MAX_TEXT)
+    detail: str = _field(MAX_TEXT, default="")
+
+
+@dataclass(frozen=True)
+class Row:
+    """A release's row as ``check`` writes it; ``load_rows`` holds another job's rows to it."""
+
+    version: str = _field(RELEASE)
+    state: str = _field(MAX_TEXT)
+    reason: str = _field(MAX_TEXT)
+    sha256: str | None = _field(MAX_TEXT, default=None)
+    error: str = _field(MAX_TEXT, default="")
+    series: SeriesCell | None = _field(default=None)
+    counts: dict[str, int] = _field((16, 100, range(10**9)), default_factory=dict)
+    change_ok: bool = _field(default=False)
+    patches: tuple[PatchRow, ...] = _field((32, None), default=())
 
 
 def _run(argv, env, cwd, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -248,44 +274,10 @@ def load_rows(path: Path) -> tuple:
     if not isinstance(newest, str) or not RELEASE.fullmatch(newest):
         raise usage(f"{path}: newest_known {newest!r} is not a release version")
     for number, row in enumerate(rows):
-        if problem := _row_problem(row):
-            raise usage(f"{path}: row {number}: {problem}")
+        try:
+            load_object(row, f"row {number}", Row)  # types checked so rendering cannot fail
+        except evidence.EvidenceError as exc:
+            raise usage(f"{path}: {exc}") from None
+        if row["state"] == "applied" and "change_ok" not in row:
+            raise usage(f"{path}: row {number}: an applied release's row has no change_ok")
     return rows, newest, data.get("requested") is True
-
-
-def _typed(record, schema: dict, required) -> "str | None":
-    """What is wrong with ``record``: not an object, a ``required`` key missing, or a key not in
-    ``schema`` (key -> the exact types of its value), of another type or too long."""
-    if not isinstance(record, dict):
-        return f"expected an object, got {type(record).__name__}"
-    if missing := [key for key in required if key not in record]:
-        return f"no {', '.join(missing)}"
-    for key, value in record.items():
-        kinds = schema.get(key)
-        if kinds is None:
-            return f"unknown key {key[:40]!r}"
-        if type(value) not in kinds:
-            return f"{key}: {type(value).__name__} is not {'/'.join(k.__name__ for k in kinds)}"
-        if isinstance(value, str) and len(value) > MAX_TEXT:
-            return f"{key}: {len(value)} characters; at most {MAX_TEXT}"
-    return None
-
-
-def _row_problem(row) -> "str | None":
-    """What is wrong with one row, in one line, or None; types checked so rendering cannot fail."""
-    if problem := _typed(row, ROW_SCHEMA, ("version", "state", "reason")):
-        return problem
-    if not RELEASE.fullmatch(row["version"]):
-        return f"{row['version'][:40]!r} is not a release version"
-    if not all(type(k) is str and type(n) is int for k, n in row.get("counts", {}).items()):
-        return "counts: expected kind -> a count"
-    if row.get("series") and _typed(row["series"], SERIES_KEYS, ("status",)):
-        return "series: expected {status, detail} text"
-    patches = row.get("patches", [])
-    if len(patches) > 32:
-        return "patches: at most 32 records"
-    if problem := next(filter(None, (_typed(p, PATCH_KEYS, PATCH_KEYS) for p in patches)), None):
-        return f"patches: {problem}"
-    if row["state"] == "applied" and "change_ok" not in row:
-        return "an applied release's row has no change_ok"
-    return None

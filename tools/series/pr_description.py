@@ -13,7 +13,6 @@ from tools.series import SeriesError, usage
 _PATCH_URL = "https://github.com/sgl-project/sglang/pull/<number>.patch"
 DOCS = "https://docs.sglang.io/developer_guide/contribution_guide.html"
 _OWN = {"motivation", "modifications", "tests"}  # message sections with a template section
-_SEE_AB = "(python -m tools.series ab --fix N --out DIR)"
 
 
 # What ``python -m tools.series check`` said; ``passed`` None when it was not run.
@@ -43,20 +42,13 @@ def _added(fixlike) -> set:
 
 def select_fix(series, results, number: str | None = None):
     """The fix ``number`` names, else the one whose tests the results hold; refused (exit 2) for
-    results not from the series' own plain trees and tests, or ambiguous, and (exit 1) when they
-    are no evidence for that fix: other code, another release, or a proof that is not ok."""
-    sides = {m: results.sides.get(m) for m in ("unmodified", "change")}
-    for mode, side in sorted(sides.items(), key=lambda ms: not (ms[1] and ms[1].overlay)):
-        if side is None or side.overlay or not side.tree:
-            how = "the runtime overlay" if side is not None and side.overlay else "no source tree"
-            raise usage(
-                f"the {mode} side of the results ran with {how}; a description is rendered only "
-                f"from the series' own trees {_SEE_AB}"
-            )
+    results not made by ``series ab`` (its plain trees: the base release, no overlay) of the
+    series' own tests, or ambiguous, and (exit 1) when they are no evidence for that fix: other
+    code or release (the ids hash both), or a proof that is not ok."""
     if results.environment.get("plain") is not True:
         raise usage(
             "the results do not record a plain environment (sglang without this project); "
-            f"make them with {_SEE_AB[1:-1]}"
+            "make them with python -m tools.series ab --fix N --out DIR"
         )
     ran = {f.path for f in results.files}
     if foreign := sorted(ran - _added(series)):
@@ -91,13 +83,6 @@ def select_fix(series, results, number: str | None = None):
             f"({recorded.release}, {', '.join(recorded.patches)}), "
             f"but fix {fix.number} in patches/ is {fix.id[:12]}; its code changed since that "
             "run. Run 'python -m ci run --out DIR' again and render from the new folder"
-        )
-    base = results.sides.get("unmodified")
-    if (None if base is None else base.sglang) != series.base.version:
-        ran = base.label if base is not None else "no unmodified side"
-        raise SeriesError(
-            f"the results ran on {ran}, but the base is sglang {series.base.version}; "
-            "run the A/B on that base"
         )
     for proof in (results, own_results(fix, results)):
         if proof.verdict != "ok":
