@@ -16,7 +16,6 @@ DISABLE_FORMS = (
     "unset/0/false/no/off (all on), 1/true/yes/on/all (all off), or a comma list of patch ids "
     f"or their leading parts ({', '.join(PATCH_IDS)}; {', '.join(p[:4] for p in PATCH_IDS)})"
 )
-STRICT_FORMS = "unset/0/false/no/off (warn) or 1/true/yes/on (raise)"
 
 
 def _named(name: str) -> "list[str]":
@@ -27,7 +26,7 @@ def _named(name: str) -> "list[str]":
 
 def disabled_patches(raw: "str | None") -> "tuple[frozenset, str | None]":
     """The patch ids a ``SGLANG_OVERLAY_DISABLE`` value turns off, and what in it is not
-    recognised (then every patch is off: fail safe)."""
+    recognised, with the forms accepted (then every patch is off: fail safe)."""
     value = (raw or "").strip().lower()
     if value in OFF or value in ON | {"all"}:
         return frozenset(() if value in OFF else PATCH_IDS), None
@@ -35,7 +34,8 @@ def disabled_patches(raw: "str | None") -> "tuple[frozenset, str | None]":
     unknown = [n for n in named if len(_named(n)) != 1]
     if unknown or not named:  # only commas and spaces names nothing: not clearly "off"
         what = ", ".join(repr(u) for u in unknown) or "no patch id in it"
-        return frozenset(PATCH_IDS), f"{DISABLE_ENV}={raw!r} not recognised ({what})"
+        why = f"not recognised ({what}); every patch is off (fail safe); accepted: {DISABLE_FORMS}"
+        return frozenset(PATCH_IDS), f"{DISABLE_ENV}={raw!r} {why}"
     return frozenset(p for n in named for p in _named(n)), None
 
 
@@ -44,16 +44,15 @@ def strict_setting(raw: "str | None") -> "tuple[bool, str | None]":
     value = (raw or "").strip().lower()
     if value in OFF or value in ON:
         return value in ON, None
-    return True, f"{STRICT_ENV}={raw!r} not recognised"
+    forms = "unset/0/false/no/off (warn) or 1/true/yes/on (raise)"
+    return True, f"{STRICT_ENV}={raw!r} not recognised; treated as strict; accepted: {forms}"
 
 
 def problems() -> "list[str]":
     """Each setting that the overlay does not recognise, with the forms it accepts."""
-    _, disable = disabled_patches(os.environ.get(DISABLE_ENV))
-    _, strict = strict_setting(os.environ.get(STRICT_ENV))
-    return [f"{disable}; every patch is off (fail safe); accepted: {DISABLE_FORMS}"] * bool(
-        disable
-    ) + [f"{strict}; treated as strict; accepted: {STRICT_FORMS}"] * bool(strict)
+    disable = disabled_patches(os.environ.get(DISABLE_ENV))[1]
+    strict = strict_setting(os.environ.get(STRICT_ENV))[1]
+    return [problem for problem in (disable, strict) if problem]
 
 
 def disabled_reason(patch_id: str) -> "str | None":
@@ -68,8 +67,7 @@ def disabled_reason(patch_id: str) -> "str | None":
     raw = os.environ.get(DISABLE_ENV)
     off, problem = disabled_patches(raw)
     if problem:
-        message = "sglang-overlay: %s; accepted: %s. Every patch is off."
-        warn_once(("disable", raw), message, problem, DISABLE_FORMS)
+        warn_once(("disable", raw), "sglang-overlay: %s", problem)
         return f"{DISABLE_ENV}={raw!r} is not recognised, so every patch is off (fail safe)"
     if patch_id not in off:
         return None
@@ -82,6 +80,5 @@ def strict() -> bool:
     raw = os.environ.get(STRICT_ENV)
     on, problem = strict_setting(raw)
     if problem:
-        message = "sglang-overlay: %s; accepted: %s. Treated as strict."
-        warn_once(("strict", raw), message, problem, STRICT_FORMS)
+        warn_once(("strict", raw), "sglang-overlay: %s", problem)
     return on

@@ -159,13 +159,6 @@ def read_record(pid: int, uid: int) -> "tuple[dict | None, str | None]":
     return record, None
 
 
-def prune_records(uid: int) -> None:
-    """Delete ``uid``'s records of processes that are gone."""
-    for path in runtime_dir(uid).glob("*.json"):
-        if path.stem.isdigit() and read_record(int(path.stem), uid) == (None, None):
-            path.unlink(missing_ok=True)
-
-
 def runs_sglang(argv: "list[str]") -> bool:
     """Whether a command line is sglang's: ``sglang serve``, ``sglang::scheduler_TP0``,
     ``python [options] -m sglang...`` or ``python [options] path/to/sglang*``."""
@@ -198,7 +191,9 @@ def multiprocess_dir() -> "str | None":  # as prometheus_client reads it
 def processes(pids: "set[int] | None" = None) -> "list[dict]":
     """Every live process (of ``pids``) that runs sglang or has a record: pid, command, record
     and its problem. Sweeps the records and gauges of processes that are gone first."""
-    prune_records(os.getuid())
+    for path in runtime_dir(os.getuid()).glob("*.json"):
+        if path.stem.isdigit() and read_record(int(path.stem), os.getuid()) == (None, None):
+            path.unlink(missing_ok=True)
     folder = multiprocess_dir()
     if folder and os.path.isdir(folder):
         sweep_dead_gauges(folder)

@@ -138,10 +138,7 @@ def apply_to_module(module, patch_id: str) -> None:
         if reason is not None:
             _record(patch_id, "disabled", module.__name__, reason)
             return
-        try:
-            each = [shapes.recognise(module, site) for site in patch_sites]
-        finally:
-            shapes.module_tree.cache_clear()  # the size of the module: keep none
+        each = [shapes.recognise(module, site) for site in patch_sites]
         found = shapes.all_or_none(each)
         if found.state != "recognised":
             _record(patch_id, found.state, found.target, found.reason)

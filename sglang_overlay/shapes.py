@@ -3,7 +3,6 @@ recognition of a loaded module; ``foreign_hook``: another plugin's hook over our
 """
 
 import ast
-import functools
 import hashlib
 import inspect
 import sys
@@ -140,7 +139,7 @@ def recognise(module, site: "Site | None" = None) -> Recognition:
         unknown = (f"source of {name} unreadable ({exc}); the bytecode of {where} "
                    f"(Python {python}, code sha256 {digest}) is not a known shape's")  # fmt: skip
     else:
-        node = _method_node(module_tree(source), cls.__name__, method)
+        node = _method_node(ast.parse(source), cls.__name__, method)
         if (
             node is None
             or func.__code__.co_firstlineno != (node.decorator_list or [node])[0].lineno
@@ -174,11 +173,6 @@ def all_or_none(found: "list[Recognition]") -> Recognition:
     if state == "unsupported":
         reasons.append("the patch replaces all of its methods or none")
     return Recognition(state, ", ".join(dict.fromkeys(f.target for f in found)), "; ".join(reasons))
-
-
-@functools.lru_cache(maxsize=1)
-def module_tree(source: str) -> ast.Module:
-    return ast.parse(source)
 
 
 def releases_first(method_node: ast.FunctionDef, released=("_buffer",)) -> bool:
