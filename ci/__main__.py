@@ -111,7 +111,6 @@ REPORT_FLAGS = (
 GATE_FLAGS = (
     ("--event", "event payload (default $GITHUB_EVENT_PATH)"),
     ("--api-url", "GitHub Enterprise base URL (client adds /api/v3)"),
-    ("--json", "print the decision as JSON", SWITCH),
 )
 
 
@@ -186,28 +185,24 @@ def cmd_report(args) -> int:
         args.results = args.results[0] if len(args.results) == 1 else tuple(args.results)
     fields = {f.name for f in dataclasses.fields(reporting.ReportRequest)}
     given = {k: v for k, v in vars(args).items() if k in fields and v is not None}
-    try:
-        request = reporting.prepare(reporting.ReportRequest(**given))
-        if not request.post and isinstance(request.results, str):
-            _write_report(request.results)
-        with tempfile.TemporaryDirectory(prefix="ci-report-") as folder:
-            if request.workflow_run:
-                request, why = github_io.fork(request, folder)
-                if why:
-                    print(one_line(why))
-                if request is None:
-                    return EXIT_OK
-            plan = reporting.plan(request)
-        reporting.write_summary(request, plan)
-        if plan.invalid:
-            print(f"error: {reporting.INVALID_NOTE}: {one_line(plan.invalid)}", file=sys.stderr)
-        if not request.post:
-            print(inert(reporting.dry_run_text(plan, args.json)), end="")
-        else:
-            github_io.publish(request, plan, lambda line: print(one_line(line)))
-    except github_io.PublishFailed as exc:
-        print(f"error: publishing failed: {one_line(str(exc))}", file=sys.stderr)
-        return EXIT_FAILED
+    request = reporting.prepare(reporting.ReportRequest(**given))
+    if not request.post and isinstance(request.results, str):
+        _write_report(request.results)
+    with tempfile.TemporaryDirectory(prefix="ci-report-") as folder:
+        if request.workflow_run:
+            request, why = github_io.fork(request, folder)
+            if why:
+                print(one_line(why))
+            if request is None:
+                return EXIT_OK
+        plan = reporting.plan(request)
+    reporting.write_summary(request, plan)
+    if plan.invalid:
+        print(f"error: {reporting.INVALID_NOTE}: {one_line(plan.invalid)}", file=sys.stderr)
+    if not request.post:
+        print(inert(reporting.dry_run_text(plan, args.json)), end="")
+    else:
+        github_io.publish(request, plan, lambda line: print(one_line(line)))
     return EXIT_USAGE if plan.invalid else EXIT_OK
 
 
@@ -229,8 +224,8 @@ def _write_report(results: str) -> None:
 
 
 def cmd_gate(args) -> int:
-    from ci.reporter import gate
-    from ci.reporter.escape import inert, one_line
+    from ci.reporter import gate, github_io
+    from ci.reporter.escape import one_line
 
     path = args.event or os.environ.get("GITHUB_EVENT_PATH")
     if not path:
@@ -241,13 +236,7 @@ def cmd_gate(args) -> int:
     except (OSError, ValueError) as exc:
         raise CiError(f"event payload: {exc}") from None
     if facts is not None and facts.fork:
-        from ci.reporter import github_io  # here: only the jobs that talk to GitHub have github3
-
-        try:
-            facts = github_io.fork_facts(event, facts.pr, args.api_url)
-        except github_io.PublishFailed as exc:
-            print(f"error: reading PR #{facts.pr}: {one_line(str(exc))}", file=sys.stderr)
-            return EXIT_FAILED
+        facts = github_io.fork_facts(event, facts.pr, args.api_url)
     decision = gate.decide(facts) if facts else gate.Gate(True, False, "not a pull_request event")
     lines = [f"run={str(decision.run).lower()}", f"fork={str(decision.fork).lower()}"]
     lines += [f"state={decision.state}", f"sha={decision.sha or ''}"]
@@ -258,11 +247,8 @@ def cmd_gate(args) -> int:
                 handle.write("\n".join(lines) + "\n")
         except OSError as exc:
             raise CiError(f"GITHUB_OUTPUT {output}: {exc.strerror}") from None
-    if args.json:
-        print(inert(json.dumps(decision.to_json())))
-    else:
-        print("\n".join(lines))
-        print(f"reason: {one_line(decision.reason)}", file=sys.stderr)
+    print("\n".join(lines))
+    print(f"reason: {one_line(decision.reason)}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -9,7 +9,7 @@ from ci.__main__ import main
 from ci.evidence import judge
 from ci.evidence.judge import FileRun
 from ci.evidence.model import MODES, ProcessEnd, Side, save
-from ci.reporter.publish import Publisher, RetryPolicy, connect
+from ci.reporter.publish import Publisher, connect
 
 FILE = "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py"
 CLS = "TestSparsePrefillKVBufferReplacement"
@@ -173,9 +173,8 @@ def pr_fake():
 
 def publisher(fake, number=7, sleeps=None, **kwargs):
     """A publisher to ``fake``'s PR ``number`` with its token; its waits are kept in ``sleeps``."""
-    policy = RetryPolicy(sleep=([] if sleeps is None else sleeps).append, base_s=0.01)
-    github = connect(fake.token, fake.url)
-    return Publisher(github, "sgl", "sglang", number, policy, log=lambda _: None, **kwargs)
+    sleep = ([] if sleeps is None else sleeps).append
+    return Publisher(connect(fake.token, fake.url), "sgl", "sglang", number, sleep, **kwargs)
 
 
 def cli(capsys, *argv):

@@ -7,12 +7,11 @@ from dataclasses import replace
 
 import ci_samples
 import pytest
-from ci_samples import HEAD, PR, TOKEN, model, report, results_folder, workflow_run
+from ci_samples import HEAD, PR, model, report, results_folder, workflow_run
 from test_ci_fork_report import _fork_pr
 
 from ci.__main__ import main
 from ci.reporter import render
-from ci.reporter.publish import Publisher, RetryPolicy, connect
 
 SPEC = os.environ.get("OCTOKIT_OPENAPI")
 fake = pytest.fixture(ci_samples.pr_fake, name="fake")
@@ -56,8 +55,7 @@ def test_every_request_of_every_report_path_is_in_githubs_description(fake, tmp_
     # Annotations 51 and on go out as check-run updates (PATCH); storage is not the API.
     many = replace(m, cases=[m.cases[0]] * 60)
     check = render.check_run(many, HEAD, "summary", "2026-01-01T00:00:00Z")
-    policy = RetryPolicy(sleep=lambda _: None)
-    Publisher(connect(TOKEN, fake.url), "sgl", "sglang", 7, policy).create_check_run(**check)
+    ci_samples.publisher(fake).create_check_run(**check)
     sent, writes = list(fake.requests), list(fake.bodies_sent)
     sent = [(method, path) for method, path in sent if path.startswith("/api/v3/")]
     templates = {_operation(ops, method, path)[2] for method, path in sent}

@@ -71,7 +71,7 @@ def test_two_slot_writers_at_once_both_land(fake):
     def write(slot):
         # The settle pause ends once both writers have written: the race is forced, not timed.
         pub = publisher(fake, settle_s=0)
-        pub.policy.sleep = lambda _: both_wrote.wait(10)
+        pub.sleep = lambda _: both_wrote.wait(10)
         try:
             pub.update_slot(slot, f"Latest ({slot})", [f":white_check_mark: {slot}"])
         except Exception as exc:  # surfaced below

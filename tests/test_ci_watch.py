@@ -8,7 +8,7 @@ import release_check
 import yaml
 from ci_fake_github import FakeGitHub
 
-from ci.reporter.publish import ACTIONS_BOT, Publisher, RetryPolicy, connect
+from ci.reporter.publish import ACTIONS_BOT, Publisher, connect
 from tools.releases import watch
 from tools.releases.__main__ import main, upsert_issue
 
@@ -77,8 +77,7 @@ def test_no_new_release_posts_one_issue_saying_so(index, github, monkeypatch, ca
 
 
 def upsert(github, body, author=BOT):
-    policy = RetryPolicy(sleep=lambda _: None, base_s=0.01)
-    publisher = Publisher(connect(TOKEN, github.url), "sgl", "sglang", None, policy)
+    publisher = Publisher(connect(TOKEN, github.url), "sgl", "sglang", None, lambda _: None)
     return upsert_issue(publisher, body, author)
 
 

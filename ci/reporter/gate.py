@@ -6,7 +6,7 @@ import datetime
 import json
 import re
 from collections import namedtuple
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 RUN_LABEL = "run-ci"
 COMMIT_SHA = re.compile(r"[0-9a-f]{40}")  # a full commit id, as GitHub sends it
@@ -34,19 +34,8 @@ PullFacts = namedtuple(
 )
 
 
-@dataclass(frozen=True)
-class Gate:
-    run: bool
-    fork: bool
-    reason: str
-    state: str = "run"  # run | missing-label | stale-label
-    pr: int | None = None
-    sha: str | None = None  # the head commit this decision is about (the one approved)
-
-    def to_json(self) -> dict:
-        data = asdict(self)
-        data["head_sha"] = data.pop("sha")
-        return data
+# state: run | missing-label | stale-label; sha: the head commit the decision is about.
+Gate = namedtuple("Gate", "run fork reason state pr sha", defaults=("run", None, None))
 
 
 _HOW = {"review": "an approving review of it", "comment": "a /run-ci comment naming it",

@@ -16,7 +16,7 @@ from ci.evidence import model as evidence
 from ci.evidence.model import EvidenceError
 from ci.reporter import gate
 from ci.reporter.plan import ReportPlan, ReportRequest
-from ci.reporter.publish import Publisher, PublishFailed, RetryPolicy, connect
+from ci.reporter.publish import Publisher, PublishFailed, connect
 
 MAX_ARTIFACT_BYTES = 256 * 1024 * 1024  # the zip: results.json, report.md, JUnit, logs, pictures
 SETTLE_ENV = "CI_REPORT_SETTLE_S"
@@ -35,9 +35,7 @@ def _github(repo: str, pr: int | None, api_url: str | None, why: str):
     if not re.fullmatch(r"[0-9]{1,2}(\.[0-9]*)?", settle) or float(settle) > 60:
         raise CiError(f"{SETTLE_ENV}={settle!r}: seconds from 0 to 60")
     try:
-        yield Publisher(
-            connect(token, api_url), owner, name, pr, RetryPolicy(), settle_s=float(settle)
-        )
+        yield Publisher(connect(token, api_url), owner, name, pr, settle_s=float(settle))
     except (github3.exceptions.GitHubException, RuntimeError, ValueError, OSError) as exc:
         raise PublishFailed(str(exc).replace(token, "***")) from None
 

@@ -18,58 +18,38 @@ MAX_PAGES = 10  # of 100: a PR's reviews and comments beyond 1,000 are not read
 # Permission reads per decision (anyone can review or comment), most plausible writer first.
 MAX_APPROVERS = 25
 MAX_WAIT_S = 300.0
+ATTEMPTS = 5  # of each request
+ROUNDS = 5  # of a slot's read-merge-write-verify
 
 
 class PublishFailed(CiError, RuntimeError):
     """GitHub refused, or kept failing in a retryable way (the last error chained): exit 1."""
 
-    code = EXIT_FAILED
+    code, prefix = EXIT_FAILED, "error: GitHub: "
 
 
-@dataclass
-class RetryPolicy:
-    """Retries 5xx, 429, 403 rate limits and dropped connections: Retry-After (or the limit's
-    reset) when sent, else exponential back-off."""
-
-    attempts: int = 5
-    base_s: float = 1.0
-    cap_s: float = 60.0
-    sleep: object = None  # None: time.sleep, looked up at call time so tests can stub it
-
-    def pause(self, seconds: float) -> None:
-        (self.sleep or time.sleep)(seconds)
-
-    def call(self, what: str, fn, *args, **kwargs):
-        for attempt in range(1, self.attempts + 1):
-            try:
-                return fn(*args, **kwargs)
-            except gh_errors.GitHubException as exc:
-                wait = self._wait(exc, attempt)
-                if wait is None:
-                    raise
-                if attempt == self.attempts:
-                    raise PublishFailed(f"{what}: gave up after {attempt} attempts: {exc}") from exc
-                self.pause(wait)
-
-    def _wait(self, exc: gh_errors.GitHubException, attempt: int) -> float | None:
-        backoff = min(self.cap_s, self.base_s * 2 ** (attempt - 1)) * (1 + random.random() * 0.25)
-        if isinstance(exc, gh_errors.ConnectionError):
-            return backoff
-        if not isinstance(exc, gh_errors.GitHubError):
-            return None
-        headers = getattr(exc.response, "headers", None) or {}
-        exhausted = headers.get("X-RateLimit-Remaining") == "0"
-        limited = "Retry-After" in headers or exhausted or "rate limit" in str(exc.msg).lower()
-        if not (exc.code == 429 or 500 <= exc.code < 600 or (exc.code == 403 and limited)):
-            return None
-        try:
-            if "Retry-After" in headers:
-                return min(MAX_WAIT_S, max(0.0, float(headers["Retry-After"])))
-            if exhausted and headers.get("X-RateLimit-Reset"):
-                return min(MAX_WAIT_S, max(0.0, float(headers["X-RateLimit-Reset"]) - time.time()))
-        except ValueError:
-            pass
-        return max(backoff, 60.0) if exc.code == 403 else backoff
+def _wait(exc: gh_errors.GitHubException, attempt: int) -> float | None:
+    """How long to wait before retrying after ``exc`` (None: not retried): a 5xx, 429, 403 rate
+    limit or dropped connection is, after Retry-After (or the limit's reset) when sent, else an
+    exponential back-off."""
+    backoff = min(60.0, 2.0 ** (attempt - 1)) * (1 + random.random() * 0.25)
+    if isinstance(exc, gh_errors.ConnectionError):
+        return backoff
+    if not isinstance(exc, gh_errors.GitHubError):
+        return None
+    headers = getattr(exc.response, "headers", None) or {}
+    exhausted = headers.get("X-RateLimit-Remaining") == "0"
+    limited = "Retry-After" in headers or exhausted or "rate limit" in str(exc.msg).lower()
+    if not (exc.code == 429 or 500 <= exc.code < 600 or (exc.code == 403 and limited)):
+        return None
+    try:
+        if "Retry-After" in headers:
+            return min(MAX_WAIT_S, max(0.0, float(headers["Retry-After"])))
+        if exhausted and headers.get("X-RateLimit-Reset"):
+            return min(MAX_WAIT_S, max(0.0, float(headers["X-RateLimit-Reset"]) - time.time()))
+    except ValueError:
+        pass
+    return max(backoff, 60.0) if exc.code == 403 else backoff
 
 
 def connect(token: str, api_url: str | None = None):
@@ -87,9 +67,7 @@ class Publisher:
     owner: str
     repo: str
     number: int | None
-    policy: RetryPolicy
-    log: object = print
-    rounds: int = 5
+    sleep: object = None  # None: time.sleep, looked up at call time so tests can stub it
     settle_s: float = 3.0
     replaced: str | None = None  # the slot text our last slot write replaced (None: no slot)
     written: str | None = None  # the slot text that write put there
@@ -101,7 +79,23 @@ class Publisher:
             response = self._send(method, parts, params=params, json=json)
             return response.json() if response is not None and response.content else None
 
-        return self.policy.call(what, once)
+        return self.retried(what, once)
+
+    def retried(self, what: str, fn):
+        """``fn()``, retried up to ``ATTEMPTS`` times while ``_wait`` says to."""
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                return fn()
+            except gh_errors.GitHubException as exc:
+                wait = _wait(exc, attempt)
+                if wait is None:
+                    raise
+                if attempt == ATTEMPTS:
+                    raise PublishFailed(f"{what}: gave up after {attempt} attempts: {exc}") from exc
+                self.pause(wait)
+
+    def pause(self, seconds: float) -> None:
+        (self.sleep or time.sleep)(seconds)
 
     def _send(self, method: str, parts, **kwargs):
         root = ("repos", self.owner, self.repo) if parts[0] != "/user" else ()
@@ -138,29 +132,29 @@ class Publisher:
         again just before the write (an edit since is merged) and after it (a stale body saved
         over ours gets our slot again)."""
         base, limit = self._body(), pr_states.BODY_LIMIT
-        for _ in range(self.rounds):
+        for _ in range(ROUNDS):
             bodies = [(pr_states.set_slot(base, slot, label, text), text) for text in texts]
             fits = [(new, text) for new, text in bodies if len(new) <= limit]
             if not fits:
-                self.log(f"PR body: unchanged: with our slot over {limit} characters")
+                print(f"PR body: unchanged: with our slot over {limit} characters")
                 return "too-long"
             new, text = fits[0]
             if new == base:
                 return "unchanged"
             fresh = self._body()
             if fresh != base:
-                self.log("PR body: changed since we read it; merging our slot onto the new body")
+                print("PR body: changed since we read it; merging our slot onto the new body")
                 base = fresh
                 continue
             self.replaced, self.written = pr_states.get_slot(base, slot), text
             self.request("PATCH", "write PR body", "issues", self.number, json={"body": new})
             # A writer that read before our write lands its stale body within the settle time.
-            self.policy.pause(self.settle_s)
+            self.pause(self.settle_s)
             base = self._body()
             if pr_states.get_slot(base, slot) == text:
                 return "updated"
-            self.log("PR body: another writer replaced it after our write; re-applying our slot")
-        raise RuntimeError(f"PR #{self.number}: body kept changing; gave up after {self.rounds}")
+            print("PR body: another writer replaced it after our write; re-applying our slot")
+        raise RuntimeError(f"PR #{self.number}: body kept changing; gave up after {ROUNDS}")
 
     def put_back_slot(self, slot: str, label: str) -> str:
         """Undo our last slot write, while the slot still holds it and if one was there before."""
@@ -215,7 +209,7 @@ class Publisher:
             )[0]  # fmt: skip
 
         # The whole find-then-write repeats on a retry, so a retried create cannot duplicate.
-        return self.policy.call("sticky comment", once)
+        return self.retried("sticky comment", once)
 
     def set_status(self, sha: str, status: dict) -> None:
         self.request("POST", f"status {status['context']}", "statuses", sha, json=status)
@@ -261,7 +255,7 @@ class Publisher:
                     raise EvidenceError(f"artifact {artifact_id}: more than {limit} bytes")
             return bytes(data)
 
-        return self.policy.call(f"download artifact {artifact_id}", fetch)
+        return self.retried(f"download artifact {artifact_id}", fetch)
 
 
 def upsert_sticky(items, marker: str, author: str, create, unchanged, edit, retire) -> tuple:

@@ -72,11 +72,11 @@ def _rows(args) -> tuple:
 def _post(args, body) -> bool:
     import github3.exceptions
 
-    from ci.reporter.publish import Publisher, PublishFailed, RetryPolicy, connect
+    from ci.reporter.publish import Publisher, PublishFailed, connect
 
     token = os.environ["GITHUB_TOKEN"]
     owner, name = args.repo.split("/")
-    github = Publisher(connect(token, args.api_url), owner, name, None, RetryPolicy())
+    github = Publisher(connect(token, args.api_url), owner, name, None)
     try:
         outcome, number = upsert_issue(github, body, github.identity(args.bot_login))
     except (PublishFailed, github3.exceptions.GitHubException, RuntimeError) as exc:
@@ -112,7 +112,7 @@ def upsert_issue(github, body, author) -> tuple:
         return outcome, issue["number"]
 
     # The whole find-then-write repeats on a retry, so a retried create cannot duplicate.
-    return github.policy.call("tracking issue", once)
+    return github.retried("tracking issue", once)
 
 
 if __name__ == "__main__":
