@@ -163,14 +163,12 @@ def recognise(module, site: "Site | None" = None) -> Recognition:
 
 def all_or_none(found: "list[Recognition]") -> Recognition:
     """One patch's recognition from its methods': a state all share, else unsupported."""
-    if len(found) == 1:
-        return found[0]
     states = {f.state for f in found}
     state = states.pop() if len(states) == 1 else "unsupported"
     reasons = list(dict.fromkeys(f.reason for f in found))
     if len(reasons) > 1:
         reasons = [f"{f.target.rsplit('.', 1)[-1]}: {f.reason}" for f in found]
-    if state == "unsupported":
+    if state == "unsupported" and len(found) > 1:
         reasons.append("the patch replaces all of its methods or none")
     return Recognition(state, ", ".join(dict.fromkeys(f.target for f in found)), "; ".join(reasons))
 
