@@ -200,14 +200,23 @@ def test_apply_commits_one_fix_or_the_series_and_refuses_what_is_applied(capsys,
     assert (repo / TEST).read_bytes() == (REPO_ROOT / TEST).read_bytes()
 
 
+# patch -> (bytes replaced, replacement) -> its matrix cell: each fix tried on its own files
+MATRIX = {
+    "0001": (b"\n-            self._head_source = None", b"\n-            x = 0",
+             "fails (sparse_prefill_utils.py hunk #1)"),
+    "0003": (b"@@ -372,6 +372,13 @@", b"@@ -369,6 +369,13 @@", "clean (hunk #1 offset +3)"),
+    "0005": (b"\n         buffer = self._draft_probs_buf\n", b"\n         buffer = 0\n",
+             "fuzz (applies with 1 line of context)"),
+}  # fmt: skip
+
+
 def test_matrix_tries_each_fix_on_its_own_files(project):
-    root = project
-    fix = next((root / "patches").glob("0001-*.patch"))
-    old, new = b"\n-            self._head_source = None", b"\n-            x = 0"
-    fix.write_bytes(fix.read_bytes().replace(old, new, 1))
-    row = matrix.release_row(seriesdir.load(root / "patches"), "0.5.23")
-    statuses = {name.split("-", 1)[0]: result["status"] for name, result in row["patches"].items()}
-    assert statuses == {f"{n:04d}": "fails" if n == 1 else "clean" for n in range(1, 13)}
+    for number, (old, new, _) in MATRIX.items():
+        _corrupt(project, f"patches/{number}-*.patch", old, new)
+    row = matrix.release_row(seriesdir.load(project / "patches"), "0.5.23")
+    cells = {name[:4]: matrix.cell(result) for name, result in row["patches"].items()}
+    want = {f"{n:04d}": "clean" for n in range(1, 13)}
+    assert cells == want | {number: cell for number, (_, _, cell) in MATRIX.items()}
 
 
 def test_apply_refuses_a_dirty_checkout_and_one_it_does_not_apply_to(capsys, tmp_path, series):

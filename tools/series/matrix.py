@@ -16,17 +16,6 @@ DSV4_RELEASES = tuple(
 _OFFSET = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)", re.M)
 
 
-def classify(exact_ok: bool, exact_output: str, fuzz_ok: bool):
-    """(status, detail) from the exact and the one-line-of-context git apply --check."""
-    if exact_ok:
-        offsets = _OFFSET.findall(exact_output)
-        detail = ", ".join(f"hunk #{h} offset {int(o):+d}" for h, _, o in offsets)
-        return "clean", detail
-    if fuzz_ok:
-        return "fuzz", "applies with 1 line of context"
-    return "fails", ""
-
-
 def release_row(series, version: str) -> dict:
     results = {}
     with zipfile.ZipFile(base.wheel_path(version)) as wheel, tempfile.TemporaryDirectory() as tmp:
@@ -44,20 +33,20 @@ def release_row(series, version: str) -> dict:
 
 
 def _try(tree: Path, path: Path, patch) -> dict:
-    """How one patch applies to ``tree``, applying it when it does."""
-    exact = _apply(tree, path, ["--check", "-v"])
-    fuzzy = exact if exact.returncode == 0 else _apply(tree, path, ["--check", "-v", "-C1"])
-    status, detail = classify(exact.returncode == 0, gitcmd.text(exact), fuzzy.returncode == 0)
-    if status == "fails":
-        problems = check.explain(gitcmd.text(exact), patch)
-        detail = "; ".join(problem.split(": ", 1)[1] for problem in problems)
-    else:
-        _apply(tree, path, [] if status == "clean" else ["-C1"])
-    return {"status": status, "detail": detail}
+    """How one patch applies to ``tree``, applying it when it does (git apply: all or nothing)."""
 
+    def apply(option: str):
+        return gitcmd.run(["apply", option, str(path)], tree, check=False, ceiling=tree.parent)
 
-def _apply(tree: Path, patch_path: Path, extra):
-    return gitcmd.run(["apply", *extra, str(patch_path)], tree, check=False, ceiling=tree.parent)
+    exact = apply("-v")
+    if exact.returncode == 0:
+        offsets = _OFFSET.findall(gitcmd.text(exact))
+        detail = ", ".join(f"hunk #{h} offset {int(o):+d}" for h, _, o in offsets)
+        return {"status": "clean", "detail": detail}
+    if apply("-C1").returncode == 0:
+        return {"status": "fuzz", "detail": "applies with 1 line of context"}
+    problems = check.explain(gitcmd.text(exact), patch)
+    return {"status": "fails", "detail": "; ".join(p.split(": ", 1)[1] for p in problems)}
 
 
 def short_detail(detail: str) -> str:
