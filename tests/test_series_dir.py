@@ -48,7 +48,7 @@ def test_a_corrupt_patch_is_named_with_its_line(data, said):
         ("series", "0001-a.patch\n0001-a.patch\n", r"series:2: .* listed twice"),
         ("series", "fix.diff\n", r"series:1: 'fix.diff' is not"),
         ("series", "0000-cover-letter.patch\n", "series:1: .* is the cover letter"),
-        ("series", "0001-a.patch -p0\n", "series:1: only '-p1'"),
+        ("series", "0001-a.patch -p1\n", "series:1: '0001-a.patch -p1' is not"),
         ("base", "release: sglang==0.5.23\nfile: x.py sha256=nothex\n", "BASE:2: .* needs sha256"),
         ("base", "release: sglang==latest\n", "not a release version"),
         ("base", "release: torch==2.0\n", "BASE:1: expected 'release: sglang==X.Y.Z'"),

@@ -44,8 +44,10 @@ def refresh(patches_dir, source) -> list:
             description = f"{letter.subject}\n\n{letter.blurb}\n"
             command = ["-c", f"branch.series.description={description}", *command]
             command += ["--cover-letter", "--cover-from-description=subject"]
-            # the letter's From (the committer) is the first commit's author
-            env = {"GIT_COMMITTER_NAME": author[0], "GIT_COMMITTER_EMAIL": author[1]}
+            # Its From and Date are the committer's: the refresher, dated like the newest commit
+            # (not the moment of the refresh: the same commits give the same bytes).
+            date = gitcmd.out(["log", "-1", "--format=%ad", "--date=raw", "HEAD"], source)
+            env = base.identity(*author, date)
         gitcmd.run([*command, "-o", tmp, on_top], authored, env=env)
         generated = sorted(p for p in Path(tmp).glob("*.patch") if p.name != COVER_NAME)
         names = [*old_names[: len(generated)], *(p.name for p in generated[len(old_names) :])]
@@ -56,11 +58,7 @@ def refresh(patches_dir, source) -> list:
             patches.append(seriesdir.parse_patch(data, name))  # never write what cannot be read
             report.append(f"{name}: {_write(patches_dir / name, data)} ({patches[-1].subject})")
         if letter is not None:
-            # Dated like the newest commit, not the moment of the refresh: same commits, bytes.
-            date = gitcmd.out(["log", "-1", "--format=%aD", "HEAD"], source)
-            head, sep, body = (Path(tmp) / COVER_NAME).read_bytes().partition(b"\n\n")
-            head = re.sub(rb"(?m)^Date: .*$", lambda _: b"Date: " + date.encode(), head)
-            data = head + sep + body
+            data = (Path(tmp) / COVER_NAME).read_bytes()
             subject = seriesdir.parse_cover(data).subject
             report.append(f"{COVER_NAME}: {_write(cover_file, data)} ({subject})")
     for stale in set(old_names) - set(names):

@@ -32,11 +32,9 @@ def _lines(text: str):
 
 def parse_series(text: str, where: str = "patches/series") -> list:
     names = []
-    for number, line in _lines(text):
-        name, *options = line.split()
+    for number, name in _lines(text):
         problem = (
-            options and options != ["-p1"] and f"only '-p1' is supported, got {options}"
-            or not _NAME_RE.match(name) and f"{name!r} is not a NNNN-name.patch file name"
+            not _NAME_RE.match(name) and f"{name!r} is not a NNNN-name.patch file name"
             or name == COVER_NAME and f"{name} is the cover letter, not a patch; git am must "
             "not apply it, so the series does not list it"
             or name in names and f"{name} is listed twice"
