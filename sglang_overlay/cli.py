@@ -26,12 +26,6 @@ class Parser(argparse.ArgumentParser):
         raise OverlayError(f"{message} (see sglang-overlay --help)")
 
 
-def pid(text: str) -> int:
-    if not text.isdigit() or int(text) <= 0:
-        raise argparse.ArgumentTypeError(f"not a process id: {text!r}")
-    return int(text)
-
-
 def main(argv=None) -> int:
     parser = Parser(
         prog="sglang-overlay",
@@ -42,11 +36,13 @@ def main(argv=None) -> int:
     parser.add_argument("verb", choices=["status"])
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
     parser.add_argument("--processes", action="store_true", help="every live sglang process")
-    parser.add_argument("--pid", type=pid, action="append", help="with --processes: only this one")
+    parser.add_argument("--pid", type=int, action="append", help="with --processes: only this one")
     try:
         args = parser.parse_args(argv)
         if args.pid and not args.processes:
             raise OverlayError("--pid needs --processes")
+        if args.pid and min(args.pid) <= 0:
+            raise OverlayError(f"--pid {min(args.pid)}: not a process id")
         pids = set(args.pid) if args.pid else None
         lines, ok = processes_status(args.json, pids) if args.processes else fresh_status(args.json)
     except OverlayError as exc:
