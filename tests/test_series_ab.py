@@ -13,7 +13,7 @@ def test_the_plan_runs_the_fixs_own_tests_on_the_base_and_the_base_with_that_fix
     fix = series.fix("0003")
     made = ab.plan(series, fix, tmp_path / "out", "cuda")
     args = ci_parser().parse_args(made.ci_run[1:])
-    added = sorted(p for p, new in fix.touched_files().items() if new)
+    added = sorted(fix.added_files())
     assert made.ci_run[0] == "ci" and args.verb == "run" and args.backend == "cuda"
     assert list(args.tests) == added and all(p.startswith("test/registered/") for p in added)
     assert (args.unmodified_src, args.change_src) == (str(made.unmodified), str(made.change))

@@ -54,11 +54,6 @@ def _other_series(data):
     data["series"]["id"] = data["series"]["fixes"][0]["id"] = "0" * 64
 
 
-def _foreign(data):
-    for item in (*data["files"], *data["cases"]):
-        item["path" if "path" in item else "file"] = "test/proofs/cpu/test_x.py"
-
-
 def _void(data):  # the listed regressions pass unmodified: the bug did not reproduce
     for case in data["cases"]:
         case["modes"]["unmodified"].update(outcome="pass", detail="", attempts=[])
@@ -78,7 +73,6 @@ REFUSALS = {
     "other-series": (CUDA, _other_series, [], 1, ["made for series 000000000000", "fix 0001 in patches/", "Run 'python -m ci run"]),
     "no-series": (CUDA, lambda d: d.pop("series"), [], 1, ["record no series id"]),
     "not-plain": (CUDA, lambda d: d["environment"].pop("plain"), [], 2, ["do not record a plain environment"]),
-    "foreign-tests": (CUDA, _foreign, [], 2, ["hold test/proofs/cpu/test_x.py, which the series does not add"]),
     "void": (CUDA, _void, [], 1, ["do not prove the change (void)"]),
     "two-fixes": (DSV4_CPU, _both_fixes, [], 2, ["tests of 0001 and 0003", "pick it with --fix"]),
     "fix-not-held": (DSV4_CPU, None, ["--fix", "0003"], 2, ["hold no test of fix 0003"]),

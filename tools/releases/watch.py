@@ -130,21 +130,21 @@ def state_of(record: dict) -> tuple:
 
 
 def overlay_state(version: str, env: dict) -> dict:
-    """{state, reason, sha256} of the first patch in a fresh process; ``records``: every one's."""
+    """({state, reason, sha256} of the first patch in a fresh process, every patch's record)."""
     argv = [sys.executable, "-W", "ignore", "-m", "sglang_overlay", "status", "--json"]
     status = _run(argv, env, "/")
     try:
         records = json.loads(status.stdout)
         record = records[0]
     except (ValueError, IndexError, KeyError):
-        return {"state": "does not import", "reason": _last_line(status.stderr), "sha256": None}
+        return {"state": "does not import", "reason": _last_line(status.stderr), "sha256": None}, []
     if record.get("sglang_version") not in (version, "unknown", None):
         raise usage(f"asked for sglang {version}, found {record['sglang_version']}")
     state, sha = state_of(record)
     reason = record["reason"]
     if state == "does not import":  # not testable here; the row keeps the import's error
         reason = reason.partition("failed to import ")[2].partition(": ")[2] or reason
-    return {"state": state, "reason": clip(reason, MAX_TEXT), "sha256": sha, "records": records}
+    return {"state": state, "reason": clip(reason, MAX_TEXT), "sha256": sha}, records
 
 
 def series_status(version: str) -> tuple:
@@ -186,8 +186,7 @@ def check(version: str, out: Path, installed: bool = False) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in (DISABLE_ENV, "PYTHONPATH")}
     if not installed:
         env["PYTHONPATH"] = str(install(version))
-    overlay = overlay_state(version, env)
-    records = overlay.pop("records", [])
+    overlay, records = overlay_state(version, env)
     series, fixes = series_status(version)
     row = {"version": version, **overlay, "series": series, "patches": patch_rows(records, fixes)}
     if row["state"] == "applied":

@@ -39,7 +39,7 @@ def plan(series, fix, out, backend: str) -> Plan:
     """The trees and the ``ci run`` of every test ``fix`` adds, on patches/BASE's release."""
     out = Path(out).resolve()
     version = series.base.version
-    tests = sorted(path for path, new in fix.touched_files().items() if new)
+    tests = sorted(fix.added_files())
     if not tests:
         raise usage(f"fix {fix.number} adds no test file: there is nothing to run")
     unmodified = out / "trees" / f"sglang-{version}"

@@ -36,14 +36,10 @@ def message_sections(body: str) -> list:
     return [(heading, "\n\n".join(paragraphs)) for heading, paragraphs in sections]
 
 
-def _added(fixlike) -> set:
-    return {path for path, new in fixlike.touched_files().items() if new}
-
-
 def select_fix(series, results, number: str | None = None):
     """The fix ``number`` names, else the one whose tests the results hold; refused (exit 2) for
-    results not made by ``series ab`` (its plain trees: the base release, no overlay) of the
-    series' own tests, or ambiguous, and (exit 1) when they are no evidence for that fix: other
+    results not made by ``series ab`` (its plain trees: the base release, no overlay; the fix's
+    own tests), or ambiguous, and (exit 1) when they are no evidence for that fix: other
     code or release (the ids hash both), or a proof that is not ok."""
     if results.environment.get("plain") is not True:
         raise usage(
@@ -51,18 +47,11 @@ def select_fix(series, results, number: str | None = None):
             "make them with python -m tools.series ab --fix N --out DIR"
         )
     ran = {f.path for f in results.files}
-    if foreign := sorted(ran - _added(series)):
-        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
-        raise usage(
-            f"the results hold {foreign[0]}{more}, which the series does not add; run the "
-            "series' own tests ('python -m ci run --out DIR --tests test/registered') and render "
-            "from that folder"
-        )
-    holding = [fix for fix in series.fixes if ran & _added(fix)]
+    holding = [fix for fix in series.fixes if ran & fix.added_files()]
     if number is not None:
         fix = series.fix(number)
         if fix not in holding:
-            tests = ", ".join(sorted(_added(fix))) or "none"
+            tests = ", ".join(sorted(fix.added_files())) or "none"
             raise usage(f"the results hold no test of fix {fix.number} (its tests: {tests})")
     elif len(holding) != 1:
         numbers = " and ".join(fix.number for fix in holding) or "no fix"
@@ -93,7 +82,7 @@ def select_fix(series, results, number: str | None = None):
 
 def own_results(fix, results):
     """``results`` with only the files and cases of ``fix``'s tests, judged again."""
-    added = _added(fix)
+    added = fix.added_files()
     files = tuple(f for f in results.files if f.path in added)
     cases = tuple(c for c in results.cases if c.file in added)
     return judge.with_verdict(replace(results, files=files, cases=cases, pictures={}))

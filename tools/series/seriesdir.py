@@ -184,6 +184,10 @@ class SeriesDir:
                 seen.setdefault(path, added)
         return seen
 
+    def added_files(self) -> set:
+        """The upstream paths the patches add: a fix's own tests."""
+        return {path for path, added in self.touched_files().items() if added}
+
     @property
     def fixes(self) -> tuple:
         groups = []
