@@ -14,19 +14,20 @@ import torch
 from sglang_overlay import FUSED_KV_PATCH_ID, PATCH_ID, shapes
 from sglang_overlay.observe import MIB, ReplacementLog
 
-# patch id -> what its log calls the buffers (else the class and methods)
-NAMES = {
-    PATCH_ID: "DSV4 sparse-prefill workspace",
-    FUSED_KV_PATCH_ID: "fused KV materialisation workspace",
-    "0005-dflash-draft-probs-release-first": "DFlash draft-probability buffer",
+# patch id -> the log of its replacements, by what it calls the buffers
+LOGS = {
+    PATCH_ID: ReplacementLog("DSV4 sparse-prefill workspace"),
+    FUSED_KV_PATCH_ID: ReplacementLog("fused KV materialisation workspace"),
+    "0005-dflash-draft-probs-release-first": ReplacementLog("DFlash draft-probability buffer"),
+    "0007-dsa-q8kv8-release-first": ReplacementLog("DSA q8kv8 q pad, KV rows and outputs"),
+    "0009-dsv4-q8kv8-qpad-release-first": ReplacementLog("DSV4 q8kv8 q pad"),
+    "0011-dsa-q8kv8-born-q-release-first": ReplacementLog("DSA q8kv8 born-fp8 q and sentinel"),
 }
-LOGS: "dict[str, ReplacementLog]" = {}
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
 def high_water_bytes(patch_id: str) -> int:
-    log = LOGS.get(patch_id)
-    return log.high_water_bytes if log else 0
+    return LOGS[patch_id].high_water_bytes
 
 
 def _tensors(values) -> list:
@@ -48,10 +49,6 @@ def _logged(patch_id, owner, released, old, publish) -> None:
     """Log and publish a replacement, never inside a torch.compile graph."""
     if _compiling():
         return
-    if patch_id not in LOGS:  # a patch's first replacement makes its log
-        sites = shapes.SITES[patch_id]
-        name = f"{sites[0].class_names[0]}.{'/'.join(s.methods[0] for s in sites)} scratch"
-        LOGS.setdefault(patch_id, ReplacementLog(NAMES.get(patch_id, name)))
     now = _tensors(getattr(owner, a, None) for a in released)
     LOGS[patch_id].replaced(old, describe(now), sum(t.nelement() * t.element_size() for t in now))
     publish()
