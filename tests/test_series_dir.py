@@ -116,11 +116,6 @@ def test_gits_failure_is_told_as_patch_file_and_hunk(output, said):
     assert check.explain(output, parse_patch(FIX_BYTES, "0001-x.patch")) == [said]
 
 
-def test_first_difference_names_the_line():
-    assert check.first_difference(b"a\nb\nc\n", b"a\nB\nc\n") == "line 2"
-    assert "longer" in check.first_difference(b"a\n", b"a\nb\n")
-
-
 def test_wheel_members_map_to_upstream_without_dist_info_or_compiled_extensions(tmp_path):
     wheel = tmp_path / "sglang-0.5.23-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:

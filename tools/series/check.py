@@ -30,8 +30,8 @@ def run_check(series) -> list:
         am_series(series, repo, env=gitcmd.TOOL_IDENTITY)
         report.append(f"{len(series.names)} patches apply to {name} with git am")
         if series.cover is not None:
-            count = series.cover.count
-            report.append(f"{COVER_NAME}: introduces {count} patches (not applied by git am)")
+            said = f"introduces {series.cover.count} patches (not applied by git am)"
+            report.append(f"{COVER_NAME}: {said}")
         report += verify_mirrored_files(series, repo) + verify_hooks(series, repo)
         for fix in series.fixes if len(series.fixes) > 1 else ():  # each its own pull request
             gitcmd.run(["reset", "-q", "--hard", base.BASE_TAG], repo)
@@ -142,20 +142,16 @@ def verify_mirrored_files(series, repo: Path) -> list:
         expected, actual = ours.read_bytes(), base.blob(repo, path, "HEAD") or b""
         if expected != actual:
             owner = next(p.name for p in series.patches if any(f[0] == path for f in p.files))
+            lines = expected.splitlines(keepends=True), actual.splitlines(keepends=True)
+            same = len(os.path.commonprefix(lines))
+            longer = " (one file is longer)" if same == min(map(len, lines)) else ""
             raise SeriesError(
-                f"{owner} carries a {path} that differs from the project's file "
-                f"(first difference at {first_difference(expected, actual)}); "
-                "re-create the commit from the project's file and run refresh"
+                f"{owner} carries a {path} that differs from the project's file (first "
+                f"difference at line {same + 1}{longer}); re-create the commit from the "
+                "project's file and run refresh"
             )
         report.append(f"{path}: identical to the project's file")
     return report
-
-
-def first_difference(expected: bytes, actual: bytes) -> str:
-    a_lines, b_lines = expected.splitlines(keepends=True), actual.splitlines(keepends=True)
-    same = len(os.path.commonprefix([a_lines, b_lines]))
-    longer = " (one file is longer)" if same == min(len(a_lines), len(b_lines)) else ""
-    return f"line {same + 1}{longer}"
 
 
 def verify_hooks(series, repo: Path) -> list:
