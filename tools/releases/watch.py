@@ -129,7 +129,7 @@ def state_of(record: dict) -> tuple:
     return state, sha or None
 
 
-def overlay_state(version: str, env: dict) -> dict:
+def overlay_state(version: str, env: dict) -> tuple:
     """({state, reason, sha256} of the first patch in a fresh process, every patch's record)."""
     argv = [sys.executable, "-W", "ignore", "-m", "sglang_overlay", "status", "--json"]
     status = _run(argv, env, "/")
