@@ -68,7 +68,6 @@ RUN_FLAGS = (
     ("--tests", "tests under --root (default test/registered)", {"nargs": "+", "metavar": "PATH"}),
     ("--backend", "default: cuda when nvidia-smi exists, else cpu", {"choices": ["cuda", "cpu"]}),
     ("--shard", "I/N: run partition I (0-based) of N, split by est_time"),
-    ("--modes", "comma list (default both: unmodified,change)", {"default": "unmodified,change"}),
     ("--unmodified-src", "a tree holding python/sglang for this side", DIR),
     ("--change-src", "a tree holding python/sglang for this side", DIR),
     ("--unmodified-env", "a setting of this side's test processes (repeatable)", ENV),

@@ -251,7 +251,7 @@ def test_files_that_fail_outside_their_tests_are_cases_and_a_reused_out_keeps_no
     (tmp_path / "junit-change.xml").write_text("<stale/>")
     files = [f"{FIXTURES}/{name}.py" for name in ("test_setup_class_fails", "test_exits_early")]
     files.append(f"{FIXTURES}/test_does_not_compile.py")
-    argv = ["run", "--out", tmp_path, "--backend", "cpu", "--modes", "change", "--tests", *files]
+    argv = ["run", "--out", tmp_path, "--backend", "cpu", *OVERLAY_SIDES, "--tests", *files]
     code, out, err = ci(capsys, *argv)
     assert code == 1 and "ci run: failed" in out and "would refuse" not in err, err
     assert not (tmp_path / "pictures").exists()
@@ -371,7 +371,6 @@ def test_ctrl_c_stops_every_test_process_and_prints_one_line(tmp_path):
         (["run", "--out", "x", "--regressions", sys.executable], "error: --regressions "),
         (["run", "--out", "x", "--tests", "no/such/dir"], "error: --tests no/such/dir: no such"),
         (["run", "--out", "x", "--shard", "2/2"], "error: --shard '2/2': need 0 <= I < N"),
-        (["run", "--out", "x", "--modes", "base"], "error: --modes 'base': use a comma list"),
         (["run", "--out", "x", "--change-env", "A"], "error: --change-env 'A': expected NAME="),
         (["run", "--out", "x", "--unmodified-env", "=v"], "error: --unmodified-env '=v': expected"),
         (["run", "--out", "x", "--change-env", "A=1", "--unmodified-env", "A=1"], "error: both"),
@@ -392,7 +391,7 @@ def test_a_reader_that_stops_early_ends_ci_run_quietly_with_the_verdicts_code(
     os.close(read)
     monkeypatch.setattr(sys, "stdout", os.fdopen(write, "w"))
     monkeypatch.chdir(REPO)
-    argv = ["run", "--out", str(tmp_path / "out"), "--backend", "cpu", "--modes", "change"]
+    argv = ["run", "--out", str(tmp_path / "out"), "--backend", "cpu", *OVERLAY_SIDES]
     assert main([*argv, "--tests", f"{FIXTURES}/test_exits_early.py"]) == 1
     assert "Traceback" not in capsys.readouterr().err
 

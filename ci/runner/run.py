@@ -61,9 +61,6 @@ def execute(request, log) -> tuple[Results, str | None]:
 
 def _execute(request, root: str, log, out=None, change=None) -> tuple[Results, str | None]:
     backend = request.backend or ("cuda" if shutil.which("nvidia-smi") else "cpu")
-    wanted = tuple(m.strip() for m in request.modes.split(",") if m.strip())
-    if not wanted or any(m not in MODES for m in wanted) or len(set(wanted)) != len(wanted):
-        raise CiError(f"--modes {request.modes!r}: use a comma list of {', '.join(MODES)}")
     if request.jobs < 1:
         raise CiError(f"--jobs {request.jobs}: at least 1")
     if not request.timeout > 0:
@@ -72,7 +69,7 @@ def _execute(request, root: str, log, out=None, change=None) -> tuple[Results, s
     preload = () if preload == ("none",) else preload
     if not all(re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", m) for m in preload):
         raise CiError(f"--preload {request.preload!r}: a comma list of module names")
-    setups = sides.setups(wanted, request)
+    setups = sides.setups(request)
     if request.regressions is not None and not os.path.isfile(request.regressions):
         raise CiError(f"--regressions {request.regressions}: not a file")
     try:
@@ -89,9 +86,7 @@ def _execute(request, root: str, log, out=None, change=None) -> tuple[Results, s
     out = out or _prepare_out(request.out)
     for link in tree.links:
         log(f"ci run: {link['file']}: {link['why']}")
-    log(
-        f"ci run: {len(selected)} files x {len(wanted)} sides on {backend}, {request.jobs} at a time"
-    )
+    log(f"ci run: {len(selected)} files x 2 sides on {backend}, {request.jobs} at a time")
     upstream_ci = not request.outside_upstream_ci
     environments = {m: sides.environment(s, upstream_ci=upstream_ci) for m, s in setups.items()}
     paths = list(selected)
@@ -104,7 +99,7 @@ def _execute(request, root: str, log, out=None, change=None) -> tuple[Results, s
     )  # fmt: skip
     records = {
         m: sides.record_of(next((r.environment for r in runs if r.mode == m and r.environment), ""))
-        for m in wanted
+        for m in MODES
     }
     commits = {"unmodified": change.base, "change": change.head} if change else {}
     by_mode = {m: sides.side(s, records[m], setups, commits.get(m)) for m, s in setups.items()}

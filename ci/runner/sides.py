@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ci import gitcmd
 from ci.errors import CiError
-from ci.evidence.model import Side
+from ci.evidence.model import MODES, Side
 from ci.runner.collect import REGISTERED_ROOT
 
 # What sglang's CI sets that changes how a test behaves: SGLANG_IS_IN_CI turns on CustomTestCase's
@@ -41,11 +41,11 @@ class SideSetup:
     env: dict = field(default_factory=dict)  # NAME -> VALUE, set last
 
 
-def setups(modes, request) -> dict:
-    """mode -> SideSetup for each of ``modes``, from ``request``'s ``--MODE-src`` and
-    ``--MODE-env NAME=VALUE``; refused when two sides would be the same."""
+def setups(request) -> dict:
+    """mode -> SideSetup for each of ``MODES``, from ``request``'s ``--MODE-src`` and
+    ``--MODE-env NAME=VALUE``; refused when the two sides would be the same."""
     made = {}
-    for mode in modes:
+    for mode in MODES:
         tree, env = getattr(request, f"{mode}_src"), {}
         for item in getattr(request, f"{mode}_env"):
             name, eq, value = item.partition("=")
@@ -55,7 +55,7 @@ def setups(modes, request) -> dict:
         if tree and not os.path.isdir(os.path.join(tree, PACKAGE)):
             raise CiError(f"--{mode}-src {tree}: no python/sglang inside")
         made[mode] = SideSetup(mode, os.path.abspath(tree) if tree else None, env)
-    if len({(s.tree, str(sorted(s.env.items()))) for s in made.values()}) < len(made):
+    if len({(s.tree, str(sorted(s.env.items()))) for s in made.values()}) == 1:
         raise CiError(
             "both sides are the same: give them different trees (--unmodified-src/--change-src, "
             "--git-base/--git-head) or settings (--unmodified-env/--change-env NAME=VALUE)"
@@ -79,13 +79,13 @@ def environment(setup: SideSetup, base=os.environ, upstream_ci: bool = True) -> 
 def side(setup: SideSetup, record: dict, setups: dict, commit: str | None) -> Side:
     """The side as the reports name it, from what its test processes imported, and the settings
     in which it differs from the other side in ``setups``."""
-    other = next((o for o in setups.values() if o is not setup), None)
+    other = next(o for o in setups.values() if o is not setup)
     commit = commit or git_commit(setup.tree)["commit"]
     version = record.get("sglang")
     label = f"sglang {version or '(version unknown)'}"
     if setup.tree:
         label += f" @ {commit[:12]}" if commit else f" ({os.path.basename(setup.tree)})"
-    differing = [f"{k}={v}" for k, v in setup.env.items() if other is None or other.env.get(k) != v]
+    differing = [f"{k}={v}" for k, v in setup.env.items() if other.env.get(k) != v]
     if differing:
         label += f" ({' '.join(differing)})"
     return Side(label[:200], version, setup.tree, commit)
