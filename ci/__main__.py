@@ -232,10 +232,12 @@ def cmd_gate(args) -> int:
     try:
         event = gate.load_event(path)
         facts = gate.event_facts(event)
+        repo = gate.field_object(event, "repository").get("full_name")
+        sender = gate.field_object(event, "sender").get("login")
     except (OSError, ValueError) as exc:
         raise CiError(f"event payload: {exc}") from None
     if facts is not None and facts.fork:
-        facts = github_io.fork_facts(event, facts.pr, args.api_url)
+        facts = github_io.fork_facts(repo, facts.pr, sender, args.api_url)
     decision = gate.decide(facts) if facts else gate.Gate(True, False, "not a pull_request event")
     lines = [f"run={str(decision.run).lower()}", f"fork={str(decision.fork).lower()}"]
     lines += [f"state={decision.state}", f"sha={decision.sha or ''}"]

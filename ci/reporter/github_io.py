@@ -162,13 +162,9 @@ def extract_results(zipped, folder: str) -> None:
         handle.write(data)
 
 
-def fork_facts(event: dict, pr: int | None, api_url: str | None) -> gate.PullFacts:
-    """A fork PR's head, labels and approvals as GitHub has them now, not as the payload did."""
-    try:
-        repo = gate.field_object(event, "repository").get("full_name")
-        sender = gate.field_object(event, "sender").get("login")
-    except ValueError as exc:
-        raise CiError(f"event payload: {exc}") from None
+def fork_facts(repo, pr: int | None, sender, api_url: str | None) -> gate.PullFacts:
+    """A fork PR's head, labels and approvals as GitHub has them now, not as the payload did
+    (``repo`` and ``sender``: the payload's, any JSON value)."""
     if not isinstance(repo, str) or repo.count("/") != 1 or pr is None:
         raise CiError("a fork PR's approvals are read from GitHub: the payload's repository "
                       "and PR number are needed")  # fmt: skip

@@ -92,10 +92,7 @@ class Publisher:
                     raise
                 if attempt == ATTEMPTS:
                     raise PublishFailed(f"{what}: gave up after {attempt} attempts: {exc}") from exc
-                self.pause(wait)
-
-    def pause(self, seconds: float) -> None:
-        (self.sleep or time.sleep)(seconds)
+                (self.sleep or time.sleep)(wait)
 
     def _send(self, method: str, parts, **kwargs):
         root = ("repos", self.owner, self.repo) if parts[0] != "/user" else ()
@@ -149,7 +146,7 @@ class Publisher:
             self.replaced, self.written = pr_states.get_slot(base, slot), text
             self.request("PATCH", "write PR body", "issues", self.number, json={"body": new})
             # A writer that read before our write lands its stale body within the settle time.
-            self.pause(self.settle_s)
+            (self.sleep or time.sleep)(self.settle_s)
             base = self._body()
             if pr_states.get_slot(base, slot) == text:
                 return "updated"
