@@ -67,6 +67,8 @@ RUN_FLAGS = (
     ("--out", "folder for results.json, JUnit, the report and logs", {"required": True}),
     ("--tests", "tests under --root (default test/registered)", {"nargs": "+", "metavar": "PATH"}),
     ("--backend", "default: cuda when nvidia-smi exists, else cpu", {"choices": ["cuda", "cpu"]}),
+    ("--suite", "only files registered for this effective suite"),
+    ("--stage", "only files registered for this stage"),
     ("--shard", "I/N: run partition I (0-based) of N, split by est_time"),
     ("--unmodified-src", "a tree holding python/sglang for this side", DIR),
     ("--change-src", "a tree holding python/sglang for this side", DIR),
@@ -151,10 +153,6 @@ def _parser() -> argparse.ArgumentParser:
         for name, flag_help, *more in flags:
             sub.add_argument(name, help=flag_help, **(more[0] if more else {}))
         sub.set_defaults(func=globals()[f"cmd_{verb}"])
-        if verb == "run":
-            group = sub.add_mutually_exclusive_group()
-            group.add_argument("--suite", help="only files registered for this effective suite")
-            group.add_argument("--stage", help="only files registered for this stage")
     return parser
 
 
