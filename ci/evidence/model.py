@@ -35,7 +35,7 @@ class EvidenceError(CiError, ValueError):
     """Evidence that is not what the runner writes; the message names the field."""
 
 
-def _field(bound=None, **kwargs):
+def bounded(bound=None, **kwargs):
     """A field whose JSON value ``_check`` holds to ``bound``; the JSON may leave it out only
     where it has a default."""
     return field(metadata={"bound": bound}, **kwargs)
@@ -165,14 +165,14 @@ class TestResult:
 
     __test__ = False  # not a pytest test class
 
-    test: str = _field(MAX_NAME)  # "Class.test", "test_function[param]", "Class.setUpClass"
-    outcome: Outcome = _field()
-    duration_s: float | None = _field(MAX_S, default=None)
-    peak_mib: float | None = _field(MAX_S, default=None)  # CUDA memory at its peak
-    detail: str = _field(MAX_TEXT, default="")  # a skip's reason, a traceback's end
+    test: str = bounded(MAX_NAME)  # "Class.test", "test_function[param]", "Class.setUpClass"
+    outcome: Outcome = bounded()
+    duration_s: float | None = bounded(MAX_S, default=None)
+    peak_mib: float | None = bounded(MAX_S, default=None)  # CUDA memory at its peak
+    detail: str = bounded(MAX_TEXT, default="")  # a skip's reason, a traceback's end
     # each call of the test method in order, where the runner saw them (CI retries once)
-    attempts: tuple[Outcome, ...] = _field((20, ATTEMPTS), default=())
-    unobserved: bool = _field(default=False)  # passed, yet no call of its method seen
+    attempts: tuple[Outcome, ...] = bounded((20, ATTEMPTS), default=())
+    unobserved: bool = bounded(default=False)  # passed, yet no call of its method seen
 
     @property
     def passed_on_retry(self) -> bool:
@@ -189,51 +189,51 @@ class TestResult:
 class ProcessEnd:
     """How one file's process ended in one mode."""
 
-    returncode: int | None = _field(range(-(2**31), 2**31))  # None: killed
-    duration_s: float = _field(MAX_S)
-    timed_out: bool = _field(default=False)
-    tests: int = _field(range(MAX_CASES + 1), default=0)  # results it reported
-    log: str | None = _field(_LOG, default=None)
+    returncode: int | None = bounded(range(-(2**31), 2**31))  # None: killed
+    duration_s: float = bounded(MAX_S)
+    timed_out: bool = bounded(default=False)
+    tests: int = bounded(range(MAX_CASES + 1), default=0)  # results it reported
+    log: str | None = bounded(_LOG, default=None)
 
 
 @dataclass(frozen=True)
 class Side:
     """What one mode ran: the sglang it imported and whether this change was applied."""
 
-    label: str = _field(200)  # "sglang 0.5.23", "sglang 0.5.23 + this change"
-    sglang: str | None = _field(100, default=None)  # what the test process imported
-    tree: str | None = _field(1000, default=None)  # a source tree first on PYTHONPATH
-    commit: str | None = _field(_HEX, default=None)  # the tree's
-    overlay: bool = _field(default=False)  # the runtime overlay on in it
+    label: str = bounded(200)  # "sglang 0.5.23", "sglang 0.5.23 + this change"
+    sglang: str | None = bounded(100, default=None)  # what the test process imported
+    tree: str | None = bounded(1000, default=None)  # a source tree first on PYTHONPATH
+    commit: str | None = bounded(_HEX, default=None)  # the tree's
+    overlay: bool = bounded(default=False)  # the runtime overlay on in it
 
 
 @dataclass(frozen=True)
 class FixId:
     """One independent fix of the series (``tools.series.seriesdir.Fix``)."""
 
-    id: str = _field(_SHA256)
-    patches: tuple[str, ...] = _field((100, 200))
+    id: str = bounded(_SHA256)
+    patches: tuple[str, ...] = bounded((100, 200))
 
 
 @dataclass(frozen=True)
 class SeriesId:
     """The patch series the evidence was made with: pr-body checks it holds the fix it shows."""
 
-    id: str = _field(_SHA256)
-    release: str = _field(100)
-    patches: tuple[str, ...] = _field((100, 200), default=())
-    fixes: tuple[FixId, ...] = _field((100, None), default=())
+    id: str = bounded(_SHA256)
+    release: str = bounded(100)
+    patches: tuple[str, ...] = bounded((100, 200), default=())
+    fixes: tuple[FixId, ...] = bounded((100, None), default=())
 
 
 @dataclass(frozen=True)
 class Case:
     """One test across the modes, judged."""
 
-    file: str = _field(_TEST_PATH)
-    test: str = _field(MAX_NAME)
-    kind: Kind = _field()
-    modes: dict[str, TestResult] = _field(PER_MODE)
-    line: int | None = _field(range(1, 10**6 + 1), default=None)  # its def, for annotations
+    file: str = bounded(_TEST_PATH)
+    test: str = bounded(MAX_NAME)
+    kind: Kind = bounded()
+    modes: dict[str, TestResult] = bounded(PER_MODE)
+    line: int | None = bounded(range(1, 10**6 + 1), default=None)  # its def, for annotations
 
     @property
     def key(self) -> str:
@@ -244,28 +244,28 @@ class Case:
 class FileResult:
     """One test file across the modes."""
 
-    path: str = _field(_TEST_PATH)
-    suite: str | None = _field(_SUITE)
-    modes: dict[str, ProcessEnd] = _field(PER_MODE)
-    flags: tuple[str, ...] = _field((20, 300), default=())
+    path: str = bounded(_TEST_PATH)
+    suite: str | None = bounded(_SUITE)
+    modes: dict[str, ProcessEnd] = bounded(PER_MODE)
+    flags: tuple[str, ...] = bounded((20, 300), default=())
 
 
 @dataclass(frozen=True)
 class Results:
     """One A/B run, judged: every stage after the judge reads it and changes it by ``replace``."""
 
-    backend: str = _field(BACKENDS)
-    modes: tuple[str, ...] = _field((len(MODES), MODES))
-    sides: dict[str, Side] = _field(PER_MODE)
-    files: tuple[FileResult, ...] = _field((MAX_FILES, None))
-    cases: tuple[Case, ...] = _field((MAX_CASES, None))
-    verdict: str = _field(VERDICTS, default="ok")  # ``judge.with_verdict``'s
-    reasons: tuple[str, ...] = _field((20, 500), default=())  # one line per reason it is not ok
-    selection: dict = _field(default_factory=dict)  # what was asked for, as typed
-    environment: dict = _field(default_factory=dict)  # the machine, per-mode process records
-    series: SeriesId | None = _field(default=None)
-    pictures: dict[str, str] = _field((MAX_CASES, 2 * MAX_NAME, _PICTURE), default_factory=dict)
-    schema: int = _field(range(SCHEMA, SCHEMA + 1), kw_only=True)  # no default: always said
+    backend: str = bounded(BACKENDS)
+    modes: tuple[str, ...] = bounded((len(MODES), MODES))
+    sides: dict[str, Side] = bounded(PER_MODE)
+    files: tuple[FileResult, ...] = bounded((MAX_FILES, None))
+    cases: tuple[Case, ...] = bounded((MAX_CASES, None))
+    verdict: str = bounded(VERDICTS, default="ok")  # ``judge.with_verdict``'s
+    reasons: tuple[str, ...] = bounded((20, 500), default=())  # one line per reason it is not ok
+    selection: dict = bounded(default_factory=dict)  # what was asked for, as typed
+    environment: dict = bounded(default_factory=dict)  # the machine, per-mode process records
+    series: SeriesId | None = bounded(default=None)
+    pictures: dict[str, str] = bounded((MAX_CASES, 2 * MAX_NAME, _PICTURE), default_factory=dict)
+    schema: int = bounded(range(SCHEMA, SCHEMA + 1), kw_only=True)  # no default: always said
 
     def __post_init__(self):
         for name in ("modes", "files", "cases", "reasons"):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ci.evidence import model as evidence
 from ci.evidence import shards
-from ci.evidence.model import _field, load_object
+from ci.evidence.model import bounded, load_object
 from ci.reporter.escape import clip, escape_inline
 from sglang_overlay import PATCH_IDS
 from sglang_overlay.config import DISABLE_ENV
@@ -35,31 +35,31 @@ _SHA256 = re.compile(r"sha256 ([0-9a-f]{12})")
 class PatchRow:
     """A carried patch on a release: its state, each method's sha256, whether its fix applies."""
 
-    patch: str = _field(MAX_TEXT)
-    state: str = _field(MAX_TEXT)
-    sha256: str | None = _field(MAX_TEXT)
-    series: str = _field(MAX_TEXT)
+    patch: str = bounded(MAX_TEXT)
+    state: str = bounded(MAX_TEXT)
+    sha256: str | None = bounded(MAX_TEXT)
+    series: str = bounded(MAX_TEXT)
 
 
 @dataclass(frozen=True)
 class SeriesCell:
-    status: str = _field(MAX_TEXT)
-    detail: str = _field(MAX_TEXT, default="")
+    status: str = bounded(MAX_TEXT)
+    detail: str = bounded(MAX_TEXT, default="")
 
 
 @dataclass(frozen=True)
 class Row:
     """A release's row as ``check`` writes it; ``load_rows`` holds another job's rows to it."""
 
-    version: str = _field(RELEASE)
-    state: str = _field(MAX_TEXT)
-    reason: str = _field(MAX_TEXT)
-    sha256: str | None = _field(MAX_TEXT, default=None)
-    error: str = _field(MAX_TEXT, default="")
-    series: SeriesCell | None = _field(default=None)
-    counts: dict[str, int] = _field((16, 100, range(10**9)), default_factory=dict)
-    change_ok: bool = _field(default=False)
-    patches: tuple[PatchRow, ...] = _field((32, None), default=())
+    version: str = bounded(RELEASE)
+    state: str = bounded(MAX_TEXT)
+    reason: str = bounded(MAX_TEXT)
+    sha256: str | None = bounded(MAX_TEXT, default=None)
+    error: str = bounded(MAX_TEXT, default="")
+    series: SeriesCell | None = bounded(default=None)
+    counts: dict[str, int] = bounded((16, 100, range(10**9)), default_factory=dict)
+    change_ok: bool = bounded(default=False)
+    patches: tuple[PatchRow, ...] = bounded((32, None), default=())
 
 
 def _run(argv, env, cwd, timeout: float = 600) -> subprocess.CompletedProcess:
