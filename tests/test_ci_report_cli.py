@@ -1,7 +1,5 @@
 """The report command: a dry run prints exactly the plan; bad usage is one line and exit 2."""
 
-from dataclasses import FrozenInstanceError
-
 import pytest
 from ci_samples import model, posted
 
@@ -11,9 +9,7 @@ from ci.reporter import github_io
 from ci.reporter import plan as reporting
 
 
-def test_a_dry_run_prints_exactly_the_frozen_plan_and_never_the_token(
-    tmp_path, capsys, monkeypatch
-):
+def test_a_dry_run_prints_exactly_the_plan_and_never_the_token(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("GITHUB_TOKEN", "ghs_never_printed")
     save(posted(), str(tmp_path))
     args = ["report", "--results", str(tmp_path), "--repo", "o/r", "--pr", "1"]
@@ -28,8 +24,6 @@ def test_a_dry_run_prints_exactly_the_frozen_plan_and_never_the_token(
     assert "ghs_never_printed" not in out
     request = reporting.prepare(reporting.ReportRequest(results=str(tmp_path), repo="o/r", pr=1))
     plan = reporting.plan(request)
-    with pytest.raises(FrozenInstanceError):
-        plan.comment = "something else"
     assert main([*args, "--json"]) == 0
     assert capsys.readouterr().out == reporting.dry_run_text(plan, as_json=True)
     assert plan.statuses == ()  # no --sha: nothing to set them on
