@@ -6,7 +6,6 @@ import datetime
 import json
 import re
 from collections import namedtuple
-from dataclasses import dataclass, field
 
 RUN_LABEL = "run-ci"
 COMMIT_SHA = re.compile(r"[0-9a-f]{40}")  # a full commit id, as GitHub sends it
@@ -17,14 +16,9 @@ WRITE = ("admin", "write")  # GitHub's ``permission`` field; maintain reads as w
 ASSOCIATIONS = ("OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR")
 
 
-@dataclass(frozen=True)
-class Approval:
-    """``login`` saw commit ``sha``; ``via`` is how they said so."""
-
-    login: str
-    sha: str
-    via: str  # "review" | "comment" | "trigger"
-    association: str = field(default="", compare=False)  # GitHub's author_association
+# ``login`` saw commit ``sha``; ``via`` ("review" | "comment" | "trigger") is how they said so;
+# association: GitHub's author_association (None where it sent none).
+Approval = namedtuple("Approval", "login sha via association", defaults=(None,))
 
 
 # What the decision reads. approvals: only of people with write permission; unchecked: people
@@ -35,7 +29,7 @@ PullFacts = namedtuple(
 
 
 # state: run | missing-label | stale-label; sha: the head commit the decision is about.
-Gate = namedtuple("Gate", "run fork reason state pr sha", defaults=("run", None, None))
+Gate = namedtuple("Gate", "run fork reason state sha", defaults=("run", None))
 
 
 _HOW = {"review": "an approving review of it", "comment": "a /run-ci comment naming it",
@@ -43,7 +37,7 @@ _HOW = {"review": "an approving review of it", "comment": "a /run-ci comment nam
 
 
 def decide(facts: PullFacts) -> Gate:
-    where, label = dict(fork=facts.fork, pr=facts.pr, sha=facts.head), RUN_LABEL in facts.labels
+    where, label = dict(fork=facts.fork, sha=facts.head), RUN_LABEL in facts.labels
     if not facts.fork:
         return Gate(run=True, reason="branch of the base repository", **where)
     # An approval is a full commit id: none matches a head of None.
