@@ -5,7 +5,7 @@ import json
 import os
 import re
 import shutil
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 from ci.errors import EXIT_FAILED, EXIT_OK, CiError
 from ci.evidence import judge, junit
@@ -111,7 +111,7 @@ def _execute(request, root: str, log, out=None, change=None) -> tuple[Results, s
         "files": paths,
         "regressions": list(patterns),
         "not_run": elsewhere + tree.links,
-        **({"git": asdict(change)} if change else {}),  # tuples: written as lists
+        **({"git": change._asdict()} if change else {}),  # tuples: written as lists
     }
     environment = {
         "gpus": sides.nvidia_smi(),

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import tarfile
+from collections import namedtuple
 from dataclasses import dataclass, field
 
 from ci import gitcmd
@@ -136,16 +137,9 @@ def git_commit(cwd: str | None) -> dict:
 # ---- both sides from git ----
 
 
-@dataclass(frozen=True)
-class Change:
-    """A pull request as git has it: the two commits (full ids), their merge base, and the
-    registered test files the head adds or modifies since that base."""
-
-    base: str
-    head: str
-    merge_base: str
-    added: tuple[str, ...]
-    modified: tuple[str, ...]
+# A pull request as git has it: the two commits (full ids), their merge base, and the registered
+# test files the head adds or modifies since that base (tuples).
+Change = namedtuple("Change", "base head merge_base added modified")
 
 
 def read_change(root: str, base_rev: str, head_rev: str) -> Change:
