@@ -178,13 +178,11 @@ def cmd_report(args) -> int:
     from ci.reporter import plan as reporting
     from ci.reporter.escape import inert, one_line
 
-    if args.results is not None:  # one folder, or the shards of one run
-        args.results = args.results[0] if len(args.results) == 1 else tuple(args.results)
     fields = {f.name for f in dataclasses.fields(reporting.ReportRequest)}
     given = {k: v for k, v in vars(args).items() if k in fields and v is not None}
     request = reporting.prepare(reporting.ReportRequest(**given))
-    if not request.post and isinstance(request.results, str):
-        _write_report(request.results)
+    if not request.post and len(request.results) == 1:
+        _write_report(request.results[0])
     with tempfile.TemporaryDirectory(prefix="ci-report-") as folder:
         if request.workflow_run:
             request, why = github_io.fork(request, folder)

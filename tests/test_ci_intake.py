@@ -99,7 +99,7 @@ def test_any_value_anywhere_in_results_json_is_refused_or_reported_never_a_trace
     with tempfile.TemporaryDirectory() as folder:
         with open(os.path.join(folder, "results.json"), "w") as handle:
             json.dump(data, handle)
-        request = reporting.ReportRequest(results=folder, sha=HEAD, check_run=True)
+        request = reporting.ReportRequest(results=(folder,), sha=HEAD, check_run=True)
         plan = reporting.plan(reporting.prepare(request))  # raises nothing: a model or a refusal
         assert plan.invalid or plan.comment
 

@@ -22,7 +22,7 @@ def test_a_dry_run_prints_exactly_the_plan_and_never_the_token(tmp_path, capsys,
     assert "| Case | Verdict | sglang 0.5.23 | sglang 0.5.23 + this change |" in out
     assert '"context": "dsv4-workspace/base-b-test-1-gpu-small"' in out
     assert "ghs_never_printed" not in out
-    request = reporting.prepare(reporting.ReportRequest(results=str(tmp_path), repo="o/r", pr=1))
+    request = reporting.prepare(reporting.ReportRequest(results=(str(tmp_path),), repo="o/r", pr=1))
     plan = reporting.plan(request)
     assert main([*args, "--json"]) == 0
     assert capsys.readouterr().out == reporting.dry_run_text(plan, as_json=True)

@@ -120,10 +120,9 @@ def fork(request: ReportRequest, folder: str):
                 _fetch(github, listed[name][0], into)
             except EvidenceError as exc:
                 return replace(request, invalid=f"{name}: {exc}"), None
+        named = {} if count is None else {"shard_artifacts": names}  # errors name the shard
         # The conclusion stays: green results of a run that did not succeed are never green.
-        one = count is None
-        results = dict(results=folders[0]) if one else dict(results=folders, shard_artifacts=names)
-        return replace(request, test_result=run.conclusion, **results), None
+        return replace(request, test_result=run.conclusion, results=folders, **named), None
 
 
 def _artifacts_named(github: Publisher, run_id: int, name: str) -> list:

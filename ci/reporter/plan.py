@@ -24,7 +24,7 @@ ARTIFACT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
 @dataclass(frozen=True)
 class ReportRequest:
-    results: str | tuple[str, ...] | None = None  # a tuple: the shards of one run
+    results: tuple[str, ...] = ()  # results.json or its folder; several: the shards of one run
     repo: str | None = None
     pr: int | None = None
     sha: str | None = None
@@ -85,7 +85,7 @@ def prepare(request: ReportRequest) -> ReportRequest:
         raise CiError("--require-head and --check-run need --sha")
     if request.sha is not None and not gate.COMMIT_SHA.fullmatch(request.sha):
         raise CiError(f"--sha {request.sha[:80]!r}: expected a full commit id (40 hex digits)")
-    missing = [p for p in _paths(request.results) if not os.path.exists(p)]
+    missing = [p for p in request.results if not os.path.exists(p)]
     if missing and not request.workflow_run and not request.test_result:
         raise CiError(f"--results {missing[0]}: no such folder or file")
     try:
@@ -132,13 +132,8 @@ def plan(request: ReportRequest) -> ReportPlan:
     )  # fmt: skip
 
 
-def _paths(results) -> tuple[str, ...]:
-    return (results,) if isinstance(results, str) else tuple(results or ())
-
-
-def _has_results(results) -> bool:
+def _has_results(paths) -> bool:
     """Whether every shard's test job left its results (the file, or its folder)."""
-    paths = _paths(results)
     found = [os.path.isfile(p) or os.path.isfile(os.path.join(p, "results.json")) for p in paths]
     return bool(paths) and all(found)
 
