@@ -65,7 +65,7 @@ class ReportPlan:
     sha: str | None
     check_run: dict | None  # {"create": ..., "updates": [...]}
     texts: tuple  # the slot text with links, and without (for comparing with what is there)
-    summary: str | None  # the full report for the step summary, when asked for
+    summary: str  # for the step summary: the full report, or the slot's line
     invalid: str | None = None  # why the artifact was refused (the slot says failure)
 
 
@@ -120,7 +120,6 @@ def plan(request: ReportRequest) -> ReportPlan:
         full = render.comment(model, request.slot, **request.links)  # capped per place
         statuses = render.statuses(model, request.slot, request.run_url)
     texts = tuple(render.slot_text(state, **links, note=note) for links in (request.links, {}))
-    summary = cap(full, STEP_SUMMARY_BYTES) if full else f"{texts[0]}\n"
     refused = ("Invalid artifact", invalid) if invalid else ("Not reported", untrusted)
     return ReportPlan(
         request.repo, request.pr, request.slot,
@@ -128,7 +127,8 @@ def plan(request: ReportRequest) -> ReportPlan:
         comment=None if full is None else cap(full, BODY_LIMIT),
         statuses=tuple(statuses) if request.sha else (), sha=request.sha,
         check_run=_check_run(request, model, state, refused if refused[1] else None, full),
-        texts=texts, summary=summary if request.summary else None, invalid=invalid,
+        texts=texts, summary=cap(full, STEP_SUMMARY_BYTES) if full else f"{texts[0]}\n",
+        invalid=invalid,
     )  # fmt: skip
 
 
@@ -149,7 +149,7 @@ def _check_run(request: ReportRequest, model, state: str, refused, full):
 
 
 def write_summary(request: ReportRequest, report: ReportPlan) -> None:
-    if request.summary and report.summary is not None:
+    if request.summary:
         try:
             with open(request.summary, "a", encoding="utf-8") as handle:
                 handle.write(report.summary)
