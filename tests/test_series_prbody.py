@@ -61,33 +61,22 @@ def _void(data):  # the listed regressions pass unmodified: the bug did not repr
         file["modes"]["unmodified"]["returncode"] = 0
 
 
-def _other_fix_broken(data):
-    _both_fixes(data)
-    case = next(c for c in data["cases"] if "fused_kv" in c["file"])
-    case["modes"]["change"].update(outcome="fail", attempts=["fail", "fail"])
-    data["verdict"], data["reasons"] = "failed", ["1 test fails with the change"]
-
-
-# case -> (source, edit of results.json, extra argv, exit code, what err says)
+# case -> (source, edit of results.json, exit code, what err says)
 REFUSALS = {
-    "other-series": (CUDA, _other_series, [], 1, ["made for series 000000000000", "fix 0001 in patches/", "Run 'python -m ci run"]),
-    "no-series": (CUDA, lambda d: d.pop("series"), [], 1, ["record no series id"]),
-    "not-plain": (CUDA, lambda d: d["environment"].pop("plain"), [], 2, ["do not record a plain environment"]),
-    "void": (CUDA, _void, [], 1, ["do not prove the change (void)"]),
-    "two-fixes": (DSV4_CPU, _both_fixes, [], 2, ["tests of 0001 and 0003", "pick it with --fix"]),
-    "fix-not-held": (DSV4_CPU, None, ["--fix", "0003"], 2, ["hold no test of fix 0003"]),
-    "no-such-fix": (DSV4_CPU, None, ["--fix", "0002"], 2, ["no fix starting at"]),
-    "other-fix-broken-0001": (DSV4_CPU, _other_fix_broken, ["--fix", "0001"], 1, ["do not prove the change (failed)"]),
-    "other-fix-broken-0003": (DSV4_CPU, _other_fix_broken, ["--fix", "0003"], 1, ["do not prove the change (failed)"]),
-    "no-folder": (None, None, [], 2, ["not a plain file"]),
+    "other-series": (CUDA, _other_series, 1, ["made for series 000000000000", "fix 0001 in patches/", "Run 'python -m ci run"]),
+    "no-series": (CUDA, lambda d: d.pop("series"), 1, ["record no series id"]),
+    "not-plain": (CUDA, lambda d: d["environment"].pop("plain"), 2, ["do not record a plain environment"]),
+    "void": (CUDA, _void, 1, ["do not prove the change (void)"]),
+    "two-fixes": (DSV4_CPU, _both_fixes, 2, ["tests of 0001 and 0003", "series ab --fix N"]),
+    "no-folder": (None, None, 2, ["not a plain file"]),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("case", REFUSALS)
 def test_results_that_are_no_evidence_for_the_fix_are_refused_in_one_line(capsys, tmp_path, case):
-    source, edit, extra, code, said = REFUSALS[case]
+    source, edit, code, said = REFUSALS[case]
     folder = _results(tmp_path, edit, source) if source else tmp_path / "nothing"
-    got, out, err = _body(capsys, folder, "--no-check", *extra)
+    got, out, err = _body(capsys, folder, "--no-check")
     assert (got, out, len(err.splitlines())) == (code, "", 1), err
     assert all(part in err for part in said), err
 
@@ -140,17 +129,13 @@ def test_each_fix_is_described_from_its_own_patches_and_reproduced_on_sglang_alo
     assert {p for p, new in touched.items() if new} == {p for p in touched if p.startswith("test/")}
 
 
-def test_a_run_of_two_fixes_describes_each_alone_and_a_changed_fix_loses_it(capsys, tmp_path):
+def test_a_changed_fix_loses_its_evidence(capsys, tmp_path):
     patches = shutil.copytree(seriesdir.PATCHES_DIR, tmp_path / "patches")
     fused = next(patches.glob("0003-*.patch"))
     old, new = b"+        self._k_workspace = None", b"+        self._k = None"
     fused.write_bytes(fused.read_bytes().replace(old, new))
-    folder = _results(tmp_path, _both_fixes, source=DSV4_CPU)
-    argv = ["--patches", str(patches), "pr-body", "--results", str(folder), "--no-check"]
-    assert main([*argv, "--fix", "0001"]) == 0  # its own rows only, from a run of both
-    out = capsys.readouterr().out
-    assert len(_rows(out)) == len(_data(DSV4_CPU)["cases"]) and "test_fused_kv" not in out
-    assert main([*argv, "--fix", "0003"]) == 1
+    argv = ["--patches", str(patches), "pr-body", "--results", str(FUSED_KV), "--no-check"]
+    assert main(argv) == 1
     err = capsys.readouterr().err
     assert "fix 0003 in patches/ is" in err and "its code changed since that run" in err
 
@@ -190,9 +175,8 @@ COMMITTED = sorted(REPO_ROOT.glob("docs/evidence/fix-*/*-pr-body.md"))
 @pytest.mark.parametrize("committed", COMMITTED, ids=lambda p: f"{p.parent.name}-{p.stem}")
 def test_every_committed_description_is_what_its_results_render_today(capsys, committed):
     """Nothing stale; only the format box differs, as ``check`` is not run here."""
-    fix = committed.parent.name.removeprefix("fix-")
     folder = committed.parent / committed.name.removesuffix("-pr-body.md")
-    code, out, err = _body(capsys, folder, "--fix", fix, "--no-check")
+    code, out, err = _body(capsys, folder, "--no-check")
     assert code == 0, err
 
     def content(text):

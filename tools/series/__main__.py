@@ -32,12 +32,8 @@ VERBS = {  # verb -> (help, its arguments)
     "describe": ("the series' ids, release, patches and fixes as JSON, for ci run --series", []),
     "pr-body": (
         "the upstream PR description of one fix from a 'python -m ci run' folder",
-        [
-            ("--results", {"required": True, "metavar": "DIR"}),
-            ("--fix", {"metavar": "NNNN", "help": FIX + " (default: the one the results test)"}),
-            NO_CHECK,
-        ],
-    ),  # fmt: skip
+        [("--results", {"required": True, "metavar": "DIR"}), NO_CHECK],
+    ),
     "ab": (
         "A/B one fix (base against base + fix) into OUT/<backend>, its PR description beside",
         [
@@ -97,17 +93,17 @@ def run(args) -> str:
     if args.verb == "ab":
         made = ab.run_ab(series, series.fix(args.fix), args.out, args.backend)
         body = made.results.parent / f"{args.backend}-pr-body.md"
-        body.write_text(_pr_body(series, made.results, args.fix, args.no_check))
+        body.write_text(_pr_body(series, made.results, args.no_check))
         return f"{made.results}: the A/B; {body}: the description of fix {args.fix}\n"
     if args.verb == "pr-body":
-        return _pr_body(series, args.results, args.fix, args.no_check)
+        return _pr_body(series, args.results, args.no_check)
     rows = [matrix.release_row(series, v) for v in args.versions or matrix.DSV4_RELEASES]
     return _json(rows) if args.json else matrix.render_table(series.names, rows)
 
 
-def _pr_body(series, folder, number, no_check) -> str:
+def _pr_body(series, folder, no_check) -> str:
     results = shards.load(str(folder))  # an EvidenceError: bad input, one line
-    fix = prd.select_fix(series, results, number)  # refuse before the slow check
+    fix = prd.select_fix(series, results)  # refuse before the slow check
     # Named as upstream knows them: the description names no command of this project.
     names = ", ".join(name for name in hooks.table() if " " in name) + ", pre-commit-hooks"
     state = prd.CheckState(None, f"upstream's pinned hooks ({names}) not run")

@@ -36,11 +36,11 @@ def message_sections(body: str) -> list:
     return [(heading, "\n\n".join(paragraphs)) for heading, paragraphs in sections]
 
 
-def select_fix(series, results, number: str | None = None):
-    """The fix ``number`` names, else the one whose tests the results hold; refused (exit 2) for
-    results not made by ``series ab`` (its plain trees: the base release, no overlay; the fix's
-    own tests), or ambiguous, and (exit 1) when they are no evidence for that fix: other
-    code or release (the ids hash both), or a proof that is not ok."""
+def select_fix(series, results):
+    """The one fix whose tests the results hold; refused (exit 2) for results not made by
+    ``series ab`` (its plain trees: the base release, no overlay; one fix's own tests), and
+    (exit 1) when they are no evidence for that fix: other code or release (the ids hash both),
+    or a proof that is not ok."""
     if results.environment.get("plain") is not True:
         raise usage(
             "the results do not record a plain environment (sglang without this project); "
@@ -48,18 +48,13 @@ def select_fix(series, results, number: str | None = None):
         )
     ran = {f.path for f in results.files}
     holding = [fix for fix in series.fixes if ran & fix.added_files()]
-    if number is not None:
-        fix = series.fix(number)
-        if fix not in holding:
-            tests = ", ".join(sorted(fix.added_files())) or "none"
-            raise usage(f"the results hold no test of fix {fix.number} (its tests: {tests})")
-    elif len(holding) != 1:
+    if len(holding) != 1:
         numbers = " and ".join(fix.number for fix in holding) or "no fix"
         raise usage(
-            f"the results hold tests of {numbers}; one description per fix: pick it with --fix"
+            f"the results hold tests of {numbers}; one description per fix: "
+            "make its results with python -m tools.series ab --fix N --out DIR"
         )
-    else:
-        fix = holding[0]
+    fix = holding[0]
     recorded = results.series
     if recorded is None:
         raise SeriesError(

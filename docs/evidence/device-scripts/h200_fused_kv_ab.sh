@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device run, issue 28: fix 0003 (the DFlash fused KV workspaces) proved on the H200 as sglang's
 # CI runs each file (SGLANG_IS_IN_CI=true, the bot's default). The sides are source trees made
-# by the series tools, as `series pr-body --fix 0003` prints them: sglang 0.5.23 as released,
+# by the series tools, as `series pr-body` prints them: sglang 0.5.23 as released,
 # and 0.5.23 with patches 0003-0004 applied alone (the fix's pull request). The overlay plays no
 # part (off on both sides). Then the CUDA file by hand on each tree, as upstream's runner starts it.
 . "$(dirname "$0")/preamble.sh"
