@@ -396,20 +396,6 @@ def test_a_reader_that_stops_early_ends_ci_run_quietly_with_the_verdicts_code(
     assert "Traceback" not in capsys.readouterr().err
 
 
-def test_the_watch_check_starts_where_no_github3_is_installed():
-    blocked = "import runpy, sys; sys.modules['github3'] = None; sys.argv = sys.argv[1:]; "
-    blocked += "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"
-    proc = subprocess.run(
-        [sys.executable, "-c", blocked, "tools.releases", "watch", "--help"],
-        cwd=REPO,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0 and "github3" not in proc.stderr, proc.stderr
-
-
 def test_the_version_is_the_installed_release(capsys):
     from importlib import metadata
 

@@ -1,12 +1,15 @@
 """The release watch: discovery, the per-release check, rows, the table, the tracking issue."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import release_check
 import yaml
 from ci_fake_github import FakeGitHub
+from conftest import clean_env
 
 from ci.reporter.publish import ACTIONS_BOT, Publisher, connect
 from tools.releases import watch
@@ -357,3 +360,11 @@ def test_the_watch_lock_pins_what_make_install_pins_each_with_a_hash():
     text = lock.read_text()
     entries = [e for e in text.split("\n") if "==" in e and not e.startswith("#")]
     assert len(entries) == len(pinned) == text.count("--hash=sha256:")
+
+
+def test_the_watch_check_starts_where_no_github3_is_installed():
+    blocked = "import runpy, sys; sys.modules['github3'] = None; "
+    blocked += "runpy.run_module('tools.releases', run_name='__main__')"
+    argv = [sys.executable, "-c", blocked, "watch", "--help"]
+    proc = subprocess.run(argv, cwd=REPO, env=clean_env(), capture_output=True, timeout=120)
+    assert proc.returncode == 0 and b"github3" not in proc.stderr, proc.stderr.decode()
