@@ -31,8 +31,8 @@ _PLAIN_PROBE = (
 
 
 # The base materialised, the base with the fix applied alone, ci run's --out, its argv after
-# "python -m", and the plain environment it runs from.
-Plan = namedtuple("Plan", "unmodified change results ci_run env")
+# "python -m", the plain environment it runs from, and the series file its --series names.
+Plan = namedtuple("Plan", "unmodified change results ci_run env series")
 
 
 def plan(series, fix, out, backend: str) -> Plan:
@@ -50,7 +50,7 @@ def plan(series, fix, out, backend: str) -> Plan:
     argv = ("ci", "run", "--out", str(results), "--backend", backend, "--tests", *tests)
     argv += ("--series", str(series_file), "--preload", "none")
     argv += ("--unmodified-src", str(unmodified), "--change-src", str(change))
-    return Plan(unmodified, change, results, argv, out / "trees" / "plain-venv")
+    return Plan(unmodified, change, results, argv, out / "trees" / "plain-venv", series_file)
 
 
 def plain_env(folder: Path) -> Path:
@@ -89,8 +89,7 @@ def run_ab(series, fix, out, backend: str) -> Plan:
     base.materialize(series.base.version, made.change)
     check.apply_to(fix, made.change)
     python = plain_env(made.env)
-    described = json.dumps(seriesdir.summary(series))  # ci run's --series, as plan names it
-    (made.unmodified.parents[1] / "series.json").write_text(described)
+    made.series.write_text(json.dumps(seriesdir.summary(series)))
     proc = subprocess.run([python, "-m", *made.ci_run], cwd=REPO_ROOT, check=False)
     if (path := made.results / "results.json").is_file():  # the mark pr-body asks for
         results = model.load(str(path))
