@@ -78,7 +78,7 @@ RUN_FLAGS = (
     ("--git-head", "the head commit: its added/modified registered tests run on both", REV),
     ("--regressions", "tests that must fail unmodified (default ci/regressions.txt)", FILE),
     ("--series", "the patch series, as `python -m tools.series describe` prints it", FILE),
-    ("--timeout", "seconds per file and mode (default 1800)", {"type": float, "default": 1800}),
+    ("--timeout", "seconds per file and side (default 1800)", {"type": float, "default": 1800}),
     ("--jobs", "processes at once (default 2)", {"type": int, "default": 2}),
     ("--root", "repository root (default: current directory)", {"default": "."}),
     ("--preload", "comma list a side imports once, then forks its files; none: fresh", MODULES),
