@@ -159,13 +159,13 @@ def demo(out: Path, jobs: int = max(2, (os.cpu_count() or 2) // 2)) -> int:
 
 
 def _run(argv, log: Path) -> tuple:
-    """``argv`` run, its output in ``log``: (``log`` if it failed, else None; its last ``ci run: ``
-    line)."""
+    """Run ``argv`` into ``log``: (``log`` if it failed, else None; its last ``ci run: `` line)."""
     with open(log, "w") as sink:
         argv = [str(a) for a in argv]
         code = subprocess.run(argv, stdout=sink, stderr=subprocess.STDOUT, cwd=REPO_ROOT).returncode
     lines = [line for line in log.read_text().splitlines() if line.startswith("ci run: ")]
-    return log if code else None, lines[-1].removeprefix("ci run: ") if lines else "no summary"
+    said = lines[-1].removeprefix("ci run: ") if lines else "no summary"
+    return (log if code else None), said
 
 
 if __name__ == "__main__":
