@@ -122,9 +122,8 @@ class _ClassAudit:
         return [self._classify(cand) for cand in self.found]
 
     def _copies_old(self, func, cand: _Candidate) -> bool:
-        """Whether the old value is read, beyond its metadata, once the new one is allocated:
-        through a local alias of it, or through the target until the replacement
-        (``new = torch.zeros(...); new[:n] = self.buf; self.buf = new``)."""
+        """Whether the old value is read, beyond its metadata, after the new one's allocation: by a
+        local alias, or by the target before its store (``new[:n] = self.buf; self.buf = new``)."""
         start = cand.alloc_line or cand.stmt.end_lineno or cand.stmt.lineno
         aliases = {name for name, key in self.roots.items() if key == cand.key}
         roots = {expr.self_name(func): "self"}
@@ -139,8 +138,9 @@ class _ClassAudit:
             and n.lineno > start
             and (
                 getattr(n, "id", None) in aliases
-                or n.lineno < cand.stmt.lineno
-                and expr.holds(expr.chain(n, roots) or "", cand.key)
+                or (
+                    n.lineno < cand.stmt.lineno and expr.holds(expr.chain(n, roots) or "", cand.key)
+                )
             )
             for n in ast.walk(func)
         )
