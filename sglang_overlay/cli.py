@@ -73,7 +73,7 @@ def fresh_status(as_json: bool) -> "tuple[list[str], bool]":
     for r in records:
         head = f"{r['patch']}  {r['state']}  sglang {r['sglang_version']}  {r['target']}"
         lines += [head, f"    {r['reason']}"]
-    return lines + [f"not recognised: {problem}" for problem in problems], ok
+    return lines + problems, ok  # each problem names its setting and "not recognised"
 
 
 def processes_status(as_json: bool, pids: "set[int] | None" = None) -> "tuple[list[str], bool]":
@@ -124,7 +124,7 @@ def process_rows(process: dict) -> "list[dict]":
     rows = [{**patch, **{k: record.get(k) for k in keep}, **base} for patch in record["patches"]]
     problems = record.get("misconfigured") or []
     for row in rows if problems else ():
-        row["reason"] = f"not recognised: {'; '.join(map(str, problems))}; so: {row['reason']}"
+        row["reason"] = f"{'; '.join(map(str, problems))}; so: {row['reason']}"
         row.update(state="misconfigured", patch_state=row["state"])
     return rows
 
@@ -149,9 +149,9 @@ def fresh_process_status() -> dict:
         report = json.loads(proc.stdout) if proc.returncode == 0 else None
     except subprocess.TimeoutExpired:
         return _failed(f"a fresh process did not finish within {PROBE_TIMEOUT_S} s")
-    except ValueError:  # something else wrote to its stdout
+    except ValueError:
         report = None
-    if report is None:
+    if not isinstance(report, dict):  # failed, or something else wrote to its stdout
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         return _failed(f"a fresh process failed to import {' and '.join(MODULES)}: {tail}")
     if not report["hook_ran"]:
