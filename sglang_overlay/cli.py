@@ -78,7 +78,8 @@ def fresh_status(as_json: bool) -> "tuple[list[str], bool]":
 
 def processes_status(as_json: bool, pids: "set[int] | None" = None) -> "tuple[list[str], bool]":
     listed = [(p, process_rows(p)) for p in observe.processes(pids)]
-    ok = all(row_ok(r) for _, rows in listed for r in rows)
+    # a pid asked for by name that is not a live sglang process is not a pass
+    ok = all(row_ok(r) for _, rows in listed for r in rows) and (listed or not pids)
     if as_json:
         return [json.dumps([r for _, rows in listed for r in rows], indent=2)], ok
     if not listed:

@@ -144,7 +144,7 @@ def test_a_running_server_shows_its_state_and_high_water_mark_until_it_exits(
         assert grown[PATCH_IDS[0]]["high_water_bytes"] == 4096 * ROW_BYTES
         # the fused-KV patch has a row of its own: its module never imported, never grown
         assert (fused["state"], fused["high_water_bytes"]) == ("pending", 0)
-    assert rows_of(capsys, server.pid) == (0, {}) and list(runtime_dir.iterdir()) == []
+    assert rows_of(capsys, server.pid) == (1, {}) and list(runtime_dir.iterdir()) == []
 
 
 BARE = [{"patch": p, "state": "failed", "reason": "r"} for p in PATCH_IDS]
@@ -266,12 +266,15 @@ def test_bad_usage_is_one_line_and_exit_two(argv, capsys):
 
 
 @pytest.mark.parametrize("args, verdict", [([], 0), (["--json"], 1)], ids=["text", "json"])
-def test_a_reader_that_stops_early_gets_the_verdict_and_no_traceback(args, verdict, sleeper):
+def test_a_reader_that_stops_early_gets_the_verdict_and_no_traceback(
+    args, verdict, sleeper, runtime_dir
+):
     # `status --processes | head -1` under pipefail: the exit code is the verdict's.
-    pid = os.getpid() if verdict == 0 else sleeper  # no sglang process; one without a record
-    proc = subprocess.Popen(
+    pid = plant(runtime_dir, os.getpid(), ["applied"] * 6)["pid"] if verdict == 0 else sleeper
+    proc = subprocess.Popen(  # a patched process (this one's record); one without a record
         [sys.executable, "-m", "sglang_overlay", "status", "--processes", *args, "--pid", str(pid)],
-        env=clean_env(), cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=clean_env(SGLANG_OVERLAY_RUNTIME_DIR=str(runtime_dir)), cwd="/",
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     proc.stdout.close()  # the reader is gone before the first line
     assert (proc.wait(timeout=60), proc.stderr.read()) == (verdict, b"")
