@@ -57,6 +57,10 @@ def main(argv=None) -> int:
         sys.stdout.flush()
     except BrokenPipeError:  # `| head -1`: the reader has what it wanted; the verdict stands
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError as exc:  # stdout cannot take it (a full disk): one line, not a traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"sglang-overlay: cannot write the report: {exc.strerror}", file=sys.stderr)
+        return 2
     return 0 if ok else 1
 
 

@@ -280,6 +280,18 @@ def test_a_reader_that_stops_early_gets_the_verdict_and_no_traceback(
     assert (proc.wait(timeout=60), proc.stderr.read()) == (verdict, b"")
 
 
+def test_a_stdout_that_cannot_take_the_report_is_one_line_and_exit_two(runtime_dir):
+    pid = plant(runtime_dir, os.getpid(), ["applied"] * 6)["pid"]
+    with open("/dev/full", "w") as full:  # a full disk
+        proc = subprocess.run(
+            [sys.executable, "-m", "sglang_overlay", "status", "--processes", "--pid", str(pid)],
+            env=clean_env(SGLANG_OVERLAY_RUNTIME_DIR=str(runtime_dir)), stdout=full,
+            stderr=subprocess.PIPE, text=True, timeout=60,
+        )  # fmt: skip
+    said = "sglang-overlay: cannot write the report: No space left on device\n"
+    assert (proc.returncode, proc.stderr) == (2, said)
+
+
 # -------------------------------------------------------------------- gauges and the log
 
 
