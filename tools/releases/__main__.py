@@ -24,7 +24,7 @@ def main(argv=None) -> int:
     cmd.add_argument("--versions", nargs="+", help="check these releases, skip discovery")
     cmd.add_argument("--installed", action="store_true", help="this venv's sglang (one --versions)")
     out_help = f"{watch.ROWS_FILE} and each release's A/B go here (default: out/watch)"
-    cmd.add_argument("--out", type=Path, default=watch.REPO / "out" / "watch", help=out_help)
+    cmd.add_argument("--out", type=Path, default=watch.REPO_ROOT / "out" / "watch", help=out_help)
     cmd.add_argument("--rows", help=f"post an earlier run's {watch.ROWS_FILE}; no checks")
     cmd.add_argument("--repo", help="OWNER/NAME of the tracking issue (required with --post)")
     cmd.add_argument("--api-url", help="GitHub Enterprise base URL (client adds /api/v3)")

@@ -17,13 +17,11 @@ from ci.reporter.escape import clip, escape_inline
 from sglang_overlay import PATCH_IDS
 from sglang_overlay.config import DISABLE_ENV
 from tools.series import SeriesError, base, matrix, seriesdir, usage
-from tools.series.seriesdir import RELEASE  # not `packaging`: the posting job has only github3.py
+from tools.series.seriesdir import RELEASE, REPO_ROOT  # RELEASE: no packaging when posting
 
 MARKER = "<!-- sglang-overlay:release-watch -->"
 TITLE = "Release watch: sglang releases newer than the overlay knows"
 ROWS_FILE = "watch.json"
-REPO = Path(__file__).resolve().parents[2]
-CACHE = REPO / ".cache" / "compat"
 MAX_TEXT, MAX_CELL = 4000, 300  # characters of one value in a row, of one rendered cell
 MAX_BODY = 60000  # GitHub refuses an issue body over 65,536 characters
 # Fixed, or on purpose not fixed on this release; anything else is the patch's failure there.
@@ -84,7 +82,7 @@ def index_versions(index_url=None) -> list:
     """sglang's releases on pip's index (or ``index_url``), yanked ones left out."""
     command = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-cache-dir"]
     command += ["index", "versions", "sglang"] + (["--index-url", index_url] if index_url else [])
-    proc = _run(command, None, REPO, 300)
+    proc = _run(command, None, REPO_ROOT, 300)
     for line in proc.stdout.splitlines():
         if line.startswith("Available versions:"):
             return [v.strip() for v in line.partition(":")[2].split(",") if v.strip()]
@@ -106,7 +104,7 @@ def install(version: str) -> Path:
         with zipfile.ZipFile(base.wheel_path(version)) as archive:  # a SeriesError: exit 2
             archive.extractall(folder)
 
-    return base.built_once(CACHE / f"sglang-{version}", unpack)
+    return base.built_once(base.CACHE_DIR / "compat" / f"sglang-{version}", unpack)
 
 
 def patch_rows(records, fixes: dict) -> list:
@@ -168,7 +166,7 @@ def ab(version: str, env: dict, out: Path) -> dict:
     argv = [sys.executable, "-m", "ci", "run", "--backend", "cpu", "--out", str(out / version)]
     argv += ["--tests", "test/registered", "test/proofs", f"--unmodified-env={DISABLE_ENV}=1"]
     argv += [f"--change-env={DISABLE_ENV}=0"]
-    run = _run(argv, env, REPO, 3600)
+    run = _run(argv, env, REPO_ROOT, 3600)
     try:
         model = shards.load(str(out / version))
     except evidence.EvidenceError as exc:
