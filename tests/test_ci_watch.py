@@ -1,6 +1,7 @@
 """The release watch: discovery, the per-release check, rows, the table, the tracking issue."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -238,16 +239,22 @@ ONE_PATCH = {"patch": "0001", "state": "applied", "sha256": None, "series": "cle
         ({**A, "patches": [{**ONE_PATCH, "state": 1}]}, "patches[0].state"),
         ({**A, "patches": [ONE_PATCH] * 33}, "at most 32"),
         ("0.5.24", "expected an object"),
+        (b"[" * 100000, "recursion"),  # JSON nested past Python's stack
+        ("fifo", "not a plain file"),  # a pipe nobody writes would block the read
     ],
 )
 def test_rows_of_the_wrong_shape_are_exit_2_with_one_line_and_post_nothing(
     github, monkeypatch, capsys, tmp_path, record, problem
 ):
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    if "rows" not in record:
-        record = {"newest_known": "0.5.23", "rows": [record]}
     path = tmp_path / "watch.json"
-    path.write_text(json.dumps(record))
+    if record == "fifo":
+        os.mkfifo(path)
+    elif isinstance(record, bytes):
+        path.write_bytes(record)
+    else:
+        rows = record if "rows" in record else {"newest_known": "0.5.23", "rows": [record]}
+        path.write_text(json.dumps(rows))
     argv = ["watch", "--rows", str(path), "--repo", "sgl/sglang"]
     assert main(argv + ["--api-url", github.url, "--post"]) == 2
     err = capsys.readouterr().err

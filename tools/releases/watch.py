@@ -260,9 +260,11 @@ def issue_body(rows, newest_known: str, requested: bool = False) -> str:
 
 def load_rows(path: Path) -> tuple:
     """(rows, newest known, requested) another job wrote, validated."""
+    if not Path(path).is_file():  # a pipe would block the read
+        raise usage(f"{path}: not a plain file")
     try:
         data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise usage(f"{path}: {exc}") from None
     rows = data.get("rows") if isinstance(data, dict) else None
     if not isinstance(rows, list):
