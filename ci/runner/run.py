@@ -133,12 +133,12 @@ def _execute(request, root: str, log, out=None, change=None) -> tuple[Results, s
     if not selected:  # one shard of a matrix: its report merges with the others'
         why = f"shard {request.shard}: every selected file falls in another shard"
         results = replace(results, verdict="ok", reasons=(why,))
+    evidence.save(results, out)  # written even if refused: nothing of the run is lost
     try:
-        Results.from_json(json.loads(evidence.dumps(results)))  # as a report loads them
+        evidence.load(out)  # read back as a report reads it, its size cap too
         refused = None
     except evidence.EvidenceError as exc:
         refused = str(exc)
-    evidence.save(results, out)  # written even so: nothing of the run is lost
     junit.write(results, out)
     with open(os.path.join(out, "summary.txt"), "w", encoding="utf-8") as handle:
         handle.write("\n".join(summary_lines(results)) + "\n")
