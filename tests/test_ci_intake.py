@@ -55,6 +55,7 @@ REFUSED = {
     "command-in-a-mode-key": _set(["cases", 0, "modes", COMMAND], {"outcome": "bogus"}),
     "command-in-an-outcome": _set(["cases", 0, "modes", "change", "outcome"], COMMAND),
     "command-in-a-path": _set(["cases", 0, "file"], COMMAND),
+    "an-integer-past-any-float": _set(["cases", 0, "modes", "change", "duration_s"], 10**400),
 }  # fmt: skip
 
 
