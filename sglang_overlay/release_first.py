@@ -8,6 +8,7 @@ import __future__
 import ast
 import copy
 import inspect
+import math
 
 import torch
 
@@ -30,27 +31,29 @@ def high_water_bytes(patch_id: str) -> int:
     return LOGS[patch_id].high_water_bytes
 
 
-def _tensors(values) -> list:
-    return [
-        t for v in values for t in (v if isinstance(v, (tuple, list)) else (v,)) if t is not None
-    ]
+def layout(values) -> list:
+    """Shapes and dtypes of the buffers (never the tensors: that would keep them)."""
+    parts = (t for v in values for t in (v if isinstance(v, (tuple, list)) else (v,)))
+    return [(t.shape, t.dtype) for t in parts if t is not None]
 
 
-def describe(values) -> str:
-    """Shapes, dtypes and size of the buffers (never the tensors: that would keep them)."""
-    tensors = _tensors(values)
-    if not tensors:
+def describe(layout) -> str:
+    if not layout:
         return "none"
-    shapes = ", ".join(f"{list(t.shape)} {t.dtype}" for t in tensors)
-    return f"{shapes} {sum(t.nelement() * t.element_size() for t in tensors) / MIB:.1f} MiB"
+    shapes = ", ".join(f"{list(shape)} {dtype}" for shape, dtype in layout)
+    return f"{shapes} {_nbytes(layout) / MIB:.1f} MiB"
+
+
+def _nbytes(layout) -> int:
+    return sum(math.prod(shape) * dtype.itemsize for shape, dtype in layout)
 
 
 def _logged(patch_id, owner, released, old, publish) -> None:
-    """Log and publish a replacement, never inside a torch.compile graph."""
+    """Log and publish a replacement of the ``old`` layout, never inside a torch.compile graph."""
     if _compiling():
         return
-    now = _tensors(getattr(owner, a, None) for a in released)
-    LOGS[patch_id].replaced(old, describe(now), sum(t.nelement() * t.element_size() for t in now))
+    now = layout(getattr(owner, a, None) for a in released)
+    LOGS[patch_id].replaced(describe(old), describe(now), _nbytes(now))
     publish()
 
 
@@ -63,11 +66,11 @@ def build(site, found, module, publish):
     method, released = released_method(module, found.node, site.released), site.released
 
     def released_first(self, *args, **kwargs):
-        before = None if _compiling() else describe(getattr(self, a, None) for a in released)
+        before = None if _compiling() else layout(getattr(self, a, None) for a in released)
         try:
             return method(self, *args, **kwargs)
         finally:
-            if before is not None and describe(getattr(self, a, None) for a in released) != before:
+            if before is not None and layout(getattr(self, a, None) for a in released) != before:
                 _logged(site.patch_id, self, released, before, publish)
 
     return released_first
@@ -83,7 +86,7 @@ def _build_dsv4(module, publish, shape):
         if buffer is not None and num_tokens <= buffer.shape[0] and dtype == buffer.dtype:
             return buffer[:num_tokens]
         del buffer  # a local reference would keep the old storage alive
-        old = None if _compiling() else describe([self._buffer])
+        old = None if _compiling() else layout([self._buffer])
         self._buffer = None
         if forget_head:
             self._head_source = None
@@ -116,7 +119,7 @@ def _build_ensure_workspace(module, publish):
         if fits and all(getattr(self, a) is not None for a in FUSED_KV):
             return
         new_capacity = max(1, total_ctx, self._workspace_capacity * 2)  # at least double
-        old = None if _compiling() else describe(getattr(self, a) for a in FUSED_KV)
+        old = None if _compiling() else layout(getattr(self, a) for a in FUSED_KV)
         # No reference to the old workspaces while the new ones are allocated, and no
         # capacity or dtype claiming a workspace if an allocation raises.
         self._proj_workspace = self._k_workspace = self._v_workspace = None
