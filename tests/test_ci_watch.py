@@ -263,6 +263,14 @@ def test_rows_of_the_wrong_shape_are_exit_2_with_one_line_and_post_nothing(
     assert github.requests == []
 
 
+def test_a_stdout_that_cannot_take_the_body_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path):
+    with open("/dev/full", "w", buffering=1) as full:  # a full disk
+        monkeypatch.setattr(sys, "stdout", full)
+        assert main(["watch", "--rows", str(_rows_file(tmp_path, []))]) == 2
+    said = "error: cannot write the issue body: No space left on device\n"
+    assert capsys.readouterr().err == said
+
+
 def test_forty_rows_of_4000_character_texts_fit_githubs_limit_and_say_truncated(
     github, monkeypatch, capsys, tmp_path
 ):

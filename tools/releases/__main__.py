@@ -38,7 +38,13 @@ def main(argv=None) -> int:
         print(f"error: {inert(exc)}", file=sys.stderr)
         return 2
     body = watch.issue_body(rows, newest, requested)
-    sys.stdout.write(inert(body))
+    try:
+        sys.stdout.write(inert(body))
+        sys.stdout.flush()
+    except OSError as exc:  # stdout cannot take it (a full disk): one line, not a traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is left to flush
+        print(f"error: cannot write the issue body: {exc.strerror}", file=sys.stderr)
+        return 2
     posted = not args.post or _post(args, body)
     return 0 if posted and all(watch.verdict(r) is not False for r in rows) else 1
 
