@@ -81,11 +81,13 @@ def workspace_runs(grow_unmodified="fail", grow=GROW, others=()):
     return [file_run("unmodified", unmodified), file_run("change", change)]
 
 
-def shard(index, version="0.5.23", path=FILE, head="fix"):
-    """Shard ``index`` ("I/N", or None) of a run of ``head``: one case, passing on both sides."""
+def shard(index, version="0.5.23", path=FILE, head="fix", modes=MODES):
+    """Shard ``index`` ("I/N", or None) of a run of ``head``: one case, passing on both sides;
+    a side of ``modes`` only."""
     runs = [file_run(m, [(GROW, "pass")], path=path) for m in MODES]
     selection = {"shard": index, "git": {"base": "main", "head": head}}
-    return replace(model(runs, selection=selection), sides=sides(version))
+    only = {m: side for m, side in sides(version).items() if m in modes}
+    return replace(model(runs, selection=selection), sides=only)
 
 
 def sides(version="0.5.23"):

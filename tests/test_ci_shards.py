@@ -51,8 +51,18 @@ OTHER = "test/b/test_b.py"
         ([("b", "1/2", "0.5.24", OTHER)], "b: unmodified ran sglang '0.5.24', a '0.5.23'"),
         ([("b", "1/2", "0.5.23", OTHER, "tests-only")], "b: git ('main', 'tests-only') differs"),
         ([("b", "1/2")], f"{ci_samples.FILE} ran in a and in b"),
+        ([("b", "1/2", "0.5.23", OTHER, "fix", ["change"])], "b: sides {'change': "),
     ],
-    ids=["missing", "twice", "other-count", "no-shard", "other-release", "other-run", "file-twice"],
+    ids=[
+        "missing",
+        "twice",
+        "other-count",
+        "no-shard",
+        "other-release",
+        "other-run",
+        "file-twice",
+        "other-sides",
+    ],
 )
 def test_shards_that_are_not_every_part_of_one_run_are_refused_by_name(more, said):
     named = [("a", ci_samples.shard("0/2"))] + [(name, ci_samples.shard(*a)) for name, *a in more]

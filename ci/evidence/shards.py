@@ -38,7 +38,7 @@ def _identity(results: Results) -> dict:
         "retry mode": json.dumps(ci, sort_keys=True, default=repr),
         "series": results.series and results.series.id,
         "git": (git.get("base"), git.get("head")) if isinstance(git, dict) else git,
-        **{f"{m} side": (s.commit, s.overlay) for m, s in sorted(results.sides.items())},
+        "sides": {m: (s.commit, s.overlay) for m, s in sorted(results.sides.items())},
     }
 
 
