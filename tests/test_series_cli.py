@@ -2,6 +2,8 @@
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from email import message_from_bytes
 from email.policy import default
@@ -138,6 +140,10 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch):
     for argv, said in cases:
         code, out, err = _run(capsys, *argv)
         assert (code, out, len(err.splitlines())) == (2, "", 1) and said in err, (argv, err)
+    with open("/dev/full", "w") as full:  # a full disk
+        proc = subprocess.run([sys.executable, "-m", "tools.series", "describe"], stdout=full,
+                              stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)  # fmt: skip
+    assert (proc.returncode, proc.stderr) == (2, "error: No space left on device\n")
     monkeypatch.setenv("PATH", str(tmp_path))
     code, _, err = _run(capsys, "check")
     assert code == 2 and err == "error: git: No such file or directory\n"

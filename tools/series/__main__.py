@@ -132,7 +132,8 @@ def main(argv=None) -> int:
         return 0
     except (CiError, OSError) as err:  # also a git that failed or is missing, an unreadable path
         code = getattr(err, "code", 2)
-        said = f"{err.filename}: {err.strerror}" if getattr(err, "strerror", None) else str(err)
+        said = getattr(err, "strerror", None) or str(err)  # an OSError: its words, no errno
+        said = f"{err.filename}: {said}" if getattr(err, "filename", None) else said
         said = f"error: {said}"  # a failure says all it found; bad input, one line
         print(said if code == 1 else said.splitlines()[0], file=sys.stderr)
         return code
