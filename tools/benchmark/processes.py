@@ -18,8 +18,8 @@ from pathlib import Path
 from sglang_overlay import WORKSPACE_MODULE
 from sglang_overlay.config import DISABLE_ENV
 from tools.benchmark import summary
+from tools.series.seriesdir import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PROOF_FILES = {
     "cuda": "test/registered/kernels/ops/attention/dsv4/test_dsv4_sparse_prefill_workspace.py",
     "cpu": "test/proofs/cpu/test_dsv4_workspace_cpu_peak.py",
@@ -51,7 +51,7 @@ def timed(command) -> tuple:
     """(wall seconds, stdout) of ``command`` from the repository root; a non-zero exit raises."""
     started = time.perf_counter()
     command = [str(c) for c in command]
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
