@@ -20,8 +20,10 @@ class WorkspaceImportHook:
         self._searching = set()  # threads inside: a finder calling find_spec must not recurse
 
     def find_spec(self, fullname, path=None, target=None):
+        if fullname not in WATCHED:  # every import of the process asks: this test only
+            return None
         me = _thread.get_ident()
-        if fullname not in WATCHED or me in self._searching:
+        if me in self._searching:
             return None
         try:  # the add inside: a KeyboardInterrupt right after it must not leave us marked
             self._searching.add(me)
