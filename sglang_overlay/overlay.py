@@ -264,7 +264,7 @@ def publish() -> None:
     logs = sys.modules.get("sglang_overlay.release_first")  # imported once a patch applied
     with _lock:
         patches = [
-            {**r, "high_water_bytes": logs.high_water_bytes(r["patch"]) if logs else 0,
+            {**r, "high_water_bytes": logs.LOGS[r["patch"]].high_water_bytes if logs else 0,
              "workspace_imported": any(m in sys.modules for m in PATCHED_MODULES[r["patch"]])}
             for r in status()
         ]  # fmt: skip

@@ -27,10 +27,6 @@ LOGS = {
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
-def high_water_bytes(patch_id: str) -> int:
-    return LOGS[patch_id].high_water_bytes
-
-
 def layout(values) -> list:
     """Shapes and dtypes of the buffers (never the tensors: that would keep them)."""
     parts = (t for v in values for t in (v if isinstance(v, (tuple, list)) else (v,)))

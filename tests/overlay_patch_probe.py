@@ -158,7 +158,7 @@ def grow() -> dict:
             reason=row["reason"],
             others=[r["state"] for p, r in rows.items() if p != patch],
             marks=marks(patch),
-            high_water=logs.high_water_bytes(patch) if logs else 0,
+            high_water=logs.LOGS[patch].high_water_bytes if logs else 0,
         )
     return out
 

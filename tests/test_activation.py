@@ -91,10 +91,10 @@ record, problem = observe.read_record(os.getpid(), os.getuid())
 steps = [record and record["patches"][0]["state"], problem]  # what status --processes reads
 steps += [sglang_overlay.status()[0], sglang_overlay.apply()[0]]
 steps.append(vars(m.SparsePrefillKVBuffer)["_reserve"] is hooked)
-before = release_first.high_water_bytes(sglang_overlay.PATCH_ID)
+before = release_first.LOGS[sglang_overlay.PATCH_ID].high_water_bytes
 # Past the process's high-water mark (1 KiB a bf16 row): if release-first runs, the mark moves.
 m.SparsePrefillKVBuffer(torch.device("cpu")).get(before // 1024 + 4096)
-steps.append(release_first.high_water_bytes(sglang_overlay.PATCH_ID) > before)
+steps.append(release_first.LOGS[sglang_overlay.PATCH_ID].high_water_bytes > before)
 steps.append(sglang_overlay.remove()[0])
 steps.append(vars(m.SparsePrefillKVBuffer)["_reserve"] is hooked)
 return steps
