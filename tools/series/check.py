@@ -32,7 +32,8 @@ def run_check(series) -> list:
         if series.cover is not None:
             said = f"introduces {series.cover.count} patches (not applied by git am)"
             report.append(f"{COVER_NAME}: {said}")
-        report += verify_mirrored_files(series, repo) + verify_hooks(series, repo)
+        after = {path: base.blob(repo, path, "HEAD") for path in series.touched_files()}
+        report += verify_mirrored_files(series, after) + verify_hooks(repo, after)
         for fix in series.fixes if len(series.fixes) > 1 else ():  # each its own pull request
             gitcmd.run(["reset", "-q", "--hard", base.BASE_TAG], repo)
             try:
@@ -131,15 +132,15 @@ def explain(output: str, patch) -> list:
     return problems
 
 
-def verify_mirrored_files(series, repo: Path) -> list:
-    """Each file the series adds under ``MIRRORED_PREFIX`` equals the project's copy; read from
-    the commit, so a link the series adds is compared as a link, never followed."""
+def verify_mirrored_files(series, after: dict) -> list:
+    """Each file the series adds under ``MIRRORED_PREFIX`` equals the project's copy; ``after``:
+    each path's bytes in the commit, so a link the series adds is compared as a link."""
     report = []
-    for path in (p for p in series.touched_files() if p.startswith(MIRRORED_PREFIX)):
+    for path in (p for p in after if p.startswith(MIRRORED_PREFIX)):
         ours = series.root.parent / path
         if not ours.is_file():
             raise SeriesError(f"the series adds {path}, but the project has no such file")
-        expected, actual = ours.read_bytes(), base.blob(repo, path, "HEAD") or b""
+        expected, actual = ours.read_bytes(), after[path] or b""
         if expected != actual:
             owner = next(p.name for p in series.patches if any(f[0] == path for f in p.files))
             lines = expected.splitlines(keepends=True), actual.splitlines(keepends=True)
@@ -154,13 +155,13 @@ def verify_mirrored_files(series, repo: Path) -> list:
     return report
 
 
-def verify_hooks(series, repo: Path) -> list:
-    """Upstream's pinned hooks on the series' files, read from the commits (a link the series
-    adds is its text); SeriesError on a failure the series brought in."""
+def verify_hooks(repo: Path, after: dict) -> list:
+    """Upstream's pinned hooks on the series' files (``after``: their bytes in the commits, a
+    link the series adds is its text); SeriesError on a failure the series brought in."""
     patched, before = {}, {}
-    for path in series.touched_files():
-        if (after := base.blob(repo, path, "HEAD")) is not None:  # None: deleted
-            patched[path], before[path] = after, base.blob(repo, path)
+    for path, data in after.items():
+        if data is not None:  # None: deleted
+            patched[path], before[path] = data, base.blob(repo, path)
     report, failures = hooks.check_files(patched, before)
     if failures:
         raise SeriesError(
