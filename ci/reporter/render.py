@@ -112,7 +112,7 @@ def check_run_without_results(state: str, head_sha: str, now: str, details_url, 
     (title, why)."""
     if refused:
         summary = f"The test job's results were refused: {escape_inline(refused[1])}"
-        output = {"title": refused[0], "summary": summary[:2000]}
+        output = {"title": refused[0], "summary": clip(summary, 2000)}
     else:
         output = {"title": f"No results: {state}", "summary": NO_RESULTS[state]}
     return {"create": _check_create(head_sha, state, now, details_url, output), "updates": []}
