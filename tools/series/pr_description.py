@@ -7,7 +7,8 @@ from collections import namedtuple
 from dataclasses import replace
 
 from ci.evidence import judge
-from ci.reporter.render import cell, environment_line, escape_inline
+from ci.reporter.escape import escape_inline
+from ci.reporter.render import cell, environment_line
 from tools.series import SeriesError, usage
 
 _PATCH_URL = "https://github.com/sgl-project/sglang/pull/<number>.patch"

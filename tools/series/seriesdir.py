@@ -1,5 +1,6 @@
-"""``patches/`` read (``refresh`` writes it): the series, its base and cover letter; its fixes (one upstream pull request
-each) and the ids (sha256 of the release and each diff) that tie a ``ci run`` to them."""
+"""``patches/`` read (``refresh`` writes it): the series, its base and cover letter; its fixes
+(one upstream pull request each) and the ids (sha256 of the release and each diff) that tie a
+``ci run`` to them."""
 
 import email
 import email.policy
